@@ -1,0 +1,1 @@
+"""servesim's NumPy inference engine (placeholder while the package grows)."""

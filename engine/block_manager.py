@@ -1,0 +1,121 @@
+"""KV-block bookkeeping: the free list and each sequence's block table. No tensors live here.
+
+The scheduler asks it whether blocks are free, the executor reads block tables to find where a
+token's keys and values go, and the simulator uses the very same object with no KV storage at all.
+Blocks are handed out last-freed-first (a stack), which keeps recently used memory warm.
+"""
+
+from __future__ import annotations
+
+
+class OutOfBlocksError(RuntimeError):
+    """No free KV block is left."""
+
+
+class BlockError(ValueError):
+    """A block id that is invalid, already free, or not owned by the sequence named."""
+
+
+def blocks_needed(n_tokens: int, block_size: int) -> int:
+    """KV blocks that hold n_tokens tokens: ceil(n_tokens / block_size); 0 for 0."""
+    if n_tokens < 0:
+        raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    return -(-n_tokens // block_size)
+
+
+class BlockManager:
+    """Free list plus block tables for `num_blocks` blocks of `block_size` token slots."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() gives block 0 first
+        self._is_free = [True] * num_blocks
+        self.block_tables: dict[int, list[int]] = {}
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def can_allocate(self, n_blocks: int) -> bool:
+        return n_blocks <= len(self._free)
+
+    def blocks_to_hold(self, seq_id: int, n_tokens: int) -> int:
+        """How many more blocks `seq_id` needs so that its table holds n_tokens tokens."""
+        have = len(self.block_tables.get(seq_id, ()))
+        return max(0, -(-n_tokens // self.block_size) - have)
+
+    def capacity(self, seq_id: int) -> int:
+        """Token slots the sequence's table provides."""
+        return len(self.block_tables.get(seq_id, ())) * self.block_size
+
+    # --- mutations -------------------------------------------------------------------------------
+
+    def allocate_block(self, seq_id: int) -> int:
+        """Append one free block to the sequence's table and return its id."""
+        if not self._free:
+            raise OutOfBlocksError(f"no free KV block for sequence {seq_id} "
+                                   f"(all {self.num_blocks} in use)")
+        block = self._free.pop()
+        self._is_free[block] = False
+        self.block_tables.setdefault(seq_id, []).append(block)
+        return block
+
+    def ensure_capacity(self, seq_id: int, n_tokens: int) -> None:
+        """Grow the table to hold n_tokens tokens, all or nothing."""
+        need = self.blocks_to_hold(seq_id, n_tokens)
+        if need > len(self._free):
+            raise OutOfBlocksError(f"sequence {seq_id} needs {need} more KV blocks, "
+                                   f"{len(self._free)} free")
+        for _ in range(need):
+            self.allocate_block(seq_id)
+
+    def free_block(self, block_id: int, seq_id: int | None = None) -> None:
+        """Return one block to the free list. Invalid ids and double frees raise `BlockError`."""
+        if not (isinstance(block_id, int) and 0 <= block_id < self.num_blocks):
+            raise BlockError(f"invalid block id {block_id!r} (cache has {self.num_blocks} blocks)")
+        if self._is_free[block_id]:
+            raise BlockError(f"double free of block {block_id}")
+        if seq_id is not None:
+            table = self.block_tables.get(seq_id, [])
+            if block_id not in table:
+                raise BlockError(f"block {block_id} is not held by sequence {seq_id}")
+            table.remove(block_id)
+        else:
+            for table in self.block_tables.values():
+                if block_id in table:
+                    table.remove(block_id)
+                    break
+        self._is_free[block_id] = True
+        self._free.append(block_id)
+
+    def free_sequence(self, seq_id: int) -> int:
+        """Free every block the sequence holds; returns how many. Unknown ids free nothing."""
+        table = self.block_tables.pop(seq_id, [])
+        for block in reversed(table):
+            assert not self._is_free[block], f"block {block} of sequence {seq_id} already free"
+            self._is_free[block] = True
+            self._free.append(block)
+        return len(table)
+
+    def usage(self) -> dict:
+        """{"used", "free", "total"} block counts."""
+        return {"used": self.num_used, "free": self.num_free, "total": self.num_blocks}
+
+    def check_invariants(self) -> None:
+        """Every block is either free or in exactly one table (for tests)."""
+        held = [b for table in self.block_tables.values() for b in table]
+        assert len(held) == len(set(held)), "a block is held twice"
+        assert not set(held) & set(self._free), "a held block is also free"
+        assert len(held) + len(self._free) == self.num_blocks, "a block leaked"
+        assert len(self._free) == len(set(self._free)), "a block is free twice"

@@ -1,0 +1,77 @@
+"""Waiting queues: first-come-first-served and priority (lower value first).
+
+Both offer the same small interface (`push`, `push_front`, `peek`, `pop`, `len`) so the scheduler
+never asks which one it has. Priority ties break by arrival time, then by a monotonic counter, so
+two requests are never compared with each other.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+
+_tiebreak = itertools.count()
+
+
+def priority_queue_push(heap: list, priority, request, arrival_s: float = 0.0) -> None:
+    """Push `request` onto a heap list: lower `priority` first, then earlier `arrival_s`, then FIFO."""
+    heapq.heappush(heap, (priority, arrival_s, next(_tiebreak), request))
+
+
+def priority_queue_pop(heap: list):
+    """Pop the most urgent request, or None when the heap is empty."""
+    return heapq.heappop(heap)[-1] if heap else None
+
+
+class FcfsQueue:
+    """Arrival order; a preempted sequence goes back to the front."""
+
+    def __init__(self):
+        self._items = deque()
+
+    def push(self, seq) -> None:
+        self._items.append(seq)
+
+    def push_front(self, seq) -> None:
+        self._items.appendleft(seq)
+
+    def peek(self):
+        return self._items[0]
+
+    def pop(self):
+        return self._items.popleft()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self):
+        return iter(self._items)
+
+
+class PriorityQueue:
+    """Lower priority value first; a preempted sequence keeps its original priority and arrival,
+    so it goes back ahead of everything of its priority that arrived after it."""
+
+    def __init__(self):
+        self._heap: list = []
+
+    def push(self, seq) -> None:
+        priority_queue_push(self._heap, seq.priority, seq, seq.arrival_s)
+
+    push_front = push
+
+    def peek(self):
+        return self._heap[0][-1]
+
+    def pop(self):
+        return priority_queue_pop(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self):
+        return (entry[-1] for entry in sorted(self._heap))
+
+
+QUEUES = {"fcfs": FcfsQueue, "priority": PriorityQueue}

@@ -1,0 +1,124 @@
+"""Flat records of a run: one row per engine step, one row per request, and the pooled
+inter-token gaps. The real server and the simulator fill the same `RunRecorder`, so the metric
+functions and the reports read one format whatever produced it.
+
+Columns are kept as `array.array`s (8 bytes a value), not lists of objects, so a million-request
+simulation stays small. Times are seconds on the caller's clock; `request_columns()` and
+`step_columns()` shift them to seconds from the first arrival.
+
+Inter-token latencies are exact without a timestamp per token: in a step, every sequence whose
+previous token came from the previous step has the same gap (this step's end minus the previous
+step's end), so a step adds one (gap, count) pair, plus one pair per sequence resumed after a
+preemption.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+
+from .scheduler import StepPlan
+from .sequence import Sequence, SequenceStatus
+
+REQUEST_COLUMNS = ("request_id", "priority", "arrival_s", "first_scheduled_s", "first_token_s",
+                   "finish_s", "prompt_tokens", "output_tokens", "preemptions", "status")
+STEP_COLUMNS = ("step", "start_s", "end_s", "num_prefill_tokens", "num_decode_seqs",
+                "num_padding_seqs", "num_running", "num_waiting", "kv_blocks_used", "preemptions")
+
+NAN = math.nan
+
+
+class RunRecorder:
+    """Collects the rows of one run (one variant at one sweep point)."""
+
+    def __init__(self, kv_blocks_total: int):
+        self.kv_blocks_total = kv_blocks_total
+        self._steps = {name: array("d") for name in STEP_COLUMNS}
+        self._start = self._steps["start_s"]
+        self._end = self._steps["end_s"]
+        self.request_ids: list = []
+        self._requests = {name: array("d") for name in REQUEST_COLUMNS
+                          if name not in ("request_id", "status")}
+        self.statuses: list[str] = []
+        self.reject_reasons: dict = {}
+        self.itl_gaps = array("d")  # gap values, seconds
+        self.itl_counts = array("q")  # how many tokens had that gap
+
+    # --- filling ---------------------------------------------------------------------------------
+
+    def record_step(self, plan: StepPlan, start_s: float, end_s: float) -> None:
+        """Call after `Scheduler.postprocess(plan, ...)`, with the step's start and end times."""
+        assert plan.step == len(self._end), "steps must be recorded in order, each once"
+        columns = self._steps
+        columns["step"].append(plan.step)
+        self._start.append(start_s)
+        self._end.append(end_s)
+        columns["num_prefill_tokens"].append(plan.num_prefill_tokens)
+        columns["num_decode_seqs"].append(len(plan.decodes))
+        columns["num_padding_seqs"].append(plan.padding_seqs)
+        columns["num_running"].append(plan.num_running)
+        columns["num_waiting"].append(plan.num_waiting)
+        columns["kv_blocks_used"].append(plan.kv_blocks_used)
+        columns["preemptions"].append(len(plan.preempted))
+        if plan.itl_consecutive:
+            self.itl_gaps.append(end_s - self._end[plan.step - 1])
+            self.itl_counts.append(plan.itl_consecutive)
+        for previous in plan.itl_from_steps:
+            self.itl_gaps.append(end_s - self._end[previous])
+            self.itl_counts.append(1)
+
+    def record_request(self, seq: Sequence, status: str | None = None) -> None:
+        """Call once per request when it finishes or is rejected (or, with status="unfinished",
+        when the run stops before it is done)."""
+        status = status or seq.status.value
+        cols = self._requests
+        self.request_ids.append(seq.request_id)
+        cols["priority"].append(seq.priority)
+        cols["arrival_s"].append(seq.arrival_s)
+        cols["first_scheduled_s"].append(self._time(self._start, seq.first_scheduled_step))
+        cols["first_token_s"].append(self._time(self._end, seq.first_token_step))
+        cols["finish_s"].append(self._time(self._end, seq.finish_step)
+                                if seq.status is SequenceStatus.FINISHED else NAN)
+        cols["prompt_tokens"].append(seq.prompt_len)
+        cols["output_tokens"].append(seq.num_output_tokens)
+        cols["preemptions"].append(seq.preemptions)
+        self.statuses.append(status)
+        if seq.reject_reason:
+            self.reject_reasons[seq.request_id] = seq.reject_reason
+
+    @staticmethod
+    def _time(times: array, step: int | None) -> float:
+        return NAN if step is None else times[step]
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    @property
+    def num_steps(self) -> int:
+        return len(self._end)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.request_ids)
+
+    def origin_s(self) -> float:
+        """The first arrival: the zero of every reported time."""
+        arrivals = self._requests["arrival_s"]
+        return min(arrivals) if arrivals else 0.0
+
+    def request_columns(self) -> dict:
+        """Request rows as {column: list or array}, times from the first arrival."""
+        t0 = self.origin_s()
+        columns = {"request_id": self.request_ids}
+        for name, values in self._requests.items():
+            columns[name] = ([v - t0 for v in values] if name.endswith("_s") else values)
+        columns["status"] = self.statuses
+        return {name: columns[name] for name in REQUEST_COLUMNS}
+
+    def step_columns(self) -> dict:
+        """Step rows as {column: array}, times from the first arrival."""
+        t0 = self.origin_s()
+        columns = dict(self._steps)
+        columns["start_s"] = array("d", (v - t0 for v in self._start))
+        columns["end_s"] = array("d", (v - t0 for v in self._end))
+        columns["kv_blocks_total"] = self.kv_blocks_total
+        return columns
