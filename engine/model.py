@@ -13,6 +13,7 @@ Parameter layout (all float32):
            Wq, Wk, Wv, Wo [D, D]
            ln2_g, ln2_b [D]  pre-MLP LayerNorm (absent: no norm)
            W1 [D, F], b1 [F], W2 [F, D], b2 [D]   MLP (absent: no MLP, as in the seed)
+           residual  bool, default True (False: the seed's block, which has no skip connection)
     lnf_g, lnf_b [D]         final LayerNorm (absent: no norm)
     W_out  [D, V]            unembedding
     n_heads, max_seq_len     ints
@@ -59,7 +60,7 @@ class ModelConfig:
     @property
     def num_parameters(self) -> int:
         d, f = self.d_model, self.d_ff
-        per_layer = 4 * d * d + 4 * d + (2 * d * f + f + d if f else 0)
+        per_layer = 4 * d * d + 2 * d + (2 * d * f + f + 3 * d if f else 0)  # ln2 only with an MLP
         return 2 * self.vocab_size * d + self.n_layers * per_layer + 2 * d
 
 
@@ -113,6 +114,7 @@ def normalize_params(params: dict) -> dict:
         return params
     embedding = params["E"] if "E" in params else params["embedding"]
     layer = {name: params[name] for name in ("Wq", "Wk", "Wv", "Wo")}
+    layer["residual"] = False  # the seed's block: logits = (attention(x) @ Wo) @ W_out
     return {
         "E": embedding,
         "layers": [layer],
@@ -127,7 +129,7 @@ def save_params(path, params: dict) -> None:
     params = normalize_params(params)
     arrays = {k: v for k, v in params.items() if isinstance(v, np.ndarray)}
     for i, layer in enumerate(params["layers"]):
-        arrays.update({f"layers.{i}.{k}": v for k, v in layer.items()})
+        arrays.update({f"layers.{i}.{k}": np.asarray(v) for k, v in layer.items()})
     arrays["n_heads"] = np.array(params["n_heads"])
     arrays["max_seq_len"] = np.array(params["max_seq_len"])
     np.savez(path, **arrays)
@@ -146,7 +148,8 @@ def load_params(path) -> dict:
     for key, value in flat.items():
         if key.startswith("layers."):
             _, index, name = key.split(".", 2)
-            layers[int(index)][name] = value.astype(np.float32)
+            layers[int(index)][name] = (bool(value) if name == "residual"
+                                        else value.astype(np.float32))
         elif key in ("n_heads", "max_seq_len"):
             params[key] = int(value)
         else:
@@ -187,8 +190,10 @@ def attention_input(x: np.ndarray, layer: dict, n_heads: int):
 
 
 def attention_output(x: np.ndarray, attn: np.ndarray, layer: dict) -> np.ndarray:
-    """Output projection, residual and MLP: x [T, D], attn [T, H, hd] -> new x [T, D]."""
-    x = x + attn.reshape(x.shape) @ layer["Wo"]
+    """Output projection, residual and MLP: x [T, D], attn [T, H, hd] -> new x [T, D].
+    A layer with `residual: False` (the seed's toy block) returns the projection alone."""
+    out = attn.reshape(x.shape) @ layer["Wo"]
+    x = x + out if layer.get("residual", True) else out
     if "W1" in layer:
         h = layer_norm(x, layer["ln2_g"], layer["ln2_b"])
         x = x + gelu(h @ layer["W1"] + layer["b1"]) @ layer["W2"] + layer["b2"]
@@ -202,12 +207,13 @@ def final_logits(x: np.ndarray, params: dict) -> np.ndarray:
     return x @ params["W_out"]
 
 
-def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = True) -> np.ndarray:
     """Causal attention of Tq queries over Tk >= Tq keys, bottom-right aligned (query i sees keys
-    0 .. Tk - Tq + i), so one decode query sees the whole cache. [Tq,H,hd],[Tk,H,hd] -> [Tq,H,hd]."""
+    0 .. Tk - Tq + i), so one decode query sees the whole cache. [Tq,H,hd],[Tk,H,hd] -> [Tq,H,hd].
+    causal=False lets every query see every key (the seed's `is_causal=False`)."""
     tq, tk, hd = q.shape[0], k.shape[0], q.shape[2]
     scores = np.einsum("qhd,khd->hqk", q, k) / np.float32(np.sqrt(hd))  # [H, Tq, Tk]
-    if tq > 1:
+    if causal and tq > 1:
         visible = np.arange(tk)[None, :] <= np.arange(tk - tq, tk)[:, None]  # [Tq, Tk]
         scores = np.where(visible, scores, np.float32(-np.inf))
     scores = scores - scores.max(axis=-1, keepdims=True)
