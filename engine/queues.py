@@ -1,8 +1,11 @@
 """Waiting queues: first-come-first-served and priority (lower value first).
 
-Both offer the same small interface (`push`, `push_front`, `peek`, `pop`, `len`) so the scheduler
-never asks which one it has. Priority ties break by arrival time, then by a monotonic counter, so
-two requests are never compared with each other.
+Both offer the same small interface (`push`, `push_front`, `peek`, `pop`, `len`, iteration) so the
+scheduler never asks which one it has. Priority ties break by arrival time, then by a monotonic
+counter, so two requests are never compared with each other.
+
+`priority_queue_push` / `priority_queue_pop` are the seed's functions over a plain heap list;
+`PriorityQueue` is the same heap behind the queue interface (and can wrap a caller's list).
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ import heapq
 import itertools
 from collections import deque
 
-_tiebreak = itertools.count()
+_tiebreak = itertools.count()  # shared by every heap: only the order of its values matters
 
 
 def priority_queue_push(heap: list, priority, request, arrival_s: float = 0.0) -> None:
-    """Push `request` onto a heap list: lower `priority` first, then earlier `arrival_s`, then FIFO."""
+    """Push `request` onto a heap list: lower `priority` first, then earlier `arrival_s`, then
+    first pushed first."""
     heapq.heappush(heap, (priority, arrival_s, next(_tiebreak), request))
 
 
@@ -51,10 +55,11 @@ class FcfsQueue:
 
 class PriorityQueue:
     """Lower priority value first; a preempted sequence keeps its original priority and arrival,
-    so it goes back ahead of everything of its priority that arrived after it."""
+    so it goes back ahead of everything of its priority that arrived after it. `heap`: a list
+    filled by `priority_queue_push` to share (default: a new one)."""
 
-    def __init__(self):
-        self._heap: list = []
+    def __init__(self, heap: list | None = None):
+        self._heap: list = [] if heap is None else heap
 
     def push(self, seq) -> None:
         priority_queue_push(self._heap, seq.priority, seq, seq.arrival_s)
@@ -65,13 +70,14 @@ class PriorityQueue:
         return self._heap[0][-1]
 
     def pop(self):
-        return priority_queue_pop(self._heap)
+        return heapq.heappop(self._heap)[-1]
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def __iter__(self):
-        return (entry[-1] for entry in sorted(self._heap))
+        """Queue order (sorts a copy: for reports and tests, not for the step loop)."""
+        return (entry[-1] for entry in sorted(self._heap, key=lambda e: e[:3]))
 
 
 QUEUES = {"fcfs": FcfsQueue, "priority": PriorityQueue}

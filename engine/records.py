@@ -17,13 +17,16 @@ from __future__ import annotations
 import math
 from array import array
 
-from .scheduler import StepPlan
+from .step_plan import StepPlan
 from .sequence import Sequence, SequenceStatus
 
 REQUEST_COLUMNS = ("request_id", "priority", "arrival_s", "first_scheduled_s", "first_token_s",
                    "finish_s", "prompt_tokens", "output_tokens", "preemptions", "status")
-STEP_COLUMNS = ("step", "start_s", "end_s", "num_prefill_tokens", "num_decode_seqs",
-                "num_padding_seqs", "num_running", "num_waiting", "kv_blocks_used", "preemptions")
+STEP_COLUMNS = ("step", "start_s", "end_s", "num_prefill_tokens", "num_prefill_seqs",
+                "num_decode_seqs", "num_padding_seqs", "num_running", "num_waiting",
+                "kv_blocks_used", "preemptions")
+
+RECORD_STATUSES = ("finished", "rejected", "unfinished")
 
 NAN = math.nan
 
@@ -43,6 +46,9 @@ class RunRecorder:
         self.reject_reasons: dict = {}
         self.itl_gaps = array("d")  # gap values, seconds
         self.itl_counts = array("q")  # how many tokens had that gap
+        # Real-time serving only: how long after its planned arrival each request reached the
+        # scheduler (the rest of a running step, or the wake-up overshoot when idle).
+        self.submit_lag_s = array("d")
 
     # --- filling ---------------------------------------------------------------------------------
 
@@ -54,6 +60,7 @@ class RunRecorder:
         self._start.append(start_s)
         self._end.append(end_s)
         columns["num_prefill_tokens"].append(plan.num_prefill_tokens)
+        columns["num_prefill_seqs"].append(len(plan.prefills))
         columns["num_decode_seqs"].append(len(plan.decodes))
         columns["num_padding_seqs"].append(plan.padding_seqs)
         columns["num_running"].append(plan.num_running)
@@ -71,6 +78,9 @@ class RunRecorder:
         """Call once per request when it finishes or is rejected (or, with status="unfinished",
         when the run stops before it is done)."""
         status = status or seq.status.value
+        if status not in RECORD_STATUSES:
+            raise ValueError(f"request {seq.request_id}: status must be one of "
+                             f"{', '.join(RECORD_STATUSES)}, got {status!r}")
         cols = self._requests
         self.request_ids.append(seq.request_id)
         cols["priority"].append(seq.priority)
@@ -85,6 +95,10 @@ class RunRecorder:
         self.statuses.append(status)
         if seq.reject_reason:
             self.reject_reasons[seq.request_id] = seq.reject_reason
+
+    def record_submit_lag(self, lag_s: float) -> None:
+        """Real-time serving: the submission delay of one request (seconds, >= 0)."""
+        self.submit_lag_s.append(lag_s)
 
     @staticmethod
     def _time(times: array, step: int | None) -> float:

@@ -1,20 +1,26 @@
 """The scheduling policy shared by the real engine and the simulator.
 
-`Scheduler.schedule()` turns the waiting queue and the running set into the next `StepPlan`;
+`Scheduler.schedule()` turns the waiting queue and the running list into the next `StepPlan`;
 `Scheduler.postprocess()` applies the step's sampled tokens. It never reads a clock, never draws
 a random number and never touches tensors: the engine and the simulator drive the same object and
 differ only in who executes the plan and what time it is.
 
 Policies:
-- continuous (Orca / vLLM): every step, running sequences decode one token each, ongoing prefill
-  chunks continue, then waiting sequences are admitted while `max_num_seqs`, the KV blocks and the
-  token budget allow (head-of-line: admission stops at the first request that does not fit).
+- continuous (Orca / vLLM): every step, running sequences decode one token each, prefills split
+  over earlier steps continue, then waiting sequences are admitted while `max_num_seqs`, the KV
+  blocks and the token budget allow (head-of-line: admission stops at the first request that
+  does not fit).
 - static: when idle, take up to `max_batch_size` waiting sequences, prefill them together and
   decode them in lockstep until all finish; finished slots stay empty (padding) until then.
 
-A running sequence that needs a new KV block when none is free preempts a victim (the last of the
-running list, which is kept in victim order) by recompute: its blocks are freed and it goes back
-to the queue, to prefill prompt + generated tokens again when readmitted.
+The running list is kept in victim order (fcfs: admission order; priority: best priority first,
+then earlier arrival), so a running sequence that needs a KV block when none is free preempts
+the last one. Preemption is by recompute: the victim's blocks are freed and it goes back to the
+queue, to prefill prompt + generated tokens again when readmitted.
+
+The module-level functions (`has_free_capacity`, `admit_sequence`, `preempt_sequence`,
+`reserve_decode_blocks`) are the policy's building blocks; the seed's part-6 functions in
+`continuous_batching.py` are built from the same ones.
 
 Every step gets an index; sequences remember the step of their first scheduling, first token,
 last token and finish, so the caller turns indices into times with one table of step times.
@@ -23,76 +29,78 @@ last token and finish, so the caller turns indices into times with one table of 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+import itertools
 
 from .block_manager import BlockManager, blocks_needed
 from .queues import QUEUES
+from .scheduler_config import POLICIES, SchedulerConfig
 from .sequence import Sequence, SequenceStatus
+from .step_plan import StepPlan
 
-POLICIES = ("static", "continuous")
+__all__ = ["POLICIES", "SchedulerConfig", "StepPlan", "Scheduler", "has_free_capacity",
+           "admit_sequence", "preempt_sequence", "reserve_decode_blocks"]
 
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """Scheduling knobs; names follow vLLM where vLLM has the same knob."""
-
-    policy: str = "continuous"
-    queue: str = "fcfs"
-    chunked_prefill: bool = False
-    max_num_seqs: int = 32  # most sequences running at once (continuous)
-    max_num_batched_tokens: int = 2048  # per-step token budget (continuous)
-    max_batch_size: int = 16  # static batch size
-    batch_timeout_s: float = 0.0  # static: wait this long for a full batch (0: start at once)
-    max_seq_len: int = 4096  # prompt + output limit, from the model
-
-    def __post_init__(self):
-        if self.policy not in POLICIES:
-            raise ValueError(f"scheduler.policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
-        if self.queue not in QUEUES:
-            raise ValueError(f"scheduler.queue must be one of {', '.join(QUEUES)}, got {self.queue!r}")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_batch_size", "max_seq_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.batch_timeout_s < 0:
-            raise ValueError(f"scheduler.batch_timeout_s must be >= 0, got {self.batch_timeout_s}")
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                f"engine.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
-                f"engine.max_num_seqs ({self.max_num_seqs}) so every running sequence can decode"
-            )
+_RUNNING = SequenceStatus.RUNNING
+_admission_counter = itertools.count()  # admit_order: only its relative order matters
 
 
-@dataclass
-class StepPlan:
-    """What one engine step computes. `prefills` pairs a sequence with the number of its tokens
-    to compute this step (a whole prompt, a chunk, or a recomputation); a prefill that reaches the
-    sequence's last known token samples one new token. Each decode computes and samples one."""
+# --- building blocks -----------------------------------------------------------------------------
 
-    step: int = -1
-    prefills: list[tuple[Sequence, int]] = field(default_factory=list)
-    decodes: list[Sequence] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
-    padding_seqs: int = 0  # static batching: finished slots still in the batch
-    idle_until_s: float | None = None  # static with a timeout: nothing to run before this time
-    num_running: int = 0
-    num_waiting: int = 0
-    kv_blocks_used: int = 0
-    # Filled by postprocess, for exact inter-token latencies without per-token timestamps:
-    itl_consecutive: int = 0  # tokens whose previous token came from the previous step
-    itl_from_steps: list[int] = field(default_factory=list)  # previous-token step of the others
 
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(n for _, n in self.prefills)
+def has_free_capacity(block_manager: BlockManager, required_blocks: int) -> bool:
+    """True when at least `required_blocks` KV blocks are free."""
+    return block_manager.num_free >= required_blocks
 
-    @property
-    def num_decode_seqs(self) -> int:
-        return len(self.decodes)
 
-    @property
-    def is_empty(self) -> bool:
-        return not self.prefills and not self.decodes
+def admit_sequence(seq: Sequence, block_manager: BlockManager) -> None:
+    """Reserve blocks for every token the sequence has (its prompt, plus the generated tokens when
+    it recomputes after a preemption) and mark it running. Raises OutOfBlocksError, all or nothing."""
+    block_manager.ensure_capacity(seq.seq_id, seq.num_tokens)
+    seq.set_status(_RUNNING)
+    seq.admit_order = next(_admission_counter)
+
+
+def preempt_sequence(seq: Sequence, block_manager: BlockManager, waiting) -> None:
+    """Preempt by recompute: free the sequence's blocks, forget its computed KV and requeue it
+    (fcfs: at the front; priority: at its original priority and arrival)."""
+    block_manager.free_sequence(seq.seq_id)
+    seq.num_computed_tokens = 0
+    seq.preemptions += 1
+    seq.set_status(SequenceStatus.PREEMPTED)
+    waiting.push_front(seq)
+
+
+def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_last,
+                          prefilling: list | None = None) -> list:
+    """Give every decoding sequence of `running` room for the KV of its next token. When a block
+    is needed and none is free, `preempt_last()` is called; it must preempt `running[-1]` and
+    remove it from the list (the victim always comes after the sequence in need, or is that
+    sequence itself). Returns the sequences that decode this step, in running order; sequences
+    still prefilling are appended to `prefilling` when a list is given."""
+    bm, block_size = block_manager, block_manager.block_size
+    decodes = []
+    i = 0
+    while i < len(running):
+        seq = running[i]
+        i += 1
+        row = seq.prompt_len + seq.num_output_tokens - 1  # the KV row this decode writes
+        if seq.num_computed_tokens < row:
+            if prefilling is not None:
+                prefilling.append(seq)
+            continue
+        # Rows 0 .. row-1 are stored, so only a row at a block boundary can lack room.
+        if row % block_size == 0 and bm.capacity(seq.seq_id) <= row:
+            while not bm.num_free and running[-1] is not seq:
+                preempt_last()
+            if not bm.num_free:  # no one is left behind it: it is the victim itself
+                preempt_last()
+                break
+            bm.allocate_block(seq.seq_id)
+        decodes.append(seq)
+    return decodes
+
+
+# --- the policy ----------------------------------------------------------------------------------
 
 
 class Scheduler:
@@ -105,17 +113,19 @@ class Scheduler:
         self.running: list[Sequence] = []  # victim order: the last one is preempted first
         self.num_steps = 0
         self.num_preemptions = 0
-        self._admissions = 0
         self._batch_slots = 0  # static: size of the batch in flight
         self._victim_key = (
             (lambda s: (s.priority, s.arrival_s, s.admit_order))
-            if config.queue == "priority" else (lambda s: s.admit_order)
+            if config.queue == "priority" else None
         )
 
     # --- arrivals --------------------------------------------------------------------------------
 
     def add(self, seq: Sequence) -> bool:
         """Queue a new sequence; reject it (and return False) if it can never run."""
+        if seq.status is not SequenceStatus.WAITING:
+            raise ValueError(f"request {seq.request_id}: only a new sequence can be added, "
+                             f"this one is {seq.status.value}")
         reason = self.rejection_reason(seq)
         if reason:
             seq.reject_reason = reason
@@ -125,6 +135,7 @@ class Scheduler:
         return True
 
     def rejection_reason(self, seq: Sequence) -> str | None:
+        """Why the sequence can never run under this configuration, or None when it can."""
         cfg, bm = self.config, self.block_manager
         total = seq.prompt_len + seq.max_new_tokens
         if total > cfg.max_seq_len:
@@ -147,11 +158,12 @@ class Scheduler:
     def schedule(self, now_s: float = 0.0) -> StepPlan:
         """The next step's plan (empty when there is nothing to run). `now_s` is only read by the
         static policy's batch timeout."""
+        plan = StepPlan()
         if self.config.policy == "continuous":
-            plan = self._schedule_continuous()
+            self._schedule_continuous(plan)
         else:
-            plan = self._schedule_static(now_s)
-        if not plan.is_empty:
+            self._schedule_static(plan, now_s)
+        if plan.prefills or plan.decodes:
             plan.step = self.num_steps
             self.num_steps += 1
             for seq, _ in plan.prefills:
@@ -162,98 +174,73 @@ class Scheduler:
         plan.kv_blocks_used = self.block_manager.num_used
         return plan
 
-    def _schedule_continuous(self) -> StepPlan:
-        plan = StepPlan()
-        budget = self.config.max_num_batched_tokens
-        self._schedule_decodes(plan)
-        budget -= len(plan.decodes)
-        for seq in self.running:  # prefill chunks already under way (their blocks are reserved)
+    def _schedule_continuous(self, plan: StepPlan) -> None:
+        prefilling: list[Sequence] = []
+        plan.decodes = reserve_decode_blocks(self.running, self.block_manager,
+                                             lambda: self._preempt_last(plan), prefilling)
+        budget = self.config.max_num_batched_tokens - len(plan.decodes)
+        for seq in prefilling:  # prefills split over earlier steps: their blocks are reserved
             if budget == 0:
                 break
-            if seq.is_prefilling:
-                n = min(seq.num_tokens - seq.num_computed_tokens, budget)
-                plan.prefills.append((seq, n))
-                budget -= n
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            plan.prefills.append((seq, n))
+            budget -= n
         self._admit(plan, budget, self.config.max_num_seqs)
-        return plan
 
-    def _schedule_static(self, now_s: float) -> StepPlan:
-        plan = StepPlan()
+    def _schedule_static(self, plan: StepPlan, now_s: float) -> None:
         if self.running:  # lockstep decode of the batch in flight
-            self._schedule_decodes(plan)
+            plan.decodes = reserve_decode_blocks(self.running, self.block_manager,
+                                                 lambda: self._preempt_last(plan))
             plan.padding_seqs = self._batch_slots - len(plan.decodes)
-            return plan
+            return
         cfg = self.config
         if not self.waiting:
-            return plan
+            return
         if cfg.batch_timeout_s > 0 and len(self.waiting) < cfg.max_batch_size:
-            deadline = self.waiting.peek().arrival_s + cfg.batch_timeout_s
+            # fewer than max_batch_size waiting, so this scan is short
+            deadline = min(seq.arrival_s for seq in self.waiting) + cfg.batch_timeout_s
             if now_s < deadline:
                 plan.idle_until_s = deadline
-                return plan
-        self._admit(plan, budget=None, max_running=cfg.max_batch_size)
+                return
+        self._admit(plan, None, cfg.max_batch_size)
         self._batch_slots = len(self.running)
-        return plan
-
-    def _schedule_decodes(self, plan: StepPlan) -> None:
-        """Every running sequence past its prefill decodes one token; make room for its KV."""
-        bm = self.block_manager
-        running = self.running
-        i = 0
-        while i < len(running):
-            seq = running[i]
-            if not seq.is_prefilling:
-                if bm.blocks_to_hold(seq.seq_id, seq.num_tokens):
-                    while not bm.num_free and running[-1] is not seq:
-                        self._preempt(running[-1], plan)
-                    if not bm.num_free:  # it is the last one itself
-                        self._preempt(seq, plan)
-                        break
-                    bm.allocate_block(seq.seq_id)
-                plan.decodes.append(seq)
-            i += 1
 
     def _admit(self, plan: StepPlan, budget: int | None, max_running: int) -> None:
         """Admit waiting sequences in queue order while slots, KV blocks and budget allow.
         budget None: no token budget (static batching prefills its whole batch at once)."""
-        bm, cfg = self.block_manager, self.config
-        while self.waiting and len(self.running) < max_running and budget != 0:
-            seq = self.waiting.peek()
-            n = seq.num_tokens  # prompt, plus generated tokens when recomputing
-            if budget is not None and n > budget:
-                # Prompts are split only with chunked prefill; a recomputation longer than the
-                # budget is always split, or it could never run again.
-                if not (cfg.chunked_prefill or seq.num_output_tokens > 0):
-                    break
-            if not bm.can_allocate(blocks_needed(n, bm.block_size)):
+        bm, waiting = self.block_manager, self.waiting
+        while waiting and len(self.running) < max_running and budget != 0:
+            seq = waiting.peek()
+            chunk = self._first_chunk(seq.num_tokens, budget)
+            if not chunk or not has_free_capacity(bm, blocks_needed(seq.num_tokens, bm.block_size)):
                 break  # head-of-line: nothing behind it jumps the queue
-            self.waiting.pop()
-            bm.ensure_capacity(seq.seq_id, n)
-            seq.set_status(SequenceStatus.RUNNING)
-            seq.admit_order = self._admissions
-            self._admissions += 1
+            waiting.pop()
+            admit_sequence(seq, bm)
             self._insert_running(seq)
-            chunk = n if budget is None else min(n, budget)
             plan.prefills.append((seq, chunk))
             if budget is not None:
                 budget -= chunk
 
+    def _first_chunk(self, n_tokens: int, budget: int | None) -> int:
+        """Tokens to prefill in the admission step; 0: wait for a step with more budget."""
+        if budget is None or n_tokens <= budget:
+            return n_tokens
+        cfg = self.config
+        # Prompts longer than the budget were rejected unless chunked prefill is on; a
+        # recomputation longer than the whole budget is always split, or it could never run.
+        if cfg.chunked_prefill or n_tokens > cfg.max_num_batched_tokens:
+            return budget
+        return 0
+
     def _insert_running(self, seq: Sequence) -> None:
-        if self.config.queue == "fcfs":
+        if self._victim_key is None:
             self.running.append(seq)  # admission order is victim order
         else:
             bisect.insort(self.running, seq, key=self._victim_key)
 
-    def _preempt(self, seq: Sequence, plan: StepPlan) -> None:
-        """Free the sequence's blocks and requeue it to recompute its tokens later."""
-        self.running.remove(seq)
-        if seq in plan.decodes:
-            plan.decodes.remove(seq)
-        self.block_manager.free_sequence(seq.seq_id)
-        seq.num_computed_tokens = 0
-        seq.preemptions += 1
-        seq.set_status(SequenceStatus.PREEMPTED)
-        self.waiting.push_front(seq)
+    def _preempt_last(self, plan: StepPlan) -> None:
+        seq = self.running.pop()
+        preempt_sequence(seq, self.block_manager, self.waiting)
         plan.preempted.append(seq)
         self.num_preemptions += 1
 
@@ -278,7 +265,7 @@ class Scheduler:
                 bm.free_sequence(seq.seq_id)
                 seq.finish_step = plan.step
                 seq.set_status(SequenceStatus.FINISHED)
-            self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]
+            self.running = [s for s in self.running if s.status is _RUNNING]
         return finished
 
     @staticmethod

@@ -1,0 +1,208 @@
+"""Serving metrics: the one implementation of ARCHITECTURE section 8 (vLLM's conventions).
+
+- TTFT = first token - arrival; E2E = finish - arrival; queue = first scheduled - arrival.
+- TPOT = (E2E - TTFT) / (output tokens - 1), per request; undefined (NaN) for one output token
+  and left out of TPOT statistics.
+- ITL = every gap between consecutive tokens of a request, pooled over requests (token-weighted),
+  first tokens excluded; read exactly from the recorder's (gap, count) pairs.
+- Throughputs divide by the run's duration, first arrival to last finish, counting finished
+  requests. Goodput = finished requests per second that meet every SLO given.
+- Percentiles interpolate linearly (NumPy's default); empty input gives NaN, never a fake 0.
+
+The seed's part-8 steps (`time_to_first_token`, `inter_token_latency`, `aggregate_throughput`,
+`latency_percentiles`, `run_benchmark`) are the building blocks `summarize` uses; reports read
+`summarize` and `request_metrics` and never recompute a metric themselves.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .records import RunRecorder
+
+PERCENTILES = (50, 90, 95, 99)
+STATS = ("mean", "p50", "p90", "p95", "p99", "max")
+LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue")
+SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
+_VLLM_NAMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
+_VLLM_STATS = {"mean": "mean", "p50": "median", "p90": "p90", "p95": "p95", "p99": "p99"}
+
+
+# --- the seed's part-8 steps ---------------------------------------------------------------------
+
+
+def time_to_first_token(arrival_s, first_token_s):
+    """First-token time minus arrival, elementwise over scalars or arrays (seconds)."""
+    return np.subtract(np.asarray(first_token_s, float), np.asarray(arrival_s, float))
+
+
+def time_per_output_token(arrival_s, first_token_s, finish_s, output_tokens):
+    """(E2E - TTFT) / (output tokens - 1) elementwise; NaN where a request has < 2 tokens."""
+    n = np.asarray(output_tokens, float)
+    decode_s = np.subtract(np.asarray(finish_s, float), np.asarray(first_token_s, float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n > 1, decode_s / (n - 1), np.nan)
+
+
+def inter_token_latency(token_times_s) -> np.ndarray:
+    """Gaps between consecutive token times of one request: [n] times -> [n - 1] gaps."""
+    times = np.asarray(token_times_s, float)
+    if times.ndim != 1:
+        raise ValueError(f"inter_token_latency: token times must be 1-D, got shape {times.shape}")
+    return np.diff(times)
+
+
+def aggregate_throughput(num_requests: int, prompt_tokens: int, output_tokens: int,
+                         duration_s: float) -> dict:
+    """Requests, output tokens and all tokens per second over `duration_s` (NaN when the
+    duration is NaN, i.e. nothing finished)."""
+    if not duration_s > 0 and not math.isnan(duration_s):
+        raise ValueError(f"aggregate_throughput: duration_s must be > 0, got {duration_s}")
+    return {"request_throughput": num_requests / duration_s,
+            "output_throughput": output_tokens / duration_s,
+            "total_token_throughput": (prompt_tokens + output_tokens) / duration_s}
+
+
+def latency_percentiles(latencies_s, percentiles=PERCENTILES) -> dict:
+    """{p: value} by linear interpolation ([1, 2, 3, 4] -> p50 2.5, p90 3.7). Empty input gives
+    NaN for each; NaN entries raise (leave undefined values out first)."""
+    values = np.asarray(latencies_s, float).ravel()
+    if np.isnan(values).any():
+        raise ValueError("latency_percentiles: input holds NaN; drop undefined values first")
+    if values.size == 0:
+        return {p: math.nan for p in percentiles}
+    return dict(zip(percentiles, np.percentile(values, percentiles).tolist()))
+
+
+def run_benchmark(scheduler, executor, requests, *, slo: dict | None = None,
+                  recorder: RunRecorder | None = None, time_limit_s: float | None = None) -> dict:
+    """The harness: serve `requests` (Sequences with arrival_s set; all 0 for an offline burst)
+    in real time through the engine and return `summarize` of the run."""
+    from .server import serve  # the server imports the engine loop; keep metrics import-light
+
+    if recorder is None:
+        recorder = RunRecorder(scheduler.block_manager.num_blocks)
+    serve(scheduler, executor, requests, recorder, time_limit_s=time_limit_s)
+    return summarize(recorder, slo)
+
+
+# --- run summaries -------------------------------------------------------------------------------
+
+
+def weighted_percentile(values, counts, q):
+    """Percentile(s) `q` (0-100) of the multiset holding values[i] counts[i] times; equal to
+    np.percentile(np.repeat(values, counts), q) without expanding it. NaN when it is empty."""
+    v, c = np.asarray(values, float).ravel(), np.asarray(counts, np.int64).ravel()
+    if v.shape != c.shape or (c < 0).any():
+        raise ValueError("weighted_percentile: values and counts must match and counts be >= 0")
+    q = np.asarray(q, float)
+    if ((q < 0) | (q > 100)).any():
+        raise ValueError(f"weighted_percentile: q must be in [0, 100], got {q}")
+    keep = c > 0
+    order = np.argsort(v[keep], kind="stable")
+    v, cum = v[keep][order], np.cumsum(c[keep][order])
+    if v.size == 0:
+        return np.full(q.shape, math.nan)[()]
+    n = int(cum[-1])
+    index = (n - 1) * (q / 100)  # NumPy's "linear" virtual index into the sorted multiset
+    below = np.floor(index)
+    lo = v[np.searchsorted(cum, np.minimum(below, n - 1), side="right")]
+    hi = v[np.searchsorted(cum, np.minimum(below + 1, n - 1), side="right")]
+    t, diff = index - below, hi - lo
+    return np.where(t >= 0.5, hi - diff * (1 - t), lo + diff * t)[()]  # NumPy's lerp
+
+
+def request_metrics(columns) -> dict:
+    """Per-request ttft_s, tpot_s, e2e_s, queue_s arrays from request columns (RunRecorder's
+    `request_columns()` or a table with the same names); NaN where undefined."""
+    arrival = np.asarray(columns["arrival_s"], float)
+    first_token = np.asarray(columns["first_token_s"], float)
+    finish = np.asarray(columns["finish_s"], float)
+    return {"ttft_s": time_to_first_token(arrival, first_token),
+            "tpot_s": time_per_output_token(arrival, first_token, finish, columns["output_tokens"]),
+            "e2e_s": finish - arrival,
+            "queue_s": np.asarray(columns["first_scheduled_s"], float) - arrival}
+
+
+def _stats(name: str, values) -> dict:
+    values = np.asarray(values, float)
+    empty = values.size == 0
+    pct = latency_percentiles(values)
+    return {f"{name}_mean_s": math.nan if empty else float(values.mean()),
+            **{f"{name}_p{p}_s": pct[p] for p in PERCENTILES},
+            f"{name}_max_s": math.nan if empty else float(values.max())}
+
+
+def _itl_stats(recorder: RunRecorder) -> dict:
+    gaps, counts = np.asarray(recorder.itl_gaps), np.asarray(recorder.itl_counts, float)
+    total = counts.sum()
+    pct = weighted_percentile(gaps, counts.astype(np.int64), PERCENTILES) if total else \
+        [math.nan] * len(PERCENTILES)
+    return {"itl_mean_s": float(gaps @ counts / total) if total else math.nan,
+            **{f"itl_p{p}_s": float(x) for p, x in zip(PERCENTILES, pct)},
+            "itl_max_s": float(gaps[counts > 0].max()) if total else math.nan}
+
+
+def meets_slo(metrics: dict, slo: dict | None) -> np.ndarray:
+    """Per request: True when it meets every SLO given ({"ttft_s", "tpot_s", "e2e_s"}; None
+    values are ignored). An undefined TPOT (one output token) meets any TPOT SLO."""
+    slo = {k: v for k, v in (slo or {}).items() if v is not None}
+    unknown = sorted(set(slo) - set(SLO_KEYS))
+    if unknown:
+        raise ValueError(f"slo: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(SLO_KEYS)}")
+    ok = np.ones(len(metrics["ttft_s"]), bool)
+    for key, limit in slo.items():
+        values = metrics[key]
+        ok &= (values <= limit) | (np.isnan(values) if key == "tpot_s" else False)
+    return ok
+
+
+def summarize(recorder: RunRecorder, slo: dict | None = None) -> dict:
+    """The summary figures of one run (summary.csv's columns, ARCHITECTURE section 7)."""
+    cols = recorder.request_columns()
+    status = np.asarray(cols["status"], dtype=object)
+    done = status == "finished"
+    metrics = {k: v[done] for k, v in request_metrics(cols).items()}
+    completed = int(done.sum())
+    prompt_tokens = int(np.asarray(cols["prompt_tokens"])[done].sum())
+    output_tokens = int(np.asarray(cols["output_tokens"])[done].sum())
+    duration_s = float(np.asarray(cols["finish_s"])[done].max()) if completed else math.nan
+    summary = {"completed": completed, "rejected": int((status == "rejected").sum()),
+               "unfinished": int((status == "unfinished").sum()), "duration_s": duration_s,
+               "total_input_tokens": prompt_tokens, "total_output_tokens": output_tokens,
+               **aggregate_throughput(completed, prompt_tokens, output_tokens, duration_s),
+               "goodput": int(meets_slo(metrics, slo).sum()) / duration_s}
+    for name in ("ttft", "tpot", "e2e", "queue"):
+        values = metrics[f"{name}_s"]
+        summary.update(_stats(name, values[~np.isnan(values)] if name == "tpot" else values))
+    summary.update(_itl_stats(recorder))
+    summary.update(_step_stats(recorder))
+    return summary
+
+
+def _step_stats(recorder: RunRecorder) -> dict:
+    steps = recorder.step_columns()
+    kv = np.asarray(steps["kv_blocks_used"], float) / recorder.kv_blocks_total
+    batch = np.asarray(steps["num_prefill_seqs"]) + np.asarray(steps["num_decode_seqs"])
+    any_steps = recorder.num_steps > 0
+    return {"preemptions": int(np.sum(steps["preemptions"])),
+            "mean_batch_size": float(batch.mean()) if any_steps else math.nan,
+            "kv_util_mean": float(kv.mean()) if any_steps else math.nan,
+            "kv_util_max": float(kv.max()) if any_steps else math.nan}
+
+
+def vllm_summary(summary: dict) -> dict:
+    """The summary under vLLM `bench serve` key names (latencies in milliseconds)."""
+    out = {"completed": summary["completed"], "duration": summary["duration_s"],
+           "total_input_tokens": summary["total_input_tokens"],
+           "total_output_tokens": summary["total_output_tokens"],
+           "request_throughput": summary["request_throughput"],
+           "request_goodput": summary["goodput"],
+           "output_throughput": summary["output_throughput"],
+           "total_token_throughput": summary["total_token_throughput"]}
+    for ours, theirs in _VLLM_NAMES.items():
+        for stat, vllm_stat in _VLLM_STATS.items():
+            out[f"{vllm_stat}_{theirs}_ms"] = summary[f"{ours}_{stat}_s"] * 1000.0
+    return out

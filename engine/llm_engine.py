@@ -1,0 +1,112 @@
+"""The one engine loop: schedule, execute, postprocess, record.
+
+`LLMEngine.step(now_s)` runs one iteration of whatever policy the scheduler has and records it.
+The server, the seed's continuous-batching functions and the benchmark harness all step through
+here, so the order of those four calls and the way a step is timed exist once.
+
+Step time: with `timing="wall"` (real execution) the step lasts what `time.perf_counter()`
+measures around the whole iteration, scheduling and postprocessing included, because that is
+what a client waits for. With `timing="executor"` (a cost model on a simulated clock) it lasts
+the executor's predicted `duration_s`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .records import RunRecorder
+from .scheduler import Scheduler
+from .sequence import Sequence
+from .step_plan import StepPlan
+
+TIMINGS = ("wall", "executor")
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One engine iteration: its plan, the tokens sampled (seq_id -> id; None in simulation),
+    the sequences that finished, and its start and end on the run's clock."""
+
+    plan: StepPlan
+    tokens: dict | None
+    finished: list
+    start_s: float
+    end_s: float
+
+    @property
+    def ran(self) -> bool:
+        return not self.plan.is_empty
+
+
+class LLMEngine:
+    """A scheduler and an executor, driven one step at a time, optionally into a recorder."""
+
+    def __init__(self, scheduler: Scheduler, executor, recorder: RunRecorder | None = None, *,
+                 timing: str = "wall"):
+        if timing not in TIMINGS:
+            raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
+        self.scheduler = scheduler
+        self.executor = executor
+        self.recorder = recorder
+        self._wall = timing == "wall"
+
+    def add_request(self, seq: Sequence) -> bool:
+        """Queue a request; a rejected one is recorded at once. False when rejected."""
+        accepted = self.scheduler.add(seq)
+        if not accepted and self.recorder is not None:
+            self.recorder.record_request(seq)
+        return accepted
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self, now_s: float = 0.0) -> StepOutput:
+        """Plan, execute and apply one step that starts at `now_s` on the run's clock. An empty
+        plan (nothing runnable: idle, or a static batch waiting for its timeout) executes
+        nothing and takes no time; its `plan.idle_until_s` says when to try again."""
+        wall_start = time.perf_counter()
+        plan, result = self.start_step(now_s)
+        if result is None:
+            return StepOutput(plan, None, [], now_s, now_s)
+        if self._wall:
+            finished = self.scheduler.postprocess(plan, result.tokens)
+            end_s = now_s + (time.perf_counter() - wall_start)
+            self._record(plan, finished, now_s, end_s)
+        else:
+            end_s = now_s + result.duration_s
+            finished = self.finish_step(plan, result, now_s, end_s)
+        return StepOutput(plan, result.tokens, finished, now_s, end_s)
+
+    def start_step(self, now_s: float):
+        """First half of a step, for loops whose clock must advance between the halves (a
+        discrete-event simulation): plan and execute. Returns (plan, result); result is None
+        when the plan is empty."""
+        plan = self.scheduler.schedule(now_s)
+        if plan.is_empty:
+            return plan, None
+        return plan, self.executor.execute(plan)
+
+    def finish_step(self, plan: StepPlan, result, start_s: float, end_s: float) -> list[Sequence]:
+        """Second half: apply the step's tokens, record it; returns the finished sequences."""
+        finished = self.scheduler.postprocess(plan, result.tokens)
+        self._record(plan, finished, start_s, end_s)
+        return finished
+
+    def _record(self, plan: StepPlan, finished: list, start_s: float, end_s: float) -> None:
+        if self.recorder is not None:
+            self.recorder.record_step(plan, start_s, end_s)
+            for seq in finished:
+                self.recorder.record_request(seq)
+
+    def unfinished_sequences(self) -> list[Sequence]:
+        """Every sequence still running or waiting (queue order after the running ones)."""
+        return list(self.scheduler.running) + list(self.scheduler.waiting)
+
+    def record_unfinished(self) -> list[Sequence]:
+        """At a time limit: record every sequence still queued or running as "unfinished"."""
+        left = self.unfinished_sequences()
+        if self.recorder is not None:
+            for seq in left:
+                self.recorder.record_request(seq, "unfinished")
+        return left

@@ -1,0 +1,49 @@
+"""The scheduler's knobs, validated once when the configuration is built.
+
+Names follow vLLM where vLLM has the same knob (`max_num_seqs`, `max_num_batched_tokens`,
+`chunked_prefill`); `max_batch_size` and `batch_timeout_s` belong to static batching only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .queues import QUEUES
+
+POLICIES = ("static", "continuous")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduling policy and limits. The defaults are vLLM-like for a small CPU model."""
+
+    policy: str = "continuous"
+    queue: str = "fcfs"
+    chunked_prefill: bool = False
+    max_num_seqs: int = 32  # most sequences running at once (continuous)
+    max_num_batched_tokens: int = 2048  # per-step token budget (continuous)
+    max_batch_size: int = 16  # static batch size
+    batch_timeout_s: float = 0.0  # static: wait this long for a full batch (0: start at once)
+    max_seq_len: int = 4096  # prompt + output limit, from the model
+
+    def __post_init__(self):
+        if self.policy not in POLICIES:
+            raise ValueError(f"scheduler.policy must be one of {', '.join(POLICIES)}, "
+                             f"got {self.policy!r}")
+        if self.queue not in QUEUES:
+            raise ValueError(f"scheduler.queue must be one of {', '.join(QUEUES)}, got {self.queue!r}")
+        if not isinstance(self.chunked_prefill, bool):
+            raise ValueError(f"scheduler.chunked_prefill must be true or false, "
+                             f"got {self.chunked_prefill!r}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_batch_size", "max_seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        timeout = self.batch_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+            raise ValueError(f"scheduler.batch_timeout_s must be a number >= 0, got {timeout!r}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"engine.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"engine.max_num_seqs ({self.max_num_seqs}) so every running sequence can decode"
+            )
