@@ -1,0 +1,62 @@
+"""Executors run a `StepPlan`; `NumpyExecutor` runs it for real on paged KV storage.
+
+The engine loop is `plan = scheduler.schedule(now); result = executor.execute(plan);
+scheduler.postprocess(plan, result.tokens)`. An executor returns the sampled tokens (None when
+nothing real is computed, as in the simulator's cost-model executor) and the step's duration.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .block_manager import BlockManager
+from .model import normalize_params
+from .model_runner import Workspace, batched_decode_step, build_batch_step_input
+from .paged_kv_cache import PagedKVStorage
+from .step_plan import StepPlan
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What a step produced: tokens {seq_id: token id} (None in simulation), its duration in
+    seconds and, when asked for, the logits [V] each sampled token was drawn from."""
+
+    tokens: dict[int, int] | None
+    duration_s: float
+    logits: dict[int, np.ndarray] | None = None
+
+
+class NumpyExecutor:
+    """The real engine: one batched forward pass per step over paged KV storage it owns
+    (K and V [n_layers, num_blocks, block_size, n_heads, head_dim] float32, sized from the block
+    manager). `rng` draws every sampled token; it is a public attribute and may be replaced."""
+
+    def __init__(self, params: dict, block_manager: BlockManager, *, rng: np.random.Generator):
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"NumpyExecutor: rng must be a numpy.random.Generator, "
+                            f"got {type(rng).__name__}")
+        self.params = normalize_params(params)
+        self.block_manager = block_manager
+        self.rng = rng
+        self.storage = PagedKVStorage.for_model(self.params, block_manager.num_blocks,
+                                                block_manager.block_size)
+        self.workspace = Workspace()
+
+    def execute(self, plan: StepPlan, *, return_logits: bool = False) -> StepResult:
+        """Compute the plan's tokens' K/V, sample one token per sampling sequence; the whole
+        step is timed with time.perf_counter()."""
+        t0 = time.perf_counter()
+        if plan.is_empty:
+            return StepResult({}, time.perf_counter() - t0, {} if return_logits else None)
+        inp = build_batch_step_input(plan.decodes, self.block_manager, prefills=plan.prefills,
+                                     padding_seqs=plan.padding_seqs)
+        tokens, logits = batched_decode_step(self.params, self.storage, inp, self.rng,
+                                             self.workspace)
+        duration_s = time.perf_counter() - t0
+        if return_logits:
+            return StepResult(tokens, duration_s,
+                              {seq.seq_id: row for seq, row in zip(inp.sample_seqs, logits)})
+        return StepResult(tokens, duration_s)
