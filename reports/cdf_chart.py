@@ -1,0 +1,52 @@
+"""Latency distributions: empirical CDFs of TTFT, TPOT, ITL and E2E, one line per run.
+
+TTFT, TPOT and E2E are per request (finished requests; TPOT needs two output tokens). ITL is
+token-weighted from the recorder's exact (gap, count) pairs, so a gap shared by 30 tokens
+weighs 30 times one gap of one token. The x axes are logarithmic because static and continuous
+batching differ by orders of magnitude.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .figures import legend_below, new_figure, plain_log_axis, png_bytes, run_colors
+
+PANELS = (("ttft_s", "TTFT: time to first token"), ("tpot_s", "TPOT: time per output token"),
+          ("itl", "ITL: inter-token latency (token-weighted)"), ("e2e_s", "E2E: request latency"))
+
+
+def weighted_cdf(values, counts) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct finite values, sorted, and the fraction of the weight at or below each."""
+    values = np.asarray(values, dtype=np.float64)  # [n]
+    counts = np.asarray(counts, dtype=np.float64)  # [n]
+    keep = np.isfinite(values)
+    distinct, index = np.unique(values[keep], return_inverse=True)  # [m], [n kept]
+    weight = np.bincount(index, weights=counts[keep], minlength=len(distinct))  # [m]
+    cumulative = np.cumsum(weight)  # [m]
+    return distinct, cumulative / (cumulative[-1] if len(cumulative) else 1.0)
+
+
+def cdf_chart(runs) -> bytes:
+    """`runs`: [(label, request_frame, recorder)] -> PNG bytes of a 2 x 2 grid of CDFs."""
+    fig, axes = new_figure(2, 2, 11, 7.5)
+    colors = run_colors(len(runs))
+    for ax, (column, title) in zip(axes.flat, PANELS):
+        for color, (label, frame, recorder) in zip(colors, runs):
+            if column == "itl":
+                values, counts = recorder.itl_gaps, recorder.itl_counts
+            else:
+                values = frame[column].to_numpy(dtype=np.float64)
+                counts = np.ones(len(values))
+            x, y = weighted_cdf(values, counts)
+            if len(x):
+                ax.step(x * 1e3, y, where="post", color=color, label=label)
+        ax.set_xscale("log")
+        plain_log_axis(ax.xaxis)
+        ax.set_title(title)
+        ax.set_xlabel("latency (ms, log scale)")
+        ax.set_ylabel("fraction of " + ("tokens" if column == "itl" else "requests"))
+        ax.set_ylim(0, 1.02)
+    fig.suptitle("Latency CDFs per run")
+    legend_below(fig, axes[0, 0])
+    return png_bytes(fig)

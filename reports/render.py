@@ -1,0 +1,96 @@
+"""A report as a list of blocks (headings, paragraphs, tables, images), rendered twice: to
+Markdown (charts linked as the PNG files beside it) and to one self-contained HTML page (charts
+embedded as base64 PNG). Text may mark `code` with backticks, as in Markdown."""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    header: list
+    rows: list
+
+
+@dataclass(frozen=True)
+class Image:
+    filename: str
+    png: bytes
+    alt: str
+
+
+def to_markdown(blocks) -> str:
+    out = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            out.append("#" * block.level + " " + block.text)
+        elif isinstance(block, Paragraph):
+            out.append(block.text)
+        elif isinstance(block, Table):
+            out.append(_markdown_table(block))
+        else:
+            out.append(f"![{block.alt}]({block.filename})")
+    return "\n\n".join(out) + "\n"
+
+
+def _markdown_table(table: Table) -> str:
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(cell, table.header)) + " |",
+             "|" + "|".join("---" for _ in table.header) + "|"]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in table.rows]
+    return "\n".join(lines)
+
+
+STYLE = """body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto;
+  padding: 0 1em; color: #222; line-height: 1.45; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+img { max-width: 100%; border: 1px solid #eee; } code { background: #f3f3f3; padding: 0 0.2em; }
+"""
+
+
+def to_html(blocks, title: str) -> str:
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           f"<title>{html.escape(title)}</title>", f"<style>\n{STYLE}</style>", "</head>", "<body>"]
+    for block in blocks:
+        if isinstance(block, Heading):
+            out.append(f"<h{block.level}>{_inline(block.text)}</h{block.level}>")
+        elif isinstance(block, Paragraph):
+            out.append(f"<p>{_inline(block.text)}</p>")
+        elif isinstance(block, Table):
+            out.append(_html_table(block))
+        else:
+            data = base64.b64encode(block.png).decode("ascii")
+            out.append(f'<p><img alt="{html.escape(block.alt)}" '
+                       f'src="data:image/png;base64,{data}"></p>')
+    out += ["</body>", "</html>"]
+    return "\n".join(out) + "\n"
+
+
+def _inline(text: str) -> str:
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(text, quote=False))
+
+
+def _html_table(table: Table) -> str:
+    head = "".join(f"<th>{_inline(str(h))}</th>" for h in table.header)
+    body = "\n".join("<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in row) + "</tr>"
+                     for row in table.rows)
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"

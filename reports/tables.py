@@ -1,0 +1,91 @@
+"""The run's tables, as pandas DataFrames built from the recorders.
+
+Every figure comes from the engine's metric functions (`engine.benchmark.request_metrics`,
+`summarize`, `vllm_summary`); nothing here computes a latency or a percentile of its own. Each
+table starts with `variant` and one column per sweep key, so the runs of a scenario stack into
+one file.
+
+`results` is what the simulator returns: [(RunSpec, RunRecorder), ...].
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from engine.benchmark import request_metrics, summarize, vllm_summary
+
+REQUEST_COLUMNS = ("request_id", "priority", "arrival_s", "first_scheduled_s", "first_token_s",
+                   "finish_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
+                   "queue_s", "preemptions", "status", "reject_reason")
+STEP_COLUMNS = ("step", "start_s", "end_s", "num_prefill_tokens", "num_prefill_seqs",
+                "num_decode_seqs", "num_padding_seqs", "num_running", "num_waiting",
+                "kv_blocks_used", "kv_blocks_total", "preemptions")
+INT_COLUMNS = ("priority", "prompt_tokens", "output_tokens", "preemptions", "step",
+               "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "num_padding_seqs",
+               "num_running", "num_waiting", "kv_blocks_used", "kv_blocks_total")
+
+
+def run_keys(results) -> list[str]:
+    """`variant` plus the sweep keys, in order: the columns that identify a run."""
+    keys = ["variant"]
+    for spec, _ in results:
+        keys += [key for key in spec.sweep if key not in keys]
+    return keys
+
+
+def _label_columns(spec, keys: list[str]) -> dict:
+    return {key: spec.variant if key == "variant" else spec.sweep.get(key) for key in keys}
+
+
+def _frame(columns: dict, spec, keys: list[str], order) -> pd.DataFrame:
+    frame = pd.DataFrame({name: columns[name] for name in order})
+    for name in order:
+        if name in INT_COLUMNS:
+            frame[name] = frame[name].astype("int64")
+    for position, (key, value) in enumerate(_label_columns(spec, keys).items()):
+        frame.insert(position, key, [value] * len(frame))
+    return frame
+
+
+def request_frame(spec, recorder, keys: list[str] | None = None) -> pd.DataFrame:
+    """One row per request of one run: its times, lengths and the derived latencies."""
+    columns = dict(recorder.request_columns())
+    columns.update(request_metrics(columns))
+    reasons = recorder.reject_reasons
+    columns["reject_reason"] = [reasons.get(rid, "") for rid in columns["request_id"]]
+    return _frame(columns, spec, keys or ["variant", *spec.sweep], REQUEST_COLUMNS)
+
+
+def step_frame(spec, recorder, keys: list[str] | None = None) -> pd.DataFrame:
+    """One row per engine step of one run."""
+    return _frame(recorder.step_columns(), spec, keys or ["variant", *spec.sweep], STEP_COLUMNS)
+
+
+def requests_table(results) -> pd.DataFrame:
+    keys = run_keys(results)
+    return pd.concat([request_frame(spec, rec, keys) for spec, rec in results], ignore_index=True)
+
+
+def steps_table(results) -> pd.DataFrame:
+    keys = run_keys(results)
+    return pd.concat([step_frame(spec, rec, keys) for spec, rec in results], ignore_index=True)
+
+
+def run_summaries(results) -> list[dict]:
+    """`summarize` of every run, with the run's SLO."""
+    return [summarize(recorder, spec.config["slo"]) for spec, recorder in results]
+
+
+def summary_table(results, summaries: list[dict] | None = None) -> pd.DataFrame:
+    """One row per run: the run keys, then every figure of `summarize` in its order."""
+    summaries = summaries if summaries is not None else run_summaries(results)
+    keys = run_keys(results)
+    rows = [_label_columns(spec, keys) | summary for (spec, _), summary in zip(results, summaries)]
+    return pd.DataFrame(rows)
+
+
+def vllm_records(results, summaries: list[dict] | None = None) -> list[dict]:
+    """One dict per run with vLLM `bench serve` key names, after the run's variant and sweep."""
+    summaries = summaries if summaries is not None else run_summaries(results)
+    return [{"variant": spec.variant, "sweep": dict(spec.sweep)} | vllm_summary(summary)
+            for (spec, _), summary in zip(results, summaries)]

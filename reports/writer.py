@@ -1,0 +1,113 @@
+"""Write every output file of a run (ARCHITECTURE section 7) into one directory:
+requests.csv, steps.csv, summary.csv, summary.json, the PNG charts, report.md and report.html.
+
+Files are reproducible: CSV floats are written with 9 significant digits, JSON floats rounded
+the same way (NaN as null), PNGs carry no date or software stamp, so the same scenario and seed
+give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .cdf_chart import cdf_chart
+from .comparison_chart import comparison_chart
+from .document import report_blocks
+from .render import Image, to_html, to_markdown
+from .sweep_chart import sweep_chart
+from .tables import (request_frame, run_keys, run_summaries, step_frame, summary_table,
+                     vllm_records)
+from .timeline_chart import timeline_chart
+
+FLOAT_FORMAT = "%.9g"
+SIGNIFICANT_DIGITS = 9
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    out_dir: Path
+    files: tuple[Path, ...]
+    summaries: tuple[dict, ...]
+
+    @property
+    def html(self) -> Path:
+        return self.out_dir / "report.html"
+
+    @property
+    def markdown(self) -> Path:
+        return self.out_dir / "report.md"
+
+
+def write_report(scenario, results, out_dir) -> ReportFiles:
+    """`results`: [(RunSpec, RunRecorder)] of `scenario`; returns the files written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    specs = [spec for spec, _ in results]
+    summaries = run_summaries(results)
+    keys = run_keys(results)
+    request_frames = [request_frame(spec, rec, keys) for spec, rec in results]
+    requests = pd.concat(request_frames, ignore_index=True)
+    step_frames = [step_frame(spec, rec, keys) for spec, rec in results]
+    written = [
+        _csv(requests, out_dir / "requests.csv"),
+        _csv(pd.concat(step_frames, ignore_index=True), out_dir / "steps.csv"),
+        _csv(summary_table(results, summaries), out_dir / "summary.csv"),
+        _json({"scenario": scenario.name, "seed": scenario.seed, "mode": scenario.base["mode"],
+               "runs": vllm_records(results, summaries)}, out_dir / "summary.json"),
+    ]
+    charts = make_charts(results, summaries, request_frames, step_frames)
+    for image in charts:
+        (out_dir / image.filename).write_bytes(image.png)
+        written.append(out_dir / image.filename)
+    blocks = report_blocks(scenario, specs, summaries, requests, charts)
+    (out_dir / "report.md").write_text(to_markdown(blocks))
+    (out_dir / "report.html").write_text(to_html(blocks, f"servesim report: {scenario.name}"))
+    written += [out_dir / "report.md", out_dir / "report.html"]
+    return ReportFiles(out_dir, tuple(written), tuple(summaries))
+
+
+def make_charts(results, summaries: list[dict], request_frames, step_frames) -> list[Image]:
+    """The report's charts; the frames are each run's request and step tables."""
+    labels = [spec.label for spec, _ in results]
+    cdf_runs = [(spec.label, frame, rec) for (spec, rec), frame in zip(results, request_frames)]
+    timeline_runs = [(spec.label, frame) for (spec, _), frame in zip(results, step_frames)]
+    charts = [
+        Image("latency_cdfs.png", cdf_chart(cdf_runs), "Latency distributions (CDFs)"),
+        Image("comparison.png", comparison_chart(labels, summaries), "Comparison of runs"),
+        Image("timeline.png", timeline_chart(timeline_runs),
+              "Timeline: running and waiting requests, KV cache use"),
+    ]
+    specs = [spec for spec, _ in results]
+    if specs and specs[0].sweep:
+        charts.append(Image("sweep.png", sweep_chart(specs, summaries),
+                            "Latency and throughput against the swept value"))
+    return charts
+
+
+def _csv(frame, path: Path) -> Path:
+    frame.to_csv(path, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+    return path
+
+
+def _json(data, path: Path) -> Path:
+    path.write_text(json.dumps(rounded(data), indent=2) + "\n")
+    return path
+
+
+def rounded(value):
+    """JSON-ready copy: floats to 9 significant digits, NaN and infinities to None, numpy
+    scalars to Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()  # numpy scalar
+    if isinstance(value, float):
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if math.isfinite(value) else None
+    return value

@@ -1,0 +1,61 @@
+"""Every default of a scenario, in one place. A scenario file only says what differs.
+
+The model and scheduler defaults are read from the engine's own config dataclasses, so the
+engine and the scenarios cannot disagree; the rest is chosen here, each with its reason.
+`[workload]` has no defaults: what to serve is the one thing a scenario must say.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from engine.model import ModelConfig
+from engine.scheduler_config import SchedulerConfig
+
+MODES = ("simulate", "cosimulate", "serve")
+COST_MODELS = ("profile", "live", "linear")
+ARRIVAL_PROCESSES = ("poisson", "gamma", "constant", "closed_loop", "trace")
+LENGTH_DISTS = ("fixed", "uniform", "lognormal")
+TRACE_FORMATS = ("azure",)
+
+_MODEL = {f.name: f.default for f in fields(ModelConfig) if f.name != "seed"}
+_SCHED = {f.name: f.default for f in fields(SchedulerConfig)}
+
+DEFAULTS = {
+    "description": "",
+    "seed": 0,
+    "mode": "simulate",
+    "model": _MODEL,  # vocab_size, d_model, n_layers, n_heads, d_ff, max_seq_len
+    "engine": {
+        "block_size": 16,  # vLLM's default block size
+        "num_kv_blocks": 512,  # 8,192 token slots: 128 MiB of float32 K+V for the default model
+        "max_num_seqs": _SCHED["max_num_seqs"],
+        "max_num_batched_tokens": _SCHED["max_num_batched_tokens"],
+    },
+    "scheduler": {
+        "policy": _SCHED["policy"],
+        "queue": _SCHED["queue"],
+        "chunked_prefill": _SCHED["chunked_prefill"],
+        "max_batch_size": _SCHED["max_batch_size"],
+        "batch_timeout_s": _SCHED["batch_timeout_s"],
+    },
+    "cost": {
+        "model": "profile",
+        "profile": "default",  # shipped in sim/profiles/, fitted to the default model
+        # Coefficients of the `linear` cost model (ARCHITECTURE section 5), used only when
+        # model = "linear"; the values are of the order the default profile measures.
+        "step_overhead_s": 0.003,
+        "prefill_token_s": 0.0004,
+        "decode_seq_s": 0.0009,
+        "context_token_s": 3e-6,
+    },
+    "slo": {
+        "ttft_s": 1.0,  # interactive chat: first token within a second
+        "tpot_s": 0.1,  # ten tokens a second, faster than reading speed
+    },
+}
+
+# Defaults inside the workload's optional parts (the parts themselves have none).
+LOGNORMAL_MIN_TOKENS = 1
+CLOSED_LOOP_THINK_TIME_S = 0.0  # each user sends its next request as soon as one finishes
+TRACE_DEFAULTS = {"format": "azure", "time_scale": 1.0, "max_requests": None}

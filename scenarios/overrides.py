@@ -1,0 +1,77 @@
+"""Dotted keys: how variants, sweeps and `--set` change a scenario.
+
+`apply(raw, "workload.arrival.rate", 8)` sets one value in a parsed scenario table, creating
+intermediate tables as needed. A table value merges into the table already there, except a
+table that names its kind (`dist` or `process`): it replaces the old one whole, since another
+kind has other keys. `parse_set("scheduler.policy=static")` reads a command-line override; the
+value is parsed as TOML (`8`, `2.5`, `true`, `[1, 2]`, `{dist = "fixed", value = 64}`) and
+taken as a plain string when it is not TOML.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+
+from .errors import FieldError
+
+TAG_KEYS = ("dist", "process")
+NOT_OVERRIDABLE = ("variants", "sweep")
+
+
+def apply(raw: dict, key: str, value) -> dict:
+    """A copy of `raw` with the dotted `key` set to `value`."""
+    parts = key.split(".")
+    if not all(parts):
+        raise FieldError(key, "is not a dotted key such as workload.arrival.rate")
+    if parts[0] in NOT_OVERRIDABLE:
+        raise FieldError(key, "variants and sweep cannot be overridden")
+    raw = copy.deepcopy(raw)
+    table = raw
+    for depth, part in enumerate(parts[:-1]):
+        table = table.setdefault(part, {})
+        if not isinstance(table, dict):
+            raise FieldError(".".join(parts[:depth + 1]), f"is a value, not a table; cannot set {key}")
+    leaf, old = parts[-1], table.get(parts[-1])
+    if isinstance(value, dict) and isinstance(old, dict) and not any(t in value for t in TAG_KEYS):
+        table[leaf] = merge(old, value)
+    else:
+        table[leaf] = copy.deepcopy(value)
+    return raw
+
+
+def merge(base: dict, extra: dict) -> dict:
+    """`extra` merged into a copy of `base`, table by table, under the same rule as `apply`."""
+    merged = copy.deepcopy(base)
+    for key, value in extra.items():
+        merged = apply(merged, key, value)
+    return merged
+
+
+def parse_set(text: str) -> tuple[str, object]:
+    """`KEY=VALUE` from the command line -> (key, value)."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise FieldError(text, "--set expects KEY=VALUE, e.g. workload.arrival.rate=8")
+    return key, parse_value(value.strip())
+
+
+def parse_value(text: str):
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def flatten(table: dict, prefix: str = "") -> dict:
+    """{"workload": {"arrival": {"rate": [1, 2]}}} -> {"workload.arrival.rate": [1, 2]}: for a
+    sweep written with unquoted dotted keys, which TOML reads as nested tables."""
+    flat = {}
+    for key, value in table.items():
+        full = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            flat.update(flatten(value, full))
+        else:
+            flat[full] = value
+    return flat

@@ -1,0 +1,60 @@
+"""From a parsed scenario table to the resolved run config: every key checked, every default
+filled, every relative path made absolute. The result is the plain nested dict the simulator
+reads (see docs/scenarios/format.md for its shape)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from . import checks
+from .defaults import (CLOSED_LOOP_THINK_TIME_S, DEFAULTS, LOGNORMAL_MIN_TOKENS,
+                       TRACE_DEFAULTS)
+from .schema import SCENARIO, check_table
+
+SECTIONS = ("model", "engine", "scheduler", "cost", "slo")
+
+
+def resolve(raw: dict, path: Path) -> dict:
+    """Validate `raw` (a scenario without its variants and sweep) and return the full config.
+    Raises FieldError naming the first bad key."""
+    check_table(raw, SCENARIO)
+    config = {
+        "name": raw.get("name", path.stem),
+        "description": raw.get("description", DEFAULTS["description"]),
+        "seed": raw.get("seed", DEFAULTS["seed"]),
+        "mode": raw.get("mode", DEFAULTS["mode"]),
+    }
+    for section in SECTIONS:
+        config[section] = copy.deepcopy(DEFAULTS[section]) | copy.deepcopy(raw.get(section, {}))
+    config["workload"] = _workload(copy.deepcopy(raw["workload"]))
+    checks.check_config(config, path)
+    return config
+
+
+def _workload(raw: dict) -> dict:
+    checks.check_workload_parts(raw)
+    trace = raw.get("trace")
+    priority = raw.get("priority")
+    if priority is not None:
+        priority.setdefault("weights", [1.0] * len(priority["values"]))
+    return {
+        "num_requests": raw.get("num_requests"),
+        "arrival": _arrival(raw.get("arrival", {"process": "trace"})),
+        "prompt_tokens": _length(raw.get("prompt_tokens")),
+        "output_tokens": _length(raw.get("output_tokens")),
+        "priority": priority,
+        "trace": None if trace is None else TRACE_DEFAULTS | trace,
+    }
+
+
+def _arrival(arrival: dict) -> dict:
+    if arrival["process"] == "closed_loop":
+        arrival.setdefault("think_time_s", CLOSED_LOOP_THINK_TIME_S)
+    return arrival
+
+
+def _length(dist: dict | None) -> dict | None:
+    if dist is not None and dist["dist"] == "lognormal":
+        dist.setdefault("min", LOGNORMAL_MIN_TOKENS)
+    return dist

@@ -1,0 +1,207 @@
+"""A loaded scenario: its resolved base config, its variants and its sweep, expanded into the
+list of runs to simulate.
+
+`load(name_or_path, overrides)` reads a built-in scenario by name (`kv-pressure`) or any TOML
+file by path, applies command-line overrides, and validates the base and every run (each
+variant at each sweep point) before anything runs. Every problem is one `ScenarioError` line:
+`<file>: [variant 'x': | sweep ...: | --set:] <dotted key>: <what is wrong and what is allowed>`.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import overrides as ov
+from .errors import FieldError, ScenarioError
+from .resolve import resolve
+
+BUILTIN_DIR = Path(__file__).resolve().parent
+DEFAULT_SCENARIO = "static-vs-continuous"
+DEFAULT_VARIANT = "default"  # the variant name of a scenario without [[variants]]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: a variant at one sweep point ({dotted key: value}; empty without a sweep)."""
+
+    variant: str
+    sweep: dict
+    config: dict
+
+    @property
+    def label(self) -> str:
+        point = ", ".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in self.sweep.items())
+        return f"{self.variant} ({point})" if point else self.variant
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    set: dict  # dotted key -> value
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    seed: int
+    path: Path
+    base: dict  # the resolved config before variants and sweep
+    variants: tuple[Variant, ...]
+    sweep: dict  # dotted key -> list of values
+    specs: tuple[RunSpec, ...]
+    overrides: tuple = ()  # the (key, value) pairs applied to the base, e.g. from --set
+
+    def runs(self) -> list[RunSpec]:
+        """Every variant at every sweep point (variant-major), each config a fresh copy."""
+        return [RunSpec(s.variant, dict(s.sweep), copy.deepcopy(s.config)) for s in self.specs]
+
+    @property
+    def variant_names(self) -> list[str]:
+        return [v.name for v in self.variants]
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
+
+
+def list_builtin() -> list[tuple[str, str]]:
+    """(name, description) of every built-in scenario, by name (read, not validated: listing
+    works even where a scenario could not run)."""
+    listing = []
+    for name in builtin_names():
+        path = BUILTIN_DIR / f"{name}.toml"
+        raw = _parse(path, _display(path))
+        listing.append((name, str(raw.get("description", ""))))
+    return listing
+
+
+def find(name_or_path) -> Path:
+    path = Path(name_or_path)
+    if path.is_file():
+        return path.resolve()
+    builtin = BUILTIN_DIR / f"{name_or_path}.toml"
+    if builtin.is_file():
+        return builtin
+    raise ScenarioError(f"{name_or_path}: no such scenario file or built-in scenario "
+                        f"(built-ins: {', '.join(builtin_names())})")
+
+
+def load(name_or_path, overrides=()) -> Scenario:
+    """Load and validate a scenario. `overrides`: "KEY=VALUE" strings or (key, value) pairs,
+    applied to the base before the variants and the sweep."""
+    path = find(name_or_path)
+    shown = _display(path)
+    raw = _parse(path, shown)
+    variants = _guarded(shown, "", _variants, raw.pop("variants", None))
+    sweep = _guarded(shown, "", _sweep, raw.pop("sweep", None))
+    pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
+    if pairs:
+        file_raw, raw = raw, _guarded(shown, "--set: ", _apply_all, raw, dict(pairs))
+        try:
+            base = resolve(raw, path)
+        except FieldError as exc:  # the file's own mistake, or one the override made?
+            where = "" if str(exc) == _error_of(file_raw, path) else "--set: "
+            raise ScenarioError(f"{shown}: {where}{exc}") from None
+    else:
+        base = _guarded(shown, "", resolve, raw, path)
+    specs = []
+    for variant in variants:
+        where = f"variant {variant.name!r}: " if variant.set else ""
+        variant_raw = _guarded(shown, where, _apply_all, raw, variant.set)
+        for point in _grid(sweep):
+            at = where + (f"sweep {_point_text(point)}: " if point else "")
+            config = _guarded(shown, at, lambda: resolve(_apply_all(variant_raw, point), path))
+            specs.append(RunSpec(variant.name, point, config))
+    return Scenario(base["name"], base["description"], base["seed"], path, base,
+                    tuple(variants), sweep, tuple(specs), pairs)
+
+
+def _guarded(shown: str, where: str, func, *args):
+    try:
+        return func(*args)
+    except FieldError as exc:
+        raise ScenarioError(f"{shown}: {where}{exc}") from None
+
+
+def _error_of(raw: dict, path: Path) -> str | None:
+    try:
+        resolve(raw, path)
+    except FieldError as exc:
+        return str(exc)
+    return None
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _parse(path: Path, shown: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{shown}: not valid TOML: {exc}") from None
+
+
+def _pairs(overrides) -> list[tuple[str, object]]:
+    return [ov.parse_set(item) if isinstance(item, str) else tuple(item) for item in overrides]
+
+
+def _apply_all(raw: dict, settings: dict) -> dict:
+    for key, value in settings.items():
+        raw = ov.apply(raw, key, value)
+    return raw
+
+
+def _variants(table) -> list[Variant]:
+    if table is None:
+        return [Variant(DEFAULT_VARIANT, {})]
+    if not isinstance(table, list) or not table:
+        raise FieldError("variants", "must be a non-empty array of tables ([[variants]])")
+    variants = []
+    for i, item in enumerate(table):
+        key = f"variants[{i}]"
+        if not isinstance(item, dict):
+            raise FieldError(key, f"must be a table with name and set, got {item!r}")
+        for name in item:
+            if name not in ("name", "set"):
+                raise FieldError(f"{key}.{name}", "unknown key (allowed: name, set)")
+        name = item.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise FieldError(f"{key}.name", f"required (a non-empty string), got {name!r}")
+        if name in (v.name for v in variants):
+            raise FieldError(f"{key}.name", f"must be unique, {name!r} is used twice")
+        settings = item.get("set", {})
+        if not isinstance(settings, dict):
+            raise FieldError(f"{key}.set", f"must be a table of dotted keys, got {settings!r}")
+        variants.append(Variant(name, settings))
+    return variants
+
+
+def _sweep(table) -> dict:
+    if table is None:
+        return {}
+    if not isinstance(table, dict) or not table:
+        raise FieldError("sweep", "must be a table of dotted key = [values]")
+    sweep = ov.flatten(table)
+    for key, values in sweep.items():
+        if not isinstance(values, list) or not values:
+            raise FieldError(f"sweep.{key}", f"must be a non-empty list of values, got {values!r}")
+    return sweep
+
+
+def _grid(sweep: dict) -> list[dict]:
+    keys = list(sweep)
+    return [dict(zip(keys, values)) for values in itertools.product(*sweep.values())]
+
+
+def _point_text(point: dict) -> str:
+    return ", ".join(f"{key}={value!r}" for key, value in point.items())

@@ -1,0 +1,166 @@
+"""What a scenario file may contain: every key, its type and its allowed values.
+
+A schema is a `Table` of named `Spec`s (leaf values), nested `Table`s and `Tagged` tables (a
+table whose keys depend on one tag, as `dist` in `{dist = "lognormal", median, sigma, ...}`).
+`check_table` walks a parsed TOML table against it and raises a `FieldError` naming the dotted
+key of the first unknown key, wrong type or bad value. Rules that tie several keys together
+(min <= max, files that must exist) live in `checks.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, LENGTH_DISTS, MODES, TRACE_FORMATS)
+from .errors import FieldError
+from engine.queues import QUEUES
+from engine.scheduler_config import POLICIES
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A leaf value: `allowed` completes "must be ...", `accepts` says whether a value is."""
+
+    allowed: str
+    accepts: Callable[[object], bool]
+
+    def check(self, key: str, value) -> None:
+        if not self.accepts(value):
+            raise FieldError(key, f"must be {self.allowed}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Table:
+    fields: dict
+    required: tuple = ()
+
+
+@dataclass(frozen=True)
+class Tagged:
+    """A table whose allowed keys depend on the value of its `tag` key."""
+
+    tag: str
+    options: dict = field(default_factory=dict)  # tag value -> Table of the other keys
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+def choice(options) -> Spec:
+    return Spec("one of " + ", ".join(options), lambda v: isinstance(v, str) and v in options)
+
+
+POSITIVE_INT = Spec("a positive integer", lambda v: _is_int(v) and v >= 1)
+NON_NEGATIVE_INT = Spec("a non-negative integer", lambda v: _is_int(v) and v >= 0)
+POSITIVE_NUMBER = Spec("a positive number", lambda v: _is_number(v) and v > 0)
+NON_NEGATIVE_NUMBER = Spec("a non-negative number", lambda v: _is_number(v) and v >= 0)
+BOOL = Spec("true or false", lambda v: isinstance(v, bool))
+TEXT = Spec("a string", lambda v: isinstance(v, str))
+NON_EMPTY_TEXT = Spec("a non-empty string", lambda v: isinstance(v, str) and v.strip() != "")
+INT_LIST = Spec("a non-empty list of integers",
+                lambda v: isinstance(v, list) and len(v) > 0 and all(_is_int(x) for x in v))
+WEIGHT_LIST = Spec("a non-empty list of non-negative numbers",
+                   lambda v: isinstance(v, list) and len(v) > 0
+                   and all(_is_number(x) and x >= 0 for x in v))
+
+LENGTH = Tagged("dist", {
+    "fixed": Table({"value": POSITIVE_INT}, required=("value",)),
+    "uniform": Table({"low": POSITIVE_INT, "high": POSITIVE_INT}, required=("low", "high")),
+    "lognormal": Table({"median": POSITIVE_NUMBER, "sigma": POSITIVE_NUMBER,
+                        "min": POSITIVE_INT, "max": POSITIVE_INT},
+                       required=("median", "sigma", "max")),
+})
+assert tuple(LENGTH.options) == LENGTH_DISTS
+
+_RATE = Table({"rate": POSITIVE_NUMBER}, required=("rate",))
+ARRIVAL = Tagged("process", {
+    "poisson": _RATE,
+    "gamma": Table({"rate": POSITIVE_NUMBER, "cv": POSITIVE_NUMBER}, required=("rate", "cv")),
+    "constant": _RATE,
+    "closed_loop": Table({"concurrency": POSITIVE_INT, "think_time_s": NON_NEGATIVE_NUMBER},
+                         required=("concurrency",)),
+    "trace": Table({}),
+})
+assert tuple(ARRIVAL.options) == ARRIVAL_PROCESSES
+
+WORKLOAD = Table({
+    "num_requests": POSITIVE_INT,
+    "arrival": ARRIVAL,
+    "prompt_tokens": LENGTH,
+    "output_tokens": LENGTH,
+    "priority": Tagged("dist", {
+        "choice": Table({"values": INT_LIST, "weights": WEIGHT_LIST}, required=("values",)),
+    }),
+    "trace": Table({"path": NON_EMPTY_TEXT, "format": choice(TRACE_FORMATS),
+                    "time_scale": POSITIVE_NUMBER, "max_requests": POSITIVE_INT},
+                   required=("path",)),
+})
+
+SCENARIO = Table({
+    "name": NON_EMPTY_TEXT,
+    "description": TEXT,
+    "seed": NON_NEGATIVE_INT,
+    "mode": choice(MODES),
+    "model": Table({name: POSITIVE_INT for name in
+                    ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len")}
+                   | {"d_ff": NON_NEGATIVE_INT}),
+    "engine": Table({name: POSITIVE_INT for name in
+                     ("block_size", "num_kv_blocks", "max_num_seqs", "max_num_batched_tokens")}),
+    "scheduler": Table({"policy": choice(POLICIES), "queue": choice(tuple(QUEUES)),
+                        "chunked_prefill": BOOL, "max_batch_size": POSITIVE_INT,
+                        "batch_timeout_s": NON_NEGATIVE_NUMBER}),
+    "cost": Table({"model": choice(COST_MODELS), "profile": NON_EMPTY_TEXT}
+                  | {name: NON_NEGATIVE_NUMBER for name in
+                     ("step_overhead_s", "prefill_token_s", "decode_seq_s", "context_token_s")}),
+    "workload": WORKLOAD,
+    "slo": Table({"ttft_s": POSITIVE_NUMBER, "tpot_s": POSITIVE_NUMBER}),
+}, required=("workload",))
+
+
+def check_table(value, schema: Table | Tagged, key: str = "") -> None:
+    """Raise FieldError at the first key of `value` that `schema` does not allow."""
+    if not isinstance(value, dict):
+        raise FieldError(key, f"must be a table, got {value!r}")
+    if isinstance(schema, Tagged):
+        schema, value, key = _select_option(value, schema, key)
+    for name, item in value.items():
+        sub = f"{key}.{name}" if key else name
+        if name not in schema.fields:
+            allowed = ", ".join(schema.fields) or "nothing"
+            raise FieldError(sub, f"unknown key (allowed: {allowed})")
+        spec = schema.fields[name]
+        if isinstance(spec, Spec):
+            spec.check(sub, item)
+        else:
+            check_table(item, spec, sub)
+    for name in schema.required:
+        if name not in value:
+            spec = schema.fields[name]
+            what = spec.allowed if isinstance(spec, Spec) else "a table"
+            raise FieldError(f"{key}.{name}" if key else name, f"required ({what})")
+
+
+def _select_option(value: dict, schema: Tagged, key: str):
+    """The option table chosen by the tag, and the value without its tag."""
+    allowed = ", ".join(schema.options)
+    if schema.tag not in value:
+        raise FieldError(f"{key}.{schema.tag}", f"required (one of {allowed})")
+    tag = value[schema.tag]
+    if not isinstance(tag, str) or tag not in schema.options:
+        raise FieldError(f"{key}.{schema.tag}", f"must be one of {allowed}, got {tag!r}")
+    option = schema.options[tag]
+    fields = {schema.tag: choice(tuple(schema.options))} | option.fields
+    rest = {k: v for k, v in value.items() if k != schema.tag}
+    for name in rest:
+        if name not in option.fields:
+            names = ", ".join(fields)
+            raise FieldError(f"{key}.{name}",
+                             f"unknown key for {schema.tag} = {tag!r} (allowed: {names})")
+    return Table(option.fields, option.required), rest, key

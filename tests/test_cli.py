@@ -1,0 +1,154 @@
+"""The `servesim` command line, called through `main([...])`: runs write their files and print
+the summary; every user mistake is one line on stderr with exit status 2 and nothing written."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import scenarios
+from sim.cli import build_parser, main
+
+SCENARIO = """
+name = "cli-case"
+description = "Two variants of a small workload."
+[cost]
+model = "linear"
+[workload]
+num_requests = 12
+arrival = { process = "poisson", rate = 8.0 }
+prompt_tokens = { dist = "uniform", low = 8, high = 64 }
+output_tokens = { dist = "fixed", value = 6 }
+[[variants]]
+name = "static"
+set = { "scheduler.policy" = "static" }
+[[variants]]
+name = "continuous"
+"""
+OUTPUTS = ("requests.csv", "steps.csv", "summary.csv", "summary.json", "report.md",
+           "report.html", "latency_cdfs.png", "comparison.png", "timeline.png")
+
+
+@pytest.fixture
+def scenario_file(tmp_path) -> Path:
+    path = tmp_path / "cli-case.toml"
+    path.write_text(SCENARIO)
+    return path
+
+
+def one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
+def test_run_writes_every_file_and_prints_the_summary(scenario_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    header, rule, static, continuous = printed.splitlines()[:4]
+    for title in ("completed", "rejected", "req/s", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
+                  "TPOT p99 ms", "ITL p99 ms", "E2E p99 ms", "preemptions"):
+        assert title in header
+    assert static.startswith("static ") and continuous.startswith("continuous ")
+    assert static.split()[1] == "12"
+    assert f"report: {out / 'report.html'}" in printed
+    for name in OUTPUTS:
+        assert (out / name).is_file(), name
+
+
+def test_run_defaults_to_out_slash_scenario_name(scenario_file, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(scenario_file), "--quiet", "--set", "workload.num_requests=3"]) == 0
+    assert (tmp_path / "out" / "cli-case" / "report.html").is_file()
+
+
+def test_set_overrides_reach_the_run(scenario_file, tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet",
+                 "--set", "workload.num_requests=5", "workload.output_tokens.value=3"]) == 0
+    rows = (out / "requests.csv").read_text().splitlines()[1:]
+    assert len(rows) == 10  # 5 requests x 2 variants
+    assert "`workload.num_requests = 5`" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("workload.arrival.rate=-1", "--set: workload.arrival.rate: must be a positive number, got -1"),
+    ("engine.num_blocks=4", "--set: engine.num_blocks: unknown key (allowed: block_size"),
+    ("scheduler.policy=fifo", "--set: scheduler.policy: must be one of static, continuous"),
+    ("rate", "--set: rate: --set expects KEY=VALUE"),
+])
+def test_a_bad_set_is_one_line_exit_2_and_nothing_written(scenario_file, tmp_path, capsys,
+                                                           override, expected):
+    out = tmp_path / "out"
+    assert main(["run", str(scenario_file), "--out", str(out), "--set", override]) == 2
+    line = one_error_line(capsys)
+    assert line == f"servesim: error: {scenario_file}: {expected}" or \
+        (line.startswith(f"servesim: error: {scenario_file}: ") and expected in line)
+    assert not out.exists()
+
+
+def test_a_bad_scenario_file_is_one_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "bad.toml"
+    path.write_text(SCENARIO.replace("rate = 8.0", 'rate = "fast"'))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert one_error_line(capsys) == (f"servesim: error: {path}: workload.arrival.rate: "
+                                      "must be a positive number, got 'fast'")
+
+
+def test_an_unknown_scenario_is_one_line_exit_2(capsys):
+    assert main(["run", "no-such-scenario", "--quiet"]) == 2
+    assert "no such scenario file or built-in scenario" in one_error_line(capsys)
+
+
+def test_run_without_a_scenario_runs_the_default():
+    args = build_parser().parse_args(["run"])
+    assert args.scenario == scenarios.DEFAULT_SCENARIO == "static-vs-continuous"
+
+
+def test_scenarios_lists_every_builtin_with_its_description(capsys):
+    assert main(["scenarios"]) == 0
+    printed = capsys.readouterr().out
+    for name, description in scenarios.list_builtin():
+        assert name in printed and description.split()[0] in printed
+    assert "static-vs-continuous (default)" in printed
+
+
+def test_profile_rejects_an_unknown_model_key(capsys, tmp_path):
+    assert main(["profile", "--model", "width=3", "--out", str(tmp_path / "p.json")]) == 2
+    assert "--model width=3: expected KEY=VALUE with KEY one of vocab_size" in one_error_line(capsys)
+
+
+def test_profile_rejects_a_bad_model_value(capsys, tmp_path):
+    assert main(["profile", "--model", "n_heads=3", "--out", str(tmp_path / "p.json")]) == 2
+    assert "model.d_model (512) must be divisible by model.n_heads (3)" in one_error_line(capsys)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sim.validate") is not None,
+                    reason="the validate command exists: its own tests cover it")
+def test_validate_says_it_is_not_available(capsys):
+    assert main(["validate", "static-vs-continuous"]) == 1
+    assert "not available yet" in one_error_line(capsys)
+
+
+def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_path, capsys):
+    import sim.profile
+
+    calls = []
+
+    def profile_engine(model_config, out_path, quick=False, progress=True):
+        calls.append((model_config, Path(out_path), quick, progress))
+        Path(out_path).write_text("{}")
+        return {}
+
+    monkeypatch.setattr(sim.profile, "profile_engine", profile_engine)
+    out = tmp_path / "profiles" / "small.json"
+    assert main(["profile", "--model", "d_model=256", "n_layers=2", "--out", str(out),
+                 "--quick", "--quiet"]) == 0
+    [(model, path, quick, progress)] = calls
+    assert (model.d_model, model.n_layers, model.n_heads) == (256, 2, 8)
+    assert path == out and quick is True and progress is False
+    assert f"cost.profile={out}" in capsys.readouterr().out

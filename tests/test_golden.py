@@ -1,0 +1,123 @@
+"""Golden summaries: every built-in scenario, shortened by overrides, reproduces the summary
+committed in tests/golden/<name>.json (to float formatting, rel 1e-9); and each built-in, at full
+size, shows what its description says.
+
+Regenerate after an intended change (a new default profile, a scheduler fix) with
+`python tests/golden/regenerate.py`, and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import scenarios
+import sim
+from engine.benchmark import latency_percentiles, request_metrics, summarize
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+# Overrides that keep each golden run small (the full scenarios are exercised below).
+SHORTEN = {
+    "static-vs-continuous": ["workload.num_requests=80"],
+    "load-sweep": ["workload.num_requests=40"],
+    "kv-pressure": ["workload.num_requests=60"],
+    "priority-mix": ["workload.num_requests=80"],
+    "chunked-prefill": ["workload.num_requests=30"],
+    "azure-conv": ["workload.trace.max_requests=120"],
+    "azure-code": ["workload.trace.max_requests=120"],
+}
+
+
+def golden_summary(name: str) -> dict:
+    """The summaries of a shortened built-in scenario, JSON-ready (NaN as None)."""
+    scenario = scenarios.load(name, SHORTEN[name])
+    runs = [{"variant": spec.variant, "sweep": spec.sweep,
+             "summary": {k: None if isinstance(v, float) and math.isnan(v) else v
+                         for k, v in summarize(recorder, spec.config["slo"]).items()}}
+            for spec, recorder in sim.simulate(scenario)]
+    return {"scenario": name, "overrides": SHORTEN[name], "runs": runs}
+
+
+def assert_same_summary(actual: dict, expected: dict, where: str) -> None:
+    assert actual.keys() == expected.keys(), where
+    for key, want in expected.items():
+        got = actual[key]
+        if want is None:
+            assert got is None, f"{where}: {key} = {got}, golden NaN"
+        elif isinstance(want, int):
+            assert got == want, f"{where}: {key} = {got}, golden {want}"
+        else:
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-12), f"{where}: {key}"
+
+
+@pytest.mark.parametrize("name", scenarios.builtin_names())
+def test_builtin_scenario_reproduces_its_golden_summary(name):
+    path = GOLDEN_DIR / f"{name}.json"
+    assert name in SHORTEN, f"add {name} to SHORTEN and run tests/golden/regenerate.py"
+    assert path.is_file(), f"{path} is missing: run python tests/golden/regenerate.py"
+    expected = json.loads(path.read_text())
+    actual = golden_summary(name)
+    assert expected["overrides"] == actual["overrides"]
+    assert [(r["variant"], r["sweep"]) for r in actual["runs"]] == \
+        [(r["variant"], r["sweep"]) for r in expected["runs"]]
+    for got, want in zip(actual["runs"], expected["runs"]):
+        assert_same_summary(got["summary"], want["summary"], f"{name} {want['variant']}")
+
+
+# --- each built-in shows what it says (full size) -------------------------------------------------
+
+
+def full_run(name: str) -> dict:
+    """{label: (spec, recorder, summary)} of the whole scenario."""
+    return {spec.label: (spec, rec, summarize(rec, spec.config["slo"]))
+            for spec, rec in sim.simulate(scenarios.load(name))}
+
+
+def test_continuous_batching_beats_static_at_the_default_load():
+    runs = full_run("static-vs-continuous")
+    static, continuous = runs["static"][2], runs["continuous"][2]
+    assert continuous["ttft_p50_s"] < static["ttft_p50_s"] / 5
+    assert continuous["ttft_p99_s"] < static["ttft_p99_s"]
+    assert continuous["request_throughput"] > static["request_throughput"]
+    assert continuous["output_throughput"] > static["output_throughput"]
+    assert static["completed"] == continuous["completed"] == 400
+
+
+def test_the_load_sweep_has_a_knee():
+    summaries = [s for _, _, s in full_run("load-sweep").values()]
+    ttft = [s["ttft_p50_s"] for s in summaries]
+    throughput = [s["output_throughput"] for s in summaries]
+    assert ttft[-1] > 20 * ttft[0]  # latency leaves its floor...
+    assert ttft[3] < 2 * ttft[0]  # ...only past the middle of the sweep
+    assert throughput[3] > 3 * throughput[0]  # throughput grows with load
+    assert throughput[-1] < 1.05 * throughput[-2]  # and levels off at saturation
+
+
+def test_a_smaller_kv_cache_preempts_more():
+    runs = full_run("kv-pressure")
+    preemptions = [runs[v][2]["preemptions"] for v in ("512-blocks", "128-blocks", "64-blocks")]
+    assert preemptions[0] == 0 < preemptions[1] < preemptions[2]
+    assert runs["64-blocks"][2]["ttft_p50_s"] > runs["512-blocks"][2]["ttft_p50_s"]
+
+
+def test_the_priority_queue_serves_urgent_requests_first():
+    runs = full_run("priority-mix")
+
+    def urgent_ttft_p50(label):
+        _, recorder, _ = runs[label]
+        columns = recorder.request_columns()
+        ttft = request_metrics(columns)["ttft_s"][np.asarray(columns["priority"]) == 0]
+        return latency_percentiles(ttft[~np.isnan(ttft)], (50,))[50]
+
+    assert urgent_ttft_p50("priority") < urgent_ttft_p50("fcfs") / 3
+
+
+def test_chunked_prefill_keeps_inter_token_latency_low():
+    runs = full_run("chunked-prefill")
+    whole, chunked = runs["whole-prompt"][2], runs["chunked-256"][2]
+    assert chunked["itl_p99_s"] < whole["itl_p99_s"] / 2
+    assert chunked["ttft_p50_s"] < whole["ttft_p50_s"]

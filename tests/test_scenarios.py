@@ -1,0 +1,246 @@
+"""Scenario files: defaults, variants, sweeps, overrides, and one-line errors for every kind of
+mistake (each naming the file and the dotted key), raised before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import scenarios
+from engine.model import ModelConfig
+from scenarios import DEFAULTS, ScenarioError
+
+WORKLOAD = """
+[workload]
+num_requests = 20
+arrival = { process = "poisson", rate = 4.0 }
+prompt_tokens = { dist = "lognormal", median = 64, sigma = 0.5, max = 512 }
+output_tokens = { dist = "uniform", low = 4, high = 32 }
+"""
+LINEAR = '[cost]\nmodel = "linear"\n'
+
+
+def write(tmp_path: Path, text: str, name: str = "case.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def load_error(path, overrides=()) -> str:
+    with pytest.raises(ScenarioError) as info:
+        scenarios.load(path, overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", scenarios.builtin_names())
+def test_builtin_scenario_loads_with_its_own_name_and_description(name):
+    scenario = scenarios.load(name)
+    assert scenario.name == name == scenario.path.stem
+    assert len(scenario.description) > 40
+    assert scenario.runs()
+
+
+def test_builtins_include_the_documented_scenarios():
+    names = set(scenarios.builtin_names())
+    assert {"static-vs-continuous", "load-sweep", "kv-pressure", "priority-mix",
+            "chunked-prefill", "azure-conv", "azure-code"} <= names
+    assert scenarios.DEFAULT_SCENARIO == "static-vs-continuous"
+    assert [n for n, _ in scenarios.list_builtin()] == sorted(names)
+
+
+def test_a_file_with_only_a_workload_gets_every_default(tmp_path):
+    scenario = scenarios.load(write(tmp_path, LINEAR + WORKLOAD, "mine.toml"))
+    base = scenario.base
+    assert scenario.name == "mine" and base["seed"] == 0 and base["mode"] == "simulate"
+    model = ModelConfig()
+    assert base["model"] == {k: getattr(model, k) for k in
+                             ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len")}
+    for section in ("engine", "scheduler", "slo"):
+        assert base[section] == DEFAULTS[section]
+    assert base["engine"]["block_size"] == 16
+    assert base["workload"]["prompt_tokens"]["min"] == 1  # lognormal's default lower bound
+    assert base["workload"]["priority"] is None and base["workload"]["trace"] is None
+    [run] = scenario.runs()
+    assert run.variant == "default" and run.sweep == {} and run.config == base
+
+
+def test_variants_override_dotted_keys_and_nothing_else(tmp_path):
+    text = LINEAR + WORKLOAD + """
+[[variants]]
+name = "static"
+set = { "scheduler.policy" = "static", "scheduler.max_batch_size" = 8 }
+[[variants]]
+name = "small-cache"
+set = { engine = { num_kv_blocks = 64 } }
+"""
+    static, small = scenarios.load(write(tmp_path, text)).runs()
+    assert static.config["scheduler"] == DEFAULTS["scheduler"] | {"policy": "static",
+                                                                  "max_batch_size": 8}
+    assert small.config["engine"] == DEFAULTS["engine"] | {"num_kv_blocks": 64}
+    assert static.config["workload"] == small.config["workload"]
+
+
+def test_sweep_is_crossed_with_variants_variant_major(tmp_path):
+    text = LINEAR + WORKLOAD + """
+[[variants]]
+name = "a"
+[[variants]]
+name = "b"
+set = { "scheduler.queue" = "priority" }
+[sweep]
+"workload.arrival.rate" = [1, 2.5, 8]
+"""
+    runs = scenarios.load(write(tmp_path, text)).runs()
+    assert [(r.variant, r.sweep["workload.arrival.rate"]) for r in runs] == [
+        ("a", 1), ("a", 2.5), ("a", 8), ("b", 1), ("b", 2.5), ("b", 8)]
+    assert [r.config["workload"]["arrival"]["rate"] for r in runs] == [1, 2.5, 8] * 2
+    assert {r.config["scheduler"]["queue"] for r in runs[3:]} == {"priority"}
+    assert runs[0].label == "a (rate=1)"
+
+
+def test_unquoted_sweep_keys_mean_the_same_dotted_keys(tmp_path):
+    quoted = scenarios.load(write(tmp_path, LINEAR + WORKLOAD +
+                                  '[sweep]\n"engine.num_kv_blocks" = [64, 128]\n', "q.toml"))
+    bare = scenarios.load(write(tmp_path, LINEAR + WORKLOAD +
+                                "[sweep]\nengine.num_kv_blocks = [64, 128]\n", "b.toml"))
+    assert quoted.sweep == bare.sweep == {"engine.num_kv_blocks": [64, 128]}
+
+
+def test_a_table_naming_its_kind_replaces_the_old_table(tmp_path):
+    path = write(tmp_path, LINEAR + WORKLOAD)
+    scenario = scenarios.load(path, ['workload.prompt_tokens={dist = "fixed", value = 100}',
+                                     "workload.arrival={rate = 9}"])
+    assert scenario.base["workload"]["prompt_tokens"] == {"dist": "fixed", "value": 100}
+    assert scenario.base["workload"]["arrival"] == {"process": "poisson", "rate": 9}  # merged
+
+
+def test_set_values_are_toml_with_plain_strings_allowed(tmp_path):
+    scenario = scenarios.load(write(tmp_path, LINEAR + WORKLOAD), [
+        "scheduler.policy=static", "scheduler.chunked_prefill=true", "seed=7",
+        "slo.ttft_s=0.25", 'description="quoted text"', ("engine.num_kv_blocks", 96)])
+    base = scenario.base
+    assert base["scheduler"]["policy"] == "static" and base["scheduler"]["chunked_prefill"] is True
+    assert base["seed"] == 7 and base["slo"]["ttft_s"] == 0.25
+    assert base["description"] == "quoted text" and base["engine"]["num_kv_blocks"] == 96
+    assert scenario.overrides[0] == ("scheduler.policy", "static")
+
+
+def test_set_changes_the_base_and_variants_still_win(tmp_path):
+    text = LINEAR + WORKLOAD + '[[variants]]\nname = "s"\nset = { "scheduler.policy" = "static" }\n' \
+                               '[[variants]]\nname = "c"\n'
+    runs = scenarios.load(write(tmp_path, text), ["scheduler.policy=continuous",
+                                                  "workload.num_requests=5"]).runs()
+    assert [r.config["scheduler"]["policy"] for r in runs] == ["static", "continuous"]
+    assert {r.config["workload"]["num_requests"] for r in runs} == {5}
+
+
+def test_trace_scenario_resolves_its_path_and_replaces_arrivals_and_lengths():
+    workload = scenarios.load("azure-conv").base["workload"]
+    assert Path(workload["trace"]["path"]).is_absolute()
+    assert Path(workload["trace"]["path"]).is_file()
+    assert workload["arrival"] == {"process": "trace"}
+    assert workload["num_requests"] is workload["prompt_tokens"] is None
+    assert workload["trace"]["max_requests"] <= 5000
+
+
+def test_runs_are_fresh_copies(tmp_path):
+    scenario = scenarios.load(write(tmp_path, LINEAR + WORKLOAD))
+    scenario.runs()[0].config["engine"]["block_size"] = 1
+    assert scenario.runs()[0].config["engine"]["block_size"] == 16
+
+
+# --- errors in the file ---------------------------------------------------------------------------
+
+BAD_FILES = {
+    "unknown top key": ("colour = 1\n" + WORKLOAD, "colour: unknown key"),
+    "unknown engine key": ("[engine]\nnum_blocks = 3\n" + WORKLOAD,
+                           "engine.num_blocks: unknown key (allowed: block_size, num_kv_blocks"),
+    "wrong type": ('[engine]\nblock_size = "16"\n' + WORKLOAD,
+                   "engine.block_size: must be a positive integer, got '16'"),
+    "float for int": ("seed = 1.5\n" + WORKLOAD, "seed: must be a non-negative integer, got 1.5"),
+    "negative rate": (WORKLOAD.replace("rate = 4.0", "rate = -1"),
+                      "workload.arrival.rate: must be a positive number, got -1"),
+    "unknown process": (WORKLOAD.replace('"poisson"', '"hawkes"'),
+                        "workload.arrival.process: must be one of poisson, gamma, constant"),
+    "key of another process": (WORKLOAD.replace("rate = 4.0", "rate = 4.0, cv = 2"),
+                               "workload.arrival.cv: unknown key for process = 'poisson'"),
+    "unknown dist": (WORKLOAD.replace('"uniform"', '"zipf"'),
+                     "workload.output_tokens.dist: must be one of fixed, uniform, lognormal"),
+    "unknown policy": ('[scheduler]\npolicy = "fifo"\n' + WORKLOAD,
+                       "scheduler.policy: must be one of static, continuous, got 'fifo'"),
+    "low above high": (WORKLOAD.replace("low = 4", "low = 40"),
+                       "workload.output_tokens.low (40) must be <= workload.output_tokens.high"),
+    "min above max": (WORKLOAD.replace("max = 512", "min = 600, max = 512"),
+                      "workload.prompt_tokens.min (600) must be <= workload.prompt_tokens.max"),
+    "missing trace file": ('[workload]\ntrace = { path = "no/such/trace.csv" }\n',
+                           "workload.trace.path: file not found: no/such/trace.csv"),
+    "missing workload": ("seed = 1\n", "workload: required"),
+    "missing length": (WORKLOAD.replace('output_tokens = { dist = "uniform", low = 4, high = 32 }',
+                                        ""), "workload.output_tokens: required"),
+    "lengths with a trace": ('[workload]\nnum_requests = 3\ntrace = { path = "../shared/traces/'
+                             'azure_llm_2023_code.csv" }\n', "workload.num_requests: not allowed"),
+    "bad budget": ("[engine]\nmax_num_seqs = 64\nmax_num_batched_tokens = 32\n" + WORKLOAD,
+                   "engine.max_num_batched_tokens (32) must be >= engine.max_num_seqs (64)"),
+    "bad heads": ("[model]\nn_heads = 3\n" + WORKLOAD, "model.d_model (512) must be divisible"),
+    "unknown profile": ('[cost]\nprofile = "nope"\n' + WORKLOAD, "cost.profile: no shipped profile"),
+    "invalid toml": ("seed = \n" + WORKLOAD, "not valid TOML"),
+    "variant unknown key": (WORKLOAD + '[[variants]]\nname = "a"\nsett = {}\n',
+                            "variants[0].sett: unknown key (allowed: name, set)"),
+    "variant twice": (WORKLOAD + '[[variants]]\nname = "a"\n[[variants]]\nname = "a"\n',
+                      "variants[1].name: must be unique"),
+    "variant bad value": (WORKLOAD + '[[variants]]\nname = "x"\nset = { "scheduler.policy" = '
+                                     '"fifo" }\n', "variant 'x': scheduler.policy: must be one of"),
+    "variant unknown key path": (WORKLOAD + '[[variants]]\nname = "x"\nset = { "engine.blocks"'
+                                            ' = 3 }\n', "variant 'x': engine.blocks: unknown key"),
+    "sweep bad value": (WORKLOAD + '[sweep]\n"workload.arrival.rate" = [1, 0]\n',
+                        "sweep workload.arrival.rate=0: workload.arrival.rate: must be a positive"),
+    "sweep not a list": (WORKLOAD + '[sweep]\n"workload.arrival.rate" = 3\n',
+                         "sweep.workload.arrival.rate: must be a non-empty list"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_FILES)
+def test_a_bad_file_is_one_line_naming_the_file_and_key(tmp_path, case):
+    text, expected = BAD_FILES[case]
+    path = write(tmp_path, text + "\n" + LINEAR if "[cost]" not in text else text)
+    message = load_error(path)
+    assert message.startswith(f"{path}: ")
+    assert expected in message
+
+
+def test_bad_set_values_name_the_file_the_override_and_the_key(tmp_path):
+    path = write(tmp_path, LINEAR + WORKLOAD)
+    cases = {"workload.arrival.rate=-2": "--set: workload.arrival.rate: must be a positive number",
+             "engine.blocks=3": "--set: engine.blocks: unknown key",
+             "scheduler.policy=fifo": "--set: scheduler.policy: must be one of static, continuous",
+             "scheduler.chunked_prefill=yes": "--set: scheduler.chunked_prefill: must be true or false",
+             "engine.block_size.x=1": "--set: engine.block_size: must be a positive integer",
+             "workload.arrival.rate.x=1": "--set: workload.arrival.rate: is a value, not a table",
+             "seed": "--set: seed: --set expects KEY=VALUE",
+             "sweep.x=[1]": "--set: sweep.x: variants and sweep cannot be overridden"}
+    for override, expected in cases.items():
+        message = load_error(path, [override])
+        assert message.startswith(f"{path}: ") and expected in message, (override, message)
+
+
+def test_a_mistake_of_the_file_is_blamed_on_the_file_even_with_set(tmp_path):
+    path = write(tmp_path, LINEAR + WORKLOAD.replace("rate = 4.0", "rate = -1"))
+    message = load_error(path, ["seed=3"])
+    assert message == f"{path}: workload.arrival.rate: must be a positive number, got -1"
+
+
+def test_set_can_repair_what_the_file_lacks(tmp_path):
+    path = write(tmp_path, '[cost]\nprofile = "nope"\n' + WORKLOAD)
+    assert scenarios.load(path, ["cost.model=linear"]).base["cost"]["model"] == "linear"
+
+
+def test_an_unknown_scenario_lists_the_builtins():
+    message = load_error("no-such-scenario")
+    assert message.startswith("no-such-scenario: no such scenario file or built-in")
+    assert "static-vs-continuous" in message
