@@ -1,0 +1,100 @@
+"""`CostModelExecutor`: the simulator's executor. It runs no model: it predicts how long a
+`StepPlan` would take on the real engine and samples no tokens (`StepResult.tokens` is None, so
+the scheduler only counts them).
+
+Its cost per step is O(number of prefill chunks), not O(batch): the sum of the decoding
+sequences' context lengths is kept by `DecodeContext` as a running total. A sequence decodes in
+every step from the one after its prefill completes until its last token or its preemption, and
+its context grows by one token a step, so the total at step k is
+sum over members of (context at joining - step at joining) + k * members.
+Members join in the step after a prefill chunk that completes their sequence (or stops one token
+short of it: a decode then computes the last prompt token), leave at
+the step of their last token (known when they join: simulated sequences stop by length only) or
+when a plan preempts them.
+"""
+
+from __future__ import annotations
+
+from engine.executor import StepResult
+from engine.sequence import SequenceStatus
+
+from .cost_model import prefill_counts
+
+
+class DecodeContext:
+    """Running sum of the context lengths (num_tokens) of the sequences a plan decodes."""
+
+    def __init__(self):
+        self._members: dict[int, tuple[int, int]] = {}  # seq_id -> (offset, last decode step)
+        self._offsets = 0  # sum of members' offsets (context at joining - step at joining)
+        self._joining: list = []  # sequences whose prefill ended in the previous plan
+        self._leaving: dict[int, list[int]] = {}  # step -> seq_ids whose last decode it is
+        self._step: int | None = None  # the previous plan's step
+
+    def update(self, plan) -> int:
+        """Advance to `plan` and return its decode context sum. Plans from one scheduler, in step
+        order, cost O(changes); the first plan, or one that does not follow the previous, is
+        counted directly (O(batch))."""
+        k = plan.step
+        if self._step is None or k != self._step + 1:
+            self._restart(plan)
+        else:
+            self._advance(plan)
+        self._step = k
+        self._joining = [seq for seq, n in plan.prefills if _decodes_next(seq, n)]
+        assert len(self._members) == len(plan.decodes), "decode set out of step with the plan"
+        return self._offsets + k * len(self._members)
+
+    def _advance(self, plan) -> None:
+        k = plan.step
+        for seq_id in self._leaving.pop(k - 1, ()):
+            member = self._members.get(seq_id)
+            if member is not None and member[1] == k - 1:
+                self._drop(seq_id)
+        for seq in plan.preempted:
+            if seq.seq_id in self._members:
+                self._drop(seq.seq_id)
+        for seq in self._joining:
+            if seq.status is SequenceStatus.RUNNING and not seq.is_prefilling:
+                self._join(seq, k)
+
+    def _restart(self, plan) -> None:
+        self._members.clear()
+        self._leaving.clear()
+        self._offsets = 0
+        for seq in plan.decodes:
+            self._join(seq, plan.step)
+
+    def _join(self, seq, k: int) -> None:
+        last = k + seq.max_new_tokens - seq.num_output_tokens - 1
+        offset = seq.num_tokens - k
+        self._members[seq.seq_id] = (offset, last)
+        self._offsets += offset
+        self._leaving.setdefault(last, []).append(seq.seq_id)
+
+    def _drop(self, seq_id: int) -> None:
+        offset, _ = self._members.pop(seq_id)
+        self._offsets -= offset
+
+
+def _decodes_next(seq, n: int) -> bool:
+    """Whether a prefill chunk of n tokens leaves the sequence decoding in the next step: it
+    completes the sequence and samples a token that is not its last, or it stops one token short
+    (the last prompt token is then computed by a decode)."""
+    left = seq.num_tokens - seq.num_computed_tokens - n
+    return left == 1 or (left == 0 and seq.num_output_tokens + 1 < seq.max_new_tokens)
+
+
+class CostModelExecutor:
+    """Executor protocol (`execute(plan) -> StepResult`) backed by a cost model."""
+
+    def __init__(self, cost_model):
+        self.cost_model = cost_model
+        self._context = DecodeContext()
+        self._predict = cost_model.predict
+
+    def execute(self, plan) -> StepResult:
+        prefill_tokens, prefill_attention = prefill_counts(plan.prefills)
+        duration = self._predict(prefill_tokens, prefill_attention, len(plan.prefills),
+                                 len(plan.decodes), self._context.update(plan), plan.padding_seqs)
+        return StepResult(None, duration)

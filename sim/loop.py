@@ -1,0 +1,147 @@
+"""The simulation loop: SimPy processes that feed a workload to the engine's own `Scheduler` and
+advance simulated time by each step's duration.
+
+Scenario: requests arrive (open arrivals at precomputed times, or closed-loop users that send
+their next request when the last one finishes); the engine process repeats the engine's own loop,
+`LLMEngine.start_step` (schedule, execute) -> `yield env.timeout(duration)` ->
+`LLMEngine.finish_step` (postprocess, record). The executor is a `CostModelExecutor` (simulate)
+or the real `NumpyExecutor` (cosimulate): only the duration's origin differs.
+
+An idle engine sleeps on a `wakeup` event that the next arrival triggers, so a step starts at the
+instant a request arrives (no polling). A static-batching plan with `idle_until_s` (waiting for a
+fuller batch) sleeps until that time or the next arrival, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import simpy
+
+from engine.llm_engine import LLMEngine
+from engine.records import RunRecorder
+
+
+class SimState:
+    """What the processes share: the engine, the wakeup event and the progress bar."""
+
+    def __init__(self, engine: LLMEngine, make_sequence, bar=None):
+        self.engine = engine
+        self.scheduler = engine.scheduler
+        self.make_sequence = make_sequence  # (index, arrival_s) -> Sequence
+        self.bar = bar
+        self.wakeup = None  # the event an idle engine waits on
+        self.all_arrived = False
+        self.waiters: dict[int, simpy.Event] = {}  # closed loop: seq_id -> "request done" event
+
+    def submit(self, index: int, arrival_s: float, done=None) -> None:
+        """Create request `index` and queue it (the engine records it at once if rejected).
+        `done`: an event to trigger when the request finishes or is rejected."""
+        seq = self.make_sequence(index, arrival_s)
+        if done is not None:
+            self.waiters[seq.seq_id] = done
+        if self.engine.add_request(seq):
+            self.wake_engine()
+        else:
+            self.retire(seq)
+
+    def wake_engine(self) -> None:
+        if self.wakeup is not None and not self.wakeup.triggered:
+            self.wakeup.succeed()
+
+    def retire(self, seq) -> None:
+        """A request is done (finished or rejected, and recorded): tell its user."""
+        waiter = self.waiters.pop(seq.seq_id, None)
+        if waiter is not None:
+            waiter.succeed()
+        if self.bar is not None:
+            self.bar.update(1)
+
+
+def open_arrivals(env, state: SimState, arrival_s):
+    """Submit request i at time arrival_s[i]; requests due at the same instant go together."""
+    times = arrival_s.tolist()
+    i, n = 0, len(times)
+    while i < n:
+        if times[i] > env.now:
+            yield env.timeout(times[i] - env.now)
+            continue  # float rounding may land a hair early: wait the rest
+        while i < n and times[i] <= env.now:
+            state.submit(i, times[i])
+            i += 1
+    state.all_arrived = True
+    state.wake_engine()
+
+
+def closed_loop_user(env, state: SimState, next_index, think_time_s: float, users_left: list):
+    """One user: send a request, wait until it is done, think, repeat while requests remain."""
+    for index in next_index:
+        done = env.event()
+        state.submit(index, env.now, done)
+        yield done
+        if think_time_s:
+            yield env.timeout(think_time_s)
+    users_left[0] -= 1
+    if users_left[0] == 0:
+        state.all_arrived = True
+        state.wake_engine()
+
+
+def engine(env, state: SimState):
+    """The engine loop: one iteration per step, sleeping while there is nothing to run."""
+    llm, scheduler = state.engine, state.scheduler
+    while True:
+        start_s = env.now
+        plan, result = llm.start_step(start_s)
+        if result is None:
+            if state.all_arrived and not scheduler.has_unfinished():
+                return
+            if plan.idle_until_s is None and scheduler.has_unfinished():
+                raise RuntimeError(f"the scheduler made no progress at t={env.now:.6f}s with "
+                                   f"{len(scheduler.waiting)} waiting and "
+                                   f"{len(scheduler.running)} running")
+            yield from _idle(env, state, plan.idle_until_s)
+            continue
+        yield env.timeout(result.duration_s)
+        for seq in llm.finish_step(plan, result, start_s, env.now):
+            state.retire(seq)
+
+
+def _idle(env, state: SimState, until_s: float | None):
+    state.wakeup = env.event()
+    if until_s is None:
+        yield state.wakeup
+    else:
+        yield state.wakeup | env.timeout(max(until_s - env.now, 0.0))
+    state.wakeup = None
+
+
+def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arrival_s=None,
+             closed_loop=None, num_requests: int, progress: bool = False) -> RunRecorder:
+    """Simulate `num_requests` requests to the end. Give `arrival_s` (open arrivals, [n]
+    seconds) or `closed_loop` (a `ClosedLoop`); `make_sequence(index, arrival_s)` builds one."""
+    env = simpy.Environment()
+    bar = _progress_bar(num_requests) if progress else None
+    llm = LLMEngine(scheduler, executor, recorder, timing="executor")
+    state = SimState(llm, make_sequence, bar)
+    if closed_loop is None:
+        env.process(open_arrivals(env, state, arrival_s))
+    else:
+        indices = iter(range(num_requests))  # shared: whichever user is free takes the next
+        users_left = [closed_loop.concurrency]
+        for _ in range(closed_loop.concurrency):
+            env.process(closed_loop_user(env, state, indices, closed_loop.think_time_s,
+                                         users_left))
+    done = env.process(engine(env, state))  # created last: it sees arrivals of its instant
+    try:
+        env.run(until=done)
+    finally:
+        if bar is not None:
+            bar.close()
+    return recorder
+
+
+def _progress_bar(total: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="req", desc="simulating", disable=not sys.stderr.isatty())

@@ -1,0 +1,113 @@
+"""Run a resolved scenario config in its mode and return its records.
+
+`run_config(config)` builds the engine's own objects (BlockManager, Scheduler, RunRecorder) from
+the config, the workload from `config["workload"]` and the seed, then:
+- simulate: SimPy clock, `CostModelExecutor` (cost.model "profile" or "linear");
+- cosimulate (or cost.model "live"): SimPy clock, the real `NumpyExecutor` on random prompt token
+  ids, its measured step time advancing the clock;
+- serve: the wall clock, the real engine, through `engine.server.serve`.
+`simulate(scenario)` runs every variant at every sweep point of a scenario.
+Real-engine runs sample with temperature 1 and ignore EOS, so every request generates exactly
+its `output_tokens` (as vLLM's benchmarks do).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.block_manager import BlockManager
+from engine.model import ModelConfig, init_params
+from engine.records import RunRecorder
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import SamplingParams, Sequence
+
+from .cost_executor import CostModelExecutor
+from .cost_model import cost_model
+from .loop import run_loop
+from .workload import Workload, build_workload, seeded_streams
+
+MODES = ("simulate", "cosimulate", "serve")
+REAL_SAMPLING = SamplingParams(temperature=1.0)
+
+
+def run_config(config: dict, progress: bool = False, base_dir=None) -> RunRecorder:
+    """Run one resolved config (see docs/sim/simulation.md); `base_dir` resolves a relative
+    trace path (after the current directory)."""
+    mode = config.get("mode", "simulate")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "simulate" and config["cost"].get("model") == "live":
+        mode = "cosimulate"
+    model = ModelConfig(**config["model"])
+    scheduler = build_scheduler(config, model)
+    recorder = RunRecorder(scheduler.block_manager.num_blocks)
+    streams = seeded_streams(config["seed"])
+    workload = build_workload(config["workload"], streams["workload"], base_dir)
+    if mode == "serve" and workload.closed_loop is not None:
+        raise ValueError("workload.arrival.process = 'closed_loop' is supported in modes "
+                         "simulate and cosimulate only (serve replays arrival times given "
+                         "up front)")
+    if mode == "simulate":
+        executor = CostModelExecutor(cost_model(config["cost"], config["model"]))
+        make = sequence_factory(workload)
+    else:
+        executor = _numpy_executor(model, scheduler.block_manager, streams["sampling"])
+        make = sequence_factory(workload, streams["tokens"], model.vocab_size)
+    if mode == "serve":
+        return _serve(scheduler, executor, recorder, workload, make)
+    return run_loop(scheduler, executor, recorder, make, arrival_s=workload.arrival_s,
+                    closed_loop=workload.closed_loop, num_requests=len(workload),
+                    progress=progress)
+
+
+def build_scheduler(config: dict, model: ModelConfig) -> Scheduler:
+    """The engine's scheduler and block manager for a resolved config."""
+    engine_cfg = config["engine"]
+    block_manager = BlockManager(engine_cfg["num_kv_blocks"], engine_cfg["block_size"])
+    return Scheduler(SchedulerConfig(
+        max_num_seqs=engine_cfg["max_num_seqs"],
+        max_num_batched_tokens=engine_cfg["max_num_batched_tokens"],
+        max_seq_len=model.max_seq_len, **config["scheduler"]), block_manager)
+
+
+def simulate(scenario_or_name, progress: bool = False, overrides=()) -> list:
+    """Every run of a scenario (a `scenarios.Scenario`, a built-in name or a path):
+    [(RunSpec, RunRecorder), ...] in `Scenario.runs()` order."""
+    import scenarios
+
+    scenario = scenario_or_name
+    if isinstance(scenario, (str, Path)):
+        scenario = scenarios.load(scenario, overrides)
+    base_dir = Path(scenario.path).parent if scenario.path else None
+    return [(spec, run_config(spec.config, progress=progress, base_dir=base_dir))
+            for spec in scenario.runs()]
+
+
+def sequence_factory(workload: Workload, token_rng=None, vocab_size: int | None = None):
+    """(index, arrival_s) -> the Sequence of request `index`; with `token_rng`, its prompt gets
+    random token ids (drawn when the request is created, so in request order)."""
+    prompts, outputs, priorities = workload.prompt_tokens, workload.output_tokens, workload.priority
+
+    def make(index: int, arrival_s: float) -> Sequence:
+        prompt_len = int(prompts[index])
+        ids = None if token_rng is None else \
+            token_rng.integers(0, vocab_size, size=prompt_len).tolist()
+        return Sequence(index, prompt_len, int(outputs[index]), prompt_token_ids=ids,
+                        priority=int(priorities[index]), arrival_s=arrival_s,
+                        sampling=REAL_SAMPLING, ignore_eos=True, seq_id=index)
+
+    return make
+
+
+def _numpy_executor(model: ModelConfig, block_manager: BlockManager, rng):
+    from engine.executor import NumpyExecutor
+
+    return NumpyExecutor(init_params(model), block_manager, rng=rng)
+
+
+def _serve(scheduler, executor, recorder, workload: Workload, make) -> RunRecorder:
+    from engine.server import serve
+
+    requests = [make(i, float(t)) for i, t in enumerate(workload.arrival_s.tolist())]
+    serve(scheduler, executor, requests, recorder)
+    return recorder

@@ -1,0 +1,91 @@
+"""A workload: every request's arrival time, prompt and output lengths and priority, built from
+the config's `workload` table before the run starts.
+
+All random values come from one `np.random.Generator` in a fixed order: arrival gaps, then
+prompt lengths, then output lengths, then priorities. The same seed therefore gives the same
+requests in every mode (simulate, cosimulate, serve). A closed loop has no arrival times up
+front (users send requests as earlier ones finish); a trace gives arrivals and lengths and only
+priorities are drawn.
+
+`seeded_streams(seed)` splits one seed into independent generators for the workload, the prompt
+token ids (real engine only) and the engine's sampling, so drawing token ids in cosimulation
+never changes the workload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .arrivals import ClosedLoop, arrival_process
+from .distributions import length_dist, priority_dist
+from .traces import load_trace
+
+
+@dataclass(frozen=True)
+class Workload:
+    prompt_tokens: np.ndarray  # [n] int64
+    output_tokens: np.ndarray  # [n] int64
+    priority: np.ndarray  # [n] int64 (all 0 without a priority distribution)
+    arrival_s: np.ndarray | None  # [n] float64 seconds, non-decreasing; None for a closed loop
+    closed_loop: ClosedLoop | None = None
+
+    def __post_init__(self):
+        n = len(self.prompt_tokens)
+        assert len(self.output_tokens) == n and len(self.priority) == n
+        assert (self.arrival_s is None) != (self.closed_loop is None)
+        assert self.arrival_s is None or len(self.arrival_s) == n
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
+
+
+def seeded_streams(seed: int) -> dict[str, np.random.Generator]:
+    """Independent generators {"workload", "tokens", "sampling"} derived from one seed."""
+    children = np.random.SeedSequence(seed).spawn(3)
+    return {name: np.random.default_rng(child)
+            for name, child in zip(("workload", "tokens", "sampling"), children)}
+
+
+def build_workload(spec: dict, rng: np.random.Generator, base_dir=None) -> Workload:
+    """The requests described by a resolved `workload` table (see docs/sim/workloads.md)."""
+    trace = spec.get("trace")
+    if trace is not None:
+        return _from_trace(spec, trace, rng, base_dir)
+    n = spec.get("num_requests")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"workload.num_requests must be a positive integer, got {n!r}")
+    arrival = spec.get("arrival")
+    if isinstance(arrival, dict) and arrival.get("process") == "trace":
+        raise ValueError("workload.trace is required when workload.arrival.process = 'trace'")
+    process = arrival_process(arrival or {}, "workload.arrival")
+    closed = isinstance(process, ClosedLoop)
+    for name in ("prompt_tokens", "output_tokens"):
+        if spec.get(name) is None:
+            raise ValueError(f"workload.{name} is required unless workload.trace is given")
+    arrival_s = None if closed else process.times(rng, n)
+    prompts = length_dist(spec["prompt_tokens"], "workload.prompt_tokens").sample(rng, n)
+    outputs = length_dist(spec["output_tokens"], "workload.output_tokens").sample(rng, n)
+    return Workload(prompts, outputs, _priorities(spec, rng, n), arrival_s,
+                    process if closed else None)
+
+
+def _from_trace(spec: dict, trace: dict, rng: np.random.Generator, base_dir) -> Workload:
+    arrival = spec.get("arrival")
+    if arrival is not None and arrival.get("process", "trace") != "trace":
+        raise ValueError(f"workload.arrival.process must be 'trace' with workload.trace, "
+                         f"got {arrival.get('process')!r}")
+    if "path" not in trace:
+        raise ValueError("workload.trace.path is required")
+    loaded = load_trace(trace["path"], trace.get("format", "azure"),
+                        trace.get("time_scale", 1.0), trace.get("max_requests"), base_dir)
+    n = len(loaded)
+    return Workload(loaded.prompt_tokens, loaded.output_tokens, _priorities(spec, rng, n),
+                    loaded.arrival_s)
+
+
+def _priorities(spec: dict, rng: np.random.Generator, n: int) -> np.ndarray:
+    if spec.get("priority") is None:
+        return np.zeros(n, dtype=np.int64)
+    return priority_dist(spec["priority"]).sample(rng, n)

@@ -1,0 +1,179 @@
+"""Cost models: the linear formula, the fitted form, the running decode-context sum, the
+non-negative relative least-squares fit, and profile files."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from engine.block_manager import BlockManager
+from engine.records import RunRecorder
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import Sequence
+from engine.step_plan import StepPlan
+from sim.cost_executor import CostModelExecutor, DecodeContext
+from sim.cost_model import (FEATURES, FittedCost, LinearCost, check_profile_model, cost_model,
+                            load_profile, shape_of)
+from sim.fitting import error_summary, fit_relative, nnls
+from sim.loop import run_loop
+from sim.runner import sequence_factory
+from sim.workload import build_workload
+
+MODEL = {"vocab_size": 512, "d_model": 512, "n_layers": 4, "n_heads": 8, "d_ff": 2048,
+         "max_seq_len": 4096}
+
+
+def _seq(seq_id, prompt, outputs=0, computed=0):
+    seq = Sequence(seq_id, prompt, 100, seq_id=seq_id)
+    for _ in range(outputs):
+        seq.append_token(None)
+    seq.num_computed_tokens = computed
+    return seq
+
+
+def _plan():
+    """A chunk of 30 tokens after 50 computed, a whole 20-token prompt, two decodes."""
+    return StepPlan(step=0, prefills=[(_seq(1, 100, computed=50), 30), (_seq(2, 20), 20)],
+                    decodes=[_seq(3, 10, outputs=3, computed=12), _seq(4, 40, outputs=1, computed=40)],
+                    padding_seqs=2)
+
+
+def test_step_shape_of_a_plan():
+    shape = shape_of(_plan())
+    assert shape.prefill_tokens == 50 and shape.prefill_seqs == 2
+    assert shape.prefill_attention == 30 * 80 + 20 * 20
+    assert shape.decode_seqs == 2 and shape.decode_context == 13 + 41
+    assert shape.padding_seqs == 2
+
+
+def test_linear_cost_is_the_documented_formula():
+    cost = LinearCost(step_overhead_s=0.01, prefill_token_s=0.001, decode_seq_s=0.002,
+                      context_token_s=1e-5)
+    result = CostModelExecutor(cost).execute(_plan())
+    assert result.tokens is None
+    assert result.duration_s == pytest.approx(0.01 + 0.001 * 50 + 0.002 * 2 + 1e-5 * 54)
+
+
+def test_fitted_cost_is_the_dot_product_of_features_and_coefficients():
+    coefficients = (0.003, 1e-4, 1e-8, 2e-4, 5e-4, 1e-6, 3e-4)
+    shape = shape_of(_plan())
+    expected = float(np.dot(coefficients, shape.vector()))
+    assert FittedCost(coefficients, MODEL).predict_shape(shape) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("bad", [{"step_overhead_s": -1.0}, {"context_token_s": "x"}])
+def test_linear_coefficients_must_be_non_negative_numbers(bad):
+    args = dict(step_overhead_s=0.0, prefill_token_s=0.0, decode_seq_s=0.0, context_token_s=0.0)
+    with pytest.raises(ValueError, match=f"cost.{next(iter(bad))} must be a number >= 0"):
+        LinearCost(**(args | bad))
+
+
+class CheckedExecutor:
+    """A cost-model executor that also compares a running decode-context sum with the direct
+    sum at every step."""
+
+    def __init__(self, cost):
+        self.inner, self.context, self.steps = CostModelExecutor(cost), DecodeContext(), 0
+
+    def execute(self, plan):
+        assert self.context.update(plan) == shape_of(plan).decode_context, f"step {plan.step}"
+        self.steps += 1
+        return self.inner.execute(plan)
+
+
+@pytest.mark.parametrize("policy, chunked, queue", [("continuous", True, "fcfs"),
+                                                     ("continuous", False, "priority"),
+                                                     ("static", False, "fcfs")])
+def test_running_decode_context_equals_the_direct_sum_under_preemption(policy, chunked, queue):
+    bm = BlockManager(30, 4)
+    sched = Scheduler(SchedulerConfig(policy=policy, queue=queue, chunked_prefill=chunked,
+                                      max_num_seqs=8, max_num_batched_tokens=24,
+                                      max_batch_size=6, max_seq_len=120), bm)
+    spec = {"num_requests": 150, "arrival": {"process": "poisson", "rate": 200.0},
+            "prompt_tokens": {"dist": "uniform", "low": 1, "high": 60},
+            "output_tokens": {"dist": "uniform", "low": 1, "high": 40},
+            "priority": {"dist": "choice", "values": [0, 1], "weights": [1, 1]}}
+    workload = build_workload(spec, np.random.default_rng(5))
+    executor = CheckedExecutor(LinearCost(1e-3, 1e-4, 1e-4, 1e-6))
+    run_loop(sched, executor, RunRecorder(30), sequence_factory(workload),
+             arrival_s=workload.arrival_s, num_requests=150)
+    assert sched.num_preemptions > 0 and executor.steps > 100
+
+
+def _brute_force_nnls(a, b):
+    best, best_x = np.inf, None
+    n = a.shape[1]
+    for k in range(n + 1):
+        for active in itertools.combinations(range(n), k):
+            x = np.zeros(n)
+            if active:
+                x[list(active)] = np.linalg.lstsq(a[:, list(active)], b, rcond=None)[0]
+            if x.min() >= 0 and np.linalg.norm(a @ x - b) < best:
+                best, best_x = np.linalg.norm(a @ x - b), x
+    return best_x
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_nnls_matches_a_brute_force_search(seed):
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=(12, 4)), rng.normal(size=12)
+    assert np.allclose(nnls(a, b), _brute_force_nnls(a, b), atol=1e-8)
+
+
+def test_relative_fit_recovers_exact_coefficients_with_zeros_over_scales_of_magnitude():
+    rng = np.random.default_rng(0)
+    x = np.column_stack([np.ones(40), rng.integers(0, 2000, 40), rng.integers(0, 10**6, 40),
+                         rng.integers(0, 5, 40)]).astype(float)  # [40, 4]
+    truth = np.array([2e-3, 4e-4, 0.0, 1e-3])
+    fitted = fit_relative(x, x @ truth)
+    assert np.allclose(fitted, truth, rtol=1e-6, atol=1e-12)
+    assert error_summary(x @ fitted, x @ truth)["max_abs_rel_error"] < 1e-6
+
+
+def test_relative_fit_weighs_small_steps_like_large_ones():
+    # Two regimes that no single line fits: a plain least-squares fit would sacrifice the
+    # small steps; the relative fit splits the error evenly.
+    x = np.array([[1, 1], [1, 2], [1, 1000], [1, 2000]], dtype=float)
+    y = np.array([0.002, 0.003, 1.5, 3.5])
+    err = np.abs(x @ fit_relative(x, y) - y) / y
+    assert err[:2].max() < 0.6 and err[2:].max() < 0.6
+
+
+def test_shipped_default_profile_is_self_consistent():
+    path = load_profile("default").source
+    profile = json.loads(open(path).read())
+    shape = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff")
+    assert [profile["model"][k] for k in shape] == [MODEL[k] for k in shape]  # the default model
+    assert set(profile["cost_model"]["coefficients"]) == set(FEATURES)
+    cost = load_profile("default")
+    held = [p for p in profile["grid"] if p["split"] == "held_out"]
+    predicted = [cost.predict(*(p[f] for f in FEATURES[1:])) for p in held]
+    summary = error_summary(predicted, [p["measured_s"] for p in held])
+    assert summary["median_abs_rel_error"] == pytest.approx(
+        profile["fit"]["held_out"]["median_abs_rel_error"], rel=1e-9)
+    assert min(predicted) > 0
+
+
+def test_profile_for_another_model_is_refused():
+    cost = FittedCost((1e-3,) * len(FEATURES), dict(MODEL), source="p.json")
+    check_profile_model(cost, dict(MODEL, max_seq_len=16384))  # max_seq_len does not matter
+    with pytest.raises(ValueError, match=r"p.json was measured on another model \(d_model 512 vs 256"):
+        check_profile_model(cost, dict(MODEL, d_model=256))
+
+
+def test_unknown_profile_name_lists_the_shipped_ones():
+    with pytest.raises(FileNotFoundError, match=r"no shipped profile 'nope' \(shipped: .*default"):
+        load_profile("nope")
+
+
+def test_a_file_that_is_not_a_profile_is_refused(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"model": MODEL}))
+    with pytest.raises(ValueError, match="not a servesim profile"):
+        load_profile(str(path))
+
+
+def test_live_cost_model_is_not_a_simulated_one():
+    with pytest.raises(ValueError, match="cost.model must be one of profile, linear, live"):
+        cost_model({"model": "live"}, MODEL)

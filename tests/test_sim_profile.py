@@ -1,0 +1,90 @@
+"""Profiling: a quick profile of a tiny model is measured, fitted, written and loadable, and the
+simulator runs with it."""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from engine.block_manager import BlockManager
+from sim.cost_model import FEATURES, load_profile, shape_of
+from sim.profile import predict_profile_points, profile_engine
+from sim.profile_grid import ShapeSpec, build_plan, grid_shapes, held_out_shapes, release
+from sim.runner import run_config
+
+TINY = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64,
+        "max_seq_len": 2048}
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("profile") / "tiny.json"
+    data = profile_engine(TINY, path, quick=True, progress=False, repeats=2)
+    return path, data
+
+
+def test_profile_file_holds_model_machine_grid_fit_and_held_out_error(profile):
+    path, data = profile
+    assert json.loads(path.read_text()) == data
+    assert data["model"] == TINY | {"seed": 0}
+    assert data["machine"]["numpy"] == np.__version__ and data["machine"]["cpu_count"] >= 1
+    assert set(data["cost_model"]["coefficients"]) == set(FEATURES)
+    assert all(c >= 0 for c in data["cost_model"]["coefficients"].values())
+    splits = [p["split"] for p in data["grid"]]
+    assert splits.count("train") == data["fit"]["train"]["points"] > len(FEATURES)
+    assert splits.count("held_out") == data["fit"]["held_out"]["points"] > 0
+    held = data["fit"]["held_out"]
+    assert 0 <= held["median_abs_rel_error"] <= held["p90_abs_rel_error"] <= held["max_abs_rel_error"]
+
+
+def test_recorded_errors_follow_from_the_coefficients_and_points(profile):
+    _, data = profile
+    predicted = predict_profile_points(data)
+    measured = np.array([p["measured_s"] for p in data["grid"]])
+    held = np.array([p["split"] == "held_out" for p in data["grid"]])
+    err = np.abs(predicted - measured) / measured
+    assert np.median(err[held]) == pytest.approx(data["fit"]["held_out"]["median_abs_rel_error"])
+    assert np.median(err[~held]) == pytest.approx(data["fit"]["train"]["median_abs_rel_error"])
+
+
+def test_simulation_runs_on_a_profile_given_by_path(profile):
+    path, _ = profile
+    cost = load_profile(str(path))
+    assert cost.model["d_model"] == 32
+    cfg = {"name": "p", "description": "", "seed": 0, "mode": "simulate", "model": TINY,
+           "engine": {"block_size": 16, "num_kv_blocks": 64, "max_num_seqs": 8,
+                      "max_num_batched_tokens": 256},
+           "scheduler": {"policy": "continuous", "queue": "fcfs", "chunked_prefill": False,
+                         "max_batch_size": 8, "batch_timeout_s": 0.0},
+           "cost": {"model": "profile", "profile": str(path), "step_overhead_s": 0.0,
+                    "prefill_token_s": 0.0, "decode_seq_s": 0.0, "context_token_s": 0.0},
+           "workload": {"num_requests": 30, "arrival": {"process": "poisson", "rate": 100.0},
+                        "prompt_tokens": {"dist": "uniform", "low": 4, "high": 64},
+                        "output_tokens": {"dist": "fixed", "value": 8},
+                        "priority": None, "trace": None},
+           "slo": {"ttft_s": 1.0, "tpot_s": 0.1}}
+    rec = run_config(cfg)
+    assert rec.statuses == ["finished"] * 30
+    other = copy.deepcopy(cfg)
+    other["model"] = dict(TINY, d_model=64)
+    with pytest.raises(ValueError, match="was measured on another model"):
+        run_config(other)
+
+
+def test_built_plans_have_the_shape_they_were_built_from():
+    bm = BlockManager(200, 16)
+    shape = ShapeSpec(prefills=((100, 28), (0, 5)), decodes=(17, 40, 3), padding=2)
+    plan = build_plan(shape, bm, np.random.default_rng(0), 64)
+    s = shape_of(plan)
+    assert (s.prefill_tokens, s.prefill_attention, s.prefill_seqs) == (33, 28 * 128 + 25, 2)
+    assert (s.decode_seqs, s.decode_context, s.padding_seqs) == (3, 60, 2)
+    assert all(seq.num_computed_tokens == seq.num_tokens - 1 for seq in plan.decodes)
+    release(plan, bm)
+    assert bm.num_used == 0
+
+
+def test_grids_stay_within_the_kv_budget_and_held_out_points_are_seeded():
+    assert all(s.kv_tokens <= 4096 for s in grid_shapes(max_tokens=4096))
+    a = held_out_shapes(np.random.default_rng(1), 12)
+    assert a == held_out_shapes(np.random.default_rng(1), 12) and len(a) == 12

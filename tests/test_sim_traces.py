@@ -1,0 +1,87 @@
+"""Trace replay: the real Azure traces load with the documented time convention, and malformed
+traces are refused with the file and line named."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.traces import load_trace, resolve_path
+from sim.workload import build_workload
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+CONV = TRACES / "azure_llm_2023_conv.csv"
+CODE = TRACES / "azure_llm_2023_code.csv"
+
+
+def test_first_rows_of_the_conversation_trace():
+    # 2023-11-16 18:15:46.6805900,374,44 / 18:15:50.9951690,396,109 / 18:15:51.2224670,879,55
+    trace = load_trace(CONV, max_requests=3)
+    assert trace.prompt_tokens.tolist() == [374, 396, 879]
+    assert trace.output_tokens.tolist() == [44, 109, 55]
+    assert trace.arrival_s == pytest.approx([0.0, 4.314579, 4.541877], abs=1e-9)
+
+
+def test_time_scale_multiplies_every_inter_arrival_gap():
+    plain = load_trace(CODE, max_requests=50)
+    fast = load_trace(CODE, max_requests=50, time_scale=0.5)
+    assert np.allclose(fast.arrival_s, plain.arrival_s * 0.5, rtol=1e-12, atol=0)
+    assert np.array_equal(fast.prompt_tokens, plain.prompt_tokens)
+
+
+def test_whole_conversation_trace_matches_its_published_summary():
+    trace = load_trace(CONV)
+    assert len(trace) == 19366
+    assert trace.prompt_tokens.mean() == pytest.approx(1155, abs=1)
+    assert trace.output_tokens.mean() == pytest.approx(211, abs=1)
+    assert 55 * 60 < trace.arrival_s[-1] < 60 * 60
+    assert np.all(np.diff(trace.arrival_s) >= 0)
+
+
+def test_max_requests_larger_than_the_file_keeps_every_row(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    "2023-11-16 18:00:00.0000000,10,2\n2023-11-16 18:00:01.5000000,20,3\n")
+    trace = load_trace(path, max_requests=10)
+    assert trace.arrival_s.tolist() == [0.0, 1.5] and trace.output_tokens.tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("2023-11-16 18:00:00.0,10,0\n", r"line 2: GeneratedTokens must be >= 1, got 0"),
+    ("2023-11-16 18:00:00.0,0,5\n", r"line 2: ContextTokens must be >= 1"),
+    ("2023-11-16 18:00:01.0,10,5\n2023-11-16 18:00:00.0,10,5\n", r"line 3: TIMESTAMP .* earlier"),
+    ("2023-11-16 18:00:00.0,ten,5\n", r"line 2: malformed row"),
+    ("2023-11-16 18:00:00.0,10\n", r"line 2: expected 3 fields"),
+])
+def test_bad_rows_are_refused_with_the_line_named(tmp_path, rows, message):
+    path = tmp_path / "bad.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows)
+    with pytest.raises(ValueError, match=message):
+        load_trace(path)
+
+
+def test_wrong_header_is_refused(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("time,prompt,output\n1,2,3\n")
+    with pytest.raises(ValueError, match="line 1: expected the header TIMESTAMP,ContextTokens"):
+        load_trace(path)
+
+
+def test_relative_path_is_found_beside_the_scenario_when_not_in_the_cwd(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert resolve_path("azure_llm_2023_code.csv", base_dir=TRACES) == CODE
+    with pytest.raises(FileNotFoundError, match="workload.trace.path: file not found: nope.csv"):
+        resolve_path("nope.csv", base_dir=TRACES)
+
+
+def test_trace_workload_takes_lengths_from_the_trace_and_draws_priorities():
+    spec = {"num_requests": None, "arrival": {"process": "trace"}, "prompt_tokens": None,
+            "output_tokens": None, "priority": {"dist": "choice", "values": [0, 1],
+                                                "weights": [1, 1]},
+            "trace": {"path": str(CODE), "format": "azure", "time_scale": 2.0, "max_requests": 100}}
+    w = build_workload(spec, np.random.default_rng(0))
+    trace = load_trace(CODE, time_scale=2.0, max_requests=100)
+    assert np.array_equal(w.prompt_tokens, trace.prompt_tokens)
+    assert np.array_equal(w.arrival_s, trace.arrival_s)
+    assert set(w.priority.tolist()) == {0, 1}
