@@ -77,8 +77,14 @@ class BlockManager:
         if need > len(self._free):
             raise OutOfBlocksError(f"sequence {seq_id} needs {need} more KV blocks, "
                                    f"{len(self._free)} free")
-        for _ in range(need):
-            self.allocate_block(seq_id)
+        if need:  # whole slices of the free list, in the order allocate_block would take them
+            free, is_free = self._free, self._is_free
+            taken = free[-need:]
+            del free[-need:]
+            taken.reverse()
+            for block in taken:
+                is_free[block] = False
+            self.block_tables.setdefault(seq_id, []).extend(taken)
 
     def free_block(self, block_id: int, seq_id: int | None = None) -> None:
         """Return one block to the free list. Invalid ids and double frees raise `BlockError`."""
@@ -101,11 +107,12 @@ class BlockManager:
 
     def free_sequence(self, seq_id: int) -> int:
         """Free every block the sequence holds; returns how many. Unknown ids free nothing."""
-        table = self.block_tables.pop(seq_id, [])
-        for block in reversed(table):
-            assert not self._is_free[block], f"block {block} of sequence {seq_id} already free"
-            self._is_free[block] = True
-            self._free.append(block)
+        table = self.block_tables.pop(seq_id, ())
+        is_free = self._is_free
+        for block in table:
+            assert not is_free[block], f"block {block} of sequence {seq_id} already free"
+            is_free[block] = True
+        self._free.extend(reversed(table))
         return len(table)
 
     def usage(self) -> dict:

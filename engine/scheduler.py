@@ -255,10 +255,26 @@ class Scheduler:
             if seq.num_computed_tokens == seq.num_tokens:
                 if self._emit(plan, seq, None if tokens is None else tokens[seq.seq_id]):
                     finished.append(seq)
+        # The hot loop of a simulation: _emit's common case (a token right after the previous
+        # step's), inlined.
+        step, previous_step, consecutive = plan.step, plan.step - 1, 0
         for seq in plan.decodes:
             seq.num_computed_tokens += 1
-            if self._emit(plan, seq, None if tokens is None else tokens[seq.seq_id]):
+            token = None if tokens is None else tokens[seq.seq_id]
+            if seq.last_token_step != previous_step:
+                if self._emit(plan, seq, token):
+                    finished.append(seq)
+                continue
+            consecutive += 1
+            seq.last_token_step = step
+            seq.num_output_tokens += 1
+            if token is not None:
+                seq.output_token_ids.append(token)
+            elif seq.num_output_tokens < seq.max_new_tokens:
+                continue
+            if seq.should_stop(token):
                 finished.append(seq)
+        plan.itl_consecutive += consecutive
         if finished:
             bm = self.block_manager
             for seq in finished:
