@@ -84,8 +84,15 @@ def cmd_validate(args) -> int:
 
     scenario = scenarios.load(args.scenario, args.set or ())
     out_dir = Path(args.out) if args.out else Path("out") / f"{scenario.name}-validate"
-    validate(scenario, out_dir, progress=not args.quiet)
-    print(f"validation written to {out_dir}/")
+    try:
+        result = validate(scenario, out_dir, progress=not args.quiet)
+    except (ValueError, FileNotFoundError) as exc:  # ScenarioError is handled by main()
+        if isinstance(exc, ScenarioError):
+            raise
+        print(f"servesim: error: {scenario.name}: {exc}", file=sys.stderr)
+        return 1
+    print(result.text())
+    print(f"\nvalidation written to {out_dir}/")
     return 0
 
 

@@ -6,7 +6,8 @@ Its cost per step is O(number of prefill chunks), not O(batch): the sum of the d
 sequences' context lengths is kept by `DecodeContext` as a running total. A sequence decodes in
 every step from the one after its prefill completes until its last token or its preemption, and
 its context grows by one token a step, so the total at step k is
-sum over members of (context at joining - step at joining) + k * members.
+sum over members of (context at joining - step at joining) + k * members, and the longest
+context is the largest such offset + k (a heap of offsets, stale entries dropped lazily).
 Members join in the step after a prefill chunk that completes their sequence (or stops one token
 short of it: a decode then computes the last prompt token), leave at
 the step of their last token (known when they join: simulated sequences stop by length only) or
@@ -15,6 +16,8 @@ when a plan preempts them.
 
 from __future__ import annotations
 
+import heapq
+
 from engine.executor import StepResult
 from engine.sequence import SequenceStatus
 
@@ -22,7 +25,8 @@ from .cost_model import prefill_counts
 
 
 class DecodeContext:
-    """Running sum of the context lengths (num_tokens) of the sequences a plan decodes."""
+    """Running sum and maximum of the context lengths (num_tokens) of the sequences a plan
+    decodes; `max_context` is the maximum after the last `update` (0 without decodes)."""
 
     def __init__(self):
         self._members: dict[int, tuple[int, int]] = {}  # seq_id -> (offset, last decode step)
@@ -30,6 +34,8 @@ class DecodeContext:
         self._joining: list = []  # sequences whose prefill ended in the previous plan
         self._leaving: dict[int, list[int]] = {}  # step -> seq_ids whose last decode it is
         self._step: int | None = None  # the previous plan's step
+        self._heap: list[tuple[int, int]] = []  # (-offset, seq_id), possibly stale
+        self.max_context = 0
 
     def update(self, plan) -> int:
         """Advance to `plan` and return its decode context sum. Plans from one scheduler, in step
@@ -43,7 +49,20 @@ class DecodeContext:
         self._step = k
         self._joining = [seq for seq, n in plan.prefills if _decodes_next(seq, n)]
         assert len(self._members) == len(plan.decodes), "decode set out of step with the plan"
+        self.max_context = self._max_offset() + k if self._members else 0
         return self._offsets + k * len(self._members)
+
+    def _max_offset(self) -> int:
+        heap, members = self._heap, self._members
+        if len(heap) > 2 * len(members) + 64:  # mostly stale: rebuild (amortised O(1))
+            heap[:] = [(-offset, seq_id) for seq_id, (offset, _) in members.items()]
+            heapq.heapify(heap)
+        while True:
+            neg, seq_id = heap[0]
+            member = members.get(seq_id)
+            if member is not None and member[0] == -neg:
+                return -neg
+            heapq.heappop(heap)  # it left, or rejoined with another offset
 
     def _advance(self, plan) -> None:
         k = plan.step
@@ -62,6 +81,7 @@ class DecodeContext:
         self._members.clear()
         self._leaving.clear()
         self._offsets = 0
+        self._heap.clear()
         for seq in plan.decodes:
             self._join(seq, plan.step)
 
@@ -71,6 +91,7 @@ class DecodeContext:
         self._members[seq.seq_id] = (offset, last)
         self._offsets += offset
         self._leaving.setdefault(last, []).append(seq.seq_id)
+        heapq.heappush(self._heap, (-offset, seq.seq_id))
 
     def _drop(self, seq_id: int) -> None:
         offset, _ = self._members.pop(seq_id)
@@ -86,15 +107,27 @@ def _decodes_next(seq, n: int) -> bool:
 
 
 class CostModelExecutor:
-    """Executor protocol (`execute(plan) -> StepResult`) backed by a cost model."""
+    """Executor protocol (`execute(plan) -> StepResult`) backed by a cost model. The simulation
+    loop calls `after_idle(idle_s)` when the engine wakes up from an idle wait; the next step
+    then also pays the cost model's `wake_cost(idle_s)` (a model without one: nothing)."""
 
     def __init__(self, cost_model):
         self.cost_model = cost_model
         self._context = DecodeContext()
         self._predict = cost_model.predict
+        self._wake_cost = getattr(cost_model, "wake_cost", None)
+        self._wake_s = 0.0
+
+    def after_idle(self, idle_s: float) -> None:
+        """The engine was idle for `idle_s` seconds before the step it is about to plan."""
+        self._wake_s = self._wake_cost(idle_s) if self._wake_cost is not None else 0.0
 
     def execute(self, plan) -> StepResult:
-        prefill_tokens, prefill_attention = prefill_counts(plan.prefills)
-        duration = self._predict(prefill_tokens, prefill_attention, len(plan.prefills),
-                                 len(plan.decodes), self._context.update(plan), plan.padding_seqs)
+        tokens, attention, context, sampled = prefill_counts(plan.prefills)
+        decodes, running = len(plan.decodes), self._context
+        decode_context = running.update(plan)
+        duration = self._predict(tokens, attention, len(plan.prefills), decodes, decode_context,
+                                 plan.padding_seqs, sampled + decodes, context,
+                                 decodes * running.max_context) + self._wake_s
+        self._wake_s = 0.0
         return StepResult(None, duration)

@@ -1,35 +1,48 @@
 """Step-cost models: how long an engine step takes, predicted from the shape of its `StepPlan`.
 
-A step's shape is a handful of counts (`StepShape`): tokens prefilled, the attention work of the
-prefill chunks (each chunk of n tokens over a context of c + n keys costs n * (c + n)), prefill
-chunks, decoding sequences, the context tokens the decodes attend to, and padding rows.
+A step's shape (`StepShape`) counts what its work depends on: the rows pushed through every
+weight matrix (prefill tokens + decodes + static batching's padding rows), the sequences that
+sample a token (one LM-head row and one `sample_token` call each), the prefill chunks and their
+attention work (a chunk of n tokens over c computed ones costs n * (c + n), and gathers c + n
+keys from the paged cache when c > 0), the decodes, the keys they attend to, and their span
+(decodes x the longest context: decode attention pads every sequence to the longest one).
 
 - `LinearCost`: the explicit what-if model of ARCHITECTURE section 5,
   step_overhead_s + prefill_token_s * prefill_tokens + decode_seq_s * decode_seqs
-  + context_token_s * decode_context (padding rows are free in it).
-- `FittedCost`: one coefficient per shape feature, fitted to the real engine by `sim.profile`
-  and loaded from a JSON profile (`load_profile`).
-Both predict in O(number of prefill chunks) per step: the decode context sum is kept as a
-running total by `CostModelExecutor`, not recomputed per step.
+  + context_token_s * decode_context.
+- `FittedCost`, measured on the real engine by `sim.profile`:
+  step_s = rows_cost(rows) + sum_f coefficients[f] * f (FEATURES),
+  where rows_cost is piecewise linear over `row_knots` plus a cost per leftover row block:
+  BLAS multiplies one row as a matrix-vector product (its own, cheaper kernel) and processes
+  more rows in blocks of 2^k, so rows not a multiple of 2, 4 or 8 go through slower tail code
+  and a step of 7 rows costs more than one of 8. The coefficients include the engine loop's
+  own cost (scheduling, postprocessing, records), measured through the real server loop, and
+  `wake_cost(idle_s)` is added to the first step after the engine was idle that long (its CPU
+  slowed down or served other work meanwhile, and its caches went cold).
+Both predict in O(number of prefill chunks) per step given the decode sums, which
+`CostModelExecutor` keeps as running totals.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from bisect import bisect_left
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+FORMAT = "servesim-profile/2"
 
-# The fitted model's features, in coefficient order; "step" is the constant per-step overhead.
-FEATURES = ("step", "prefill_tokens", "prefill_attention", "prefill_seqs", "decode_seqs",
-            "decode_context", "padding_seqs")
+# The fitted model's linear features, in coefficient order; "step" is the per-step constant.
+FEATURES = ("step", "sampled_seqs", "prefill_seqs", "prefill_attention", "prefill_context",
+            "decode_seqs", "decode_context", "decode_span", "padding_seqs")
+ROW_TAILS = ("rows_tail_1", "rows_tail_2", "rows_tail_4")  # rows % 2, rows // 2 % 2, rows // 4 % 2
 LINEAR_FIELDS = ("step_overhead_s", "prefill_token_s", "decode_seq_s", "context_token_s")
 
 
 @dataclass(frozen=True)
 class StepShape:
-    """The counts a step's cost depends on."""
+    """The counts a step's cost depends on (`COUNTS` order is `predict`'s argument order)."""
 
     prefill_tokens: int = 0
     prefill_attention: int = 0  # sum over chunks of n * (tokens before the chunk + n)
@@ -37,27 +50,48 @@ class StepShape:
     decode_seqs: int = 0
     decode_context: int = 0  # sum over decodes of the keys attended (the sequence's num_tokens)
     padding_seqs: int = 0
+    sampled_seqs: int = 0  # decodes + prefill chunks that complete their sequence
+    prefill_context: int = 0  # sum over chunks after a context (c > 0) of c + n: keys gathered
+    decode_span: int = 0  # decodes x the longest decode context
+
+    @property
+    def rows(self) -> int:
+        """Rows through every weight matmul: prefill tokens, decodes and padding rows."""
+        return self.prefill_tokens + self.decode_seqs + self.padding_seqs
+
+    def counts(self) -> tuple:
+        return tuple(getattr(self, name) for name in COUNTS)
 
     def vector(self) -> tuple:
-        """The feature values in FEATURES order."""
-        return (1, self.prefill_tokens, self.prefill_attention, self.prefill_seqs,
-                self.decode_seqs, self.decode_context, self.padding_seqs)
+        """The linear features' values in FEATURES order ("step" is 1)."""
+        return (1,) + tuple(getattr(self, name) for name in FEATURES[1:])
 
 
-def prefill_counts(prefills) -> tuple[int, int]:
-    """(prefill tokens, prefill attention work) of a plan's `prefills` [(seq, n), ...]."""
-    tokens = attention = 0
+COUNTS = tuple(f.name for f in fields(StepShape))
+
+
+def prefill_counts(prefills) -> tuple[int, int, int, int]:
+    """(tokens, attention work, gathered context, chunks that sample) of a plan's prefills."""
+    tokens = attention = context = sampled = 0
     for seq, n in prefills:
+        computed = seq.num_computed_tokens
         tokens += n
-        attention += n * (seq.num_computed_tokens + n)
-    return tokens, attention
+        attention += n * (computed + n)
+        if computed:
+            context += computed + n
+        if computed + n == seq.num_tokens:
+            sampled += 1
+    return tokens, attention, context, sampled
 
 
 def shape_of(plan) -> StepShape:
-    """A plan's shape, computed directly (O(batch)); the executor keeps the decode sum running."""
-    tokens, attention = prefill_counts(plan.prefills)
-    return StepShape(tokens, attention, len(plan.prefills), len(plan.decodes),
-                     sum(seq.num_tokens for seq in plan.decodes), plan.padding_seqs)
+    """A plan's shape, computed directly (O(batch)); the executor keeps the decode sums running."""
+    tokens, attention, context, sampled = prefill_counts(plan.prefills)
+    contexts = [seq.num_tokens for seq in plan.decodes]
+    decodes = len(contexts)
+    return StepShape(tokens, attention, len(plan.prefills), decodes, sum(contexts),
+                     plan.padding_seqs, sampled + decodes, context,
+                     decodes * max(contexts) if contexts else 0)
 
 
 @dataclass(frozen=True)
@@ -74,36 +108,91 @@ class LinearCost:
                 raise ValueError(f"cost.{name} must be a number >= 0, got {value!r}")
 
     def predict(self, prefill_tokens, prefill_attention, prefill_seqs, decode_seqs,
-                decode_context, padding_seqs) -> float:
+                decode_context, padding_seqs, *_) -> float:
         return (self.step_overhead_s + self.prefill_token_s * prefill_tokens
                 + self.decode_seq_s * decode_seqs + self.context_token_s * decode_context)
+
+    def predict_shape(self, shape: StepShape) -> float:
+        return self.predict(*shape.counts())
 
 
 @dataclass(frozen=True)
 class FittedCost:
-    """sum_i coefficients[i] * feature_i (seconds), FEATURES order; `model` is the model config
-    the profile was measured on."""
+    """rows_cost(rows) + sum_i coefficients[i] * feature_i (seconds, FEATURES order). Without
+    row knots the rows cost is 0 (a purely linear model). `model` is the model config the
+    profile was measured on."""
 
     coefficients: tuple
     model: dict
     source: str = "profile"
+    row_knots: tuple = ()  # increasing row counts >= 1
+    row_costs: tuple = ()  # seconds at each knot
+    row_tails: tuple = (0.0, 0.0, 0.0)  # seconds per leftover block of 1, 2, 4 rows (ROW_TAILS)
+    wake_idle_s: tuple = ()  # increasing idle durations (seconds) ...
+    wake_extra_s: tuple = ()  # ... and the seconds added to the step after each
 
     def __post_init__(self):
         if len(self.coefficients) != len(FEATURES):
             raise ValueError(f"{self.source}: cost_model.coefficients needs {len(FEATURES)} "
                              f"values ({', '.join(FEATURES)}), got {len(self.coefficients)}")
-        if any(not c >= 0 for c in self.coefficients):
-            raise ValueError(f"{self.source}: cost_model.coefficients must be >= 0, "
-                             f"got {list(self.coefficients)}")
+        values = list(self.coefficients) + list(self.row_costs) + list(self.row_tails)
+        if any(not c >= 0 for c in values):
+            raise ValueError(f"{self.source}: cost_model coefficients and row costs must be "
+                             f">= 0, got {values}")
+        knots = list(self.row_knots)
+        if len(knots) != len(self.row_costs) or len(self.row_tails) != len(ROW_TAILS) or \
+                any(k < 1 for k in knots) or knots != sorted(set(knots)):
+            raise ValueError(f"{self.source}: cost_model.rows needs increasing knots >= 1, one "
+                             f"cost per knot and {len(ROW_TAILS)} tail costs")
+        idle = list(self.wake_idle_s)
+        if len(idle) != len(self.wake_extra_s) or any(not x > 0 for x in idle) or \
+                idle != sorted(set(idle)) or any(not x >= 0 for x in self.wake_extra_s):
+            raise ValueError(f"{self.source}: wake needs increasing idle_s > 0 and one "
+                             f"extra_s >= 0 for each")
+
+    def wake_cost(self, idle_s: float) -> float:
+        """Seconds added to a step that starts after `idle_s` seconds of idleness: linear from
+        (0, 0) through the measured points, flat past the last."""
+        idle, extra = self.wake_idle_s, self.wake_extra_s
+        if not idle or idle_s <= 0:
+            return 0.0
+        i = bisect_left(idle, idle_s)
+        if i == len(idle):
+            return extra[-1]
+        x0, y0 = (idle[i - 1], extra[i - 1]) if i else (0.0, 0.0)
+        return y0 + (extra[i] - y0) * (idle_s - x0) / (idle[i] - x0)
+
+    def rows_cost(self, rows: int) -> float:
+        """Seconds for `rows` rows: linear between knots (extended along the last segment past
+        the last knot), plus the tails of rows >= 2 that are not a multiple of 2, 4, 8."""
+        knots, costs = self.row_knots, self.row_costs
+        if rows <= 0 or not knots:
+            return 0.0
+        i = bisect_left(knots, rows)
+        if i < len(knots) and knots[i] == rows:
+            base = costs[i]
+        else:
+            lo = max(min(i, len(knots) - 1) - 1, 0)  # segment [lo, lo + 1], the last past the end
+            hi = min(lo + 1, len(knots) - 1)
+            slope = (costs[hi] - costs[lo]) / (knots[hi] - knots[lo]) if hi > lo \
+                else costs[lo] / knots[lo]
+            base = costs[lo] + slope * (rows - knots[lo])
+        if rows >= 2:
+            t1, t2, t4 = self.row_tails
+            base += t1 * (rows & 1) + t2 * (rows >> 1 & 1) + t4 * (rows >> 2 & 1)
+        return base
 
     def predict(self, prefill_tokens, prefill_attention, prefill_seqs, decode_seqs,
-                decode_context, padding_seqs) -> float:
-        c0, c1, c2, c3, c4, c5, c6 = self.coefficients
-        return (c0 + c1 * prefill_tokens + c2 * prefill_attention + c3 * prefill_seqs
-                + c4 * decode_seqs + c5 * decode_context + c6 * padding_seqs)
+                decode_context, padding_seqs, sampled_seqs, prefill_context,
+                decode_span) -> float:
+        c0, c_sampled, c_chunk, c_att, c_pctx, c_dec, c_ctx, c_span, c_pad = self.coefficients
+        return (self.rows_cost(prefill_tokens + decode_seqs + padding_seqs)
+                + c0 + c_sampled * sampled_seqs + c_chunk * prefill_seqs
+                + c_att * prefill_attention + c_pctx * prefill_context + c_dec * decode_seqs
+                + c_ctx * decode_context + c_span * decode_span + c_pad * padding_seqs)
 
     def predict_shape(self, shape: StepShape) -> float:
-        return self.predict(*shape.vector()[1:])
+        return self.predict(*shape.counts())
 
 
 def profile_path(name_or_path) -> Path:
@@ -126,10 +215,19 @@ def load_profile(name_or_path) -> FittedCost:
     path = profile_path(name_or_path)
     try:
         data = json.loads(path.read_text())
+        if data.get("format") != FORMAT:
+            raise ValueError(f"{path}: profile format {data.get('format')!r}, this servesim "
+                             f"reads {FORMAT!r}; profile again with `servesim profile`")
         fit = data["cost_model"]
         coefficients = tuple(float(fit["coefficients"][name]) for name in FEATURES)
-        return FittedCost(coefficients, dict(data["model"]), source=str(path))
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        rows, wake = fit["rows"], fit["wake"]
+        return FittedCost(coefficients, dict(data["model"]), str(path),
+                          tuple(int(k) for k in rows["knots"]),
+                          tuple(float(c) for c in rows["costs_s"]),
+                          tuple(float(rows["tails_s"][name]) for name in ROW_TAILS),
+                          tuple(float(x) for x in wake["idle_s"]),
+                          tuple(float(x) for x in wake["extra_s"]))
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: not a servesim profile ({type(exc).__name__}: {exc}); "
                          f"write one with `servesim profile`") from None
 

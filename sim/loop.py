@@ -88,10 +88,17 @@ def closed_loop_user(env, state: SimState, next_index, think_time_s: float, user
 
 
 def engine(env, state: SimState):
-    """The engine loop: one iteration per step, sleeping while there is nothing to run."""
+    """The engine loop: one iteration per step, sleeping while there is nothing to run. An
+    executor with `after_idle(idle_s)` (the cost model's) is told how long the engine slept
+    before the step it is about to run (not before the first step: a server starts serving at
+    its first request)."""
     llm, scheduler = state.engine, state.scheduler
+    after_idle = getattr(llm.executor, "after_idle", None)
+    idle_since, stepped = None, False
     while True:
         start_s = env.now
+        if idle_since is not None and after_idle is not None:
+            after_idle(start_s - idle_since)
         plan, result = llm.start_step(start_s)
         if result is None:
             if state.all_arrived and not scheduler.has_unfinished():
@@ -100,8 +107,11 @@ def engine(env, state: SimState):
                 raise RuntimeError(f"the scheduler made no progress at t={env.now:.6f}s with "
                                    f"{len(scheduler.waiting)} waiting and "
                                    f"{len(scheduler.running)} running")
+            if stepped and idle_since is None:
+                idle_since = env.now
             yield from _idle(env, state, plan.idle_until_s)
             continue
+        idle_since, stepped = None, True
         yield env.timeout(result.duration_s)
         for seq in llm.finish_step(plan, result, start_s, env.now):
             state.retire(seq)

@@ -1,10 +1,16 @@
 """Profile the real engine: time `NumpyExecutor` over a grid of step shapes, fit the step-cost
-model (`FittedCost`) and write it as a JSON profile that `cost.model = "profile"` loads.
+model (`FittedCost`), add the engine loop's own cost per step, and write it all as a JSON profile
+that `cost.model = "profile"` loads.
 
-Every point is measured `repeats` times; the rounds visit the points in a fresh random order
-each time so that a burst of load elsewhere on the machine spreads over many points instead of
-spoiling one, and each point keeps its median. The fit (relative least squares, non-negative
-coefficients) uses the structured grid; the random held-out steps measure its accuracy.
+Every point is measured in `repeats` rounds; each round visits the points in a fresh random
+order, so that a burst of load elsewhere on the machine spreads over many points instead of
+spoiling one, and each point keeps its median. Within a round a point runs `burst` times back to
+back and keeps the median of all runs but the first: a server runs steps of nearly the same shape
+one after the other, with its weights and KV blocks in cache, which the first run of a new shape
+after an unrelated one is not. Every measurement is paired with one of a fixed reference step
+taken just before it, to take out the machine's drift in speed (see `_measure`). The fit (`profile_fit`) uses the structured grid; the random
+held-out steps measure its accuracy. The loop's cost (`profile_loop`) is measured through the
+real server loop and added to the fitted coefficients.
 
     profile_engine(ModelConfig(), "my-profile.json")   # -> the profile as a dict
 """
@@ -25,14 +31,17 @@ from engine.block_manager import BlockManager
 from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
 
-from .cost_model import FEATURES, FittedCost, shape_of
-from .fitting import error_summary, fit_relative
-from .profile_grid import build_plan, grid_shapes, held_out_shapes, release
+from .cost_model import COUNTS, FEATURES, FORMAT, ROW_TAILS, FittedCost, StepShape, shape_of
+from .fitting import error_summary
+from .profile_fit import fit_cost, knots_for, with_loop
+from .profile_grid import ShapeSpec, build_plan, grid_shapes, held_out_shapes, release
+from .profile_loop import measure_loop_overhead
+from .profile_wake import measure_wake_cost
 
-FORMAT = "servesim-profile/1"
 BLOCK_SIZE = 16
 MAX_KV_TOKENS = 16384  # largest context one profiled step holds (bounds the KV storage)
-
+BURST = 3  # runs of a point in a row; all but the first are timed
+REFERENCE = ShapeSpec(prefills=((0, 32),), decodes=(128,) * 8)  # paired with every measurement
 
 STATISTICS = {"median": np.median, "min": np.min}
 
@@ -41,39 +50,54 @@ def profile_engine(model_config, out_path, quick: bool = False, progress: bool =
                    repeats: int | None = None, seed: int = 0, statistic: str = "median") -> dict:
     """Measure, fit and write a profile for `model_config` (a ModelConfig or its dict) to
     `out_path`; returns the profile dict. `repeats` defaults to 7 (`quick`: a small grid and 3
-    repeats, about a tenth of the time, rougher fit). `statistic`: how a point's repeats become one time: "median"
-    (default) or "min" (the least disturbed run, for a machine busy with other work)."""
+    repeats, about a tenth of the time, rougher fit). `statistic`: how a point's rounds become
+    one time: "median" (default) or "min" (the least disturbed round)."""
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
     model = model_config if isinstance(model_config, ModelConfig) else ModelConfig(**model_config)
     repeats = repeats or (3 if quick else 7)
     load_before = _load_average()
     rng = np.random.default_rng(seed)
-    train = grid_shapes(quick, MAX_KV_TOKENS)
-    held = held_out_shapes(rng, 10 if quick else 30, quick, MAX_KV_TOKENS)
-    times, features = _measure(model, train + held, repeats, rng, progress)
+    train = grid_shapes(quick, MAX_KV_TOKENS, model.max_seq_len)
+    held = held_out_shapes(rng, 10 if quick else 30, quick, MAX_KV_TOKENS, model.max_seq_len)
+    executor = _executor(model)
+    times, shapes = _measure(executor, model, train + held, repeats, rng, progress)
     seconds = STATISTICS[statistic](times, axis=0)  # [P]
-    x_train, y_train = features[:len(train)], seconds[:len(train)]
-    x_held, y_held = features[len(train):], seconds[len(train):]
-    coefficients = fit_relative(x_train, y_train)
+    s_train, y_train = shapes[:len(train)], seconds[:len(train)]
+    s_held, y_held = shapes[len(train):], seconds[len(train):]
+    knots = knots_for(s.rows for s in s_train)
+    fitted = fit_cost(s_train, y_train, asdict(model), knots)
+    wake = measure_wake_cost(executor, rng, model.vocab_size, rounds=5 if quick else None)
+    loop, loop_fit = measure_loop_overhead(executor, rng, model.vocab_size, model.max_seq_len)
+    total = with_loop(fitted, loop, wake)
     profile = {
         "format": FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "model": asdict(model),
         "machine": machine_info() | {"load_average_1m": [load_before, _load_average()]},
         "cost_model": {
-            "form": "step_s = sum(coefficients[f] * f) over features; prefill_attention = "
-                    "sum over chunks of n * (tokens before the chunk + n); decode_context = "
-                    "sum over decodes of tokens attended",
+            "form": "step_s = rows_cost(rows) + sum(coefficients[f] * f) [+ wake_cost(idle "
+                    "seconds before the step)]; rows = prefill_tokens + decode_seqs + "
+                    "padding_seqs; rows_cost = linear between rows.knots (costs_s) + "
+                    "tails_s[rows_tail_k] * bit k of rows (rows >= 2); coefficients = "
+                    "executor_coefficients + loop_coefficients; wake_cost linear in idle_s "
+                    "through (0, 0) and wake.extra_s, flat past the last",
             "features": list(FEATURES),
-            "coefficients": dict(zip(FEATURES, coefficients.tolist())),
+            "coefficients": dict(zip(FEATURES, total.coefficients)),
+            "rows": {"knots": list(fitted.row_knots), "costs_s": list(fitted.row_costs),
+                     "tails_s": dict(zip(ROW_TAILS, fitted.row_tails))},
+            "executor_coefficients": dict(zip(FEATURES, fitted.coefficients)),
+            "loop_coefficients": loop,
+            "wake": wake,
         },
         "fit": {"method": "non-negative least squares on relative error", "repeats": repeats,
-                "statistic": statistic, "train": error_summary(x_train @ coefficients, y_train),
-                "held_out": error_summary(x_held @ coefficients, y_held)},
-        "grid": [_point(name, x, y) for name, xs, ys in (("train", x_train, y_train),
-                                                          ("held_out", x_held, y_held))
-                 for x, y in zip(xs, ys)],
+                "burst": BURST, "statistic": statistic,
+                "train": error_summary(_predict(fitted, s_train), y_train),
+                "held_out": error_summary(_predict(fitted, s_held), y_held),
+                "loop": loop_fit},
+        "grid": [_point(name, shape, y) for name, ss, ys in (("train", s_train, y_train),
+                                                              ("held_out", s_held, y_held))
+                 for shape, y in zip(ss, ys)],
     }
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,35 +105,57 @@ def profile_engine(model_config, out_path, quick: bool = False, progress: bool =
     return profile
 
 
-def _measure(model: ModelConfig, shapes: list, repeats: int, rng, progress: bool):
-    """Step seconds of every repeat [R, P] and features [P, F] of every shape."""
+def _executor(model: ModelConfig) -> NumpyExecutor:
     block_manager = BlockManager(MAX_KV_TOKENS // BLOCK_SIZE + 256, BLOCK_SIZE)
-    executor = NumpyExecutor(init_params(model), block_manager, rng=np.random.default_rng(0))
-    features = np.zeros((len(shapes), len(FEATURES)))  # [P, F]
+    return NumpyExecutor(init_params(model), block_manager, rng=np.random.default_rng(0))
+
+
+def _measure(executor, model: ModelConfig, shapes: list, repeats: int, rng, progress: bool):
+    """Step seconds of every round [R, P] and the StepShape of every point. Each measurement
+    is paired with one of REFERENCE, taken just before it, and scaled by the ratio of the
+    reference's median over the whole profile to that measurement: the machine's speed drifts
+    over seconds (other work, its CPU's clock), and the pairing takes most of that out."""
+    measured = [None] * len(shapes)
     times = np.zeros((repeats, len(shapes)))  # [R, P]
+    reference = np.zeros((repeats, len(shapes)))  # [R, P]
     bar = _bar(repeats * len(shapes), progress)
-    for i, shape in enumerate(shapes[:3]):  # warm-up: first-touch of buffers and caches
-        _run(executor, shape, block_manager, rng, model)
-    for r in range(repeats):
-        for i in rng.permutation(len(shapes)):
-            times[r, i], features[i] = _run(executor, shapes[i], block_manager, rng, model)
-            bar.update(1)
+    for shape in shapes[:3]:  # warm-up: first-touch of buffers and caches
+        _run(executor, shape, rng, model)
+    block_manager = executor.block_manager
+    ref_plan = build_plan(REFERENCE, block_manager, rng, model.vocab_size)
+    try:
+        for r in range(repeats):
+            for i in rng.permutation(len(shapes)):
+                reference[r, i] = _burst(executor, ref_plan)
+                times[r, i], measured[i] = _run(executor, shapes[i], rng, model)
+                bar.update(1)
+    finally:
+        release(ref_plan, block_manager)
     bar.close()
-    return times, features
+    return times * (np.median(reference) / reference), measured
 
 
-def _run(executor, shape, block_manager, rng, model: ModelConfig):
+def _burst(executor, plan) -> float:
+    """Run the plan BURST times in a row; the median of all runs but the first."""
+    return float(np.median([executor.execute(plan).duration_s for _ in range(BURST)][1:]))
+
+
+def _run(executor, shape, rng, model: ModelConfig) -> tuple[float, StepShape]:
+    """Build the shape's plan, run it BURST times in a row; (median of the timed runs, shape)."""
+    block_manager = executor.block_manager
     plan = build_plan(shape, block_manager, rng, model.vocab_size)
     try:
-        seconds = executor.execute(plan).duration_s
-        return seconds, shape_of(plan).vector()
+        return _burst(executor, plan), shape_of(plan)
     finally:
         release(plan, block_manager)
 
 
-def _point(split: str, x: np.ndarray, y: float) -> dict:
-    point = {name: int(v) for name, v in zip(FEATURES[1:], x[1:])}
-    return {"split": split, **point, "measured_s": float(y)}
+def _predict(cost: FittedCost, shapes: list) -> np.ndarray:
+    return np.array([cost.predict_shape(s) for s in shapes])
+
+
+def _point(split: str, shape: StepShape, seconds: float) -> dict:
+    return {"split": split, **dict(zip(COUNTS, shape.counts())), "measured_s": float(seconds)}
 
 
 def machine_info() -> dict:
@@ -138,11 +184,19 @@ def _load_average() -> float | None:
         return None
 
 
+def executor_cost(profile: dict) -> FittedCost:
+    """The profile's fitted executor cost alone (without the loop's), as the fit saw it."""
+    fit = profile["cost_model"]
+    rows = fit["rows"]
+    return FittedCost(tuple(fit["executor_coefficients"][f] for f in FEATURES), profile["model"],
+                      "profile", tuple(rows["knots"]), tuple(rows["costs_s"]),
+                      tuple(rows["tails_s"][t] for t in ROW_TAILS))
+
+
 def predict_profile_points(profile: dict) -> np.ndarray:
-    """Predicted seconds of every grid point of a profile dict (for checks and reports)."""
-    coefficients = [profile["cost_model"]["coefficients"][f] for f in FEATURES]
-    cost = FittedCost(tuple(coefficients), profile["model"])
-    return np.array([cost.predict(*(p[f] for f in FEATURES[1:])) for p in profile["grid"]])
+    """Predicted executor seconds of every grid point of a profile dict (the fit's errors)."""
+    cost = executor_cost(profile)
+    return np.array([cost.predict(*(p[c] for c in COUNTS)) for p in profile["grid"]])
 
 
 def _bar(total: int, progress: bool):

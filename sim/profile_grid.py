@@ -1,9 +1,10 @@
 """The step shapes the profiler measures, and how each becomes a real `StepPlan`.
 
 A `ShapeSpec` lists prefill chunks as (tokens already computed, tokens in the chunk), decode
-context lengths, and padding rows. `grid_shapes` is the structured training grid: pure prefills,
-chunked prefills over a context, decode batches over a range of context lengths (equal and
-mixed), mixed prefill + decode steps and static batching's padding rows. `held_out_shapes`
+context lengths, and padding rows. `grid_shapes` is the structured training grid: decode batches
+of every size up to 16 and a spread beyond, over short, long and mixed context lengths; pure
+prefills of every length up to 12 and a spread beyond; chunked prefills over a context, several
+prompts at once (static batching), mixed prefill + decode steps and padding rows. `held_out_shapes`
 draws random mixed steps from the same ranges, which the fit never sees: its error on them is
 the profile's reported accuracy.
 
@@ -37,31 +38,56 @@ class ShapeSpec:
         return sum(c + n for c, n in self.prefills) + sum(self.decodes)
 
 
-def grid_shapes(quick: bool = False, max_tokens: int = 16384) -> list[ShapeSpec]:
-    """The training grid; `quick` keeps a small subset for a fast, rougher profile."""
-    prefill_n = (1, 16, 64, 256) if quick else (1, 8, 32, 96, 256, 512, 1024)
-    chunks = ((128, 128), (512, 64)) if quick else \
-        ((128, 128), (512, 64), (768, 256), (1536, 512), (2048, 128), (256, 16))
-    batches = (1, 8, 32) if quick else (1, 4, 16, 48, 128)
-    contexts = (32, 512) if quick else (16, 128, 512, 1536)
-    shapes = [ShapeSpec(prefills=((0, n),)) for n in prefill_n]
+# Decode batch sizes and prefill lengths: every count up to 16 (one row is a matrix-vector
+# product; BLAS handles rows in blocks, so 7 rows can cost more than 8), then a spread of odd and
+# even counts, so the fit sees every kind of leftover rows.
+DECODE_BATCHES = (*range(1, 17), 20, 24, 27, 32, 37, 48, 53, 64, 75, 96, 111, 128, 192, 256)
+PREFILL_TOKENS = (*range(1, 13), 16, 20, 24, 31, 37, 48, 57, 64, 77, 96, 113, 128, 150, 192,
+                  222, 256, 300, 384, 450, 512, 640, 768, 1024, 1536, 2048)
+QUICK_BATCHES = (1, 2, 3, 4, 5, 7, 8, 12, 16, 27, 32)
+QUICK_PREFILL = (1, 2, 3, 5, 8, 16, 31, 64, 128, 256)
+
+
+def grid_shapes(quick: bool = False, max_tokens: int = 16384,
+                max_seq_len: int = 4096) -> list[ShapeSpec]:
+    """The training grid (`quick`: a small subset for a fast, rougher profile). Shapes that hold
+    more than `max_tokens` KV tokens or reach past `max_seq_len` are left out."""
+    batches, prefill_n = (QUICK_BATCHES, QUICK_PREFILL) if quick else (DECODE_BATCHES,
+                                                                       PREFILL_TOKENS)
+    shapes = []
+    for b in batches:
+        contexts = [(32,) * b, (256,) * b, (1024,) * b]
+        if b > 1:  # mixed lengths: decode attention pads every sequence to the longest
+            contexts += [tuple(np.linspace(16, 1008, b).astype(int).tolist()),
+                         (32,) * (b - 1) + (768,)]
+        shapes += [ShapeSpec(decodes=c) for c in contexts[: 2 if quick else None]]
+    shapes += [ShapeSpec(prefills=((0, n),)) for n in prefill_n]
+    chunks = ((128, 128), (512, 64), (100, 1), (300, 7)) if quick else \
+        ((128, 128), (512, 64), (768, 256), (1536, 512), (2048, 128), (256, 16), (100, 1),
+         (300, 7), (1000, 255))
     shapes += [ShapeSpec(prefills=(chunk,)) for chunk in chunks]
-    shapes += [ShapeSpec(decodes=(ctx,) * b) for b in batches for ctx in contexts]
-    shapes += [ShapeSpec(decodes=tuple(np.linspace(16, ctx, b).astype(int).tolist()))
-               for b, ctx in ((8, 1024), (32, 512))]  # mixed context lengths
-    shapes += [ShapeSpec(prefills=((0, 64),), decodes=(256,) * 16),
-               ShapeSpec(prefills=((256, 128), (0, 32)), decodes=(128,) * 32),
-               ShapeSpec(prefills=((0, 16),) * 4, decodes=(64,) * 8)]
-    if not quick:
-        shapes += [ShapeSpec(prefills=((512, 256),), decodes=(512,) * 8),
-                   ShapeSpec(prefills=((0, 8),) * 16),
-                   ShapeSpec(prefills=((0, 256),), decodes=(1024,) * 4)]
-    shapes += [ShapeSpec(decodes=(128,) * b, padding=p) for b, p in ((2, 14), (8, 24))]
-    return [s for s in shapes if s.kv_tokens <= max_tokens]
+    several = ((2, 100), (4, 64), (16, 30)) if quick else \
+        ((2, 100), (4, 64), (8, 128), (16, 128), (16, 30), (3, 250), (6, 200))
+    shapes += [ShapeSpec(prefills=((0, n),) * k) for k, n in several]
+    mixed = ((1, 100, 0), (4, 64, 0), (8, 200, 300)) if quick else \
+        ((1, 100, 0), (4, 64, 0), (16, 256, 0), (8, 200, 300), (32, 100, 0), (3, 37, 0),
+         (12, 244, 500), (64, 192, 0), (2, 500, 0))
+    shapes += [ShapeSpec(prefills=((c, n),), decodes=tuple(np.linspace(16, 800, b).astype(int)
+                                                           .tolist()))
+               for b, n, c in mixed]
+    shapes += [ShapeSpec(decodes=(200,) * b, padding=p)
+               for b, p in ((2, 14), (8, 8), (5, 11), (1, 15), (12, 4))]
+    return [s for s in shapes if fits(s, max_tokens, max_seq_len)]
+
+
+def fits(shape: ShapeSpec, max_tokens: int, max_seq_len: int) -> bool:
+    """Whether the shape holds at most max_tokens KV tokens and every position < max_seq_len."""
+    longest = max([c + n for c, n in shape.prefills] + list(shape.decodes), default=0)
+    return shape.kv_tokens <= max_tokens and longest <= max_seq_len
 
 
 def held_out_shapes(rng: np.random.Generator, count: int, quick: bool = False,
-                    max_tokens: int = 16384) -> list[ShapeSpec]:
+                    max_tokens: int = 16384, max_seq_len: int = 4096) -> list[ShapeSpec]:
     """Random steps mixing a few prefill chunks, a decode batch and sometimes padding."""
     max_chunk = 256 if quick else 768
     shapes = []
@@ -72,7 +98,7 @@ def held_out_shapes(rng: np.random.Generator, count: int, quick: bool = False,
         decodes = tuple(int(c) for c in rng.integers(8, 1025, size=b))
         padding = int(rng.integers(1, 17)) if not prefills and b and rng.random() < 0.2 else 0
         shape = ShapeSpec(prefills, decodes, padding)
-        if (prefills or decodes) and shape.kv_tokens <= max_tokens:
+        if (prefills or decodes) and fits(shape, max_tokens, max_seq_len):
             shapes.append(shape)
     return shapes
 

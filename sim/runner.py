@@ -30,9 +30,10 @@ MODES = ("simulate", "cosimulate", "serve")
 REAL_SAMPLING = SamplingParams(temperature=1.0)
 
 
-def run_config(config: dict, progress: bool = False, base_dir=None) -> RunRecorder:
+def run_config(config: dict, progress: bool = False, base_dir=None, cost=None) -> RunRecorder:
     """Run one resolved config (see docs/sim/simulation.md); `base_dir` resolves a relative
-    trace path (after the current directory)."""
+    trace path (after the current directory). `cost`: in simulate mode, a cost model to use
+    instead of the one `config["cost"]` selects."""
     mode = config.get("mode", "simulate")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -48,7 +49,7 @@ def run_config(config: dict, progress: bool = False, base_dir=None) -> RunRecord
                          "simulate and cosimulate only (serve replays arrival times given "
                          "up front)")
     if mode == "simulate":
-        executor = CostModelExecutor(cost_model(config["cost"], config["model"]))
+        executor = CostModelExecutor(cost or cost_model(config["cost"], config["model"]))
         make = sequence_factory(workload)
     else:
         executor = _numpy_executor(model, scheduler.block_manager, streams["sampling"])

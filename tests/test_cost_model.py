@@ -13,10 +13,11 @@ from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
 from engine.step_plan import StepPlan
 from sim.cost_executor import CostModelExecutor, DecodeContext
-from sim.cost_model import (FEATURES, FittedCost, LinearCost, check_profile_model, cost_model,
-                            load_profile, shape_of)
+from sim.cost_model import (COUNTS, FEATURES, FittedCost, LinearCost, check_profile_model,
+                            cost_model, load_profile, shape_of)
 from sim.fitting import error_summary, fit_relative, nnls
 from sim.loop import run_loop
+from sim.profile import executor_cost
 from sim.runner import sequence_factory
 from sim.workload import build_workload
 
@@ -43,8 +44,11 @@ def test_step_shape_of_a_plan():
     shape = shape_of(_plan())
     assert shape.prefill_tokens == 50 and shape.prefill_seqs == 2
     assert shape.prefill_attention == 30 * 80 + 20 * 20
+    assert shape.prefill_context == 80  # only the chunk after a context gathers its keys
     assert shape.decode_seqs == 2 and shape.decode_context == 13 + 41
-    assert shape.padding_seqs == 2
+    assert shape.decode_span == 2 * 41
+    assert shape.sampled_seqs == 2 + 1  # the decodes and the whole prompt; the chunk stops short
+    assert shape.padding_seqs == 2 and shape.rows == 50 + 2 + 2
 
 
 def test_linear_cost_is_the_documented_formula():
@@ -55,11 +59,61 @@ def test_linear_cost_is_the_documented_formula():
     assert result.duration_s == pytest.approx(0.01 + 0.001 * 50 + 0.002 * 2 + 1e-5 * 54)
 
 
-def test_fitted_cost_is_the_dot_product_of_features_and_coefficients():
-    coefficients = (0.003, 1e-4, 1e-8, 2e-4, 5e-4, 1e-6, 3e-4)
+def test_fitted_cost_is_the_rows_cost_plus_the_dot_product_of_features_and_coefficients():
+    coefficients = (0.003, 4e-5, 1e-4, 1e-8, 2e-7, 5e-4, 1e-6, 3e-7, 3e-4)
     shape = shape_of(_plan())
-    expected = float(np.dot(coefficients, shape.vector()))
-    assert FittedCost(coefficients, MODEL).predict_shape(shape) == pytest.approx(expected)
+    linear = float(np.dot(coefficients, shape.vector()))
+    assert FittedCost(coefficients, MODEL).predict_shape(shape) == pytest.approx(linear)
+    rows = FittedCost(coefficients, MODEL, row_knots=(1, 16, 64), row_costs=(1e-3, 2e-3, 5e-3),
+                      row_tails=(1e-4, 2e-4, 4e-4))
+    # 54 rows: between the knots 16 and 64, and 54 = 0b110110 has bits 1 and 2 set
+    expected = 2e-3 + 3e-3 * (54 - 16) / 48 + 2e-4 + 4e-4
+    assert rows.rows_cost(54) == pytest.approx(expected)
+    assert rows.predict_shape(shape) == pytest.approx(linear + expected)
+
+
+def test_rows_cost_hits_every_knot_interpolates_between_and_extends_the_last_segment():
+    cost = FittedCost((0.0,) * len(FEATURES), MODEL, row_knots=(1, 8, 32),
+                      row_costs=(1.0, 2.0, 5.0), row_tails=(0.5, 0.25, 0.125))
+    assert [cost.rows_cost(r) for r in (0, 1, 8, 32)] == [0.0, 1.0, 2.0, 5.0]
+    assert cost.rows_cost(16) == pytest.approx(3.0)  # no tail: a multiple of 8
+    assert cost.rows_cost(7) == pytest.approx(1 + 6 / 7 + 0.5 + 0.25 + 0.125)
+    assert cost.rows_cost(48) == pytest.approx(5.0 + 16 * 3 / 24)  # past the last knot
+
+
+def test_wake_cost_rises_from_zero_through_the_measured_points_and_stays_flat_after():
+    cost = FittedCost((0.0,) * len(FEATURES), MODEL, wake_idle_s=(0.001, 0.01),
+                      wake_extra_s=(1e-4, 5e-4))
+    assert cost.wake_cost(0.0) == 0.0 and cost.wake_cost(0.0005) == pytest.approx(5e-5)
+    assert cost.wake_cost(0.0055) == pytest.approx(3e-4)
+    assert cost.wake_cost(1.0) == pytest.approx(5e-4)
+    assert FittedCost((0.0,) * len(FEATURES), MODEL).wake_cost(1.0) == 0.0
+
+
+def test_the_step_after_an_idle_wait_pays_the_wake_cost_once():
+    cost = FittedCost((1e-3,) + (0.0,) * (len(FEATURES) - 1), MODEL, wake_idle_s=(0.01,),
+                      wake_extra_s=(2e-3,))
+    executor = CostModelExecutor(cost)
+    executor.after_idle(0.005)
+    assert executor.execute(_plan()).duration_s == pytest.approx(1e-3 + 1e-3)
+    assert executor.execute(_plan()).duration_s == pytest.approx(1e-3)
+
+
+def test_simulated_steps_after_idleness_include_the_wake_cost_and_back_to_back_ones_do_not():
+    cost = FittedCost((1e-3,) + (0.0,) * (len(FEATURES) - 1), MODEL, wake_idle_s=(0.01,),
+                      wake_extra_s=(2e-3,))
+    spec = {"num_requests": 3, "arrival": {"process": "constant", "rate": 10.0},
+            "prompt_tokens": {"dist": "fixed", "value": 4},
+            "output_tokens": {"dist": "fixed", "value": 2}}
+    workload = build_workload(spec, np.random.default_rng(0))
+    sched = Scheduler(SchedulerConfig(max_seq_len=64), BlockManager(16, 4))
+    rec = run_loop(sched, CostModelExecutor(cost), RunRecorder(16), sequence_factory(workload),
+                   arrival_s=workload.arrival_s, num_requests=3)
+    steps = rec.step_columns()
+    durations = np.subtract(steps["end_s"], steps["start_s"])
+    # the first request finds a server that never ran: no wake-up; the others find it idle
+    # for 0.1 s - 2 ms, past the last measured point: the full 2 ms
+    assert durations.tolist() == pytest.approx([1e-3, 1e-3, 3e-3, 1e-3, 3e-3, 1e-3])
 
 
 @pytest.mark.parametrize("bad", [{"step_overhead_s": -1.0}, {"context_token_s": "x"}])
@@ -70,14 +124,16 @@ def test_linear_coefficients_must_be_non_negative_numbers(bad):
 
 
 class CheckedExecutor:
-    """A cost-model executor that also compares a running decode-context sum with the direct
-    sum at every step."""
+    """A cost-model executor that also compares the running decode-context sum and maximum
+    with the direct ones at every step."""
 
     def __init__(self, cost):
         self.inner, self.context, self.steps = CostModelExecutor(cost), DecodeContext(), 0
 
     def execute(self, plan):
-        assert self.context.update(plan) == shape_of(plan).decode_context, f"step {plan.step}"
+        shape = shape_of(plan)
+        assert self.context.update(plan) == shape.decode_context, f"step {plan.step}"
+        assert self.context.max_context * shape.decode_seqs == shape.decode_span
         self.steps += 1
         return self.inner.execute(plan)
 
@@ -85,7 +141,8 @@ class CheckedExecutor:
 @pytest.mark.parametrize("policy, chunked, queue", [("continuous", True, "fcfs"),
                                                      ("continuous", False, "priority"),
                                                      ("static", False, "fcfs")])
-def test_running_decode_context_equals_the_direct_sum_under_preemption(policy, chunked, queue):
+def test_running_decode_context_equals_the_direct_sum_and_max_under_preemption(policy, chunked,
+                                                                               queue):
     bm = BlockManager(30, 4)
     sched = Scheduler(SchedulerConfig(policy=policy, queue=queue, chunked_prefill=chunked,
                                       max_num_seqs=8, max_num_batched_tokens=24,
@@ -146,13 +203,16 @@ def test_shipped_default_profile_is_self_consistent():
     shape = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff")
     assert [profile["model"][k] for k in shape] == [MODEL[k] for k in shape]  # the default model
     assert set(profile["cost_model"]["coefficients"]) == set(FEATURES)
-    cost = load_profile("default")
+    executor_only = executor_cost(profile)
     held = [p for p in profile["grid"] if p["split"] == "held_out"]
-    predicted = [cost.predict(*(p[f] for f in FEATURES[1:])) for p in held]
+    predicted = [executor_only.predict(*(p[c] for c in COUNTS)) for p in held]
     summary = error_summary(predicted, [p["measured_s"] for p in held])
     assert summary["median_abs_rel_error"] == pytest.approx(
         profile["fit"]["held_out"]["median_abs_rel_error"], rel=1e-9)
     assert min(predicted) > 0
+    cost = load_profile("default")  # the executor's fit plus the engine loop's own cost
+    assert all(cost.predict(*(p[c] for c in COUNTS)) > q for p, q in zip(held, predicted))
+    assert cost.wake_cost(1.0) > 0
 
 
 def test_profile_for_another_model_is_refused():
@@ -169,8 +229,12 @@ def test_unknown_profile_name_lists_the_shipped_ones():
 
 def test_a_file_that_is_not_a_profile_is_refused(tmp_path):
     path = tmp_path / "p.json"
-    path.write_text(json.dumps({"model": MODEL}))
+    path.write_text(json.dumps({"format": "servesim-profile/2", "model": MODEL}))
     with pytest.raises(ValueError, match="not a servesim profile"):
+        load_profile(str(path))
+    path.write_text(json.dumps({"format": "servesim-profile/1", "model": MODEL}))
+    with pytest.raises(ValueError, match="profile format 'servesim-profile/1', this servesim "
+                                         "reads 'servesim-profile/2'; profile again"):
         load_profile(str(path))
 
 

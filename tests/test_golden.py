@@ -80,11 +80,11 @@ def full_run(name: str) -> dict:
 def test_continuous_batching_beats_static_at_the_default_load():
     runs = full_run("static-vs-continuous")
     static, continuous = runs["static"][2], runs["continuous"][2]
-    assert continuous["ttft_p50_s"] < static["ttft_p50_s"] / 5
-    assert continuous["ttft_p99_s"] < static["ttft_p99_s"]
-    assert continuous["request_throughput"] > static["request_throughput"]
-    assert continuous["output_throughput"] > static["output_throughput"]
-    assert static["completed"] == continuous["completed"] == 400
+    assert continuous["ttft_p50_s"] < static["ttft_p50_s"] / 20  # static's queue keeps growing
+    assert continuous["ttft_p99_s"] < static["ttft_p99_s"] / 5
+    assert continuous["request_throughput"] > 1.1 * static["request_throughput"]
+    assert continuous["output_throughput"] > 1.1 * static["output_throughput"]
+    assert static["completed"] == continuous["completed"] == 500
 
 
 def test_the_load_sweep_has_a_knee():
@@ -101,7 +101,9 @@ def test_a_smaller_kv_cache_preempts_more():
     runs = full_run("kv-pressure")
     preemptions = [runs[v][2]["preemptions"] for v in ("512-blocks", "128-blocks", "64-blocks")]
     assert preemptions[0] == 0 < preemptions[1] < preemptions[2]
-    assert runs["64-blocks"][2]["ttft_p50_s"] > runs["512-blocks"][2]["ttft_p50_s"]
+    small, large = runs["64-blocks"][2], runs["512-blocks"][2]
+    assert small["ttft_p50_s"] > 10 * large["ttft_p50_s"]
+    assert small["request_throughput"] < 0.9 * large["request_throughput"]
 
 
 def test_the_priority_queue_serves_urgent_requests_first():
@@ -113,11 +115,11 @@ def test_the_priority_queue_serves_urgent_requests_first():
         ttft = request_metrics(columns)["ttft_s"][np.asarray(columns["priority"]) == 0]
         return latency_percentiles(ttft[~np.isnan(ttft)], (50,))[50]
 
-    assert urgent_ttft_p50("priority") < urgent_ttft_p50("fcfs") / 3
+    assert urgent_ttft_p50("priority") < urgent_ttft_p50("fcfs") / 5
 
 
 def test_chunked_prefill_keeps_inter_token_latency_low():
     runs = full_run("chunked-prefill")
     whole, chunked = runs["whole-prompt"][2], runs["chunked-256"][2]
-    assert chunked["itl_p99_s"] < whole["itl_p99_s"] / 2
+    assert chunked["itl_p99_s"] < whole["itl_p99_s"] / 3
     assert chunked["ttft_p50_s"] < whole["ttft_p50_s"]

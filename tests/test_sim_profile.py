@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from engine.block_manager import BlockManager
-from sim.cost_model import FEATURES, load_profile, shape_of
-from sim.profile import predict_profile_points, profile_engine
+from sim.cost_model import COUNTS, FEATURES, ROW_TAILS, StepShape, load_profile, shape_of
+from sim.profile import executor_cost, predict_profile_points, profile_engine
+from sim.profile_fit import design_matrix, knots_for
 from sim.profile_grid import ShapeSpec, build_plan, grid_shapes, held_out_shapes, release
 from sim.runner import run_config
 
@@ -29,8 +30,19 @@ def test_profile_file_holds_model_machine_grid_fit_and_held_out_error(profile):
     assert json.loads(path.read_text()) == data
     assert data["model"] == TINY | {"seed": 0}
     assert data["machine"]["numpy"] == np.__version__ and data["machine"]["cpu_count"] >= 1
-    assert set(data["cost_model"]["coefficients"]) == set(FEATURES)
-    assert all(c >= 0 for c in data["cost_model"]["coefficients"].values())
+    fit = data["cost_model"]
+    assert set(fit["coefficients"]) == set(FEATURES) == set(fit["executor_coefficients"])
+    assert all(c >= 0 for c in fit["coefficients"].values())
+    assert fit["coefficients"] == pytest.approx({f: fit["executor_coefficients"][f] +
+                                                 fit["loop_coefficients"].get(f, 0.0)
+                                                 for f in FEATURES})
+    assert fit["rows"]["knots"][0] == 1 and set(fit["rows"]["tails_s"]) == set(ROW_TAILS)
+    assert fit["rows"]["knots"][-1] == max(p["prefill_tokens"] + p["decode_seqs"] +
+                                           p["padding_seqs"] for p in data["grid"]
+                                           if p["split"] == "train")
+    extra = fit["wake"]["extra_s"]
+    assert len(extra) == len(fit["wake"]["idle_s"]) and extra == sorted(extra) and min(extra) >= 0
+    assert data["fit"]["loop"]["steps"] > 50
     splits = [p["split"] for p in data["grid"]]
     assert splits.count("train") == data["fit"]["train"]["points"] > len(FEATURES)
     assert splits.count("held_out") == data["fit"]["held_out"]["points"] > 0
@@ -79,6 +91,7 @@ def test_built_plans_have_the_shape_they_were_built_from():
     s = shape_of(plan)
     assert (s.prefill_tokens, s.prefill_attention, s.prefill_seqs) == (33, 28 * 128 + 25, 2)
     assert (s.decode_seqs, s.decode_context, s.padding_seqs) == (3, 60, 2)
+    assert (s.sampled_seqs, s.prefill_context, s.decode_span) == (3 + 2, 128, 3 * 40)
     assert all(seq.num_computed_tokens == seq.num_tokens - 1 for seq in plan.decodes)
     release(plan, bm)
     assert bm.num_used == 0
@@ -86,5 +99,29 @@ def test_built_plans_have_the_shape_they_were_built_from():
 
 def test_grids_stay_within_the_kv_budget_and_held_out_points_are_seeded():
     assert all(s.kv_tokens <= 4096 for s in grid_shapes(max_tokens=4096))
+    assert all(max([c + n for c, n in s.prefills] + list(s.decodes)) <= 512
+               for s in grid_shapes(max_seq_len=512) + held_out_shapes(
+                   np.random.default_rng(0), 20, max_seq_len=512))
+    rows = {len(s.decodes) for s in grid_shapes()} | {n for s in grid_shapes()
+                                                       for _, n in s.prefills}
+    assert set(range(1, 17)) <= rows  # every small row count: each has its own BLAS tail
     a = held_out_shapes(np.random.default_rng(1), 12)
     assert a == held_out_shapes(np.random.default_rng(1), 12) and len(a) == 12
+
+
+def test_the_design_matrix_is_what_the_fitted_cost_computes():
+    shapes = [StepShape(prefill_tokens=n, prefill_attention=n * n, prefill_seqs=1,
+                        sampled_seqs=1) for n in (1, 3, 8, 20, 64, 100)]
+    shapes += [StepShape(decode_seqs=b, decode_context=b * 40, sampled_seqs=b,
+                         decode_span=b * 50, padding_seqs=p) for b, p in ((1, 0), (7, 2), (30, 5))]
+    knots = knots_for(s.rows for s in shapes)
+    assert knots == (1, 8, 64, 100)  # the candidate knots that were measured, and the largest
+    rng = np.random.default_rng(0)
+    cost = executor_cost({"model": TINY, "cost_model": {
+        "executor_coefficients": dict(zip(FEATURES, [0.0, *rng.random(len(FEATURES) - 1)])),
+        "rows": {"knots": list(knots), "costs_s": rng.random(len(knots)).tolist(),
+                 "tails_s": dict(zip(ROW_TAILS, rng.random(3)))}}})
+    params = np.concatenate([cost.row_costs, cost.row_tails, cost.coefficients[1:]])
+    assert design_matrix(shapes, knots) @ params == pytest.approx(
+        [cost.predict(*s.counts()) for s in shapes])
+    assert [s.counts() for s in shapes] == [tuple(getattr(s, c) for c in COUNTS) for s in shapes]

@@ -1,0 +1,249 @@
+"""Fidelity: how closely the simulator predicts the real engine, over a set of scenarios.
+
+For each scenario below, `sim.validate` serves the requests in real time with the NumPy engine
+and simulates the same requests with the fitted cost model, and this script prints one table of
+the simulator's errors (scenario x metric x stat) and the largest |error| on p50, p90 and p99 of
+TTFT, TPOT and E2E.
+
+Steps:
+1. Profile the fidelity model (`sim.profile.profile_engine`: the profiling grid of step shapes,
+   never the scenarios below) unless `--profile` names an existing profile of it.
+2. Capacity: for each scenario, the cost model's maximum sustainable request rate for the
+   scenario's lengths and batching policy: 600 requests that all arrive at once are simulated
+   and the rate at which they complete between the 20th and the 80th percentile of completions
+   (a saturated server, without the start-up and drain phases) is its capacity. Each scenario's
+   arrival rate is a fraction of it (its `load`).
+3. Validate every scenario (about `--seconds` of serving each) and print the table.
+
+A smaller model than the default keeps real-time serving fast (a few milliseconds a step), so a
+scenario serves hundreds of requests in well under a minute. BLAS runs single-threaded by
+default (`--blas-threads`): on a machine with two cores shared with other work, a second BLAS
+thread mostly waits for a core and makes step times erratic; the profile is measured in the same
+process, so it sees the same setting.
+
+    python benchmarks/fidelity.py                       # profile, then every scenario (~5 min)
+    python benchmarks/fidelity.py --only load-70 --seconds 5
+    python benchmarks/fidelity.py --noise-floor         # also serve each scenario twice
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="out/fidelity", help="output directory")
+    parser.add_argument("--profile", help="an existing profile of the fidelity model (skip step 1)")
+    parser.add_argument("--seconds", type=float, default=15.0,
+                        help="target serving time per scenario (sets its number of requests)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scenarios")
+    parser.add_argument("--noise-floor", action="store_true",
+                        help="serve each scenario a second time and report serve-vs-serve errors")
+    parser.add_argument("--blas-threads", default="1", help="OPENBLAS_NUM_THREADS (default 1)")
+    return parser.parse_args(argv)
+
+
+ARGS = parse_args() if __name__ == "__main__" else None
+if ARGS is not None:  # before NumPy is imported: BLAS reads it once, at load time
+    os.environ["OPENBLAS_NUM_THREADS"] = ARGS.blas_threads
+
+import copy  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import scenarios  # noqa: E402
+from engine.benchmark import summarize  # noqa: E402
+from sim.runner import run_config  # noqa: E402
+from sim.validate import validate  # noqa: E402
+from sim.validation_table import HEADLINE, METRICS, STATS, error_rows, max_abs_error  # noqa: E402
+
+MODEL = {"vocab_size": 512, "d_model": 256, "n_layers": 2, "n_heads": 4, "d_ff": 1024,
+         "max_seq_len": 4096}
+BASE = {
+    "seed": 0,
+    "model": MODEL,
+    "engine": {"block_size": 16, "num_kv_blocks": 1024, "max_num_seqs": 32,
+               "max_num_batched_tokens": 1024},
+    "workload": {"arrival": {"process": "poisson", "rate": 1.0},
+                 "prompt_tokens": {"dist": "lognormal", "median": 96, "sigma": 0.6, "min": 8,
+                                   "max": 512},
+                 "output_tokens": {"dist": "uniform", "low": 8, "high": 96}},
+}
+# name -> (fraction of capacity, dotted overrides of BASE)
+SCENARIOS = {
+    "low-load": (0.2, {}),
+    "load-70": (0.7, {}),
+    "load-90": (0.9, {}),
+    "bursty": (0.6, {"workload.arrival": {"process": "gamma", "rate": 1.0, "cv": 3.0}}),
+    "kv-pressure": (0.7, {"engine.num_kv_blocks": 40,
+                          "workload.prompt_tokens": {"dist": "lognormal", "median": 128,
+                                                     "sigma": 0.4, "min": 32, "max": 320},
+                          "workload.output_tokens": {"dist": "uniform", "low": 64, "high": 192}}),
+    "chunked-prefill": (0.6, {"scheduler.chunked_prefill": True,
+                              "engine.max_num_batched_tokens": 128,
+                              "workload.prompt_tokens": {"dist": "lognormal", "median": 512,
+                                                         "sigma": 0.4, "min": 128, "max": 1536},
+                              "workload.output_tokens": {"dist": "uniform", "low": 16,
+                                                         "high": 64}}),
+    "static": (0.6, {"scheduler.policy": "static", "scheduler.max_batch_size": 8}),
+}
+CAPACITY_REQUESTS = 600
+MIN_REQUESTS, MAX_REQUESTS = 40, 1500
+
+
+def scenario_table(name: str, overrides: dict, profile: str, rate: float, n: int) -> dict:
+    """The scenario as a TOML-shaped dict: BASE, the overrides, the profile, rate and size."""
+    table = copy.deepcopy(BASE) | {"name": name, "description": f"fidelity scenario {name}"}
+    for key, value in overrides.items():
+        *path, leaf = key.split(".")
+        node = table
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = copy.deepcopy(value)
+    table["cost"] = {"model": "profile", "profile": str(profile)}
+    table["workload"]["arrival"]["rate"] = float(rate)
+    table["workload"]["num_requests"] = int(n)
+    return table
+
+
+def to_toml(table: dict) -> str:
+    """TOML text of a two-level dict (scalars, then one [section] per sub-table)."""
+    scalars = [f"{k} = {_value(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    sections = [f"\n[{k}]\n" + "\n".join(f"{kk} = {_value(vv)}" for kk, vv in v.items())
+                for k, v in table.items() if isinstance(v, dict)]
+    return "\n".join(scalars) + "\n" + "\n".join(sections) + "\n"
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_value(x)}" for k, x in v.items()) + " }"
+    return repr(v)
+
+
+def capacity_rps(config: dict) -> float:
+    """The cost model's maximum sustainable request rate for this config's lengths and policy:
+    CAPACITY_REQUESTS requests arriving at once, simulated; completions per second between the
+    20th and 80th percentile of completion times."""
+    cfg = copy.deepcopy(config)
+    cfg["mode"] = "simulate"
+    cfg["workload"]["num_requests"] = CAPACITY_REQUESTS
+    cfg["workload"]["arrival"] = {"process": "constant", "rate": 1e9}
+    finish = np.sort(np.asarray(run_config(cfg).request_columns()["finish_s"], float))  # [n]
+    lo, hi = int(0.2 * len(finish)), int(0.8 * len(finish))
+    return (hi - lo) / (finish[hi] - finish[lo])
+
+
+def build_scenarios(out_dir: Path, profile: Path, seconds: float, only) -> list:
+    """Write each scenario's TOML (rate from its capacity) and load it."""
+    loaded = []
+    (out_dir / "scenarios").mkdir(parents=True, exist_ok=True)
+    for name, (load, overrides) in SCENARIOS.items():
+        if only and name not in only:
+            continue
+        probe = out_dir / "scenarios" / f"{name}.toml"
+        probe.write_text(to_toml(scenario_table(name, overrides, profile, 1.0, MIN_REQUESTS)))
+        capacity = capacity_rps(scenarios.load(probe).base)
+        rate = load * capacity
+        n = int(min(max(round(rate * seconds), MIN_REQUESTS), MAX_REQUESTS))
+        probe.write_text(to_toml(scenario_table(name, overrides, profile, rate, n)))
+        loaded.append((scenarios.load(probe), load, capacity))
+        print(f"{name}: capacity {capacity:.1f} req/s (cost model), rate {rate:.2f} req/s "
+              f"({load:.0%}), {n} requests", file=sys.stderr)
+    return loaded
+
+
+def make_profile(out_dir: Path) -> Path:
+    from engine.model import ModelConfig
+    from sim.profile import profile_engine
+
+    path = out_dir / "profile.json"
+    started = time.perf_counter()
+    profile = profile_engine(ModelConfig(**MODEL), path, progress=True)
+    fit = profile["fit"]["held_out"]
+    print(f"profiled in {time.perf_counter() - started:.0f} s: held-out step error median "
+          f"{100 * fit['median_abs_rel_error']:.1f}%, p90 {100 * fit['p90_abs_rel_error']:.1f}%",
+          file=sys.stderr)
+    return path
+
+
+def noise_rows(result) -> list[dict]:
+    """Serve-vs-serve: the scenario served again, compared with the first serving."""
+    from sim.validation_serve import serve_logged
+    from sim.validate import mode_config
+
+    rows = []
+    for run in result.runs:
+        again, _ = serve_logged(mode_config(run.spec.config, "serve"))
+        slo = run.spec.config["slo"]
+        rows += error_rows(run.label, summarize(run.serve, slo), summarize(again, slo))
+    return rows
+
+
+def table_text(results: list) -> str:
+    """One row per scenario: error % of every metric and stat, then max |error| of the
+    headline cells (p50/p90/p99 of TTFT, TPOT, E2E)."""
+    cols = [(m, s) for m in METRICS for s in STATS]
+    header = ["scenario"] + [f"{m} {s}" for m, s in cols] + ["max|err|"]
+    lines = []
+    for name, rows in results:
+        cell = {(r["metric"], r["stat"]): r["error_pct"] for r in rows}
+        lines.append([name] + [_pct(cell[c]) for c in cols] + [f"{max_abs_error(rows):.1f}"])
+    widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
+    fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, lines)])
+
+
+def _pct(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.1f}"
+
+
+def main(args) -> int:
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profile = Path(args.profile).resolve() if args.profile else make_profile(out_dir).resolve()
+    raw, normalized, noise, notes = [], [], [], []
+    for scenario, load, capacity in build_scenarios(out_dir, profile, args.seconds, args.only):
+        load_avg = os.getloadavg()[0]
+        result = validate(scenario, out_dir / scenario.name, progress=True)
+        run = result.runs[0]
+        raw.append((scenario.name, run.errors))
+        normalized.append((scenario.name, run.normalized_errors))
+        step = [r["error_pct"] for r in run.steps]
+        preempted = int(sum(run.serve.step_columns()["preemptions"]))
+        notes.append(f"{scenario.name}: {len(step)} steps, step-time error median "
+                     f"{np.median(step):+.1f}%, served steps took {run.speed_ratio:.2f}x the "
+                     f"predicted time (median); {preempted} preemptions served; load average "
+                     f"{load_avg:.2f} before serving")
+        if args.noise_floor:
+            noise.append((scenario.name, noise_rows(result)))
+    metrics, stats = HEADLINE
+    headline = f"max |error| over {'/'.join(stats)} of {', '.join(m.upper() for m in metrics)}"
+    print(f"\nsimulate vs serve, error % = 100 (simulate - serve) / serve "
+          f"(OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
+          f"profile {profile}):\n")
+    print(table_text(raw))
+    print(f"\n{headline}: {max(max_abs_error(rows) for _, rows in raw):.1f}%\n")
+    print("\n".join(notes))
+    print("\nthe same, with every simulated step cost scaled by the served steps' median "
+          "measured / predicted ratio (the machine's speed while serving):\n")
+    print(table_text(normalized))
+    print(f"\n{headline}: {max(max_abs_error(rows) for _, rows in normalized):.1f}%")
+    if noise:
+        print("\nnoise floor: serve vs serve again (error % of the second serving):\n")
+        print(table_text(noise))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(ARGS))

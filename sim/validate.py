@@ -1,0 +1,180 @@
+"""`servesim validate`: does the simulator predict what the real engine does?
+
+Every run of a scenario (each variant at each sweep point) is run twice on the same requests
+(one seed gives the same arrival times, prompt and output lengths in every mode):
+- serve: the NumPy engine in real time on the wall clock (`engine.server.serve`), sampling with
+  ignore_eos so every request generates exactly its planned output tokens;
+- simulate: the engine's own scheduler on a SimPy clock, steps costed by the scenario's cost
+  model (a fitted profile, or the linear model).
+
+Written to `out_dir`: `validation.csv` (variant, metric, stat, serve, simulate, error_pct for
+TTFT, TPOT, ITL, E2E x mean, p50, p90, p99), `validation_cdfs.png` (each metric's CDF, served
+and simulated side by side), `step_errors.csv` (every served step with the cost model's
+prediction for its shape, see `validation_steps`), and the usual report of each mode in
+`serve/` and `simulate/`. A diagnostic, `validation_speed_normalized.csv`, compares the served
+run with a simulation whose step costs are all scaled by the served steps' median measured /
+predicted ratio: what remains is error in how step cost depends on the step's shape and in the
+simulated dynamics, not the machine's overall speed while serving.
+
+    result = validate("kv-pressure", "out/kv-pressure-validate")
+    print(result.text())
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import scenarios
+from engine.records import RunRecorder
+from engine.benchmark import summarize
+from scenarios import ScenarioError
+
+from .cost_model import cost_model as build_cost_model
+from .runner import run_config
+from .validation_serve import serve_logged
+from .validation_steps import (ScaledCost, speed_ratio, step_error_summary, step_rows,
+                               write_steps_csv)
+from .validation_table import error_rows, max_abs_error, text_table, write_csv
+
+VALIDATED_COST_MODELS = ("profile", "linear")
+
+
+@dataclass(frozen=True)
+class ValidationRun:
+    """One run of the scenario served and simulated: both recorders, the error rows and the
+    served steps with their predictions."""
+
+    spec: scenarios.RunSpec
+    serve: RunRecorder
+    simulate: RunRecorder
+    errors: list
+    steps: list
+    speed_ratio: float  # served steps' median measured / predicted seconds
+    normalized_errors: list  # errors of the simulation scaled by speed_ratio
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+
+@dataclass(frozen=True)
+class Validation:
+    scenario: scenarios.Scenario
+    runs: tuple
+    out_dir: Path | None
+
+    @property
+    def rows(self) -> list[dict]:
+        """Every run's error rows, in run order (validation.csv's rows)."""
+        return [row for run in self.runs for row in run.errors]
+
+    @property
+    def normalized_rows(self) -> list[dict]:
+        return [row for run in self.runs for row in run.normalized_errors]
+
+    def max_abs_error(self, normalized: bool = False) -> float:
+        """Largest |error %| over p50, p90, p99 of TTFT, TPOT and E2E, over every run."""
+        return max_abs_error(self.normalized_rows if normalized else self.rows)
+
+    def text(self) -> str:
+        """The printed error table, then each run's step-level prediction error."""
+        lines = [text_table(self.rows), ""]
+        for run in self.runs:
+            s = step_error_summary(run.steps)
+            lines.append(f"{run.label}: {s['steps']} served steps, step-time prediction error "
+                         f"median {s['median_error_pct']:+.1f}%, mean {s['mean_error_pct']:+.1f}%"
+                         f" (|error| median {s['median_abs_error_pct']:.1f}%); served steps took "
+                         f"{run.speed_ratio:.2f}x the predicted time (median)")
+        lines.append(f"max |error| over p50/p90/p99 of TTFT, TPOT, E2E: "
+                     f"{self.max_abs_error():.1f}% (simulation scaled by the served speed: "
+                     f"{self.max_abs_error(normalized=True):.1f}%)")
+        return "\n".join(lines)
+
+
+def validate(scenario, out_dir=None, progress: bool = False, write: bool = True) -> Validation:
+    """Serve and simulate every run of `scenario` (a `scenarios.Scenario`, a built-in name or a
+    path) and, with `write`, write the files listed in the module docstring to `out_dir`."""
+    if not isinstance(scenario, scenarios.Scenario):
+        scenario = scenarios.load(scenario)
+    specs = scenario.runs()
+    for spec in specs:
+        check_validatable(scenario, spec)
+    base_dir = Path(scenario.path).parent if scenario.path else None
+    runs = []
+    for index, spec in enumerate(specs, start=1):
+        if progress:
+            print(f"[{index}/{len(specs)}] {scenario.name}: {spec.label}: serving "
+                  f"{spec.config['workload'].get('num_requests', '')} requests in real time",
+                  file=sys.stderr)
+        runs.append(validate_run(spec, base_dir))
+    result = Validation(scenario, tuple(runs), Path(out_dir) if out_dir is not None else None)
+    if write:
+        if out_dir is None:
+            raise ValueError("validate: out_dir is required to write the files")
+        write_outputs(result, Path(out_dir))
+    return result
+
+
+def check_validatable(scenario, spec) -> None:
+    """Refuse what cannot be compared, before anything runs: a live cost model (nothing to
+    validate) and closed-loop arrivals (serving replays arrival times given up front)."""
+    where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
+    model = spec.config["cost"].get("model")
+    if model not in VALIDATED_COST_MODELS:
+        raise ScenarioError(f"{where}cost.model: validate compares a cost model with serving, "
+                            f"so it must be one of {', '.join(VALIDATED_COST_MODELS)}, got {model!r}")
+    arrival = spec.config["workload"].get("arrival") or {}
+    if arrival.get("process") == "closed_loop":
+        raise ScenarioError(f"{where}workload.arrival.process: validate serves arrival times "
+                            f"given up front; allowed: poisson, gamma, constant, trace, "
+                            f"got 'closed_loop'")
+
+
+def mode_config(config: dict, mode: str) -> dict:
+    """A copy of a resolved config in another mode."""
+    config = copy.deepcopy(config)
+    config["mode"] = mode
+    return config
+
+
+def validate_run(spec, base_dir=None) -> ValidationRun:
+    """Serve, then simulate, one run; compare them."""
+    cost = build_cost_model(spec.config["cost"], spec.config["model"])
+    served, log = serve_logged(mode_config(spec.config, "serve"), base_dir)
+    simulate_config = mode_config(spec.config, "simulate")
+    simulated = run_config(simulate_config, base_dir=base_dir, cost=cost)
+    steps = step_rows(spec.label, served, log, cost)
+    ratio = speed_ratio(steps)
+    scaled = run_config(simulate_config, base_dir=base_dir, cost=ScaledCost(cost, ratio))
+    slo = spec.config["slo"]
+    served_summary = summarize(served, slo)
+    errors = error_rows(spec.label, served_summary, summarize(simulated, slo))
+    normalized = error_rows(spec.label, served_summary, summarize(scaled, slo))
+    return ValidationRun(spec, served, simulated, errors, steps, ratio, normalized)
+
+
+def write_outputs(result: Validation, out_dir: Path) -> list[Path]:
+    """validation.csv, step_errors.csv, validation_cdfs.png, serve/ and simulate/."""
+    import reports
+    from reports.cdf_chart import cdf_chart
+    from reports.tables import request_frame
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scenario, written = result.scenario, []
+    for mode in ("serve", "simulate"):
+        results = [(replace(run.spec, config=mode_config(run.spec.config, mode)),
+                    getattr(run, mode)) for run in result.runs]
+        moded = replace(scenario, base=mode_config(scenario.base, mode))
+        written += reports.write_report(moded, results, out_dir / mode).files
+    write_csv(result.rows, out_dir / "validation.csv")
+    write_csv(result.normalized_rows, out_dir / "validation_speed_normalized.csv")
+    write_steps_csv([row for run in result.runs for row in run.steps], out_dir / "step_errors.csv")
+    lines = [(f"{run.label} {mode}", request_frame(run.spec, getattr(run, mode)),
+              getattr(run, mode)) for run in result.runs for mode in ("serve", "simulate")]
+    (out_dir / "validation_cdfs.png").write_bytes(cdf_chart(lines))
+    return written + [out_dir / name for name in
+                      ("validation.csv", "validation_speed_normalized.csv", "step_errors.csv",
+                       "validation_cdfs.png")]

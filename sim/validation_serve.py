@@ -1,0 +1,74 @@
+"""The served side of a validation: a resolved config served in real time by the NumPy engine,
+with every step's shape logged (`validation_steps.StepLog`).
+
+The server is started as a real one is before it takes requests: the KV cache is committed
+(every page written once, so no step pays the kernel's first-touch page faults) and a few
+throwaway steps run (BLAS start-up, scratch buffers), so the first request is not served by a
+cold engine. The throwaway steps sample from their own generator: the run's sampling stream,
+prompts and workload are exactly those of `sim.run_config` in serve mode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.block_manager import BlockManager
+from engine.executor import NumpyExecutor
+from engine.model import ModelConfig, init_params
+from engine.records import RunRecorder
+from engine.server import serve
+
+from .profile_grid import ShapeSpec, build_plan, release
+from .runner import build_scheduler, sequence_factory
+from .validation_steps import StepLog
+from .workload import build_workload, seeded_streams
+
+WARMUP_ROUNDS = 3
+
+
+def serve_logged(config: dict, base_dir=None) -> tuple[RunRecorder, StepLog]:
+    """Serve a resolved config (its mode is ignored) in real time; returns the recorder and the
+    log of step shapes."""
+    model = ModelConfig(**config["model"])
+    scheduler = build_scheduler(config, model)
+    block_manager = scheduler.block_manager
+    recorder = RunRecorder(block_manager.num_blocks)
+    streams = seeded_streams(config["seed"])
+    workload = build_workload(config["workload"], streams["workload"], base_dir)
+    if workload.closed_loop is not None:
+        raise ValueError("validate serves arrival times given up front; "
+                         "workload.arrival.process = 'closed_loop' has none")
+    executor = NumpyExecutor(init_params(model), block_manager, rng=streams["sampling"])
+    warm_up(executor, block_manager, model.vocab_size)
+    make = sequence_factory(workload, streams["tokens"], model.vocab_size)
+    requests = [make(i, float(t)) for i, t in enumerate(workload.arrival_s.tolist())]
+    log = StepLog(executor)
+    serve(scheduler, log, requests, recorder)
+    return recorder, log
+
+
+def warm_up(executor: NumpyExecutor, block_manager: BlockManager, vocab_size: int) -> None:
+    """Commit the KV cache's memory and run a few throwaway steps (a prefill, a decode batch,
+    both together) on scratch sequences; leaves the block manager as it found it and the
+    executor's sampling generator untouched."""
+    executor.storage.k[...] = 0.0  # write every page once: no first-touch faults while serving
+    executor.storage.v[...] = 0.0
+    rng, sampling_rng = np.random.default_rng(0), executor.rng
+    bs = block_manager.block_size
+    n = min(4, max(block_manager.num_free // 2, 1))  # decodes of one block each, as room allows
+    shapes = [ShapeSpec(prefills=((0, bs),)), ShapeSpec(decodes=(bs,) * n),
+              ShapeSpec(prefills=((0, bs),), decodes=(bs,) * max(n - 1, 1))]
+    executor.rng = rng
+    try:
+        for _ in range(WARMUP_ROUNDS):
+            for shape in shapes:
+                if sum(-(-k // bs) for k in (*shape.decodes, *(c + m for c, m in shape.prefills))) \
+                        > block_manager.num_free:
+                    continue
+                plan = build_plan(shape, block_manager, rng, vocab_size)
+                try:
+                    executor.execute(plan)
+                finally:
+                    release(plan, block_manager)
+    finally:
+        executor.rng = sampling_rng

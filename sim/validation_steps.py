@@ -1,0 +1,137 @@
+"""Step-level validation: every step the real engine served, with the cost model's prediction for
+that step's exact shape.
+
+End-to-end percentiles mix the cost model's error with the noise of a busy machine and with
+the schedule drifting apart once one step differs; a step's own prediction does not. `StepLog`
+wraps the real executor during serving and keeps each plan's `StepShape` and the executor's own
+time; `step_rows` joins them with the recorder's step times:
+
+- `measured_s` = end - start: the whole step as the server timed it (schedule, forward pass,
+  sampling, postprocess);
+- `cycle_s` = next start - start, for a step followed at once by another (the engine had work):
+  what the simulator's clock must advance by, since the simulated engine starts the next step
+  the instant one ends (the server's loop between steps is part of it);
+- `predicted_s`: the cost model on the step's shape; `error_pct` compares it with `cycle_s`
+  where defined, else with `measured_s`.
+
+`speed_ratio` is the median of measured / predicted over the served steps: how much slower (> 1)
+or faster the machine ran while serving than the cost model expects. On a machine shared with
+other work the speed drifts by tens of percent over minutes, between profiling and serving;
+`ScaledCost` is the cost model scaled by that one number, a diagnostic that separates that drift
+from errors in how the model's step cost depends on the step's shape.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .cost_model import COUNTS, shape_of
+
+STEP_COLUMNS = ("variant", "step", *COUNTS, "executor_s", "measured_s", "cycle_s",
+                "predicted_s", "error_pct")
+
+
+class StepLog:
+    """Executor protocol around a real executor: runs the plan, keeps its shape and the
+    executor's time. Shapes are read before the step runs (postprocess changes them)."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.shapes: list = []
+        self.executor_s: list[float] = []
+
+    def execute(self, plan):
+        shape = shape_of(plan)
+        result = self.executor.execute(plan)
+        self.shapes.append(shape)
+        self.executor_s.append(result.duration_s)
+        return result
+
+
+def busy_after(step_end_s, arrival_s, finish_s) -> np.ndarray:
+    """[S] True where a request had arrived by the step's end and was not finished by it, i.e.
+    the server started its next step at once. Times on one clock; unfinished requests have
+    finish NaN (never finished)."""
+    ends = np.asarray(step_end_s, float)  # [S]
+    arrived = np.searchsorted(np.sort(np.asarray(arrival_s, float)), ends, side="right")  # [S]
+    finish = np.asarray(finish_s, float)
+    finish = np.sort(np.where(np.isnan(finish), np.inf, finish))
+    done = np.searchsorted(finish, ends, side="right")  # [S]
+    return arrived > done
+
+
+def step_rows(variant: str, recorder, log: StepLog, cost_model) -> list[dict]:
+    """One row per served step (STEP_COLUMNS); times in seconds."""
+    steps, reqs = recorder.step_columns(), recorder.request_columns()
+    start, end = np.asarray(steps["start_s"]), np.asarray(steps["end_s"])  # [S]
+    assert len(start) == len(log.shapes), "every executed plan is one recorded step"
+    served = np.asarray(reqs["status"], dtype=object) != "rejected"  # rejected never queue
+    busy = busy_after(end, np.asarray(reqs["arrival_s"])[served],
+                      np.asarray(reqs["finish_s"])[served])
+    rows = []
+    for k, shape in enumerate(log.shapes):
+        measured = float(end[k] - start[k])
+        cycle = float(start[k + 1] - start[k]) if k + 1 < len(start) and busy[k] else math.nan
+        predicted = float(cost_model.predict_shape(shape))
+        reference = measured if math.isnan(cycle) else cycle
+        rows.append({"variant": variant, "step": k,
+                     **dict(zip(COUNTS, shape.counts())),
+                     "executor_s": log.executor_s[k], "measured_s": measured, "cycle_s": cycle,
+                     "predicted_s": predicted,
+                     "error_pct": 100.0 * (predicted - reference) / reference})
+    return rows
+
+
+def step_error_summary(rows: list[dict]) -> dict:
+    """Median and mean signed error, median absolute error (percent) of the steps' predictions,
+    and the share of the served time spent outside the executor (scheduling, loop, records)."""
+    if not rows:
+        return {"steps": 0, "median_error_pct": math.nan, "mean_error_pct": math.nan,
+                "median_abs_error_pct": math.nan, "outside_executor_pct": math.nan}
+    err = np.array([r["error_pct"] for r in rows])  # [S]
+    cycles = [(r["cycle_s"], r["executor_s"]) for r in rows if not math.isnan(r["cycle_s"])]
+    outside = (100.0 * (1 - sum(e for _, e in cycles) / sum(c for c, _ in cycles))
+               if cycles else math.nan)
+    return {"steps": len(rows), "median_error_pct": float(np.median(err)),
+            "mean_error_pct": float(err.mean()), "median_abs_error_pct": float(np.median(abs(err))),
+            "outside_executor_pct": outside}
+
+
+def write_steps_csv(rows: list[dict], path) -> None:
+    import csv
+
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(STEP_COLUMNS)
+        for row in rows:
+            writer.writerow([_cell(row[c]) for c in STEP_COLUMNS])
+
+
+def _cell(value):
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.9g}"
+    return value
+
+
+def speed_ratio(rows: list[dict]) -> float:
+    """Median over the served steps of measured (cycle where defined) / predicted seconds."""
+    if not rows:
+        return math.nan
+    ratios = [(r["measured_s"] if math.isnan(r["cycle_s"]) else r["cycle_s"]) / r["predicted_s"]
+              for r in rows]
+    return float(np.median(ratios))
+
+
+class ScaledCost:
+    """A cost model whose every prediction (and wake-up cost) is multiplied by `factor`."""
+
+    def __init__(self, cost, factor: float):
+        self.cost, self.factor = cost, factor
+        inner = getattr(cost, "wake_cost", None)
+        if inner is not None:
+            self.wake_cost = lambda idle_s: factor * inner(idle_s)
+
+    def predict(self, *counts) -> float:
+        return self.factor * self.cost.predict(*counts)

@@ -1,0 +1,170 @@
+"""`servesim validate`: the same requests served in real time by the NumPy engine and simulated
+with a cost model, compared statistic by statistic. Accuracy is a benchmark figure
+(benchmarks/fidelity.py); these tests check what must hold whatever the machine's speed."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sim.cli import main
+from sim.validate import validate
+from sim.validation_steps import busy_after
+from sim.validation_table import COLUMNS, METRICS, STATS, error_pct, max_abs_error, read_csv
+
+SCENARIO = """
+name = "validate-case"
+description = "A handful of short requests on a tiny model."
+seed = 3
+[model]
+vocab_size = 64
+d_model = 32
+n_layers = 2
+n_heads = 2
+d_ff = 64
+max_seq_len = 256
+[engine]
+block_size = 8
+num_kv_blocks = 64
+max_num_seqs = 4
+[cost]
+model = "linear"
+step_overhead_s = 0.0005
+prefill_token_s = 0.00001
+decode_seq_s = 0.0001
+context_token_s = 0.000001
+[workload]
+num_requests = 6
+arrival = { process = "poisson", rate = 40.0 }
+prompt_tokens = { dist = "uniform", low = 4, high = 40 }
+output_tokens = { dist = "uniform", low = 2, high = 12 }
+[[variants]]
+name = "continuous"
+[[variants]]
+name = "static"
+set = { "scheduler.policy" = "static", "scheduler.max_batch_size" = 3 }
+"""
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    """One validation of the two-variant scenario, shared by the tests that read it."""
+    root = tmp_path_factory.mktemp("validate")
+    path = root / "validate-case.toml"
+    path.write_text(SCENARIO)
+    out = root / "out"
+    return validate(path, out), out
+
+
+def requests_by_id(recorder) -> dict:
+    cols = recorder.request_columns()
+    return {rid: (status, arrival, prompt, output) for rid, status, arrival, prompt, output in
+            zip(cols["request_id"], cols["status"], cols["arrival_s"], cols["prompt_tokens"],
+                cols["output_tokens"])}
+
+
+def test_both_runs_finish_every_request_with_the_same_arrivals_and_token_counts(validated):
+    result, _ = validated
+    assert [run.label for run in result.runs] == ["continuous", "static"]
+    for run in result.runs:
+        served, simulated = requests_by_id(run.serve), requests_by_id(run.simulate)
+        assert sorted(served) == list(range(6))
+        assert served == simulated  # same ids, all finished, same arrivals, prompts, outputs
+        assert {status for status, *_ in served.values()} == {"finished"}
+
+
+def test_every_served_step_is_logged_with_its_executor_time_inside_the_step(validated):
+    result, _ = validated
+    run = result.runs[0]
+    served_steps = run.serve.num_steps
+    assert served_steps == len(run.steps) > 0
+    assert all(row["executor_s"] > 0 and row["measured_s"] >= row["executor_s"]
+               for row in run.steps)
+
+
+def test_validation_csv_has_every_metric_and_stat_with_finite_numbers(validated):
+    result, out = validated
+    rows = read_csv(out / "validation.csv")
+    assert list(rows[0]) == list(COLUMNS)
+    for variant in ("continuous", "static"):
+        cells = {(r["metric"], r["stat"]) for r in rows if r["variant"] == variant}
+        assert cells == {(m, s) for m in METRICS for s in STATS}
+    assert len(rows) == 2 * len(METRICS) * len(STATS)
+    for row in rows:
+        assert math.isfinite(row["serve"]) and row["serve"] > 0
+        assert math.isfinite(row["simulate"]) and row["simulate"] > 0
+        assert row["error_pct"] == pytest.approx(error_pct(row["serve"], row["simulate"]),
+                                                 rel=1e-6)
+    assert math.isfinite(result.max_abs_error())
+
+
+def test_the_error_table_matches_the_runs_own_summaries(validated):
+    result, out = validated
+    summary = (out / "serve" / "summary.csv").read_text().splitlines()
+    header, first = summary[0].split(","), summary[1].split(",")
+    served_p90 = float(first[header.index("ttft_p90_s")])
+    row = next(r for r in result.rows if r["variant"] == "continuous"
+               and (r["metric"], r["stat"]) == ("ttft", "p90"))
+    assert row["serve"] == pytest.approx(served_p90, rel=1e-8)
+
+
+def test_each_mode_gets_its_usual_files_and_the_comparison_files_exist(validated):
+    _, out = validated
+    for mode in ("serve", "simulate"):
+        for name in ("requests.csv", "steps.csv", "summary.csv", "summary.json", "report.md",
+                     "latency_cdfs.png"):
+            assert (out / mode / name).is_file(), (mode, name)
+        assert f'"mode": "{mode}"' in (out / mode / "summary.json").read_text()
+    for name in ("validation.csv", "step_errors.csv", "validation_cdfs.png"):
+        assert (out / name).stat().st_size > 0, name
+
+
+def test_error_pct_is_relative_to_the_served_value_and_nan_when_undefined():
+    assert error_pct(2.0, 2.5) == pytest.approx(25.0)
+    assert error_pct(2.0, 1.0) == pytest.approx(-50.0)
+    assert math.isnan(error_pct(math.nan, 1.0)) and math.isnan(error_pct(0.0, 1.0))
+
+
+def test_max_abs_error_counts_only_the_headline_cells_and_never_skips_nan():
+    rows = [{"metric": "ttft", "stat": "p50", "error_pct": -4.0},
+            {"metric": "itl", "stat": "p99", "error_pct": 40.0},  # not a headline cell
+            {"metric": "e2e", "stat": "mean", "error_pct": 30.0}]  # nor this
+    assert max_abs_error(rows) == 4.0
+    assert max_abs_error(rows + [{"metric": "tpot", "stat": "p90", "error_pct": math.nan}]) \
+        == math.inf
+
+
+def test_busy_after_a_step_means_an_arrived_request_is_not_finished():
+    ends = [1.0, 2.0, 3.0, 4.0]
+    arrivals = [0.5, 2.5]
+    finishes = [2.0, 3.0]  # the first finishes at step 2's end, the second at step 3's
+    assert busy_after(ends, arrivals, finishes).tolist() == [True, False, False, False]
+    assert busy_after(ends, arrivals, [2.0, np.nan]).tolist() == [True, False, True, True]
+
+
+def test_cli_prints_the_error_table(tmp_path, capsys):
+    path = tmp_path / "small.toml"
+    path.write_text(SCENARIO.replace("num_requests = 6", "num_requests = 2"))
+    assert main(["validate", str(path), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "metric" in printed and "error %" in printed and "ttft" in printed
+    assert (tmp_path / "v" / "validation.csv").is_file()
+
+
+@pytest.mark.parametrize("settings, message", [
+    (["mode=\"cosimulate\"", "cost.model=\"live\""],
+     "cost.model: validate compares a cost model with serving"),
+    (["workload.arrival={process=\"closed_loop\",concurrency=2}"],
+     "workload.arrival.process: validate serves arrival times given up front"),
+])
+def test_what_cannot_be_validated_is_one_line_and_nothing_runs(tmp_path, capsys, settings,
+                                                               message):
+    path = tmp_path / "small.toml"
+    path.write_text(SCENARIO)
+    out = tmp_path / "v"
+    assert main(["validate", str(path), "--out", str(out), "--quiet", "--set", *settings]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not out.exists()
