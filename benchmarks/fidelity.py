@@ -1,9 +1,13 @@
 """Fidelity: how closely the simulator predicts the real engine, over a set of scenarios.
 
 For each scenario below, `sim.validate` serves the requests in real time with the NumPy engine
-and simulates the same requests with the fitted cost model, and this script prints one table of
-the simulator's errors (scenario x metric x stat) and the largest |error| on p50, p90 and p99 of
-TTFT, TPOT and E2E.
+and simulates the same requests with the fitted cost model; the scenario is then served
+`--repeats - 1` more times. The script prints one table of the simulator's errors against the
+median of the servings (scenario x metric x stat), the largest |error| on p50, p90 and p99 of
+TTFT, TPOT and E2E, the spread of the servings themselves (the noise floor: the same requests
+served again on the same machine), and the errors of a diagnostic simulation whose step costs
+are scaled by the served steps' total measured / predicted time (the machine's speed while
+serving; see docs/validation/README.md).
 
 Steps:
 1. Profile the fidelity model (`sim.profile.profile_engine`: the profiling grid of step shapes,
@@ -13,17 +17,16 @@ Steps:
    and the rate at which they complete between the 20th and the 80th percentile of completions
    (a saturated server, without the start-up and drain phases) is its capacity. Each scenario's
    arrival rate is a fraction of it (its `load`).
-3. Validate every scenario (about `--seconds` of serving each) and print the table.
+3. Validate every scenario (about `--seconds` of serving each, `--repeats` times) and print.
 
-A smaller model than the default keeps real-time serving fast (a few milliseconds a step), so a
-scenario serves hundreds of requests in well under a minute. BLAS runs single-threaded by
-default (`--blas-threads`): on a machine with two cores shared with other work, a second BLAS
-thread mostly waits for a core and makes step times erratic; the profile is measured in the same
-process, so it sees the same setting.
+A smaller model than the default keeps real-time serving fast (about a millisecond a decode
+step), so a scenario serves hundreds of requests in well under a minute. BLAS runs
+single-threaded by default (`--blas-threads`): on a machine with two cores shared with other
+work, a second BLAS thread mostly waits for a core and makes step times erratic; the profile is
+measured in the same process, so it sees the same setting.
 
-    python benchmarks/fidelity.py                       # profile, then every scenario (~5 min)
-    python benchmarks/fidelity.py --only load-70 --seconds 5
-    python benchmarks/fidelity.py --noise-floor         # also serve each scenario twice
+    python benchmarks/fidelity.py                       # profile, then every scenario (~8 min)
+    python benchmarks/fidelity.py --only load-70 --seconds 5 --repeats 1
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ def parse_args(argv=None):
     parser.add_argument("--seconds", type=float, default=15.0,
                         help="target serving time per scenario (sets its number of requests)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scenarios")
-    parser.add_argument("--noise-floor", action="store_true",
-                        help="serve each scenario a second time and report serve-vs-serve errors")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="servings of each scenario (the reference is their median)")
     parser.add_argument("--blas-threads", default="1", help="OPENBLAS_NUM_THREADS (default 1)")
     return parser.parse_args(argv)
 
@@ -176,17 +179,43 @@ def make_profile(out_dir: Path) -> Path:
     return path
 
 
-def noise_rows(result) -> list[dict]:
-    """Serve-vs-serve: the scenario served again, compared with the first serving."""
-    from sim.validation_serve import serve_logged
+def servings(run, repeats: int) -> list[tuple[dict, float]]:
+    """(summary, speed ratio) of the validation's serving and of `repeats - 1` more."""
+    from sim.cost_model import cost_model
     from sim.validate import mode_config
+    from sim.validation_serve import serve_logged
+    from sim.validation_steps import speed_ratio, step_rows
 
-    rows = []
-    for run in result.runs:
-        again, _ = serve_logged(mode_config(run.spec.config, "serve"))
-        slo = run.spec.config["slo"]
-        rows += error_rows(run.label, summarize(run.serve, slo), summarize(again, slo))
-    return rows
+    config, slo = run.spec.config, run.spec.config["slo"]
+    cost = cost_model(config["cost"], config["model"])
+    out = [(summarize(run.serve, slo), run.speed_ratio)]
+    for _ in range(repeats - 1):
+        recorder, log = serve_logged(mode_config(config, "serve"))
+        out.append((summarize(recorder, slo), speed_ratio(step_rows("", recorder, log, cost))))
+    return out
+
+
+def compare(name: str, run, served: list) -> tuple[list, list, list]:
+    """Error rows of the simulation and of the speed-scaled simulation against the median of
+    the servings, and the servings' spread ((max - min) / median, %) in the same layout."""
+    from sim.cost_model import cost_model
+    from sim.validate import mode_config
+    from sim.validation_steps import ScaledCost
+
+    config, slo = run.spec.config, run.spec.config["slo"]
+    summaries = [s for s, _ in served]
+    median = {k: float(np.median([s[k] for s in summaries])) for k in summaries[0]
+              if isinstance(summaries[0][k], float)}
+    ratio = float(np.median([r for _, r in served]))
+    scaled = run_config(mode_config(config, "simulate"),
+                        cost=ScaledCost(cost_model(config["cost"], config["model"]), ratio))
+    spread = [dict(row, error_pct=100 * (max(s[f"{row['metric']}_{row['stat']}_s"]
+                                             for s in summaries)
+                                         - min(s[f"{row['metric']}_{row['stat']}_s"]
+                                               for s in summaries)) / row["serve"])
+              for row in error_rows(name, median, median)]
+    return (error_rows(name, median, summarize(run.simulate, slo)),
+            error_rows(name, median, summarize(scaled, slo)), spread)
 
 
 def table_text(results: list) -> str:
@@ -212,36 +241,35 @@ def main(args) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     profile = Path(args.profile).resolve() if args.profile else make_profile(out_dir).resolve()
-    raw, normalized, noise, notes = [], [], [], []
+    raw, scaled, spread, notes = [], [], [], []
     for scenario, load, capacity in build_scenarios(out_dir, profile, args.seconds, args.only):
         load_avg = os.getloadavg()[0]
-        result = validate(scenario, out_dir / scenario.name, progress=True)
-        run = result.runs[0]
-        raw.append((scenario.name, run.errors))
-        normalized.append((scenario.name, run.normalized_errors))
-        step = [r["error_pct"] for r in run.steps]
-        preempted = int(sum(run.serve.step_columns()["preemptions"]))
-        notes.append(f"{scenario.name}: {len(step)} steps, step-time error median "
-                     f"{np.median(step):+.1f}%, served steps took {run.speed_ratio:.2f}x the "
-                     f"predicted time (median); {preempted} preemptions served; load average "
-                     f"{load_avg:.2f} before serving")
-        if args.noise_floor:
-            noise.append((scenario.name, noise_rows(result)))
+        run = validate(scenario, out_dir / scenario.name, progress=True).runs[0]
+        served = servings(run, args.repeats)
+        for table, rows in zip((raw, scaled, spread), compare(scenario.name, run, served)):
+            table.append((scenario.name, rows))
+        ratios = ", ".join(f"{r:.2f}" for _, r in served)
+        notes.append(f"{scenario.name}: {len(run.steps)} steps; served steps took {ratios}x the "
+                     f"predicted time (per serving); "
+                     f"{int(sum(run.serve.step_columns()['preemptions']))} preemptions in the "
+                     f"first serving; load average {load_avg:.2f} before serving")
     metrics, stats = HEADLINE
     headline = f"max |error| over {'/'.join(stats)} of {', '.join(m.upper() for m in metrics)}"
-    print(f"\nsimulate vs serve, error % = 100 (simulate - serve) / serve "
-          f"(OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
+    print(f"\nsimulate vs the median of {args.repeats} servings, error % = 100 (simulate - "
+          f"serve) / serve (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
           f"profile {profile}):\n")
     print(table_text(raw))
     print(f"\n{headline}: {max(max_abs_error(rows) for _, rows in raw):.1f}%\n")
     print("\n".join(notes))
-    print("\nthe same, with every simulated step cost scaled by the served steps' median "
-          "measured / predicted ratio (the machine's speed while serving):\n")
-    print(table_text(normalized))
-    print(f"\n{headline}: {max(max_abs_error(rows) for _, rows in normalized):.1f}%")
-    if noise:
-        print("\nnoise floor: serve vs serve again (error % of the second serving):\n")
-        print(table_text(noise))
+    if args.repeats > 1:
+        print(f"\nnoise floor: spread of the {args.repeats} servings, 100 (max - min) / median "
+              f"(the same requests, served again):\n")
+        print(table_text(spread))
+    print("\ndiagnostic: the simulation with every step cost scaled by the median over the "
+          "servings of their steps' total measured / predicted time (the machine's speed while "
+          "serving):\n")
+    print(table_text(scaled))
+    print(f"\n{headline}: {max(max_abs_error(rows) for _, rows in scaled):.1f}%")
     return 0
 
 

@@ -4,10 +4,10 @@ that `cost.model = "profile"` loads.
 
 Every point is measured in `repeats` rounds; each round visits the points in a fresh random
 order, so that a burst of load elsewhere on the machine spreads over many points instead of
-spoiling one, and each point keeps its median. Within a round a point runs `burst` times back to
-back and keeps the median of all runs but the first: a server runs steps of nearly the same shape
-one after the other, with its weights and KV blocks in cache, which the first run of a new shape
-after an unrelated one is not. Every measurement is paired with one of a fixed reference step
+spoiling one, and each point keeps its median. Within a round a point runs several times back to
+back (at least 3 times and 10 ms) and keeps the median of the second half of its runs: a server
+runs steps of nearly the same shape one after the other, with its weights and KV blocks in
+cache, which the first runs of a new shape after an unrelated one are not. Every measurement is paired with one of a fixed reference step
 taken just before it, to take out the machine's drift in speed (see `_measure`). The fit (`profile_fit`) uses the structured grid; the random
 held-out steps measure its accuracy. The loop's cost (`profile_loop`) is measured through the
 real server loop and added to the fitted coefficients.
@@ -40,10 +40,11 @@ from .profile_wake import measure_wake_cost
 
 BLOCK_SIZE = 16
 MAX_KV_TOKENS = 16384  # largest context one profiled step holds (bounds the KV storage)
-BURST = 3  # runs of a point in a row; all but the first are timed
+BURST, BURST_S, MAX_BURST = 3, 0.01, 16  # runs of a point in a row: >= 3, >= 10 ms, <= 16
 REFERENCE = ShapeSpec(prefills=((0, 32),), decodes=(128,) * 8)  # paired with every measurement
 
 STATISTICS = {"median": np.median, "min": np.min}
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # BLAS threads
 
 
 def profile_engine(model_config, out_path, quick: bool = False, progress: bool = True,
@@ -91,7 +92,8 @@ def profile_engine(model_config, out_path, quick: bool = False, progress: bool =
             "wake": wake,
         },
         "fit": {"method": "non-negative least squares on relative error", "repeats": repeats,
-                "burst": BURST, "statistic": statistic,
+                "burst": {"min_runs": BURST, "min_s": BURST_S, "max_runs": MAX_BURST},
+                "statistic": statistic,
                 "train": error_summary(_predict(fitted, s_train), y_train),
                 "held_out": error_summary(_predict(fitted, s_held), y_held),
                 "loop": loop_fit},
@@ -136,12 +138,18 @@ def _measure(executor, model: ModelConfig, shapes: list, repeats: int, rng, prog
 
 
 def _burst(executor, plan) -> float:
-    """Run the plan BURST times in a row; the median of all runs but the first."""
-    return float(np.median([executor.execute(plan).duration_s for _ in range(BURST)][1:]))
+    """Run the plan in a row at least BURST times and until BURST_S seconds have passed (at
+    most MAX_BURST times); the median of the second half of the runs. A small step after an
+    unrelated one needs a few runs to reach its steady time (a one-sequence decode of the small
+    fidelity model: 1.0, 0.9, 0.86, 0.77, then 0.70 ms), as in a server's run of decode steps."""
+    runs = []
+    while len(runs) < BURST or (sum(runs) < BURST_S and len(runs) < MAX_BURST):
+        runs.append(executor.execute(plan).duration_s)
+    return float(np.median(runs[len(runs) // 2:]))
 
 
 def _run(executor, shape, rng, model: ModelConfig) -> tuple[float, StepShape]:
-    """Build the shape's plan, run it BURST times in a row; (median of the timed runs, shape)."""
+    """Build the shape's plan and time it (`_burst`); (seconds, shape)."""
     block_manager = executor.block_manager
     plan = build_plan(shape, block_manager, rng, model.vocab_size)
     try:
@@ -170,9 +178,7 @@ def machine_info() -> dict:
                         for f in ("name", "version", "openblas configuration")}
     except (TypeError, ValueError, AttributeError):  # older NumPy: no dict mode
         info["blas"] = None
-    info["thread_env"] = {k: os.environ[k] for k in
-                          ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-                          if k in os.environ}
+    info["thread_env"] = {k: os.environ[k] for k in THREAD_ENV if k in os.environ}
     return info
 
 

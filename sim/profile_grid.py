@@ -29,13 +29,15 @@ SAMPLING = SamplingParams(temperature=1.0)  # what real runs sample with (sim.ru
 
 @dataclass(frozen=True)
 class ShapeSpec:
-    prefills: tuple = ()  # ((tokens already computed, chunk tokens), ...)
+    # ((tokens already computed, chunk tokens[, prompt tokens after the chunk]), ...): a chunk
+    # followed by more prompt tokens does not complete its sequence and samples nothing
+    prefills: tuple = ()
     decodes: tuple = ()  # context length (tokens attended, itself included) of each decode
     padding: int = 0
 
     @property
     def kv_tokens(self) -> int:
-        return sum(c + n for c, n in self.prefills) + sum(self.decodes)
+        return sum(c + n for c, n, *_ in self.prefills) + sum(self.decodes)
 
 
 # Decode batch sizes and prefill lengths: every count up to 16 (one row is a matrix-vector
@@ -75,14 +77,28 @@ def grid_shapes(quick: bool = False, max_tokens: int = 16384,
     shapes += [ShapeSpec(prefills=((c, n),), decodes=tuple(np.linspace(16, 800, b).astype(int)
                                                            .tolist()))
                for b, n, c in mixed]
+    # Rows that are not decodes (padding, prefill tokens) beside decodes, and chunks that sample
+    # nothing: without them a decode's own cost (attention, sampling) and its row's share of
+    # the matmuls could not be told apart, nor a chunk's sampling from its attention.
+    padded = ((1, 7), (2, 6), (3, 5), (5, 3), (1, 15), (4, 12), (8, 8), (12, 4), (2, 30), (9, 23),
+              (16, 16), (24, 8))
     shapes += [ShapeSpec(decodes=(200,) * b, padding=p)
-               for b, p in ((2, 14), (8, 8), (5, 11), (1, 15), (12, 4))]
+               for b, p in (padded[::3] if quick else padded)]
+    with_prefill = ((8, (1, 4, 16)), (32, (2, 8, 32)), (128, (1, 6, 24))) if not quick else \
+        ((32, (2, 8)),)
+    shapes += [ShapeSpec(prefills=((0, n),), decodes=(200,) * b)
+               for n, batches in with_prefill for b in batches]
+    partial = ((0, 16, 32), (0, 64, 64), (0, 256, 128), (128, 128, 64)) if not quick else \
+        ((0, 64, 64),)
+    shapes += [ShapeSpec(prefills=(chunk,)) for chunk in partial]
+    shapes += [ShapeSpec(prefills=(chunk,), decodes=(200,) * 8) for chunk in partial[1:2]]
     return [s for s in shapes if fits(s, max_tokens, max_seq_len)]
 
 
 def fits(shape: ShapeSpec, max_tokens: int, max_seq_len: int) -> bool:
     """Whether the shape holds at most max_tokens KV tokens and every position < max_seq_len."""
-    longest = max([c + n for c, n in shape.prefills] + list(shape.decodes), default=0)
+    longest = max([c + n + sum(rest) for c, n, *rest in shape.prefills] + list(shape.decodes),
+                  default=0)
     return shape.kv_tokens <= max_tokens and longest <= max_seq_len
 
 
@@ -107,8 +123,8 @@ def build_plan(shape: ShapeSpec, block_manager: BlockManager, rng: np.random.Gen
                vocab_size: int) -> StepPlan:
     """A plan with fresh sequences in the state `shape` describes (blocks reserved)."""
     plan = StepPlan(step=0, padding_seqs=shape.padding)
-    for computed, n in shape.prefills:
-        seq = _sequence(block_manager, rng, vocab_size, computed + n, computed + n)
+    for computed, n, *rest in shape.prefills:
+        seq = _sequence(block_manager, rng, vocab_size, computed + n + sum(rest), computed + n)
         seq.num_computed_tokens = computed
         plan.prefills.append((seq, n))
     for context in shape.decodes:

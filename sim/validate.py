@@ -12,8 +12,8 @@ TTFT, TPOT, ITL, E2E x mean, p50, p90, p99), `validation_cdfs.png` (each metric'
 and simulated side by side), `step_errors.csv` (every served step with the cost model's
 prediction for its shape, see `validation_steps`), and the usual report of each mode in
 `serve/` and `simulate/`. A diagnostic, `validation_speed_normalized.csv`, compares the served
-run with a simulation whose step costs are all scaled by the served steps' median measured /
-predicted ratio: what remains is error in how step cost depends on the step's shape and in the
+run with a simulation whose step costs are all scaled by the served steps' total measured /
+predicted time: what remains is error in how step cost depends on the step's shape and in the
 simulated dynamics, not the machine's overall speed while serving.
 
     result = validate("kv-pressure", "out/kv-pressure-validate")
@@ -23,6 +23,8 @@ simulated dynamics, not the machine's overall speed while serving.
 from __future__ import annotations
 
 import copy
+import json
+import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,6 +35,8 @@ from engine.benchmark import summarize
 from scenarios import ScenarioError
 
 from .cost_model import cost_model as build_cost_model
+from .cost_model import profile_path
+from .profile import THREAD_ENV
 from .runner import run_config
 from .validation_serve import serve_logged
 from .validation_steps import (ScaledCost, speed_ratio, step_error_summary, step_rows,
@@ -52,7 +56,7 @@ class ValidationRun:
     simulate: RunRecorder
     errors: list
     steps: list
-    speed_ratio: float  # served steps' median measured / predicted seconds
+    speed_ratio: float  # served steps' total measured / total predicted seconds
     normalized_errors: list  # errors of the simulation scaled by speed_ratio
 
     @property
@@ -87,7 +91,7 @@ class Validation:
             lines.append(f"{run.label}: {s['steps']} served steps, step-time prediction error "
                          f"median {s['median_error_pct']:+.1f}%, mean {s['mean_error_pct']:+.1f}%"
                          f" (|error| median {s['median_abs_error_pct']:.1f}%); served steps took "
-                         f"{run.speed_ratio:.2f}x the predicted time (median)")
+                         f"{run.speed_ratio:.2f}x the predicted time in total")
         lines.append(f"max |error| over p50/p90/p99 of TTFT, TPOT, E2E: "
                      f"{self.max_abs_error():.1f}% (simulation scaled by the served speed: "
                      f"{self.max_abs_error(normalized=True):.1f}%)")
@@ -106,9 +110,12 @@ def validate(scenario, out_dir=None, progress: bool = False, write: bool = True)
     runs = []
     for index, spec in enumerate(specs, start=1):
         if progress:
-            print(f"[{index}/{len(specs)}] {scenario.name}: {spec.label}: serving "
-                  f"{spec.config['workload'].get('num_requests', '')} requests in real time",
-                  file=sys.stderr)
+            note = thread_note(spec.config["cost"])
+            if note:
+                print(note, file=sys.stderr)
+            count = spec.config["workload"].get("num_requests") or "the trace's"
+            print(f"[{index}/{len(specs)}] {scenario.name}: {spec.label}: serving {count} "
+                  f"requests in real time", file=sys.stderr)
         runs.append(validate_run(spec, base_dir))
     result = Validation(scenario, tuple(runs), Path(out_dir) if out_dir is not None else None)
     if write:
@@ -131,6 +138,20 @@ def check_validatable(scenario, spec) -> None:
         raise ScenarioError(f"{where}workload.arrival.process: validate serves arrival times "
                             f"given up front; allowed: poisson, gamma, constant, trace, "
                             f"got 'closed_loop'")
+
+
+def thread_note(cost: dict) -> str | None:
+    """A warning when the profile was measured under other BLAS thread settings than this
+    process serves with (step times differ severalfold between 1 and 2 threads)."""
+    if cost.get("model") != "profile":
+        return None
+    data = json.loads(profile_path(cost.get("profile", "default")).read_text())
+    measured = data.get("machine", {}).get("thread_env", {})
+    now = {k: os.environ[k] for k in THREAD_ENV if k in os.environ}
+    if measured == now:
+        return None
+    return (f"note: the profile was measured with {measured or 'no thread settings'}, this "
+            f"process serves with {now or 'none'}; set them alike for a fair comparison")
 
 
 def mode_config(config: dict, mode: str) -> dict:

@@ -11,11 +11,12 @@ time; `step_rows` joins them with the recorder's step times:
 - `cycle_s` = next start - start, for a step followed at once by another (the engine had work):
   what the simulator's clock must advance by, since the simulated engine starts the next step
   the instant one ends (the server's loop between steps is part of it);
-- `predicted_s`: the cost model on the step's shape; `error_pct` compares it with `cycle_s`
+- `predicted_s`: the cost model on the step's shape, plus its wake-up cost when the server was
+  idle before the step (as the simulator charges it); `error_pct` compares it with `cycle_s`
   where defined, else with `measured_s`.
 
-`speed_ratio` is the median of measured / predicted over the served steps: how much slower (> 1)
-or faster the machine ran while serving than the cost model expects. On a machine shared with
+`speed_ratio` is the served steps' total time over their total predicted time: how much slower
+(> 1) or faster the machine ran while serving than the cost model expects. On a machine shared with
 other work the speed drifts by tens of percent over minutes, between profiling and serving;
 `ScaledCost` is the cost model scaled by that one number, a diagnostic that separates that drift
 from errors in how the model's step cost depends on the step's shape.
@@ -70,11 +71,14 @@ def step_rows(variant: str, recorder, log: StepLog, cost_model) -> list[dict]:
     served = np.asarray(reqs["status"], dtype=object) != "rejected"  # rejected never queue
     busy = busy_after(end, np.asarray(reqs["arrival_s"])[served],
                       np.asarray(reqs["finish_s"])[served])
+    wake = getattr(cost_model, "wake_cost", None)
     rows = []
     for k, shape in enumerate(log.shapes):
         measured = float(end[k] - start[k])
         cycle = float(start[k + 1] - start[k]) if k + 1 < len(start) and busy[k] else math.nan
         predicted = float(cost_model.predict_shape(shape))
+        if k and not busy[k - 1] and wake is not None:  # the server slept before this step
+            predicted += wake(float(start[k] - end[k - 1]))
         reference = measured if math.isnan(cycle) else cycle
         rows.append({"variant": variant, "step": k,
                      **dict(zip(COUNTS, shape.counts())),
@@ -116,12 +120,12 @@ def _cell(value):
 
 
 def speed_ratio(rows: list[dict]) -> float:
-    """Median over the served steps of measured (cycle where defined) / predicted seconds."""
+    """Served time over predicted time, summed over the served steps (measured: cycle where
+    defined): how much slower (> 1) the served steps ran, weighted by their length."""
     if not rows:
         return math.nan
-    ratios = [(r["measured_s"] if math.isnan(r["cycle_s"]) else r["cycle_s"]) / r["predicted_s"]
-              for r in rows]
-    return float(np.median(ratios))
+    served = sum(r["measured_s"] if math.isnan(r["cycle_s"]) else r["cycle_s"] for r in rows)
+    return float(served / sum(r["predicted_s"] for r in rows))
 
 
 class ScaledCost:

@@ -99,11 +99,11 @@ def test_built_plans_have_the_shape_they_were_built_from():
 
 def test_grids_stay_within_the_kv_budget_and_held_out_points_are_seeded():
     assert all(s.kv_tokens <= 4096 for s in grid_shapes(max_tokens=4096))
-    assert all(max([c + n for c, n in s.prefills] + list(s.decodes)) <= 512
+    assert all(max([c + n for c, n, *_ in s.prefills] + list(s.decodes)) <= 512
                for s in grid_shapes(max_seq_len=512) + held_out_shapes(
                    np.random.default_rng(0), 20, max_seq_len=512))
     rows = {len(s.decodes) for s in grid_shapes()} | {n for s in grid_shapes()
-                                                       for _, n in s.prefills}
+                                                       for _, n, *_ in s.prefills}
     assert set(range(1, 17)) <= rows  # every small row count: each has its own BLAS tail
     a = held_out_shapes(np.random.default_rng(1), 12)
     assert a == held_out_shapes(np.random.default_rng(1), 12) and len(a) == 12
@@ -125,3 +125,13 @@ def test_the_design_matrix_is_what_the_fitted_cost_computes():
     assert design_matrix(shapes, knots) @ params == pytest.approx(
         [cost.predict(*s.counts()) for s in shapes])
     assert [s.counts() for s in shapes] == [tuple(getattr(s, c) for c in COUNTS) for s in shapes]
+
+
+def test_a_chunk_followed_by_more_prompt_samples_nothing():
+    bm = BlockManager(50, 16)
+    plan = build_plan(ShapeSpec(prefills=((0, 20, 12), (16, 4))), bm, np.random.default_rng(0), 64)
+    first, second = plan.prefills
+    assert first[0].prompt_len == 32 and first[1] == 20 and bm.capacity(first[0].seq_id) >= 20
+    assert shape_of(plan).sampled_seqs == 1  # only the chunk that completes its prompt
+    release(plan, bm)
+    assert bm.num_used == 0
