@@ -13,7 +13,6 @@ status 2, with no traceback; nothing runs.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import textwrap
 from dataclasses import fields
@@ -66,8 +65,6 @@ def cmd_scenarios(args) -> int:
 
 def cmd_profile(args) -> int:
     model = model_config(args.model or ())
-    if importlib.util.find_spec("sim.profile") is None:
-        return _not_available("profile", "the engine profiler (sim/profile.py)")
     from .profile import profile_engine
 
     out = Path(args.out) if args.out else Path("out") / "profile.json"
@@ -78,8 +75,6 @@ def cmd_profile(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    if importlib.util.find_spec("sim.validate") is None:
-        return _not_available("validate", "the simulate-vs-serve comparison (sim/validate.py)")
     from .validate import validate
 
     scenario = scenarios.load(args.scenario, args.set or ())
@@ -94,12 +89,6 @@ def cmd_validate(args) -> int:
     print(result.text())
     print(f"\nvalidation written to {out_dir}/")
     return 0
-
-
-def _not_available(command: str, what: str) -> int:
-    print(f"servesim {command}: not available yet in this installation ({what} is missing)",
-          file=sys.stderr)
-    return 1
 
 
 def model_config(pairs) -> ModelConfig:

@@ -3,7 +3,6 @@ the summary; every user mistake is one line on stderr with exit status 2 and not
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -125,13 +124,6 @@ def test_profile_rejects_an_unknown_model_key(capsys, tmp_path):
 def test_profile_rejects_a_bad_model_value(capsys, tmp_path):
     assert main(["profile", "--model", "n_heads=3", "--out", str(tmp_path / "p.json")]) == 2
     assert "model.d_model (512) must be divisible by model.n_heads (3)" in one_error_line(capsys)
-
-
-@pytest.mark.skipif(importlib.util.find_spec("sim.validate") is not None,
-                    reason="the validate command exists: its own tests cover it")
-def test_validate_says_it_is_not_available(capsys):
-    assert main(["validate", "static-vs-continuous"]) == 1
-    assert "not available yet" in one_error_line(capsys)
 
 
 def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_path, capsys):
