@@ -21,7 +21,7 @@ Parameter layout (all float32):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -223,7 +223,3 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = True) 
     weights = np.exp(scores, out=scores)
     weights /= weights.sum(axis=-1, keepdims=True)
     return np.matmul(weights, v.transpose(1, 0, 2)).transpose(1, 0, 2)  # [Tq, H, hd]
-
-
-def config_dict(config: ModelConfig) -> dict:
-    return asdict(config)
