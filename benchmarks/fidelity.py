@@ -5,9 +5,10 @@ and simulates the same requests with the fitted cost model; the scenario is then
 `--repeats - 1` more times. The script prints one table of the simulator's errors against the
 median of the servings (scenario x metric x stat), the largest |error| on p50, p90 and p99 of
 TTFT, TPOT and E2E, the spread of the servings themselves (the noise floor: the same requests
-served again on the same machine), and the errors of a diagnostic simulation whose step costs
-are scaled by the served steps' total measured / predicted time (the machine's speed while
-serving; see docs/validation/README.md).
+served again on the same machine), the errors of the simulation with the profiled machine's
+jitter (`cost.jitter`, the median of `--jitter-runs` realisations), and those of a diagnostic
+simulation whose step costs are scaled by the served steps' total measured / predicted time
+(the machine's speed while serving; see docs/validation/README.md).
 
 Steps:
 1. Profile the fidelity model (`sim.profile.profile_engine`: the profiling grid of step shapes,
@@ -45,6 +46,8 @@ def parse_args(argv=None):
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scenarios")
     parser.add_argument("--repeats", type=int, default=3,
                         help="servings of each scenario (the reference is their median)")
+    parser.add_argument("--jitter-runs", type=int, default=21,
+                        help="realisations of the jittered simulation (the table is their median)")
     parser.add_argument("--blas-threads", default="1", help="OPENBLAS_NUM_THREADS (default 1)")
     return parser.parse_args(argv)
 
@@ -54,7 +57,6 @@ if ARGS is not None:  # before NumPy is imported: BLAS reads it once, at load ti
     os.environ["OPENBLAS_NUM_THREADS"] = ARGS.blas_threads
 
 import copy  # noqa: E402
-import math  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -64,7 +66,9 @@ import scenarios  # noqa: E402
 from engine.benchmark import summarize  # noqa: E402
 from sim.runner import run_config  # noqa: E402
 from sim.validate import validate  # noqa: E402
-from sim.validation_table import HEADLINE, METRICS, STATS, error_rows, max_abs_error  # noqa: E402
+from sim.validation_table import HEADLINE, error_rows  # noqa: E402
+
+from fidelity_stats import as_rows, median_summary, spread, table_text, worst  # noqa: E402
 
 MODEL = {"vocab_size": 512, "d_model": 256, "n_layers": 2, "n_heads": 4, "d_ff": 1024,
          "max_seq_len": 4096}
@@ -172,10 +176,10 @@ def make_profile(out_dir: Path) -> Path:
     path = out_dir / "profile.json"
     started = time.perf_counter()
     profile = profile_engine(ModelConfig(**MODEL), path, progress=True)
-    fit = profile["fit"]["held_out"]
+    fit, jitter = profile["fit"]["held_out"], profile["cost_model"]["jitter"]
     print(f"profiled in {time.perf_counter() - started:.0f} s: held-out step error median "
-          f"{100 * fit['median_abs_rel_error']:.1f}%, p90 {100 * fit['p90_abs_rel_error']:.1f}%",
-          file=sys.stderr)
+          f"{100 * fit['median_abs_rel_error']:.1f}%, p90 {100 * fit['p90_abs_rel_error']:.1f}%; "
+          f"jitter: {jitter}", file=sys.stderr)
     return path
 
 
@@ -195,59 +199,46 @@ def servings(run, repeats: int) -> list[tuple[dict, float]]:
     return out
 
 
-def compare(name: str, run, served: list) -> tuple[list, list, list]:
-    """Error rows of the simulation and of the speed-scaled simulation against the median of
-    the servings, and the servings' spread ((max - min) / median, %) in the same layout."""
+def compare(name: str, run, served: list, jitter_runs: int) -> dict:
+    """Against the median of the servings, the error rows of: the simulation ("simulate"), the
+    median of `jitter_runs` jittered realisations ("jitter") and the speed-scaled simulation
+    ("scaled"); and, in the same layout, the spread of the servings ("spread") and the median
+    spread of the jittered realisations taken as many at a time as there are servings
+    ("jitter_spread")."""
     from sim.cost_model import cost_model
     from sim.validate import mode_config
     from sim.validation_steps import ScaledCost
 
     config, slo = run.spec.config, run.spec.config["slo"]
     summaries = [s for s, _ in served]
-    median = {k: float(np.median([s[k] for s in summaries])) for k in summaries[0]
-              if isinstance(summaries[0][k], float)}
+    median = median_summary(summaries)
+    jittered_config = mode_config(config, "simulate")
+    jittered_config["cost"]["jitter"] = True
+    jittered = [summarize(run_config(jittered_config, jitter_rng=np.random.default_rng(k)), slo)
+                for k in range(jitter_runs)]
+    size = len(summaries)
+    groups = [spread(jittered[i:i + size]) for i in range(0, jitter_runs - size + 1, size)]
     ratio = float(np.median([r for _, r in served]))
     scaled = run_config(mode_config(config, "simulate"),
                         cost=ScaledCost(cost_model(config["cost"], config["model"]), ratio))
-    spread = [dict(row, error_pct=100 * (max(s[f"{row['metric']}_{row['stat']}_s"]
-                                             for s in summaries)
-                                         - min(s[f"{row['metric']}_{row['stat']}_s"]
-                                               for s in summaries)) / row["serve"])
-              for row in error_rows(name, median, median)]
-    return (error_rows(name, median, summarize(run.simulate, slo)),
-            error_rows(name, median, summarize(scaled, slo)), spread)
-
-
-def table_text(results: list) -> str:
-    """One row per scenario: error % of every metric and stat, then max |error| of the
-    headline cells (p50/p90/p99 of TTFT, TPOT, E2E)."""
-    cols = [(m, s) for m in METRICS for s in STATS]
-    header = ["scenario"] + [f"{m} {s}" for m, s in cols] + ["max|err|"]
-    lines = []
-    for name, rows in results:
-        cell = {(r["metric"], r["stat"]): r["error_pct"] for r in rows}
-        lines.append([name] + [_pct(cell[c]) for c in cols] + [f"{max_abs_error(rows):.1f}"])
-    widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
-    fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                                  for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, lines)])
-
-
-def _pct(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:+.1f}"
+    return {"simulate": error_rows(name, median, summarize(run.simulate, slo)),
+            "jitter": error_rows(name, median, median_summary(jittered)) if jittered else None,
+            "scaled": error_rows(name, median, summarize(scaled, slo)),
+            "spread": as_rows(name, median, spread(summaries)),
+            "jitter_spread": as_rows(name, median, median_summary(groups)) if groups else None}
 
 
 def main(args) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     profile = Path(args.profile).resolve() if args.profile else make_profile(out_dir).resolve()
-    raw, scaled, spread, notes = [], [], [], []
+    tables, notes = {}, []
     for scenario, load, capacity in build_scenarios(out_dir, profile, args.seconds, args.only):
         load_avg = os.getloadavg()[0]
         run = validate(scenario, out_dir / scenario.name, progress=True).runs[0]
         served = servings(run, args.repeats)
-        for table, rows in zip((raw, scaled, spread), compare(scenario.name, run, served)):
-            table.append((scenario.name, rows))
+        for key, rows in compare(scenario.name, run, served, args.jitter_runs).items():
+            tables.setdefault(key, []).append((scenario.name, rows))
         ratios = ", ".join(f"{r:.2f}" for _, r in served)
         notes.append(f"{scenario.name}: {len(run.steps)} steps; served steps took {ratios}x the "
                      f"predicted time (per serving); "
@@ -258,18 +249,27 @@ def main(args) -> int:
     print(f"\nsimulate vs the median of {args.repeats} servings, error % = 100 (simulate - "
           f"serve) / serve (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
           f"profile {profile}):\n")
-    print(table_text(raw))
-    print(f"\n{headline}: {max(max_abs_error(rows) for _, rows in raw):.1f}%\n")
+    print(table_text(tables["simulate"]))
+    print(f"\n{headline}: {worst(tables['simulate']):.1f}%\n")
     print("\n".join(notes))
     if args.repeats > 1:
         print(f"\nnoise floor: spread of the {args.repeats} servings, 100 (max - min) / median "
               f"(the same requests, served again):\n")
-        print(table_text(spread))
+        print(table_text(tables["spread"]))
+    if args.jitter_runs:
+        print(f"\nsimulate with the profiled machine's jitter (cost.jitter; median of "
+              f"{args.jitter_runs} realisations) vs the median of the servings:\n")
+        print(table_text(tables["jitter"]))
+        print(f"\n{headline}: {worst(tables['jitter']):.1f}%")
+    if args.repeats > 1 and tables["jitter_spread"][0][1] is not None:
+        print(f"\nthe jittered simulation's own noise floor: median spread of its realisations "
+              f"taken {args.repeats} at a time (compare with the servings' above):\n")
+        print(table_text(tables["jitter_spread"]))
     print("\ndiagnostic: the simulation with every step cost scaled by the median over the "
           "servings of their steps' total measured / predicted time (the machine's speed while "
           "serving):\n")
-    print(table_text(scaled))
-    print(f"\n{headline}: {max(max_abs_error(rows) for _, rows in scaled):.1f}%")
+    print(table_text(tables["scaled"]))
+    print(f"\n{headline}: {worst(tables['scaled']):.1f}%")
     return 0
 
 

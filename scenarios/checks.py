@@ -66,6 +66,7 @@ def _check_with_simulator(config: dict) -> None:
     from sim.arrivals import arrival_process  # sim reads scenarios: import on use, not at load
     from sim.cost_model import cost_model
     from sim.distributions import length_dist, priority_dist
+    from sim.runner import speed_process
 
     workload = config["workload"]
     try:
@@ -76,7 +77,7 @@ def _check_with_simulator(config: dict) -> None:
         if workload["priority"] is not None:
             priority_dist(workload["priority"], "workload.priority")
         if config["mode"] == "simulate":
-            cost_model(config["cost"], config["model"])
+            speed_process(config["cost"], cost_model(config["cost"], config["model"]), None)
     except (ValueError, FileNotFoundError) as exc:
         raise FieldError("", str(exc)) from None
 

@@ -116,7 +116,7 @@ SCENARIO = Table({
     "scheduler": Table({"policy": choice(POLICIES), "queue": choice(tuple(QUEUES)),
                         "chunked_prefill": BOOL, "max_batch_size": POSITIVE_INT,
                         "batch_timeout_s": NON_NEGATIVE_NUMBER}),
-    "cost": Table({"model": choice(COST_MODELS), "profile": NON_EMPTY_TEXT}
+    "cost": Table({"model": choice(COST_MODELS), "profile": NON_EMPTY_TEXT, "jitter": BOOL}
                   | {name: NON_NEGATIVE_NUMBER for name in
                      ("step_overhead_s", "prefill_token_s", "decode_seq_s", "context_token_s")}),
     "workload": WORKLOAD,

@@ -109,18 +109,24 @@ def _decodes_next(seq, n: int) -> bool:
 class CostModelExecutor:
     """Executor protocol (`execute(plan) -> StepResult`) backed by a cost model. The simulation
     loop calls `after_idle(idle_s)` when the engine wakes up from an idle wait; the next step
-    then also pays the cost model's `wake_cost(idle_s)` (a model without one: nothing)."""
+    then also pays the cost model's `wake_cost(idle_s)` (a model without one: nothing). With a
+    `speed` (`sim.jitter.SpeedProcess`) every step's time is multiplied by the machine's speed
+    factor at its start (the time since the previous step's start is its duration plus the
+    idle time reported in between)."""
 
-    def __init__(self, cost_model):
+    def __init__(self, cost_model, speed=None):
         self.cost_model = cost_model
+        self.speed = speed
         self._context = DecodeContext()
         self._predict = cost_model.predict
         self._wake_cost = getattr(cost_model, "wake_cost", None)
         self._wake_s = 0.0
+        self._since_start_s = 0.0  # since the previous step's start (duration + idle)
 
     def after_idle(self, idle_s: float) -> None:
         """The engine was idle for `idle_s` seconds before the step it is about to plan."""
         self._wake_s = self._wake_cost(idle_s) if self._wake_cost is not None else 0.0
+        self._since_start_s += idle_s
 
     def execute(self, plan) -> StepResult:
         tokens, attention, context, sampled = prefill_counts(plan.prefills)
@@ -130,4 +136,7 @@ class CostModelExecutor:
                                  plan.padding_seqs, sampled + decodes, context,
                                  decodes * running.max_context) + self._wake_s
         self._wake_s = 0.0
+        if self.speed is not None:
+            duration *= self.speed.factor(self._since_start_s)
+            self._since_start_s = duration
         return StepResult(None, duration)

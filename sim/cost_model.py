@@ -18,7 +18,8 @@ keys from the paged cache when c > 0), the decodes, the keys they attend to, and
   and a step of 7 rows costs more than one of 8. The coefficients include the engine loop's
   own cost (scheduling, postprocessing, records), measured through the real server loop, and
   `wake_cost(idle_s)` is added to the first step after the engine was idle that long (its CPU
-  slowed down or served other work meanwhile, and its caches went cold).
+  slowed down or served other work meanwhile, and its caches went cold). A profile may also
+  carry its machine's `jitter` (sim.jitter), which the simulator applies when `cost.jitter`.
 Both predict in O(number of prefill chunks) per step given the decode sums, which
 `CostModelExecutor` keeps as running totals.
 """
@@ -29,6 +30,8 @@ import json
 from bisect import bisect_left
 from dataclasses import dataclass, fields
 from pathlib import Path
+
+from .jitter import Jitter
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 FORMAT = "servesim-profile/2"
@@ -130,6 +133,7 @@ class FittedCost:
     row_tails: tuple = (0.0, 0.0, 0.0)  # seconds per leftover block of 1, 2, 4 rows (ROW_TAILS)
     wake_idle_s: tuple = ()  # increasing idle durations (seconds) ...
     wake_extra_s: tuple = ()  # ... and the seconds added to the step after each
+    jitter: Jitter | None = None  # the machine's speed from moment to moment (sim.jitter)
 
     def __post_init__(self):
         if len(self.coefficients) != len(FEATURES):
@@ -221,12 +225,16 @@ def load_profile(name_or_path) -> FittedCost:
         fit = data["cost_model"]
         coefficients = tuple(float(fit["coefficients"][name]) for name in FEATURES)
         rows, wake = fit["rows"], fit["wake"]
+        try:
+            jitter = Jitter.from_dict(fit["jitter"]) if "jitter" in fit else None
+        except ValueError as exc:
+            raise ValueError(f"{path}: cost_model.{exc}") from None
         return FittedCost(coefficients, dict(data["model"]), str(path),
                           tuple(int(k) for k in rows["knots"]),
                           tuple(float(c) for c in rows["costs_s"]),
                           tuple(float(rows["tails_s"][name]) for name in ROW_TAILS),
                           tuple(float(x) for x in wake["idle_s"]),
-                          tuple(float(x) for x in wake["extra_s"]))
+                          tuple(float(x) for x in wake["extra_s"]), jitter)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: not a servesim profile ({type(exc).__name__}: {exc}); "
                          f"write one with `servesim profile`") from None

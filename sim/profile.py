@@ -10,7 +10,9 @@ runs steps of nearly the same shape one after the other, with its weights and KV
 cache, which the first runs of a new shape after an unrelated one are not. Every measurement is paired with one of a fixed reference step
 taken just before it, to take out the machine's drift in speed (see `_measure`). The fit (`profile_fit`) uses the structured grid; the random
 held-out steps measure its accuracy. The loop's cost (`profile_loop`) is measured through the
-real server loop and added to the fitted coefficients.
+real server loop and added to the fitted coefficients. Last, the reference step runs back to
+back for a while: how its time swings from step to step and second to second is the machine's
+jitter (`sim.jitter`), which a simulation may apply (`cost.jitter`).
 
     profile_engine(ModelConfig(), "my-profile.json")   # -> the profile as a dict
 """
@@ -37,22 +39,26 @@ from .profile_fit import fit_cost, knots_for, with_loop
 from .profile_grid import ShapeSpec, build_plan, grid_shapes, held_out_shapes, release
 from .profile_loop import measure_loop_overhead
 from .profile_wake import measure_wake_cost
+from . import jitter as jitter_model
 
 BLOCK_SIZE = 16
 MAX_KV_TOKENS = 16384  # largest context one profiled step holds (bounds the KV storage)
 BURST, BURST_S, MAX_BURST = 3, 0.01, 16  # runs of a point in a row: >= 3, >= 10 ms, <= 16
 REFERENCE = ShapeSpec(prefills=((0, 32),), decodes=(128,) * 8)  # paired with every measurement
+JITTER_S = jitter_model.MEASURE_S  # REFERENCE back to back, for the machine's jitter
 
 STATISTICS = {"median": np.median, "min": np.min}
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # BLAS threads
 
 
 def profile_engine(model_config, out_path, quick: bool = False, progress: bool = True,
-                   repeats: int | None = None, seed: int = 0, statistic: str = "median") -> dict:
+                   repeats: int | None = None, seed: int = 0, statistic: str = "median",
+                   jitter_s: float | None = None) -> dict:
     """Measure, fit and write a profile for `model_config` (a ModelConfig or its dict) to
     `out_path`; returns the profile dict. `repeats` defaults to 7 (`quick`: a small grid and 3
     repeats, about a tenth of the time, rougher fit). `statistic`: how a point's rounds become
-    one time: "median" (default) or "min" (the least disturbed round)."""
+    one time: "median" (default) or "min" (the least disturbed round). `jitter_s`: how long the
+    jitter is measured (default JITTER_S; `quick`: a quarter of it)."""
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
     model = model_config if isinstance(model_config, ModelConfig) else ModelConfig(**model_config)
@@ -70,7 +76,9 @@ def profile_engine(model_config, out_path, quick: bool = False, progress: bool =
     fitted = fit_cost(s_train, y_train, asdict(model), knots)
     wake = measure_wake_cost(executor, rng, model.vocab_size, rounds=5 if quick else None)
     loop, loop_fit = measure_loop_overhead(executor, rng, model.vocab_size, model.max_seq_len)
-    total = with_loop(fitted, loop, wake)
+    jitter_s = jitter_s if jitter_s is not None else JITTER_S / 4 if quick else JITTER_S
+    jitter = measure_jitter(executor, model, rng, jitter_s)
+    total = with_loop(fitted, loop, wake, jitter)
     profile = {
         "format": FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -90,6 +98,7 @@ def profile_engine(model_config, out_path, quick: bool = False, progress: bool =
             "executor_coefficients": dict(zip(FEATURES, fitted.coefficients)),
             "loop_coefficients": loop,
             "wake": wake,
+            "jitter": jitter.to_dict(),
         },
         "fit": {"method": "non-negative least squares on relative error", "repeats": repeats,
                 "burst": {"min_runs": BURST, "min_s": BURST_S, "max_runs": MAX_BURST},
@@ -135,6 +144,17 @@ def _measure(executor, model: ModelConfig, shapes: list, repeats: int, rng, prog
         release(ref_plan, block_manager)
     bar.close()
     return times * (np.median(reference) / reference), measured
+
+
+def measure_jitter(executor, model: ModelConfig, rng, seconds: float):
+    """The machine's jitter (`sim.jitter`): REFERENCE run back to back for `seconds`."""
+    plan = build_plan(REFERENCE, executor.block_manager, rng, model.vocab_size)
+    try:
+        for _ in range(BURST):  # reach its steady time first
+            executor.execute(plan)
+        return jitter_model.fit(*jitter_model.measure(executor, plan, seconds))
+    finally:
+        release(plan, executor.block_manager)
 
 
 def _burst(executor, plan) -> float:

@@ -2,7 +2,8 @@
 
 `run_config(config)` builds the engine's own objects (BlockManager, Scheduler, RunRecorder) from
 the config, the workload from `config["workload"]` and the seed, then:
-- simulate: SimPy clock, `CostModelExecutor` (cost.model "profile" or "linear");
+- simulate: SimPy clock, `CostModelExecutor` (cost.model "profile" or "linear"; with
+  cost.jitter, every step also scaled by the profiled machine's speed, `sim.jitter`);
 - cosimulate (or cost.model "live"): SimPy clock, the real `NumpyExecutor` on random prompt token
   ids, its measured step time advancing the clock;
 - serve: the wall clock, the real engine, through `engine.server.serve`.
@@ -23,6 +24,7 @@ from engine.sequence import SamplingParams, Sequence
 
 from .cost_executor import CostModelExecutor
 from .cost_model import cost_model
+from .jitter import SpeedProcess
 from .loop import run_loop
 from .workload import Workload, build_workload, seeded_streams
 
@@ -30,10 +32,13 @@ MODES = ("simulate", "cosimulate", "serve")
 REAL_SAMPLING = SamplingParams(temperature=1.0)
 
 
-def run_config(config: dict, progress: bool = False, base_dir=None, cost=None) -> RunRecorder:
+def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
+               jitter_rng=None) -> RunRecorder:
     """Run one resolved config (see docs/sim/simulation.md); `base_dir` resolves a relative
     trace path (after the current directory). `cost`: in simulate mode, a cost model to use
-    instead of the one `config["cost"]` selects."""
+    instead of the one `config["cost"]` selects. `jitter_rng`: with `cost.jitter`, a generator
+    for the machine's speed instead of the seed's own "jitter" stream (another realisation of
+    the same machine on the same requests)."""
     mode = config.get("mode", "simulate")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -49,7 +54,9 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None) -
                          "simulate and cosimulate only (serve replays arrival times given "
                          "up front)")
     if mode == "simulate":
-        executor = CostModelExecutor(cost or cost_model(config["cost"], config["model"]))
+        cost = cost or cost_model(config["cost"], config["model"])
+        speed = speed_process(config["cost"], cost, jitter_rng or streams["jitter"])
+        executor = CostModelExecutor(cost, speed)
         make = sequence_factory(workload)
     else:
         executor = _numpy_executor(model, scheduler.block_manager, streams["sampling"])
@@ -59,6 +66,19 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None) -
     return run_loop(scheduler, executor, recorder, make, arrival_s=workload.arrival_s,
                     closed_loop=workload.closed_loop, num_requests=len(workload),
                     progress=progress)
+
+
+def speed_process(cost_config: dict, cost, rng) -> SpeedProcess | None:
+    """The machine's speed process when `cost.jitter` is on (the profile's measured jitter)."""
+    if not cost_config.get("jitter"):
+        return None
+    jitter = getattr(cost, "jitter", None)
+    if jitter is None:
+        source = getattr(cost, "source", cost_config.get("model"))
+        raise ValueError(f"cost.jitter = true needs a profile with a jitter measurement; "
+                         f"{source} has none (profile again with `servesim profile`, or set "
+                         f"cost.jitter = false)")
+    return SpeedProcess(jitter, rng)
 
 
 def build_scheduler(config: dict, model: ModelConfig) -> Scheduler:

@@ -8,8 +8,8 @@ front (users send requests as earlier ones finish); a trace gives arrivals and l
 priorities are drawn.
 
 `seeded_streams(seed)` splits one seed into independent generators for the workload, the prompt
-token ids (real engine only) and the engine's sampling, so drawing token ids in cosimulation
-never changes the workload.
+token ids (real engine only), the engine's sampling and the simulated machine's jitter, so
+drawing token ids in cosimulation never changes the workload.
 """
 
 from __future__ import annotations
@@ -41,11 +41,14 @@ class Workload:
         return len(self.prompt_tokens)
 
 
+STREAMS = ("workload", "tokens", "sampling", "jitter")
+
+
 def seeded_streams(seed: int) -> dict[str, np.random.Generator]:
-    """Independent generators {"workload", "tokens", "sampling"} derived from one seed."""
-    children = np.random.SeedSequence(seed).spawn(3)
-    return {name: np.random.default_rng(child)
-            for name, child in zip(("workload", "tokens", "sampling"), children)}
+    """Independent generators {"workload", "tokens", "sampling", "jitter"} derived from one seed
+    (a child's stream depends on its index only, so adding a stream changes no other)."""
+    children = np.random.SeedSequence(seed).spawn(len(STREAMS))
+    return {name: np.random.default_rng(child) for name, child in zip(STREAMS, children)}
 
 
 def build_workload(spec: dict, rng: np.random.Generator, base_dir=None) -> Workload:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine.block_manager import BlockManager
+from sim.jitter import Jitter
 from sim.cost_model import COUNTS, FEATURES, ROW_TAILS, StepShape, load_profile, shape_of
 from sim.profile import executor_cost, predict_profile_points, profile_engine
 from sim.profile_fit import design_matrix, knots_for
@@ -21,7 +22,7 @@ TINY = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory):
     path = tmp_path_factory.mktemp("profile") / "tiny.json"
-    data = profile_engine(TINY, path, quick=True, progress=False, repeats=2)
+    data = profile_engine(TINY, path, quick=True, progress=False, repeats=2, jitter_s=1.0)
     return path, data
 
 
@@ -43,6 +44,9 @@ def test_profile_file_holds_model_machine_grid_fit_and_held_out_error(profile):
     extra = fit["wake"]["extra_s"]
     assert len(extra) == len(fit["wake"]["idle_s"]) and extra == sorted(extra) and min(extra) >= 0
     assert data["fit"]["loop"]["steps"] > 50
+    jitter = Jitter.from_dict(fit["jitter"])  # measured over 1 s: timescales up to 0.25 s
+    assert all(t <= 0.25 for t in jitter.timescales_s) and jitter.log_std > 0
+    assert load_profile(path).jitter == jitter
     splits = [p["split"] for p in data["grid"]]
     assert splits.count("train") == data["fit"]["train"]["points"] > len(FEATURES)
     assert splits.count("held_out") == data["fit"]["held_out"]["points"] > 0

@@ -1,0 +1,54 @@
+"""Statistics and text tables of the fidelity benchmark (`fidelity.py`): medians and spreads of
+several summaries of the same requests, and one row of errors per scenario."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sim.validation_table import METRICS, STATS, error_rows, max_abs_error
+
+
+def median_summary(summaries: list) -> dict:
+    """Each float statistic's median over several summaries of the same requests."""
+    return {k: float(np.median([s[k] for s in summaries])) for k in summaries[0]
+            if isinstance(summaries[0][k], float)}
+
+
+def spread(summaries: list) -> dict:
+    """Each float statistic's spread over summaries of the same requests, 100 (max - min) /
+    median (%)."""
+    median = median_summary(summaries)
+    return {k: 100 * (max(s[k] for s in summaries) - min(s[k] for s in summaries)) / m
+            for k, m in median.items()}
+
+
+def as_rows(name: str, reference: dict, values: dict) -> list:
+    """`values` ({statistic key: %}) in the layout of error rows."""
+    return [dict(row, error_pct=values[f"{row['metric']}_{row['stat']}_s"])
+            for row in error_rows(name, reference, reference)]
+
+
+def table_text(results: list) -> str:
+    """One row per scenario: error % of every metric and stat, then max |error| of the
+    headline cells (p50/p90/p99 of TTFT, TPOT, E2E)."""
+    cols = [(m, s) for m in METRICS for s in STATS]
+    header = ["scenario"] + [f"{m} {s}" for m, s in cols] + ["max|err|"]
+    lines = []
+    for name, rows in results:
+        cell = {(r["metric"], r["stat"]): r["error_pct"] for r in rows}
+        lines.append([name] + [_pct(cell[c]) for c in cols] + [f"{max_abs_error(rows):.1f}"])
+    widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
+    fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, lines)])
+
+
+def _pct(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.1f}"
+
+
+def worst(results: list) -> float:
+    """The largest headline |error| over every scenario's rows."""
+    return max(max_abs_error(rows) for _, rows in results)
