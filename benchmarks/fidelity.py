@@ -183,15 +183,24 @@ def make_profile(out_dir: Path) -> Path:
     return path
 
 
-def servings(run, repeats: int) -> list[tuple[dict, float]]:
-    """(summary, speed ratio) of the validation's serving and of `repeats - 1` more."""
+def calibrated_cost(run):
+    """The scenario's cost model scaled by the run's calibration (what its simulation used)."""
     from sim.cost_model import cost_model
+    from sim.validation_steps import ScaledCost
+
+    config = run.spec.config
+    return ScaledCost(cost_model(config["cost"], config["model"]), run.calibration)
+
+
+def servings(run, repeats: int) -> list[tuple[dict, float]]:
+    """(summary, speed ratio to the calibrated prediction) of the validation's serving and of
+    `repeats - 1` more."""
     from sim.validate import mode_config
     from sim.validation_serve import serve_logged
     from sim.validation_steps import speed_ratio, step_rows
 
     config, slo = run.spec.config, run.spec.config["slo"]
-    cost = cost_model(config["cost"], config["model"])
+    cost = calibrated_cost(run)
     out = [(summarize(run.serve, slo), run.speed_ratio)]
     for _ in range(repeats - 1):
         recorder, log = serve_logged(mode_config(config, "serve"))
@@ -201,11 +210,10 @@ def servings(run, repeats: int) -> list[tuple[dict, float]]:
 
 def compare(name: str, run, served: list, jitter_runs: int) -> dict:
     """Against the median of the servings, the error rows of: the simulation ("simulate"), the
-    median of `jitter_runs` jittered realisations ("jitter") and the speed-scaled simulation
-    ("scaled"); and, in the same layout, the spread of the servings ("spread") and the median
+    calibrated one ("calibrated"), the median of `jitter_runs` jittered realisations ("jitter")
+    and the speed-scaled simulation ("scaled"); and, in the same layout, the spread of the servings ("spread") and the median
     spread of the jittered realisations taken as many at a time as there are servings
     ("jitter_spread")."""
-    from sim.cost_model import cost_model
     from sim.validate import mode_config
     from sim.validation_steps import ScaledCost
 
@@ -220,8 +228,10 @@ def compare(name: str, run, served: list, jitter_runs: int) -> dict:
     groups = [spread(jittered[i:i + size]) for i in range(0, jitter_runs - size + 1, size)]
     ratio = float(np.median([r for _, r in served]))
     scaled = run_config(mode_config(config, "simulate"),
-                        cost=ScaledCost(cost_model(config["cost"], config["model"]), ratio))
-    return {"simulate": error_rows(name, median, summarize(run.simulate, slo)),
+                        cost=ScaledCost(calibrated_cost(run), ratio))
+    plain = run_config(mode_config(config, "simulate"))  # the simulation without calibration
+    return {"simulate": error_rows(name, median, summarize(plain, slo)),
+            "calibrated": error_rows(name, median, summarize(run.simulate, slo)),
             "jitter": error_rows(name, median, median_summary(jittered)) if jittered else None,
             "scaled": error_rows(name, median, summarize(scaled, slo)),
             "spread": as_rows(name, median, spread(summaries)),
@@ -235,13 +245,14 @@ def main(args) -> int:
     tables, notes = {}, []
     for scenario, load, capacity in build_scenarios(out_dir, profile, args.seconds, args.only):
         load_avg = os.getloadavg()[0]
-        run = validate(scenario, out_dir / scenario.name, progress=True).runs[0]
+        run = validate(scenario, out_dir / scenario.name, progress=True, calibrate=True).runs[0]
         served = servings(run, args.repeats)
         for key, rows in compare(scenario.name, run, served, args.jitter_runs).items():
             tables.setdefault(key, []).append((scenario.name, rows))
         ratios = ", ".join(f"{r:.2f}" for _, r in served)
-        notes.append(f"{scenario.name}: {len(run.steps)} steps; served steps took {ratios}x the "
-                     f"predicted time (per serving); "
+        notes.append(f"{scenario.name}: {len(run.steps)} steps; the reference step took "
+                     f"{run.calibration:.2f}x its profiled time just before the first serving; "
+                     f"served steps took {ratios}x the calibrated prediction (per serving); "
                      f"{int(sum(run.serve.step_columns()['preemptions']))} preemptions in the "
                      f"first serving; load average {load_avg:.2f} before serving")
     metrics, stats = HEADLINE
@@ -250,7 +261,12 @@ def main(args) -> int:
           f"serve) / serve (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
           f"profile {profile}):\n")
     print(table_text(tables["simulate"]))
-    print(f"\n{headline}: {worst(tables['simulate']):.1f}%\n")
+    print(f"\n{headline}: {worst(tables['simulate']):.1f}%")
+    print("\nsimulate calibrated to the machine's speed just before the first serving (the "
+          "profile's reference step timed for a few seconds; validate --calibrate) vs the same "
+          "median:\n")
+    print(table_text(tables["calibrated"]))
+    print(f"\n{headline}: {worst(tables['calibrated']):.1f}%\n")
     print("\n".join(notes))
     if args.repeats > 1:
         print(f"\nnoise floor: spread of the {args.repeats} servings, 100 (max - min) / median "

@@ -3,7 +3,7 @@
     servesim run [SCENARIO] [--out DIR] [--set KEY=VALUE ...] [--quiet]
     servesim scenarios
     servesim profile [--model KEY=VALUE ...] [--out FILE] [--quick]
-    servesim validate SCENARIO [--out DIR]
+    servesim validate SCENARIO [--out DIR] [--calibrate]
 
 Each subcommand is one `cmd_*` function taking the parsed arguments and returning the exit
 status. A mistake in a scenario, an override or a model setting is one line on stderr and exit
@@ -80,7 +80,7 @@ def cmd_validate(args) -> int:
     scenario = scenarios.load(args.scenario, args.set or ())
     out_dir = Path(args.out) if args.out else Path("out") / f"{scenario.name}-validate"
     try:
-        result = validate(scenario, out_dir, progress=not args.quiet)
+        result = validate(scenario, out_dir, progress=not args.quiet, calibrate=args.calibrate)
     except (ValueError, FileNotFoundError) as exc:  # ScenarioError is handled by main()
         if isinstance(exc, ScenarioError):
             raise
@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="compare simulate mode with real serving")
     validate.add_argument("scenario", help="built-in name or TOML path")
     _add_common(validate, "output directory (default: out/<scenario name>-validate/)")
+    validate.add_argument("--calibrate", action="store_true",
+                          help="scale the simulation to the machine's speed measured just "
+                               "before serving (the profile's reference step)")
     validate.set_defaults(func=cmd_validate)
     return parser
 

@@ -134,6 +134,7 @@ class FittedCost:
     wake_idle_s: tuple = ()  # increasing idle durations (seconds) ...
     wake_extra_s: tuple = ()  # ... and the seconds added to the step after each
     jitter: Jitter | None = None  # the machine's speed from moment to moment (sim.jitter)
+    reference_s: float | None = None  # the profile's reference step, median seconds (calibrate)
 
     def __post_init__(self):
         if len(self.coefficients) != len(FEATURES):
@@ -234,7 +235,8 @@ def load_profile(name_or_path) -> FittedCost:
                           tuple(float(c) for c in rows["costs_s"]),
                           tuple(float(rows["tails_s"][name]) for name in ROW_TAILS),
                           tuple(float(x) for x in wake["idle_s"]),
-                          tuple(float(x) for x in wake["extra_s"]), jitter)
+                          tuple(float(x) for x in wake["extra_s"]), jitter,
+                          float(fit["reference_s"]) if "reference_s" in fit else None)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: not a servesim profile ({type(exc).__name__}: {exc}); "
                          f"write one with `servesim profile`") from None

@@ -68,7 +68,7 @@ def profile_engine(model_config, out_path, quick: bool = False, progress: bool =
     train = grid_shapes(quick, MAX_KV_TOKENS, model.max_seq_len)
     held = held_out_shapes(rng, 10 if quick else 30, quick, MAX_KV_TOKENS, model.max_seq_len)
     executor = _executor(model)
-    times, shapes = _measure(executor, model, train + held, repeats, rng, progress)
+    times, shapes, reference_s = _measure(executor, model, train + held, repeats, rng, progress)
     seconds = STATISTICS[statistic](times, axis=0)  # [P]
     s_train, y_train = shapes[:len(train)], seconds[:len(train)]
     s_held, y_held = shapes[len(train):], seconds[len(train):]
@@ -78,7 +78,7 @@ def profile_engine(model_config, out_path, quick: bool = False, progress: bool =
     loop, loop_fit = measure_loop_overhead(executor, rng, model.vocab_size, model.max_seq_len)
     jitter_s = jitter_s if jitter_s is not None else JITTER_S / 4 if quick else JITTER_S
     jitter = measure_jitter(executor, model, rng, jitter_s)
-    total = with_loop(fitted, loop, wake, jitter)
+    total = with_loop(fitted, loop, wake, jitter, reference_s)
     profile = {
         "format": FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -99,6 +99,7 @@ def profile_engine(model_config, out_path, quick: bool = False, progress: bool =
             "loop_coefficients": loop,
             "wake": wake,
             "jitter": jitter.to_dict(),
+            "reference_s": reference_s,
         },
         "fit": {"method": "non-negative least squares on relative error", "repeats": repeats,
                 "burst": {"min_runs": BURST, "min_s": BURST_S, "max_runs": MAX_BURST},
@@ -122,7 +123,8 @@ def _executor(model: ModelConfig) -> NumpyExecutor:
 
 
 def _measure(executor, model: ModelConfig, shapes: list, repeats: int, rng, progress: bool):
-    """Step seconds of every round [R, P] and the StepShape of every point. Each measurement
+    """Step seconds of every round [R, P], the StepShape of every point and the reference
+    step's median seconds (what the times are normalised to). Each measurement
     is paired with one of REFERENCE, taken just before it, and scaled by the ratio of the
     reference's median over the whole profile to that measurement: the machine's speed drifts
     over seconds (other work, its CPU's clock), and the pairing takes most of that out."""
@@ -137,13 +139,13 @@ def _measure(executor, model: ModelConfig, shapes: list, repeats: int, rng, prog
     try:
         for r in range(repeats):
             for i in rng.permutation(len(shapes)):
-                reference[r, i] = _burst(executor, ref_plan)
+                reference[r, i] = burst(executor, ref_plan)
                 times[r, i], measured[i] = _run(executor, shapes[i], rng, model)
                 bar.update(1)
     finally:
         release(ref_plan, block_manager)
     bar.close()
-    return times * (np.median(reference) / reference), measured
+    return times * (np.median(reference) / reference), measured, float(np.median(reference))
 
 
 def measure_jitter(executor, model: ModelConfig, rng, seconds: float):
@@ -157,7 +159,7 @@ def measure_jitter(executor, model: ModelConfig, rng, seconds: float):
         release(plan, executor.block_manager)
 
 
-def _burst(executor, plan) -> float:
+def burst(executor, plan) -> float:
     """Run the plan in a row at least BURST times and until BURST_S seconds have passed (at
     most MAX_BURST times); the median of the second half of the runs. A small step after an
     unrelated one needs a few runs to reach its steady time (a one-sequence decode of the small
@@ -169,11 +171,11 @@ def _burst(executor, plan) -> float:
 
 
 def _run(executor, shape, rng, model: ModelConfig) -> tuple[float, StepShape]:
-    """Build the shape's plan and time it (`_burst`); (seconds, shape)."""
+    """Build the shape's plan and time it (`burst`); (seconds, shape)."""
     block_manager = executor.block_manager
     plan = build_plan(shape, block_manager, rng, model.vocab_size)
     try:
-        return _burst(executor, plan), shape_of(plan)
+        return burst(executor, plan), shape_of(plan)
     finally:
         release(plan, block_manager)
 

@@ -34,6 +34,7 @@ from engine.records import RunRecorder
 from engine.benchmark import summarize
 from scenarios import ScenarioError
 
+from .calibrate import measure_speed, reference_of
 from .cost_model import cost_model as build_cost_model
 from .cost_model import profile_path
 from .profile import THREAD_ENV
@@ -58,6 +59,7 @@ class ValidationRun:
     steps: list
     speed_ratio: float  # served steps' total measured / total predicted seconds
     normalized_errors: list  # errors of the simulation scaled by speed_ratio
+    calibration: float | None = None  # the machine's speed before serving / the profile's
 
     @property
     def label(self) -> str:
@@ -87,6 +89,10 @@ class Validation:
         """The printed error table, then each run's step-level prediction error."""
         lines = [text_table(self.rows), ""]
         for run in self.runs:
+            if run.calibration is not None:
+                lines.append(f"{run.label}: calibrated: the reference step took "
+                             f"{run.calibration:.2f}x its profiled time just before serving; "
+                             f"the simulation's step costs are scaled by that")
             s = step_error_summary(run.steps)
             lines.append(f"{run.label}: {s['steps']} served steps, step-time prediction error "
                          f"median {s['median_error_pct']:+.1f}%, mean {s['mean_error_pct']:+.1f}%"
@@ -98,14 +104,17 @@ class Validation:
         return "\n".join(lines)
 
 
-def validate(scenario, out_dir=None, progress: bool = False, write: bool = True) -> Validation:
+def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
+             calibrate: bool = False) -> Validation:
     """Serve and simulate every run of `scenario` (a `scenarios.Scenario`, a built-in name or a
-    path) and, with `write`, write the files listed in the module docstring to `out_dir`."""
+    path) and, with `write`, write the files listed in the module docstring to `out_dir`.
+    `calibrate`: scale the simulation's costs by the machine's speed measured just before each
+    serving (`sim.calibrate`; needs a profile that records its reference step)."""
     if not isinstance(scenario, scenarios.Scenario):
         scenario = scenarios.load(scenario)
     specs = scenario.runs()
     for spec in specs:
-        check_validatable(scenario, spec)
+        check_validatable(scenario, spec, calibrate)
     base_dir = Path(scenario.path).parent if scenario.path else None
     runs = []
     for index, spec in enumerate(specs, start=1):
@@ -116,7 +125,7 @@ def validate(scenario, out_dir=None, progress: bool = False, write: bool = True)
             count = spec.config["workload"].get("num_requests") or "the trace's"
             print(f"[{index}/{len(specs)}] {scenario.name}: {spec.label}: serving {count} "
                   f"requests in real time", file=sys.stderr)
-        runs.append(validate_run(spec, base_dir))
+        runs.append(validate_run(spec, base_dir, calibrate))
     result = Validation(scenario, tuple(runs), Path(out_dir) if out_dir is not None else None)
     if write:
         if out_dir is None:
@@ -125,9 +134,10 @@ def validate(scenario, out_dir=None, progress: bool = False, write: bool = True)
     return result
 
 
-def check_validatable(scenario, spec) -> None:
+def check_validatable(scenario, spec, calibrate: bool = False) -> None:
     """Refuse what cannot be compared, before anything runs: a live cost model (nothing to
-    validate) and closed-loop arrivals (serving replays arrival times given up front)."""
+    validate), closed-loop arrivals (serving replays arrival times given up front) and a
+    calibration without a profiled reference step."""
     where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
     model = spec.config["cost"].get("model")
     if model not in VALIDATED_COST_MODELS:
@@ -138,6 +148,11 @@ def check_validatable(scenario, spec) -> None:
         raise ScenarioError(f"{where}workload.arrival.process: validate serves arrival times "
                             f"given up front; allowed: poisson, gamma, constant, trace, "
                             f"got 'closed_loop'")
+    if calibrate:
+        try:
+            reference_of(build_cost_model(spec.config["cost"], spec.config["model"]))
+        except ValueError as exc:
+            raise ScenarioError(f"{where}cost: {exc}") from None
 
 
 def thread_note(cost: dict) -> str | None:
@@ -161,10 +176,20 @@ def mode_config(config: dict, mode: str) -> dict:
     return config
 
 
-def validate_run(spec, base_dir=None) -> ValidationRun:
-    """Serve, then simulate, one run; compare them."""
+def validate_run(spec, base_dir=None, calibrate: bool = False) -> ValidationRun:
+    """Serve, then simulate, one run; compare them. With `calibrate`, the machine's speed is
+    measured just before serving and the simulation's cost model scaled by it."""
     cost = build_cost_model(spec.config["cost"], spec.config["model"])
-    served, log = serve_logged(mode_config(spec.config, "serve"), base_dir)
+    speeds = []
+
+    def calibration(executor):
+        speeds.append(measure_speed(executor.params, spec.config["model"]["vocab_size"],
+                                    reference_of(cost)))
+
+    served, log = serve_logged(mode_config(spec.config, "serve"), base_dir,
+                               calibration if calibrate else None)
+    if calibrate:
+        cost = ScaledCost(cost, speeds[0])
     simulate_config = mode_config(spec.config, "simulate")
     simulated = run_config(simulate_config, base_dir=base_dir, cost=cost)
     steps = step_rows(spec.label, served, log, cost)
@@ -174,7 +199,8 @@ def validate_run(spec, base_dir=None) -> ValidationRun:
     served_summary = summarize(served, slo)
     errors = error_rows(spec.label, served_summary, summarize(simulated, slo))
     normalized = error_rows(spec.label, served_summary, summarize(scaled, slo))
-    return ValidationRun(spec, served, simulated, errors, steps, ratio, normalized)
+    return ValidationRun(spec, served, simulated, errors, steps, ratio, normalized,
+                         speeds[0] if calibrate else None)
 
 
 def write_outputs(result: Validation, out_dir: Path) -> list[Path]:

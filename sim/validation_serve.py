@@ -26,9 +26,11 @@ from .workload import build_workload, seeded_streams
 WARMUP_ROUNDS = 3
 
 
-def serve_logged(config: dict, base_dir=None) -> tuple[RunRecorder, StepLog]:
+def serve_logged(config: dict, base_dir=None,
+                 before_serving=None) -> tuple[RunRecorder, StepLog]:
     """Serve a resolved config (its mode is ignored) in real time; returns the recorder and the
-    log of step shapes."""
+    log of step shapes. `before_serving(executor)` runs once the server is warm, just before
+    the first request (a calibration)."""
     model = ModelConfig(**config["model"])
     scheduler = build_scheduler(config, model)
     block_manager = scheduler.block_manager
@@ -42,6 +44,8 @@ def serve_logged(config: dict, base_dir=None) -> tuple[RunRecorder, StepLog]:
     warm_up(executor, block_manager, model.vocab_size)
     make = sequence_factory(workload, streams["tokens"], model.vocab_size)
     requests = [make(i, float(t)) for i, t in enumerate(workload.arrival_s.tolist())]
+    if before_serving is not None:
+        before_serving(executor)
     log = StepLog(executor)
     serve(scheduler, log, requests, recorder)
     return recorder, log

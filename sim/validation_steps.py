@@ -129,13 +129,19 @@ def speed_ratio(rows: list[dict]) -> float:
 
 
 class ScaledCost:
-    """A cost model whose every prediction (and wake-up cost) is multiplied by `factor`."""
+    """A cost model whose every prediction (and wake-up cost) is multiplied by `factor`; the
+    inner model's jitter, if any, is kept (it multiplies on top)."""
 
     def __init__(self, cost, factor: float):
         self.cost, self.factor = cost, factor
+        self.jitter = getattr(cost, "jitter", None)
+        self.source = getattr(cost, "source", "cost model")
         inner = getattr(cost, "wake_cost", None)
         if inner is not None:
             self.wake_cost = lambda idle_s: factor * inner(idle_s)
 
     def predict(self, *counts) -> float:
         return self.factor * self.cost.predict(*counts)
+
+    def predict_shape(self, shape) -> float:
+        return self.predict(*shape.counts())
