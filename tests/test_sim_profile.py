@@ -139,3 +139,23 @@ def test_a_chunk_followed_by_more_prompt_samples_nothing():
     assert shape_of(plan).sampled_seqs == 1  # only the chunk that completes its prompt
     release(plan, bm)
     assert bm.num_used == 0
+
+
+def test_profile_records_its_reference_time_and_calibration_compares_the_machine_with_it(profile):
+    """The same machine a moment later runs the reference step at about its profiled speed;
+    the calibrated cost is the profile's scaled by that ratio."""
+    from engine.model import ModelConfig, init_params
+    from sim.calibrate import measure_speed, reference_of
+    from sim.validation_steps import ScaledCost
+
+    path, data = profile
+    cost = load_profile(path)
+    assert reference_of(cost) == data["cost_model"]["reference_s"] > 0
+    speed = measure_speed(init_params(ModelConfig(**TINY)), TINY["vocab_size"],
+                          reference_of(cost), seconds=0.3)
+    assert 0.2 < speed < 5  # the same machine: not orders of magnitude off
+    shape = StepShape(prefill_tokens=32, prefill_seqs=1, decode_seqs=8, decode_context=1024)
+    assert ScaledCost(cost, speed).predict_shape(shape) == pytest.approx(
+        speed * cost.predict_shape(shape))
+    with pytest.raises(ValueError, match="records no reference step time"):
+        reference_of(load_profile("default"))
