@@ -20,8 +20,15 @@ def spread(summaries: list) -> dict:
     """Each float statistic's spread over summaries of the same requests, 100 (max - min) /
     median (%)."""
     median = median_summary(summaries)
-    return {k: 100 * (max(s[k] for s in summaries) - min(s[k] for s in summaries)) / m
+    return {k: _relative(max(s[k] for s in summaries) - min(s[k] for s in summaries), m)
             for k, m in median.items()}
+
+
+def _relative(width: float, median: float) -> float:
+    """100 width / median; 0 when all agree, NaN for a spread around a median of 0."""
+    if width == 0:
+        return 0.0
+    return 100 * width / median if median else math.nan
 
 
 def as_rows(name: str, reference: dict, values: dict) -> list:

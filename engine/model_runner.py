@@ -147,6 +147,22 @@ def decode_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     return np.matmul(scores, v.transpose(0, 2, 1, 3))[:, :, 0, :]  # [B, H, hd]
 
 
+def decode_groups(lengths, block_size: int, slot_bytes: int) -> list[tuple[int, int, int]]:
+    """How `paged_decode_attention` splits a decode batch of context `lengths` (in batch order):
+    (first, last + 1, blocks gathered per sequence) for each group of consecutive sequences. A
+    group holds as many sequences as GATHER_GROUP_BYTES fits at the batch's longest block count
+    (`slot_bytes`: bytes of one token's keys in one layer), and gathers and scores every one of
+    them up to the group's longest, so its work depends on the batch's order, not just its
+    lengths. The simulator's cost model counts the same groups (`sim.cost_model`)."""
+    n = len(lengths)
+    if not n:
+        return []
+    max_blocks = -(-int(max(lengths)) // block_size)
+    group = max(1, GATHER_GROUP_BYTES // (block_size * slot_bytes * max(max_blocks, 1)))
+    return [(g0, min(g0 + group, n), -(-int(max(lengths[g0:g0 + group])) // block_size))
+            for g0 in range(0, n, group)]
+
+
 def paged_decode_attention(q: np.ndarray, storage: PagedKVStorage, layer: int, inp: StepInput,
                            ws: Workspace, out: np.ndarray) -> None:
     """`decode_attention` reading keys and values through block tables: q [B, H, hd] ->
@@ -156,14 +172,11 @@ def paged_decode_attention(q: np.ndarray, storage: PagedKVStorage, layer: int, i
     _, _, bs, n_heads, head_dim = storage.shape
     tables, lengths = inp.decode_block_tables, inp.decode_context_lens
     n_seqs, max_len = len(lengths), tables.shape[1] * bs
-    group = max(1, GATHER_GROUP_BYTES // (bs * n_heads * head_dim * 4 * max(tables.shape[1], 1)))
     scores = ws.get("scores", (n_seqs, n_heads, 1, max_len))  # [B, H, 1, L]
     q_scaled = q * np.float32(1.0 / np.sqrt(head_dim))  # [B, H, hd]
-    spans = []  # (first, last + 1, blocks to gather, key positions covered) per group
-    for g0 in range(0, n_seqs, group):
-        g1 = min(g0 + group, n_seqs)
-        n_blocks = -(-int(lengths[g0:g1].max()) // bs)
-        spans.append((g0, g1, n_blocks, n_blocks * bs))
+    # (first, last + 1, blocks to gather, key positions covered) per group
+    spans = [(g0, g1, n_blocks, n_blocks * bs) for g0, g1, n_blocks
+             in decode_groups(lengths, bs, n_heads * head_dim * storage.k.itemsize)]
 
     def gather(blocks: np.ndarray, g0: int, g1: int, n_blocks: int) -> np.ndarray:
         buf = ws.get("gather", (g1 - g0, n_blocks, bs, n_heads, head_dim))

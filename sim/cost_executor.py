@@ -21,7 +21,7 @@ import heapq
 from engine.executor import StepResult
 from engine.sequence import SequenceStatus
 
-from .cost_model import prefill_counts
+from .cost_model import gathered_keys, one_group, prefill_counts, slot_bytes
 
 
 class DecodeContext:
@@ -109,34 +109,63 @@ def _decodes_next(seq, n: int) -> bool:
 class CostModelExecutor:
     """Executor protocol (`execute(plan) -> StepResult`) backed by a cost model. The simulation
     loop calls `after_idle(idle_s)` when the engine wakes up from an idle wait; the next step
-    then also pays the cost model's `wake_cost(idle_s)` (a model without one: nothing). With a
+    then also pays the cost model's `wake_cost(idle_s)` (a model without one: nothing). The steps
+    after one with prefill chunks pay its `after_prefill_cost(tokens, k)` (the k-th after it,
+    until the next prefill or idle wait; a model without one: nothing). With a
     `speed` (`sim.jitter.SpeedProcess`) every step's time is multiplied by the machine's speed
     factor at its start (the time since the previous step's start is its duration plus the
-    idle time reported in between)."""
+    idle time reported in between). `block_size` is the KV cache's: with it the keys decode
+    attention gathers are counted (O(1) when the batch is gathered as one group, else O(batch)),
+    for a cost model that depends on them."""
 
-    def __init__(self, cost_model, speed=None):
+    def __init__(self, cost_model, speed=None, block_size: int = 16):
         self.cost_model = cost_model
         self.speed = speed
+        self.block_size = block_size
+        self._slot_bytes = slot_bytes(cost_model.model) \
+            if getattr(cost_model, "counts_gathered", False) else 0
         self._context = DecodeContext()
         self._predict = cost_model.predict
         self._wake_cost = getattr(cost_model, "wake_cost", None)
         self._wake_s = 0.0
+        self._after_cost = getattr(cost_model, "after_prefill_cost", None)
+        self._after_tokens = 0  # prefill tokens of the last step with prefill chunks
+        self._after_k = 0  # steps since it
         self._since_start_s = 0.0  # since the previous step's start (duration + idle)
 
     def after_idle(self, idle_s: float) -> None:
         """The engine was idle for `idle_s` seconds before the step it is about to plan."""
         self._wake_s = self._wake_cost(idle_s) if self._wake_cost is not None else 0.0
+        self._after_tokens = 0  # the wake-up cost is measured from a settled, idle engine
         self._since_start_s += idle_s
 
     def execute(self, plan) -> StepResult:
         tokens, attention, context, sampled = prefill_counts(plan.prefills)
         decodes, running = len(plan.decodes), self._context
         decode_context = running.update(plan)
+        gathered = self._gathered(plan, running.max_context) if decodes else 0
         duration = self._predict(tokens, attention, len(plan.prefills), decodes, decode_context,
                                  plan.padding_seqs, sampled + decodes, context,
-                                 decodes * running.max_context) + self._wake_s
+                                 decodes * running.max_context, gathered,
+                                 int(decodes > 0)) + self._wake_s
         self._wake_s = 0.0
+        if self._after_tokens:
+            self._after_k += 1
+            duration += self._after_cost(self._after_tokens, self._after_k)
+        if tokens and self._after_cost is not None:
+            self._after_tokens, self._after_k = tokens, 0
         if self.speed is not None:
             duration *= self.speed.factor(self._since_start_s)
             self._since_start_s = duration
         return StepResult(None, duration)
+
+    def _gathered(self, plan, max_context: int) -> int:
+        """Keys decode attention gathers (`cost_model.gathered_keys`); 0 for a cost model that
+        does not count them."""
+        bs, width = self.block_size, self._slot_bytes
+        if not width:
+            return 0
+        decodes = len(plan.decodes)
+        if one_group(decodes, max_context, bs, width):
+            return decodes * -(-max_context // bs) * bs
+        return gathered_keys([seq.num_tokens for seq in plan.decodes], bs, width)

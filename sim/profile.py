@@ -33,12 +33,13 @@ from engine.block_manager import BlockManager
 from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
 
-from .cost_model import COUNTS, FEATURES, FORMAT, ROW_TAILS, FittedCost, StepShape, shape_of
+from .cost_model import (COUNTS, FEATURES, FORMAT, LATER_FEATURES, ROW_TAILS, FittedCost,
+                         StepShape, shape_of, slot_bytes)
 from .fitting import error_summary
 from .profile_fit import fit_cost, knots_for, with_loop
 from .profile_grid import ShapeSpec, build_plan, grid_shapes, held_out_shapes, release
 from .profile_loop import measure_loop_overhead
-from .profile_wake import measure_wake_cost
+from .profile_wake import measure_after_prefill, measure_wake_cost
 from . import jitter as jitter_model
 
 BLOCK_SIZE = 16
@@ -75,10 +76,12 @@ def profile_engine(model_config, out_path, quick: bool = False, progress: bool =
     knots = knots_for(s.rows for s in s_train)
     fitted = fit_cost(s_train, y_train, asdict(model), knots)
     wake = measure_wake_cost(executor, rng, model.vocab_size, rounds=5 if quick else None)
+    after = measure_after_prefill(executor, rng, model.vocab_size, rounds=5 if quick else None,
+                                  max_tokens=model.max_seq_len)
     loop, loop_fit = measure_loop_overhead(executor, rng, model.vocab_size, model.max_seq_len)
     jitter_s = jitter_s if jitter_s is not None else JITTER_S / 4 if quick else JITTER_S
     jitter = measure_jitter(executor, model, rng, jitter_s)
-    total = with_loop(fitted, loop, wake, jitter, reference_s)
+    total = with_loop(fitted, loop, wake, jitter, reference_s, after)
     profile = {
         "format": FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -86,7 +89,8 @@ def profile_engine(model_config, out_path, quick: bool = False, progress: bool =
         "machine": machine_info() | {"load_average_1m": [load_before, _load_average()]},
         "cost_model": {
             "form": "step_s = rows_cost(rows) + sum(coefficients[f] * f) [+ wake_cost(idle "
-                    "seconds before the step)]; rows = prefill_tokens + decode_seqs + "
+                    "seconds before the step)] [+ after_prefill extra_s of the k-th step after "
+                    "a prefill, linear in its tokens]; rows = prefill_tokens + decode_seqs + "
                     "padding_seqs; rows_cost = linear between rows.knots (costs_s) + "
                     "tails_s[rows_tail_k] * bit k of rows (rows >= 2); coefficients = "
                     "executor_coefficients + loop_coefficients; wake_cost linear in idle_s "
@@ -98,6 +102,7 @@ def profile_engine(model_config, out_path, quick: bool = False, progress: bool =
             "executor_coefficients": dict(zip(FEATURES, fitted.coefficients)),
             "loop_coefficients": loop,
             "wake": wake,
+            "after_prefill": after,
             "jitter": jitter.to_dict(),
             "reference_s": reference_s,
         },
@@ -175,7 +180,8 @@ def _run(executor, shape, rng, model: ModelConfig) -> tuple[float, StepShape]:
     block_manager = executor.block_manager
     plan = build_plan(shape, block_manager, rng, model.vocab_size)
     try:
-        return burst(executor, plan), shape_of(plan)
+        return burst(executor, plan), shape_of(plan, block_manager.block_size,
+                                               slot_bytes(asdict(model)))
     finally:
         release(plan, block_manager)
 
@@ -216,7 +222,8 @@ def executor_cost(profile: dict) -> FittedCost:
     """The profile's fitted executor cost alone (without the loop's), as the fit saw it."""
     fit = profile["cost_model"]
     rows = fit["rows"]
-    return FittedCost(tuple(fit["executor_coefficients"][f] for f in FEATURES), profile["model"],
+    given = LATER_FEATURES | fit["executor_coefficients"]
+    return FittedCost(tuple(given[f] for f in FEATURES), profile["model"],
                       "profile", tuple(rows["knots"]), tuple(rows["costs_s"]),
                       tuple(rows["tails_s"][t] for t in ROW_TAILS))
 
@@ -224,7 +231,8 @@ def executor_cost(profile: dict) -> FittedCost:
 def predict_profile_points(profile: dict) -> np.ndarray:
     """Predicted executor seconds of every grid point of a profile dict (the fit's errors)."""
     cost = executor_cost(profile)
-    return np.array([cost.predict(*(p[c] for c in COUNTS)) for p in profile["grid"]])
+    points = [dict.fromkeys(LATER_FEATURES, 0) | p for p in profile["grid"]]
+    return np.array([cost.predict(*(p[c] for c in COUNTS)) for p in points])
 
 
 def _bar(total: int, progress: bool):

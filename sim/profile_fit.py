@@ -69,13 +69,15 @@ def fit_cost(shapes: list, seconds: np.ndarray, model: dict, knots: tuple) -> Fi
 
 
 def with_loop(cost: FittedCost, loop: dict, wake: dict, jitter=None,
-              reference_s=None) -> FittedCost:
+              reference_s=None, after: dict | None = None) -> FittedCost:
     """The cost plus the engine loop's per-step coefficients ({feature: seconds}), the
-    wake-up cost ({"idle_s": [...], "extra_s": [...]}), the machine's jitter and the reference
-    step's median time."""
+    wake-up cost ({"idle_s": [...], "extra_s": [...]}), the machine's jitter, the reference
+    step's median time and the after-prefill cost ({"prefill_tokens": [...], "extra_s":
+    [[...], ...]})."""
     unknown = set(loop) - set(FEATURES)
     assert not unknown, f"loop features must be cost features, got {sorted(unknown)}"
     total = tuple(c + loop.get(name, 0.0) for name, c in zip(FEATURES, cost.coefficients))
     return FittedCost(total, cost.model, cost.source, cost.row_knots, cost.row_costs,
                       cost.row_tails, tuple(wake["idle_s"]), tuple(wake["extra_s"]), jitter,
-                      reference_s)
+                      reference_s, tuple((after or {}).get("prefill_tokens", ())),
+                      tuple(tuple(row) for row in (after or {}).get("extra_s", ())))

@@ -60,8 +60,8 @@ def grid_shapes(quick: bool = False, max_tokens: int = 16384,
     for b in batches:
         contexts = [(32,) * b, (256,) * b, (1024,) * b]
         if b > 1:  # mixed lengths: decode attention pads every sequence to the longest
-            contexts += [tuple(np.linspace(16, 1008, b).astype(int).tolist()),
-                         (32,) * (b - 1) + (768,)]
+            contexts += [arrival_order(np.linspace(16, 1008, b).astype(int), b),
+                         arrival_order([32] * (b - 1) + [768], b)]
         shapes += [ShapeSpec(decodes=c) for c in contexts[: 2 if quick else None]]
     shapes += [ShapeSpec(prefills=((0, n),)) for n in prefill_n]
     chunks = ((128, 128), (512, 64), (100, 1), (300, 7)) if quick else \
@@ -74,8 +74,8 @@ def grid_shapes(quick: bool = False, max_tokens: int = 16384,
     mixed = ((1, 100, 0), (4, 64, 0), (8, 200, 300)) if quick else \
         ((1, 100, 0), (4, 64, 0), (16, 256, 0), (8, 200, 300), (32, 100, 0), (3, 37, 0),
          (12, 244, 500), (64, 192, 0), (2, 500, 0))
-    shapes += [ShapeSpec(prefills=((c, n),), decodes=tuple(np.linspace(16, 800, b).astype(int)
-                                                           .tolist()))
+    shapes += [ShapeSpec(prefills=((c, n),),
+                         decodes=arrival_order(np.linspace(16, 800, b).astype(int), b))
                for b, n, c in mixed]
     # Rows that are not decodes (padding, prefill tokens) beside decodes, and chunks that sample
     # nothing: without them a decode's own cost (attention, sampling) and its row's share of
@@ -93,6 +93,14 @@ def grid_shapes(quick: bool = False, max_tokens: int = 16384,
     shapes += [ShapeSpec(prefills=(chunk,)) for chunk in partial]
     shapes += [ShapeSpec(prefills=(chunk,), decodes=(200,) * 8) for chunk in partial[1:2]]
     return [s for s in shapes if fits(s, max_tokens, max_seq_len)]
+
+
+def arrival_order(contexts, seed: int) -> tuple:
+    """The context lengths in a fixed random order. A server's decode batch comes in admission
+    order, not sorted by length, and the order matters: the engine gathers keys a group of
+    sequences at a time, padded to the group's longest (`engine.model_runner`), so a batch
+    sorted by length costs less than the same lengths as a server lists them."""
+    return tuple(int(c) for c in np.random.default_rng(seed).permutation(np.asarray(contexts)))
 
 
 def fits(shape: ShapeSpec, max_tokens: int, max_seq_len: int) -> bool:

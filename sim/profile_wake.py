@@ -1,4 +1,5 @@
-"""The wake-up cost: how much longer a step takes when the engine was idle just before it.
+"""Steps that run colder than the profile's: after the engine was idle (the wake-up cost), and
+after a prefill (the after-prefill cost).
 
 An idle server sleeps until the next request arrives (`engine.server.sleep_until`). While it
 sleeps its CPU may slow down or be given to other work, which also evicts its caches, so the
@@ -11,6 +12,15 @@ directly on their time to first token.
 waits of IDLE_S seconds (with the server's own `sleep_until`), interleaved so that the machine's
 slower drifts cancel, and keeps, for each wait, the median extra time over the reference shapes.
 The result is made non-decreasing in the wait (a longer sleep is never warmer) and >= 0.
+
+A prefill pushes its many rows through every weight matrix and attention, evicting what the
+decode steps around it keep in cache; the few steps after it run slower until their weights and
+KV blocks are back (a one-sequence decode of the small fidelity model: +13% after a 96-token
+prefill, settling over about five steps; +47% right after a 512-token one). Under continuous
+batching a prefill comes every few steps, so this is a steady few percent of the decode time.
+`measure_after_prefill` runs reference decode steps until they settle, then one prefill of
+AFTER_TOKENS tokens (or none, the control), then AFTER_STEPS more, interleaved over rounds, and
+keeps, for each prefill length and each following step, the median extra time over the control.
 """
 
 from __future__ import annotations
@@ -23,6 +33,9 @@ from .profile_grid import ShapeSpec, build_plan, release
 
 IDLE_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 ROUNDS = 20
+AFTER_TOKENS = (16, 64, 256, 1024)  # prefill lengths the after-prefill cost is measured after
+AFTER_STEPS = 8  # steps after a prefill that are timed
+SETTLE = 10  # reference steps run back to back before each measurement
 
 
 def reference_shapes(block_size: int) -> list[ShapeSpec]:
@@ -57,3 +70,33 @@ def measure_wake_cost(executor, rng: np.random.Generator, vocab_size: int,
     extra = np.median(median[:, 1:] - median[:, :1], axis=0)  # [waits]
     extra = np.maximum.accumulate(np.maximum(extra, 0.0))
     return {"idle_s": list(IDLE_S), "extra_s": extra.tolist()}
+
+
+def measure_after_prefill(executor, rng: np.random.Generator, vocab_size: int,
+                          rounds: int | None = None, max_tokens: int | None = None) -> dict:
+    """{"prefill_tokens": AFTER_TOKENS (those <= max_tokens), "extra_s": [[seconds added to
+    each of the AFTER_STEPS steps after a prefill of that length], ...]}."""
+    rounds = rounds or ROUNDS
+    block_manager, bs = executor.block_manager, executor.block_manager.block_size
+    tokens = [n for n in AFTER_TOKENS if max_tokens is None or n <= max_tokens]
+    followers = [build_plan(ShapeSpec(decodes=(8 * bs,)), block_manager, rng, vocab_size),
+                 build_plan(ShapeSpec(decodes=(8 * bs,) * 8), block_manager, rng, vocab_size)]
+    prefills = [None] + [build_plan(ShapeSpec(prefills=((0, n),)), block_manager, rng,
+                                    vocab_size) for n in tokens]
+    times = np.zeros((len(followers), len(prefills), rounds, AFTER_STEPS))
+    try:
+        for r in range(rounds):
+            for f, follower in enumerate(followers):
+                for p in rng.permutation(len(prefills)):
+                    for _ in range(SETTLE):
+                        executor.execute(follower)
+                    if prefills[p] is not None:
+                        executor.execute(prefills[p])
+                    for k in range(AFTER_STEPS):
+                        times[f, p, r, k] = executor.execute(follower).duration_s
+    finally:
+        for plan in followers + [p for p in prefills if p is not None]:
+            release(plan, block_manager)
+    median = np.median(times, axis=2)  # [follower, prefill, step]
+    extra = np.median(median[:, 1:] - median[:, :1], axis=0)  # [prefill lengths, steps]
+    return {"prefill_tokens": tokens, "extra_s": np.maximum(extra, 0.0).tolist()}

@@ -56,7 +56,7 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
     if mode == "simulate":
         cost = cost or cost_model(config["cost"], config["model"])
         speed = speed_process(config["cost"], cost, jitter_rng or streams["jitter"])
-        executor = CostModelExecutor(cost, speed)
+        executor = CostModelExecutor(cost, speed, scheduler.block_manager.block_size)
         make = sequence_factory(workload)
     else:
         executor = _numpy_executor(model, scheduler.block_manager, streams["sampling"])

@@ -12,8 +12,9 @@ time; `step_rows` joins them with the recorder's step times:
   what the simulator's clock must advance by, since the simulated engine starts the next step
   the instant one ends (the server's loop between steps is part of it);
 - `predicted_s`: the cost model on the step's shape, plus its wake-up cost when the server was
-  idle before the step (as the simulator charges it); `error_pct` compares it with `cycle_s`
-  where defined, else with `measured_s`.
+  idle before the step and its after-prefill cost when a step with prefill chunks came before
+  it since (as the simulator charges them); `error_pct` compares it with `cycle_s` where
+  defined, else with `measured_s`.
 
 `speed_ratio` is the served steps' total time over their total predicted time: how much slower
 (> 1) or faster the machine ran while serving than the cost model expects. On a machine shared with
@@ -42,9 +43,11 @@ class StepLog:
         self.executor = executor
         self.shapes: list = []
         self.executor_s: list[float] = []
+        storage = executor.storage
+        self._kv = (storage.shape[2], storage.shape[3] * storage.shape[4] * storage.k.itemsize)
 
     def execute(self, plan):
-        shape = shape_of(plan)
+        shape = shape_of(plan, *self._kv)
         result = self.executor.execute(plan)
         self.shapes.append(shape)
         self.executor_s.append(result.duration_s)
@@ -72,13 +75,21 @@ def step_rows(variant: str, recorder, log: StepLog, cost_model) -> list[dict]:
     busy = busy_after(end, np.asarray(reqs["arrival_s"])[served],
                       np.asarray(reqs["finish_s"])[served])
     wake = getattr(cost_model, "wake_cost", None)
-    rows = []
+    after = getattr(cost_model, "after_prefill_cost", None)
+    rows, last_prefill, since = [], 0, 0
     for k, shape in enumerate(log.shapes):
         measured = float(end[k] - start[k])
         cycle = float(start[k + 1] - start[k]) if k + 1 < len(start) and busy[k] else math.nan
         predicted = float(cost_model.predict_shape(shape))
-        if k and not busy[k - 1] and wake is not None:  # the server slept before this step
-            predicted += wake(float(start[k] - end[k - 1]))
+        if k and not busy[k - 1]:  # the server slept before this step
+            last_prefill = 0
+            if wake is not None:
+                predicted += wake(float(start[k] - end[k - 1]))
+        if last_prefill and after is not None:
+            since += 1
+            predicted += after(last_prefill, since)
+        if shape.prefill_tokens:
+            last_prefill, since = shape.prefill_tokens, 0
         reference = measured if math.isnan(cycle) else cycle
         rows.append({"variant": variant, "step": k,
                      **dict(zip(COUNTS, shape.counts())),
@@ -136,9 +147,14 @@ class ScaledCost:
         self.cost, self.factor = cost, factor
         self.jitter = getattr(cost, "jitter", None)
         self.source = getattr(cost, "source", "cost model")
+        self.model = getattr(cost, "model", None)
+        self.counts_gathered = getattr(cost, "counts_gathered", False)
         inner = getattr(cost, "wake_cost", None)
         if inner is not None:
             self.wake_cost = lambda idle_s: factor * inner(idle_s)
+        after = getattr(cost, "after_prefill_cost", None)
+        if after is not None:
+            self.after_prefill_cost = lambda tokens, k: factor * after(tokens, k)
 
     def predict(self, *counts) -> float:
         return self.factor * self.cost.predict(*counts)

@@ -14,10 +14,10 @@ from engine.sequence import Sequence
 from engine.step_plan import StepPlan
 from sim.cost_executor import CostModelExecutor, DecodeContext
 from sim.cost_model import (COUNTS, FEATURES, FittedCost, LinearCost, check_profile_model,
-                            cost_model, load_profile, shape_of)
+                            LATER_FEATURES, cost_model, gathered_keys, load_profile, shape_of)
 from sim.fitting import error_summary, fit_relative, nnls
 from sim.loop import run_loop
-from sim.profile import executor_cost
+from sim.profile import predict_profile_points
 from sim.runner import sequence_factory
 from sim.workload import build_workload
 
@@ -41,7 +41,7 @@ def _plan():
 
 
 def test_step_shape_of_a_plan():
-    shape = shape_of(_plan())
+    shape = shape_of(_plan(), 16, 64)
     assert shape.prefill_tokens == 50 and shape.prefill_seqs == 2
     assert shape.prefill_attention == 30 * 80 + 20 * 20
     assert shape.prefill_context == 80  # only the chunk after a context gathers its keys
@@ -49,6 +49,26 @@ def test_step_shape_of_a_plan():
     assert shape.decode_span == 2 * 41
     assert shape.sampled_seqs == 2 + 1  # the decodes and the whole prompt; the chunk stops short
     assert shape.padding_seqs == 2 and shape.rows == 50 + 2 + 2
+    assert shape.decode_gathered == 2 * 3 * 16  # one group, both up to the longest's 3 blocks
+    assert shape.decoding == 1 and shape_of(StepPlan(step=0), 16, 64).decoding == 0
+    # slots so wide that each sequence is its own group: each gathers only its own blocks
+    assert shape_of(_plan(), 16, 1 << 20).decode_gathered == (1 + 3) * 16
+
+
+def test_gathered_keys_follow_the_engines_groups_so_the_batch_order_matters():
+    """Groups of consecutive sequences, each gathered up to its longest: the same lengths cost
+    less sorted than interleaved, and never less than their own blocks nor more than all padded
+    to the longest."""
+    width = (4 << 20) // (16 * 64 * 4)  # a group: 4 sequences at 64 blocks (1,024 tokens)
+    interleaved = [1024, 16, 1024, 16, 1024, 16, 1024, 16]
+    assert gathered_keys(interleaved, 16, width) == 8 * 1024
+    assert gathered_keys(sorted(interleaved), 16, width) == 4 * 16 + 4 * 1024
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        lengths = rng.integers(1, 2000, size=rng.integers(1, 40)).tolist()
+        padded_own = sum(-(-n // 16) * 16 for n in lengths)
+        padded_all = len(lengths) * -(-max(lengths) // 16) * 16
+        assert padded_own <= gathered_keys(lengths, 16, width) <= padded_all
 
 
 def test_linear_cost_is_the_documented_formula():
@@ -60,8 +80,8 @@ def test_linear_cost_is_the_documented_formula():
 
 
 def test_fitted_cost_is_the_rows_cost_plus_the_dot_product_of_features_and_coefficients():
-    coefficients = (0.003, 4e-5, 1e-4, 1e-8, 2e-7, 5e-4, 1e-6, 3e-7, 3e-4)
-    shape = shape_of(_plan())
+    coefficients = (0.003, 4e-5, 1e-4, 1e-8, 2e-7, 5e-4, 1e-6, 3e-7, 3e-4, 2e-8, 1e-4)
+    shape = shape_of(_plan(), 16, 64)
     linear = float(np.dot(coefficients, shape.vector()))
     assert FittedCost(coefficients, MODEL).predict_shape(shape) == pytest.approx(linear)
     rows = FittedCost(coefficients, MODEL, row_knots=(1, 16, 64), row_costs=(1e-3, 2e-3, 5e-3),
@@ -116,6 +136,33 @@ def test_simulated_steps_after_idleness_include_the_wake_cost_and_back_to_back_o
     assert durations.tolist() == pytest.approx([1e-3, 1e-3, 3e-3, 1e-3, 3e-3, 1e-3])
 
 
+def test_after_prefill_cost_is_linear_in_the_prefill_from_zero_flat_after_and_ends():
+    cost = FittedCost((0.0,) * len(FEATURES), MODEL, after_tokens=(100, 400),
+                      after_extra_s=((1e-4, 5e-5), (4e-4, 1e-4)))
+    assert cost.after_prefill_cost(50, 1) == pytest.approx(5e-5)  # half way from (0, 0)
+    assert cost.after_prefill_cost(250, 2) == pytest.approx(7.5e-5)
+    assert cost.after_prefill_cost(1000, 1) == pytest.approx(4e-4)  # flat past the last
+    assert cost.after_prefill_cost(100, 3) == cost.after_prefill_cost(0, 1) == 0.0
+    assert FittedCost((0.0,) * len(FEATURES), MODEL).after_prefill_cost(100, 1) == 0.0
+    with pytest.raises(ValueError, match="after_prefill needs increasing prefill_tokens"):
+        FittedCost((0.0,) * len(FEATURES), MODEL, after_tokens=(100,),
+                   after_extra_s=((-1e-4,),))
+
+
+def test_steps_after_a_prefill_pay_its_after_prefill_cost_until_the_next_prefill_or_idle():
+    cost = FittedCost((1e-3,) + (0.0,) * (len(FEATURES) - 1), MODEL, after_tokens=(50,),
+                      after_extra_s=((3e-4, 2e-4),))
+    executor = CostModelExecutor(cost)
+    decode = StepPlan(step=0, decodes=[_seq(3, 10, outputs=3, computed=12)])
+    durations = [executor.execute(plan).duration_s for plan in
+                 (_plan(), decode, decode, decode, _plan(), _plan(), decode)]
+    # _plan() holds 50 prefill tokens; one right after another pays the first one's cost
+    assert durations == pytest.approx([1e-3, 1.3e-3, 1.2e-3, 1e-3, 1e-3, 1.3e-3, 1.3e-3])
+    executor.execute(_plan())
+    executor.after_idle(0.01)
+    assert executor.execute(decode).duration_s == pytest.approx(1e-3)
+
+
 @pytest.mark.parametrize("bad", [{"step_overhead_s": -1.0}, {"context_token_s": "x"}])
 def test_linear_coefficients_must_be_non_negative_numbers(bad):
     args = dict(step_overhead_s=0.0, prefill_token_s=0.0, decode_seq_s=0.0, context_token_s=0.0)
@@ -123,17 +170,27 @@ def test_linear_coefficients_must_be_non_negative_numbers(bad):
         LinearCost(**(args | bad))
 
 
+# slots so wide that a group holds 1 to 8 sequences of this test's lengths (4-token blocks)
+WIDE = dict(MODEL, d_model=1 << 15)
+
+
 class CheckedExecutor:
-    """A cost-model executor that also compares the running decode-context sum and maximum
-    with the direct ones at every step."""
+    """A cost-model executor that also compares the running decode-context sum and maximum,
+    and the keys it counts as gathered, with the direct ones at every step."""
 
     def __init__(self, cost):
-        self.inner, self.context, self.steps = CostModelExecutor(cost), DecodeContext(), 0
+        self.inner, self.context, self.steps = CostModelExecutor(cost, block_size=4), \
+            DecodeContext(), 0
+        gathered = FEATURES.index("decode_gathered")
+        self.gathered = FittedCost(tuple(float(i == gathered) for i in range(len(FEATURES))),
+                                   WIDE)
+        self.counter = CostModelExecutor(self.gathered, block_size=4)
 
     def execute(self, plan):
-        shape = shape_of(plan)
+        shape = shape_of(plan, 4, WIDE["d_model"] * 4)
         assert self.context.update(plan) == shape.decode_context, f"step {plan.step}"
         assert self.context.max_context * shape.decode_seqs == shape.decode_span
+        assert self.counter.execute(plan).duration_s == shape.decode_gathered
         self.steps += 1
         return self.inner.execute(plan)
 
@@ -202,15 +259,18 @@ def test_shipped_default_profile_is_self_consistent():
     profile = json.loads(open(path).read())
     shape = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff")
     assert [profile["model"][k] for k in shape] == [MODEL[k] for k in shape]  # the default model
-    assert set(profile["cost_model"]["coefficients"]) == set(FEATURES)
-    executor_only = executor_cost(profile)
+    # written before decode_gathered was measured: it lacks that feature, which is then 0
+    assert set(profile["cost_model"]["coefficients"]) | set(LATER_FEATURES) == set(FEATURES)
+    assert not load_profile("default").counts_gathered
     held = [p for p in profile["grid"] if p["split"] == "held_out"]
-    predicted = [executor_only.predict(*(p[c] for c in COUNTS)) for p in held]
+    predicted = [q for p, q in zip(profile["grid"], predict_profile_points(profile))
+                 if p["split"] == "held_out"]
     summary = error_summary(predicted, [p["measured_s"] for p in held])
     assert summary["median_abs_rel_error"] == pytest.approx(
         profile["fit"]["held_out"]["median_abs_rel_error"], rel=1e-9)
     assert min(predicted) > 0
     cost = load_profile("default")  # the executor's fit plus the engine loop's own cost
+    held = [dict.fromkeys(LATER_FEATURES, 0) | p for p in held]
     assert all(cost.predict(*(p[c] for c in COUNTS)) > q for p, q in zip(held, predicted))
     assert cost.wake_cost(1.0) > 0
 

@@ -12,6 +12,7 @@ from sim.jitter import Jitter
 from sim.cost_model import COUNTS, FEATURES, ROW_TAILS, StepShape, load_profile, shape_of
 from sim.profile import executor_cost, predict_profile_points, profile_engine
 from sim.profile_fit import design_matrix, knots_for
+from sim.profile_wake import AFTER_STEPS, AFTER_TOKENS
 from sim.profile_grid import ShapeSpec, build_plan, grid_shapes, held_out_shapes, release
 from sim.runner import run_config
 
@@ -43,6 +44,11 @@ def test_profile_file_holds_model_machine_grid_fit_and_held_out_error(profile):
                                            if p["split"] == "train")
     extra = fit["wake"]["extra_s"]
     assert len(extra) == len(fit["wake"]["idle_s"]) and extra == sorted(extra) and min(extra) >= 0
+    after = fit["after_prefill"]  # lengths past the model's max_seq_len are left out
+    assert after["prefill_tokens"] == [n for n in AFTER_TOKENS if n <= TINY["max_seq_len"]]
+    assert [len(row) for row in after["extra_s"]] == [AFTER_STEPS] * len(after["prefill_tokens"])
+    assert min(min(row) for row in after["extra_s"]) >= 0
+    assert load_profile(path).after_extra_s == tuple(map(tuple, after["extra_s"]))
     assert data["fit"]["loop"]["steps"] > 50
     jitter = Jitter.from_dict(fit["jitter"])  # measured over 1 s: timescales up to 0.25 s
     assert all(t <= 0.25 for t in jitter.timescales_s) and jitter.log_std > 0
@@ -92,10 +98,11 @@ def test_built_plans_have_the_shape_they_were_built_from():
     bm = BlockManager(200, 16)
     shape = ShapeSpec(prefills=((100, 28), (0, 5)), decodes=(17, 40, 3), padding=2)
     plan = build_plan(shape, bm, np.random.default_rng(0), 64)
-    s = shape_of(plan)
+    s = shape_of(plan, 16, 256)
     assert (s.prefill_tokens, s.prefill_attention, s.prefill_seqs) == (33, 28 * 128 + 25, 2)
     assert (s.decode_seqs, s.decode_context, s.padding_seqs) == (3, 60, 2)
     assert (s.sampled_seqs, s.prefill_context, s.decode_span) == (3 + 2, 128, 3 * 40)
+    assert s.decode_gathered == 3 * 48  # one group: three sequences up to 40 tokens' 3 blocks
     assert all(seq.num_computed_tokens == seq.num_tokens - 1 for seq in plan.decodes)
     release(plan, bm)
     assert bm.num_used == 0
@@ -136,7 +143,7 @@ def test_a_chunk_followed_by_more_prompt_samples_nothing():
     plan = build_plan(ShapeSpec(prefills=((0, 20, 12), (16, 4))), bm, np.random.default_rng(0), 64)
     first, second = plan.prefills
     assert first[0].prompt_len == 32 and first[1] == 20 and bm.capacity(first[0].seq_id) >= 20
-    assert shape_of(plan).sampled_seqs == 1  # only the chunk that completes its prompt
+    assert shape_of(plan, 16, 256).sampled_seqs == 1  # only the chunk that completes its prompt
     release(plan, bm)
     assert bm.num_used == 0
 
