@@ -5,9 +5,11 @@ and simulates the same requests with the fitted cost model; the scenario is then
 `--repeats - 1` more times. The script prints one table of the simulator's errors against the
 median of the servings (scenario x metric x stat), the largest |error| on p50, p90 and p99 of
 TTFT, TPOT and E2E, the spread of the servings themselves (the noise floor: the same requests
-served again on the same machine), the errors of the simulation with the profiled machine's
-jitter (`cost.jitter`, the median of `--jitter-runs` realisations), and those of a diagnostic
-simulation whose step costs are scaled by the served steps' total measured / predicted time
+served again on the same machine), the errors of the simulation calibrated to the machine's
+speed just before the first serving (`validate --calibrate`), those of the simulation with the
+profiled machine's jitter (`cost.jitter`, the median of `--jitter-runs` realisations) and its
+own noise floor, and those of a diagnostic simulation whose step costs are scaled by the
+served steps' total measured / predicted time
 (the machine's speed while serving; see docs/validation/README.md).
 
 Steps:
@@ -26,7 +28,7 @@ single-threaded by default (`--blas-threads`): on a machine with two cores share
 work, a second BLAS thread mostly waits for a core and makes step times erratic; the profile is
 measured in the same process, so it sees the same setting.
 
-    python benchmarks/fidelity.py                       # profile, then every scenario (~8 min)
+    python benchmarks/fidelity.py                       # profile, then every scenario (~10 min)
     python benchmarks/fidelity.py --only load-70 --seconds 5 --repeats 1
 """
 
