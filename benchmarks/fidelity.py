@@ -28,7 +28,7 @@ single-threaded by default (`--blas-threads`): on a machine with two cores share
 work, a second BLAS thread mostly waits for a core and makes step times erratic; the profile is
 measured in the same process, so it sees the same setting.
 
-    python benchmarks/fidelity.py                       # profile, then every scenario (~10 min)
+    python benchmarks/fidelity.py                       # profile, then every scenario (~13 min)
     python benchmarks/fidelity.py --only load-70 --seconds 5 --repeats 1
 """
 
