@@ -1,6 +1,6 @@
 """Fidelity: how closely the simulator predicts the real engine, over a set of scenarios.
 
-For each scenario below, `sim.validate` serves the requests in real time with the NumPy engine
+For each scenario below, `sim.validation.validate` serves the requests in real time with the NumPy engine
 and simulates the same requests with the fitted cost model; the scenario is then served
 `--repeats - 1` more times. The script prints one table of the simulator's errors against the
 median of the servings (scenario x metric x stat), the largest |error| on p50, p90 and p99 of
@@ -13,7 +13,7 @@ served steps' total measured / predicted time
 (the machine's speed while serving; see docs/validation/README.md).
 
 Steps:
-1. Profile the fidelity model (`sim.profile.profile_engine`: the profiling grid of step shapes,
+1. Profile the fidelity model (`sim.profiling.profile_engine`: the profiling grid of step shapes,
    never the scenarios below) unless `--profile` names an existing profile of it.
 2. Capacity: for each scenario, the cost model's maximum sustainable request rate for the
    scenario's lengths and batching policy: 600 requests that all arrive at once are simulated
@@ -67,8 +67,8 @@ import numpy as np  # noqa: E402
 import scenarios  # noqa: E402
 from engine.benchmark import summarize  # noqa: E402
 from sim.runner import run_config  # noqa: E402
-from sim.validate import validate  # noqa: E402
-from sim.validation_table import HEADLINE, error_rows  # noqa: E402
+from sim.validation.validate import validate  # noqa: E402
+from sim.validation.table import HEADLINE, error_rows  # noqa: E402
 
 from fidelity_stats import as_rows, median_summary, spread, table_text, worst  # noqa: E402
 
@@ -173,7 +173,7 @@ def build_scenarios(out_dir: Path, profile: Path, seconds: float, only) -> list:
 
 def make_profile(out_dir: Path) -> Path:
     from engine.model import ModelConfig
-    from sim.profile import profile_engine
+    from sim.profiling.profiler import profile_engine
 
     path = out_dir / "profile.json"
     started = time.perf_counter()
@@ -187,8 +187,8 @@ def make_profile(out_dir: Path) -> Path:
 
 def calibrated_cost(run):
     """The scenario's cost model scaled by the run's calibration (what its simulation used)."""
-    from sim.cost_model import cost_model
-    from sim.validation_steps import ScaledCost
+    from sim.costs import cost_model
+    from sim.costs.calibrate import ScaledCost
 
     config = run.spec.config
     return ScaledCost(cost_model(config["cost"], config["model"]), run.calibration)
@@ -197,9 +197,9 @@ def calibrated_cost(run):
 def servings(run, repeats: int) -> list[tuple[dict, float]]:
     """(summary, speed ratio to the calibrated prediction) of the validation's serving and of
     `repeats - 1` more."""
-    from sim.validate import mode_config
-    from sim.validation_serve import serve_logged
-    from sim.validation_steps import speed_ratio, step_rows
+    from sim.validation.validate import mode_config
+    from sim.validation.serve import serve_logged
+    from sim.validation.steps import speed_ratio, step_rows
 
     config, slo = run.spec.config, run.spec.config["slo"]
     cost = calibrated_cost(run)
@@ -216,8 +216,8 @@ def compare(name: str, run, served: list, jitter_runs: int) -> dict:
     and the speed-scaled simulation ("scaled"); and, in the same layout, the spread of the servings ("spread") and the median
     spread of the jittered realisations taken as many at a time as there are servings
     ("jitter_spread")."""
-    from sim.validate import mode_config
-    from sim.validation_steps import ScaledCost
+    from sim.validation.validate import mode_config
+    from sim.costs.calibrate import ScaledCost
 
     config, slo = run.spec.config, run.spec.config["slo"]
     summaries = [s for s, _ in served]

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from sim.validation_table import METRICS, STATS, error_rows, max_abs_error
+from sim.validation.table import METRICS, STATS, error_rows, max_abs_error
 
 
 def median_summary(summaries: list) -> dict:

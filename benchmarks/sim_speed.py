@@ -31,7 +31,7 @@ import numpy as np
 from engine.benchmark import weighted_percentile
 from engine.model import ModelConfig
 from sim.runner import run_config
-from sim.traces import load_trace
+from sim.workloads.traces import load_trace
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure_llm_2023_conv.csv"
 OVERLOAD = 1.5  # arrival rate / service rate

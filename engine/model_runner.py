@@ -153,7 +153,7 @@ def decode_groups(lengths, block_size: int, slot_bytes: int) -> list[tuple[int, 
     group holds as many sequences as GATHER_GROUP_BYTES fits at the batch's longest block count
     (`slot_bytes`: bytes of one token's keys in one layer), and gathers and scores every one of
     them up to the group's longest, so its work depends on the batch's order, not just its
-    lengths. The simulator's cost model counts the same groups (`sim.cost_model`)."""
+    lengths. The simulator's cost model counts the same groups (`sim.costs.shape`)."""
     n = len(lengths)
     if not n:
         return []

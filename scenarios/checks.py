@@ -1,12 +1,13 @@
-"""Rules that tie several keys of a scenario together, and the files a scenario names.
+"""Rules that tie several keys of a scenario together, and the paths a scenario names.
 
-The engine's config dataclasses and the simulator's workload and cost-model constructors are
-built from the resolved config here, so their own rules (d_model divisible by n_heads, low <=
-high, a profile measured on this model...) apply at load time, in their own words. Each check
-raises `FieldError(dotted_key, problem)`; the loader turns it into a one-line
-`ScenarioError` with the file's name. Relative paths are looked up in the current directory,
-then beside the scenario file, then at the repository root (where `../shared/traces/...`
-points), and stored absolute.
+The engine's config dataclasses are built from the resolved config here, so their own rules
+(d_model divisible by n_heads, a token budget that holds max_num_seqs decodes) apply at load
+time, in their own words. Each check raises `FieldError(dotted_key, problem)`; the loader turns
+it into a one-line `ScenarioError` with the file's name. Relative paths (a trace, a profile
+file) are looked up in the current directory, then beside the scenario file, then at the
+repository root, and stored absolute when found. Whether a file exists and loads is checked
+where the simulator builds what it needs from it (`sim.runner.check_scenario`), with the same
+one-line errors: scenarios are data and schema, and never import the simulator.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from engine.model import ModelConfig
 from engine.scheduler_config import SchedulerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PROFILE_DIR = REPO_ROOT / "sim" / "profiles"
 
 
 def check_workload_parts(workload: dict) -> None:
@@ -47,39 +47,26 @@ def check_config(config: dict, path: Path) -> None:
     _check_model(config["model"])
     _check_engine(config)
     workload = config["workload"]
+    for name in ("prompt_tokens", "output_tokens"):
+        if workload[name] is not None:
+            check_length_range(workload[name], f"workload.{name}")
     if workload["trace"] is not None:
         trace = workload["trace"]
-        trace["path"] = str(find_file(trace["path"], path, "workload.trace.path"))
+        trace["path"] = find_file(trace["path"], path)
     cost = config["cost"]
-    if cost["model"] == "profile":
-        cost["profile"] = find_profile(cost["profile"], path)
+    if cost["model"] == "profile" and _is_path(cost["profile"]):
+        cost["profile"] = find_file(cost["profile"], path)
     if config["mode"] == "simulate" and cost["model"] == "live":
         raise FieldError("cost.model", "'live' runs the real engine: use mode = 'cosimulate' "
                                        "(or cost.model = 'profile' or 'linear' to simulate)")
-    _check_with_simulator(config)
 
 
-def _check_with_simulator(config: dict) -> None:
-    """Build the simulator's distributions, arrival process and cost model from the config, so
-    what the simulator would refuse (a lognormal range that holds almost no mass, a profile
-    measured on another model) is refused at load time, before any run starts."""
-    from sim.arrivals import arrival_process  # sim reads scenarios: import on use, not at load
-    from sim.cost_model import cost_model
-    from sim.distributions import length_dist, priority_dist
-    from sim.runner import speed_process
-
-    workload = config["workload"]
-    try:
-        if workload["trace"] is None:
-            arrival_process(workload["arrival"], "workload.arrival")
-            for name in ("prompt_tokens", "output_tokens"):
-                length_dist(workload[name], f"workload.{name}")
-        if workload["priority"] is not None:
-            priority_dist(workload["priority"], "workload.priority")
-        if config["mode"] == "simulate":
-            speed_process(config["cost"], cost_model(config["cost"], config["model"]), None)
-    except (ValueError, FileNotFoundError) as exc:
-        raise FieldError("", str(exc)) from None
+def check_length_range(dist: dict, key: str) -> None:
+    """A length distribution's bounds in order: uniform low <= high, lognormal min <= max."""
+    low, high = {"uniform": ("low", "high"), "lognormal": ("min", "max")}.get(dist["dist"],
+                                                                              (None, None))
+    if low is not None and dist[low] > dist[high]:
+        raise FieldError("", f"{key}.{low} ({dist[low]}) must be <= {key}.{high} ({dist[high]})")
 
 
 def _check_model(model: dict) -> None:
@@ -99,25 +86,18 @@ def _check_engine(config: dict) -> None:
         raise FieldError("", str(exc)) from None
 
 
-def find_file(name: str, scenario_path: Path, key: str) -> Path:
-    """An existing file: absolute, or relative to cwd, the scenario's directory or the repo."""
-    candidates = [Path(name)] if Path(name).is_absolute() else [
-        Path.cwd() / name, scenario_path.parent / name, REPO_ROOT / name]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate.resolve()
-    where = "" if Path(name).is_absolute() else \
-        " (looked in the current directory, beside the scenario and in the repository root)"
-    raise FieldError(key, f"file not found: {name}{where}")
+def find_file(name: str, scenario_path: Path) -> str:
+    """A relative path as the absolute path of the first existing file among the current
+    directory, the scenario's folder and the repository root; unchanged when none exists (the
+    simulator then says where it looked)."""
+    if Path(name).is_absolute():
+        return name
+    for base in (Path.cwd(), scenario_path.parent, REPO_ROOT):
+        if (base / name).is_file():
+            return str((base / name).resolve())
+    return name
 
 
-def find_profile(profile: str, scenario_path: Path) -> str:
-    """A shipped profile name (sim/profiles/<name>.json) stays a name; a path becomes absolute."""
-    shipped = PROFILE_DIR / f"{profile}.json"
-    if "/" not in profile and not profile.endswith(".json"):
-        if shipped.is_file():
-            return profile
-        names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.json"))) or "none shipped"
-        raise FieldError("cost.profile", f"no shipped profile {profile!r} (shipped: {names}; "
-                                         "or give a path to a .json profile)")
-    return str(find_file(profile, scenario_path, "cost.profile"))
+def _is_path(profile: str) -> bool:
+    """A profile given as a file path, not as the name of a shipped one."""
+    return "/" in profile or profile.endswith(".json")

@@ -41,9 +41,9 @@ DEFAULTS = {
     },
     "cost": {
         "model": "profile",
-        "profile": "default",  # shipped in sim/profiles/, fitted to the default model
+        "profile": "default",  # shipped in sim/costs/profiles/, fitted to the default model
         # Scale each simulated step by the profiled machine's speed from moment to moment
-        # (sim.jitter): off, a machine of constant speed, so a what-if answer has no noise.
+        # (sim.costs.jitter): off, a machine of constant speed, so a what-if answer has no noise.
         "jitter": False,
         # Coefficients of the `linear` cost model (ARCHITECTURE section 5), used only when
         # model = "linear"; the values are of the order the default profile measures.

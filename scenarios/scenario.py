@@ -55,6 +55,18 @@ class Scenario:
     sweep: dict  # dotted key -> list of values
     specs: tuple[RunSpec, ...]
     overrides: tuple = ()  # the (key, value) pairs applied to the base, e.g. from --set
+    file_base: dict | None = None  # the base without the overrides (None: it does not resolve)
+
+    def error(self, problem: str, spec: RunSpec | None = None,
+              by_override: bool = False) -> ScenarioError:
+        """The one-line error of a problem found after loading (where the simulator builds a
+        run), placed as the loader places its own: in the file, in an override, or in a
+        variant at a sweep point."""
+        where = "--set: " if by_override else ""
+        if spec is not None:
+            variant = next(v for v in self.variants if v.name == spec.variant)
+            where = _where(variant, spec.sweep)
+        return ScenarioError(f"{_display(self.path)}: {where}{problem}")
 
     def runs(self) -> list[RunSpec]:
         """Every variant at every sweep point (variant-major), each config a fresh copy."""
@@ -100,25 +112,33 @@ def load(name_or_path, overrides=()) -> Scenario:
     variants = _guarded(shown, "", _variants, raw.pop("variants", None))
     sweep = _guarded(shown, "", _sweep, raw.pop("sweep", None))
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
+    file_base = None
     if pairs:
         file_raw, raw = raw, _guarded(shown, "--set: ", _apply_all, raw, dict(pairs))
+        file_base, file_error = _resolved(file_raw, path)
         try:
             base = resolve(raw, path)
         except FieldError as exc:  # the file's own mistake, or one the override made?
-            where = "" if str(exc) == _error_of(file_raw, path) else "--set: "
+            where = "" if str(exc) == file_error else "--set: "
             raise ScenarioError(f"{shown}: {where}{exc}") from None
     else:
         base = _guarded(shown, "", resolve, raw, path)
     specs = []
     for variant in variants:
-        where = f"variant {variant.name!r}: " if variant.set else ""
-        variant_raw = _guarded(shown, where, _apply_all, raw, variant.set)
+        variant_raw = _guarded(shown, _where(variant, {}), _apply_all, raw, variant.set)
         for point in _grid(sweep):
-            at = where + (f"sweep {_point_text(point)}: " if point else "")
-            config = _guarded(shown, at, lambda: resolve(_apply_all(variant_raw, point), path))
+            config = _guarded(shown, _where(variant, point),
+                              lambda: resolve(_apply_all(variant_raw, point), path))
             specs.append(RunSpec(variant.name, point, config))
     return Scenario(base["name"], base["description"], base["seed"], path, base,
-                    tuple(variants), sweep, tuple(specs), pairs)
+                    tuple(variants), sweep, tuple(specs), pairs, file_base)
+
+
+def _where(variant: Variant, point: dict) -> str:
+    """Where in a scenario a run's mistake lies: "variant 'x': sweep k=v: " (either part only
+    when the variant sets something, or the run is a sweep point)."""
+    where = f"variant {variant.name!r}: " if variant.set else ""
+    return where + (f"sweep {_point_text(point)}: " if point else "")
 
 
 def _guarded(shown: str, where: str, func, *args):
@@ -128,12 +148,12 @@ def _guarded(shown: str, where: str, func, *args):
         raise ScenarioError(f"{shown}: {where}{exc}") from None
 
 
-def _error_of(raw: dict, path: Path) -> str | None:
+def _resolved(raw: dict, path: Path) -> tuple[dict | None, str | None]:
+    """(config, None) when `raw` resolves, else (None, its error)."""
     try:
-        resolve(raw, path)
+        return resolve(raw, path), None
     except FieldError as exc:
-        return str(exc)
-    return None
+        return None, str(exc)
 
 
 def _display(path: Path) -> str:

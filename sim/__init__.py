@@ -6,10 +6,9 @@ replay, step-cost models fitted to the real engine, and the profiler that fits t
     runs = sim.simulate("static-vs-continuous")  # [(RunSpec, RunRecorder), ...]
 """
 
-from .cost_executor import CostModelExecutor
-from .cost_model import FittedCost, LinearCost, load_profile
+from .costs import CostModelExecutor, FittedCost, LinearCost, load_profile
 from .runner import run_config, simulate
-from .workload import Workload, build_workload, seeded_streams
+from .workloads import Workload, build_workload, seeded_streams
 
 __all__ = ["CostModelExecutor", "FittedCost", "LinearCost", "Workload", "build_workload",
            "load_profile", "run_config", "seeded_streams", "simulate"]

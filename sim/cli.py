@@ -33,9 +33,10 @@ class UsageError(ValueError):
 def cmd_run(args) -> int:
     import reports
 
-    from .runner import run_config
+    from .runner import check_scenario, run_config
 
     scenario = scenarios.load(args.scenario, args.set or ())
+    check_scenario(scenario)
     out_dir = Path(args.out) if args.out else Path("out") / scenario.name
     runs = scenario.runs()
     show = not args.quiet
@@ -65,7 +66,7 @@ def cmd_scenarios(args) -> int:
 
 def cmd_profile(args) -> int:
     model = model_config(args.model or ())
-    from .profile import profile_engine
+    from .profiling import profile_engine
 
     out = Path(args.out) if args.out else Path("out") / "profile.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +76,7 @@ def cmd_profile(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .validate import validate
+    from .validation import validate
 
     scenario = scenarios.load(args.scenario, args.set or ())
     out_dir = Path(args.out) if args.out else Path("out") / f"{scenario.name}-validate"

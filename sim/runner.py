@@ -3,7 +3,7 @@
 `run_config(config)` builds the engine's own objects (BlockManager, Scheduler, RunRecorder) from
 the config, the workload from `config["workload"]` and the seed, then:
 - simulate: SimPy clock, `CostModelExecutor` (cost.model "profile" or "linear"; with
-  cost.jitter, every step also scaled by the profiled machine's speed, `sim.jitter`);
+  cost.jitter, every step also scaled by the profiled machine's speed, `sim.costs.jitter`);
 - cosimulate (or cost.model "live"): SimPy clock, the real `NumpyExecutor` on random prompt token
   ids, its measured step time advancing the clock;
 - serve: the wall clock, the real engine, through `engine.server.serve`.
@@ -22,11 +22,10 @@ from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import SamplingParams, Sequence
 
-from .cost_executor import CostModelExecutor
-from .cost_model import cost_model
-from .jitter import SpeedProcess
+from .costs import CostModelExecutor, cost_model
+from .costs.jitter import SpeedProcess
 from .loop import run_loop
-from .workload import Workload, build_workload, seeded_streams
+from .workloads import Workload, build_workload, check_workload, seeded_streams
 
 MODES = ("simulate", "cosimulate", "serve")
 REAL_SAMPLING = SamplingParams(temperature=1.0)
@@ -93,15 +92,50 @@ def build_scheduler(config: dict, model: ModelConfig) -> Scheduler:
 
 def simulate(scenario_or_name, progress: bool = False, overrides=()) -> list:
     """Every run of a scenario (a `scenarios.Scenario`, a built-in name or a path):
-    [(RunSpec, RunRecorder), ...] in `Scenario.runs()` order."""
+    [(RunSpec, RunRecorder), ...] in `Scenario.runs()` order. Every run is checked
+    (`check_scenario`) before the first starts."""
     import scenarios
 
     scenario = scenario_or_name
     if isinstance(scenario, (str, Path)):
         scenario = scenarios.load(scenario, overrides)
+    check_scenario(scenario)
     base_dir = Path(scenario.path).parent if scenario.path else None
     return [(spec, run_config(spec.config, progress=progress, base_dir=base_dir))
             for spec in scenario.runs()]
+
+
+def check_config(config: dict, base_dir=None) -> None:
+    """Build what a resolved config's run needs from files and distributions (the workload's
+    processes and distributions, its trace file, the cost model, the jitter) without running
+    it; raises ValueError or FileNotFoundError naming the dotted key."""
+    check_workload(config["workload"], base_dir)
+    if config["mode"] == "simulate" and config["cost"]["model"] != "live":
+        speed_process(config["cost"], cost_model(config["cost"], config["model"]), None)
+
+
+def check_scenario(scenario) -> None:
+    """Check the base config and every run of a loaded scenario (`check_config`); the first
+    problem is a one-line `ScenarioError` placed in the file, an override or a variant at a
+    sweep point, as the scenario loader places its own."""
+    base_dir = Path(scenario.path).parent
+    problem = _problem(scenario.base, base_dir)
+    if problem is not None:
+        by_override = bool(scenario.overrides) and (
+            scenario.file_base is None or _problem(scenario.file_base, base_dir) != problem)
+        raise scenario.error(problem, by_override=by_override)
+    for spec in scenario.specs:
+        problem = _problem(spec.config, base_dir)
+        if problem is not None:
+            raise scenario.error(problem, spec)
+
+
+def _problem(config: dict, base_dir) -> str | None:
+    try:
+        check_config(config, base_dir)
+    except (ValueError, FileNotFoundError) as exc:
+        return str(exc)
+    return None
 
 
 def sequence_factory(workload: Workload, token_rng=None, vocab_size: int | None = None):

@@ -127,7 +127,7 @@ def test_profile_rejects_a_bad_model_value(capsys, tmp_path):
 
 
 def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_path, capsys):
-    import sim.profile
+    import sim.profiling
 
     calls = []
 
@@ -136,7 +136,7 @@ def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_p
         Path(out_path).write_text("{}")
         return {}
 
-    monkeypatch.setattr(sim.profile, "profile_engine", profile_engine)
+    monkeypatch.setattr(sim.profiling, "profile_engine", profile_engine)
     out = tmp_path / "profiles" / "small.json"
     assert main(["profile", "--model", "d_model=256", "n_layers=2", "--out", str(out),
                  "--quick", "--quiet"]) == 0

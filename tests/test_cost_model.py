@@ -12,14 +12,16 @@ from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
 from engine.step_plan import StepPlan
-from sim.cost_executor import CostModelExecutor, DecodeContext
-from sim.cost_model import (COUNTS, FEATURES, FittedCost, LinearCost, check_profile_model,
-                            LATER_FEATURES, cost_model, gathered_keys, load_profile, shape_of)
-from sim.fitting import error_summary, fit_relative, nnls
+from sim.costs.executor import CostModelExecutor, DecodeContext
+from sim.costs import (COUNTS, FEATURES, FittedCost, LinearCost, check_profile_model,
+                       cost_model, load_profile, shape_of)
+from sim.costs.fitted import LATER_FEATURES, feature_vector
+from sim.costs.shape import gathered_keys
+from sim.costs.fitting import error_summary, fit_relative, nnls
 from sim.loop import run_loop
-from sim.profile import predict_profile_points
+from sim.profiling.profiler import predict_profile_points
 from sim.runner import sequence_factory
-from sim.workload import build_workload
+from sim.workloads import build_workload
 
 MODEL = {"vocab_size": 512, "d_model": 512, "n_layers": 4, "n_heads": 8, "d_ff": 2048,
          "max_seq_len": 4096}
@@ -82,7 +84,7 @@ def test_linear_cost_is_the_documented_formula():
 def test_fitted_cost_is_the_rows_cost_plus_the_dot_product_of_features_and_coefficients():
     coefficients = (0.003, 4e-5, 1e-4, 1e-8, 2e-7, 5e-4, 1e-6, 3e-7, 3e-4, 2e-8, 1e-4)
     shape = shape_of(_plan(), 16, 64)
-    linear = float(np.dot(coefficients, shape.vector()))
+    linear = float(np.dot(coefficients, feature_vector(shape)))
     assert FittedCost(coefficients, MODEL).predict_shape(shape) == pytest.approx(linear)
     rows = FittedCost(coefficients, MODEL, row_knots=(1, 16, 64), row_costs=(1e-3, 2e-3, 5e-3),
                       row_tails=(1e-4, 2e-4, 4e-4))

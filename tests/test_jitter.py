@@ -11,10 +11,10 @@ import pytest
 
 import scenarios
 from scenarios import ScenarioError
-from sim.cost_executor import CostModelExecutor
-from sim.cost_model import load_profile
-from sim.jitter import Jitter, SpeedProcess, fit, lag_covariance
-from sim.runner import run_config
+from sim.costs.executor import CostModelExecutor
+from sim.costs import load_profile
+from sim.costs.jitter import Jitter, SpeedProcess, fit, lag_covariance
+from sim.runner import check_scenario, run_config
 
 KNOWN = Jitter((0.03, 1.0), (0.15, 0.1), 0.05)
 
@@ -128,7 +128,9 @@ def test_jitter_factor_multiplies_the_predicted_step_including_the_wake_cost():
 
 
 def test_jitter_without_a_measured_profile_is_a_one_line_scenario_error():
-    with pytest.raises(ScenarioError, match=r"cost.jitter = true needs a profile with a jitter"):
-        scenarios.load("static-vs-continuous", ["cost.jitter=true"])
+    scenario = scenarios.load("static-vs-continuous", ["cost.jitter=true"])
+    with pytest.raises(ScenarioError, match=r"--set: cost.jitter = true needs a profile with a "
+                                            r"jitter"):
+        check_scenario(scenario)  # the simulator builds the cost model: only it can tell
     with pytest.raises(ScenarioError, match=r"cost.jitter: must be true or false"):
         scenarios.load("static-vs-continuous", ["cost.jitter=1"])

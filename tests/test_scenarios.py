@@ -10,6 +10,7 @@ import pytest
 import scenarios
 from engine.model import ModelConfig
 from scenarios import DEFAULTS, ScenarioError
+from sim.runner import check_scenario
 
 WORKLOAD = """
 [workload]
@@ -178,8 +179,6 @@ BAD_FILES = {
                        "workload.output_tokens.low (40) must be <= workload.output_tokens.high"),
     "min above max": (WORKLOAD.replace("max = 512", "min = 600, max = 512"),
                       "workload.prompt_tokens.min (600) must be <= workload.prompt_tokens.max"),
-    "missing trace file": ('[workload]\ntrace = { path = "no/such/trace.csv" }\n',
-                           "workload.trace.path: file not found: no/such/trace.csv"),
     "missing workload": ("seed = 1\n", "workload: required"),
     "missing length": (WORKLOAD.replace('output_tokens = { dist = "uniform", low = 4, high = 32 }',
                                         ""), "workload.output_tokens: required"),
@@ -188,7 +187,6 @@ BAD_FILES = {
     "bad budget": ("[engine]\nmax_num_seqs = 64\nmax_num_batched_tokens = 32\n" + WORKLOAD,
                    "engine.max_num_batched_tokens (32) must be >= engine.max_num_seqs (64)"),
     "bad heads": ("[model]\nn_heads = 3\n" + WORKLOAD, "model.d_model (512) must be divisible"),
-    "unknown profile": ('[cost]\nprofile = "nope"\n' + WORKLOAD, "cost.profile: no shipped profile"),
     "invalid toml": ("seed = \n" + WORKLOAD, "not valid TOML"),
     "variant unknown key": (WORKLOAD + '[[variants]]\nname = "a"\nsett = {}\n',
                             "variants[0].sett: unknown key (allowed: name, set)"),
@@ -212,6 +210,55 @@ def test_a_bad_file_is_one_line_naming_the_file_and_key(tmp_path, case):
     message = load_error(path)
     assert message.startswith(f"{path}: ")
     assert expected in message
+
+
+# Found where the simulator builds a run (a file it reads, a distribution it draws from): the
+# scenario loader is data and schema only, and the same one-line error comes from
+# `sim.runner.check_scenario`, which every command calls before the first run starts.
+BAD_WHEN_BUILT = {
+    "missing trace file": ('[workload]\ntrace = { path = "no/such/trace.csv" }\n',
+                           "workload.trace.path: file not found: no/such/trace.csv"),
+    "unknown profile": ('[cost]\nprofile = "nope"\n' + WORKLOAD, "cost.profile: no shipped profile"),
+    "missing profile file": ('[cost]\nprofile = "no/such.json"\n' + WORKLOAD,
+                             "cost.profile: file not found: no/such.json"),
+    "lognormal without mass": (WORKLOAD.replace("median = 64", "median = 100000"),
+                               "workload.prompt_tokens: lognormal(median=100000, sigma=0.5) puts "
+                               "only"),
+}
+
+
+def check_error(path, overrides=()) -> str:
+    scenario = scenarios.load(path, overrides)  # the schema accepts it
+    with pytest.raises(ScenarioError) as info:
+        check_scenario(scenario)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("case", BAD_WHEN_BUILT)
+def test_what_only_a_built_run_can_tell_is_one_line_naming_the_file_and_key(tmp_path, case):
+    text, expected = BAD_WHEN_BUILT[case]
+    path = write(tmp_path, text + "\n" + LINEAR if "[cost]" not in text else text)
+    message = check_error(path)
+    assert message.startswith(f"{path}: ")
+    assert expected in message
+
+
+def test_a_problem_found_when_built_names_the_variant_and_sweep_point(tmp_path):
+    path = write(tmp_path, LINEAR + WORKLOAD + '[[variants]]\nname = "a"\n[[variants]]\n'
+                 'name = "b"\nset = { "cost.model" = "profile", "cost.profile" = "nope" }\n'
+                 '[sweep]\n"workload.arrival.rate" = [1, 2]\n')
+    assert check_error(path).startswith(
+        f"{path}: variant 'b': sweep workload.arrival.rate=1: cost.profile: no shipped profile")
+
+
+def test_a_problem_found_when_built_is_blamed_on_the_override_that_made_it(tmp_path):
+    path = write(tmp_path, LINEAR + WORKLOAD)
+    assert check_error(path, ["cost.model=profile", "cost.profile=nope"]).startswith(
+        f"{path}: --set: cost.profile: no shipped profile")
+    bad = write(tmp_path, '[cost]\nprofile = "nope"\n' + WORKLOAD, "bad.toml")
+    assert check_error(bad, ["seed=3"]).startswith(f"{bad}: cost.profile: no shipped profile")
 
 
 def test_bad_set_values_name_the_file_the_override_and_the_key(tmp_path):
@@ -244,3 +291,15 @@ def test_an_unknown_scenario_lists_the_builtins():
     message = load_error("no-such-scenario")
     assert message.startswith("no-such-scenario: no such scenario file or built-in")
     assert "static-vs-continuous" in message
+
+
+def test_scenarios_are_data_and_schema_and_never_import_the_simulator():
+    import subprocess
+    import sys
+
+    code = ("import sys, scenarios\n"
+            "for name in scenarios.builtin_names():\n"
+            "    scenarios.load(name)\n"
+            "loaded = sorted(m for m in sys.modules if m == 'sim' or m.startswith('sim.'))\n"
+            "assert not loaded, loaded\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -11,7 +11,7 @@ from engine.model import ModelConfig, init_params
 from engine.records import RunRecorder
 from sim.loop import run_loop
 from sim.runner import build_scheduler, run_config, sequence_factory
-from sim.workload import build_workload, seeded_streams
+from sim.workloads import build_workload, seeded_streams
 
 TINY = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64,
         "max_seq_len": 256}

@@ -10,11 +10,11 @@ from hypothesis import given, settings, strategies as st
 
 from engine.model import ModelConfig
 from engine.records import RunRecorder
-from sim.cost_executor import CostModelExecutor
-from sim.cost_model import LinearCost
+from sim.costs.executor import CostModelExecutor
+from sim.costs import LinearCost
 from sim.loop import run_loop
 from sim.runner import build_scheduler, run_config, sequence_factory
-from sim.workload import build_workload
+from sim.workloads import build_workload
 
 LINEAR = {"model": "linear", "profile": "default", "step_overhead_s": 0.001,
           "prefill_token_s": 1e-4, "decode_seq_s": 5e-4, "context_token_s": 1e-6}

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from engine.block_manager import BlockManager
-from sim.jitter import Jitter
-from sim.cost_model import COUNTS, FEATURES, ROW_TAILS, StepShape, load_profile, shape_of
-from sim.profile import executor_cost, predict_profile_points, profile_engine
-from sim.profile_fit import design_matrix, knots_for
-from sim.profile_wake import AFTER_STEPS, AFTER_TOKENS
-from sim.profile_grid import ShapeSpec, build_plan, grid_shapes, held_out_shapes, release
+from sim.costs.jitter import Jitter
+from sim.costs import COUNTS, FEATURES, StepShape, load_profile, shape_of
+from sim.costs.fitted import ROW_TAILS
+from sim.profiling.profiler import executor_cost, predict_profile_points, profile_engine
+from sim.profiling.fit import design_matrix, knots_for
+from sim.profiling.wake import AFTER_STEPS, AFTER_TOKENS
+from sim.profiling.grid import ShapeSpec, build_plan, grid_shapes, held_out_shapes, release
 from sim.runner import run_config
 
 TINY = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64,
@@ -152,8 +153,8 @@ def test_profile_records_its_reference_time_and_calibration_compares_the_machine
     """The same machine a moment later runs the reference step at about its profiled speed;
     the calibrated cost is the profile's scaled by that ratio."""
     from engine.model import ModelConfig, init_params
-    from sim.calibrate import measure_speed, reference_of
-    from sim.validation_steps import ScaledCost
+    from sim.costs.calibrate import ScaledCost, reference_of
+    from sim.profiling.reference import measure_speed
 
     path, data = profile
     cost = load_profile(path)

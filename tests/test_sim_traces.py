@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.traces import load_trace, resolve_path
-from sim.workload import build_workload
+from sim.workloads.traces import load_trace, resolve_path
+from sim.workloads import build_workload
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 CONV = TRACES / "azure_llm_2023_conv.csv"

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from sim.cli import main
-from sim.validate import validate
-from sim.validation_steps import busy_after
-from sim.validation_table import COLUMNS, METRICS, STATS, error_pct, max_abs_error, read_csv
+from sim.validation.validate import validate
+from sim.validation.steps import busy_after
+from sim.validation.table import COLUMNS, METRICS, STATS, error_pct, max_abs_error, read_csv
 
 SCENARIO = """
 name = "validate-case"

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from sim.arrivals import ClosedLoop, Constant, Gamma, Poisson, arrival_process
-from sim.distributions import (Choice, Fixed, LogNormal, Uniform, length_dist,
+from sim.workloads.arrivals import ClosedLoop, Constant, Gamma, Poisson, arrival_process
+from sim.workloads.distributions import (Choice, Fixed, LogNormal, Uniform, length_dist,
                                priority_dist)
-from sim.workload import build_workload, seeded_streams
+from sim.workloads import build_workload, seeded_streams
 
 N = 200_000
 

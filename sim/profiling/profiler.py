@@ -8,11 +8,11 @@ spoiling one, and each point keeps its median. Within a round a point runs sever
 back (at least 3 times and 10 ms) and keeps the median of the second half of its runs: a server
 runs steps of nearly the same shape one after the other, with its weights and KV blocks in
 cache, which the first runs of a new shape after an unrelated one are not. Every measurement is paired with one of a fixed reference step
-taken just before it, to take out the machine's drift in speed (see `_measure`). The fit (`profile_fit`) uses the structured grid; the random
-held-out steps measure its accuracy. The loop's cost (`profile_loop`) is measured through the
+taken just before it, to take out the machine's drift in speed (see `_measure`). The fit (`fit.py`) uses the structured grid; the random
+held-out steps measure its accuracy. The loop's cost (`loop_overhead.py`) is measured through the
 real server loop and added to the fitted coefficients. Last, the reference step runs back to
 back for a while: how its time swings from step to step and second to second is the machine's
-jitter (`sim.jitter`), which a simulation may apply (`cost.jitter`).
+jitter (`sim.costs.jitter`), which a simulation may apply (`cost.jitter`).
 
     profile_engine(ModelConfig(), "my-profile.json")   # -> the profile as a dict
 """
@@ -33,20 +33,18 @@ from engine.block_manager import BlockManager
 from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
 
-from .cost_model import (COUNTS, FEATURES, FORMAT, LATER_FEATURES, ROW_TAILS, FittedCost,
-                         StepShape, shape_of, slot_bytes)
-from .fitting import error_summary
-from .profile_fit import fit_cost, knots_for, with_loop
-from .profile_grid import ShapeSpec, build_plan, grid_shapes, held_out_shapes, release
-from .profile_loop import measure_loop_overhead
-from .profile_wake import measure_after_prefill, measure_wake_cost
-from . import jitter as jitter_model
+from ..costs.fitted import FEATURES, LATER_FEATURES, ROW_TAILS, FittedCost
+from ..costs.fitting import error_summary
+from ..costs.profile_file import FORMAT
+from ..costs.shape import COUNTS, StepShape, shape_of, slot_bytes
+from .fit import fit_cost, knots_for, with_loop
+from .grid import build_plan, grid_shapes, held_out_shapes, release
+from .loop_overhead import measure_loop_overhead
+from .reference import (BLOCK_SIZE, BURST, BURST_S, JITTER_S, MAX_BURST, REFERENCE, burst,
+                        measure_jitter)
+from .wake import measure_after_prefill, measure_wake_cost
 
-BLOCK_SIZE = 16
 MAX_KV_TOKENS = 16384  # largest context one profiled step holds (bounds the KV storage)
-BURST, BURST_S, MAX_BURST = 3, 0.01, 16  # runs of a point in a row: >= 3, >= 10 ms, <= 16
-REFERENCE = ShapeSpec(prefills=((0, 32),), decodes=(128,) * 8)  # paired with every measurement
-JITTER_S = jitter_model.MEASURE_S  # REFERENCE back to back, for the machine's jitter
 
 STATISTICS = {"median": np.median, "min": np.min}
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # BLAS threads
@@ -151,28 +149,6 @@ def _measure(executor, model: ModelConfig, shapes: list, repeats: int, rng, prog
         release(ref_plan, block_manager)
     bar.close()
     return times * (np.median(reference) / reference), measured, float(np.median(reference))
-
-
-def measure_jitter(executor, model: ModelConfig, rng, seconds: float):
-    """The machine's jitter (`sim.jitter`): REFERENCE run back to back for `seconds`."""
-    plan = build_plan(REFERENCE, executor.block_manager, rng, model.vocab_size)
-    try:
-        for _ in range(BURST):  # reach its steady time first
-            executor.execute(plan)
-        return jitter_model.fit(*jitter_model.measure(executor, plan, seconds))
-    finally:
-        release(plan, executor.block_manager)
-
-
-def burst(executor, plan) -> float:
-    """Run the plan in a row at least BURST times and until BURST_S seconds have passed (at
-    most MAX_BURST times); the median of the second half of the runs. A small step after an
-    unrelated one needs a few runs to reach its steady time (a one-sequence decode of the small
-    fidelity model: 1.0, 0.9, 0.86, 0.77, then 0.70 ms), as in a server's run of decode steps."""
-    runs = []
-    while len(runs) < BURST or (sum(runs) < BURST_S and len(runs) < MAX_BURST):
-        runs.append(executor.execute(plan).duration_s)
-    return float(np.median(runs[len(runs) // 2:]))
 
 
 def _run(executor, shape, rng, model: ModelConfig) -> tuple[float, StepShape]:

@@ -21,7 +21,7 @@ import heapq
 from engine.executor import StepResult
 from engine.sequence import SequenceStatus
 
-from .cost_model import gathered_keys, one_group, prefill_counts, slot_bytes
+from .shape import gathered_keys, one_group, prefill_counts, slot_bytes
 
 
 class DecodeContext:
@@ -112,7 +112,7 @@ class CostModelExecutor:
     then also pays the cost model's `wake_cost(idle_s)` (a model without one: nothing). The steps
     after one with prefill chunks pay its `after_prefill_cost(tokens, k)` (the k-th after it,
     until the next prefill or idle wait; a model without one: nothing). With a
-    `speed` (`sim.jitter.SpeedProcess`) every step's time is multiplied by the machine's speed
+    `speed` (`sim.costs.jitter.SpeedProcess`) every step's time is multiplied by the machine's speed
     factor at its start (the time since the previous step's start is its duration plus the
     idle time reported in between). `block_size` is the KV cache's: with it the keys decode
     attention gathers are counted (O(1) when the batch is gathered as one group, else O(batch)),

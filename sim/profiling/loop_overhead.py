@@ -22,7 +22,7 @@ from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import SamplingParams, Sequence
 
-from .fitting import nnls
+from ..costs.fitting import nnls
 
 LOOP_FEATURES = ("step", "decode_seqs", "prefill_seqs")
 REQUESTS, MAX_NUM_SEQS, RUNS = 96, 24, 2

@@ -15,7 +15,7 @@ where
 The profile's step times are medians, normalised to the median speed of a reference step, so
 x = e = 0 is the speed the cost model predicts; exp(x + e) has median 1.
 
-Measured by the profiler (`measure`): the reference step runs back to back for a few seconds;
+Measured by the profiler (`sim.profiling.reference.measure_jitter`): the reference step runs back to back for a few seconds;
 y = log(step time) - mean is the log speed. Its autocovariance at lags from one step to a
 quarter of the run is fitted (non-negative least squares) as sum_k a_k exp(-lag / tau_k) over a
 fixed ladder of timescales TIMESCALES_S; sigmas = sqrt(a), and what the lag-0 variance has
@@ -29,7 +29,6 @@ time is cut into steps; its normal draws come from one seeded generator.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +36,6 @@ import numpy as np
 from .fitting import nnls
 
 TIMESCALES_S = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # the ladder the fit chooses from
-MEASURE_S = 20.0  # how long the profiler runs the reference step back to back
 
 
 @dataclass(frozen=True)
@@ -75,16 +73,6 @@ class Jitter:
     def from_dict(cls, data: dict) -> "Jitter":
         return cls(tuple(float(t) for t in data["timescales_s"]),
                    tuple(float(s) for s in data["sigmas"]), float(data["step_sigma"]))
-
-
-def measure(executor, plan, seconds: float = MEASURE_S) -> tuple[np.ndarray, np.ndarray]:
-    """Run `plan` back to back for `seconds`: (start times [n] from 0, durations [n]), seconds."""
-    starts, durations = [], []
-    t0 = time.perf_counter()
-    while (now := time.perf_counter()) - t0 < seconds:
-        starts.append(now - t0)
-        durations.append(executor.execute(plan).duration_s)
-    return np.array(starts), np.array(durations)
 
 
 def lag_covariance(start_s: np.ndarray, duration_s: np.ndarray, max_points: int = 40):

@@ -15,8 +15,8 @@ from bisect import bisect_left
 
 import numpy as np
 
-from .cost_model import FEATURES, ROW_TAILS, FittedCost
-from .fitting import fit_relative
+from ..costs.fitted import FEATURES, ROW_TAILS, FittedCost, feature_vector
+from ..costs.fitting import fit_relative
 
 # Candidate knots, denser where BLAS efficiency changes fastest (few rows).
 ROW_KNOTS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
@@ -56,7 +56,7 @@ def row_tails(rows: int) -> tuple:
 def design_matrix(shapes: list, knots: tuple) -> np.ndarray:
     """[P, K + 3 + F - 1] columns of the fitted model for each StepShape."""
     return np.array([np.concatenate([row_basis(s.rows, knots), row_tails(s.rows),
-                                     s.vector()[1:]]) for s in shapes], dtype=float)
+                                     feature_vector(s)[1:]]) for s in shapes], dtype=float)
 
 
 def fit_cost(shapes: list, seconds: np.ndarray, model: dict, knots: tuple) -> FittedCost:

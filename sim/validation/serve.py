@@ -1,5 +1,5 @@
 """The served side of a validation: a resolved config served in real time by the NumPy engine,
-with every step's shape logged (`validation_steps.StepLog`).
+with every step's shape logged (`steps.StepLog`).
 
 The server is started as a real one is before it takes requests: the KV cache is committed
 (every page written once, so no step pays the kernel's first-touch page faults) and a few
@@ -18,10 +18,10 @@ from engine.model import ModelConfig, init_params
 from engine.records import RunRecorder
 from engine.server import serve
 
-from .profile_grid import ShapeSpec, build_plan, release
-from .runner import build_scheduler, sequence_factory
-from .validation_steps import StepLog
-from .workload import build_workload, seeded_streams
+from ..profiling.grid import ShapeSpec, build_plan, release
+from ..runner import build_scheduler, sequence_factory
+from ..workloads import build_workload, seeded_streams
+from .steps import StepLog
 
 WARMUP_ROUNDS = 3
 

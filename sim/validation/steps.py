@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from .cost_model import COUNTS, shape_of
+from ..costs.shape import COUNTS, shape_of
 
 STEP_COLUMNS = ("variant", "step", *COUNTS, "executor_s", "measured_s", "cycle_s",
                 "predicted_s", "error_pct")
@@ -137,27 +137,3 @@ def speed_ratio(rows: list[dict]) -> float:
         return math.nan
     served = sum(r["measured_s"] if math.isnan(r["cycle_s"]) else r["cycle_s"] for r in rows)
     return float(served / sum(r["predicted_s"] for r in rows))
-
-
-class ScaledCost:
-    """A cost model whose every prediction (and wake-up cost) is multiplied by `factor`; the
-    inner model's jitter, if any, is kept (it multiplies on top)."""
-
-    def __init__(self, cost, factor: float):
-        self.cost, self.factor = cost, factor
-        self.jitter = getattr(cost, "jitter", None)
-        self.source = getattr(cost, "source", "cost model")
-        self.model = getattr(cost, "model", None)
-        self.counts_gathered = getattr(cost, "counts_gathered", False)
-        inner = getattr(cost, "wake_cost", None)
-        if inner is not None:
-            self.wake_cost = lambda idle_s: factor * inner(idle_s)
-        after = getattr(cost, "after_prefill_cost", None)
-        if after is not None:
-            self.after_prefill_cost = lambda tokens, k: factor * after(tokens, k)
-
-    def predict(self, *counts) -> float:
-        return self.factor * self.cost.predict(*counts)
-
-    def predict_shape(self, shape) -> float:
-        return self.predict(*shape.counts())

@@ -20,7 +20,7 @@ import numpy as np
 
 from .arrivals import ClosedLoop, arrival_process
 from .distributions import length_dist, priority_dist
-from .traces import load_trace
+from .traces import load_trace, resolve_path
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,21 @@ def build_workload(spec: dict, rng: np.random.Generator, base_dir=None) -> Workl
     outputs = length_dist(spec["output_tokens"], "workload.output_tokens").sample(rng, n)
     return Workload(prompts, outputs, _priorities(spec, rng, n), arrival_s,
                     process if closed else None)
+
+
+def check_workload(spec: dict, base_dir=None) -> None:
+    """Build what a resolved `workload` table describes without drawing anything, so that what
+    `build_workload` would refuse (a lognormal range that holds almost no mass, a trace file
+    that is not there) is refused before any run starts; raises ValueError or
+    FileNotFoundError with the dotted key."""
+    if spec["trace"] is None:
+        arrival_process(spec["arrival"], "workload.arrival")
+        for name in ("prompt_tokens", "output_tokens"):
+            length_dist(spec[name], f"workload.{name}")
+    else:
+        resolve_path(spec["trace"]["path"], base_dir)
+    if spec["priority"] is not None:
+        priority_dist(spec["priority"], "workload.priority")
 
 
 def _from_trace(spec: dict, trace: dict, rng: np.random.Generator, base_dir) -> Workload:

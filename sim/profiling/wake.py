@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from .profile_grid import ShapeSpec, build_plan, release
+from .grid import ShapeSpec, build_plan, release
 
 IDLE_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 ROUNDS = 20

@@ -10,7 +10,7 @@ Every run of a scenario (each variant at each sweep point) is run twice on the s
 Written to `out_dir`: `validation.csv` (variant, metric, stat, serve, simulate, error_pct for
 TTFT, TPOT, ITL, E2E x mean, p50, p90, p99), `validation_cdfs.png` (each metric's CDF, served
 and simulated side by side), `step_errors.csv` (every served step with the cost model's
-prediction for its shape, see `validation_steps`), and the usual report of each mode in
+prediction for its shape, see `steps.py`), and the usual report of each mode in
 `serve/` and `simulate/`. A diagnostic, `validation_speed_normalized.csv`, compares the served
 run with a simulation whose step costs are all scaled by the served steps' total measured /
 predicted time: what remains is error in how step cost depends on the step's shape and in the
@@ -34,15 +34,16 @@ from engine.records import RunRecorder
 from engine.benchmark import summarize
 from scenarios import ScenarioError
 
-from .calibrate import measure_speed, reference_of
-from .cost_model import cost_model as build_cost_model
-from .cost_model import profile_path
-from .profile import THREAD_ENV
-from .runner import run_config
-from .validation_serve import serve_logged
-from .validation_steps import (ScaledCost, speed_ratio, step_error_summary, step_rows,
+from ..costs import cost_model as build_cost_model
+from ..costs import profile_path
+from ..costs.calibrate import ScaledCost, reference_of
+from ..profiling.profiler import THREAD_ENV
+from ..profiling.reference import measure_speed
+from ..runner import check_scenario, run_config
+from .serve import serve_logged
+from .steps import (speed_ratio, step_error_summary, step_rows,
                                write_steps_csv)
-from .validation_table import error_rows, max_abs_error, text_table, write_csv
+from .table import error_rows, max_abs_error, text_table, write_csv
 
 VALIDATED_COST_MODELS = ("profile", "linear")
 
@@ -109,9 +110,10 @@ def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
     """Serve and simulate every run of `scenario` (a `scenarios.Scenario`, a built-in name or a
     path) and, with `write`, write the files listed in the module docstring to `out_dir`.
     `calibrate`: scale the simulation's costs by the machine's speed measured just before each
-    serving (`sim.calibrate`; needs a profile that records its reference step)."""
+    serving (`sim.costs.calibrate`; needs a profile that records its reference step)."""
     if not isinstance(scenario, scenarios.Scenario):
         scenario = scenarios.load(scenario)
+    check_scenario(scenario)
     specs = scenario.runs()
     for spec in specs:
         check_validatable(scenario, spec, calibrate)

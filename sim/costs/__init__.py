@@ -1,0 +1,37 @@
+"""Step-cost models: how long an engine step takes, predicted from the shape of its `StepPlan`
+(`shape.StepShape`), and the executor that runs a simulation on them.
+
+- `LinearCost` (`linear.py`): explicit coefficients, for what-if studies and analytic checks;
+- `FittedCost` (`fitted.py`): measured on the real engine by `sim.profiling` and read from a
+  profile file (`profile_file.py`);
+- `CostModelExecutor` (`executor.py`): the simulator's executor, O(prefill chunks) per step;
+- `jitter.py`: the machine's speed from moment to moment; `fitting.py`: non-negative least
+  squares on relative error; `calibrate.py`: a cost model scaled to the machine's speed now.
+
+`cost_model(cost, model)` builds the one a resolved `cost` table selects.
+"""
+
+from __future__ import annotations
+
+from .executor import CostModelExecutor
+from .fitted import FEATURES, FittedCost
+from .linear import LINEAR_FIELDS, LinearCost
+from .profile_file import check_profile_model, load_profile, profile_path
+from .shape import COUNTS, StepShape, shape_of
+
+__all__ = ["COUNTS", "FEATURES", "CostModelExecutor", "FittedCost", "LINEAR_FIELDS",
+           "LinearCost", "StepShape", "check_profile_model", "cost_model", "load_profile",
+           "profile_path", "shape_of"]
+
+
+def cost_model(cost: dict, model: dict):
+    """The cost model a resolved `cost` table selects ("profile" or "linear")."""
+    kind = cost.get("model")
+    if kind == "linear":
+        return LinearCost(**{name: cost.get(name) for name in LINEAR_FIELDS})
+    if kind == "profile":
+        fitted = load_profile(cost.get("profile", "default"))
+        check_profile_model(fitted, model)
+        return fitted
+    raise ValueError(f"cost.model must be one of profile, linear, live (live runs the real "
+                     f"engine: mode cosimulate), got {kind!r}")

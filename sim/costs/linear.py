@@ -1,0 +1,37 @@
+"""`LinearCost`: the explicit what-if cost model of ARCHITECTURE section 5,
+
+    step_s = step_overhead_s + prefill_token_s * prefill_tokens + decode_seq_s * decode_seqs
+             + context_token_s * decode_context,
+
+for analytic checks and questions of the form "what if a decode cost twice as much".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .shape import StepShape
+
+LINEAR_FIELDS = ("step_overhead_s", "prefill_token_s", "decode_seq_s", "context_token_s")
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    step_overhead_s: float
+    prefill_token_s: float
+    decode_seq_s: float
+    context_token_s: float
+
+    def __post_init__(self):
+        for name in LINEAR_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"cost.{name} must be a number >= 0, got {value!r}")
+
+    def predict(self, prefill_tokens, prefill_attention, prefill_seqs, decode_seqs,
+                decode_context, padding_seqs, *_) -> float:
+        return (self.step_overhead_s + self.prefill_token_s * prefill_tokens
+                + self.decode_seq_s * decode_seqs + self.context_token_s * decode_context)
+
+    def predict_shape(self, shape: StepShape) -> float:
+        return self.predict(*shape.counts())

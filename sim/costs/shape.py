@@ -1,0 +1,97 @@
+"""The shape of a step: what its cost depends on, counted from a `StepPlan`.
+
+A step's shape (`StepShape`) counts the rows pushed through every weight matrix (prefill tokens +
+decodes + static batching's padding rows), the sequences that sample a token (one LM-head row
+and one `sample_token` call each), the prefill chunks and their attention work (a chunk of n
+tokens over c computed ones costs n * (c + n), and gathers c + n keys from the paged cache when
+c > 0), the decodes, the keys they attend to, and their span (decodes x the longest context:
+decode attention pads every sequence to the longest one) and the keys it gathers
+(`decode_gathered`: the engine gathers keys a group of sequences at a time, each up to its
+group's longest, `engine.model_runner.decode_groups`), and whether it decodes at all
+(`decoding`: decode attention's own fixed cost in every layer, beside a prefill's).
+
+`shape_of(plan)` counts a plan directly, in O(batch); `CostModelExecutor` keeps the decode sums
+as running totals instead, so a simulated step costs O(prefill chunks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from engine.model_runner import GATHER_GROUP_BYTES, decode_groups
+
+KV_ITEMSIZE = 4  # bytes of one stored key element (float32)
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The counts a step's cost depends on (`COUNTS` order is `predict`'s argument order)."""
+
+    prefill_tokens: int = 0
+    prefill_attention: int = 0  # sum over chunks of n * (tokens before the chunk + n)
+    prefill_seqs: int = 0
+    decode_seqs: int = 0
+    decode_context: int = 0  # sum over decodes of the keys attended (the sequence's num_tokens)
+    padding_seqs: int = 0
+    sampled_seqs: int = 0  # decodes + prefill chunks that complete their sequence
+    prefill_context: int = 0  # sum over chunks after a context (c > 0) of c + n: keys gathered
+    decode_span: int = 0  # decodes x the longest decode context
+    decode_gathered: int = 0  # keys gathered per layer for decode attention (decode_groups)
+    decoding: int = 0  # 1 when the step has decodes (decode attention runs), else 0
+
+    @property
+    def rows(self) -> int:
+        """Rows through every weight matmul: prefill tokens, decodes and padding rows."""
+        return self.prefill_tokens + self.decode_seqs + self.padding_seqs
+
+    def counts(self) -> tuple:
+        return tuple(getattr(self, name) for name in COUNTS)
+
+
+
+COUNTS = tuple(f.name for f in fields(StepShape))
+
+
+def prefill_counts(prefills) -> tuple[int, int, int, int]:
+    """(tokens, attention work, gathered context, chunks that sample) of a plan's prefills."""
+    tokens = attention = context = sampled = 0
+    for seq, n in prefills:
+        computed = seq.num_computed_tokens
+        tokens += n
+        attention += n * (computed + n)
+        if computed:
+            context += computed + n
+        if computed + n == seq.num_tokens:
+            sampled += 1
+    return tokens, attention, context, sampled
+
+
+def slot_bytes(model: dict) -> int:
+    """Bytes of one token's keys in one layer of the paged KV cache."""
+    return model["d_model"] * KV_ITEMSIZE
+
+
+def gathered_keys(contexts, block_size: int, slot_bytes: int) -> int:
+    """Keys one layer gathers for a decode batch of these contexts, in batch order: each group
+    of `engine.model_runner.decode_groups` gathers all its sequences up to its longest."""
+    return block_size * sum((g1 - g0) * blocks
+                            for g0, g1, blocks in decode_groups(contexts, block_size, slot_bytes))
+
+
+def one_group(decodes: int, max_context: int, block_size: int, slot_bytes: int) -> bool:
+    """Whether a decode batch is gathered as one group (then gathered_keys = decodes x its
+    longest context rounded up to blocks, with no need to look at each sequence)."""
+    blocks = -(-max_context // block_size)
+    return GATHER_GROUP_BYTES // (block_size * slot_bytes * max(blocks, 1)) >= decodes
+
+
+def shape_of(plan, block_size: int, slot_bytes: int) -> StepShape:
+    """A plan's shape, computed directly (O(batch)); the executor keeps the decode sums running.
+    `block_size` and `slot_bytes` (the KV cache's) say how decode attention gathers its keys."""
+    tokens, attention, context, sampled = prefill_counts(plan.prefills)
+    contexts = [seq.num_tokens for seq in plan.decodes]
+    decodes = len(contexts)
+    return StepShape(tokens, attention, len(plan.prefills), decodes, sum(contexts),
+                     plan.padding_seqs, sampled + decodes, context,
+                     decodes * max(contexts) if contexts else 0,
+                     gathered_keys(contexts, block_size, slot_bytes), int(decodes > 0))

@@ -1,0 +1,16 @@
+"""Workloads: what the simulated server is asked to serve. Every request's arrival time,
+prompt and output lengths and priority, built from a resolved `workload` table before the run.
+
+- `arrivals.py`: open arrival processes (poisson, gamma, constant) and the closed loop;
+- `distributions.py`: length and priority distributions;
+- `traces.py`: replay of recorded production traces;
+- `builder.py`: `build_workload(spec, rng)` and `seeded_streams(seed)`.
+"""
+
+from .arrivals import ClosedLoop, arrival_process
+from .builder import STREAMS, Workload, build_workload, check_workload, seeded_streams
+from .distributions import length_dist, priority_dist
+from .traces import Trace, load_trace
+
+__all__ = ["ClosedLoop", "STREAMS", "Trace", "Workload", "arrival_process", "build_workload",
+           "check_workload", "length_dist", "load_trace", "priority_dist", "seeded_streams"]
