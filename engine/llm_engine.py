@@ -15,6 +15,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
+from .decode_run import DecodeRun, apply_run, plan_run
 from .records import RunRecorder
 from .scheduler import Scheduler
 from .sequence import Sequence
@@ -37,6 +40,20 @@ class StepOutput:
     @property
     def ran(self) -> bool:
         return not self.plan.is_empty
+
+
+@dataclass(frozen=True)
+class TimedRun:
+    """Steps that repeat a decode-only step (`engine.decode_run`) with their times on the
+    run's clock: step j starts at `start_s[j]` and ends at `end_s[j]` (the next one's start)."""
+
+    run: DecodeRun
+    start_s: np.ndarray  # [K]
+    end_s: np.ndarray  # [K]
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.end_s)
 
 
 class LLMEngine:
@@ -91,6 +108,31 @@ class LLMEngine:
         """Second half: apply the step's tokens, record it; returns the finished sequences."""
         finished = self.scheduler.postprocess(plan, result.tokens)
         self._record(plan, finished, start_s, end_s)
+        return finished
+
+    def start_run(self, plan: StepPlan, end_s: float, until_s: float) -> TimedRun | None:
+        """After `start_step` gave `plan` (a step that ends at `end_s`, not yet finished): the
+        steps after it that repeat it, as many as start before `until_s` (when something could
+        arrive), timed by the executor's `execute_run`. None when there are none, or the
+        executor cannot predict them (a real one runs every step)."""
+        execute_run = getattr(self.executor, "execute_run", None)
+        run = plan_run(self.scheduler, plan) if execute_run is not None else None
+        if run is None:
+            return None
+        durations = execute_run(plan, end_s, run.max_steps, until_s)  # [K]
+        if not len(durations):
+            return None
+        ends = np.cumsum(np.concatenate(([end_s], durations)))  # [K + 1], as a clock adds them
+        return TimedRun(run, ends[:-1], ends[1:])
+
+    def finish_run(self, timed: TimedRun) -> list[Sequence]:
+        """Apply and record the steps of `timed`, after its plan's own `finish_step`; returns
+        the sequences that finished in the last of them."""
+        kv_used, finished = apply_run(self.scheduler, timed.run, timed.num_steps)
+        if self.recorder is not None:
+            self.recorder.record_run(timed.run.plan, timed.start_s, timed.end_s, kv_used)
+            for seq in finished:
+                self.recorder.record_request(seq)
         return finished
 
     def _record(self, plan: StepPlan, finished: list, start_s: float, end_s: float) -> None:

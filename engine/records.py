@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from array import array
 
+import numpy as np
+
 from .step_plan import StepPlan
 from .sequence import Sequence, SequenceStatus
 
@@ -73,6 +75,27 @@ class RunRecorder:
         for previous in plan.itl_from_steps:
             self.itl_gaps.append(end_s - self._end[previous])
             self.itl_counts.append(1)
+
+    def record_run(self, plan: StepPlan, start_s, end_s, kv_blocks_used) -> None:
+        """Record the steps that repeat `plan` (`engine.decode_run`), after `plan` itself:
+        [K] start and end times and KV blocks used (NumPy arrays); every other column is
+        `plan`'s, and each step adds one inter-token gap for all of its decodes."""
+        assert plan.step == len(self._end) - 1, "a run follows the step it repeats"
+        k, columns = len(end_s), self._steps
+        decodes = len(plan.decodes)
+        for name, value in (("num_prefill_tokens", 0), ("num_prefill_seqs", 0),
+                            ("num_decode_seqs", decodes), ("num_padding_seqs", plan.padding_seqs),
+                            ("num_running", plan.num_running), ("num_waiting", plan.num_waiting),
+                            ("preemptions", 0)):
+            columns[name].extend(array("d", (value,)) * k)
+        columns["step"].extend(array("d", range(plan.step + 1, plan.step + 1 + k)))
+        previous_end = self._end[plan.step]
+        self._start.frombytes(start_s.tobytes())
+        self._end.frombytes(end_s.tobytes())
+        columns["kv_blocks_used"].frombytes(kv_blocks_used.astype(np.float64).tobytes())
+        gaps = end_s - np.concatenate(([previous_end], end_s[:-1]))  # [K] end - previous end
+        self.itl_gaps.frombytes(gaps.tobytes())
+        self.itl_counts.extend(array("q", (decodes,)) * k)
 
     def record_request(self, seq: Sequence, status: str | None = None) -> None:
         """Call once per request when it finishes or is rejected (or, with status="unfinished",
@@ -136,3 +159,4 @@ class RunRecorder:
         columns["end_s"] = array("d", (v - t0 for v in self._end))
         columns["kv_blocks_total"] = self.kv_blocks_total
         return columns
+

@@ -276,13 +276,18 @@ class Scheduler:
                 finished.append(seq)
         plan.itl_consecutive += consecutive
         if finished:
-            bm = self.block_manager
-            for seq in finished:
-                bm.free_sequence(seq.seq_id)
-                seq.finish_step = plan.step
-                seq.set_status(SequenceStatus.FINISHED)
-            self.running = [s for s in self.running if s.status is _RUNNING]
+            self.retire(finished, plan.step)
         return finished
+
+    def retire(self, finished: list[Sequence], step: int) -> None:
+        """Sequences that emitted their last token in `step`: free their blocks, mark them
+        finished and drop them from the running list."""
+        bm = self.block_manager
+        for seq in finished:
+            bm.free_sequence(seq.seq_id)
+            seq.finish_step = step
+            seq.set_status(SequenceStatus.FINISHED)
+        self.running = [s for s in self.running if s.status is _RUNNING]
 
     @staticmethod
     def _emit(plan: StepPlan, seq: Sequence, token: int | None) -> bool:

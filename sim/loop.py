@@ -10,10 +10,16 @@ or the real `NumpyExecutor` (cosimulate): only the duration's origin differs.
 An idle engine sleeps on a `wakeup` event that the next arrival triggers, so a step starts at the
 instant a request arrives (no polling). A static-batching plan with `idle_until_s` (waiting for a
 fuller batch) sleeps until that time or the next arrival, whichever comes first.
+
+Fast forward: after a decode-only step, the steps that repeat it (`engine.decode_run`) up to the
+next event in SimPy's queue (an arrival, a user's next request) are predicted and recorded in
+one go (`LLMEngine.start_run` / `finish_run`) with one timeout; nothing can happen between them
+that the step-by-step loop would see, so the records are the same, to the last bit.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 
 import simpy
@@ -25,8 +31,9 @@ from engine.records import RunRecorder
 class SimState:
     """What the processes share: the engine, the wakeup event and the progress bar."""
 
-    def __init__(self, engine: LLMEngine, make_sequence, bar=None):
+    def __init__(self, engine: LLMEngine, make_sequence, bar=None, fast_forward: bool = True):
         self.engine = engine
+        self.fast_forward = fast_forward  # advance runs of repeated decode steps in one go
         self.scheduler = engine.scheduler
         self.make_sequence = make_sequence  # (index, arrival_s) -> Sequence
         self.bar = bar
@@ -112,9 +119,28 @@ def engine(env, state: SimState):
             yield from _idle(env, state, plan.idle_until_s)
             continue
         idle_since, stepped = None, True
-        yield env.timeout(result.duration_s)
-        for seq in llm.finish_step(plan, result, start_s, env.now):
+        end_s = start_s + result.duration_s
+        run = llm.start_run(plan, end_s, env.peek()) if state.fast_forward else None
+        if run is None:
+            yield env.timeout(result.duration_s)
+            finished = llm.finish_step(plan, result, start_s, env.now)
+        else:  # the steps that repeat this one, up to the next event, in one go
+            yield env.timeout(delay_to(env.now, float(run.end_s[-1])))
+            finished = llm.finish_step(plan, result, start_s, end_s) + llm.finish_run(run)
+        for seq in finished:
             state.retire(seq)
+
+
+def delay_to(now: float, target: float) -> float:
+    """The delay that SimPy's `now + delay` turns into exactly `target` (>= now): the clock
+    lands where adding the steps' durations one by one would have put it."""
+    delay = target - now
+    while now + delay < target:
+        delay = math.nextafter(delay, math.inf)
+    while now + delay > target:
+        delay = math.nextafter(delay, -math.inf)
+    assert now + delay == target
+    return delay
 
 
 def _idle(env, state: SimState, until_s: float | None):
@@ -127,13 +153,16 @@ def _idle(env, state: SimState, until_s: float | None):
 
 
 def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arrival_s=None,
-             closed_loop=None, num_requests: int, progress: bool = False) -> RunRecorder:
+             closed_loop=None, num_requests: int, progress: bool = False,
+             fast_forward: bool = True) -> RunRecorder:
     """Simulate `num_requests` requests to the end. Give `arrival_s` (open arrivals, [n]
-    seconds) or `closed_loop` (a `ClosedLoop`); `make_sequence(index, arrival_s)` builds one."""
+    seconds) or `closed_loop` (a `ClosedLoop`); `make_sequence(index, arrival_s)` builds one.
+    `fast_forward=False` takes every step through the scheduler one at a time (the same
+    records, slower: for checking the fast path)."""
     env = simpy.Environment()
     bar = _progress_bar(num_requests) if progress else None
     llm = LLMEngine(scheduler, executor, recorder, timing="executor")
-    state = SimState(llm, make_sequence, bar)
+    state = SimState(llm, make_sequence, bar, fast_forward)
     if closed_loop is None:
         env.process(open_arrivals(env, state, arrival_s))
     else:

@@ -32,12 +32,13 @@ REAL_SAMPLING = SamplingParams(temperature=1.0)
 
 
 def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
-               jitter_rng=None) -> RunRecorder:
+               jitter_rng=None, fast_forward: bool = True) -> RunRecorder:
     """Run one resolved config (see docs/sim/simulation.md); `base_dir` resolves a relative
     trace path (after the current directory). `cost`: in simulate mode, a cost model to use
     instead of the one `config["cost"]` selects. `jitter_rng`: with `cost.jitter`, a generator
     for the machine's speed instead of the seed's own "jitter" stream (another realisation of
-    the same machine on the same requests)."""
+    the same machine on the same requests). `fast_forward=False`: every simulated step goes
+    through the scheduler one by one (the same records; for checking the fast path)."""
     mode = config.get("mode", "simulate")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -64,7 +65,7 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
         return _serve(scheduler, executor, recorder, workload, make)
     return run_loop(scheduler, executor, recorder, make, arrival_s=workload.arrival_s,
                     closed_loop=workload.closed_loop, num_requests=len(workload),
-                    progress=progress)
+                    progress=progress, fast_forward=fast_forward)
 
 
 def speed_process(cost_config: dict, cost, rng) -> SpeedProcess | None:

@@ -40,6 +40,7 @@ class ScaledCost:
         after = getattr(cost, "after_prefill_cost", None)
         if after is not None:
             self.after_prefill_cost = lambda tokens, k: factor * after(tokens, k)
+            self.after_prefill_steps = getattr(cost, "after_prefill_steps", 0)
 
     def predict(self, *counts) -> float:
         return self.factor * self.cost.predict(*counts)

@@ -2,108 +2,22 @@
 `StepPlan` would take on the real engine and samples no tokens (`StepResult.tokens` is None, so
 the scheduler only counts them).
 
-Its cost per step is O(number of prefill chunks), not O(batch): the sum of the decoding
-sequences' context lengths is kept by `DecodeContext` as a running total. A sequence decodes in
-every step from the one after its prefill completes until its last token or its preemption, and
-its context grows by one token a step, so the total at step k is
-sum over members of (context at joining - step at joining) + k * members, and the longest
-context is the largest such offset + k (a heap of offsets, stale entries dropped lazily).
-Members join in the step after a prefill chunk that completes their sequence (or stops one token
-short of it: a decode then computes the last prompt token), leave at
-the step of their last token (known when they join: simulated sequences stop by length only) or
-when a plan preempts them.
+Its cost per step is O(number of prefill chunks), not O(batch): the decoding sequences' context
+sum and maximum are running totals (`DecodeContext`). A run of steps that repeat a decode-only
+step (`engine.decode_run`) is predicted in one vectorized pass (`execute_run`): each cost model's
+`predict` takes arrays for the counts that change from step to step and evaluates the same
+expression, operation for operation, so every duration is the one `execute` would give, to the
+last bit.
 """
 
 from __future__ import annotations
 
-import heapq
+import numpy as np
 
 from engine.executor import StepResult
-from engine.sequence import SequenceStatus
 
-from .shape import gathered_keys, one_group, prefill_counts, slot_bytes
-
-
-class DecodeContext:
-    """Running sum and maximum of the context lengths (num_tokens) of the sequences a plan
-    decodes; `max_context` is the maximum after the last `update` (0 without decodes)."""
-
-    def __init__(self):
-        self._members: dict[int, tuple[int, int]] = {}  # seq_id -> (offset, last decode step)
-        self._offsets = 0  # sum of members' offsets (context at joining - step at joining)
-        self._joining: list = []  # sequences whose prefill ended in the previous plan
-        self._leaving: dict[int, list[int]] = {}  # step -> seq_ids whose last decode it is
-        self._step: int | None = None  # the previous plan's step
-        self._heap: list[tuple[int, int]] = []  # (-offset, seq_id), possibly stale
-        self.max_context = 0
-
-    def update(self, plan) -> int:
-        """Advance to `plan` and return its decode context sum. Plans from one scheduler, in step
-        order, cost O(changes); the first plan, or one that does not follow the previous, is
-        counted directly (O(batch))."""
-        k = plan.step
-        if self._step is None or k != self._step + 1:
-            self._restart(plan)
-        else:
-            self._advance(plan)
-        self._step = k
-        self._joining = [seq for seq, n in plan.prefills if _decodes_next(seq, n)]
-        assert len(self._members) == len(plan.decodes), "decode set out of step with the plan"
-        self.max_context = self._max_offset() + k if self._members else 0
-        return self._offsets + k * len(self._members)
-
-    def _max_offset(self) -> int:
-        heap, members = self._heap, self._members
-        if len(heap) > 2 * len(members) + 64:  # mostly stale: rebuild (amortised O(1))
-            heap[:] = [(-offset, seq_id) for seq_id, (offset, _) in members.items()]
-            heapq.heapify(heap)
-        while True:
-            neg, seq_id = heap[0]
-            member = members.get(seq_id)
-            if member is not None and member[0] == -neg:
-                return -neg
-            heapq.heappop(heap)  # it left, or rejoined with another offset
-
-    def _advance(self, plan) -> None:
-        k = plan.step
-        for seq_id in self._leaving.pop(k - 1, ()):
-            member = self._members.get(seq_id)
-            if member is not None and member[1] == k - 1:
-                self._drop(seq_id)
-        for seq in plan.preempted:
-            if seq.seq_id in self._members:
-                self._drop(seq.seq_id)
-        for seq in self._joining:
-            if seq.status is SequenceStatus.RUNNING and not seq.is_prefilling:
-                self._join(seq, k)
-
-    def _restart(self, plan) -> None:
-        self._members.clear()
-        self._leaving.clear()
-        self._offsets = 0
-        self._heap.clear()
-        for seq in plan.decodes:
-            self._join(seq, plan.step)
-
-    def _join(self, seq, k: int) -> None:
-        last = k + seq.max_new_tokens - seq.num_output_tokens - 1
-        offset = seq.num_tokens - k
-        self._members[seq.seq_id] = (offset, last)
-        self._offsets += offset
-        self._leaving.setdefault(last, []).append(seq.seq_id)
-        heapq.heappush(self._heap, (-offset, seq.seq_id))
-
-    def _drop(self, seq_id: int) -> None:
-        offset, _ = self._members.pop(seq_id)
-        self._offsets -= offset
-
-
-def _decodes_next(seq, n: int) -> bool:
-    """Whether a prefill chunk of n tokens leaves the sequence decoding in the next step: it
-    completes the sequence and samples a token that is not its last, or it stops one token short
-    (the last prompt token is then computed by a decode)."""
-    left = seq.num_tokens - seq.num_computed_tokens - n
-    return left == 1 or (left == 0 and seq.num_output_tokens + 1 < seq.max_new_tokens)
+from .decode_context import DecodeContext
+from .shape import gathered_keys, gathered_keys_repeated, one_group, prefill_counts, slot_bytes
 
 
 class CostModelExecutor:
@@ -129,6 +43,7 @@ class CostModelExecutor:
         self._wake_cost = getattr(cost_model, "wake_cost", None)
         self._wake_s = 0.0
         self._after_cost = getattr(cost_model, "after_prefill_cost", None)
+        self._after_steps = getattr(cost_model, "after_prefill_steps", 0)  # how many pay it
         self._after_tokens = 0  # prefill tokens of the last step with prefill chunks
         self._after_k = 0  # steps since it
         self._since_start_s = 0.0  # since the previous step's start (duration + idle)
@@ -158,6 +73,53 @@ class CostModelExecutor:
             duration *= self.speed.factor(self._since_start_s)
             self._since_start_s = duration
         return StepResult(None, duration)
+
+    def execute_run(self, plan, start_s: float, max_steps: int, until_s: float) -> np.ndarray:
+        """Durations [K] of the steps after `plan` that repeat it (`engine.decode_run`), the
+        first starting at `start_s`: the first `max_steps` of them, or fewer, as many as start
+        before `until_s` (the next event that could change the plan). Call right after
+        `execute(plan)`; the executor's state then stands after the K-th of them."""
+        running, n = self._context, len(plan.decodes)
+        repeats = np.arange(1, max_steps + 1)  # [K]
+        decode_context, longest = running.repeats(plan.step + repeats)
+        gathered = self._gathered_repeated(plan, repeats)
+        duration = np.empty(max_steps)  # [K]
+        duration[:] = self._predict(0, 0, 0, n, decode_context, plan.padding_seqs, n, 0,
+                                    n * longest, gathered, 1)
+        if self._after_tokens:
+            horizon = min(max_steps, self._after_steps - self._after_k)
+            for j in range(max(horizon, 0)):
+                duration[j] += self._after_cost(self._after_tokens, self._after_k + j + 1)
+        if self.speed is None:
+            starts = np.cumsum(np.concatenate(([start_s], duration[:-1])))  # [K]
+            steps = int(np.searchsorted(starts, until_s, side="left"))
+        else:
+            steps = self._jitter_run(duration, start_s, until_s)
+        running.skip(steps)
+        if self._after_tokens:
+            self._after_k += steps
+        return duration[:steps]
+
+    def _jitter_run(self, duration: np.ndarray, start_s: float, until_s: float) -> int:
+        """Scale the run's durations by the speed factor step by step (the speed process is
+        sequential) while the steps start before `until_s`; how many do."""
+        start, steps = start_s, 0
+        for j in range(len(duration)):
+            if not start < until_s:
+                break
+            duration[j] *= self.speed.factor(self._since_start_s)
+            self._since_start_s = duration[j]
+            start += duration[j]
+            steps += 1
+        return steps
+
+    def _gathered_repeated(self, plan, repeats: np.ndarray):
+        """Keys gathered by each repeat of a decode plan (`_gathered` for each); 0 for a cost
+        model that does not count them."""
+        if not self._slot_bytes:
+            return 0
+        contexts = [seq.num_tokens for seq in plan.decodes]
+        return gathered_keys_repeated(contexts, repeats, self.block_size, self._slot_bytes)
 
     def _gathered(self, plan, max_context: int) -> int:
         """Keys decode attention gathers (`cost_model.gathered_keys`); 0 for a cost model that

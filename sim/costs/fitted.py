@@ -95,6 +95,11 @@ class FittedCost:
         x0, y0 = (lengths[i - 1], extra[i - 1][k - 1]) if i else (0, 0.0)
         return y0 + (extra[i][k - 1] - y0) * (tokens - x0) / (lengths[i] - x0)
 
+    @property
+    def after_prefill_steps(self) -> int:
+        """How many steps after a prefill pay `after_prefill_cost` (0 past them)."""
+        return len(self.after_extra_s[0]) if self.after_extra_s else 0
+
     def wake_cost(self, idle_s: float) -> float:
         """Seconds added to a step that starts after `idle_s` seconds of idleness: linear from
         (0, 0) through the measured points, flat past the last."""

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+import numpy as np
+
 from engine.model_runner import GATHER_GROUP_BYTES, decode_groups
 
 KV_ITEMSIZE = 4  # bytes of one stored key element (float32)
@@ -76,6 +78,29 @@ def gathered_keys(contexts, block_size: int, slot_bytes: int) -> int:
     of `engine.model_runner.decode_groups` gathers all its sequences up to its longest."""
     return block_size * sum((g1 - g0) * blocks
                             for g0, g1, blocks in decode_groups(contexts, block_size, slot_bytes))
+
+
+def gathered_keys_repeated(contexts, repeats: np.ndarray, block_size: int,
+                           slot_bytes: int) -> np.ndarray:
+    """`gathered_keys` of the batch `contexts` [B] with every context `repeats[j]` tokens longer,
+    for each j: [K] (the decode steps of a repeated plan), counted in one pass per group size."""
+    ctx = np.asarray(contexts, dtype=np.int64)  # [B]
+    n = len(ctx)
+    blocks_max = -(-(int(ctx.max()) + repeats) // block_size)  # [K] longest, in blocks
+    group = np.maximum(1, GATHER_GROUP_BYTES // (block_size * slot_bytes
+                                                 * np.maximum(blocks_max, 1)))  # [K]
+    out = np.empty(len(repeats), dtype=np.int64)  # [K]
+    for g in np.unique(group).tolist():
+        at = group == g
+        g = min(g, n)
+        blocks = -(-(ctx[None, :] + repeats[at, None]) // block_size)  # [Kg, B]
+        groups = -(-n // g)
+        padded = np.zeros((len(blocks), groups * g), dtype=np.int64)  # [Kg, groups * g]
+        padded[:, :n] = blocks
+        longest = padded.reshape(len(blocks), groups, g).max(axis=2)  # [Kg, groups]
+        sizes = np.minimum(g, n - g * np.arange(groups))  # [groups] sequences per group
+        out[at] = block_size * (longest * sizes).sum(axis=1)
+    return out
 
 
 def one_group(decodes: int, max_context: int, block_size: int, slot_bytes: int) -> bool:

@@ -1,0 +1,115 @@
+"""`DecodeContext`: the sum and the maximum of the decoding sequences' context lengths, kept as
+running totals so that a simulated step costs O(number of prefill chunks), not O(batch).
+
+A sequence decodes in every step from the one after its prefill completes until its last token
+or its preemption, and its context grows by one token a step, so the total at step k is
+sum over members of (context at joining - step at joining) + k * members, and the longest
+context is the largest such offset + k (a heap of offsets, stale entries dropped lazily).
+Members join in the step after a prefill chunk that completes their sequence (or stops one token
+short of it: a decode then computes the last prompt token), leave at the step of their last
+token (known when they join: simulated sequences stop by length only) or when a plan preempts
+them. A run of plans that repeat the last one (`engine.decode_run`) changes no member, so its
+sums and maxima are the same two formulas at each of its steps (`repeats`).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from engine.sequence import SequenceStatus
+
+
+class DecodeContext:
+    """Running sum and maximum of the context lengths (num_tokens) of the sequences a plan
+    decodes; `max_context` is the maximum after the last `update` (0 without decodes)."""
+
+    def __init__(self):
+        self._members: dict[int, tuple[int, int]] = {}  # seq_id -> (offset, last decode step)
+        self._offsets = 0  # sum of members' offsets (context at joining - step at joining)
+        self._joining: list = []  # sequences whose prefill ended in the previous plan
+        self._leaving: dict[int, list[int]] = {}  # step -> seq_ids whose last decode it is
+        self._step: int | None = None  # the previous plan's step
+        self._heap: list[tuple[int, int]] = []  # (-offset, seq_id), possibly stale
+        self.max_context = 0
+
+    def update(self, plan) -> int:
+        """Advance to `plan` and return its decode context sum. Plans from one scheduler, in step
+        order, cost O(changes); the first plan, or one that does not follow the previous, is
+        counted directly (O(batch))."""
+        k = plan.step
+        if self._step is None or k != self._step + 1:
+            self._restart(plan)
+        else:
+            self._advance(plan)
+        self._step = k
+        self._joining = [seq for seq, n in plan.prefills if _decodes_next(seq, n)]
+        assert len(self._members) == len(plan.decodes), "decode set out of step with the plan"
+        self.max_context = self._max_offset() + k if self._members else 0
+        return self._offsets + k * len(self._members)
+
+    def repeats(self, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(context sums [K], longest contexts [K]) of plans that repeat the last one (the same
+        members, none joining or leaving) at the later step indices `steps` [K]."""
+        return self._offsets + steps * len(self._members), self._max_offset() + steps
+
+    def skip(self, steps: int) -> None:
+        """Advance past `steps` plans that repeat the last one (they have no prefill chunks, so
+        nobody joins after them)."""
+        self._step += steps
+        self._joining = []
+        self.max_context += steps
+
+    def _max_offset(self) -> int:
+        heap, members = self._heap, self._members
+        if len(heap) > 2 * len(members) + 64:  # mostly stale: rebuild (amortised O(1))
+            heap[:] = [(-offset, seq_id) for seq_id, (offset, _) in members.items()]
+            heapq.heapify(heap)
+        while True:
+            neg, seq_id = heap[0]
+            member = members.get(seq_id)
+            if member is not None and member[0] == -neg:
+                return -neg
+            heapq.heappop(heap)  # it left, or rejoined with another offset
+
+    def _advance(self, plan) -> None:
+        k = plan.step
+        for seq_id in self._leaving.pop(k - 1, ()):
+            member = self._members.get(seq_id)
+            if member is not None and member[1] == k - 1:
+                self._drop(seq_id)
+        for seq in plan.preempted:
+            if seq.seq_id in self._members:
+                self._drop(seq.seq_id)
+        for seq in self._joining:
+            if seq.status is SequenceStatus.RUNNING and not seq.is_prefilling:
+                self._join(seq, k)
+
+    def _restart(self, plan) -> None:
+        self._members.clear()
+        self._leaving.clear()
+        self._offsets = 0
+        self._heap.clear()
+        for seq in plan.decodes:
+            self._join(seq, plan.step)
+
+    def _join(self, seq, k: int) -> None:
+        last = k + seq.max_new_tokens - seq.num_output_tokens - 1
+        offset = seq.num_tokens - k
+        self._members[seq.seq_id] = (offset, last)
+        self._offsets += offset
+        self._leaving.setdefault(last, []).append(seq.seq_id)
+        heapq.heappush(self._heap, (-offset, seq.seq_id))
+
+    def _drop(self, seq_id: int) -> None:
+        offset, _ = self._members.pop(seq_id)
+        self._offsets -= offset
+
+
+def _decodes_next(seq, n: int) -> bool:
+    """Whether a prefill chunk of n tokens leaves the sequence decoding in the next step: it
+    completes the sequence and samples a token that is not its last, or it stops one token short
+    (the last prompt token is then computed by a decode)."""
+    left = seq.num_tokens - seq.num_computed_tokens - n
+    return left == 1 or (left == 0 and seq.num_output_tokens + 1 < seq.max_new_tokens)

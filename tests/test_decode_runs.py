@@ -1,0 +1,187 @@
+"""Fast forward: the simulator advances a run of decode steps that repeat the last one in one go
+(`engine.decode_run`, `CostModelExecutor.execute_run`, `LLMEngine.start_run`). It must be the
+step-by-step simulation exactly: the same steps, blocks, tokens, preemptions and times, to the
+last bit, under every policy, queue and cost model."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import scenarios
+from engine.block_manager import BlockManager
+from engine.decode_run import apply_run, plan_run
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import Sequence
+from sim.costs import load_profile
+from sim.costs.jitter import Jitter
+from sim.runner import run_config
+
+WORKLOAD = """
+[workload]
+num_requests = {n}
+arrival = {{ process = "{process}", rate = {rate} }}
+prompt_tokens = {{ dist = "lognormal", median = 40, sigma = 0.8, max = 400 }}
+output_tokens = {{ dist = "uniform", low = 1, high = 90 }}
+priority = {{ dist = "choice", values = [0, 1, 2] }}
+"""
+LINEAR = '[cost]\nmodel = "linear"\n'
+
+CASES = {
+    "continuous, preemptions": "[engine]\nnum_kv_blocks = 32\n" + LINEAR,
+    "chunked prefill": ("[engine]\nmax_num_batched_tokens = 64\nnum_kv_blocks = 60\n"
+                        "[scheduler]\nchunked_prefill = true\n" + LINEAR),
+    "static with a timeout": ("[engine]\nnum_kv_blocks = 60\n[scheduler]\npolicy = \"static\"\n"
+                              "max_batch_size = 6\nbatch_timeout_s = 0.05\n" + LINEAR),
+    "priority queue, preemptions": ("[engine]\nnum_kv_blocks = 32\n[scheduler]\n"
+                                    "queue = \"priority\"\n" + LINEAR),
+    "fitted profile": "[engine]\nnum_kv_blocks = 80\n",
+    "round costs, constant arrivals": ("[cost]\nmodel = \"linear\"\nstep_overhead_s = 0.25\n"
+                                       "prefill_token_s = 0.0\ndecode_seq_s = 0.0\n"
+                                       "context_token_s = 0.0\n"),
+}
+
+
+def config_of(tmp_path, text: str, n: int = 60, process: str = "poisson", rate: float = 6.0):
+    path = tmp_path / "case.toml"
+    path.write_text(text + WORKLOAD.format(n=n, process=process, rate=rate))
+    return scenarios.load(path).base
+
+
+def records(recorder) -> dict:
+    """Every recorded value, with NaN made comparable."""
+    out = {f"step.{k}": list(v) for k, v in recorder.step_columns().items()
+           if k != "kv_blocks_total"}
+    for name, values in recorder.request_columns().items():
+        out[f"request.{name}"] = ["nan" if isinstance(x, float) and math.isnan(x) else x
+                                  for x in values]
+    out["itl"] = list(zip(recorder.itl_gaps, recorder.itl_counts))
+    return out
+
+
+def assert_same_runs(config, **kwargs):
+    fast = run_config(config, **kwargs)
+    slow = run_config(config, fast_forward=False, **kwargs)
+    assert records(fast) == records(slow)
+    return fast
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fast_forward_records_exactly_the_step_by_step_simulation(tmp_path, case):
+    process = "constant" if "constant" in case else "poisson"
+    recorder = assert_same_runs(config_of(tmp_path, CASES[case], process=process, rate=20.0))
+    columns = recorder.step_columns()
+    assert recorder.statuses.count("finished") == 60
+    if "preemptions" in case:
+        assert sum(columns["preemptions"]) > 0  # the case exercises what it names
+
+
+def test_fast_forward_is_exact_with_jitter_after_prefill_costs_and_gathered_keys(tmp_path):
+    """A cost model with every per-step term the fast path must reproduce: the machine's speed
+    process (sequential draws), the after-prefill cost of the k-th step, and decode attention's
+    gathered keys across several gather groups (long contexts)."""
+    base = load_profile("default")
+    coefficients = list(base.coefficients)
+    coefficients[-2] = 3e-9  # decode_gathered
+    cost = dataclasses.replace(base, coefficients=tuple(coefficients),
+                               jitter=Jitter((0.01, 0.3), (0.1, 0.2), 0.05),
+                               after_tokens=(16, 256), after_extra_s=((2e-3, 1e-3, 5e-4),
+                                                                      (4e-3, 2e-3, 1e-3)))
+    assert cost.counts_gathered and cost.after_prefill_steps == 3
+    config = config_of(tmp_path, "[engine]\nnum_kv_blocks = 400\n[cost]\njitter = false\n",
+                       rate=3.0)
+    config["workload"]["prompt_tokens"] = {"dist": "uniform", "low": 500, "high": 3000}
+    config["cost"]["jitter"] = True
+    assert_same_runs(config, cost=cost)
+
+
+def test_fast_forward_is_exact_in_a_closed_loop_with_think_time(tmp_path):
+    config = config_of(tmp_path, "[engine]\nnum_kv_blocks = 40\n" + LINEAR)
+    config["workload"]["arrival"] = {"process": "closed_loop", "concurrency": 5,
+                                     "think_time_s": 0.03}
+    assert_same_runs(config)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(blocks=st.integers(24, 120), block_size=st.sampled_from([1, 4, 16]),
+       policy=st.sampled_from(["continuous", "static"]), queue=st.sampled_from(["fcfs", "priority"]),
+       chunked=st.booleans(), rate=st.floats(0.5, 40.0), seed=st.integers(0, 10**6))
+def test_fast_forward_matches_step_by_step_on_random_servers(tmp_path, blocks, block_size, policy,
+                                                             queue, chunked, rate, seed):
+    config = config_of(tmp_path, LINEAR, n=30, rate=rate)
+    config["seed"] = seed
+    config["engine"] |= {"num_kv_blocks": blocks, "block_size": block_size,
+                         "max_num_batched_tokens": 512, "max_num_seqs": 8}
+    config["scheduler"] |= {"policy": policy, "queue": queue, "chunked_prefill": chunked,
+                            "max_batch_size": 5}
+    config["workload"]["prompt_tokens"] = {"dist": "uniform", "low": 1, "high": 300}
+    assert_same_runs(config)
+
+
+# --- the run itself -------------------------------------------------------------------------------
+
+
+def decoding_scheduler(num_blocks: int, outputs=(10, 30), prompt: int = 16) -> Scheduler:
+    """A scheduler whose sequences have prefilled and decoded once: the next plan decodes all."""
+    scheduler = Scheduler(SchedulerConfig(), BlockManager(num_blocks, 4))
+    for i, n in enumerate(outputs):
+        scheduler.add(Sequence(i, prompt, n, seq_id=i))
+    for _ in range(2):
+        scheduler.postprocess(scheduler.schedule())
+    return scheduler
+
+
+def test_a_run_ends_with_the_step_that_finishes_a_sequence():
+    scheduler = decoding_scheduler(num_blocks=100)
+    plan = scheduler.schedule()
+    run = plan_run(scheduler, plan)
+    # outputs so far 2 (prefill + one decode); the plan emits the 3rd, repeats the 4th..10th
+    assert run.max_steps == 7
+    scheduler.postprocess(plan)
+    used, finished = apply_run(scheduler, run, run.max_steps)
+    assert [s.seq_id for s in finished] == [0] and finished[0].finish_step == plan.step + 7
+    assert len(used) == 7 and scheduler.num_steps == plan.step + 8
+    scheduler.block_manager.check_invariants()
+
+
+def test_a_run_stops_before_the_step_that_would_preempt():
+    scheduler = decoding_scheduler(num_blocks=12)  # 2 x 4 prompt blocks + 4 free
+    plan = scheduler.schedule()
+    run = plan_run(scheduler, plan)
+    # rows 18, 19 written by plan and repeat 1; blocks needed at rows 20, 24 for each sequence:
+    # repeats 2 (two blocks) and 6 (two more): 4 fit, the 5th is at repeat 10, past the finish
+    scheduler.postprocess(plan)
+    slow = decoding_scheduler(num_blocks=12)
+    slow.postprocess(slow.schedule())
+    used, _ = apply_run(scheduler, run, run.max_steps)
+    for k in range(run.max_steps):  # the same blocks, in the same order, step by step
+        p = slow.schedule()
+        assert not p.preempted and p.kv_blocks_used == used[k]
+        slow.postprocess(p)
+    assert scheduler.block_manager.block_tables == slow.block_manager.block_tables
+
+
+def test_no_run_after_a_step_with_a_prefill_or_before_a_real_sequence_could_stop():
+    scheduler = Scheduler(SchedulerConfig(), BlockManager(50, 4))
+    scheduler.add(Sequence(0, 8, 20, seq_id=0))
+    assert plan_run(scheduler, scheduler.schedule()) is None  # a prefill
+    real = Scheduler(SchedulerConfig(), BlockManager(50, 4))
+    real.add(Sequence(0, 3, 20, prompt_token_ids=[1, 2, 3], seq_id=0, ignore_eos=False))
+    real.postprocess(real.schedule(), {0: 5})
+    assert plan_run(real, real.schedule()) is None  # EOS could end it at any step
+
+
+def test_gathered_keys_of_a_repeated_batch_match_counting_each_step():
+    from sim.costs.shape import gathered_keys, gathered_keys_repeated
+
+    rng = np.random.default_rng(0)
+    contexts = rng.integers(1, 3000, size=37).tolist()
+    repeats = np.arange(1, 200)
+    for slot_bytes in (64, 2048, 8192):
+        expected = [gathered_keys([c + j for c in contexts], 16, slot_bytes) for j in repeats]
+        assert gathered_keys_repeated(contexts, repeats, 16, slot_bytes).tolist() == expected
