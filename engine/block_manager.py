@@ -71,6 +71,20 @@ class BlockManager:
         self.block_tables.setdefault(seq_id, []).append(block)
         return block
 
+    def allocate_blocks(self, seq_ids: list[int]) -> None:
+        """One more block for each sequence id in turn (an id may come more than once): the
+        blocks `allocate_block` would hand out called in that order, all or nothing."""
+        n, free = len(seq_ids), self._free
+        if n > len(free):
+            raise OutOfBlocksError(f"{n} KV blocks asked for, {len(free)} free")
+        taken = free[-n:]
+        del free[-n:]
+        taken.reverse()
+        is_free, tables = self._is_free, self.block_tables
+        for seq_id, block in zip(seq_ids, taken):
+            is_free[block] = False
+            tables.setdefault(seq_id, []).append(block)
+
     def ensure_capacity(self, seq_id: int, n_tokens: int) -> None:
         """Grow the table to hold n_tokens tokens, all or nothing."""
         need = self.blocks_to_hold(seq_id, n_tokens)

@@ -1,109 +1,197 @@
-"""Runs of repeated decode steps: the steps after a decode-only step that repeat it exactly.
+"""Runs of decode-only steps whose plans are known in advance.
 
-After a step whose plan only decodes (no prefill chunk, no preemption, every running sequence
-decoding), the following steps plan the same thing, each sequence one token further, until one
-of three things: a sequence emits its last token (that step still repeats; the next admits or
-shrinks), a sequence needs a KV block and none is free (that step preempts: not a repeat), or a
-request arrives (the caller's business: it knows the clock). Nothing else can change the plan:
-admission failed in the step itself (or nothing waited), and the reasons it fails (the running
-count, the token budget, the free blocks) stay or get worse while nothing finishes or arrives.
+After a step in which every running sequence decodes or completes its prefill, with no
+preemption, the following steps decode exactly those sequences, each one token further a step,
+until one of: a sequence needs a KV block and none is free (that step preempts: not part of the
+run), a request arrives (the caller's business: it knows the clock), or a sequence emits its
+last token. No admission can happen in between: nothing is waiting, or the step before the run
+only decoded and its own admission failed, for reasons (the running count, the token budget,
+the free blocks) that stay or get worse while nothing finishes or arrives. After a finish the
+run may go on with the sequences left, when nothing can take the finished one's place: nothing
+is waiting (continuous batching), or the static batch in flight is not done (it pads the
+finished slot).
 
 The simulator uses this to advance such a run in one go instead of step by step: `plan_run`
-finds how many steps can repeat and where their KV blocks are allocated, without changing
-anything; `apply_run` then applies a number of them (block allocations in the very order the
-scheduler makes them, token counts, finishes) and returns what the step records need. Only
-simulated sequences qualify (they stop by length alone: no sampled token can end one early).
-The result is the step-by-step path's, exactly: same steps, blocks, tokens and finishes
-(`tests/test_decode_runs.py`).
+finds how many steps the run may take (changing nothing), `apply_run` applies a number of them
+(block allocations in the very order the scheduler makes them, block frees at each finish,
+token counts) and returns what the step records need. Only simulated sequences qualify (they
+stop by length alone: no sampled token can end one early). The result is the step-by-step
+path's, exactly: the same steps, blocks, tokens and finishes (`tests/test_decode_runs.py`).
+
+Repeats are numbered 1, 2, ... after the step they follow (`DecodeRun.plan`). In the counts of
+a sequence before that step is postprocessed (`num_output_tokens` = o), repeat j computes the KV
+row prompt_len + o - 1 + j and emits output token o + 1 + j, whether the step decoded it or
+completed its prefill.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from .scheduler import Scheduler
+from .sequence import Sequence
 from .step_plan import StepPlan
 
 
 @dataclass(frozen=True)
 class DecodeRun:
-    """Up to `max_steps` steps after `plan` (not yet postprocessed) that repeat it. For each
-    decoding sequence i (in running order): the first repeat at which it needs a new KV block
-    (`first_block[i]`, then one every block_size repeats)."""
+    """Up to `max_steps` decode steps after `plan` (scheduled, not yet postprocessed). For each
+    running sequence i (`members`, in running order): the repeat in which it emits its last
+    token (`finish[i]`; it decodes in repeats 1 .. finish[i]) and the first in which it needs a
+    new KV block (`first_block[i]`, then one every block_size repeats)."""
 
     plan: StepPlan
+    members: tuple[Sequence, ...]
     max_steps: int
-    first_block: np.ndarray  # [B] int64, repeat index (1-based) of each sequence's next block
+    finish: tuple[int, ...]
+    first_block: tuple[int, ...]
+    pads_finished: bool  # static batching: a finished sequence's slot stays as a padding row
 
-    def allocations(self, steps: int, block_size: int) -> list[tuple[int, int]]:
-        """(repeat, sequence index) of every block allocated in the first `steps` repeats, in the
-        order the scheduler allocates them: step by step, in running order within a step."""
-        pairs = [(j, i) for i, first in enumerate(self.first_block.tolist())
-                 for j in range(first, steps + 1, block_size)]
-        pairs.sort()
-        return pairs
+    @cached_property
+    def _finish_sorted(self) -> np.ndarray:
+        return np.sort(np.asarray(self.finish, dtype=np.int64))  # [B]
+
+    def finished_before(self, repeats: np.ndarray) -> np.ndarray:
+        """How many members finished before each of `repeats` [K] (decoding: B minus that)."""
+        return np.searchsorted(self._finish_sorted, repeats, side="left")
+
+    def decoding(self, repeats: np.ndarray) -> np.ndarray:
+        """How many members decode in each of `repeats` [K]."""
+        return len(self.finish) - self.finished_before(repeats)
+
+    def padding(self, decoding):
+        """Padding rows of a repeat in which `decoding` members decode (an int, or an array
+        of them)."""
+        finished = len(self.finish) - decoding if self.pads_finished else 0 * decoding
+        return self.plan.padding_seqs + finished
+
+    def sum_max_by_finished(self, values) -> tuple[np.ndarray, np.ndarray]:
+        """(sums [B + 1], maxima [B + 1]) of an integer per member (`values[i]` for member i)
+        over the members still decoding when p have finished: index them with
+        `finished_before(repeats)`."""
+        order = np.argsort(self.finish, kind="stable")  # [B] by finish
+        later = np.asarray(values, dtype=np.int64)[order][::-1]  # [B] latest finish first
+        zero = np.zeros(1, dtype=np.int64)
+        return (np.concatenate((np.add.accumulate(later)[::-1], zero)),
+                np.concatenate((np.maximum.accumulate(later)[::-1], zero)))
+
+    def segments(self, first: int, last: int):
+        """(first repeat, last repeat, indices of the members decoding in them) for each
+        stretch of repeats first..last in which the same members decode."""
+        for end in sorted({f for f in self.finish if first <= f < last} | {last}):
+            yield first, end, [i for i, f in enumerate(self.finish) if f >= end]
+            first = end + 1
 
 
-def plan_run(scheduler: Scheduler, plan: StepPlan) -> DecodeRun | None:
-    """The run of steps after `plan` that repeat it, or None when the next step cannot be a
-    repeat. Call after `plan` is scheduled and before it is postprocessed; changes nothing."""
-    decodes = plan.decodes
-    if plan.prefills or plan.preempted or not decodes or len(decodes) != len(scheduler.running):
-        return None
+def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True) -> DecodeRun | None:
+    """The run of decode steps after `plan`, or None when the next step cannot start one. Call
+    after `plan` is scheduled and before it is postprocessed; changes nothing.
+    `through_finishes`: go on after a sequence finishes where nothing can take its place
+    (False when a finish triggers something outside, such as a closed-loop user's next
+    request)."""
+    members = scheduler.running
+    static = scheduler.config.policy == "static"
+    if plan.preempted or not members or \
+            len(plan.decodes) + len(plan.prefills) != len(members) or \
+            (plan.prefills and not static and scheduler.waiting):
+        return None  # a prefill's budget may admit the queue's head next step
+    for seq, n in plan.prefills:
+        if seq.num_computed_tokens + n != seq.num_tokens:
+            return None  # a chunk of a longer prefill (or one stopping a token short)
     bm = scheduler.block_manager
     bs, tables = bm.block_size, bm.block_tables
-    # Repeat j writes the KV row prompt_len + num_output_tokens - 1 + j and emits output token
-    # num_output_tokens + 1 + j (counts before `plan` is postprocessed).
-    finish, first_block = [], []
-    for seq in decodes:
+    finish, first_block, held = [], [], []
+    for seq in members:
         if seq.output_token_ids or seq.prompt_token_ids is not None:
             return None  # a real sequence: a sampled token may end it early
-        row = seq.prompt_len + seq.num_output_tokens - 1
+        blocks = len(tables[seq.seq_id])
         finish.append(seq.max_new_tokens - seq.num_output_tokens - 1)
-        first_block.append(len(tables[seq.seq_id]) * bs - row)
-    max_steps = min(finish)
-    if max_steps < 1:
+        first_block.append(blocks * bs - (seq.prompt_len + seq.num_output_tokens - 1))
+        held.append(blocks)
+    if min(finish) < 1:
         return None  # `plan` itself finishes a sequence: the next step differs
-    first = np.array(first_block, dtype=np.int64)  # [B] >= 1
-    free = bm.num_free
-    if _blocks_by(first, max_steps, bs) > free:
-        # The repeat whose allocations run out of free blocks preempts: stop before it.
-        lo, hi = 0, max_steps  # blocks by lo fit, by hi do not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if _blocks_by(first, mid, bs) <= free else (lo, mid)
-        max_steps = lo
-    return DecodeRun(plan, max_steps, first) if max_steps else None
+    on = through_finishes and (static or not scheduler.waiting)
+    max_steps = _fitting_steps(finish, first_block, held, max(finish) if on else min(finish),
+                               bs, bm.num_free)
+    if not max_steps:
+        return None
+    return DecodeRun(plan, tuple(members), max_steps, tuple(finish), tuple(first_block), static)
 
 
-def _blocks_by(first: np.ndarray, steps: int, block_size: int) -> int:
-    """KV blocks the first `steps` repeats allocate."""
-    return int(np.maximum((steps - first) // block_size + 1, 0).sum())
+def _allocations(finish, first_block, steps: int, block_size: int) -> list[tuple[int, int]]:
+    """(repeat, member index) of each block the first `steps` repeats allocate, in the order
+    the scheduler allocates them: repeat by repeat, in running order within one."""
+    pairs = [(j, i) for i, (f, first) in enumerate(zip(finish, first_block))
+             for j in range(first, min(f, steps) + 1, block_size)]
+    pairs.sort()
+    return pairs
+
+
+def _fitting_steps(finish, first_block, held, steps: int, block_size: int, free: int) -> int:
+    """How many of the first `steps` repeats find every block they allocate free: the last
+    repeat before one that would preempt. Blocks come back when a sequence finishes."""
+    if sum((min(f, steps) - first) // block_size + 1
+           for f, first in zip(finish, first_block) if first <= min(f, steps)) <= free:
+        return steps  # enough even if nothing came back
+    allocated_in, returned_after = {}, {}  # repeat -> blocks
+    for j, i in _allocations(finish, first_block, steps, block_size):
+        allocated_in[j] = allocated_in.get(j, 0) + 1
+        if finish[i] < steps:
+            returned_after[finish[i]] = returned_after.get(finish[i], 0) + 1
+    for i, f in enumerate(finish):
+        if f < steps:
+            returned_after[f] = returned_after.get(f, 0) + held[i]
+    for j in sorted(allocated_in.keys() | returned_after.keys()):
+        if allocated_in.get(j, 0) > free:
+            return j - 1
+        free += returned_after.get(j, 0) - allocated_in.get(j, 0)
+    return steps
 
 
 def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
     """Apply the first `steps` repeats of `run` (1 <= steps <= run.max_steps), after its plan
-    was postprocessed. Returns (kv_blocks_used [steps] after each repeat's planning, the
-    sequences that finished in the last one)."""
+    was postprocessed. Returns (KV blocks used [steps] after each repeat's planning, the
+    sequences that finished, in the order they did)."""
     assert 1 <= steps <= run.max_steps
-    bm, decodes = scheduler.block_manager, run.plan.decodes
-    allocations = run.allocations(steps, bm.block_size)
-    for _, i in allocations:
-        bm.allocate_block(decodes[i].seq_id)
-    per_step = np.bincount([j for j, _ in allocations], minlength=steps + 1)[1:]  # [steps]
-    used = bm.num_used - len(allocations) + np.cumsum(per_step)  # [steps]
-    last_step = run.plan.step + steps
-    finished = []
-    for seq in decodes:
-        seq.num_computed_tokens += steps
-        seq.num_output_tokens += steps
-        seq.last_token_step = last_step
-        if seq.num_output_tokens == seq.max_new_tokens:
+    bm, members, step0 = scheduler.block_manager, run.members, run.plan.step
+    allocations = _allocations(run.finish, run.first_block, steps, bm.block_size)
+    allocated = np.bincount(np.array([j for j, _ in allocations], dtype=np.int64),
+                            minlength=steps + 1)  # [steps + 1] blocks allocated in repeat j
+    returned = np.zeros(steps + 1, dtype=np.int64)  # [steps + 1] freed before repeat j
+    used = bm.num_used
+    finishing = {}  # repeat -> members emitting their last token in it
+    for seq, f in zip(members, run.finish):
+        if f <= steps:
+            finishing.setdefault(f, []).append(seq)
+    finished, a = [], 0
+    for f in sorted(finishing):  # blocks come back after each finish, for the repeats after it
+        start = a
+        while a < len(allocations) and allocations[a][0] <= f:
+            a += 1
+        if a > start:
+            bm.allocate_blocks([members[i].seq_id for _, i in allocations[start:a]])
+        done = finishing[f]
+        for seq in done:
+            _advance(seq, f, step0)
             seq.finish_reason = "length"
-            finished.append(seq)
+        before = bm.num_used
+        scheduler.retire(done, step0 + f)
+        if f < steps:
+            returned[f + 1] = before - bm.num_used
+        finished += done
+    if a < len(allocations):
+        bm.allocate_blocks([members[i].seq_id for _, i in allocations[a:]])
+    for seq, f in zip(members, run.finish):
+        if f > steps:
+            _advance(seq, steps, step0)
     scheduler.num_steps += steps
-    if finished:
-        scheduler.retire(finished, last_step)
-    return used, finished
+    return used + np.add.accumulate(allocated - returned)[1:], finished
+
+
+def _advance(seq, repeats: int, step0: int) -> None:
+    seq.num_computed_tokens += repeats
+    seq.num_output_tokens += repeats
+    seq.last_token_step = step0 + repeats

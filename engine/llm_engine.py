@@ -44,7 +44,7 @@ class StepOutput:
 
 @dataclass(frozen=True)
 class TimedRun:
-    """Steps that repeat a decode-only step (`engine.decode_run`) with their times on the
+    """The decode steps after a decode-only step (`engine.decode_run`) with their times on the
     run's clock: step j starts at `start_s[j]` and ends at `end_s[j]` (the next one's start)."""
 
     run: DecodeRun
@@ -110,27 +110,33 @@ class LLMEngine:
         self._record(plan, finished, start_s, end_s)
         return finished
 
-    def start_run(self, plan: StepPlan, end_s: float, until_s: float) -> TimedRun | None:
+    def start_run(self, plan: StepPlan, end_s: float, until_s: float,
+                  through_finishes: bool = True) -> TimedRun | None:
         """After `start_step` gave `plan` (a step that ends at `end_s`, not yet finished): the
-        steps after it that repeat it, as many as start before `until_s` (when something could
-        arrive), timed by the executor's `execute_run`. None when there are none, or the
-        executor cannot predict them (a real one runs every step)."""
+        decode steps after it that repeat it (`engine.decode_run`), as many as start before
+        `until_s` (when something could arrive), timed by the executor's `execute_run`. None
+        when there are none, or the executor cannot predict them (a real one runs every
+        step). `through_finishes`: see `plan_run`."""
         execute_run = getattr(self.executor, "execute_run", None)
-        run = plan_run(self.scheduler, plan) if execute_run is not None else None
+        if execute_run is None or not end_s < until_s:
+            return None
+        run = plan_run(self.scheduler, plan, through_finishes)
         if run is None:
             return None
-        durations = execute_run(plan, end_s, run.max_steps, until_s)  # [K]
-        if not len(durations):
+        ends = execute_run(run, end_s, until_s)  # [K]
+        if not len(ends):
             return None
-        ends = np.cumsum(np.concatenate(([end_s], durations)))  # [K + 1], as a clock adds them
-        return TimedRun(run, ends[:-1], ends[1:])
+        return TimedRun(run, np.concatenate(([end_s], ends[:-1])), ends)
 
     def finish_run(self, timed: TimedRun) -> list[Sequence]:
         """Apply and record the steps of `timed`, after its plan's own `finish_step`; returns
-        the sequences that finished in the last of them."""
-        kv_used, finished = apply_run(self.scheduler, timed.run, timed.num_steps)
+        the sequences that finished in them, in the order they did."""
+        run, steps = timed.run, timed.num_steps
+        kv_used, finished = apply_run(self.scheduler, run, steps)
         if self.recorder is not None:
-            self.recorder.record_run(timed.run.plan, timed.start_s, timed.end_s, kv_used)
+            decoding = run.decoding(np.arange(1, steps + 1))
+            self.recorder.record_run(run.plan, timed.start_s, timed.end_s, decoding,
+                                     run.padding(decoding), kv_used)
             for seq in finished:
                 self.recorder.record_request(seq)
         return finished

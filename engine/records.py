@@ -76,26 +76,28 @@ class RunRecorder:
             self.itl_gaps.append(end_s - self._end[previous])
             self.itl_counts.append(1)
 
-    def record_run(self, plan: StepPlan, start_s, end_s, kv_blocks_used) -> None:
-        """Record the steps that repeat `plan` (`engine.decode_run`), after `plan` itself:
-        [K] start and end times and KV blocks used (NumPy arrays); every other column is
-        `plan`'s, and each step adds one inter-token gap for all of its decodes."""
+    def record_run(self, plan: StepPlan, start_s, end_s, decoding, padding,
+                   kv_blocks_used) -> None:
+        """Record the decode steps that follow `plan` (`engine.decode_run`), after `plan`
+        itself: [K] NumPy arrays of their start and end times, decoding sequences (all of the
+        running ones), padding rows and KV blocks used; the waiting count is `plan`'s, and each
+        step adds one inter-token gap for all of its decodes."""
         assert plan.step == len(self._end) - 1, "a run follows the step it repeats"
         k, columns = len(end_s), self._steps
-        decodes = len(plan.decodes)
         for name, value in (("num_prefill_tokens", 0), ("num_prefill_seqs", 0),
-                            ("num_decode_seqs", decodes), ("num_padding_seqs", plan.padding_seqs),
-                            ("num_running", plan.num_running), ("num_waiting", plan.num_waiting),
-                            ("preemptions", 0)):
+                            ("num_waiting", plan.num_waiting), ("preemptions", 0)):
             columns[name].extend(array("d", (value,)) * k)
         columns["step"].extend(array("d", range(plan.step + 1, plan.step + 1 + k)))
         previous_end = self._end[plan.step]
+        decoding = np.asarray(decoding, dtype=np.float64)
+        for name, values in (("num_decode_seqs", decoding), ("num_running", decoding),
+                             ("num_padding_seqs", padding), ("kv_blocks_used", kv_blocks_used)):
+            columns[name].frombytes(np.asarray(values, dtype=np.float64).tobytes())
         self._start.frombytes(start_s.tobytes())
         self._end.frombytes(end_s.tobytes())
-        columns["kv_blocks_used"].frombytes(kv_blocks_used.astype(np.float64).tobytes())
         gaps = end_s - np.concatenate(([previous_end], end_s[:-1]))  # [K] end - previous end
         self.itl_gaps.frombytes(gaps.tobytes())
-        self.itl_counts.extend(array("q", (decodes,)) * k)
+        self.itl_counts.frombytes(decoding.astype(np.int64).tobytes())
 
     def record_request(self, seq: Sequence, status: str | None = None) -> None:
         """Call once per request when it finishes or is rejected (or, with status="unfinished",
@@ -143,12 +145,15 @@ class RunRecorder:
         return min(arrivals) if arrivals else 0.0
 
     def request_columns(self) -> dict:
-        """Request rows as {column: list or array}, times from the first arrival."""
+        """Request rows as {column: list}, in arrival order (requests arriving at the same
+        instant in the order they were recorded), times from the first arrival."""
         t0 = self.origin_s()
-        columns = {"request_id": self.request_ids}
+        order = np.argsort(np.asarray(self._requests["arrival_s"]), kind="stable").tolist()
+        columns = {"request_id": [self.request_ids[i] for i in order],
+                   "status": [self.statuses[i] for i in order]}
         for name, values in self._requests.items():
-            columns[name] = ([v - t0 for v in values] if name.endswith("_s") else values)
-        columns["status"] = self.statuses
+            columns[name] = ([values[i] - t0 for i in order] if name.endswith("_s")
+                             else [values[i] for i in order])
         return {name: columns[name] for name in REQUEST_COLUMNS}
 
     def step_columns(self) -> dict:

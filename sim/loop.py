@@ -11,10 +11,10 @@ An idle engine sleeps on a `wakeup` event that the next arrival triggers, so a s
 instant a request arrives (no polling). A static-batching plan with `idle_until_s` (waiting for a
 fuller batch) sleeps until that time or the next arrival, whichever comes first.
 
-Fast forward: after a decode-only step, the steps that repeat it (`engine.decode_run`) up to the
-next event in SimPy's queue (an arrival, a user's next request) are predicted and recorded in
-one go (`LLMEngine.start_run` / `finish_run`) with one timeout; nothing can happen between them
-that the step-by-step loop would see, so the records are the same, to the last bit.
+Fast forward: after a decode-only step, the decode steps that follow it (`engine.decode_run`)
+up to the next event in SimPy's queue (an arrival, a think time ending) are predicted and
+recorded in one go (`LLMEngine.start_run` / `finish_run`) with one timeout; nothing can happen
+between them that the step-by-step loop would see, so the records are the same, to the last bit.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from engine.records import RunRecorder
 class SimState:
     """What the processes share: the engine, the wakeup event and the progress bar."""
 
-    def __init__(self, engine: LLMEngine, make_sequence, bar=None, fast_forward: bool = True):
+    def __init__(self, engine: LLMEngine, make_sequence, bar=None, fast_forward: bool = True,
+                 closed_loop: bool = False):
         self.engine = engine
-        self.fast_forward = fast_forward  # advance runs of repeated decode steps in one go
+        self.fast_forward = fast_forward  # advance runs of decode-only steps in one go
+        self.closed_loop = closed_loop
         self.scheduler = engine.scheduler
         self.make_sequence = make_sequence  # (index, arrival_s) -> Sequence
         self.bar = bar
@@ -120,27 +122,33 @@ def engine(env, state: SimState):
             continue
         idle_since, stepped = None, True
         end_s = start_s + result.duration_s
-        run = llm.start_run(plan, end_s, env.peek()) if state.fast_forward else None
+        # A closed-loop user sends its next request when one finishes: runs stop at finishes.
+        run = llm.start_run(plan, end_s, env.peek(), not state.closed_loop) \
+            if state.fast_forward else None
         if run is None:
             yield env.timeout(result.duration_s)
             finished = llm.finish_step(plan, result, start_s, env.now)
         else:  # the steps that repeat this one, up to the next event, in one go
-            yield env.timeout(delay_to(env.now, float(run.end_s[-1])))
+            for delay in delays_to(env.now, float(run.end_s[-1])):
+                yield env.timeout(delay)  # nothing the run depends on happens before its end
             finished = llm.finish_step(plan, result, start_s, end_s) + llm.finish_run(run)
         for seq in finished:
             state.retire(seq)
 
 
-def delay_to(now: float, target: float) -> float:
-    """The delay that SimPy's `now + delay` turns into exactly `target` (>= now): the clock
-    lands where adding the steps' durations one by one would have put it."""
+def delays_to(now: float, target: float) -> list[float]:
+    """Timeouts that take SimPy's clock from `now` to exactly `target` (>= now), where adding
+    the steps' durations one by one would have put it. SimPy sets the clock to `now + delay`,
+    rounded, which for some pairs steps over `target` whatever the delay; then two: to a point t
+    in [target / 2, target], from which `target - t` is exact (Sterbenz) and lands."""
     delay = target - now
-    while now + delay < target:
-        delay = math.nextafter(delay, math.inf)
-    while now + delay > target:
-        delay = math.nextafter(delay, -math.inf)
-    assert now + delay == target
-    return delay
+    for d in (delay, math.nextafter(delay, math.inf), math.nextafter(delay, -math.inf)):
+        if now + d == target:
+            return [d]
+    first = max(0.75 * target - now, 0.0)
+    t = now + first
+    assert target / 2 <= t <= target and t + (target - t) == target
+    return [first, target - t]
 
 
 def _idle(env, state: SimState, until_s: float | None):
@@ -162,7 +170,7 @@ def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arriv
     env = simpy.Environment()
     bar = _progress_bar(num_requests) if progress else None
     llm = LLMEngine(scheduler, executor, recorder, timing="executor")
-    state = SimState(llm, make_sequence, bar, fast_forward)
+    state = SimState(llm, make_sequence, bar, fast_forward, closed_loop is not None)
     if closed_loop is None:
         env.process(open_arrivals(env, state, arrival_s))
     else:

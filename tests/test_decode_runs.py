@@ -126,9 +126,10 @@ def test_fast_forward_matches_step_by_step_on_random_servers(tmp_path, blocks, b
 # --- the run itself -------------------------------------------------------------------------------
 
 
-def decoding_scheduler(num_blocks: int, outputs=(10, 30), prompt: int = 16) -> Scheduler:
+def decoding_scheduler(num_blocks: int, outputs=(10, 30), prompt: int = 16,
+                       max_num_seqs: int = 32) -> Scheduler:
     """A scheduler whose sequences have prefilled and decoded once: the next plan decodes all."""
-    scheduler = Scheduler(SchedulerConfig(), BlockManager(num_blocks, 4))
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs), BlockManager(num_blocks, 4))
     for i, n in enumerate(outputs):
         scheduler.add(Sequence(i, prompt, n, seq_id=i))
     for _ in range(2):
@@ -136,17 +137,23 @@ def decoding_scheduler(num_blocks: int, outputs=(10, 30), prompt: int = 16) -> S
     return scheduler
 
 
-def test_a_run_ends_with_the_step_that_finishes_a_sequence():
-    scheduler = decoding_scheduler(num_blocks=100)
-    plan = scheduler.schedule()
-    run = plan_run(scheduler, plan)
-    # outputs so far 2 (prefill + one decode); the plan emits the 3rd, repeats the 4th..10th
-    assert run.max_steps == 7
-    scheduler.postprocess(plan)
-    used, finished = apply_run(scheduler, run, run.max_steps)
-    assert [s.seq_id for s in finished] == [0] and finished[0].finish_step == plan.step + 7
-    assert len(used) == 7 and scheduler.num_steps == plan.step + 8
-    scheduler.block_manager.check_invariants()
+def test_a_run_goes_on_after_a_finish_only_where_nothing_can_take_its_place():
+    for through, steps, finishes in ((False, 7, [7]), (True, 27, [7, 27])):
+        scheduler = decoding_scheduler(num_blocks=100)
+        plan = scheduler.schedule()
+        run = plan_run(scheduler, plan, through_finishes=through)
+        # outputs so far 2 (prefill + one decode); the plan emits the 3rd; the sequences' last
+        # tokens (the 10th and the 30th) come 7 and 27 repeats after it
+        assert run.max_steps == steps
+        scheduler.postprocess(plan)
+        used, finished = apply_run(scheduler, run, run.max_steps)
+        assert [s.finish_step - plan.step for s in finished] == finishes
+        assert len(used) == steps and scheduler.num_steps == plan.step + steps + 1
+        assert run.decoding(np.arange(1, steps + 1)).tolist() == [2] * 7 + [1] * (steps - 7)
+        scheduler.block_manager.check_invariants()
+    waiting = decoding_scheduler(num_blocks=100, max_num_seqs=2)
+    waiting.add(Sequence(9, 20, 5, seq_id=9))  # no room beside the two; it takes a finished one's
+    assert plan_run(waiting, waiting.schedule()).max_steps == 7
 
 
 def test_a_run_stops_before_the_step_that_would_preempt():
@@ -166,14 +173,40 @@ def test_a_run_stops_before_the_step_that_would_preempt():
     assert scheduler.block_manager.block_tables == slow.block_manager.block_tables
 
 
-def test_no_run_after_a_step_with_a_prefill_or_before_a_real_sequence_could_stop():
+def test_a_run_follows_a_completed_prefill_only_when_nothing_could_be_admitted_next():
     scheduler = Scheduler(SchedulerConfig(), BlockManager(50, 4))
     scheduler.add(Sequence(0, 8, 20, seq_id=0))
-    assert plan_run(scheduler, scheduler.schedule()) is None  # a prefill
+    run = plan_run(scheduler, scheduler.schedule())
+    assert run.max_steps == 19  # the prefill emits token 1, repeats 1..19 tokens 2..20
+    busy = Scheduler(SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=8),
+                     BlockManager(50, 4))
+    for i in range(2):
+        busy.add(Sequence(i, 40, 20, seq_id=i))
+    assert plan_run(busy, busy.schedule()) is None  # the second waits for the first's budget
+    chunked = Scheduler(SchedulerConfig(max_num_batched_tokens=32, chunked_prefill=True),
+                        BlockManager(50, 4))
+    chunked.add(Sequence(0, 40, 20, seq_id=0))
+    assert plan_run(chunked, chunked.schedule()) is None  # more of the prompt comes next
+
+
+def test_no_run_for_a_real_sequence_that_could_stop_at_any_token():
     real = Scheduler(SchedulerConfig(), BlockManager(50, 4))
     real.add(Sequence(0, 3, 20, prompt_token_ids=[1, 2, 3], seq_id=0, ignore_eos=False))
     real.postprocess(real.schedule(), {0: 5})
-    assert plan_run(real, real.schedule()) is None  # EOS could end it at any step
+    assert plan_run(real, real.schedule()) is None
+
+
+def test_the_clock_lands_exactly_where_the_steps_end_even_where_one_delay_cannot():
+    from sim.loop import delays_to
+
+    now, target = 0.006371946230925478, 0.026021946230925474  # now + d skips target for all d
+    assert all(now + d != target for d in (target - now, math.nextafter(target - now, 1),
+                                          math.nextafter(target - now, 0)))
+    t = now
+    for delay in delays_to(now, target):
+        t = t + delay
+    assert t == target
+    assert delays_to(1.0, 1.5) == [0.5]
 
 
 def test_gathered_keys_of_a_repeated_batch_match_counting_each_step():

@@ -49,7 +49,8 @@ def test_live_cost_model_cosimulates():
     cfg["cost"]["model"] = "live"
     rec = run_config(cfg)
     linear = run_config(config())
-    arrivals = lambda r: sorted(zip(r.request_ids, r.request_columns()["arrival_s"]))
+    arrivals = lambda r: sorted(zip(r.request_columns()["request_id"],
+                                    r.request_columns()["arrival_s"]))
     assert arrivals(rec) == arrivals(linear)
     first_step_s = lambda r: r.step_columns()["end_s"][0] - r.step_columns()["start_s"][0]
     assert first_step_s(rec) != first_step_s(linear)  # measured, not the linear formula

@@ -8,15 +8,13 @@ context is the largest such offset + k (a heap of offsets, stale entries dropped
 Members join in the step after a prefill chunk that completes their sequence (or stops one token
 short of it: a decode then computes the last prompt token), leave at the step of their last
 token (known when they join: simulated sequences stop by length only) or when a plan preempts
-them. A run of plans that repeat the last one (`engine.decode_run`) changes no member, so its
-sums and maxima are the same two formulas at each of its steps (`repeats`).
+them. A run of decode-only plans (`engine.decode_run`) is predicted from the members' offsets
+(`offset`) and passed over with `skip`.
 """
 
 from __future__ import annotations
 
 import heapq
-
-import numpy as np
 
 from engine.sequence import SequenceStatus
 
@@ -49,17 +47,30 @@ class DecodeContext:
         self.max_context = self._max_offset() + k if self._members else 0
         return self._offsets + k * len(self._members)
 
-    def repeats(self, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(context sums [K], longest contexts [K]) of plans that repeat the last one (the same
-        members, none joining or leaving) at the later step indices `steps` [K]."""
-        return self._offsets + steps * len(self._members), self._max_offset() + steps
+    def offset(self, seq):
+        """A sequence's context at step k is its offset + k: a member's, or, for one that joins
+        after the last plan (its prefill completed in it), from its counts before that plan is
+        postprocessed."""
+        member = self._members.get(seq.seq_id)
+        return seq.num_tokens - self._step if member is None else member[0]
 
     def skip(self, steps: int) -> None:
-        """Advance past `steps` plans that repeat the last one (they have no prefill chunks, so
-        nobody joins after them)."""
+        """Advance past `steps` decode-only plans after the last one (`engine.decode_run`):
+        who joins after it joins, members leave after their last step. Call right after
+        `update` of that plan, before the plan is postprocessed."""
+        if not steps:
+            return  # the next `update` takes the joiners in
+        k = self._step
+        for seq in self._joining:  # counts before the plan: join at k + 1 with one more token
+            self._add(seq.seq_id, seq.num_tokens - k, k + seq.max_new_tokens
+                      - seq.num_output_tokens - 1)
+        for step in range(k, k + steps):
+            for seq_id in self._leaving.pop(step, ()):
+                member = self._members.get(seq_id)
+                if member is not None and member[1] == step:
+                    self._drop(seq_id)
         self._step += steps
         self._joining = []
-        self.max_context += steps
 
     def _max_offset(self) -> int:
         heap, members = self._heap, self._members
@@ -95,12 +106,13 @@ class DecodeContext:
             self._join(seq, plan.step)
 
     def _join(self, seq, k: int) -> None:
-        last = k + seq.max_new_tokens - seq.num_output_tokens - 1
-        offset = seq.num_tokens - k
-        self._members[seq.seq_id] = (offset, last)
+        self._add(seq.seq_id, seq.num_tokens - k, k + seq.max_new_tokens - seq.num_output_tokens - 1)
+
+    def _add(self, seq_id: int, offset: int, last: int) -> None:
+        self._members[seq_id] = (offset, last)
         self._offsets += offset
-        self._leaving.setdefault(last, []).append(seq.seq_id)
-        heapq.heappush(self._heap, (-offset, seq.seq_id))
+        self._leaving.setdefault(last, []).append(seq_id)
+        heapq.heappush(self._heap, (-offset, seq_id))
 
     def _drop(self, seq_id: int) -> None:
         offset, _ = self._members.pop(seq_id)

@@ -19,6 +19,8 @@ from engine.executor import StepResult
 from .decode_context import DecodeContext
 from .shape import gathered_keys, gathered_keys_repeated, one_group, prefill_counts, slot_bytes
 
+RUN_CHUNK = 32  # steps of a run predicted at first (then 4x more each time, while needed)
+
 
 class CostModelExecutor:
     """Executor protocol (`execute(plan) -> StepResult`) backed by a cost model. The simulation
@@ -74,52 +76,80 @@ class CostModelExecutor:
             self._since_start_s = duration
         return StepResult(None, duration)
 
-    def execute_run(self, plan, start_s: float, max_steps: int, until_s: float) -> np.ndarray:
-        """Durations [K] of the steps after `plan` that repeat it (`engine.decode_run`), the
-        first starting at `start_s`: the first `max_steps` of them, or fewer, as many as start
-        before `until_s` (the next event that could change the plan). Call right after
-        `execute(plan)`; the executor's state then stands after the K-th of them."""
-        running, n = self._context, len(plan.decodes)
-        repeats = np.arange(1, max_steps + 1)  # [K]
-        decode_context, longest = running.repeats(plan.step + repeats)
-        gathered = self._gathered_repeated(plan, repeats)
-        duration = np.empty(max_steps)  # [K]
-        duration[:] = self._predict(0, 0, 0, n, decode_context, plan.padding_seqs, n, 0,
-                                    n * longest, gathered, 1)
+    def execute_run(self, run, start_s: float, until_s: float) -> np.ndarray:
+        """End times [K] of the steps of `run` (an `engine.decode_run.DecodeRun`: decode-only
+        steps after `run.plan`), the first starting at `start_s` and each at the end of the one
+        before, as a clock adds their durations: all `run.max_steps` of them, or as many as
+        start before `until_s` (the next event that could change the plan). Call right after
+        `execute(run.plan)`; the executor's state then stands after the K-th of them. The
+        steps are predicted in chunks of growing size, so a run cut short by an arrival costs
+        little more than its steps."""
+        offsets = run.sum_max_by_finished([self._context.offset(seq) for seq in run.members])
+        ends, first, size = [], 1, RUN_CHUNK
+        while first <= run.max_steps and start_s < until_s:
+            last = min(first + size - 1, run.max_steps)
+            duration = self._run_durations(run, offsets, first, last, start_s, until_s)
+            clock = np.add.accumulate(np.concatenate(([start_s], duration)))  # [S + 1]
+            taken = int(np.searchsorted(clock[:-1], until_s, side="left"))  # start before it
+            ends.append(clock[1:taken + 1])
+            start_s, first, size = clock[taken], last + 1, 4 * size
+        ends = np.concatenate(ends) if len(ends) > 1 else ends[0] if ends else np.empty(0)
+        self._context.skip(len(ends))
         if self._after_tokens:
-            horizon = min(max_steps, self._after_steps - self._after_k)
-            for j in range(max(horizon, 0)):
-                duration[j] += self._after_cost(self._after_tokens, self._after_k + j + 1)
-        if self.speed is None:
-            starts = np.cumsum(np.concatenate(([start_s], duration[:-1])))  # [K]
-            steps = int(np.searchsorted(starts, until_s, side="left"))
-        else:
-            steps = self._jitter_run(duration, start_s, until_s)
-        running.skip(steps)
-        if self._after_tokens:
-            self._after_k += steps
-        return duration[:steps]
+            self._after_k += len(ends)
+        return ends
 
-    def _jitter_run(self, duration: np.ndarray, start_s: float, until_s: float) -> int:
-        """Scale the run's durations by the speed factor step by step (the speed process is
-        sequential) while the steps start before `until_s`; how many do."""
-        start, steps = start_s, 0
+    def _run_durations(self, run, offsets, first: int, last: int, start_s: float,
+                       until_s: float) -> np.ndarray:
+        """Durations of repeats first..last of `run` (the speed factor applied to those that
+        start before `until_s`), each exactly what `execute` would give for its plan.
+        `offsets`: `run.sum_max_by_finished` of the members' context offsets."""
+        repeats = np.arange(first, last + 1)  # [S]
+        steps = run.plan.step + repeats  # [S]
+        gone = run.finished_before(repeats)  # [S]
+        decoding = len(run.members) - gone  # [S]
+        duration = np.empty(len(repeats))  # [S]
+        duration[:] = self._predict(0, 0, 0, decoding, offsets[0][gone] + steps * decoding,
+                                    run.padding(decoding), decoding, 0,
+                                    decoding * (offsets[1][gone] + steps),
+                                    self._gathered_run(run, first, last), 1)
+        self._add_after_prefill(duration, first)
+        if self.speed is not None:
+            self._scale_by_speed(duration, start_s, until_s)
+        return duration
+
+    def _add_after_prefill(self, duration: np.ndarray, first: int) -> None:
+        """Add the after-prefill cost to a run's repeats first, first + 1, ... (repeat j is the
+        (after_k + j)-th step after the last prefill), while there is one."""
+        if not self._after_tokens:
+            return
+        k0 = self._after_k + first
+        for j in range(max(min(len(duration), self._after_steps - k0 + 1), 0)):
+            duration[j] += self._after_cost(self._after_tokens, k0 + j)
+
+    def _scale_by_speed(self, duration: np.ndarray, start_s: float, until_s: float) -> None:
+        """Multiply the durations by the speed factor step by step (the speed process is
+        sequential), for the steps that start before `until_s`; the rest are left alone, and
+        so is the process (they are not taken)."""
+        start = start_s
         for j in range(len(duration)):
             if not start < until_s:
                 break
             duration[j] *= self.speed.factor(self._since_start_s)
             self._since_start_s = duration[j]
             start += duration[j]
-            steps += 1
-        return steps
 
-    def _gathered_repeated(self, plan, repeats: np.ndarray):
-        """Keys gathered by each repeat of a decode plan (`_gathered` for each); 0 for a cost
-        model that does not count them."""
+    def _gathered_run(self, run, first: int, last: int):
+        """Keys gathered in each of a run's repeats first..last (`_gathered` for each); 0 for a
+        cost model that does not count them."""
         if not self._slot_bytes:
             return 0
-        contexts = [seq.num_tokens for seq in plan.decodes]
-        return gathered_keys_repeated(contexts, repeats, self.block_size, self._slot_bytes)
+        gathered = np.empty(last - first + 1, dtype=np.int64)  # [S]
+        for a, b, active in run.segments(first, last):
+            contexts = [run.members[i].num_tokens for i in active]
+            gathered[a - first:b - first + 1] = gathered_keys_repeated(
+                contexts, np.arange(a, b + 1), self.block_size, self._slot_bytes)
+        return gathered
 
     def _gathered(self, plan, max_context: int) -> int:
         """Keys decode attention gathers (`cost_model.gathered_keys`); 0 for a cost model that

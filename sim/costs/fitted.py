@@ -19,6 +19,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+import numpy as np
+
 from .jitter import Jitter
 from .shape import StepShape
 
@@ -112,9 +114,16 @@ class FittedCost:
         x0, y0 = (idle[i - 1], extra[i - 1]) if i else (0.0, 0.0)
         return y0 + (extra[i] - y0) * (idle_s - x0) / (idle[i] - x0)
 
-    def rows_cost(self, rows: int) -> float:
-        """Seconds for `rows` rows: linear between knots (extended along the last segment past
-        the last knot), plus the tails of rows >= 2 that are not a multiple of 2, 4, 8."""
+    def rows_cost(self, rows):
+        """Seconds for `rows` rows (an int, or an array of them for the steps of a run): linear
+        between knots (extended along the last segment past the last knot), plus the tails of
+        rows >= 2 that are not a multiple of 2, 4, 8."""
+        if isinstance(rows, np.ndarray):  # each distinct count once, exactly as for an int
+            counts, index = np.unique(rows, return_inverse=True)
+            return np.array([self._rows_cost(int(r)) for r in counts])[index]
+        return self._rows_cost(rows)
+
+    def _rows_cost(self, rows: int) -> float:
         knots, costs = self.row_knots, self.row_costs
         if rows <= 0 or not knots:
             return 0.0
