@@ -72,11 +72,13 @@ class DecodeRun:
         """(sums [B + 1], maxima [B + 1]) of an integer per member (`values[i]` for member i)
         over the members still decoding when p have finished: index them with
         `finished_before(repeats)`."""
-        order = np.argsort(self.finish, kind="stable")  # [B] by finish
-        later = np.asarray(values, dtype=np.int64)[order][::-1]  # [B] latest finish first
-        zero = np.zeros(1, dtype=np.int64)
-        return (np.concatenate((np.add.accumulate(later)[::-1], zero)),
-                np.concatenate((np.maximum.accumulate(later)[::-1], zero)))
+        n = len(values)
+        total, most = [0] * (n + 1), [0] * (n + 1)  # index n: nobody left (never read for max)
+        for p, i in zip(range(n - 1, -1, -1),  # latest finish first: suffixes in finish order
+                        sorted(range(n), key=self.finish.__getitem__, reverse=True)):
+            total[p] = total[p + 1] + values[i]
+            most[p] = values[i] if p == n - 1 else max(most[p + 1], values[i])
+        return np.array(total, dtype=np.int64), np.array(most, dtype=np.int64)
 
     def segments(self, first: int, last: int):
         """(first repeat, last repeat, indices of the members decoding in them) for each

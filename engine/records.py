@@ -160,8 +160,8 @@ class RunRecorder:
         """Step rows as {column: array}, times from the first arrival."""
         t0 = self.origin_s()
         columns = dict(self._steps)
-        columns["start_s"] = array("d", (v - t0 for v in self._start))
-        columns["end_s"] = array("d", (v - t0 for v in self._end))
+        for name, times in (("start_s", self._start), ("end_s", self._end)):
+            columns[name] = array("d", (np.frombuffer(times, dtype=np.float64) - t0).tobytes())
         columns["kv_blocks_total"] = self.kv_blocks_total
         return columns
 

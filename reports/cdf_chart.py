@@ -3,7 +3,9 @@
 TTFT, TPOT and E2E are per request (finished requests; TPOT needs two output tokens). ITL is
 token-weighted from the recorder's exact (gap, count) pairs, so a gap shared by 30 tokens
 weighs 30 times one gap of one token. The x axes are logarithmic because static and continuous
-batching differ by orders of magnitude.
+batching differ by orders of magnitude. A CDF of hundreds of thousands of distinct latencies is
+drawn from the first point in each cell of a grid of `LEVELS` x `LEVELS` over (log latency,
+fraction): the same line at the chart's resolution (`thin`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import numpy as np
 
 from .figures import legend_below, new_figure, plain_log_axis, png_bytes, run_colors
 
+LEVELS = 2000  # grid cells per axis a CDF line keeps one point of
 PANELS = (("ttft_s", "TTFT: time to first token"), ("tpot_s", "TPOT: time per output token"),
           ("itl", "ITL: inter-token latency (token-weighted)"), ("e2e_s", "E2E: request latency"))
 
@@ -27,6 +30,20 @@ def weighted_cdf(values, counts) -> tuple[np.ndarray, np.ndarray]:
     return distinct, cumulative / (cumulative[-1] if len(cumulative) else 1.0)
 
 
+def thin(x: np.ndarray, y: np.ndarray, levels: int = LEVELS):
+    """The points of a CDF (x sorted, > 0 on a log axis) that start a new cell of a levels x
+    levels grid over (log x, y), and the last one; lines of up to 2 x levels points whole."""
+    if len(x) <= 2 * levels:
+        return x, y
+    logs = np.log(np.maximum(x, np.finfo(float).tiny))  # [n]
+    span = max(logs[-1] - logs[0], np.finfo(float).tiny)
+    cell = (np.floor((logs - logs[0]) / span * levels) * (levels + 1)
+            + np.floor(y * levels))  # [n] one number per grid cell
+    keep = np.diff(cell, prepend=-1) != 0
+    keep[-1] = True
+    return x[keep], y[keep]
+
+
 def cdf_chart(runs) -> bytes:
     """`runs`: [(label, request_frame, recorder)] -> PNG bytes of a 2 x 2 grid of CDFs."""
     fig, axes = new_figure(2, 2, 11, 7.5)
@@ -38,7 +55,7 @@ def cdf_chart(runs) -> bytes:
             else:
                 values = frame[column].to_numpy(dtype=np.float64)
                 counts = np.ones(len(values))
-            x, y = weighted_cdf(values, counts)
+            x, y = thin(*weighted_cdf(values, counts))
             if len(x):
                 ax.step(x * 1e3, y, where="post", color=color, label=label)
         ax.set_xscale("log")

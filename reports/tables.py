@@ -37,6 +37,11 @@ def _label_columns(spec, keys: list[str]) -> dict:
     return {key: spec.variant if key == "variant" else spec.sweep.get(key) for key in keys}
 
 
+def label_values(spec, keys: list[str]) -> list:
+    """A run's values of the run columns `keys` (its variant, then its sweep values)."""
+    return list(_label_columns(spec, keys).values())
+
+
 def _frame(columns: dict, spec, keys: list[str], order) -> pd.DataFrame:
     frame = pd.DataFrame({name: columns[name] for name in order})
     for name in order:

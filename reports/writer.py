@@ -20,8 +20,8 @@ from .comparison_chart import comparison_chart
 from .document import report_blocks
 from .render import Image, to_html, to_markdown
 from .sweep_chart import sweep_chart
-from .tables import (request_frame, run_keys, run_summaries, step_frame, summary_table,
-                     vllm_records)
+from .step_csv import write_steps_csv
+from .tables import request_frame, run_keys, run_summaries, summary_table, vllm_records
 from .timeline_chart import timeline_chart
 
 FLOAT_FORMAT = "%.9g"
@@ -52,15 +52,14 @@ def write_report(scenario, results, out_dir) -> ReportFiles:
     keys = run_keys(results)
     request_frames = [request_frame(spec, rec, keys) for spec, rec in results]
     requests = pd.concat(request_frames, ignore_index=True)
-    step_frames = [step_frame(spec, rec, keys) for spec, rec in results]
     written = [
         _csv(requests, out_dir / "requests.csv"),
-        _csv(pd.concat(step_frames, ignore_index=True), out_dir / "steps.csv"),
+        write_steps_csv(results, keys, out_dir / "steps.csv"),
         _csv(summary_table(results, summaries), out_dir / "summary.csv"),
         _json({"scenario": scenario.name, "seed": scenario.seed, "mode": scenario.base["mode"],
                "runs": vllm_records(results, summaries)}, out_dir / "summary.json"),
     ]
-    charts = make_charts(results, summaries, request_frames, step_frames)
+    charts = make_charts(results, summaries, request_frames)
     for image in charts:
         (out_dir / image.filename).write_bytes(image.png)
         written.append(out_dir / image.filename)
@@ -71,11 +70,11 @@ def write_report(scenario, results, out_dir) -> ReportFiles:
     return ReportFiles(out_dir, tuple(written), tuple(summaries))
 
 
-def make_charts(results, summaries: list[dict], request_frames, step_frames) -> list[Image]:
-    """The report's charts; the frames are each run's request and step tables."""
+def make_charts(results, summaries: list[dict], request_frames) -> list[Image]:
+    """The report's charts; the frames are each run's request table."""
     labels = [spec.label for spec, _ in results]
     cdf_runs = [(spec.label, frame, rec) for (spec, rec), frame in zip(results, request_frames)]
-    timeline_runs = [(spec.label, frame) for (spec, _), frame in zip(results, step_frames)]
+    timeline_runs = [(spec.label, rec.step_columns()) for spec, rec in results]
     charts = [
         Image("latency_cdfs.png", cdf_chart(cdf_runs), "Latency distributions (CDFs)"),
         Image("comparison.png", comparison_chart(labels, summaries), "Comparison of runs"),

@@ -211,3 +211,23 @@ def test_step_series_shows_idle_gaps_at_the_idle_value():
     t, y = step_series([0.0, 1.0, 5.0], [1.0, 2.0, 6.0], [3, 4, 2], 0.0)
     assert list(t) == [0.0, 1.0, 2.0, 5.0, 6.0]
     assert list(y) == [3, 4, 0, 2, 0]
+
+
+def test_minmax_keeps_each_slices_first_lowest_and_highest_point_and_every_gap():
+    from reports.timeline_chart import minmax
+
+    rng = np.random.default_rng(3)
+    t = np.sort(rng.uniform(0, 100, 50_000))
+    y = rng.integers(0, 50, len(t)).astype(float)
+    y[(t > 40) & (t < 41)] = np.nan  # an idle stretch
+    kt, ky = minmax(t, y, bins=100)
+    assert len(kt) <= 300 and np.all(np.diff(kt) >= 0)
+    slice_of = lambda x: np.minimum(((x - t[0]) / (t[-1] - t[0]) * 100).astype(int), 99)
+    for k in range(0, 100, 7):  # every slice keeps its extremes and its first point
+        inside, kept = slice_of(t) == k, slice_of(kt) == k
+        assert kt[kept][0] == t[inside][0]
+        assert np.nanmax(ky[kept]) == np.nanmax(y[inside])
+        assert np.nanmin(ky[kept]) == np.nanmin(y[inside])
+    assert np.isnan(ky[(kt > 40) & (kt < 41)]).all()
+    short = np.arange(10.0)
+    assert minmax(short, short, bins=100)[0] is short  # small series are drawn whole
