@@ -7,6 +7,7 @@ charts (latency CDFs, timeline, comparison, sweep), and report.md / report.html.
 Every metric comes from `engine.benchmark`; see docs/reports/ for each file and chart.
 """
 
+from .chart_worker import ChartWorker
 from .key_figures import KEY_FIGURES, key_rows, text_table
 from .tables import requests_table, run_summaries, steps_table, summary_table, vllm_records
 from .writer import ReportFiles, write_report
@@ -18,6 +19,6 @@ def summary_text(results, summaries=None) -> str:
     return text_table(*key_rows([spec for spec, _ in results], summaries))
 
 
-__all__ = ["KEY_FIGURES", "ReportFiles", "key_rows", "requests_table", "run_summaries",
+__all__ = ["KEY_FIGURES", "ChartWorker", "ReportFiles", "key_rows", "requests_table", "run_summaries",
            "steps_table", "summary_table", "summary_text", "text_table", "vllm_records",
            "write_report"]

@@ -1,16 +1,15 @@
-"""Matplotlib set-up shared by the charts: the Agg backend (no display needed), one look, colours
-for runs, and byte-identical PNG files (no software or date stamp in the metadata)."""
+"""Matplotlib set-up shared by the charts: figures drawn straight onto the Agg canvas (no
+pyplot, no display, no global figure registry), one look, colours for runs, and byte-identical
+PNG files (no software or date stamp in the metadata)."""
 
 from __future__ import annotations
 
 import io
 
 import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-from matplotlib.ticker import LogFormatterSciNotation  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatterSciNotation
 
 DPI = 100
 RC = {
@@ -27,17 +26,18 @@ RC = {
 
 
 def new_figure(rows: int, cols: int, width_in: float, height_in: float, **kwargs):
-    with plt.rc_context(RC):
-        fig, axes = plt.subplots(rows, cols, figsize=(width_in, height_in), squeeze=False,
-                                 **kwargs)
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(width_in, height_in))
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(rows, cols, squeeze=False, **kwargs)
     return fig, axes
 
 
 def run_colors(n: int) -> list:
     """Distinct colours for up to 10 runs; an ordered colormap beyond (sweeps)."""
     if n <= 10:
-        return [plt.get_cmap("tab10")(i) for i in range(n)]
-    cmap = plt.get_cmap("viridis")
+        return [matplotlib.colormaps["tab10"](i) for i in range(n)]
+    cmap = matplotlib.colormaps["viridis"]
     return [cmap(i / (n - 1)) for i in range(n)]
 
 
@@ -67,7 +67,6 @@ def legend_below(fig, ax) -> None:
 def png_bytes(fig) -> bytes:
     """The figure as PNG bytes, identical for identical figures; closes the figure."""
     buffer = io.BytesIO()
-    with plt.rc_context(RC):
+    with matplotlib.rc_context(RC):
         fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
-    plt.close(fig)
     return buffer.getvalue()

@@ -15,14 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .cdf_chart import cdf_chart
-from .comparison_chart import comparison_chart
 from .document import report_blocks
 from .render import Image, to_html, to_markdown
-from .sweep_chart import sweep_chart
 from .step_csv import write_steps_csv
 from .tables import request_frame, run_keys, run_summaries, summary_table, vllm_records
-from .timeline_chart import timeline_chart
 
 FLOAT_FORMAT = "%.9g"
 SIGNIFICANT_DIGITS = 9
@@ -43,12 +39,16 @@ class ReportFiles:
         return self.out_dir / "report.md"
 
 
-def write_report(scenario, results, out_dir) -> ReportFiles:
-    """`results`: [(RunSpec, RunRecorder)] of `scenario`; returns the files written."""
+def write_report(scenario, results, out_dir, worker=None) -> ReportFiles:
+    """`results`: [(RunSpec, RunRecorder)] of `scenario`; returns the files written. `worker`:
+    a `chart_worker.ChartWorker` that draws the charts while the tables are written (else they
+    are drawn here, after them)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = [spec for spec, _ in results]
     summaries = run_summaries(results)
+    if worker is not None:
+        worker.draw(results, summaries)
     keys = run_keys(results)
     request_frames = [request_frame(spec, rec, keys) for spec, rec in results]
     requests = pd.concat(request_frames, ignore_index=True)
@@ -59,7 +59,12 @@ def write_report(scenario, results, out_dir) -> ReportFiles:
         _json({"scenario": scenario.name, "seed": scenario.seed, "mode": scenario.base["mode"],
                "runs": vllm_records(results, summaries)}, out_dir / "summary.json"),
     ]
-    charts = make_charts(results, summaries, request_frames)
+    if worker is not None:
+        charts = worker.charts()
+    else:
+        from .charts import make_charts  # matplotlib: imported where charts are drawn
+
+        charts = make_charts(results, summaries)
     for image in charts:
         (out_dir / image.filename).write_bytes(image.png)
         written.append(out_dir / image.filename)
@@ -68,24 +73,6 @@ def write_report(scenario, results, out_dir) -> ReportFiles:
     (out_dir / "report.html").write_text(to_html(blocks, f"servesim report: {scenario.name}"))
     written += [out_dir / "report.md", out_dir / "report.html"]
     return ReportFiles(out_dir, tuple(written), tuple(summaries))
-
-
-def make_charts(results, summaries: list[dict], request_frames) -> list[Image]:
-    """The report's charts; the frames are each run's request table."""
-    labels = [spec.label for spec, _ in results]
-    cdf_runs = [(spec.label, frame, rec) for (spec, rec), frame in zip(results, request_frames)]
-    timeline_runs = [(spec.label, rec.step_columns()) for spec, rec in results]
-    charts = [
-        Image("latency_cdfs.png", cdf_chart(cdf_runs), "Latency distributions (CDFs)"),
-        Image("comparison.png", comparison_chart(labels, summaries), "Comparison of runs"),
-        Image("timeline.png", timeline_chart(timeline_runs),
-              "Timeline: running and waiting requests, KV cache use"),
-    ]
-    specs = [spec for spec, _ in results]
-    if specs and specs[0].sweep:
-        charts.append(Image("sweep.png", sweep_chart(specs, summaries),
-                            "Latency and throughput against the swept value"))
-    return charts
 
 
 def _csv(frame, path: Path) -> Path:

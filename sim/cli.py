@@ -33,13 +33,30 @@ class UsageError(ValueError):
 def cmd_run(args) -> int:
     import reports
 
-    from .runner import check_scenario, run_config
+    from .runner import check_scenario
 
     scenario = scenarios.load(args.scenario, args.set or ())
     check_scenario(scenario)
     out_dir = Path(args.out) if args.out else Path("out") / scenario.name
+    worker = reports.ChartWorker.start()  # imports the chart code while we simulate
+    try:
+        results = _run_all(scenario, show=not args.quiet)
+        if results is None:
+            return 1
+        files = reports.write_report(scenario, results, out_dir, worker)
+    finally:
+        if worker is not None:
+            worker.close()
+    print(reports.summary_text(results, files.summaries))
+    print(f"\n{len(files.files)} files written to {out_dir}/; report: {files.html}")
+    return 0
+
+
+def _run_all(scenario, show: bool):
+    """[(RunSpec, RunRecorder)] of every run, or None after printing why one failed."""
+    from .runner import run_config
+
     runs = scenario.runs()
-    show = not args.quiet
     results = []
     for index, spec in enumerate(runs, start=1):
         if show:
@@ -48,12 +65,9 @@ def cmd_run(args) -> int:
             recorder = run_config(spec.config, progress=show, base_dir=Path(scenario.path).parent)
         except (ValueError, FileNotFoundError) as exc:  # e.g. a malformed row in a trace file
             print(f"servesim: error: {scenario.name}, run {spec.label}: {exc}", file=sys.stderr)
-            return 1
+            return None
         results.append((spec, recorder))
-    files = reports.write_report(scenario, results, out_dir)
-    print(reports.summary_text(results, files.summaries))
-    print(f"\n{len(files.files)} files written to {out_dir}/; report: {files.html}")
-    return 0
+    return results
 
 
 def cmd_scenarios(args) -> int:

@@ -231,3 +231,25 @@ def test_minmax_keeps_each_slices_first_lowest_and_highest_point_and_every_gap()
     assert np.isnan(ky[(kt > 40) & (kt < 41)]).all()
     short = np.arange(10.0)
     assert minmax(short, short, bins=100)[0] is short  # small series are drawn whole
+
+
+def test_charts_drawn_in_the_worker_process_are_the_same_bytes_as_drawn_here(tmp_path):
+    from reports.chart_worker import ChartWorker
+    from reports.charts import make_charts
+
+    _, results = simulate(tmp_path)
+    summaries = reports.run_summaries(results)
+    worker = ChartWorker.start()
+    if worker is None:
+        pytest.skip("no second core or no fork here: charts are always drawn in-process")
+    worker.draw(results, summaries)
+    assert worker.charts() == make_charts(results, summaries)
+
+
+def test_a_worker_closed_without_a_job_exits():
+    from reports.chart_worker import ChartWorker
+
+    worker = ChartWorker.start()
+    if worker is None:
+        pytest.skip("no second core or no fork here")
+    worker.close()  # waits for the process: it would hang here if the worker did not exit
