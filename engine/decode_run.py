@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import accumulate
 
 import numpy as np
 
@@ -155,15 +156,15 @@ def _fitting_steps(finish, first_block, held, steps: int, block_size: int, free:
 
 def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
     """Apply the first `steps` repeats of `run` (1 <= steps <= run.max_steps), after its plan
-    was postprocessed. Returns (KV blocks used [steps] after each repeat's planning, the
-    sequences that finished, in the order they did)."""
+    was postprocessed. Returns (KV blocks used after each repeat's planning, a list of
+    `steps`, and the sequences that finished, in the order they did)."""
     assert 1 <= steps <= run.max_steps
     bm, members, step0 = scheduler.block_manager, run.members, run.plan.step
     allocations = _allocations(run.finish, run.first_block, steps, bm.block_size)
-    allocated = np.bincount(np.array([j for j, _ in allocations], dtype=np.int64),
-                            minlength=steps + 1)  # [steps + 1] blocks allocated in repeat j
-    returned = np.zeros(steps + 1, dtype=np.int64)  # [steps + 1] freed before repeat j
-    used = bm.num_used
+    change = [0] * steps  # [steps] blocks used at a repeat's planning, minus at the one before
+    change[0] = bm.num_used
+    for j, _ in allocations:
+        change[j - 1] += 1
     finishing = {}  # repeat -> members emitting their last token in it
     for seq, f in zip(members, run.finish):
         if f <= steps:
@@ -182,7 +183,7 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
         before = bm.num_used
         scheduler.retire(done, step0 + f)
         if f < steps:
-            returned[f + 1] = before - bm.num_used
+            change[f] -= before - bm.num_used
         finished += done
     if a < len(allocations):
         bm.allocate_blocks([members[i].seq_id for _, i in allocations[a:]])
@@ -190,7 +191,7 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
         if f > steps:
             _advance(seq, steps, step0)
     scheduler.num_steps += steps
-    return used + np.add.accumulate(allocated - returned)[1:], finished
+    return list(accumulate(change)), finished
 
 
 def _advance(seq, repeats: int, step0: int) -> None:

@@ -79,25 +79,32 @@ class RunRecorder:
     def record_run(self, plan: StepPlan, start_s, end_s, decoding, padding,
                    kv_blocks_used) -> None:
         """Record the decode steps that follow `plan` (`engine.decode_run`), after `plan`
-        itself: [K] NumPy arrays of their start and end times, decoding sequences (all of the
-        running ones), padding rows and KV blocks used; the waiting count is `plan`'s, and each
-        step adds one inter-token gap for all of its decodes."""
+        itself: [K] NumPy arrays of their start and end times, [K] KV blocks used (any
+        sequence), and the decoding sequences (all of the running ones) and padding rows of
+        each, as [K] NumPy arrays or as one number for all; the waiting count is `plan`'s, and each step adds one
+        inter-token gap for all of its decodes."""
         assert plan.step == len(self._end) - 1, "a run follows the step it repeats"
         k, columns = len(end_s), self._steps
-        for name, value in (("num_prefill_tokens", 0), ("num_prefill_seqs", 0),
-                            ("num_waiting", plan.num_waiting), ("preemptions", 0)):
-            columns[name].extend(array("d", (value,)) * k)
-        columns["step"].extend(array("d", range(plan.step + 1, plan.step + 1 + k)))
         previous_end = self._end[plan.step]
-        decoding = np.asarray(decoding, dtype=np.float64)
-        for name, values in (("num_decode_seqs", decoding), ("num_running", decoding),
-                             ("num_padding_seqs", padding), ("kv_blocks_used", kv_blocks_used)):
-            columns[name].frombytes(np.asarray(values, dtype=np.float64).tobytes())
+        columns["step"].extend(array("d", range(plan.step + 1, plan.step + 1 + k)))
         self._start.frombytes(start_s.tobytes())
         self._end.frombytes(end_s.tobytes())
+        for name, value in (("num_prefill_tokens", 0), ("num_prefill_seqs", 0),
+                            ("num_decode_seqs", decoding), ("num_padding_seqs", padding),
+                            ("num_running", decoding), ("num_waiting", plan.num_waiting),
+                            ("kv_blocks_used", kv_blocks_used), ("preemptions", 0)):
+            if isinstance(value, np.ndarray):
+                columns[name].frombytes(value.astype(np.float64).tobytes())
+            elif isinstance(value, list):
+                columns[name].extend(array("d", value))
+            else:
+                columns[name].extend(array("d", (value,)) * k)
         gaps = end_s - np.concatenate(([previous_end], end_s[:-1]))  # [K] end - previous end
         self.itl_gaps.frombytes(gaps.tobytes())
-        self.itl_counts.frombytes(decoding.astype(np.int64).tobytes())
+        if isinstance(decoding, np.ndarray):
+            self.itl_counts.frombytes(decoding.astype(np.int64).tobytes())
+        else:
+            self.itl_counts.extend(array("q", (decoding,)) * k)
 
     def record_request(self, seq: Sequence, status: str | None = None) -> None:
         """Call once per request when it finishes or is rejected (or, with status="unfinished",
