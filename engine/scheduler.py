@@ -77,10 +77,11 @@ def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_la
     remove it from the list (the victim always comes after the sequence in need, or is that
     sequence itself). Returns the sequences that decode this step, in running order; sequences
     still prefilling are appended to `prefilling` when a list is given."""
-    bm, block_size = block_manager, block_manager.block_size
+    bm, block_size, tables = block_manager, block_manager.block_size, block_manager.block_tables
     decodes = []
-    i = 0
-    while i < len(running):
+    append = decodes.append  # the hot loop of a simulation: one pass, locals only
+    i, n = 0, len(running)
+    while i < n:  # n shrinks when a victim is preempted from the end
         seq = running[i]
         i += 1
         row = seq.prompt_len + seq.num_output_tokens - 1  # the KV row this decode writes
@@ -89,14 +90,15 @@ def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_la
                 prefilling.append(seq)
             continue
         # Rows 0 .. row-1 are stored, so only a row at a block boundary can lack room.
-        if row % block_size == 0 and bm.capacity(seq.seq_id) <= row:
+        if row % block_size == 0 and len(tables[seq.seq_id]) * block_size <= row:
             while not bm.num_free and running[-1] is not seq:
                 preempt_last()
+            n = len(running)
             if not bm.num_free:  # no one is left behind it: it is the victim itself
                 preempt_last()
                 break
             bm.allocate_block(seq.seq_id)
-        decodes.append(seq)
+        append(seq)
     return decodes
 
 
