@@ -1,18 +1,21 @@
-"""Simulator speed: how many requests and steps per second of wall time `sim.run_config`
-simulates, and its peak memory, on a large continuous-batching server.
+"""Simulator speed: requests and steps per second of wall time, and peak memory, three ways.
 
-Two workloads, each run in its own process so each peak memory (ru_maxrss) is its own:
-- the whole Azure conversation trace (19,366 requests), replayed faster (time_scale chosen so
-  that requests arrive 1.5x faster than the engine serves them: saturated, the queue grows);
-- a synthetic workload of --requests requests (default 1,000,000) with lognormal lengths fitted
-  to the trace (median and log-standard deviation of its prompt and output tokens) and Poisson
-  arrivals at the same overload.
-Cost model: the shipped default profile. ITL percentiles are computed exactly from the recorder's
-(gap, count) pairs.
+- replay: the whole Azure conversation trace (19,366 requests) at its real rate, as a user runs
+  it: `servesim run benchmarks/azure-conv-real-rate.toml` timed as a whole process (imports,
+  simulation, every report file), beside the simulation alone with fast forward and step by step
+  (`run_config(..., fast_forward=False)`), with a check that both give the same records;
+- saturated: the same trace replayed 1.5x faster than a large server serves it (the default
+  profile's costs, 256 sequences, 65,536 KV blocks, chunked prefill): big batches, a queue that
+  grows for the whole run;
+- synthetic: --requests requests (default 1,000,000) with lognormal lengths fitted to the trace
+  and Poisson arrivals at the same overload.
+Each part runs in its own process, so each peak memory (ru_maxrss) is its own. The machine's
+state is printed with the figures: the seconds a fixed pure-Python loop takes (its speed) and
+the load average.
 
-    python benchmarks/sim_speed.py                  # the full benchmark (minutes)
-    python benchmarks/sim_speed.py --requests 50000 # a quick check
-    python benchmarks/sim_speed.py --cprofile       # also print the hot path (slower run)
+    python benchmarks/sim_speed.py                   # all three (a few minutes)
+    python benchmarks/sim_speed.py --requests 50000  # a quick check
+    python benchmarks/sim_speed.py --only replay
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,7 +38,9 @@ from engine.model import ModelConfig
 from sim.runner import run_config
 from sim.workloads.traces import load_trace
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure_llm_2023_conv.csv"
+HERE = Path(__file__).resolve().parent
+REPLAY = HERE / "azure-conv-real-rate.toml"
+TRACE = HERE.parents[1] / "shared" / "traces" / "azure_llm_2023_conv.csv"
 OVERLOAD = 1.5  # arrival rate / service rate
 SERVER = {
     "name": "sim-speed", "description": "", "seed": 0, "mode": "simulate",
@@ -42,10 +49,70 @@ SERVER = {
                "max_num_batched_tokens": 8192},
     "scheduler": {"policy": "continuous", "queue": "fcfs", "chunked_prefill": True,
                   "max_batch_size": 256, "batch_timeout_s": 0.0},
-    "cost": {"model": "profile", "profile": "default", "step_overhead_s": 0.0,
+    "cost": {"model": "profile", "profile": "default", "jitter": False, "step_overhead_s": 0.0,
              "prefill_token_s": 0.0, "decode_seq_s": 0.0, "context_token_s": 0.0},
     "slo": {"ttft_s": 1.0, "tpot_s": 0.1},
 }
+
+
+def machine_state() -> str:
+    """How fast this machine runs Python right now, and how busy it is."""
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(5_000_000):
+        total += i
+    loop_s = time.perf_counter() - t0
+    return (f"machine: a 5,000,000-iteration Python loop took {loop_s:.3f} s; load average "
+            f"{os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs")
+
+
+# --- the real-rate replay --------------------------------------------------------------------------
+
+
+def replay_whole_process(repeats: int) -> dict:
+    """`servesim run` of the real-rate replay, timed from outside, `repeats` times."""
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "sim.cli", "run", str(REPLAY), "--out",
+                            str(Path(tmp) / "out"), "--quiet"], check=True,
+                           stdout=subprocess.DEVNULL, cwd=HERE.parent)
+            times.append(time.perf_counter() - t0)
+        steps = sum(1 for _ in open(Path(tmp) / "out" / "steps.csv")) - 1
+        requests = sum(1 for _ in open(Path(tmp) / "out" / "requests.csv")) - 1
+    return {"requests": requests, "steps": steps, "best_s": min(times),
+            "median_s": float(np.median(times))}
+
+
+def replay_in_process(repeats: int) -> dict:
+    """The replay's simulation alone (best of `repeats`), with fast forward and step by step;
+    the same records?"""
+    import scenarios
+
+    config = scenarios.load(REPLAY).runs()[0].config
+    out = {}
+    for name, fast in (("fast_forward", True), ("step_by_step", False)):
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            recorder = run_config(config, fast_forward=fast)
+            best = min(best, time.perf_counter() - t0)
+        out[f"{name}_s"], out[name] = best, recorder
+    same = _records(out["fast_forward"]) == _records(out["step_by_step"])
+    return {"fast_forward_s": out["fast_forward_s"], "step_by_step_s": out["step_by_step_s"],
+            "steps": out["fast_forward"].num_steps, "identical": same}
+
+
+def _records(recorder) -> list:
+    steps = recorder.step_columns()
+    requests = recorder.request_columns()
+    return ([bytes(steps[k]) for k in steps if k != "kv_blocks_total"]
+            + [str(requests[k]) for k in requests]
+            + [bytes(recorder.itl_gaps), bytes(recorder.itl_counts)])
+
+
+# --- the saturated server --------------------------------------------------------------------------
 
 
 def trace_config(time_scale: float, max_requests=None) -> dict:
@@ -81,60 +148,92 @@ def service_rate() -> float:
     return float(len(finish) / np.nanmax(finish))
 
 
-def run_part(part: str, n: int, rate: float, cprofile: bool) -> dict:
+def run_saturated(part: str, n: int, rate: float) -> dict:
     arrivals = load_trace(TRACE).arrival_s
     trace_rate = len(arrivals) / arrivals[-1]
-    if part == "trace":
+    if part == "saturated":
         cfg = trace_config(trace_rate / (OVERLOAD * rate))
     else:
         cfg = synthetic_config(n, OVERLOAD * rate)
     t0 = time.perf_counter()
-    if cprofile:
-        import cProfile
-        import pstats
-
-        profiler = cProfile.Profile()
-        recorder = profiler.runcall(run_config, cfg)
-        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(18)
-    else:
-        recorder = run_config(cfg)
+    recorder = run_config(cfg)
     wall_s = time.perf_counter() - t0
     statuses = recorder.statuses
     return {"part": part, "requests": recorder.num_requests, "steps": recorder.num_steps,
             "finished": statuses.count("finished"), "rejected": statuses.count("rejected"),
             "wall_s": wall_s, "requests_per_s": recorder.num_requests / wall_s,
             "steps_per_s": recorder.num_steps / wall_s,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "itl_p50_s": weighted_percentile(recorder.itl_gaps, recorder.itl_counts, 50),
             "itl_p99_s": weighted_percentile(recorder.itl_gaps, recorder.itl_counts, 99),
             "itl_tokens": int(np.sum(recorder.itl_counts))}
 
 
+# --- driver ----------------------------------------------------------------------------------------
+
+
+def child(part: str, args) -> dict:
+    """One part in a fresh process: its figures and its own peak memory."""
+    cmd = [sys.executable, __file__, "--part", part, "--requests", str(args.requests),
+           "--rate", repr(args.rate or 0.0), "--repeats", str(args.repeats)]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def part_main(args) -> None:
+    if args.part == "replay":
+        result = replay_in_process(args.repeats) | {"whole": replay_whole_process(args.repeats)}
+    else:
+        result = run_saturated(args.part, args.requests, args.rate)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+def show_replay(r: dict) -> None:
+    whole = r["whole"]
+    print(f"   replay: {whole['requests']:,} requests, {whole['steps']:,} steps; whole process "
+          f"(`servesim run`, reports included) best {whole['best_s']:.2f} s = "
+          f"{whole['requests'] / whole['best_s']:,.0f} requests/s, median "
+          f"{whole['median_s']:.2f} s")
+    print(f"           simulation alone (best of the repeats): fast forward {r['fast_forward_s']:.2f} s "
+          f"({r['fast_forward_s'] / r['steps'] * 1e6:.1f} us a step), step by step "
+          f"{r['step_by_step_s']:.2f} s: {r['step_by_step_s'] / r['fast_forward_s']:.1f}x; "
+          f"identical records: {r['identical']}")
+
+
+def show_saturated(r: dict) -> None:
+    print(f"{r['part']:>9}: {r['requests']:>9,} requests ({r['finished']:,} finished, "
+          f"{r['rejected']:,} rejected), {r['steps']:>9,} steps in {r['wall_s']:7.1f} s: "
+          f"{r['requests_per_s']:8,.0f} requests/s, {r['steps_per_s']:7,.0f} steps/s, "
+          f"peak RSS {r['peak_rss_mb']:6,.0f} MB; ITL p50 {r['itl_p50_s']:.4f} s, "
+          f"p99 {r['itl_p99_s']:.4f} s over {r['itl_tokens']:,} gaps")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=1_000_000,
-                        help="synthetic workload size (default 1,000,000; e.g. 50000 for a quick check)")
-    parser.add_argument("--skip-trace", action="store_true", help="only the synthetic workload")
-    parser.add_argument("--cprofile", action="store_true", help="print the hot path (slower)")
-    parser.add_argument("--part", choices=("trace", "synthetic"), help=argparse.SUPPRESS)
+                        help="synthetic workload size (default 1,000,000; e.g. 50000 to check)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="whole-process replays to time (best and median; default 3)")
+    parser.add_argument("--only", choices=("replay", "saturated", "synthetic"), action="append",
+                        help="run only this part (repeatable)")
+    parser.add_argument("--part", help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.part:  # a child process: one workload, one JSON line
-        print(json.dumps(run_part(args.part, args.requests, args.rate, args.cprofile)))
+    if args.part:
+        part_main(args)
         return
-    rate = service_rate()
-    print(f"service rate {rate:.4f} requests/simulated s; arrivals at {OVERLOAD}x that")
-    parts = ["synthetic"] if args.skip_trace else ["trace", "synthetic"]
-    for part in parts:
-        cmd = [sys.executable, __file__, "--part", part, "--requests", str(args.requests),
-               "--rate", repr(rate)] + (["--cprofile"] if args.cprofile else [])
-        out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
-        r = json.loads(out.strip().splitlines()[-1])
-        print(f"{r['part']:>9}: {r['requests']:>9,} requests ({r['finished']:,} finished, "
-              f"{r['rejected']:,} rejected), {r['steps']:>9,} steps in {r['wall_s']:7.1f} s: "
-              f"{r['requests_per_s']:8,.0f} requests/s, {r['steps_per_s']:7,.0f} steps/s, "
-              f"peak RSS {r['peak_rss_mb']:6,.0f} MB; ITL p50 {r['itl_p50_s']:.4f} s, "
-              f"p99 {r['itl_p99_s']:.4f} s over {r['itl_tokens']:,} gaps")
+    print(machine_state())
+    parts = args.only or ["replay", "saturated", "synthetic"]
+    if "replay" in parts:
+        show_replay(child("replay", args))
+    if {"saturated", "synthetic"} & set(parts):
+        args.rate = service_rate()
+        print(f"saturated server: service rate {args.rate:.4f} requests/simulated s; arrivals "
+              f"at {OVERLOAD}x that")
+        for part in ("saturated", "synthetic"):
+            if part in parts:
+                show_saturated(child(part, args))
+    print(machine_state())
 
 
 if __name__ == "__main__":

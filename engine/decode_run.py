@@ -52,6 +52,11 @@ class DecodeRun:
     pads_finished: bool  # static batching: a finished sequence's slot stays as a padding row
 
     @cached_property
+    def first_finish(self) -> int:
+        """The first repeat in which a member emits its last token."""
+        return min(self.finish)
+
+    @cached_property
     def _finish_sorted(self) -> np.ndarray:
         return np.sort(np.asarray(self.finish, dtype=np.int64))  # [B]
 

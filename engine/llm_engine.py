@@ -135,7 +135,7 @@ class LLMEngine:
         kv_used, finished = apply_run(self.scheduler, run, steps)
         if self.recorder is not None:
             decoding = run.decoding(np.arange(1, steps + 1)) \
-                if min(run.finish) < steps else len(run.members)  # [steps], or the same in all
+                if run.first_finish < steps else len(run.members)  # [steps], or the same in all
             self.recorder.record_run(run.plan, timed.start_s, timed.end_s, decoding,
                                      run.padding(decoding), kv_used)
             for seq in finished:

@@ -85,7 +85,6 @@ class RunRecorder:
         inter-token gap for all of its decodes."""
         assert plan.step == len(self._end) - 1, "a run follows the step it repeats"
         k, columns = len(end_s), self._steps
-        previous_end = self._end[plan.step]
         columns["step"].extend(array("d", range(plan.step + 1, plan.step + 1 + k)))
         self._start.frombytes(start_s.tobytes())
         self._end.frombytes(end_s.tobytes())
@@ -99,8 +98,8 @@ class RunRecorder:
                 columns[name].extend(array("d", value))
             else:
                 columns[name].extend(array("d", (value,)) * k)
-        gaps = end_s - np.concatenate(([previous_end], end_s[:-1]))  # [K] end - previous end
-        self.itl_gaps.frombytes(gaps.tobytes())
+        self.itl_gaps.frombytes((end_s - start_s).tobytes())  # [K] each step's start is the
+        # previous one's end, so its gap from the previous token is its duration
         if isinstance(decoding, np.ndarray):
             self.itl_counts.frombytes(decoding.astype(np.int64).tobytes())
         else:

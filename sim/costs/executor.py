@@ -85,6 +85,7 @@ class CostModelExecutor:
         steps are predicted in chunks of growing size, so a run cut short by an arrival costs
         little more than its steps."""
         offsets = run.sum_max_by_finished([self._context.offset(seq) for seq in run.members])
+        # [B + 1] each: members' context offsets summed and maximised, by finished count
         ends, first, size = [], 1, RUN_CHUNK
         while first <= run.max_steps and start_s < until_s:
             last = min(first + size - 1, run.max_steps)
@@ -106,8 +107,11 @@ class CostModelExecutor:
         `offsets`: `run.sum_max_by_finished` of the members' context offsets."""
         repeats = np.arange(first, last + 1)  # [S]
         steps = run.plan.step + repeats  # [S]
-        gone = run.finished_before(repeats)  # [S]
-        decoding = len(run.members) - gone  # [S]
+        if run.first_finish >= last:  # the same members decode throughout: counts are numbers
+            gone = 0
+        else:
+            gone = run.finished_before(repeats)  # [S]
+        decoding = len(run.members) - gone  # [S] or a number
         duration = np.empty(len(repeats))  # [S]
         duration[:] = self._predict(0, 0, 0, decoding, offsets[0][gone] + steps * decoding,
                                     run.padding(decoding), decoding, 0,
