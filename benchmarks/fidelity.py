@@ -198,7 +198,7 @@ def servings(run, repeats: int) -> list[tuple[dict, float]]:
     """(summary, speed ratio to the calibrated prediction) of the validation's serving and of
     `repeats - 1` more."""
     from sim.validation.validate import mode_config
-    from sim.validation.serve import serve_logged
+    from sim.profiling.serving import serve_logged
     from sim.validation.steps import speed_ratio, step_rows
 
     config, slo = run.spec.config, run.spec.config["slo"]

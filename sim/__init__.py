@@ -6,9 +6,20 @@ replay, step-cost models fitted to the real engine, and the profiler that fits t
     runs = sim.simulate("static-vs-continuous")  # [(RunSpec, RunRecorder), ...]
 """
 
-from .costs import CostModelExecutor, FittedCost, LinearCost, load_profile
-from .runner import run_config, simulate
-from .workloads import Workload, build_workload, seeded_streams
+import importlib
+
+_HOMES = {"CostModelExecutor": "costs", "FittedCost": "costs", "LinearCost": "costs",
+          "load_profile": "costs", "run_config": "runner", "simulate": "runner",
+          "Workload": "workloads", "build_workload": "workloads", "seeded_streams": "workloads"}
+
+
+def __getattr__(name):
+    """The public names, imported on first use: `servesim` sets BLAS threads before NumPy
+    loads, so importing the package (for `sim.cli`) must not load it."""
+    if name in _HOMES:
+        return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["CostModelExecutor", "FittedCost", "LinearCost", "Workload", "build_workload",
            "load_profile", "run_config", "seeded_streams", "simulate"]

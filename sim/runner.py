@@ -115,17 +115,18 @@ def check_config(config: dict, base_dir=None) -> None:
         speed_process(config["cost"], cost_model(config["cost"], config["model"]), None)
 
 
-def check_scenario(scenario) -> None:
+def check_scenario(scenario, specs=None) -> None:
     """Check the base config and every run of a loaded scenario (`check_config`); the first
     problem is a one-line `ScenarioError` placed in the file, an override or a variant at a
-    sweep point, as the scenario loader places its own."""
+    sweep point, as the scenario loader places its own. `specs`: check these runs (the
+    scenario's, changed by the caller) instead of the base and the scenario's runs."""
     base_dir = Path(scenario.path).parent
-    problem = _problem(scenario.base, base_dir)
+    problem = None if specs is not None else _problem(scenario.base, base_dir)
     if problem is not None:
         by_override = bool(scenario.overrides) and (
             scenario.file_base is None or _problem(scenario.file_base, base_dir) != problem)
         raise scenario.error(problem, by_override=by_override)
-    for spec in scenario.specs:
+    for spec in scenario.specs if specs is None else specs:
         problem = _problem(spec.config, base_dir)
         if problem is not None:
             raise scenario.error(problem, spec)

@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny model, a seeded rng, and a fake executor for policy tests.
+"""Shared fixtures: a tiny model, a seeded rng, a fake executor for policy tests, and a profile
+cache of the test session's own (profiles and one-time notes never touch the user's cache).
 
 The fake executor samples a token that is a pure function of the sequence's identity and its
 position, so a sequence recomputed after a preemption samples the same tokens again, and it
@@ -14,6 +15,13 @@ import numpy as np
 import pytest
 
 from engine.model import ModelConfig, init_params
+
+@pytest.fixture(autouse=True, scope="session")
+def private_profile_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SERVESIM_CACHE", str(tmp_path_factory.mktemp("servesim-cache")))
+        yield
+
 
 TINY_MODEL = ModelConfig(vocab_size=48, d_model=32, n_layers=2, n_heads=2, d_ff=64,
                          max_seq_len=256, seed=0)

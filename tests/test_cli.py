@@ -127,20 +127,22 @@ def test_profile_rejects_a_bad_model_value(capsys, tmp_path):
 
 
 def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_path, capsys):
-    import sim.profiling
+    import sim.profiling.profiler
 
     calls = []
 
-    def profile_engine(model_config, out_path, quick=False, progress=True):
-        calls.append((model_config, Path(out_path), quick, progress))
+    def profile_engine(model_config, out_path, quick=False, progress=True, method="served"):
+        calls.append((model_config, Path(out_path), quick, progress, method))
         Path(out_path).write_text("{}")
-        return {}
+        return {"machine": {"profiling_s": 1.0}, "fingerprint": {"blas_threads": "1"},
+                "fit": {"held_out": {"median_abs_rel_error": 0.05}}}
 
-    monkeypatch.setattr(sim.profiling, "profile_engine", profile_engine)
+    monkeypatch.setattr(sim.profiling.profiler, "profile_engine", profile_engine)
     out = tmp_path / "profiles" / "small.json"
     assert main(["profile", "--model", "d_model=256", "n_layers=2", "--out", str(out),
                  "--quick", "--quiet"]) == 0
-    [(model, path, quick, progress)] = calls
+    [(model, path, quick, progress, method)] = calls
     assert (model.d_model, model.n_layers, model.n_heads) == (256, 2, 8)
-    assert path == out and quick is True and progress is False
-    assert f"cost.profile={out}" in capsys.readouterr().out
+    assert path == out and quick is True and progress is False and method == "served"
+    printed = capsys.readouterr().out
+    assert f"cost.profile={out}" in printed and "held-out step error median 5.0%" in printed

@@ -19,7 +19,7 @@ from sim.costs.fitted import LATER_FEATURES, feature_vector
 from sim.costs.shape import gathered_keys
 from sim.costs.fitting import error_summary, fit_relative, nnls
 from sim.loop import run_loop
-from sim.profiling.profiler import predict_profile_points
+from sim.profiling.isolated import predict_profile_points
 from sim.runner import sequence_factory
 from sim.workloads import build_workload
 
@@ -296,7 +296,8 @@ def test_a_file_that_is_not_a_profile_is_refused(tmp_path):
         load_profile(str(path))
     path.write_text(json.dumps({"format": "servesim-profile/1", "model": MODEL}))
     with pytest.raises(ValueError, match="profile format 'servesim-profile/1', this servesim "
-                                         "reads 'servesim-profile/2'; profile again"):
+                                         "reads 'servesim-profile/2' and 'servesim-profile/3'; profile "
+                                         "again"):
         load_profile(str(path))
 
 

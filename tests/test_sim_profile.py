@@ -1,4 +1,5 @@
-"""Profiling: a quick profile of a tiny model is measured, fitted, written and loadable, and the
+"""Profiling on the isolated grid (`profile_engine(..., method="grid")`, kept to compare with the
+served fit): a quick profile of a tiny model is measured, fitted, written and loadable, and the
 simulator runs with it."""
 
 import copy
@@ -11,7 +12,8 @@ from engine.block_manager import BlockManager
 from sim.costs.jitter import Jitter
 from sim.costs import COUNTS, FEATURES, StepShape, load_profile, shape_of
 from sim.costs.fitted import ROW_TAILS
-from sim.profiling.profiler import executor_cost, predict_profile_points, profile_engine
+from sim.profiling.isolated import executor_cost, predict_profile_points
+from sim.profiling.profiler import profile_engine
 from sim.profiling.fit import design_matrix, knots_for
 from sim.profiling.wake import AFTER_STEPS, AFTER_TOKENS
 from sim.profiling.grid import ShapeSpec, build_plan, grid_shapes, held_out_shapes, release
@@ -24,7 +26,8 @@ TINY = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory):
     path = tmp_path_factory.mktemp("profile") / "tiny.json"
-    data = profile_engine(TINY, path, quick=True, progress=False, repeats=2, jitter_s=1.0)
+    data = profile_engine(TINY, path, quick=True, progress=False, repeats=2, jitter_s=1.0,
+                          method="grid")
     return path, data
 
 
@@ -34,10 +37,11 @@ def test_profile_file_holds_model_machine_grid_fit_and_held_out_error(profile):
     assert data["model"] == TINY | {"seed": 0}
     assert data["machine"]["numpy"] == np.__version__ and data["machine"]["cpu_count"] >= 1
     fit = data["cost_model"]
-    assert set(fit["coefficients"]) == set(FEATURES) == set(fit["executor_coefficients"])
+    report = data["fit"]
+    assert set(fit["coefficients"]) == set(FEATURES) == set(report["executor_coefficients"])
     assert all(c >= 0 for c in fit["coefficients"].values())
-    assert fit["coefficients"] == pytest.approx({f: fit["executor_coefficients"][f] +
-                                                 fit["loop_coefficients"].get(f, 0.0)
+    assert fit["coefficients"] == pytest.approx({f: report["executor_coefficients"][f] +
+                                                 report["loop_coefficients"].get(f, 0.0)
                                                  for f in FEATURES})
     assert fit["rows"]["knots"][0] == 1 and set(fit["rows"]["tails_s"]) == set(ROW_TAILS)
     assert fit["rows"]["knots"][-1] == max(p["prefill_tokens"] + p["decode_seqs"] +

@@ -14,7 +14,8 @@ from .fitted import FEATURES, LATER_FEATURES, ROW_TAILS, FittedCost
 from .jitter import Jitter
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
-FORMAT = "servesim-profile/2"
+FORMAT = "servesim-profile/3"
+READS = ("servesim-profile/2", FORMAT)  # /2: before fingerprints and served fits
 
 
 def profile_path(name_or_path) -> Path:
@@ -37,9 +38,10 @@ def load_profile(name_or_path) -> FittedCost:
     path = profile_path(name_or_path)
     try:
         data = json.loads(path.read_text())
-        if data.get("format") != FORMAT:
+        if data.get("format") not in READS:
             raise ValueError(f"{path}: profile format {data.get('format')!r}, this servesim "
-                             f"reads {FORMAT!r}; profile again with `servesim profile`")
+                             f"reads {' and '.join(map(repr, READS))}; profile again with "
+                             f"`servesim profile`")
         fit = data["cost_model"]
         given = LATER_FEATURES | fit["coefficients"]
         coefficients = tuple(float(given[name]) for name in FEATURES)
@@ -61,6 +63,24 @@ def load_profile(name_or_path) -> FittedCost:
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: not a servesim profile ({type(exc).__name__}: {exc}); "
                          f"write one with `servesim profile`") from None
+
+
+def cost_model_dict(cost: FittedCost) -> dict:
+    """The "cost_model" table of a profile file for `cost` (what `load_profile` reads back)."""
+    table = {
+        "features": list(FEATURES),
+        "coefficients": dict(zip(FEATURES, cost.coefficients)),
+        "rows": {"knots": list(cost.row_knots), "costs_s": list(cost.row_costs),
+                 "tails_s": dict(zip(ROW_TAILS, cost.row_tails))},
+        "wake": {"idle_s": list(cost.wake_idle_s), "extra_s": list(cost.wake_extra_s)},
+        "after_prefill": {"prefill_tokens": list(cost.after_tokens),
+                          "extra_s": [list(row) for row in cost.after_extra_s]},
+    }
+    if cost.jitter is not None:
+        table["jitter"] = cost.jitter.to_dict()
+    if cost.reference_s is not None:
+        table["reference_s"] = cost.reference_s
+    return table
 
 
 def check_profile_model(cost: FittedCost, model: dict) -> None:

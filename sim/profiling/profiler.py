@@ -1,18 +1,16 @@
-"""Profile the real engine: time `NumpyExecutor` over a grid of step shapes, fit the step-cost
-model (`FittedCost`), add the engine loop's own cost per step, and write it all as a JSON profile
+"""`servesim profile`: measure the real engine on this machine and write the step-cost profile
 that `cost.model = "profile"` loads.
 
-Every point is measured in `repeats` rounds; each round visits the points in a fresh random
-order, so that a burst of load elsewhere on the machine spreads over many points instead of
-spoiling one, and each point keeps its median. Within a round a point runs several times back to
-back (at least 3 times and 10 ms) and keeps the median of the second half of its runs: a server
-runs steps of nearly the same shape one after the other, with its weights and KV blocks in
-cache, which the first runs of a new shape after an unrelated one are not. Every measurement is paired with one of a fixed reference step
-taken just before it, to take out the machine's drift in speed (see `_measure`). The fit (`fit.py`) uses the structured grid; the random
-held-out steps measure its accuracy. The loop's cost (`loop_overhead.py`) is measured through the
-real server loop and added to the fitted coefficients. Last, the reference step runs back to
-back for a while: how its time swings from step to step and second to second is the machine's
-jitter (`sim.costs.jitter`), which a simulation may apply (`cost.jitter`).
+By default the steps are measured where they really run: synthetic workloads (`workloads.py`)
+served in real time through the real serving loop, and the cost model fitted to what each step
+took there (`served.py`). Before and after each workload the reference step (`reference.py`) is
+timed, and the workload's step times are scaled by the machine's speed then against its median
+over the whole profile: a shared machine drifts by tens of percent over minutes, and this takes
+the drift between workloads out. `method="grid"` measures the isolated grid instead
+(`isolated.py`), the older way, kept for comparison. Either way the machine's jitter is measured
+last (the reference step back to back), and the profile records this machine's fingerprint
+(`fingerprint.py`), and is stored in the profile cache (`cache.py`) for `validate --profile
+auto` to reuse.
 
     profile_engine(ModelConfig(), "my-profile.json")   # -> the profile as a dict
 """
@@ -24,6 +22,7 @@ import json
 import os
 import platform
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -33,141 +32,129 @@ from engine.block_manager import BlockManager
 from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
 
-from ..costs.fitted import FEATURES, LATER_FEATURES, ROW_TAILS, FittedCost
-from ..costs.fitting import error_summary
-from ..costs.profile_file import FORMAT
-from ..costs.shape import COUNTS, StepShape, shape_of, slot_bytes
-from .fit import fit_cost, knots_for, with_loop
-from .grid import build_plan, grid_shapes, held_out_shapes, release
-from .loop_overhead import measure_loop_overhead
-from .reference import (BLOCK_SIZE, BURST, BURST_S, JITTER_S, MAX_BURST, REFERENCE, burst,
-                        measure_jitter)
-from .wake import measure_after_prefill, measure_wake_cost
+from ..costs.fitted import FittedCost
+from ..costs.profile_file import FORMAT, cost_model_dict
+from . import cache
+from .fingerprint import fingerprint, key
+from .grid import build_plan, release
+from .reference import BLOCK_SIZE, JITTER_S, REFERENCE, burst, measure_jitter
+from .served import ServedSteps, fit_served, served_steps, step_errors
+from .serving import serve_logged
+from .threads import THREAD_ENV
+from .workloads import HELD_OUT, TRAIN
 
-MAX_KV_TOKENS = 16384  # largest context one profiled step holds (bounds the KV storage)
-
-STATISTICS = {"median": np.median, "min": np.min}
-THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # BLAS threads
+METHODS = ("served", "grid")
+REFERENCE_S, QUICK_REFERENCE_S = 0.4, 0.15  # the reference step timed before/after a workload
 
 
-def profile_engine(model_config, out_path, quick: bool = False, progress: bool = True,
-                   repeats: int | None = None, seed: int = 0, statistic: str = "median",
-                   jitter_s: float | None = None) -> dict:
-    """Measure, fit and write a profile for `model_config` (a ModelConfig or its dict) to
-    `out_path`; returns the profile dict. `repeats` defaults to 7 (`quick`: a small grid and 3
-    repeats, about a tenth of the time, rougher fit). `statistic`: how a point's rounds become
-    one time: "median" (default) or "min" (the least disturbed round). `jitter_s`: how long the
-    jitter is measured (default JITTER_S; `quick`: a quarter of it)."""
-    if statistic not in STATISTICS:
-        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+def profile_engine(model_config, out_path=None, quick: bool = False, progress: bool = True,
+                   method: str = "served", seed: int = 0, repeats: int | None = None,
+                   statistic: str = "median", jitter_s: float | None = None,
+                   store: bool = True) -> dict:
+    """Measure, fit and write a profile of `model_config` (a ModelConfig or its dict); returns
+    the profile dict, written to `out_path` when given and, with `store`, to the profile cache.
+    `quick`: a sixth of the served requests (a rougher fit in a fraction of the time).
+    `jitter_s`: how long the jitter is measured (default JITTER_S; `quick`: a quarter).
+    `repeats` and `statistic` are the grid method's."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     model = model_config if isinstance(model_config, ModelConfig) else ModelConfig(**model_config)
-    repeats = repeats or (3 if quick else 7)
-    load_before = _load_average()
+    model_dict = asdict(model)
+    load_before, t0 = _load_average(), time.perf_counter()
     rng = np.random.default_rng(seed)
-    train = grid_shapes(quick, MAX_KV_TOKENS, model.max_seq_len)
-    held = held_out_shapes(rng, 10 if quick else 30, quick, MAX_KV_TOKENS, model.max_seq_len)
-    executor = _executor(model)
-    times, shapes, reference_s = _measure(executor, model, train + held, repeats, rng, progress)
-    seconds = STATISTICS[statistic](times, axis=0)  # [P]
-    s_train, y_train = shapes[:len(train)], seconds[:len(train)]
-    s_held, y_held = shapes[len(train):], seconds[len(train):]
-    knots = knots_for(s.rows for s in s_train)
-    fitted = fit_cost(s_train, y_train, asdict(model), knots)
-    wake = measure_wake_cost(executor, rng, model.vocab_size, rounds=5 if quick else None)
-    after = measure_after_prefill(executor, rng, model.vocab_size, rounds=5 if quick else None,
-                                  max_tokens=model.max_seq_len)
-    loop, loop_fit = measure_loop_overhead(executor, rng, model.vocab_size, model.max_seq_len)
+    params = init_params(model)
+    if method == "served":
+        cost, fit = _profile_served(model_dict, params, quick, progress)
+        points = None
+    else:
+        from .isolated import grid_executor, profile_isolated
+
+        cost, fit, points = profile_isolated(model, rng, grid_executor(model, params), quick,
+                                             repeats or (3 if quick else 7), statistic,
+                                             progress)
     jitter_s = jitter_s if jitter_s is not None else JITTER_S / 4 if quick else JITTER_S
-    jitter = measure_jitter(executor, model, rng, jitter_s)
-    total = with_loop(fitted, loop, wake, jitter, reference_s, after)
+    jitter = measure_jitter(_reference_executor(params), model, rng, jitter_s)
+    cost = FittedCost(cost.coefficients, cost.model, cost.source, cost.row_knots,
+                      cost.row_costs, cost.row_tails, cost.wake_idle_s, cost.wake_extra_s,
+                      jitter, cost.reference_s, cost.after_tokens, cost.after_extra_s)
+    print_ = fingerprint(model_dict)
     profile = {
         "format": FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "model": asdict(model),
-        "machine": machine_info() | {"load_average_1m": [load_before, _load_average()]},
-        "cost_model": {
-            "form": "step_s = rows_cost(rows) + sum(coefficients[f] * f) [+ wake_cost(idle "
-                    "seconds before the step)] [+ after_prefill extra_s of the k-th step after "
-                    "a prefill, linear in its tokens]; rows = prefill_tokens + decode_seqs + "
-                    "padding_seqs; rows_cost = linear between rows.knots (costs_s) + "
-                    "tails_s[rows_tail_k] * bit k of rows (rows >= 2); coefficients = "
-                    "executor_coefficients + loop_coefficients; wake_cost linear in idle_s "
-                    "through (0, 0) and wake.extra_s, flat past the last",
-            "features": list(FEATURES),
-            "coefficients": dict(zip(FEATURES, total.coefficients)),
-            "rows": {"knots": list(fitted.row_knots), "costs_s": list(fitted.row_costs),
-                     "tails_s": dict(zip(ROW_TAILS, fitted.row_tails))},
-            "executor_coefficients": dict(zip(FEATURES, fitted.coefficients)),
-            "loop_coefficients": loop,
-            "wake": wake,
-            "after_prefill": after,
-            "jitter": jitter.to_dict(),
-            "reference_s": reference_s,
-        },
-        "fit": {"method": "non-negative least squares on relative error", "repeats": repeats,
-                "burst": {"min_runs": BURST, "min_s": BURST_S, "max_runs": MAX_BURST},
-                "statistic": statistic,
-                "train": error_summary(_predict(fitted, s_train), y_train),
-                "held_out": error_summary(_predict(fitted, s_held), y_held),
-                "loop": loop_fit},
-        "grid": [_point(name, shape, y) for name, ss, ys in (("train", s_train, y_train),
-                                                              ("held_out", s_held, y_held))
-                 for shape, y in zip(ss, ys)],
+        "model": model_dict,
+        "fingerprint": print_,
+        "fingerprint_key": key(print_),
+        "machine": machine_info() | {"load_average_1m": [load_before, _load_average()],
+                                     "profiling_s": round(time.perf_counter() - t0, 1)},
+        "cost_model": cost_model_dict(cost),
+        "fit": fit,
     }
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(profile, indent=1) + "\n")
+    if points is not None:
+        profile["grid"] = points
+    text = json.dumps(profile, indent=1) + "\n"
+    if out_path is not None:
+        out_path = Path(out_path)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(text)
+    if store:
+        cache.store(profile["fingerprint_key"], text)
     return profile
 
 
-def _executor(model: ModelConfig) -> NumpyExecutor:
-    block_manager = BlockManager(MAX_KV_TOKENS // BLOCK_SIZE + 256, BLOCK_SIZE)
-    return NumpyExecutor(init_params(model), block_manager, rng=np.random.default_rng(0))
-
-
-def _measure(executor, model: ModelConfig, shapes: list, repeats: int, rng, progress: bool):
-    """Step seconds of every round [R, P], the StepShape of every point and the reference
-    step's median seconds (what the times are normalised to). Each measurement
-    is paired with one of REFERENCE, taken just before it, and scaled by the ratio of the
-    reference's median over the whole profile to that measurement: the machine's speed drifts
-    over seconds (other work, its CPU's clock), and the pairing takes most of that out."""
-    measured = [None] * len(shapes)
-    times = np.zeros((repeats, len(shapes)))  # [R, P]
-    reference = np.zeros((repeats, len(shapes)))  # [R, P]
-    bar = _bar(repeats * len(shapes), progress)
-    for shape in shapes[:3]:  # warm-up: first-touch of buffers and caches
-        _run(executor, shape, rng, model)
-    block_manager = executor.block_manager
-    ref_plan = build_plan(REFERENCE, block_manager, rng, model.vocab_size)
+def _profile_served(model: dict, params: dict, quick: bool, progress: bool):
+    """(the cost, the fit's report): every workload served, each between two timings of the
+    reference step; fitted on TRAIN, its error measured on HELD_OUT."""
+    reference = _reference_executor(params)
+    plan = build_plan(REFERENCE, reference.block_manager, np.random.default_rng(0),
+                      model["vocab_size"])
+    seconds_ref = QUICK_REFERENCE_S if quick else REFERENCE_S
+    runs, speeds, times = {}, [], []
+    bar = _bar(len(TRAIN) + len(HELD_OUT), progress)
     try:
-        for r in range(repeats):
-            for i in rng.permutation(len(shapes)):
-                reference[r, i] = burst(executor, ref_plan)
-                times[r, i], measured[i] = _run(executor, shapes[i], rng, model)
-                bar.update(1)
+        before = _time_reference(reference, plan, seconds_ref)
+        for workload in TRAIN + HELD_OUT:
+            recorder, log = serve_logged(workload.config(model, quick), params=params)
+            after = _time_reference(reference, plan, seconds_ref)
+            runs[workload.name] = served_steps(recorder, log.shapes)
+            speeds.append((before + after) / 2)
+            times.append(before)
+            before = after
+            bar.update(1)
     finally:
-        release(ref_plan, block_manager)
-    bar.close()
-    return times * (np.median(reference) / reference), measured, float(np.median(reference))
+        release(plan, reference.block_manager)
+        bar.close()
+    times.append(before)
+    reference_s = float(np.median(times))
+    for workload, speed in zip(TRAIN + HELD_OUT, speeds):  # the drift between workloads, out
+        runs[workload.name] = runs[workload.name].scaled(reference_s / speed)
+    train = ServedSteps.join([runs[w.name] for w in TRAIN])
+    held = ServedSteps.join([runs[w.name] for w in HELD_OUT])
+    cost = fit_served(train, model)
+    cost = FittedCost(cost.coefficients, cost.model, cost.source, cost.row_knots,
+                      cost.row_costs, cost.row_tails, cost.wake_idle_s, cost.wake_extra_s,
+                      None, reference_s, cost.after_tokens, cost.after_extra_s)
+    fit = {"method": "served: non-negative least squares on error relative to the prediction, "
+                     "over the steps of synthetic workloads served in real time",
+           "quick": quick, "train": step_errors(cost, train), "held_out": step_errors(cost, held),
+           "workloads": {w.name: {"steps": len(runs[w.name]),
+                                  "speed": round(speed / reference_s, 4)}
+                         for w, speed in zip(TRAIN + HELD_OUT, speeds)}}
+    return cost, fit
 
 
-def _run(executor, shape, rng, model: ModelConfig) -> tuple[float, StepShape]:
-    """Build the shape's plan and time it (`burst`); (seconds, shape)."""
-    block_manager = executor.block_manager
-    plan = build_plan(shape, block_manager, rng, model.vocab_size)
-    try:
-        return burst(executor, plan), shape_of(plan, block_manager.block_size,
-                                               slot_bytes(asdict(model)))
-    finally:
-        release(plan, block_manager)
+def _reference_executor(params: dict) -> NumpyExecutor:
+    """A scratch executor with room for the reference step, sharing the model's weights."""
+    tokens = sum(c + n for c, n, *_ in REFERENCE.prefills) + sum(REFERENCE.decodes)
+    blocks = len(REFERENCE.prefills) + len(REFERENCE.decodes) + -(-tokens // BLOCK_SIZE)
+    return NumpyExecutor(params, BlockManager(blocks, BLOCK_SIZE), rng=np.random.default_rng(0))
 
 
-def _predict(cost: FittedCost, shapes: list) -> np.ndarray:
-    return np.array([cost.predict_shape(s) for s in shapes])
-
-
-def _point(split: str, shape: StepShape, seconds: float) -> dict:
-    return {"split": split, **dict(zip(COUNTS, shape.counts())), "measured_s": float(seconds)}
+def _time_reference(executor, plan, seconds: float) -> float:
+    """The reference step's median time in bursts over `seconds`."""
+    times, start = [], time.perf_counter()
+    while time.perf_counter() - start < seconds or len(times) < 3:
+        times.append(burst(executor, plan))
+    return float(np.median(times))
 
 
 def machine_info() -> dict:
@@ -194,25 +181,8 @@ def _load_average() -> float | None:
         return None
 
 
-def executor_cost(profile: dict) -> FittedCost:
-    """The profile's fitted executor cost alone (without the loop's), as the fit saw it."""
-    fit = profile["cost_model"]
-    rows = fit["rows"]
-    given = LATER_FEATURES | fit["executor_coefficients"]
-    return FittedCost(tuple(given[f] for f in FEATURES), profile["model"],
-                      "profile", tuple(rows["knots"]), tuple(rows["costs_s"]),
-                      tuple(rows["tails_s"][t] for t in ROW_TAILS))
-
-
-def predict_profile_points(profile: dict) -> np.ndarray:
-    """Predicted executor seconds of every grid point of a profile dict (the fit's errors)."""
-    cost = executor_cost(profile)
-    points = [dict.fromkeys(LATER_FEATURES, 0) | p for p in profile["grid"]]
-    return np.array([cost.predict(*(p[c] for c in COUNTS)) for p in points])
-
-
 def _bar(total: int, progress: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="step", desc="profiling",
+    return tqdm(total=total, unit="workload", desc="profiling",
                 disable=not progress or not sys.stderr.isatty())

@@ -2,9 +2,9 @@
 that step's exact shape.
 
 End-to-end percentiles mix the cost model's error with the noise of a busy machine and with
-the schedule drifting apart once one step differs; a step's own prediction does not. `StepLog`
-wraps the real executor during serving and keeps each plan's `StepShape` and the executor's own
-time; `step_rows` joins them with the recorder's step times:
+the schedule drifting apart once one step differs; a step's own prediction does not.
+`profiling.serving.StepLog` wraps the real executor during serving and keeps each plan's
+`StepShape` and the executor's own time; `step_rows` joins them with the recorder's step times:
 
 - `measured_s` = end - start: the whole step as the server timed it (schedule, forward pass,
   sampling, postprocess);
@@ -19,8 +19,8 @@ time; `step_rows` joins them with the recorder's step times:
 `speed_ratio` is the served steps' total time over their total predicted time: how much slower
 (> 1) or faster the machine ran while serving than the cost model expects. On a machine shared with
 other work the speed drifts by tens of percent over minutes, between profiling and serving;
-`ScaledCost` is the cost model scaled by that one number, a diagnostic that separates that drift
-from errors in how the model's step cost depends on the step's shape.
+`costs.calibrate.ScaledCost` is the cost model scaled by that one number, a diagnostic that
+separates that drift from errors in how the model's step cost depends on the step's shape.
 """
 
 from __future__ import annotations
@@ -29,29 +29,10 @@ import math
 
 import numpy as np
 
-from ..costs.shape import COUNTS, shape_of
+from ..costs.shape import COUNTS
 
 STEP_COLUMNS = ("variant", "step", *COUNTS, "executor_s", "measured_s", "cycle_s",
                 "predicted_s", "error_pct")
-
-
-class StepLog:
-    """Executor protocol around a real executor: runs the plan, keeps its shape and the
-    executor's time. Shapes are read before the step runs (postprocess changes them)."""
-
-    def __init__(self, executor):
-        self.executor = executor
-        self.shapes: list = []
-        self.executor_s: list[float] = []
-        storage = executor.storage
-        self._kv = (storage.shape[2], storage.shape[3] * storage.shape[4] * storage.k.itemsize)
-
-    def execute(self, plan):
-        shape = shape_of(plan, *self._kv)
-        result = self.executor.execute(plan)
-        self.shapes.append(shape)
-        self.executor_s.append(result.duration_s)
-        return result
 
 
 def busy_after(step_end_s, arrival_s, finish_s) -> np.ndarray:
@@ -66,7 +47,7 @@ def busy_after(step_end_s, arrival_s, finish_s) -> np.ndarray:
     return arrived > done
 
 
-def step_rows(variant: str, recorder, log: StepLog, cost_model) -> list[dict]:
+def step_rows(variant: str, recorder, log, cost_model) -> list[dict]:
     """One row per served step (STEP_COLUMNS); times in seconds."""
     steps, reqs = recorder.step_columns(), recorder.request_columns()
     start, end = np.asarray(steps["start_s"]), np.asarray(steps["end_s"])  # [S]

@@ -23,8 +23,6 @@ simulated dynamics, not the machine's overall speed while serving.
 from __future__ import annotations
 
 import copy
-import json
-import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,12 +33,11 @@ from engine.benchmark import summarize
 from scenarios import ScenarioError
 
 from ..costs import cost_model as build_cost_model
-from ..costs import profile_path
 from ..costs.calibrate import ScaledCost, reference_of
-from ..profiling.profiler import THREAD_ENV
 from ..profiling.reference import measure_speed
+from ..profiling.serving import serve_logged
 from ..runner import check_scenario, run_config
-from .serve import serve_logged
+from .machine import check_profile, profile_for
 from .steps import (speed_ratio, step_error_summary, step_rows,
                                write_steps_csv)
 from .table import error_rows, max_abs_error, text_table, write_csv
@@ -106,24 +103,35 @@ class Validation:
 
 
 def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
-             calibrate: bool = False) -> Validation:
+             calibrate: bool = False, profile: str = "auto") -> Validation:
     """Serve and simulate every run of `scenario` (a `scenarios.Scenario`, a built-in name or a
     path) and, with `write`, write the files listed in the module docstring to `out_dir`.
-    `calibrate`: scale the simulation's costs by the machine's speed measured just before each
-    serving (`sim.costs.calibrate`; needs a profile that records its reference step)."""
+    `profile`: for runs whose cost model is a profile, "auto" (this machine's, from the cache,
+    profiled first where there is none) or a shipped name or path measured on this machine
+    (`machine.py`). `calibrate`: scale the simulation's costs by the machine's speed measured
+    just before each serving (`sim.costs.calibrate`; needs a profile that records its
+    reference step)."""
     if not isinstance(scenario, scenarios.Scenario):
         scenario = scenarios.load(scenario)
-    check_scenario(scenario)
     specs = scenario.runs()
+    for spec in specs:
+        check_validatable(scenario, spec, calibrate=False)
+        if spec.config["cost"]["model"] == "profile" and profile != "auto":
+            where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
+            spec.config["cost"]["profile"] = str(check_profile(profile, spec.config["model"],
+                                                               where))
+    if profile == "auto":
+        for spec in specs:  # this machine's profile (profiled first, the first time)
+            if spec.config["cost"]["model"] == "profile":
+                spec.config["cost"]["profile"] = str(profile_for(spec.config["model"],
+                                                                 progress))
+    check_scenario(scenario, specs)
     for spec in specs:
         check_validatable(scenario, spec, calibrate)
     base_dir = Path(scenario.path).parent if scenario.path else None
     runs = []
     for index, spec in enumerate(specs, start=1):
         if progress:
-            note = thread_note(spec.config["cost"])
-            if note:
-                print(note, file=sys.stderr)
             count = spec.config["workload"].get("num_requests") or "the trace's"
             print(f"[{index}/{len(specs)}] {scenario.name}: {spec.label}: serving {count} "
                   f"requests in real time", file=sys.stderr)
@@ -155,20 +163,6 @@ def check_validatable(scenario, spec, calibrate: bool = False) -> None:
             reference_of(build_cost_model(spec.config["cost"], spec.config["model"]))
         except ValueError as exc:
             raise ScenarioError(f"{where}cost: {exc}") from None
-
-
-def thread_note(cost: dict) -> str | None:
-    """A warning when the profile was measured under other BLAS thread settings than this
-    process serves with (step times differ severalfold between 1 and 2 threads)."""
-    if cost.get("model") != "profile":
-        return None
-    data = json.loads(profile_path(cost.get("profile", "default")).read_text())
-    measured = data.get("machine", {}).get("thread_env", {})
-    now = {k: os.environ[k] for k in THREAD_ENV if k in os.environ}
-    if measured == now:
-        return None
-    return (f"note: the profile was measured with {measured or 'no thread settings'}, this "
-            f"process serves with {now or 'none'}; set them alike for a fair comparison")
 
 
 def mode_config(config: dict, mode: str) -> dict:

@@ -1,5 +1,6 @@
-"""The served side of a validation: a resolved config served in real time by the NumPy engine,
-with every step's shape logged (`steps.StepLog`).
+"""A resolved config served in real time by the NumPy engine, with every step's shape logged
+(`StepLog`): how the profiler measures steps where they really run, and the served side of a
+validation.
 
 The server is started as a real one is before it takes requests: the KV cache is committed
 (every page written once, so no step pays the kernel's first-touch page faults) and a few
@@ -18,19 +19,38 @@ from engine.model import ModelConfig, init_params
 from engine.records import RunRecorder
 from engine.server import serve
 
-from ..profiling.grid import ShapeSpec, build_plan, release
+from ..costs.shape import shape_of
 from ..runner import build_scheduler, sequence_factory
 from ..workloads import build_workload, seeded_streams
-from .steps import StepLog
+from .grid import ShapeSpec, build_plan, release
 
 WARMUP_ROUNDS = 3
 
 
-def serve_logged(config: dict, base_dir=None,
-                 before_serving=None) -> tuple[RunRecorder, StepLog]:
+class StepLog:
+    """Executor protocol around a real executor: runs the plan, keeps its shape and the
+    executor's time. Shapes are read before the step runs (postprocess changes them)."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.shapes: list = []
+        self.executor_s: list[float] = []
+        storage = executor.storage
+        self._kv = (storage.shape[2], storage.shape[3] * storage.shape[4] * storage.k.itemsize)
+
+    def execute(self, plan):
+        shape = shape_of(plan, *self._kv)
+        result = self.executor.execute(plan)
+        self.shapes.append(shape)
+        self.executor_s.append(result.duration_s)
+        return result
+
+
+def serve_logged(config: dict, base_dir=None, before_serving=None,
+                 params: dict | None = None) -> tuple[RunRecorder, StepLog]:
     """Serve a resolved config (its mode is ignored) in real time; returns the recorder and the
     log of step shapes. `before_serving(executor)` runs once the server is warm, just before
-    the first request (a calibration)."""
+    the first request (a calibration). `params`: the model's weights, when already built."""
     model = ModelConfig(**config["model"])
     scheduler = build_scheduler(config, model)
     block_manager = scheduler.block_manager
@@ -38,9 +58,10 @@ def serve_logged(config: dict, base_dir=None,
     streams = seeded_streams(config["seed"])
     workload = build_workload(config["workload"], streams["workload"], base_dir)
     if workload.closed_loop is not None:
-        raise ValueError("validate serves arrival times given up front; "
+        raise ValueError("serving replays arrival times given up front; "
                          "workload.arrival.process = 'closed_loop' has none")
-    executor = NumpyExecutor(init_params(model), block_manager, rng=streams["sampling"])
+    executor = NumpyExecutor(params if params is not None else init_params(model),
+                             block_manager, rng=streams["sampling"])
     warm_up(executor, block_manager, model.vocab_size)
     make = sequence_factory(workload, streams["tokens"], model.vocab_size)
     requests = [make(i, float(t)) for i, t in enumerate(workload.arrival_s.tolist())]
