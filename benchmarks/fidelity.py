@@ -1,35 +1,35 @@
 """Fidelity: how closely the simulator predicts the real engine, over a set of scenarios.
 
-For each scenario below, `sim.validation.validate` serves the requests in real time with the NumPy engine
-and simulates the same requests with the fitted cost model; the scenario is then served
-`--repeats - 1` more times. The script prints one table of the simulator's errors against the
-median of the servings (scenario x metric x stat), the largest |error| on p50, p90 and p99 of
-TTFT, TPOT and E2E, the spread of the servings themselves (the noise floor: the same requests
-served again on the same machine), the errors of the simulation calibrated to the machine's
-speed just before the first serving (`validate --calibrate`), those of the simulation with the
-profiled machine's jitter (`cost.jitter`, the median of `--jitter-runs` realisations) and its
-own noise floor, and those of a diagnostic simulation whose step costs are scaled by the
-served steps' total measured / predicted time
-(the machine's speed while serving; see docs/validation/README.md).
+For each scenario below, `sim.validation.validate` serves the requests in real time with the
+NumPy engine and simulates the same requests with this machine's profile (`--profile auto`:
+profiled once in the serving loop on synthetic workloads, never these scenarios, and cached);
+the scenario is then served `--repeats - 1` more times. The script prints the simulator's errors
+against the median of the servings (scenario x metric x stat) beside the spread of the servings
+themselves (the noise floor: the same requests served again on the same machine), and, per
+scenario, whether it meets the target: within 5% of the servings' median for p50 and p90 of
+TTFT, TPOT and E2E (and p99 where a scenario has 1,000 requests or more) wherever the servings
+agree within 5%, elsewhere within the larger of 5% and their spread. Then the same for the
+simulation calibrated to the machine's speed just before the first serving (`validate
+--calibrate`), the simulation with the profiled machine's jitter (`cost.jitter`, the median of
+`--jitter-runs` realisations) and its own noise floor, and a diagnostic simulation whose step
+costs are scaled by the served steps' total measured / predicted time (the machine's speed while
+serving; see docs/validation/README.md). The machine's state (load average, the speed of a
+fixed Python loop) is printed with every scenario.
 
 Steps:
-1. Profile the fidelity model (`sim.profiling.profile_engine`: the profiling grid of step shapes,
-   never the scenarios below) unless `--profile` names an existing profile of it.
-2. Capacity: for each scenario, the cost model's maximum sustainable request rate for the
+1. Capacity: for each scenario, the cost model's maximum sustainable request rate for the
    scenario's lengths and batching policy: 600 requests that all arrive at once are simulated
    and the rate at which they complete between the 20th and the 80th percentile of completions
    (a saturated server, without the start-up and drain phases) is its capacity. Each scenario's
    arrival rate is a fraction of it (its `load`).
-3. Validate every scenario (about `--seconds` of serving each, `--repeats` times) and print.
+2. Validate every scenario (at least `--requests` requests each, `--repeats` servings) and print.
 
-A smaller model than the default keeps real-time serving fast (about a millisecond a decode
-step), so a scenario serves hundreds of requests in well under a minute. BLAS runs
-single-threaded by default (`--blas-threads`): on a machine with two cores shared with other
-work, a second BLAS thread mostly waits for a core and makes step times erratic; the profile is
-measured in the same process, so it sees the same setting.
+Most scenarios use a model smaller than the default (about a millisecond a decode step), so a
+scenario serves hundreds of requests in well under a minute; one runs the default model at 60%
+of its capacity. BLAS runs single-threaded (the profile's setting, set before NumPy loads).
 
-    python benchmarks/fidelity.py                       # profile, then every scenario (~13 min)
-    python benchmarks/fidelity.py --only load-70 --seconds 5 --repeats 1
+    python benchmarks/fidelity.py                       # every scenario (about 25 minutes)
+    python benchmarks/fidelity.py --only load-70 --requests 40 --repeats 1
 """
 
 from __future__ import annotations
@@ -42,21 +42,21 @@ import sys
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="out/fidelity", help="output directory")
-    parser.add_argument("--profile", help="an existing profile of the fidelity model (skip step 1)")
-    parser.add_argument("--seconds", type=float, default=15.0,
-                        help="target serving time per scenario (sets its number of requests)")
+    parser.add_argument("--requests", type=int, default=300,
+                        help="requests per scenario at least (default 300: a stable p90)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scenarios")
     parser.add_argument("--repeats", type=int, default=3,
                         help="servings of each scenario (the reference is their median)")
     parser.add_argument("--jitter-runs", type=int, default=21,
                         help="realisations of the jittered simulation (the table is their median)")
-    parser.add_argument("--blas-threads", default="1", help="OPENBLAS_NUM_THREADS (default 1)")
     return parser.parse_args(argv)
 
 
 ARGS = parse_args() if __name__ == "__main__" else None
 if ARGS is not None:  # before NumPy is imported: BLAS reads it once, at load time
-    os.environ["OPENBLAS_NUM_THREADS"] = ARGS.blas_threads
+    from sim.profiling import threads
+
+    threads.apply(threads.DEFAULT_THREADS)
 
 import copy  # noqa: E402
 import time  # noqa: E402
@@ -70,7 +70,8 @@ from sim.runner import run_config  # noqa: E402
 from sim.validation.validate import validate  # noqa: E402
 from sim.validation.table import HEADLINE, error_rows  # noqa: E402
 
-from fidelity_stats import as_rows, median_summary, spread, table_text, worst  # noqa: E402
+from fidelity_stats import (as_rows, median_summary, spread, table_text,  # noqa: E402
+                            target_verdict, worst)
 
 MODEL = {"vocab_size": 512, "d_model": 256, "n_layers": 2, "n_heads": 4, "d_ff": 1024,
          "max_seq_len": 4096}
@@ -84,8 +85,15 @@ BASE = {
                                    "max": 512},
                  "output_tokens": {"dist": "uniform", "low": 8, "high": 96}},
 }
+DEFAULT_MODEL = {"vocab_size": 512, "d_model": 512, "n_layers": 4, "n_heads": 8, "d_ff": 2048,
+                 "max_seq_len": 4096}
 # name -> (fraction of capacity, dotted overrides of BASE)
 SCENARIOS = {
+    "default-60": (0.6, {"model": DEFAULT_MODEL,
+                         "workload.prompt_tokens": {"dist": "lognormal", "median": 96,
+                                                    "sigma": 0.6, "min": 4, "max": 1024},
+                         "workload.output_tokens": {"dist": "uniform", "low": 16,
+                                                    "high": 96}}),
     "low-load": (0.2, {}),
     "load-70": (0.7, {}),
     "load-90": (0.9, {}),
@@ -103,11 +111,12 @@ SCENARIOS = {
     "static": (0.6, {"scheduler.policy": "static", "scheduler.max_batch_size": 8}),
 }
 CAPACITY_REQUESTS = 600
-MIN_REQUESTS, MAX_REQUESTS = 40, 1500
+P99_REQUESTS = 1000  # p99 is part of the target only for scenarios of this many requests
 
 
 def scenario_table(name: str, overrides: dict, profile: str, rate: float, n: int) -> dict:
-    """The scenario as a TOML-shaped dict: BASE, the overrides, the profile, rate and size."""
+    """The scenario as a TOML-shaped dict: BASE, the overrides, this machine's profile of its
+    model, rate and size."""
     table = copy.deepcopy(BASE) | {"name": name, "description": f"fidelity scenario {name}"}
     for key, value in overrides.items():
         *path, leaf = key.split(".")
@@ -152,37 +161,28 @@ def capacity_rps(config: dict) -> float:
     return (hi - lo) / (finish[hi] - finish[lo])
 
 
-def build_scenarios(out_dir: Path, profile: Path, seconds: float, only) -> list:
-    """Write each scenario's TOML (rate from its capacity) and load it."""
+def build_scenarios(out_dir: Path, requests: int, only) -> list:
+    """Write each scenario's TOML (this machine's profile of its model, profiled on first use;
+    the rate from its capacity) and load it."""
+    from sim.validation.machine import profile_for
+
     loaded = []
     (out_dir / "scenarios").mkdir(parents=True, exist_ok=True)
     for name, (load, overrides) in SCENARIOS.items():
         if only and name not in only:
             continue
+        model = overrides.get("model", MODEL) | {"seed": 0}
+        profile = profile_for(model, progress=True)
         probe = out_dir / "scenarios" / f"{name}.toml"
-        probe.write_text(to_toml(scenario_table(name, overrides, profile, 1.0, MIN_REQUESTS)))
+        probe.write_text(to_toml(scenario_table(name, overrides, profile, 1.0, requests)))
         capacity = capacity_rps(scenarios.load(probe).base)
         rate = load * capacity
-        n = int(min(max(round(rate * seconds), MIN_REQUESTS), MAX_REQUESTS))
+        n = requests
         probe.write_text(to_toml(scenario_table(name, overrides, profile, rate, n)))
         loaded.append((scenarios.load(probe), load, capacity))
         print(f"{name}: capacity {capacity:.1f} req/s (cost model), rate {rate:.2f} req/s "
               f"({load:.0%}), {n} requests", file=sys.stderr)
     return loaded
-
-
-def make_profile(out_dir: Path) -> Path:
-    from engine.model import ModelConfig
-    from sim.profiling.profiler import profile_engine
-
-    path = out_dir / "profile.json"
-    started = time.perf_counter()
-    profile = profile_engine(ModelConfig(**MODEL), path, progress=True)
-    fit, jitter = profile["fit"]["held_out"], profile["cost_model"]["jitter"]
-    print(f"profiled in {time.perf_counter() - started:.0f} s: held-out step error median "
-          f"{100 * fit['median_abs_rel_error']:.1f}%, p90 {100 * fit['p90_abs_rel_error']:.1f}%; "
-          f"jitter: {jitter}", file=sys.stderr)
-    return path
 
 
 def calibrated_cost(run):
@@ -240,40 +240,60 @@ def compare(name: str, run, served: list, jitter_runs: int) -> dict:
             "jitter_spread": as_rows(name, median, median_summary(groups)) if groups else None}
 
 
+def machine_state() -> str:
+    """The machine right now: its load average and how fast it runs a fixed Python loop."""
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(2_000_000):
+        total += i
+    return (f"load average {os.getloadavg()[0]:.2f}, a 2,000,000-iteration Python loop "
+            f"{time.perf_counter() - t0:.3f} s")
+
+
 def main(args) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    profile = Path(args.profile).resolve() if args.profile else make_profile(out_dir).resolve()
-    tables, notes = {}, []
-    for scenario, load, capacity in build_scenarios(out_dir, profile, args.seconds, args.only):
-        load_avg = os.getloadavg()[0]
-        run = validate(scenario, out_dir / scenario.name, progress=True, calibrate=True).runs[0]
+    tables, notes, verdicts = {}, [], []
+    for scenario, load, capacity in build_scenarios(out_dir, args.requests, args.only):
+        before = machine_state()
+        run = validate(scenario, out_dir / scenario.name, progress=True, calibrate=True,
+                       profile="auto").runs[0]
         served = servings(run, args.repeats)
-        for key, rows in compare(scenario.name, run, served, args.jitter_runs).items():
+        results = compare(scenario.name, run, served, args.jitter_runs)
+        for key, rows in results.items():
             tables.setdefault(key, []).append((scenario.name, rows))
+        n = scenario.base["workload"]["num_requests"]
+        stats = ("p50", "p90", "p99") if n >= P99_REQUESTS else ("p50", "p90")
+        verdicts.append((scenario.name, target_verdict(results["simulate"], results["spread"],
+                                                       stats) if args.repeats > 1 else None))
         ratios = ", ".join(f"{r:.2f}" for _, r in served)
-        notes.append(f"{scenario.name}: {len(run.steps)} steps; the reference step took "
-                     f"{run.calibration:.2f}x its profiled time just before the first serving; "
-                     f"served steps took {ratios}x the calibrated prediction (per serving); "
+        notes.append(f"{scenario.name}: {n} requests at {load:.0%} of {capacity:.1f} req/s, "
+                     f"{len(run.steps)} steps; the reference step took {run.calibration:.2f}x its "
+                     f"profiled time just before the first serving; served steps took {ratios}x "
+                     f"the calibrated prediction (per serving); "
                      f"{int(sum(run.serve.step_columns()['preemptions']))} preemptions in the "
-                     f"first serving; load average {load_avg:.2f} before serving")
-    metrics, stats = HEADLINE
-    headline = f"max |error| over {'/'.join(stats)} of {', '.join(m.upper() for m in metrics)}"
+                     f"first serving; machine before: {before}; after: {machine_state()}")
+    metrics, _ = HEADLINE
+    headline = f"max |error| over p50/p90(/p99) of {', '.join(m.upper() for m in metrics)}"
     print(f"\nsimulate vs the median of {args.repeats} servings, error % = 100 (simulate - "
           f"serve) / serve (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
-          f"profile {profile}):\n")
+          f"this machine's profile of each scenario's model):\n")
     print(table_text(tables["simulate"]))
     print(f"\n{headline}: {worst(tables['simulate']):.1f}%")
+    if args.repeats > 1:
+        print(f"\nnoise floor: spread of the {args.repeats} servings, 100 (max - min) / median "
+              f"(the same requests, served again):\n")
+        print(table_text(tables["spread"]))
+        print("\ntarget (within 5% where the servings agree within 5%, else within their "
+              "spread):")
+        for name, (ok, failing) in verdicts:
+            print(f"  {name}: {'met' if ok else 'not met: ' + failing}")
+    print("\n" + "\n".join(notes))
     print("\nsimulate calibrated to the machine's speed just before the first serving (the "
           "profile's reference step timed for a few seconds; validate --calibrate) vs the same "
           "median:\n")
     print(table_text(tables["calibrated"]))
     print(f"\n{headline}: {worst(tables['calibrated']):.1f}%\n")
-    print("\n".join(notes))
-    if args.repeats > 1:
-        print(f"\nnoise floor: spread of the {args.repeats} servings, 100 (max - min) / median "
-              f"(the same requests, served again):\n")
-        print(table_text(tables["spread"]))
     if args.jitter_runs:
         print(f"\nsimulate with the profiled machine's jitter (cost.jitter; median of "
               f"{args.jitter_runs} realisations) vs the median of the servings:\n")

@@ -59,3 +59,24 @@ def _pct(value: float) -> str:
 def worst(results: list) -> float:
     """The largest headline |error| over every scenario's rows."""
     return max(max_abs_error(rows) for _, rows in results)
+
+
+TARGET_PCT = 5.0
+
+
+def target_verdict(errors: list, spreads: list, stats=("p50", "p90"),
+                   metrics=("ttft", "tpot", "e2e")) -> tuple[bool, str]:
+    """Whether a scenario meets the fidelity target: every cell (metric x stat) within
+    TARGET_PCT of the servings' median where the servings agree within TARGET_PCT, else within
+    their spread. (met, the failing cells as text)."""
+    spread_of = {(r["metric"], r["stat"]): r["error_pct"] for r in spreads}
+    failing = []
+    for row in errors:
+        cell = (row["metric"], row["stat"])
+        if row["metric"] not in metrics or row["stat"] not in stats:
+            continue
+        allowed = max(TARGET_PCT, spread_of[cell])
+        if not abs(row["error_pct"]) <= allowed:  # NaN fails
+            failing.append(f"{row['metric']} {row['stat']} {row['error_pct']:+.1f}% "
+                           f"(allowed {allowed:.1f}%)")
+    return not failing, ", ".join(failing)
