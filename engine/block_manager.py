@@ -26,29 +26,35 @@ def blocks_needed(n_tokens: int, block_size: int) -> int:
 
 
 class BlockManager:
-    """Free list plus block tables for `num_blocks` blocks of `block_size` token slots."""
+    """Free list plus block tables for `num_blocks` blocks of `block_size` token slots.
+
+    Memory grows with the blocks ever used, not with `num_blocks`: the free list is the blocks
+    returned so far (a stack: the last freed is handed out first) above the never-used blocks
+    `fresh` and up, which are handed out in increasing order and need no entry until then. This
+    is exactly a list of every free block, initially n-1 .. 0, popped from the end."""
 
     def __init__(self, num_blocks: int, block_size: int):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() gives block 0 first
-        self._is_free = [True] * num_blocks
+        self._returned: list[int] = []  # freed blocks, the last freed at the end
+        self._fresh = 0  # blocks fresh.. num_blocks - 1 were never handed out
+        self._in_use = bytearray()  # [fresh]: 1 where a block is held
         self.block_tables: dict[int, list[int]] = {}
 
     # --- queries ---------------------------------------------------------------------------------
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._returned) + self.num_blocks - self._fresh
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self._fresh - len(self._returned)
 
     def can_allocate(self, n_blocks: int) -> bool:
-        return n_blocks <= len(self._free)
+        return n_blocks <= self.num_free
 
     def blocks_to_hold(self, seq_id: int, n_tokens: int) -> int:
         """How many more blocks `seq_id` needs so that its table holds n_tokens tokens."""
@@ -59,52 +65,61 @@ class BlockManager:
         """Token slots the sequence's table provides."""
         return len(self.block_tables.get(seq_id, ())) * self.block_size
 
+    def is_free(self, block_id: int) -> bool:
+        return block_id >= self._fresh or not self._in_use[block_id]
+
     # --- mutations -------------------------------------------------------------------------------
+
+    def _take(self, n: int) -> list[int]:
+        """The next n free blocks, in the order they are handed out (n <= num_free)."""
+        returned = self._returned
+        k = min(n, len(returned))
+        taken = returned[len(returned) - k:]
+        del returned[len(returned) - k:]
+        taken.reverse()
+        if n > k:
+            start = self._fresh
+            self._fresh += n - k
+            self._in_use.extend(bytes(n - k))
+            taken.extend(range(start, self._fresh))
+        in_use = self._in_use
+        for block in taken:
+            in_use[block] = 1
+        return taken
 
     def allocate_block(self, seq_id: int) -> int:
         """Append one free block to the sequence's table and return its id."""
-        if not self._free:
+        if not self.num_free:
             raise OutOfBlocksError(f"no free KV block for sequence {seq_id} "
                                    f"(all {self.num_blocks} in use)")
-        block = self._free.pop()
-        self._is_free[block] = False
+        block = self._take(1)[0]
         self.block_tables.setdefault(seq_id, []).append(block)
         return block
 
     def allocate_blocks(self, seq_ids: list[int]) -> None:
         """One more block for each sequence id in turn (an id may come more than once): the
         blocks `allocate_block` would hand out called in that order, all or nothing."""
-        n, free = len(seq_ids), self._free
-        if n > len(free):
-            raise OutOfBlocksError(f"{n} KV blocks asked for, {len(free)} free")
-        taken = free[-n:]
-        del free[-n:]
-        taken.reverse()
-        is_free, tables = self._is_free, self.block_tables
-        for seq_id, block in zip(seq_ids, taken):
-            is_free[block] = False
+        n = len(seq_ids)
+        if n > self.num_free:
+            raise OutOfBlocksError(f"{n} KV blocks asked for, {self.num_free} free")
+        tables = self.block_tables
+        for seq_id, block in zip(seq_ids, self._take(n)):
             tables.setdefault(seq_id, []).append(block)
 
     def ensure_capacity(self, seq_id: int, n_tokens: int) -> None:
         """Grow the table to hold n_tokens tokens, all or nothing."""
         need = self.blocks_to_hold(seq_id, n_tokens)
-        if need > len(self._free):
+        if need > self.num_free:
             raise OutOfBlocksError(f"sequence {seq_id} needs {need} more KV blocks, "
-                                   f"{len(self._free)} free")
-        if need:  # whole slices of the free list, in the order allocate_block would take them
-            free, is_free = self._free, self._is_free
-            taken = free[-need:]
-            del free[-need:]
-            taken.reverse()
-            for block in taken:
-                is_free[block] = False
-            self.block_tables.setdefault(seq_id, []).extend(taken)
+                                   f"{self.num_free} free")
+        if need:
+            self.block_tables.setdefault(seq_id, []).extend(self._take(need))
 
     def free_block(self, block_id: int, seq_id: int | None = None) -> None:
         """Return one block to the free list. Invalid ids and double frees raise `BlockError`."""
         if not (isinstance(block_id, int) and 0 <= block_id < self.num_blocks):
             raise BlockError(f"invalid block id {block_id!r} (cache has {self.num_blocks} blocks)")
-        if self._is_free[block_id]:
+        if self.is_free(block_id):
             raise BlockError(f"double free of block {block_id}")
         if seq_id is not None:
             table = self.block_tables.get(seq_id, [])
@@ -116,27 +131,33 @@ class BlockManager:
                 if block_id in table:
                     table.remove(block_id)
                     break
-        self._is_free[block_id] = True
-        self._free.append(block_id)
+        self._in_use[block_id] = 0
+        self._returned.append(block_id)
 
     def free_sequence(self, seq_id: int) -> int:
         """Free every block the sequence holds; returns how many. Unknown ids free nothing."""
         table = self.block_tables.pop(seq_id, ())
-        is_free = self._is_free
+        in_use = self._in_use
         for block in table:
-            assert not is_free[block], f"block {block} of sequence {seq_id} already free"
-            is_free[block] = True
-        self._free.extend(reversed(table))
+            assert in_use[block], f"block {block} of sequence {seq_id} already free"
+            in_use[block] = 0
+        self._returned.extend(reversed(table))
         return len(table)
 
     def usage(self) -> dict:
         """{"used", "free", "total"} block counts."""
         return {"used": self.num_used, "free": self.num_free, "total": self.num_blocks}
 
+    def free_list(self) -> list[int]:
+        """Every free block, in the order they would be handed out (for tests: O(num_blocks))."""
+        return self._returned[::-1] + list(range(self._fresh, self.num_blocks))
+
     def check_invariants(self) -> None:
         """Every block is either free or in exactly one table (for tests)."""
         held = [b for table in self.block_tables.values() for b in table]
+        free = self.free_list()
         assert len(held) == len(set(held)), "a block is held twice"
-        assert not set(held) & set(self._free), "a held block is also free"
-        assert len(held) + len(self._free) == self.num_blocks, "a block leaked"
-        assert len(self._free) == len(set(self._free)), "a block is free twice"
+        assert not set(held) & set(free), "a held block is also free"
+        assert len(held) + len(free) == self.num_blocks, "a block leaked"
+        assert len(free) == len(set(free)), "a block is free twice"
+        assert all(self._in_use[b] for b in held), "a held block is marked free"

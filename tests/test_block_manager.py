@@ -151,3 +151,50 @@ def test_double_free_through_the_manager_names_the_block():
         bm.free_block(block)
     with pytest.raises(BlockError, match="not held by sequence"):
         bm.free_block(bm.allocate_block(1), seq_id=0)
+
+
+class ListFreeList:
+    """The block manager's free list as a plain list of every free block (n-1 .. 0, popped from
+    the end; freed blocks pushed on top): what `BlockManager` must behave as, without holding it."""
+
+    def __init__(self, n: int):
+        self.free = list(range(n - 1, -1, -1))
+
+    def take(self, k: int) -> list[int]:
+        taken = self.free[len(self.free) - k:]
+        del self.free[len(self.free) - k:]
+        return taken[::-1]
+
+    def give(self, blocks: list[int]) -> None:
+        self.free.extend(reversed(blocks))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["one", "many", "ensure", "free"]),
+                          st.integers(0, 5), st.integers(1, 6)), max_size=60))
+def test_blocks_are_handed_out_as_a_list_of_every_free_block_would(ops):
+    bm, ref = BlockManager(24, 4), ListFreeList(24)
+    for op, seq, n in ops:
+        if op == "free":
+            ref.give(bm.block_tables.get(seq, []))
+            bm.free_sequence(seq)
+        elif op == "one" and bm.num_free:
+            assert bm.allocate_block(seq) == ref.take(1)[0]
+        elif op == "many" and n <= bm.num_free:
+            before = {s: list(t) for s, t in bm.block_tables.items()}
+            bm.allocate_blocks([seq] * n)
+            assert bm.block_tables[seq] == before.get(seq, []) + ref.take(n)
+        elif op == "ensure":
+            need = bm.blocks_to_hold(seq, n * 4 + len(bm.block_tables.get(seq, [])) * 4)
+            if need <= bm.num_free:
+                before = list(bm.block_tables.get(seq, []))
+                bm.ensure_capacity(seq, n * 4 + len(before) * 4)
+                assert bm.block_tables.get(seq, []) == before + ref.take(need)
+        assert bm.free_list() == ref.free[::-1]
+        bm.check_invariants()
+
+
+def test_a_huge_cache_costs_memory_only_for_the_blocks_used():
+    bm = BlockManager(10**12, 16)  # a trillion blocks: nothing is allocated per free block
+    bm.ensure_capacity(0, 16 * 1000)
+    assert bm.num_used == 1000 and bm.num_free == 10**12 - 1000 and len(bm._in_use) == 1000
