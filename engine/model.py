@@ -46,6 +46,9 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or \
+                not 0 <= self.seed < 2**32:
+            raise ValueError(f"model.seed must be an integer from 0 to 2^32 - 1, got {self.seed!r}")
         if not isinstance(self.d_ff, int) or isinstance(self.d_ff, bool) or self.d_ff < 0:
             raise ValueError(f"model.d_ff must be a non-negative integer (0: no MLP), got {self.d_ff!r}")
         if self.d_model % self.n_heads:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .defaults import MAX_TIME_S
 from .errors import FieldError
 from engine.model import ModelConfig
 from engine.scheduler_config import SchedulerConfig
@@ -59,6 +60,30 @@ def check_config(config: dict, path: Path) -> None:
     if config["mode"] == "simulate" and cost["model"] == "live":
         raise FieldError("cost.model", "'live' runs the real engine: use mode = 'cosimulate' "
                                        "(or cost.model = 'profile' or 'linear' to simulate)")
+    check_horizon(config)
+
+
+def check_horizon(config: dict) -> None:
+    """Times the run would reach that a float can no longer tell apart to the microsecond: the
+    arrivals' span (num_requests / rate; a closed loop's think times), a batch timeout."""
+    workload = config["workload"]
+    arrival, n = workload["arrival"], workload["num_requests"]
+    if arrival["process"] in ("poisson", "gamma", "constant"):
+        span, key = n / arrival["rate"], "workload.arrival.rate"
+        what = f"{n:,} requests at {arrival['rate']:g}/s would span"
+    elif arrival["process"] == "closed_loop":
+        span, key = n * arrival["think_time_s"] / arrival["concurrency"], \
+            "workload.arrival.think_time_s"
+        what = f"{n:,} requests after {arrival['think_time_s']:g} s of thinking would span"
+    else:
+        span, key, what = 0.0, "", ""  # a trace: its span is checked where it is read
+    timeout = config["scheduler"]["batch_timeout_s"]
+    for value, where, text in ((span, key, what),
+                               (timeout, "scheduler.batch_timeout_s", "a batch timeout of")):
+        if value > MAX_TIME_S:
+            raise FieldError(where, f"{text} about {value:.3g} s of simulated time; times past "
+                                    f"{MAX_TIME_S:.3g} s (136 years) lose sub-microsecond "
+                                    f"precision")
 
 
 def check_length_range(dist: dict, key: str) -> None:

@@ -58,6 +58,10 @@ DEFAULTS = {
     },
 }
 
+# Limits of what can be simulated faithfully.
+GAMMA_CV = (0.01, 10.0)  # beyond 10 the gamma shape (1 / cv^2) is so small that gaps underflow
+MAX_TIME_S = 2.0**32  # about 136 years: simulated times stay below a microsecond's resolution
+
 # Defaults inside the workload's optional parts (the parts themselves have none).
 LOGNORMAL_MIN_TOKENS = 1
 CLOSED_LOOP_THINK_TIME_S = 0.0  # each user sends its next request as soon as one finishes

@@ -60,7 +60,7 @@ def parse_set(text: str) -> tuple[str, object]:
 def parse_value(text: str):
     try:
         return tomllib.loads(f"value = {text}")["value"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         return text
 
 

@@ -93,7 +93,12 @@ def list_builtin() -> list[tuple[str, str]]:
 
 
 def find(name_or_path) -> Path:
+    if not isinstance(name_or_path, (str, Path)):
+        raise ScenarioError(f"{name_or_path!r}: a scenario is a built-in name or a path, got "
+                            f"{type(name_or_path).__name__}")
     path = Path(name_or_path)
+    if path.is_dir():
+        raise ScenarioError(f"{path}: is a folder, not a scenario file")
     if path.is_file():
         return path.resolve()
     builtin = BUILTIN_DIR / f"{name_or_path}.toml"
@@ -164,15 +169,45 @@ def _display(path: Path) -> str:
 
 
 def _parse(path: Path, shown: str) -> dict:
+    """The file's TOML table; every way the file can be unreadable is one line."""
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ScenarioError(f"{shown}: cannot read it: {exc.strerror or exc}") from None
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark: not part of the text
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{shown}: not UTF-8 text (byte {exc.start} is "
+                            f"{data[exc.start:exc.start + 1].hex()}); a scenario is a TOML "
+                            f"file") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{shown}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(f"{shown}: not valid TOML: nested too deeply") from None
 
 
 def _pairs(overrides) -> list[tuple[str, object]]:
-    return [ov.parse_set(item) if isinstance(item, str) else tuple(item) for item in overrides]
+    """Overrides as (key, value) pairs: "KEY=VALUE" strings or (key, value) pairs, in a list
+    or tuple (a lone string is one override)."""
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    if not isinstance(overrides, (list, tuple)):
+        raise FieldError("", f"overrides must be a list of KEY=VALUE strings or (key, value) "
+                             f"pairs, got {type(overrides).__name__}")
+    pairs = []
+    for item in overrides:
+        if isinstance(item, str):
+            pairs.append(ov.parse_set(item))
+        elif isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str):
+            pairs.append(tuple(item))
+        else:
+            raise FieldError("", f"an override must be a KEY=VALUE string or a (key, value) "
+                                 f"pair, got {item!r}")
+    return pairs
 
 
 def _apply_all(raw: dict, settings: dict) -> dict:

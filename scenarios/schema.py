@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, LENGTH_DISTS, MODES, TRACE_FORMATS)
+from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, GAMMA_CV, LENGTH_DISTS, MODES,
+                       TRACE_FORMATS)
 from .errors import FieldError
 from engine.queues import QUEUES
 from engine.scheduler_config import POLICIES
@@ -27,6 +28,9 @@ class Spec:
     accepts: Callable[[object], bool]
 
     def check(self, key: str, value) -> None:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_MAX:
+            raise FieldError(key, f"must be at most 2^63 - 1 (what NumPy's int64 holds), got "
+                                  f"{value}")
         if not self.accepts(value):
             raise FieldError(key, f"must be {self.allowed}, got {value!r}")
 
@@ -45,8 +49,11 @@ class Tagged:
     options: dict = field(default_factory=dict)  # tag value -> Table of the other keys
 
 
+INT_MAX = 2**63 - 1  # the largest integer NumPy's int64 holds
+
+
 def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= INT_MAX
 
 
 def _is_number(v) -> bool:
@@ -82,7 +89,11 @@ assert tuple(LENGTH.options) == LENGTH_DISTS
 _RATE = Table({"rate": POSITIVE_NUMBER}, required=("rate",))
 ARRIVAL = Tagged("process", {
     "poisson": _RATE,
-    "gamma": Table({"rate": POSITIVE_NUMBER, "cv": POSITIVE_NUMBER}, required=("rate", "cv")),
+    "gamma": Table({"rate": POSITIVE_NUMBER,
+                    "cv": Spec(f"a number from {GAMMA_CV[0]} to {GAMMA_CV[1]} (the gaps' "
+                               f"coefficient of variation)",
+                               lambda v: _is_number(v) and GAMMA_CV[0] <= v <= GAMMA_CV[1])},
+                   required=("rate", "cv")),
     "constant": _RATE,
     "closed_loop": Table({"concurrency": POSITIVE_INT, "think_time_s": NON_NEGATIVE_NUMBER},
                          required=("concurrency",)),

@@ -17,6 +17,7 @@ first set the BLAS thread count their profile is (or will be) measured with
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -31,34 +32,71 @@ class UsageError(ValueError):
     """A command-line value that cannot be used; printed as one line."""
 
 
+class RunFailed(RuntimeError):
+    """A run that started could not finish (its data was bad); printed as one line, status 1."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is, so every cleanup runs as for Ctrl-C."""
+
+
 def cmd_run(args) -> int:
     import reports
     import scenarios
+    from reports.output import output_folder
 
     from .runner import check_scenario
     from .validation.machine import note_foreign_profiles
 
     scenario = scenarios.load(args.scenario, args.set or ())
     check_scenario(scenario)
+    args.out_dir = out_dir = output_dir(args.out, scenario.name)
     for note in note_foreign_profiles(scenario):
         print(note, file=sys.stderr)
-    out_dir = Path(args.out) if args.out else Path("out") / scenario.name
-    worker = reports.ChartWorker.start()  # imports the chart code while we simulate
-    try:
-        results = _run_all(scenario, show=not args.quiet)
-        if results is None:
-            return 1
-        files = reports.write_report(scenario, results, out_dir, worker)
-    finally:
-        if worker is not None:
-            worker.close()
+    with output_folder(out_dir, manifest("run", scenario)) as folder:
+        worker = reports.ChartWorker.start()  # imports the chart code while we simulate
+        try:
+            results = _run_all(scenario, show=not args.quiet)
+            files = reports.write_report(scenario, results, folder, worker)
+        finally:
+            if worker is not None:
+                worker.close()
     print(reports.summary_text(results, files.summaries))
-    print(f"\n{len(files.files)} files written to {out_dir}/; report: {files.html}")
+    print(f"\n{len(files.files) + 1} files written to {out_dir}/; report: "
+          f"{out_dir / files.html.name}")
     return 0
 
 
-def _run_all(scenario, show: bool):
-    """[(RunSpec, RunRecorder)] of every run, or None after printing why one failed."""
+def output_dir(out, name: str, suffix: str = "") -> Path:
+    """--out, or out/<scenario name><suffix> when the name is a plain folder name."""
+    from reports.output import is_plain_name
+
+    if out:
+        return Path(out)
+    if not is_plain_name(name):
+        raise UsageError(f"the scenario's name {name!r} cannot name its output folder (letters, "
+                         f"digits, '-', '_' and '.' only); give --out")
+    return Path("out") / f"{name}{suffix}"
+
+
+def manifest(command: str, scenario) -> dict:
+    """What a command's output folder records of what was run."""
+    return {"servesim": version(), "command": command, "scenario": scenario.name,
+            "seed": scenario.seed, "overrides": [f"{k}={v!r}" for k, v in scenario.overrides]}
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
+
+    try:
+        return package_version("servesim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _run_all(scenario, show: bool) -> list:
+    """[(RunSpec, RunRecorder)] of every run; RunFailed when one cannot finish."""
     from .runner import run_config
 
     runs = scenario.runs()
@@ -69,8 +107,7 @@ def _run_all(scenario, show: bool):
         try:
             recorder = run_config(spec.config, progress=show, base_dir=Path(scenario.path).parent)
         except (ValueError, FileNotFoundError) as exc:  # e.g. a malformed row in a trace file
-            print(f"servesim: error: {scenario.name}, run {spec.label}: {exc}", file=sys.stderr)
-            return None
+            raise RunFailed(f"{scenario.name}, run {spec.label}: {exc}") from None
         results.append((spec, recorder))
     return results
 
@@ -87,10 +124,17 @@ def cmd_scenarios(args) -> int:
 
 def cmd_profile(args) -> int:
     model = model_config(args.model or ())
-    from .profiling.profiler import profile_engine
+    from reports.output import check_writable_file
 
+    from .profiling.profiler import profile_engine
+    from .profiling.workloads import longest_request
+
+    if args.method == "served" and model.max_seq_len < longest_request():
+        raise UsageError(f"--model max_seq_len: profiling serves requests of up to "
+                         f"{longest_request():,} tokens, so the model's max_seq_len must be at "
+                         f"least that, got {model.max_seq_len}")
     out = Path(args.out) if args.out else Path("out") / "profile.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_writable_file(out)  # before minutes of profiling
     profile = profile_engine(model, out, quick=args.quick, progress=not args.quiet,
                              method=args.method)
     held = profile["fit"]["held_out"]
@@ -104,20 +148,18 @@ def cmd_profile(args) -> int:
 
 def cmd_validate(args) -> int:
     import scenarios
-    from scenarios import ScenarioError
 
     from .validation import validate
 
     scenario = scenarios.load(args.scenario, args.set or ())
-    out_dir = Path(args.out) if args.out else Path("out") / f"{scenario.name}-validate"
+    args.out_dir = out_dir = output_dir(args.out, scenario.name, "-validate")
     try:
         result = validate(scenario, out_dir, progress=not args.quiet, calibrate=args.calibrate,
-                          profile=args.profile)
-    except (ValueError, FileNotFoundError) as exc:  # ScenarioError is handled by main()
-        if isinstance(exc, ScenarioError):
+                          profile=args.profile, manifest=manifest("validate", scenario))
+    except (ValueError, FileNotFoundError) as exc:
+        if isinstance(exc, scenarios.ScenarioError):
             raise
-        print(f"servesim: error: {scenario.name}: {exc}", file=sys.stderr)
-        return 1
+        raise RunFailed(f"{scenario.name}: {exc}") from None
     print(result.text())
     print(f"\nvalidation written to {out_dir}/")
     return 0
@@ -211,13 +253,42 @@ def main(argv=None) -> int:
         print("servesim: error: --threads must be a positive integer", file=sys.stderr)
         return USAGE_ERROR
     set_threads(args)
+    from reports.output import OutputBusy
     from scenarios import ScenarioError
 
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)
-    except (ScenarioError, UsageError) as exc:
-        print(f"servesim: error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except (ScenarioError, UsageError, OutputBusy) as exc:
+        return _fail(str(exc), USAGE_ERROR)
+    except RunFailed as exc:
+        return _fail(str(exc), 1)
+    except OSError as exc:  # a file system fault: unwritable, full, a file where a folder goes
+        where = exc.filename or getattr(args, "out_dir", None) or ""
+        return _fail(f"{where}: {exc.strerror or exc}{_kept(args)}", 1)
+    except KeyboardInterrupt:
+        return _fail(f"interrupted{_kept(args)}", 130, prefix="servesim: ")
+    except Terminated:
+        return _fail(f"terminated{_kept(args)}", 143, prefix="servesim: ")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _fail(message: str, status: int, prefix: str = "servesim: error: ") -> int:
+    print(f"{prefix}{message}", file=sys.stderr)
+    return status
+
+
+def _kept(args) -> str:
+    """What an interrupted or failed command left: nothing new, and any earlier output whole."""
+    out_dir = getattr(args, "out_dir", None)
+    if out_dir is not None and Path(out_dir).is_dir():
+        return f"; nothing written, the earlier output in {out_dir}/ is kept whole"
+    return "; nothing written"
+
+
+def _terminate(signum, frame):
+    raise Terminated()
 
 
 if __name__ == "__main__":

@@ -175,8 +175,9 @@ def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arriv
         env.process(open_arrivals(env, state, arrival_s))
     else:
         indices = iter(range(num_requests))  # shared: whichever user is free takes the next
-        users_left = [closed_loop.concurrency]
-        for _ in range(closed_loop.concurrency):
+        users = min(closed_loop.concurrency, num_requests)  # the others would never send one
+        users_left = [users]
+        for _ in range(users):
             env.process(closed_loop_user(env, state, indices, closed_loop.think_time_s,
                                          users_left))
     done = env.process(engine(env, state))  # created last: it sees arrivals of its instant

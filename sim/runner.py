@@ -25,7 +25,8 @@ from engine.sequence import SamplingParams, Sequence
 from .costs import CostModelExecutor, cost_model
 from .costs.jitter import SpeedProcess
 from .loop import run_loop
-from .workloads import Workload, build_workload, check_workload, seeded_streams
+from .memory import check_memory
+from .workloads import Workload, build_workload, check_workload, load_trace, seeded_streams
 
 MODES = ("simulate", "cosimulate", "serve")
 REAL_SAMPLING = SamplingParams(temperature=1.0)
@@ -111,6 +112,11 @@ def check_config(config: dict, base_dir=None) -> None:
     processes and distributions, its trace file, the cost model, the jitter) without running
     it; raises ValueError or FileNotFoundError naming the dotted key."""
     check_workload(config["workload"], base_dir)
+    trace = config["workload"]["trace"]
+    requests = config["workload"]["num_requests"] if trace is None else \
+        len(load_trace(trace["path"], trace["format"], trace["time_scale"],
+                       trace["max_requests"], base_dir))  # read once, by check_workload
+    check_memory(config, requests)
     if config["mode"] == "simulate" and config["cost"]["model"] != "live":
         speed_process(config["cost"], cost_model(config["cost"], config["model"]), None)
 

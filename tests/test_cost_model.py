@@ -13,7 +13,7 @@ from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
 from engine.step_plan import StepPlan
 from sim.costs.executor import CostModelExecutor, DecodeContext
-from sim.costs import (COUNTS, FEATURES, FittedCost, LinearCost, check_profile_model,
+from sim.costs import (COUNTS, FEATURES, FittedCost, LinearCost, StepShape, check_profile_model,
                        cost_model, load_profile, shape_of)
 from sim.costs.fitted import LATER_FEATURES, feature_vector
 from sim.costs.shape import gathered_keys
@@ -257,24 +257,21 @@ def test_relative_fit_weighs_small_steps_like_large_ones():
 
 
 def test_shipped_default_profile_is_self_consistent():
+    """The shipped profile is a served one of the default model, with this format's every
+    field, and the errors it records follow from its cost model."""
     path = load_profile("default").source
     profile = json.loads(open(path).read())
     shape = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff")
     assert [profile["model"][k] for k in shape] == [MODEL[k] for k in shape]  # the default model
-    # written before decode_gathered was measured: it lacks that feature, which is then 0
-    assert set(profile["cost_model"]["coefficients"]) | set(LATER_FEATURES) == set(FEATURES)
-    assert not load_profile("default").counts_gathered
-    held = [p for p in profile["grid"] if p["split"] == "held_out"]
-    predicted = [q for p, q in zip(profile["grid"], predict_profile_points(profile))
-                 if p["split"] == "held_out"]
-    summary = error_summary(predicted, [p["measured_s"] for p in held])
-    assert summary["median_abs_rel_error"] == pytest.approx(
-        profile["fit"]["held_out"]["median_abs_rel_error"], rel=1e-9)
-    assert min(predicted) > 0
-    cost = load_profile("default")  # the executor's fit plus the engine loop's own cost
-    held = [dict.fromkeys(LATER_FEATURES, 0) | p for p in held]
-    assert all(cost.predict(*(p[c] for c in COUNTS)) > q for p, q in zip(held, predicted))
-    assert cost.wake_cost(1.0) > 0
+    assert set(profile["cost_model"]["coefficients"]) == set(FEATURES)
+    assert profile["fingerprint"]["model"] == {k: MODEL[k] for k in shape}
+    assert profile["fingerprint"]["blas_threads"] == "1"
+    held = profile["fit"]["held_out"]
+    assert held["steps"] > 300 and 0 < held["median_abs_rel_error"] < held["p90_abs_rel_error"]
+    cost = load_profile("default")
+    assert cost.reference_s > 0 and cost.jitter is not None and cost.wake_cost(1.0) > 0
+    assert cost.predict_shape(StepShape(decode_seqs=1, decode_context=100, sampled_seqs=1,
+                                        decode_span=100, decoding=1)) > 0
 
 
 def test_profile_for_another_model_is_refused():
@@ -289,16 +286,33 @@ def test_unknown_profile_name_lists_the_shipped_ones():
         load_profile("nope")
 
 
-def test_a_file_that_is_not_a_profile_is_refused(tmp_path):
+def test_a_file_that_is_not_a_profile_is_refused_naming_the_file_and_field(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"format": "servesim-profile/2", "model": MODEL}))
-    with pytest.raises(ValueError, match="not a servesim profile"):
+    with pytest.raises(ValueError, match=rf"{path}: cost_model: missing or not a table"):
         load_profile(str(path))
     path.write_text(json.dumps({"format": "servesim-profile/1", "model": MODEL}))
     with pytest.raises(ValueError, match="profile format 'servesim-profile/1', this servesim "
-                                         "reads 'servesim-profile/2' and 'servesim-profile/3'; profile "
-                                         "again"):
+                                         "reads 'servesim-profile/2' and 'servesim-profile/3'; "
+                                         "profile again"):
         load_profile(str(path))
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=rf"{path}: not a servesim profile \(not JSON"):
+        load_profile(str(path))
+    good = json.loads(open(load_profile("default").source).read())
+    for field, value, message in (
+            ("coefficients.step", "abc", "cost_model.coefficients.step: must be a finite number, "
+                                         "got 'abc'"),
+            ("coefficients.step", float("inf"), "cost_model.coefficients.step: must be a finite"),
+            ("coefficients.decode_seqs", 1e308, "must be from 0 to 3600 s"),
+            ("rows.costs_s", "x", "cost_model.rows.costs_s: missing or not a list")):
+        broken = json.loads(json.dumps(good))
+        table, name = field.split(".")
+        broken["cost_model"][table][name] = value
+        path.write_text(json.dumps(broken))
+        with pytest.raises(ValueError, match=str(path)) as info:
+            load_profile(str(path))
+        assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def test_live_cost_model_is_not_a_simulated_one():

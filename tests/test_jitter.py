@@ -127,8 +127,13 @@ def test_jitter_factor_multiplies_the_predicted_step_including_the_wake_cost():
     assert speed.dts == [0.0, pytest.approx(0.52)]  # previous step's duration + the idle time
 
 
-def test_jitter_without_a_measured_profile_is_a_one_line_scenario_error():
-    scenario = scenarios.load("static-vs-continuous", ["cost.jitter=true"])
+def test_jitter_without_a_measured_profile_is_a_one_line_scenario_error(tmp_path):
+    data = json.loads(open(load_profile("default").source).read())
+    del data["cost_model"]["jitter"]
+    path = tmp_path / "no-jitter.json"
+    path.write_text(json.dumps(data))
+    scenario = scenarios.load("static-vs-continuous", ["cost.jitter=true",
+                                                       f"cost.profile={json.dumps(str(path))}"])
     with pytest.raises(ScenarioError, match=r"--set: cost.jitter = true needs a profile with a "
                                             r"jitter"):
         check_scenario(scenario)  # the simulator builds the cost model: only it can tell

@@ -10,7 +10,7 @@ import pytest
 
 from engine.block_manager import BlockManager
 from sim.costs.jitter import Jitter
-from sim.costs import COUNTS, FEATURES, StepShape, load_profile, shape_of
+from sim.costs import COUNTS, FEATURES, LinearCost, StepShape, load_profile, shape_of
 from sim.costs.fitted import ROW_TAILS
 from sim.profiling.isolated import executor_cost, predict_profile_points
 from sim.profiling.profiler import profile_engine
@@ -169,5 +169,6 @@ def test_profile_records_its_reference_time_and_calibration_compares_the_machine
     shape = StepShape(prefill_tokens=32, prefill_seqs=1, decode_seqs=8, decode_context=1024)
     assert ScaledCost(cost, speed).predict_shape(shape) == pytest.approx(
         speed * cost.predict_shape(shape))
+    assert reference_of(load_profile("default")) > 0  # the shipped profile records one too
     with pytest.raises(ValueError, match="records no reference step time"):
-        reference_of(load_profile("default"))
+        reference_of(LinearCost(0.003, 1e-4, 1e-4, 1e-6))

@@ -32,6 +32,7 @@ FEATURES = ("step", "sampled_seqs", "prefill_seqs", "prefill_attention", "prefil
 # written (a profile without one predicts exactly what it did before).
 LATER_FEATURES = {"decode_gathered": 0.0, "decoding": 0.0}
 ROW_TAILS = ("rows_tail_1", "rows_tail_2", "rows_tail_4")  # rows % 2, rows // 2 % 2, rows // 4 % 2
+MAX_COST_S = 3600.0  # no coefficient, row cost or extra cost of a step is an hour or more
 
 
 def feature_vector(shape: StepShape) -> tuple:
@@ -63,9 +64,9 @@ class FittedCost:
             raise ValueError(f"{self.source}: cost_model.coefficients needs {len(FEATURES)} "
                              f"values ({', '.join(FEATURES)}), got {len(self.coefficients)}")
         values = list(self.coefficients) + list(self.row_costs) + list(self.row_tails)
-        if any(not c >= 0 for c in values):
+        if any(not 0 <= c <= MAX_COST_S for c in values):
             raise ValueError(f"{self.source}: cost_model coefficients and row costs must be "
-                             f">= 0, got {values}")
+                             f"from 0 to {MAX_COST_S:g} s, got {values}")
         knots = list(self.row_knots)
         if len(knots) != len(self.row_costs) or len(self.row_tails) != len(ROW_TAILS) or \
                 any(k < 1 for k in knots) or knots != sorted(set(knots)):
@@ -73,14 +74,15 @@ class FittedCost:
                              f"cost per knot and {len(ROW_TAILS)} tail costs")
         idle = list(self.wake_idle_s)
         if len(idle) != len(self.wake_extra_s) or any(not x > 0 for x in idle) or \
-                idle != sorted(set(idle)) or any(not x >= 0 for x in self.wake_extra_s):
+                idle != sorted(set(idle)) or \
+                any(not 0 <= x <= MAX_COST_S for x in self.wake_extra_s):
             raise ValueError(f"{self.source}: wake needs increasing idle_s > 0 and one "
                              f"extra_s >= 0 for each")
         after = list(self.after_tokens)
         if len(after) != len(self.after_extra_s) or any(not n > 0 for n in after) or \
                 after != sorted(set(after)) or \
                 len({len(row) for row in self.after_extra_s}) > 1 or \
-                any(not x >= 0 for row in self.after_extra_s for x in row):
+                any(not 0 <= x <= MAX_COST_S for row in self.after_extra_s for x in row):
             raise ValueError(f"{self.source}: after_prefill needs increasing prefill_tokens > 0 "
                              f"and, for each, one list of extra_s >= 0 of the same length")
 

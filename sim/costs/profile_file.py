@@ -8,6 +8,7 @@ another model shape. The file's layout is documented in docs/sim/profiling.md.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from .fitted import FEATURES, LATER_FEATURES, ROW_TAILS, FittedCost
@@ -35,34 +36,84 @@ def profile_path(name_or_path) -> Path:
 
 
 def load_profile(name_or_path) -> FittedCost:
+    """The `FittedCost` of a profile file; every way a file can be wrong is one ValueError
+    naming the file and the field."""
     path = profile_path(name_or_path)
     try:
-        data = json.loads(path.read_text())
-        if data.get("format") not in READS:
-            raise ValueError(f"{path}: profile format {data.get('format')!r}, this servesim "
-                             f"reads {' and '.join(map(repr, READS))}; profile again with "
-                             f"`servesim profile`")
-        fit = data["cost_model"]
-        given = LATER_FEATURES | fit["coefficients"]
-        coefficients = tuple(float(given[name]) for name in FEATURES)
-        rows, wake = fit["rows"], fit["wake"]
-        after = fit.get("after_prefill", {"prefill_tokens": [], "extra_s": []})
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path}: not a servesim profile (not JSON: {exc}); write one with "
+                         f"`servesim profile`") from None
+    if not isinstance(data, dict) or data.get("format") not in READS:
+        raise ValueError(f"{path}: profile format "
+                         f"{data.get('format') if isinstance(data, dict) else None!r}, this "
+                         f"servesim reads {' and '.join(map(repr, READS))}; profile again with "
+                         f"`servesim profile`")
+    read = _Reader(path)
+    fit = read.table(data, "cost_model")
+    given = LATER_FEATURES | read.table(fit, "coefficients", "cost_model")
+    coefficients = tuple(read.number(given, name, "cost_model.coefficients") for name in FEATURES)
+    rows = read.table(fit, "rows", "cost_model")
+    wake = read.table(fit, "wake", "cost_model")
+    after = fit.get("after_prefill", {"prefill_tokens": [], "extra_s": []})
+    jitter = None
+    if "jitter" in fit:
         try:
-            jitter = Jitter.from_dict(fit["jitter"]) if "jitter" in fit else None
-        except ValueError as exc:
-            raise ValueError(f"{path}: cost_model.{exc}") from None
-        return FittedCost(coefficients, dict(data["model"]), str(path),
-                          tuple(int(k) for k in rows["knots"]),
-                          tuple(float(c) for c in rows["costs_s"]),
-                          tuple(float(rows["tails_s"][name]) for name in ROW_TAILS),
-                          tuple(float(x) for x in wake["idle_s"]),
-                          tuple(float(x) for x in wake["extra_s"]), jitter,
-                          float(fit["reference_s"]) if "reference_s" in fit else None,
-                          tuple(int(n) for n in after["prefill_tokens"]),
-                          tuple(tuple(float(x) for x in row) for row in after["extra_s"]))
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{path}: not a servesim profile ({type(exc).__name__}: {exc}); "
-                         f"write one with `servesim profile`") from None
+            jitter = Jitter.from_dict(fit["jitter"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: cost_model.jitter: {exc}") from None
+    try:
+        return FittedCost(
+            coefficients, dict(read.table(data, "model")), str(path),
+            tuple(int(k) for k in read.numbers(rows, "knots", "cost_model.rows")),
+            read.numbers(rows, "costs_s", "cost_model.rows"),
+            tuple(read.number(read.table(rows, "tails_s", "cost_model.rows"), name,
+                              "cost_model.rows.tails_s") for name in ROW_TAILS),
+            read.numbers(wake, "idle_s", "cost_model.wake"),
+            read.numbers(wake, "extra_s", "cost_model.wake"), jitter,
+            read.number(fit, "reference_s", "cost_model") if "reference_s" in fit else None,
+            tuple(int(n) for n in read.numbers(after, "prefill_tokens",
+                                               "cost_model.after_prefill")),
+            tuple(read.numbers({"row": row}, "row", "cost_model.after_prefill.extra_s")
+                  for row in read.list(after, "extra_s", "cost_model.after_prefill")))
+    except ValueError as exc:
+        message = str(exc)
+        raise ValueError(message if message.startswith(str(path)) else f"{path}: {message}") \
+            from None
+
+
+class _Reader:
+    """Fields of a profile's JSON, each checked for its type, named in any error."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def _fail(self, where: str, problem: str):
+        raise ValueError(f"{self.path}: {where}: {problem}; write a profile with "
+                         f"`servesim profile`")
+
+    def table(self, data: dict, name: str, where: str = "") -> dict:
+        key = f"{where}.{name}" if where else name
+        if not isinstance(data.get(name), dict):
+            self._fail(key, f"missing or not a table (got {data.get(name)!r:.40})")
+        return data[name]
+
+    def list(self, data: dict, name: str, where: str) -> list:
+        if not isinstance(data.get(name), list):
+            self._fail(f"{where}.{name}", f"missing or not a list (got {data.get(name)!r:.40})")
+        return data[name]
+
+    def number(self, data: dict, name: str, where: str) -> float:
+        value = data.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value):
+            self._fail(f"{where}.{name}", f"must be a finite number, got {value!r:.40}")
+        return float(value)
+
+    def numbers(self, data: dict, name: str, where: str) -> tuple:
+        return tuple(self.number({name: v}, name, where) for v in self.list(data, name, where))
 
 
 def cost_model_dict(cost: FittedCost) -> dict:

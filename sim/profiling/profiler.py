@@ -24,7 +24,6 @@ import platform
 import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 
@@ -93,9 +92,9 @@ def profile_engine(model_config, out_path=None, quick: bool = False, progress: b
         profile["grid"] = points
     text = json.dumps(profile, indent=1) + "\n"
     if out_path is not None:
-        out_path = Path(out_path)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(text)
+        from reports.output import write_atomic
+
+        write_atomic(out_path, text)
     if store:
         cache.store(profile["fingerprint_key"], text)
     return profile

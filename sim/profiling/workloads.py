@@ -101,3 +101,10 @@ HELD_OUT = (
     ProfilingWorkload("held-drain", {"max_num_seqs": 48}, {},
                       _burst(64, _lognormal(64, 600), _uniform(8, 80)), 202),
 )
+
+
+def longest_request() -> int:
+    """The most tokens (prompt + output) a profiling request holds: the model's max_seq_len
+    must be at least this."""
+    return max(w.workload["prompt_tokens"].get("high", w.workload["prompt_tokens"].get("max"))
+               + w.workload["output_tokens"]["high"] for w in TRAIN + HELD_OUT)

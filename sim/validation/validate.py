@@ -103,16 +103,35 @@ class Validation:
 
 
 def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
-             calibrate: bool = False, profile: str = "auto") -> Validation:
+             calibrate: bool = False, profile: str = "auto",
+             manifest: dict | None = None) -> Validation:
     """Serve and simulate every run of `scenario` (a `scenarios.Scenario`, a built-in name or a
-    path) and, with `write`, write the files listed in the module docstring to `out_dir`.
-    `profile`: for runs whose cost model is a profile, "auto" (this machine's, from the cache,
-    profiled first where there is none) or a shipped name or path measured on this machine
-    (`machine.py`). `calibrate`: scale the simulation's costs by the machine's speed measured
-    just before each serving (`sim.costs.calibrate`; needs a profile that records its
-    reference step)."""
+    path) and, with `write`, write the files listed in the module docstring to `out_dir`, whole
+    or not at all (`reports.output.output_folder`, with `manifest` recorded). `profile`: for
+    runs whose cost model is a profile, "auto" (this machine's, from the cache, profiled first
+    where there is none) or a shipped name or path measured on this machine (`machine.py`).
+    `calibrate`: scale the simulation's costs by the machine's speed measured just before each
+    serving (`sim.costs.calibrate`; needs a profile that records its reference step)."""
+    from reports.output import output_folder
+
     if not isinstance(scenario, scenarios.Scenario):
         scenario = scenarios.load(scenario)
+    specs = validatable_runs(scenario, calibrate, profile, progress)
+    if not write:
+        return _validate_runs(scenario, specs, None, progress, calibrate)
+    if out_dir is None:
+        raise ValueError("validate: out_dir is required to write the files")
+    manifest = manifest or {"command": "validate", "scenario": scenario.name,
+                            "seed": scenario.seed}
+    with output_folder(out_dir, manifest) as folder:  # taken before anything is served
+        result = _validate_runs(scenario, specs, Path(out_dir), progress, calibrate)
+        write_outputs(result, folder)
+    return result
+
+
+def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool) -> list:
+    """The scenario's runs, each with this machine's profile where it uses one; everything
+    that cannot be compared is refused first, as one line."""
     specs = scenario.runs()
     for spec in specs:
         check_validatable(scenario, spec, calibrate=False)
@@ -128,6 +147,10 @@ def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
     check_scenario(scenario, specs)
     for spec in specs:
         check_validatable(scenario, spec, calibrate)
+    return specs
+
+
+def _validate_runs(scenario, specs, out_dir, progress: bool, calibrate: bool) -> Validation:
     base_dir = Path(scenario.path).parent if scenario.path else None
     runs = []
     for index, spec in enumerate(specs, start=1):
@@ -136,12 +159,7 @@ def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
             print(f"[{index}/{len(specs)}] {scenario.name}: {spec.label}: serving {count} "
                   f"requests in real time", file=sys.stderr)
         runs.append(validate_run(spec, base_dir, calibrate))
-    result = Validation(scenario, tuple(runs), Path(out_dir) if out_dir is not None else None)
-    if write:
-        if out_dir is None:
-            raise ValueError("validate: out_dir is required to write the files")
-        write_outputs(result, Path(out_dir))
-    return result
+    return Validation(scenario, tuple(runs), out_dir)
 
 
 def check_validatable(scenario, spec, calibrate: bool = False) -> None:

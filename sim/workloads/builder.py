@@ -20,7 +20,7 @@ import numpy as np
 
 from .arrivals import ClosedLoop, arrival_process
 from .distributions import length_dist, priority_dist
-from .traces import load_trace, resolve_path
+from .traces import load_trace
 
 
 @dataclass(frozen=True)
@@ -78,13 +78,15 @@ def check_workload(spec: dict, base_dir=None) -> None:
     """Build what a resolved `workload` table describes without drawing anything, so that what
     `build_workload` would refuse (a lognormal range that holds almost no mass, a trace file
     that is not there) is refused before any run starts; raises ValueError or
-    FileNotFoundError with the dotted key."""
+    FileNotFoundError with the dotted key (or the trace file's name and line)."""
     if spec["trace"] is None:
         arrival_process(spec["arrival"], "workload.arrival")
         for name in ("prompt_tokens", "output_tokens"):
             length_dist(spec[name], f"workload.{name}")
-    else:
-        resolve_path(spec["trace"]["path"], base_dir)
+    else:  # read whole now (and kept): a bad row fails here, before any run starts
+        trace = spec["trace"]
+        load_trace(trace["path"], trace.get("format", "azure"), trace.get("time_scale", 1.0),
+                   trace.get("max_requests"), base_dir)
     if spec["priority"] is not None:
         priority_dist(spec["priority"], "workload.priority")
 

@@ -1,0 +1,237 @@
+"""Output integrity and hostile input: a command's output folder is whole or absent (a manifest
+of every file, replaced whole, never mixed with an earlier run), a second command into the same
+folder is refused, an interruption (SIGINT, SIGTERM, a full disk) leaves nothing half-written and
+says so in one line, and no bad input, from a table of hostile cases or from hypothesis, ever
+gives a traceback."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reports import output
+from sim.cli import main
+
+SCENARIO = """
+name = "integrity"
+[cost]
+model = "linear"
+[workload]
+num_requests = 12
+arrival = { process = "poisson", rate = 8.0 }
+prompt_tokens = { dist = "uniform", low = 8, high = 64 }
+output_tokens = { dist = "fixed", value = 6 }
+"""
+
+
+@pytest.fixture
+def scenario_file(tmp_path) -> Path:
+    path = tmp_path / "integrity.toml"
+    path.write_text(SCENARIO)
+    return path
+
+
+def one_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
+def leftovers(parent: Path) -> list[str]:
+    """Temporary folders, old copies or locks a command left beside its output."""
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+def test_a_run_writes_a_manifest_of_every_file_and_replaces_an_earlier_run_whole(
+        scenario_file, tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
+    (out / "sweep.png").write_text("a chart of an earlier run")  # a stale file
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["scenario"] == "integrity"
+    assert manifest["seed"] == 0 and manifest["command"] == "run"
+    listed = {f["path"]: f for f in manifest["files"]}
+    assert set(listed) == {p.name for p in out.iterdir()} - {"manifest.json"}
+    assert "sweep.png" not in listed  # the earlier run's file went with it
+    for name, entry in listed.items():
+        data = (out / name).read_bytes()
+        assert entry["bytes"] == len(data) and entry["sha256"] == hashlib.sha256(data).hexdigest()
+    assert leftovers(tmp_path) == []
+
+
+def test_a_second_command_into_the_same_folder_is_refused_in_one_line(scenario_file, tmp_path,
+                                                                       capsys):
+    out = tmp_path / "out"
+    with output._locked(tmp_path / ".out.lock", out):  # as a command writing it holds it
+        assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 2
+    assert "is being written by another servesim command" in one_line(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("fault, status, message", [
+    (KeyboardInterrupt(), 130, "servesim: interrupted; nothing written"),
+    (OSError(errno.ENOSPC, "No space left on device"), 1, "No space left on device"),
+])
+def test_a_fault_while_writing_leaves_the_earlier_output_whole(scenario_file, tmp_path, capsys,
+                                                               monkeypatch, fault, status,
+                                                               message):
+    out = tmp_path / "out"
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+
+    def failing(*args, **kwargs):
+        raise fault
+
+    monkeypatch.setattr("reports.writer._json", failing)
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == status
+    line = one_line(capsys)
+    assert message in line and "kept whole" in line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
+                                               (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_stops_a_real_process_with_one_line_and_no_partial_folder(tmp_path, sig,
+                                                                           status, word):
+    scenario = tmp_path / "long.toml"
+    scenario.write_text(SCENARIO.replace("num_requests = 12", "num_requests = 3000000")
+                        .replace("rate = 8.0", "rate = 500.0"))
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(scenario), "--out",
+                                str(out), "--quiet"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):
+        assert time.monotonic() < deadline and process.poll() is None, "the run never started"
+        time.sleep(0.05)
+    time.sleep(0.5)  # well into the simulation
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == status
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0] == f"servesim: {word}; nothing written", err
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+def hostile_cases(tmp_path: Path) -> list:
+    """(argv, scenario text or None, expected fragment of the one line)."""
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\x00\x81\xfe" * 20)
+    unreadable = tmp_path / "unreadable.toml"
+    unreadable.write_text(SCENARIO)
+    unreadable.chmod(0)
+    folder_as_file = tmp_path / "folder.toml"
+    folder_as_file.mkdir()
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    return [
+        (["run", "{s}", "--set", "workload.arrival.rate=1e-14"], SCENARIO,
+         "lose sub-microsecond precision"),
+        (["run", "{s}", "--set", "scheduler.batch_timeout_s=1e300"], SCENARIO,
+         "scheduler.batch_timeout_s"),
+        (["run", "{s}", "--set", "workload.num_requests=1000000000000", "workload.arrival."
+          "rate=1e9"], SCENARIO, "workload.num_requests: the run would need about"),
+        (["run", "{s}", "--set", "engine.num_kv_blocks=1000000000", "mode=\"cosimulate\"",
+          "cost.model=\"live\""], SCENARIO, "engine.num_kv_blocks: the run would need about"),
+        (["run", "{s}", "--set", "workload.arrival={process=\"gamma\",rate=1.0,cv=1e6}"],
+         SCENARIO, "workload.arrival.cv: must be a number from 0.01 to 10"),
+        (["run", "{s}", "--set", "seed=99999999999999999999"], SCENARIO, "at most 2^63 - 1"),
+        (["run", "{s}", "--set", "cost.model=\"profile\"", "cost.profile=\"/no/such.json\""],
+         SCENARIO, "cost.profile: file not found"),
+        (["run", str(binary)], None, "not UTF-8 text (byte 1 is 81)"),
+        (["run", str(unreadable)], None, "cannot read it"),
+        (["run", str(folder_as_file)], None, "is a folder, not a scenario file"),
+        (["run", "{s}", "--out", str(a_file / "out")], SCENARIO, "is a file, so"),
+        (["run", "{s}"], SCENARIO.replace('name = "integrity"', 'name = "../../escaped"'),
+         "cannot name its output folder"),
+        (["run", "{s}"], "\ufeff" + SCENARIO.replace('name = "integrity"',
+                                                    'name = "bom"\ncolour = 1'),
+         "colour: unknown key"),
+        (["run", "{s}"], "a = " + "[" * 5000 + "]" * 5000, "not valid TOML"),
+        (["profile", "--model", "seed=-1", "--out", str(tmp_path / "p.json")], None,
+         "model.seed must be an integer from 0"),
+        (["profile", "--quick", "--model", "max_seq_len=16", "--out", str(tmp_path / "p.json")],
+         None, "--model max_seq_len: profiling serves requests of up to"),
+    ]
+
+
+def test_hostile_inputs_are_one_line_and_write_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a run without --out would write under tmp_path/out
+    for i, (argv, text, fragment) in enumerate(hostile_cases(tmp_path)):
+        scenario = tmp_path / f"case{i}.toml"
+        if text is not None:
+            scenario.write_text(text)
+        argv = [scenario.as_posix() if a == "{s}" else a for a in argv]
+        if argv[0] == "run" and "--out" not in argv and "output folder" not in fragment:
+            argv += ["--out", str(tmp_path / f"out{i}")]
+        status = main(argv + ["--quiet"])
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err, (argv, captured.err)
+        if fragment == "cannot read it" and status == 0:
+            continue  # root can read a mode-000 file
+        lines = captured.err.strip().splitlines()
+        assert status != 0 and len(lines) == 1 and fragment in lines[0], (argv, captured.err)
+        assert not (tmp_path / f"out{i}").exists()
+    assert not (tmp_path / "out").exists() and not (tmp_path.parent / "escaped").exists()
+    assert [p for p in leftovers(tmp_path) if p.endswith((".partial", ".lock"))] == []
+
+
+KEYS = st.sampled_from(["name", "seed", "mode", "model", "engine", "scheduler", "cost",
+                        "workload", "slo", "variants", "sweep", "colour"])
+LEAVES = st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+                   st.text(max_size=8), st.booleans(), st.lists(st.integers(), max_size=3))
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "nan" if value != value else ("inf" if value == float("inf") else
+                                             "-inf" if value == float("-inf") else repr(value))
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return str(value)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(top=st.dictionaries(KEYS, LEAVES, max_size=4),
+       sets=st.lists(st.tuples(st.sampled_from(["workload.num_requests", "workload.arrival.rate",
+                                                "engine.block_size", "model.d_model", "seed",
+                                                "scheduler.policy", "cost.step_overhead_s",
+                                                "workload.output_tokens.value", "x.y"]),
+                               LEAVES), max_size=3))
+def test_random_scenarios_and_overrides_never_trace_back_or_leave_a_partial_folder(
+        tmp_path, capsys, top, sets):
+    text = "\n".join(f"{k} = {_toml_value(v)}" for k, v in top.items()) + "\n" + SCENARIO
+    scenario = tmp_path / "fuzz.toml"
+    scenario.write_text(text)
+    out = Path(tempfile.mkdtemp(dir=tmp_path)) / "out"  # a fresh folder for every example
+    argv = ["run", str(scenario), "--out", str(out), "--quiet"]
+    for key, value in sets:
+        argv += ["--set", f"{key}={_toml_value(value)}"]
+    status = main(argv)
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    if status == 0:
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["status"] == "complete"
+    else:
+        assert len(captured.err.strip().splitlines()) == 1 and not out.exists()
+    assert [p for p in leftovers(tmp_path) if p.endswith((".partial", ".lock", ".old"))] == []
