@@ -139,7 +139,12 @@ def hostile_cases(tmp_path: Path) -> list:
     folder_as_file.mkdir()
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
+    centuries = tmp_path / "centuries.csv"
+    centuries.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                         "1700-01-01 00:00:00.0,10,5\n2300-01-01 00:00:00.0,10,5\n")
+    trace = f'[workload]\ntrace = {{ path = "{centuries}" }}\n[cost]\nmodel = "linear"\n'
     return [
+        (["run", "{s}"], trace, "the trace spans 1.89e+10 s"),
         (["run", "{s}", "--set", "workload.arrival.rate=1e-14"], SCENARIO,
          "lose sub-microsecond precision"),
         (["run", "{s}", "--set", "scheduler.batch_timeout_s=1e300"], SCENARIO,
