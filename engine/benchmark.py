@@ -135,8 +135,10 @@ def _stats(name: str, values) -> dict:
             f"{name}_max_s": math.nan if empty else float(values.max())}
 
 
-def _itl_stats(recorder: RunRecorder) -> dict:
+def _itl_stats(recorder: RunRecorder, warmup_s: float = 0.0) -> dict:
     gaps, counts = np.asarray(recorder.itl_gaps), np.asarray(recorder.itl_counts, float)
+    if warmup_s > 0:  # the gaps of tokens sampled before it
+        counts = np.where(recorder.itl_end_s() >= warmup_s, counts, 0.0)
     total = counts.sum()
     pct = weighted_percentile(gaps, counts.astype(np.int64), PERCENTILES) if total else \
         [math.nan] * len(PERCENTILES)
@@ -159,16 +161,22 @@ def meets_slo(metrics: dict, slo: dict | None) -> np.ndarray:
     return ok
 
 
-def summarize(recorder: RunRecorder, slo: dict | None = None) -> dict:
-    """The summary figures of one run (summary.csv's columns, ARCHITECTURE section 7)."""
+def summarize(recorder: RunRecorder, slo: dict | None = None, warmup_s: float = 0.0) -> dict:
+    """The summary figures of one run (summary.csv's columns, ARCHITECTURE section 7).
+    `warmup_s`: the requests that arrive before it are served but not counted, nor are the
+    inter-token gaps of steps that end before it, and throughputs divide by the time from it
+    to the last finish."""
     cols = recorder.request_columns()
     status = np.asarray(cols["status"], dtype=object)
-    done = status == "finished"
+    counted = np.asarray(cols["arrival_s"], float) >= warmup_s
+    done = (status == "finished") & counted
     metrics = {k: v[done] for k, v in request_metrics(cols).items()}
     completed = int(done.sum())
     prompt_tokens = int(np.asarray(cols["prompt_tokens"])[done].sum())
     output_tokens = int(np.asarray(cols["output_tokens"])[done].sum())
-    duration_s = float(np.asarray(cols["finish_s"])[done].max()) if completed else math.nan
+    duration_s = float(np.asarray(cols["finish_s"])[done].max()) - warmup_s if completed \
+        else math.nan
+    status = status[counted]
     summary = {"completed": completed, "rejected": int((status == "rejected").sum()),
                "unfinished": int((status == "unfinished").sum()), "duration_s": duration_s,
                "total_input_tokens": prompt_tokens, "total_output_tokens": output_tokens,
@@ -177,7 +185,7 @@ def summarize(recorder: RunRecorder, slo: dict | None = None) -> dict:
     for name in ("ttft", "tpot", "e2e", "queue"):
         values = metrics[f"{name}_s"]
         summary.update(_stats(name, values[~np.isnan(values)] if name == "tpot" else values))
-    summary.update(_itl_stats(recorder))
+    summary.update(_itl_stats(recorder, warmup_s))
     summary.update(_step_stats(recorder))
     return summary
 

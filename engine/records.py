@@ -48,6 +48,7 @@ class RunRecorder:
         self.reject_reasons: dict = {}
         self.itl_gaps = array("d")  # gap values, seconds
         self.itl_counts = array("q")  # how many tokens had that gap
+        self.itl_steps = array("q")  # the step that ended the gap
         # Real-time serving only: how long after its planned arrival each request reached the
         # scheduler (the rest of a running step, or the wake-up overshoot when idle).
         self.submit_lag_s = array("d")
@@ -72,9 +73,11 @@ class RunRecorder:
         if plan.itl_consecutive:
             self.itl_gaps.append(end_s - self._end[plan.step - 1])
             self.itl_counts.append(plan.itl_consecutive)
+            self.itl_steps.append(plan.step)
         for previous in plan.itl_from_steps:
             self.itl_gaps.append(end_s - self._end[previous])
             self.itl_counts.append(1)
+            self.itl_steps.append(plan.step)
 
     def record_run(self, plan: StepPlan, start_s, end_s, decoding, padding,
                    kv_blocks_used) -> None:
@@ -98,6 +101,7 @@ class RunRecorder:
                 columns[name].extend(array("d", value))
             else:
                 columns[name].extend(array("d", (value,)) * k)
+        self.itl_steps.extend(range(plan.step + 1, plan.step + 1 + k))
         self.itl_gaps.frombytes((end_s - start_s).tobytes())  # [K] each step's start is the
         # previous one's end, so its gap from the previous token is its duration
         if isinstance(decoding, np.ndarray):
@@ -161,6 +165,11 @@ class RunRecorder:
             columns[name] = ([values[i] - t0 for i in order] if name.endswith("_s")
                              else [values[i] for i in order])
         return {name: columns[name] for name in REQUEST_COLUMNS}
+
+    def itl_end_s(self) -> np.ndarray:
+        """[pairs] when each inter-token gap ended (its step's end), from the first arrival."""
+        ends = np.frombuffer(self._end, dtype=np.float64)
+        return ends[np.frombuffer(self.itl_steps, dtype=np.int64)] - self.origin_s()
 
     def step_columns(self) -> dict:
         """Step rows as {column: array}, times from the first arrival."""

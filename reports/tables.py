@@ -77,8 +77,9 @@ def steps_table(results) -> pd.DataFrame:
 
 
 def run_summaries(results) -> list[dict]:
-    """`summarize` of every run, with the run's SLO."""
-    return [summarize(recorder, spec.config["slo"]) for spec, recorder in results]
+    """`summarize` of every run, with the run's SLO and warm-up."""
+    return [summarize(recorder, spec.config["slo"], spec.config["workload"].get("warmup_s", 0.0))
+            for spec, recorder in results]
 
 
 def summary_table(results, summaries: list[dict] | None = None) -> pd.DataFrame:

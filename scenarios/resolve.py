@@ -40,6 +40,8 @@ def _workload(raw: dict) -> dict:
         priority.setdefault("weights", [1.0] * len(priority["values"]))
     return {
         "num_requests": raw.get("num_requests"),
+        "max_seconds": raw.get("max_seconds"),  # None: every request arrives
+        "warmup_s": raw.get("warmup_s", 0.0),
         "arrival": _arrival(raw.get("arrival", {"process": "trace"})),
         "prompt_tokens": _length(raw.get("prompt_tokens")),
         "output_tokens": _length(raw.get("output_tokens")),

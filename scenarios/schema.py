@@ -103,6 +103,8 @@ assert tuple(ARRIVAL.options) == ARRIVAL_PROCESSES
 
 WORKLOAD = Table({
     "num_requests": POSITIVE_INT,
+    "max_seconds": POSITIVE_NUMBER,
+    "warmup_s": NON_NEGATIVE_NUMBER,
     "arrival": ARRIVAL,
     "prompt_tokens": LENGTH,
     "output_tokens": LENGTH,
@@ -131,7 +133,8 @@ SCENARIO = Table({
                   | {name: NON_NEGATIVE_NUMBER for name in
                      ("step_overhead_s", "prefill_token_s", "decode_seq_s", "context_token_s")}),
     "workload": WORKLOAD,
-    "slo": Table({"ttft_s": POSITIVE_NUMBER, "tpot_s": POSITIVE_NUMBER}),
+    "slo": Table({"ttft_s": POSITIVE_NUMBER, "tpot_s": POSITIVE_NUMBER,
+                  "e2e_s": POSITIVE_NUMBER}),
 }, required=("workload",))
 
 

@@ -82,9 +82,13 @@ def open_arrivals(env, state: SimState, arrival_s):
     state.wake_engine()
 
 
-def closed_loop_user(env, state: SimState, next_index, think_time_s: float, users_left: list):
-    """One user: send a request, wait until it is done, think, repeat while requests remain."""
+def closed_loop_user(env, state: SimState, next_index, think_time_s: float, users_left: list,
+                     max_seconds: float | None = None):
+    """One user: send a request, wait until it is done, think, repeat while requests remain
+    (and, with `max_seconds`, until then)."""
     for index in next_index:
+        if max_seconds is not None and env.now > max_seconds:
+            break
         done = env.event()
         state.submit(index, env.now, done)
         yield done
@@ -179,7 +183,7 @@ def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arriv
         users_left = [users]
         for _ in range(users):
             env.process(closed_loop_user(env, state, indices, closed_loop.think_time_s,
-                                         users_left))
+                                         users_left, closed_loop.max_seconds))
     done = env.process(engine(env, state))  # created last: it sees arrivals of its instant
     try:
         env.run(until=done)

@@ -69,6 +69,7 @@ class ClosedLoop:
     concurrency: int
     think_time_s: float = 0.0
     key: str = "workload.arrival"
+    max_seconds: float | None = None  # users send no request after this time
 
     def __post_init__(self):
         c = self.concurrency

@@ -14,7 +14,7 @@ drawing token ids in cosimulation never changes the workload.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -52,7 +52,26 @@ def seeded_streams(seed: int) -> dict[str, np.random.Generator]:
 
 
 def build_workload(spec: dict, rng: np.random.Generator, base_dir=None) -> Workload:
-    """The requests described by a resolved `workload` table (see docs/sim/workloads.md)."""
+    """The requests described by a resolved `workload` table (see docs/sim/workloads.md); with
+    `max_seconds`, those that arrive by then (a closed loop's users stop sending then)."""
+    return _until(_build(spec, rng, base_dir), spec.get("max_seconds"))
+
+
+def _until(workload: Workload, max_seconds: float | None) -> Workload:
+    if max_seconds is None:
+        return workload
+    if workload.closed_loop is not None:
+        return replace(workload, closed_loop=replace(workload.closed_loop,
+                                                     max_seconds=max_seconds))
+    n = int(np.searchsorted(workload.arrival_s, max_seconds, side="right"))
+    if n == 0:
+        raise ValueError(f"workload.max_seconds: no request arrives within {max_seconds:g} s "
+                         f"(the first arrives at {workload.arrival_s[0]:.3g} s)")
+    return Workload(workload.prompt_tokens[:n], workload.output_tokens[:n],
+                    workload.priority[:n], workload.arrival_s[:n])
+
+
+def _build(spec: dict, rng: np.random.Generator, base_dir) -> Workload:
     trace = spec.get("trace")
     if trace is not None:
         return _from_trace(spec, trace, rng, base_dir)
