@@ -82,6 +82,24 @@ def test_the_profile_is_cached_under_its_fingerprint_and_reused(profile, monkeyp
     assert profile_for(data["model"]) == cached
 
 
+def test_a_quick_profile_never_replaces_a_full_one_in_the_cache(profile, monkeypatch):
+    path, data = profile
+    cached = cache.profile_file(data["fingerprint_key"])
+    full = json.dumps(dict(data, fit=dict(data["fit"], quick=False)))
+    cached.write_text(full)
+    measured = (load_profile(path), data["fit"])  # the served workloads, already measured
+    monkeypatch.setattr("sim.profiling.profiler._profile_served", lambda *args: measured)
+    try:
+        assert cache.holds_full(data["fingerprint_key"])
+        profile_engine(TINY, None, quick=True, progress=False, jitter_s=0.05)
+        assert cached.read_text() == full
+        profile_engine(TINY, None, quick=False, progress=False, jitter_s=0.05)
+        assert cached.read_text() != full  # a full profile replaces it
+    finally:
+        cached.write_text(path.read_text())
+    assert not cache.holds_full(data["fingerprint_key"])
+
+
 def test_a_profile_of_another_machine_or_thread_setting_is_refused_in_one_line(profile,
                                                                                tmp_path):
     path, data = profile

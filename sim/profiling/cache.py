@@ -34,6 +34,17 @@ def store(key: str, text: str) -> Path:
     return path
 
 
+def holds_full(key: str) -> bool:
+    """Whether the cache holds a full (not `--quick`) profile for this key: a quick profile
+    never replaces one."""
+    import json
+
+    try:
+        return json.loads(profile_file(key).read_text())["fit"]["quick"] is False
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def warned_once(name: str) -> bool:
     """True the first time `name` is asked about on this machine (and remembers it); False
     after. Where the cache cannot be written, always True (better a repeated note than none)."""

@@ -51,9 +51,10 @@ def profile_engine(model_config, out_path=None, quick: bool = False, progress: b
                    statistic: str = "median", jitter_s: float | None = None,
                    store: bool = True) -> dict:
     """Measure, fit and write a profile of `model_config` (a ModelConfig or its dict); returns
-    the profile dict, written to `out_path` when given and, with `store`, to the profile cache.
+    the profile dict, written to `out_path` when given and, with `store`, to the profile cache
+    (a quick profile never replaces a full one there).
     `quick`: a sixth of the served requests (a rougher fit in a fraction of the time).
-    `jitter_s`: how long the jitter is measured (default JITTER_S; `quick`: a quarter).
+    `jitter_s`: how long the jitter is measured (default JITTER_S; `quick`: an eighth).
     `repeats` and `statistic` are the grid method's."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -71,7 +72,7 @@ def profile_engine(model_config, out_path=None, quick: bool = False, progress: b
         cost, fit, points = profile_isolated(model, rng, grid_executor(model, params), quick,
                                              repeats or (3 if quick else 7), statistic,
                                              progress)
-    jitter_s = jitter_s if jitter_s is not None else JITTER_S / 4 if quick else JITTER_S
+    jitter_s = jitter_s if jitter_s is not None else JITTER_S / 8 if quick else JITTER_S
     jitter = measure_jitter(_reference_executor(params), model, rng, jitter_s)
     cost = FittedCost(cost.coefficients, cost.model, cost.source, cost.row_knots,
                       cost.row_costs, cost.row_tails, cost.wake_idle_s, cost.wake_extra_s,
@@ -95,7 +96,7 @@ def profile_engine(model_config, out_path=None, quick: bool = False, progress: b
         from reports.output import write_atomic
 
         write_atomic(out_path, text)
-    if store:
+    if store and not (quick and cache.holds_full(profile["fingerprint_key"])):
         cache.store(profile["fingerprint_key"], text)
     return profile
 
