@@ -1,5 +1,7 @@
 # Two commands do all the set-up: `make run` and `make test`.
+# `make run ARGS="kv-pressure --num-prompts 100"` passes arguments to `servesim run`.
 PYTHON ?= python3
+ARGS ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -13,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/servesim run
+	$(BIN)/servesim run $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

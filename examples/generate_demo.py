@@ -9,6 +9,12 @@ Run from the repository root: `python -m examples.generate_demo [--policy static
 
 from __future__ import annotations
 
+import os
+
+# One BLAS thread, set before NumPy loads (BLAS reads it once): on a machine with few cores,
+# BLAS threads compete with each other and a step's time swings tenfold (docs/executor/).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import argparse
 
 import numpy as np

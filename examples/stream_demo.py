@@ -11,6 +11,12 @@ the path from prompt to streamed token and the timing of it.
 
 from __future__ import annotations
 
+import os
+
+# One BLAS thread, set before NumPy loads (BLAS reads it once): on a machine with few cores,
+# BLAS threads compete with each other and a step's time swings tenfold (docs/executor/).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import argparse
 import sys
 import time
