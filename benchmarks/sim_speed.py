@@ -36,11 +36,11 @@ import numpy as np
 from engine.benchmark import weighted_percentile
 from engine.model import ModelConfig
 from sim.runner import run_config
-from sim.workloads.traces import load_trace
+from sim.workloads.traces import load_trace, shipped_trace
 
 HERE = Path(__file__).resolve().parent
 REPLAY = HERE / "azure-conv-real-rate.toml"
-TRACE = HERE.parents[1] / "shared" / "traces" / "azure_llm_2023_conv.csv"
+TRACE = shipped_trace("azure-conv")  # the Azure conversation trace, shipped with servesim
 OVERLOAD = 1.5  # arrival rate / service rate
 SERVER = {
     "name": "sim-speed", "description": "", "seed": 0, "mode": "simulate",

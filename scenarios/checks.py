@@ -5,33 +5,43 @@ The engine's config dataclasses are built from the resolved config here, so thei
 time, in their own words. Each check raises `FieldError(dotted_key, problem)`; the loader turns
 it into a one-line `ScenarioError` with the file's name. Relative paths (a trace, a profile
 file) are looked up in the current directory, then beside the scenario file, then at the
-repository root, and stored absolute when found. Whether a file exists and loads is checked
-where the simulator builds what it needs from it (`sim.runner.check_scenario`), with the same
-one-line errors: scenarios are data and schema, and never import the simulator.
+repository root, and stored absolute when found; a shipped trace's name becomes the absolute
+path of its packaged file. Whether a file exists and loads is checked where the simulator builds
+what it needs from it (`sim.runner.check_scenario`), with the same one-line errors: scenarios
+are data and schema, and never import the simulator.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .defaults import MAX_TIME_S
+from .defaults import (MAX_TIME_S, SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
+                       UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
 from engine.model import ModelConfig
 from engine.scheduler_config import SchedulerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+TRACE_DATA = REPO_ROOT / "sim" / "workloads" / "traces" / "data"  # package data, as installed
 
 
 def check_workload_parts(workload: dict) -> None:
-    """A trace replaces arrivals and lengths; without one, all of them are required."""
+    """A trace replaces arrivals and lengths (a ShareGPT file: lengths only); without one, all
+    of them are required."""
     if "trace" in workload:
+        untimed = check_trace_keys(workload["trace"])
         for name in ("num_requests", "prompt_tokens", "output_tokens"):
             if name in workload:
                 raise FieldError(f"workload.{name}",
                                  "not allowed with workload.trace (the trace gives the requests; "
                                  "limit them with workload.trace.max_requests)")
         process = workload.get("arrival", {}).get("process", "trace")
-        if process != "trace":
+        if untimed and process == "trace":
+            raise FieldError("workload.arrival", "required with a sharegpt trace, which gives "
+                                                 "lengths but no arrival times (a process other "
+                                                 "than trace, e.g. { process = \"poisson\", "
+                                                 "rate = 4.0 })")
+        if not untimed and process != "trace":
             raise FieldError("workload.arrival.process",
                              f"must be 'trace' (or absent) with workload.trace, got {process!r}")
         return
@@ -41,6 +51,36 @@ def check_workload_parts(workload: dict) -> None:
                        ("prompt_tokens", "a table"), ("output_tokens", "a table")):
         if name not in workload:
             raise FieldError(f"workload.{name}", f"required ({what}) unless workload.trace is given")
+
+
+def check_trace_keys(trace: dict) -> bool:
+    """A trace is a shipped one's `name` or a file's `path`, with the keys of its format only;
+    returns whether that format gives lengths but no arrival times."""
+    if "name" in trace and "path" in trace:
+        raise FieldError("workload.trace.path", "not allowed with workload.trace.name (give a "
+                                                "shipped trace's name or a file's path)")
+    if "name" not in trace and "path" not in trace:
+        raise FieldError("workload.trace", "needs name (a shipped trace: "
+                                           f"{', '.join(SHIPPED_TRACES)}) or path (a trace file)")
+    if "name" in trace and "format" in trace:
+        raise FieldError("workload.trace.format", f"not allowed with workload.trace.name (the "
+                                                  f"shipped trace {trace['name']!r} is in format "
+                                                  f"{SHIPPED_TRACES[trace['name']][1]!r})")
+    fmt = SHIPPED_TRACES[trace["name"]][1] if "name" in trace else \
+        trace.get("format", TRACE_DEFAULTS["format"])
+    untimed = fmt in UNTIMED_TRACE_FORMATS
+    own = tuple(SHAREGPT_DEFAULTS) if untimed else ("time_scale",)
+    for key in ("time_scale", *SHAREGPT_DEFAULTS):
+        if key in trace and key not in own:
+            why = "it gives no arrival times; the rate is workload.arrival's" if untimed else \
+                "a ShareGPT file's key (this format gives its requests' lengths and order)"
+            raise FieldError(f"workload.trace.{key}", f"not allowed with format {fmt!r} ({why})")
+    return untimed
+
+
+def shipped_trace(name: str) -> Path:
+    """The packaged file of a shipped trace (`SHIPPED_TRACES`)."""
+    return TRACE_DATA / SHIPPED_TRACES[name][0]
 
 
 def check_config(config: dict, path: Path) -> None:
@@ -53,7 +93,8 @@ def check_config(config: dict, path: Path) -> None:
             check_length_range(workload[name], f"workload.{name}")
     if workload["trace"] is not None:
         trace = workload["trace"]
-        trace["path"] = find_file(trace["path"], path)
+        trace["path"] = str(shipped_trace(trace["name"])) if trace.get("name") else \
+            find_file(trace["path"], path)
     cost = config["cost"]
     if cost["model"] == "profile" and _is_path(cost["profile"]):
         cost["profile"] = find_file(cost["profile"], path)
@@ -68,6 +109,8 @@ def check_horizon(config: dict) -> None:
     arrivals' span (num_requests / rate; a closed loop's think times), a batch timeout."""
     workload = config["workload"]
     arrival, n = workload["arrival"], workload["num_requests"]
+    if n is None:  # a ShareGPT trace's requests: unless limited, counted where it is read
+        n = (workload["trace"] or {}).get("max_requests") or 0
     if arrival["process"] in ("poisson", "gamma", "constant"):
         span, key = n / arrival["rate"], "workload.arrival.rate"
         what = f"{n:,} requests at {arrival['rate']:g}/s would span"
@@ -76,7 +119,7 @@ def check_horizon(config: dict) -> None:
             "workload.arrival.think_time_s"
         what = f"{n:,} requests after {arrival['think_time_s']:g} s of thinking would span"
     else:
-        span, key, what = 0.0, "", ""  # a trace: its span is checked where it is read
+        span, key, what = 0.0, "", ""  # a burst; a trace's span is checked where it is read
     timeout = config["scheduler"]["batch_timeout_s"]
     for value, where, text in ((span, key, what),
                                (timeout, "scheduler.batch_timeout_s", "a batch timeout of")):

@@ -14,9 +14,20 @@ from engine.scheduler_config import SchedulerConfig
 
 MODES = ("simulate", "cosimulate", "serve")
 COST_MODELS = ("profile", "live", "linear")
-ARRIVAL_PROCESSES = ("poisson", "gamma", "constant", "closed_loop", "trace")
+ARRIVAL_PROCESSES = ("poisson", "gamma", "constant", "burst", "closed_loop", "trace")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal")
-TRACE_FORMATS = ("azure",)
+# Trace formats (docs/sim/traces.md). A ShareGPT file gives lengths but no times: its arrivals
+# come from `workload.arrival`, as in vLLM's benchmark; the others give both.
+TRACE_FORMATS = ("azure", "mooncake", "csv", "jsonl", "sharegpt")
+UNTIMED_TRACE_FORMATS = ("sharegpt",)
+SHAREGPT_TOKENIZERS = ("char", "whitespace")
+# Traces shipped as package data in sim/workloads/traces/data/ (whose README.md gives each one's
+# source, licence and citation), named by `workload.trace.name`: file and format.
+SHIPPED_TRACES = {
+    "azure-conv": ("azure_llm_2023_conv.csv.gz", "azure"),
+    "azure-code": ("azure_llm_2023_code.csv.gz", "azure"),
+    "mooncake-conv": ("mooncake_conversation.jsonl.gz", "mooncake"),
+}
 
 _MODEL = {f.name: f.default for f in fields(ModelConfig) if f.name != "seed"}
 _SCHED = {f.name: f.default for f in fields(SchedulerConfig)}
@@ -65,4 +76,7 @@ MAX_TIME_S = 2.0**32  # about 136 years: simulated times stay below a microsecon
 # Defaults inside the workload's optional parts (the parts themselves have none).
 LOGNORMAL_MIN_TOKENS = 1
 CLOSED_LOOP_THINK_TIME_S = 0.0  # each user sends its next request as soon as one finishes
-TRACE_DEFAULTS = {"format": "azure", "time_scale": 1.0, "max_requests": None}
+TRACE_DEFAULTS = {"name": None, "format": "azure", "time_scale": 1.0, "max_requests": None}
+# A ShareGPT file's own keys: one token per character (the engine's tokenizer), and a shuffle
+# seeded by the scenario's seed before taking max_requests (vLLM samples its prompts so too).
+SHAREGPT_DEFAULTS = {"tokenizer": "char", "shuffle": True}

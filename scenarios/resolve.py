@@ -9,7 +9,8 @@ from pathlib import Path
 
 from . import checks
 from .defaults import (CLOSED_LOOP_THINK_TIME_S, DEFAULTS, LOGNORMAL_MIN_TOKENS,
-                       TRACE_DEFAULTS)
+                       SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
+                       UNTIMED_TRACE_FORMATS)
 from .schema import SCENARIO, check_table
 
 SECTIONS = ("model", "engine", "scheduler", "cost", "slo")
@@ -46,7 +47,7 @@ def _workload(raw: dict) -> dict:
         "prompt_tokens": _length(raw.get("prompt_tokens")),
         "output_tokens": _length(raw.get("output_tokens")),
         "priority": priority,
-        "trace": None if trace is None else TRACE_DEFAULTS | trace,
+        "trace": None if trace is None else _trace(trace),
     }
 
 
@@ -54,6 +55,15 @@ def _arrival(arrival: dict) -> dict:
     if arrival["process"] == "closed_loop":
         arrival.setdefault("think_time_s", CLOSED_LOOP_THINK_TIME_S)
     return arrival
+
+
+def _trace(trace: dict) -> dict:
+    """Every key of a trace table: a shipped trace's format is its own; a ShareGPT file's
+    tokenizer and shuffle have defaults too."""
+    if "name" in trace:
+        trace["format"] = SHIPPED_TRACES[trace["name"]][1]
+    untimed = trace.get("format", TRACE_DEFAULTS["format"]) in UNTIMED_TRACE_FORMATS
+    return TRACE_DEFAULTS | (SHAREGPT_DEFAULTS if untimed else {}) | trace
 
 
 def _length(dist: dict | None) -> dict | None:

@@ -108,14 +108,18 @@ def find(name_or_path) -> Path:
                         f"(built-ins: {', '.join(builtin_names())})")
 
 
-def load(name_or_path, overrides=()) -> Scenario:
+def load(name_or_path, overrides=(), sweep: dict | None = None) -> Scenario:
     """Load and validate a scenario. `overrides`: "KEY=VALUE" strings or (key, value) pairs,
-    applied to the base before the variants and the sweep."""
+    applied to the base before the variants and the sweep. `sweep`: {dotted key: [values]}
+    added to the file's sweep (replacing a key it sweeps too)."""
     path = find(name_or_path)
     shown = _display(path)
     raw = _parse(path, shown)
     variants = _guarded(shown, "", _variants, raw.pop("variants", None))
-    sweep = _guarded(shown, "", _sweep, raw.pop("sweep", None))
+    file_sweep = raw.pop("sweep", None)
+    if sweep:
+        file_sweep = (ov.flatten(file_sweep) if isinstance(file_sweep, dict) else {}) | sweep
+    sweep = _guarded(shown, "--sweep: " if sweep else "", _sweep, file_sweep)
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
     file_base = None
     if pairs:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, GAMMA_CV, LENGTH_DISTS, MODES,
-                       TRACE_FORMATS)
+                       SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS)
 from .errors import FieldError
 from engine.queues import QUEUES
 from engine.scheduler_config import POLICIES
@@ -95,6 +95,7 @@ ARRIVAL = Tagged("process", {
                                lambda v: _is_number(v) and GAMMA_CV[0] <= v <= GAMMA_CV[1])},
                    required=("rate", "cv")),
     "constant": _RATE,
+    "burst": Table({}),
     "closed_loop": Table({"concurrency": POSITIVE_INT, "think_time_s": NON_NEGATIVE_NUMBER},
                          required=("concurrency",)),
     "trace": Table({}),
@@ -111,9 +112,11 @@ WORKLOAD = Table({
     "priority": Tagged("dist", {
         "choice": Table({"values": INT_LIST, "weights": WEIGHT_LIST}, required=("values",)),
     }),
-    "trace": Table({"path": NON_EMPTY_TEXT, "format": choice(TRACE_FORMATS),
-                    "time_scale": POSITIVE_NUMBER, "max_requests": POSITIVE_INT},
-                   required=("path",)),
+    # name (a shipped trace) or path (a file) and the keys of its format: checks.py
+    "trace": Table({"name": choice(tuple(SHIPPED_TRACES)), "path": NON_EMPTY_TEXT,
+                    "format": choice(TRACE_FORMATS), "time_scale": POSITIVE_NUMBER,
+                    "max_requests": POSITIVE_INT, "tokenizer": choice(SHAREGPT_TOKENIZERS),
+                    "shuffle": BOOL}),
 })
 
 SCENARIO = Table({

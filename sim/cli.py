@@ -48,7 +48,7 @@ def cmd_run(args) -> int:
     from .runner import check_scenario
     from .validation.machine import note_foreign_profiles
 
-    scenario = scenarios.load(args.scenario, args.set or ())
+    scenario = load_scenario(args)
     check_scenario(scenario)
     args.out_dir = out_dir = output_dir(args.out, scenario.name)
     for note in note_foreign_profiles(scenario):
@@ -65,6 +65,25 @@ def cmd_run(args) -> int:
     print(f"\n{len(files.files) + 1} files written to {out_dir}/; report: "
           f"{out_dir / files.html.name}")
     return 0
+
+
+def load_scenario(args):
+    """The scenario named on the command line, with its --set overrides, then the vLLM-style
+    flags (`cli_flags.py`) as overrides and a sweep."""
+    import scenarios
+
+    from .cli_flags import FlagError, flag_overrides
+
+    sets = list(args.set or ())
+
+    def has_trace(pairs) -> bool:
+        return scenarios.load(args.scenario, sets).base["workload"]["trace"] is not None
+
+    try:
+        pairs, sweep = flag_overrides(args, has_trace)
+    except FlagError as exc:
+        raise UsageError(str(exc)) from None
+    return scenarios.load(args.scenario, sets + pairs, sweep=sweep)
 
 
 def output_dir(out, name: str, suffix: str = "") -> Path:
@@ -141,8 +160,12 @@ def cmd_profile(args) -> int:
     print(f"profiled in {profile['machine']['profiling_s']:.0f} s with "
           f"{profile['fingerprint']['blas_threads']} BLAS thread(s); held-out step error "
           f"median {100 * held['median_abs_rel_error']:.1f}%")
-    print(f"profile written to {out} (and cached for `servesim validate --profile auto`); use "
-          f"it with  --set cost.profile={out}")
+    from .profiling import cache
+
+    kept = args.quick and cache.holds_full(profile["fingerprint_key"])
+    where = ("the full profile cached earlier is kept for `servesim validate --profile auto`"
+             if kept else "and cached for `servesim validate --profile auto`")
+    print(f"profile written to {out} ({where}); use it with --set cost.profile={out}")
     return 0
 
 
@@ -151,7 +174,7 @@ def cmd_validate(args) -> int:
 
     from .validation import validate
 
-    scenario = scenarios.load(args.scenario, args.set or ())
+    scenario = load_scenario(args)
     args.out_dir = out_dir = output_dir(args.out, scenario.name, "-validate")
     try:
         result = validate(scenario, out_dir, progress=not args.quiet, calibrate=args.calibrate,
@@ -186,15 +209,27 @@ def model_config(pairs):
         raise UsageError(f"--model: {exc}") from None
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors as the project's one line (and status 2)."""
+
+    def error(self, message: str):
+        self.exit(USAGE_ERROR, f"servesim: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from .cli_flags import add_workload_flags
+
+    parser = Parser(
         prog="servesim", description="Simulate an LLM inference server whose step costs come "
                                      "from a real NumPy inference engine.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"servesim {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=Parser)
     run = sub.add_parser("run", help="run a scenario and write its report")
     run.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO,
                      help=f"built-in name or TOML path (default: {DEFAULT_SCENARIO})")
     _add_common(run, "output directory (default: out/<scenario name>/)")
+    add_workload_flags(run)
     run.set_defaults(func=cmd_run)
     listing = sub.add_parser("scenarios", help="list the built-in scenarios")
     listing.set_defaults(func=cmd_scenarios)
@@ -215,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="compare simulate mode with real serving")
     validate.add_argument("scenario", help="built-in name or TOML path")
     _add_common(validate, "output directory (default: out/<scenario name>-validate/)")
+    add_workload_flags(validate)
     validate.add_argument("--profile", default="auto", metavar="auto|NAME|PATH",
                           help="the profile the simulation uses: auto (default) profiles this "
                                "machine once and reuses it from the cache; a shipped name or a "
@@ -248,6 +284,9 @@ def set_threads(args) -> None:
 
 
 def main(argv=None) -> int:
+    from .cli_flags import split_set_values
+
+    argv = split_set_values(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     if args.command == "profile" and args.threads is not None and args.threads < 1:
         print("servesim: error: --threads must be a positive integer", file=sys.stderr)

@@ -150,6 +150,28 @@ def test_trace_scenario_resolves_its_path_and_replaces_arrivals_and_lengths():
     assert workload["trace"]["max_requests"] <= 5000
 
 
+def test_a_shipped_trace_is_named_and_a_file_of_ones_own_given_by_path(tmp_path):
+    named = scenarios.load(write(tmp_path, '[workload]\ntrace = { name = "mooncake-conv" }\n'
+                                 + LINEAR)).base["workload"]["trace"]
+    assert named["format"] == "mooncake"
+    assert Path(named["path"]).name == "mooncake_conversation.jsonl.gz"
+    (tmp_path / "mine.csv.gz").write_bytes(b"")
+    own = scenarios.load(write(tmp_path, '[workload]\ntrace = { path = "mine.csv.gz", format = '
+                               '"csv" }\n' + LINEAR, "own.toml")).base["workload"]["trace"]
+    assert own == {"name": None, "path": str(tmp_path / "mine.csv.gz"), "format": "csv",
+                   "time_scale": 1.0, "max_requests": None}
+
+
+def test_a_sharegpt_trace_gives_lengths_and_the_arrival_process_gives_times(tmp_path):
+    text = ('[workload]\narrival = { process = "poisson", rate = 2.0 }\n'
+            'trace = { path = "c.json", format = "sharegpt", max_requests = 50 }\n' + LINEAR)
+    workload = scenarios.load(write(tmp_path, text)).base["workload"]
+    assert workload["arrival"] == {"process": "poisson", "rate": 2.0}
+    assert workload["num_requests"] is None
+    assert {k: workload["trace"][k] for k in ("format", "max_requests", "tokenizer", "shuffle")} \
+        == {"format": "sharegpt", "max_requests": 50, "tokenizer": "char", "shuffle": True}
+
+
 def test_runs_are_fresh_copies(tmp_path):
     scenario = scenarios.load(write(tmp_path, LINEAR + WORKLOAD))
     scenario.runs()[0].config["engine"]["block_size"] = 1
@@ -182,8 +204,34 @@ BAD_FILES = {
     "missing workload": ("seed = 1\n", "workload: required"),
     "missing length": (WORKLOAD.replace('output_tokens = { dist = "uniform", low = 4, high = 32 }',
                                         ""), "workload.output_tokens: required"),
-    "lengths with a trace": ('[workload]\nnum_requests = 3\ntrace = { path = "../shared/traces/'
-                             'azure_llm_2023_code.csv" }\n', "workload.num_requests: not allowed"),
+    "lengths with a trace": ('[workload]\nnum_requests = 3\ntrace = { name = "azure-code" }\n',
+                             "workload.num_requests: not allowed"),
+    "arrivals with a timed trace": ('[workload]\narrival = { process = "poisson", rate = 1.0 }\n'
+                                    'trace = { name = "azure-code" }\n',
+                                    "workload.arrival.process: must be 'trace' (or absent)"),
+    "trace name and path": ('[workload]\ntrace = { name = "azure-code", path = "a.csv" }\n',
+                            "workload.trace.path: not allowed with workload.trace.name"),
+    "trace without a file": ('[workload]\ntrace = { format = "csv" }\n',
+                             "workload.trace: needs name (a shipped trace: azure-conv, azure-code, "
+                             "mooncake-conv) or path (a trace file)"),
+    "unknown shipped trace": ('[workload]\ntrace = { name = "sharegpt" }\n',
+                              "workload.trace.name: must be one of azure-conv, azure-code, "
+                              "mooncake-conv, got 'sharegpt'"),
+    "format of a shipped trace": ('[workload]\ntrace = { name = "azure-conv", format = "csv" }\n',
+                                  "workload.trace.format: not allowed with workload.trace.name"),
+    "unknown trace format": ('[workload]\ntrace = { path = "a.csv", format = "parquet" }\n',
+                             "workload.trace.format: must be one of azure, mooncake, csv, jsonl, "
+                             "sharegpt"),
+    "sharegpt without arrivals": ('[workload]\ntrace = { path = "c.json", format = "sharegpt" }\n',
+                                  "workload.arrival: required with a sharegpt trace"),
+    "time scale of sharegpt": ('[workload]\narrival = { process = "poisson", rate = 1.0 }\n'
+                               'trace = { path = "c.json", format = "sharegpt", time_scale = 2.0 }\n',
+                               "workload.trace.time_scale: not allowed with format 'sharegpt'"),
+    "tokenizer of a timed trace": ('[workload]\ntrace = { name = "azure-code", tokenizer = "char" }'
+                                   '\n', "workload.trace.tokenizer: not allowed with format 'azure'"),
+    "unknown tokenizer": ('[workload]\narrival = { process = "poisson", rate = 1.0 }\n'
+                          'trace = { path = "c.json", format = "sharegpt", tokenizer = "bpe" }\n',
+                          "workload.trace.tokenizer: must be one of char, whitespace"),
     "bad budget": ("[engine]\nmax_num_seqs = 64\nmax_num_batched_tokens = 32\n" + WORKLOAD,
                    "engine.max_num_batched_tokens (32) must be >= engine.max_num_seqs (64)"),
     "bad heads": ("[model]\nn_heads = 3\n" + WORKLOAD, "model.d_model (512) must be divisible"),

@@ -1,17 +1,18 @@
-"""Trace replay: the real Azure traces load with the documented time convention, and malformed
-traces are refused with the file and line named."""
+"""Trace replay: the shipped Azure traces load with the documented time convention, and
+malformed traces are refused with the file and line named."""
 
-from pathlib import Path
+import gzip
 
 import numpy as np
 import pytest
 
-from sim.workloads.traces import load_trace, resolve_path
+from sim.workloads.traces import load_trace, resolve_path, shipped_trace
 from sim.workloads import build_workload
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-CONV = TRACES / "azure_llm_2023_conv.csv"
-CODE = TRACES / "azure_llm_2023_code.csv"
+CONV = shipped_trace("azure-conv")
+CODE = shipped_trace("azure-code")
+AZURE_ROWS = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+              "2023-11-16 18:00:00.0000000,10,2\n2023-11-16 18:00:01.5000000,20,3\n")
 
 
 def test_first_rows_of_the_conversation_trace():
@@ -40,10 +41,31 @@ def test_whole_conversation_trace_matches_its_published_summary():
 
 def test_max_requests_larger_than_the_file_keeps_every_row(tmp_path):
     path = tmp_path / "t.csv"
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                    "2023-11-16 18:00:00.0000000,10,2\n2023-11-16 18:00:01.5000000,20,3\n")
+    path.write_text(AZURE_ROWS)
     trace = load_trace(path, max_requests=10)
     assert trace.arrival_s.tolist() == [0.0, 1.5] and trace.output_tokens.tolist() == [2, 3]
+
+
+def test_a_gzip_compressed_file_reads_as_its_content(tmp_path):
+    path = tmp_path / "t.csv.gz"
+    path.write_bytes(gzip.compress(AZURE_ROWS.encode()))
+    trace = load_trace(path)
+    assert trace.arrival_s.tolist() == [0.0, 1.5] and trace.prompt_tokens.tolist() == [10, 20]
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("t.csv.gz", b"TIMESTAMP,ContextTokens", "not a whole gzip file"),
+    ("t.csv.gz", gzip.compress(AZURE_ROWS.encode())[:-12], "not a whole gzip file"),
+    ("t.csv", b"\x00\x81\xfe" * 20, "not UTF-8 text"),
+    ("t.csv", b"", "line 1: expected the header TIMESTAMP,ContextTokens,GeneratedTokens"),
+    ("t.csv", b"TIMESTAMP,ContextTokens,GeneratedTokens\n", "the trace has no requests"),
+])
+def test_unreadable_files_are_one_line_naming_them(tmp_path, name, data, message):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(ValueError, match=message) as info:
+        load_trace(path)
+    assert str(info.value).startswith(f"{path}: ") and "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("rows, message", [
@@ -69,10 +91,11 @@ def test_wrong_header_is_refused(tmp_path):
 
 def test_relative_path_is_found_beside_the_scenario_when_not_in_the_cwd(tmp_path, monkeypatch):
     (tmp_path / "sub").mkdir()
+    (tmp_path / "t.csv").write_text(AZURE_ROWS)
     monkeypatch.chdir(tmp_path / "sub")
-    assert resolve_path("azure_llm_2023_code.csv", base_dir=TRACES) == CODE
+    assert resolve_path("t.csv", base_dir=tmp_path) == tmp_path / "t.csv"
     with pytest.raises(FileNotFoundError, match="workload.trace.path: file not found: nope.csv"):
-        resolve_path("nope.csv", base_dir=TRACES)
+        resolve_path("nope.csv", base_dir=tmp_path)
 
 
 def test_trace_workload_takes_lengths_from_the_trace_and_draws_priorities():

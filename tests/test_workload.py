@@ -44,6 +44,10 @@ def test_constant_arrivals_are_exactly_evenly_spaced():
     assert np.allclose(np.diff(times), 0.125, rtol=0, atol=1e-12)
 
 
+def test_a_burst_sends_every_request_at_time_zero():
+    assert arrival_process({"process": "burst"}).times(rng(), 5).tolist() == [0.0] * 5
+
+
 def test_arrival_times_are_non_decreasing():
     for process in (Poisson(3.0), Gamma(3.0, 4.0), Constant(3.0)):
         assert np.all(np.diff(process.times(rng(), 10_000)) >= 0)
@@ -55,7 +59,8 @@ def test_arrival_times_are_non_decreasing():
     ({"process": "constant", "rate": 1, "cv": 2}, "workload.arrival.cv: unknown key"),
     ({"process": "closed_loop", "concurrency": 0}, "concurrency must be a positive integer"),
     ({"process": "closed_loop", "concurrency": 2, "think_time_s": -1}, "think_time_s must be"),
-    ({"process": "burst"}, "workload.arrival.process must be one of poisson, gamma"),
+    ({"process": "bursty"}, "workload.arrival.process must be one of poisson, gamma"),
+    ({"process": "burst", "rate": 2}, "workload.arrival.rate: unknown key"),
 ])
 def test_bad_arrival_tables_are_refused_naming_the_key(spec, message):
     with pytest.raises(ValueError, match=message):

@@ -3,7 +3,7 @@ prompt and output lengths and priority, built from a resolved `workload` table b
 
 - `arrivals.py`: open arrival processes (poisson, gamma, constant) and the closed loop;
 - `distributions.py`: length and priority distributions;
-- `traces.py`: replay of recorded production traces;
+- `traces/`: traces read from files (azure, mooncake, csv, jsonl, sharegpt), and the shipped ones;
 - `builder.py`: `build_workload(spec, rng)` and `seeded_streams(seed)`.
 """
 

@@ -5,6 +5,7 @@ description (arrivals happen during the run, when users' previous requests finis
 - `Gamma(rate, cv)`: gamma gaps of mean 1 / rate and coefficient of variation `cv` (cv > 1 is
   burstier than Poisson, cv < 1 more regular; cv = 1 is Poisson);
 - `Constant(rate)`: one request every 1 / rate seconds;
+- `Burst()`: every request at time 0;
 - `ClosedLoop(concurrency, think_time_s)`: `concurrency` users, each sending its next request
   `think_time_s` after its previous one finished (or was rejected).
 The first arrival of an open process is one gap after time 0.
@@ -65,6 +66,16 @@ class Constant:
 
 
 @dataclass(frozen=True)
+class Burst:
+    """Every request arrives at time 0 (vLLM's request rate `inf`)."""
+
+    key: str = "workload.arrival"
+
+    def times(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.zeros(n)  # [n]
+
+
+@dataclass(frozen=True)
 class ClosedLoop:
     concurrency: int
     think_time_s: float = 0.0
@@ -80,7 +91,7 @@ class ClosedLoop:
             raise ValueError(f"{self.key}.think_time_s must be a number >= 0, got {t!r}")
 
 
-OPEN = {"poisson": Poisson, "gamma": Gamma, "constant": Constant}
+OPEN = {"poisson": Poisson, "gamma": Gamma, "constant": Constant, "burst": Burst}
 PROCESSES = (*OPEN, "closed_loop", "trace")
 
 

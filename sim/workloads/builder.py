@@ -5,7 +5,9 @@ All random values come from one `np.random.Generator` in a fixed order: arrival 
 prompt lengths, then output lengths, then priorities. The same seed therefore gives the same
 requests in every mode (simulate, cosimulate, serve). A closed loop has no arrival times up
 front (users send requests as earlier ones finish); a trace gives arrivals and lengths and only
-priorities are drawn.
+priorities are drawn. A trace of lengths only (ShareGPT) is shuffled first (a permutation of its
+requests is the first draw, before `max_requests` keeps the first N), then arrivals are drawn from
+the arrival process, then priorities.
 
 `seeded_streams(seed)` splits one seed into independent generators for the workload, the prompt
 token ids (real engine only), the engine's sampling and the simulated machine's jitter, so
@@ -18,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from scenarios.defaults import MAX_TIME_S, UNTIMED_TRACE_FORMATS
 from .arrivals import ClosedLoop, arrival_process
 from .distributions import length_dist, priority_dist
 from .traces import load_trace
@@ -53,7 +56,8 @@ def seeded_streams(seed: int) -> dict[str, np.random.Generator]:
 
 def build_workload(spec: dict, rng: np.random.Generator, base_dir=None) -> Workload:
     """The requests described by a resolved `workload` table (see docs/sim/workloads.md); with
-    `max_seconds`, those that arrive by then (a closed loop's users stop sending then)."""
+    `max_seconds`, those that arrive within it of the first (a closed loop's users stop
+    sending then)."""
     return _until(_build(spec, rng, base_dir), spec.get("max_seconds"))
 
 
@@ -63,10 +67,9 @@ def _until(workload: Workload, max_seconds: float | None) -> Workload:
     if workload.closed_loop is not None:
         return replace(workload, closed_loop=replace(workload.closed_loop,
                                                      max_seconds=max_seconds))
-    n = int(np.searchsorted(workload.arrival_s, max_seconds, side="right"))
-    if n == 0:
-        raise ValueError(f"workload.max_seconds: no request arrives within {max_seconds:g} s "
-                         f"(the first arrives at {workload.arrival_s[0]:.3g} s)")
+    # counted from the first arrival, as every reported time is
+    n = int(np.searchsorted(workload.arrival_s, workload.arrival_s[0] + max_seconds,
+                            side="right"))
     return Workload(workload.prompt_tokens[:n], workload.output_tokens[:n],
                     workload.priority[:n], workload.arrival_s[:n])
 
@@ -103,25 +106,56 @@ def check_workload(spec: dict, base_dir=None) -> None:
         for name in ("prompt_tokens", "output_tokens"):
             length_dist(spec[name], f"workload.{name}")
     else:  # read whole now (and kept): a bad row fails here, before any run starts
-        trace = spec["trace"]
-        load_trace(trace["path"], trace.get("format", "azure"), trace.get("time_scale", 1.0),
-                   trace.get("max_requests"), base_dir)
+        loaded = _load_trace(spec["trace"], base_dir)
+        if loaded.arrival_s is None:  # lengths only: the arrival process gives the times
+            _check_span(arrival_process(spec["arrival"], "workload.arrival"), len(loaded))
     if spec["priority"] is not None:
         priority_dist(spec["priority"], "workload.priority")
 
 
 def _from_trace(spec: dict, trace: dict, rng: np.random.Generator, base_dir) -> Workload:
-    arrival = spec.get("arrival")
-    if arrival is not None and arrival.get("process", "trace") != "trace":
-        raise ValueError(f"workload.arrival.process must be 'trace' with workload.trace, "
-                         f"got {arrival.get('process')!r}")
     if "path" not in trace:
         raise ValueError("workload.trace.path is required")
-    loaded = load_trace(trace["path"], trace.get("format", "azure"),
-                        trace.get("time_scale", 1.0), trace.get("max_requests"), base_dir)
+    untimed = trace.get("format", "azure") in UNTIMED_TRACE_FORMATS
+    process = (spec.get("arrival") or {}).get("process", "trace")
+    if untimed and process == "trace":
+        raise ValueError(f"workload.arrival is required with a {trace['format']} trace, which "
+                         f"gives lengths but no arrival times")
+    if not untimed and process != "trace":
+        raise ValueError(f"workload.arrival.process must be 'trace' with workload.trace, "
+                         f"got {process!r}")
+    loaded = _load_trace(trace, base_dir, rng if trace.get("shuffle", True) else None)
     n = len(loaded)
+    if not untimed:
+        return Workload(loaded.prompt_tokens, loaded.output_tokens, _priorities(spec, rng, n),
+                        loaded.arrival_s)
+    arrivals = arrival_process(spec["arrival"], "workload.arrival")
+    _check_span(arrivals, n)
+    closed = isinstance(arrivals, ClosedLoop)
+    arrival_s = None if closed else arrivals.times(rng, n)
     return Workload(loaded.prompt_tokens, loaded.output_tokens, _priorities(spec, rng, n),
-                    loaded.arrival_s)
+                    arrival_s, arrivals if closed else None)
+
+
+def _load_trace(trace: dict, base_dir, rng=None):
+    """The requests of a resolved `trace` table; `rng` shuffles a lengths-only trace."""
+    return load_trace(trace["path"], trace.get("format", "azure"), trace.get("time_scale", 1.0),
+                      trace.get("max_requests"), base_dir,
+                      tokenizer=trace.get("tokenizer", "char"), rng=rng)
+
+
+def _check_span(arrivals, n: int) -> None:
+    """The arrivals of a trace's n requests stay where times keep microsecond precision (as
+    `scenarios.checks.check_horizon` checks when the count is known before reading)."""
+    if isinstance(arrivals, ClosedLoop):
+        span, key = n * arrivals.think_time_s / arrivals.concurrency, "think_time_s"
+    else:
+        rate = getattr(arrivals, "rate", None)  # a burst has none: every request at 0
+        span, key = (0.0 if rate is None else n / rate), "rate"
+    if span > MAX_TIME_S:
+        raise ValueError(f"workload.arrival.{key}: the trace's {n:,} requests would span about "
+                         f"{span:.3g} s of simulated time; times past {MAX_TIME_S:.3g} s (136 "
+                         f"years) lose sub-microsecond precision")
 
 
 def _priorities(spec: dict, rng: np.random.Generator, n: int) -> np.ndarray:

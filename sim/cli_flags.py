@@ -1,0 +1,159 @@
+"""The flags a `vllm bench serve` or GuideLLM user reaches for, mapped onto scenario keys.
+
+    --request-rate R     workload.arrival: Poisson at R requests/s; inf: every request at t=0
+    --burstiness B       with a rate: gamma gaps of the same mean, coefficient of variation
+                         1/sqrt(B) (vLLM's burstiness: 1 is Poisson, lower is burstier)
+    --max-concurrency C  a closed loop of C users (each sends its next request as one ends)
+    --num-prompts N      workload.num_requests (a trace: workload.trace.max_requests)
+    --seed S             seed
+    --goodput ttft:MS tpot:MS e2el:MS   the SLOs goodput counts (slo.*_s)
+    --max-seconds S      workload.max_seconds: no arrival after S seconds
+    --warmup-seconds S   workload.warmup_s: requests arriving earlier are left out of the figures
+    --sweep KEY=V1,V2,.. a sweep of a dotted key, crossed with the scenario's variants
+
+Each becomes a (dotted key, value) override applied after the scenario file and `--set`, so a
+flag says the same thing as the `--set` it stands for, and the scenario records it.
+"""
+
+from __future__ import annotations
+
+import math
+
+GOODPUT_KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2e_s"}
+
+
+class FlagError(ValueError):
+    """A flag's value that cannot be used; one line."""
+
+
+def add_workload_flags(parser) -> None:
+    group = parser.add_argument_group("workload and statistics (as in vllm bench serve)")
+    group.add_argument("--request-rate", metavar="R", type=rate,
+                       help="Poisson arrivals at R requests/s; inf: every request at once")
+    group.add_argument("--burstiness", metavar="B", type=positive_number,
+                       help="with --request-rate: gamma gaps, coefficient of variation "
+                            "1/sqrt(B) (1: Poisson)")
+    group.add_argument("--max-concurrency", metavar="C", type=positive_integer,
+                       help="a closed loop of C users, each sending as its last request ends")
+    group.add_argument("--num-prompts", metavar="N", type=positive_integer, help="requests to send")
+    group.add_argument("--seed", metavar="S", type=seed_value, help="the scenario's seed")
+    group.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
+                       help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:5000 (milliseconds)")
+    group.add_argument("--max-seconds", metavar="S", type=positive_number,
+                       help="stop arrivals after S seconds")
+    group.add_argument("--warmup-seconds", metavar="S", type=non_negative_number,
+                       help="leave requests arriving in the first S seconds out of the figures")
+    group.add_argument("--sweep", action="append", metavar="KEY=V1,V2,...",
+                       help="sweep a dotted key over values (repeatable; values are TOML)")
+
+
+def flag_overrides(args, has_trace) -> tuple[list, dict]:
+    """([(dotted key, value)], {dotted key: [values]}) the flags stand for. `has_trace(pairs)`
+    says whether the scenario with those overrides replays a trace (--num-prompts then limits
+    the trace)."""
+    pairs = []
+    rate, burst = getattr(args, "request_rate", None), getattr(args, "burstiness", None)
+    if args.max_concurrency is not None and rate is not None:
+        raise FlagError("--max-concurrency with --request-rate (a rate capped by a number of "
+                        "requests in flight) is not simulated; give one of them")
+    if burst is not None and rate is None:
+        raise FlagError("--burstiness needs --request-rate")
+    if rate is not None:
+        if math.isinf(rate):
+            pairs.append(("workload.arrival", {"process": "burst"}))
+        elif burst is not None and burst != 1:
+            pairs.append(("workload.arrival", {"process": "gamma", "rate": rate,
+                                               "cv": 1 / math.sqrt(burst)}))
+        else:
+            pairs.append(("workload.arrival", {"process": "poisson", "rate": rate}))
+    if args.max_concurrency is not None:
+        pairs.append(("workload.arrival", {"process": "closed_loop",
+                                           "concurrency": args.max_concurrency}))
+    if args.num_prompts is not None:
+        key = "workload.trace.max_requests" if has_trace(pairs) else "workload.num_requests"
+        pairs.append((key, args.num_prompts))
+    if args.seed is not None:
+        pairs.append(("seed", args.seed))
+    for item in args.goodput or ():
+        metric, sep, value = item.partition(":")
+        if not sep or metric not in GOODPUT_KEYS:
+            raise FlagError(f"--goodput {item}: expected METRIC:MS with METRIC one of "
+                            f"{', '.join(GOODPUT_KEYS)}")
+        pairs.append((f"slo.{GOODPUT_KEYS[metric]}", positive_number(value, f"--goodput {item}")
+                      / 1000.0))
+    if args.max_seconds is not None:
+        pairs.append(("workload.max_seconds", args.max_seconds))
+    if args.warmup_seconds is not None:
+        pairs.append(("workload.warmup_s", args.warmup_seconds))
+    return pairs, sweep_flags(args.sweep or ())
+
+
+def sweep_flags(items) -> dict:
+    """{dotted key: [values]} from KEY=V1,V2,... strings (each value parsed as TOML)."""
+    from scenarios.overrides import parse_value
+
+    sweep = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key.strip() or not values.strip():
+            raise FlagError(f"--sweep {item}: expected KEY=V1,V2,... e.g. "
+                            f"workload.arrival.rate=1,2,4")
+        sweep[key.strip()] = [parse_value(v.strip()) for v in values.split(",")]
+    return sweep
+
+
+def split_set_values(argv: list[str]) -> list[str]:
+    """`--set K=V K2=V2 SCENARIO` as `--set=K=V --set=K2=V2 SCENARIO`: --set takes the words
+    after it that are KEY=VALUE, so it never swallows the scenario that follows."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--set":
+            i += 1
+            taken = 0
+            while i < len(argv) and "=" in argv[i] and not argv[i].startswith("-"):
+                out.append(f"--set={argv[i]}")
+                i += 1
+                taken += 1
+            if not taken:
+                out.append("--set")  # argparse says what is missing
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def rate(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(text)
+    return value
+
+
+def positive_number(text, where: str = "") -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        if where:
+            raise FlagError(f"{where}: must be a positive number")
+        raise ValueError(text)
+    return value
+
+
+def non_negative_number(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < math.inf:
+        raise ValueError(text)
+    return value
+
+
+def positive_integer(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def seed_value(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value

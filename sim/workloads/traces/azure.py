@@ -1,0 +1,57 @@
+"""Format "azure": the Azure LLM inference trace 2023 (Patel et al., "Splitwise", ISCA 2024).
+
+A CSV file with the header `TIMESTAMP,ContextTokens,GeneratedTokens`, then one request a line,
+e.g. `2023-11-16 18:17:03.9799600,4808,10`: ContextTokens is the prompt length, GeneratedTokens
+the number of output tokens the request asks for. Timestamps are read to the microsecond (any
+year, no wrapping) and must not go backwards.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+
+from .trace import Trace, check_tokens, shorten
+
+COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+KIND = "a CSV file"
+
+
+def read(path, f, max_rows: int | None) -> Trace:
+    """The first `max_rows` requests (all when None) of the open file `f`."""
+    reader = csv.reader(f)
+    header = next(reader, None)
+    if header is None or tuple(h.strip() for h in header) != COLUMNS:
+        raise ValueError(f"{path}: line 1: expected the header {','.join(COLUMNS)} "
+                         f"(format azure), got {shorten(','.join(header or []))!r}")
+    stamps, prompts, outputs = [], [], []
+    for line, row in enumerate(reader, start=2):
+        if max_rows is not None and len(stamps) == max_rows:
+            break
+        stamp, prompt, output = _parse_row(path, line, row)
+        if stamps and stamp < stamps[-1]:
+            raise ValueError(f"{path}: line {line}: TIMESTAMP {row[0]} is earlier than the "
+                             f"line before (the trace must be in arrival order)")
+        stamps.append(stamp)
+        prompts.append(prompt)
+        outputs.append(output)
+    if not stamps:
+        raise ValueError(f"{path}: the trace has no requests")
+    stamps = np.array(stamps)  # [n] datetime64[us]
+    seconds = (stamps - stamps[0]).astype(np.float64) * 1e-6  # [n] us -> s
+    return Trace(seconds, np.array(prompts, dtype=np.int64), np.array(outputs, dtype=np.int64))
+
+
+def _parse_row(path, line: int, row: list):
+    if len(row) != 3:
+        raise ValueError(f"{path}: line {line}: expected 3 fields "
+                         f"({','.join(COLUMNS)}), got {len(row)}")
+    try:  # microseconds: every date from year -290,000 to 290,000, no wrapping
+        stamp = np.datetime64(row[0].strip().replace(" ", "T"), "us")
+        prompt, output = int(row[1]), int(row[2])
+    except (ValueError, OverflowError):
+        raise ValueError(f"{path}: line {line}: malformed row {shorten(','.join(row))!r}") \
+            from None
+    return stamp, check_tokens(path, line, "ContextTokens", prompt), \
+        check_tokens(path, line, "GeneratedTokens", output)

@@ -1,0 +1,78 @@
+"""Finding and opening trace files: a shipped trace's packaged file or a path, plain or
+gzip-compressed (a name ending in `.gz`), read as UTF-8 text (a byte-order mark is skipped).
+
+Every way a file cannot be read (missing, unreadable, not UTF-8, a broken gzip stream, a CSV
+reader that gives up, JSON that does not parse or nests too deeply) is one line naming it.
+JSON-lines files are read one object a line by `json_objects`, which the JSON-lines formats
+(jsonl, mooncake) share.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+
+from scenarios.checks import shipped_trace
+
+__all__ = ["json_objects", "open_text", "reading", "resolve_path", "shipped_trace"]
+
+
+def resolve_path(path, base_dir=None) -> Path:
+    """The trace file: absolute, or relative to the current directory, then to base_dir."""
+    path = Path(path)
+    candidates = [path] if path.is_absolute() else [Path.cwd() / path] + (
+        [Path(base_dir) / path] if base_dir is not None else [])
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"workload.trace.path: file not found: {path} (looked in "
+                            + ", ".join(str(c.parent) for c in candidates) + ")")
+
+
+def open_text(path: Path):
+    """The file as text, decompressed on the fly when its name ends in `.gz`."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
+
+
+@contextmanager
+def reading(path: Path, kind: str):
+    """Turn what can go wrong while reading `path` into one ValueError line; `kind` says what a
+    trace of its format is ("a CSV file", ...)."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start} of a chunk read near it "
+                         f"is {exc.object[exc.start:exc.start + 1].hex()}); a trace is "
+                         f"{kind}") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # before OSError: BadGzipFile is one
+        raise ValueError(f"{path}: not a whole gzip file ({exc}); a trace is {kind}, "
+                         f"compressed or not") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except csv.Error as exc:
+        raise ValueError(f"{path}: not a CSV file: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not {kind}: nested too deeply") from None
+
+
+def json_objects(path: Path, lines, fmt: str, keys: str):
+    """(line number, object) for each line of a JSON-lines file; a line that is blank, not
+    JSON or not an object is an error naming it (`keys` lists what an object holds)."""
+    for number, text in enumerate(lines, start=1):
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            what = "an empty line" if not text.strip() else f"not JSON ({exc.msg} at column " \
+                                                            f"{exc.colno})"
+            raise ValueError(f"{path}: line {number}: {what}; format {fmt} is one JSON object "
+                             f"a line with {keys}") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: line {number}: expected a JSON object with {keys} "
+                             f"(format {fmt}), got {type(row).__name__}")
+        yield number, row

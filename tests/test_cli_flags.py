@@ -1,0 +1,122 @@
+"""The flags a `vllm bench serve` user reaches for, each the same as the scenario key it stands
+for; `--set` never swallows the scenario after it; every mistake in a flag is one line."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sim.cli import build_parser, load_scenario, main
+from sim.cli_flags import split_set_values
+from sim.workloads import build_workload, seeded_streams
+
+
+def loaded(*argv):
+    args = build_parser().parse_args(split_set_values(["run", *argv]))
+    return load_scenario(args)
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+def test_set_takes_only_key_value_words_and_leaves_the_scenario():
+    assert split_set_values(["run", "--set", "a=1", "b=2", "kv-pressure", "--quiet"]) == \
+        ["run", "--set=a=1", "--set=b=2", "kv-pressure", "--quiet"]
+    scenario = loaded("--set", "workload.num_requests=20", "kv-pressure")
+    assert scenario.name == "kv-pressure" and scenario.base["workload"]["num_requests"] == 20
+
+
+@pytest.mark.parametrize("flags, key, expected", [
+    (["--request-rate", "3"], "workload.arrival", {"process": "poisson", "rate": 3.0}),
+    (["--request-rate", "inf"], "workload.arrival", {"process": "burst"}),
+    (["--request-rate", "4", "--burstiness", "0.25"], "workload.arrival",
+     {"process": "gamma", "rate": 4.0, "cv": 2.0}),
+    (["--request-rate", "4", "--burstiness", "1"], "workload.arrival",
+     {"process": "poisson", "rate": 4.0}),
+    (["--max-concurrency", "8"], "workload.arrival",
+     {"process": "closed_loop", "concurrency": 8, "think_time_s": 0.0}),
+    (["--num-prompts", "42"], "workload.num_requests", 42),
+    (["--seed", "7"], "seed", 7),
+    (["--goodput", "ttft:500", "tpot:40", "e2el:9000"], "slo",
+     {"ttft_s": 0.5, "tpot_s": 0.04, "e2e_s": 9.0}),
+    (["--max-seconds", "30"], "workload.max_seconds", 30.0),
+    (["--warmup-seconds", "5"], "workload.warmup_s", 5.0),
+])
+def test_each_flag_sets_the_scenario_key_it_stands_for(flags, key, expected):
+    value = loaded("static-vs-continuous", *flags).base
+    for part in key.split("."):
+        value = value[part]
+    assert value == expected
+
+
+def test_num_prompts_limits_a_trace_and_sweep_crosses_the_variants():
+    assert loaded("azure-code", "--num-prompts", "30").base["workload"]["trace"][
+        "max_requests"] == 30
+    scenario = loaded("static-vs-continuous", "--sweep", "workload.arrival.rate=1,2.5")
+    assert [(s.variant, s.sweep) for s in scenario.runs()] == [
+        (v, {"workload.arrival.rate": r}) for v in ("static", "continuous") for r in (1, 2.5)]
+
+
+def test_a_rate_of_inf_sends_every_request_at_once():
+    scenario = loaded("static-vs-continuous", "--request-rate", "inf", "--num-prompts", "5")
+    workload = build_workload(scenario.base["workload"], seeded_streams(0)["workload"])
+    assert np.array_equal(workload.arrival_s, np.zeros(5))
+
+
+def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_path):
+    from engine.benchmark import summarize
+    from sim.runner import run_config
+
+    scenario = loaded("static-vs-continuous", "--num-prompts", "200", "--max-seconds", "10",
+                      "--warmup-seconds", "2")
+    config = scenario.runs()[1].config
+    recorder = run_config(config)
+    arrivals = np.asarray(recorder.request_columns()["arrival_s"])  # from the first arrival
+    assert 0 < len(arrivals) < 200 and arrivals.max() <= 10
+    assert summarize(recorder, config["slo"], 2.0)["completed"] == int((arrivals >= 2).sum())
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--burstiness", "2"], "--burstiness needs --request-rate"),
+    (["--request-rate", "2", "--max-concurrency", "4"], "--max-concurrency with --request-rate"),
+    (["--goodput", "latency:5"], "--goodput latency:5: expected METRIC:MS"),
+    (["--goodput", "ttft:-1"], "--goodput ttft:-1: must be a positive number"),
+    (["--request-rate", "0"], "argument --request-rate: invalid rate value: '0'"),
+    (["--sweep", "workload.arrival.rate"], "--sweep workload.arrival.rate: expected KEY=V1,V2"),
+    (["--sweep", "workload.arrival.rate=1,-1"],
+     "sweep workload.arrival.rate=-1: workload.arrival.rate: must be a positive number"),
+    (["--num-prompts", "many"], "argument --num-prompts: invalid positive_integer value"),
+])
+def test_a_bad_flag_is_one_line_and_status_2(tmp_path, capsys, flags, message):
+    argv = ["run", "static-vs-continuous", "--out", str(tmp_path / "o"), *flags]
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # argparse's own checks exit as it parses
+        status = exit_.code
+    assert status == 2 and message in one_error_line(capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def test_version_names_the_package(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.startswith("servesim ")
+
+
+def test_the_cli_reference_is_the_parser_rendered():
+    """docs/scenarios/cli-reference.md documents every flag once, as the parser has it
+    (regenerate with `python docs/scenarios/cli_reference.py`)."""
+    import runpy
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "docs" / "scenarios"
+    reference = runpy.run_path(str(folder / "cli_reference.py"))["reference_text"]()
+    assert (folder / "cli-reference.md").read_text() == reference
+    for flag in ("--request-rate", "--max-concurrency", "--goodput", "--sweep", "--calibrate",
+                 "--version", "--quick"):
+        assert f"`{flag}`" in reference
