@@ -8,10 +8,13 @@
 - Throughputs divide by the run's duration, first arrival to last finish, counting finished
   requests. Goodput = finished requests per second that meet every SLO given.
 - Percentiles interpolate linearly (NumPy's default); empty input gives NaN, never a fake 0.
+- Standard deviations (`latency_std`, for vLLM's `std_*_ms`) are population ones (NumPy's
+  default), over the same requests and gaps as the percentiles.
 
 The seed's part-8 steps (`time_to_first_token`, `inter_token_latency`, `aggregate_throughput`,
 `latency_percentiles`, `run_benchmark`) are the building blocks `summarize` uses; reports read
-`summarize` and `request_metrics` and never recompute a metric themselves.
+`summarize`, `latency_std`, `vllm_summary` and `request_metrics` and never recompute a metric
+themselves.
 """
 
 from __future__ import annotations
@@ -135,10 +138,17 @@ def _stats(name: str, values) -> dict:
             f"{name}_max_s": math.nan if empty else float(values.max())}
 
 
-def _itl_stats(recorder: RunRecorder, warmup_s: float = 0.0) -> dict:
+def _itl_weights(recorder: RunRecorder, warmup_s: float = 0.0):
+    """The recorder's inter-token gaps [n] and how many tokens had each [n] (as floats), the
+    gaps of tokens sampled before `warmup_s` weighing 0."""
     gaps, counts = np.asarray(recorder.itl_gaps), np.asarray(recorder.itl_counts, float)
     if warmup_s > 0:  # the gaps of tokens sampled before it
         counts = np.where(recorder.itl_end_s() >= warmup_s, counts, 0.0)
+    return gaps, counts
+
+
+def _itl_stats(recorder: RunRecorder, warmup_s: float = 0.0) -> dict:
+    gaps, counts = _itl_weights(recorder, warmup_s)
     total = counts.sum()
     pct = weighted_percentile(gaps, counts.astype(np.int64), PERCENTILES) if total else \
         [math.nan] * len(PERCENTILES)
@@ -161,33 +171,63 @@ def meets_slo(metrics: dict, slo: dict | None) -> np.ndarray:
     return ok
 
 
-def summarize(recorder: RunRecorder, slo: dict | None = None, warmup_s: float = 0.0) -> dict:
-    """The summary figures of one run (summary.csv's columns, ARCHITECTURE section 7).
-    `warmup_s`: the requests that arrive before it are served but not counted, nor are the
-    inter-token gaps of steps that end before it, and throughputs divide by the time from it
-    to the last finish."""
+def _counted_requests(recorder: RunRecorder, warmup_s: float):
+    """(request columns, the counted requests' statuses, the finished counted ones' mask, their
+    request metrics): the requests that arrive before `warmup_s` are not counted."""
     cols = recorder.request_columns()
     status = np.asarray(cols["status"], dtype=object)
     counted = np.asarray(cols["arrival_s"], float) >= warmup_s
     done = (status == "finished") & counted
     metrics = {k: v[done] for k, v in request_metrics(cols).items()}
+    return cols, status[counted], done, metrics
+
+
+def _defined(name: str, values: np.ndarray) -> np.ndarray:
+    """The values a statistic is taken over: TPOT leaves out the requests of one token."""
+    return values[~np.isnan(values)] if name == "tpot" else values
+
+
+def summarize(recorder: RunRecorder, slo: dict | None = None, warmup_s: float = 0.0) -> dict:
+    """The summary figures of one run (summary.csv's columns, ARCHITECTURE section 7).
+    `warmup_s`: the requests that arrive before it are served but not counted, nor are the
+    inter-token gaps of steps that end before it, and throughputs divide by the time from it
+    to the last finish."""
+    cols, status, done, metrics = _counted_requests(recorder, warmup_s)
     completed = int(done.sum())
     prompt_tokens = int(np.asarray(cols["prompt_tokens"])[done].sum())
     output_tokens = int(np.asarray(cols["output_tokens"])[done].sum())
     duration_s = float(np.asarray(cols["finish_s"])[done].max()) - warmup_s if completed \
         else math.nan
-    status = status[counted]
     summary = {"completed": completed, "rejected": int((status == "rejected").sum()),
                "unfinished": int((status == "unfinished").sum()), "duration_s": duration_s,
                "total_input_tokens": prompt_tokens, "total_output_tokens": output_tokens,
                **aggregate_throughput(completed, prompt_tokens, output_tokens, duration_s),
                "goodput": int(meets_slo(metrics, slo).sum()) / duration_s}
     for name in ("ttft", "tpot", "e2e", "queue"):
-        values = metrics[f"{name}_s"]
-        summary.update(_stats(name, values[~np.isnan(values)] if name == "tpot" else values))
+        summary.update(_stats(name, _defined(name, metrics[f"{name}_s"])))
     summary.update(_itl_stats(recorder, warmup_s))
     summary.update(_step_stats(recorder))
     return summary
+
+
+def latency_std(recorder: RunRecorder, warmup_s: float = 0.0) -> dict:
+    """Standard deviations of the latencies `summarize` describes, over the same requests and
+    gaps: {ttft, tpot, itl, e2e, queue}_std_s. Population standard deviation (NumPy's default,
+    ddof 0), as vLLM reports; ITL token-weighted from the (gap, count) pairs, equal to
+    np.std(np.repeat(gaps, counts)) without expanding them. NaN when there is no value."""
+    _, _, _, metrics = _counted_requests(recorder, warmup_s)
+    out = {}
+    for name in ("ttft", "tpot", "e2e", "queue"):
+        values = _defined(name, metrics[f"{name}_s"])
+        out[f"{name}_std_s"] = float(values.std()) if values.size else math.nan
+    gaps, counts = _itl_weights(recorder, warmup_s)
+    total = counts.sum()
+    if total:
+        mean = gaps @ counts / total
+        out["itl_std_s"] = float(math.sqrt(((gaps - mean) ** 2) @ counts / total))
+    else:
+        out["itl_std_s"] = math.nan
+    return {f"{name}_std_s": out[f"{name}_std_s"] for name in LATENCIES}
 
 
 def _step_stats(recorder: RunRecorder) -> dict:
@@ -201,9 +241,17 @@ def _step_stats(recorder: RunRecorder) -> dict:
             "kv_util_max": float(kv.max()) if any_steps else math.nan}
 
 
-def vllm_summary(summary: dict) -> dict:
-    """The summary under vLLM `bench serve` key names (latencies in milliseconds)."""
-    out = {"completed": summary["completed"], "duration": summary["duration_s"],
+def vllm_summary(summary: dict, std: dict | None = None) -> dict:
+    """One run's figures under vLLM `bench serve` result-file names, in its order (latencies in
+    milliseconds): duration, completed, failed, tokens, throughputs, then for TTFT, TPOT, ITL
+    and E2E `mean_*_ms, median_*_ms, std_*_ms, p90_*_ms, p95_*_ms, p99_*_ms`; then what vLLM
+    does not report, in the same style: `max_*_ms`, queueing time (`*_queue_ms`), `rejected`,
+    `unfinished`, `preemptions`, `mean_batch_size`, `mean_kv_util`, `max_kv_util` (fractions
+    of the KV blocks). `failed` = rejected + unfinished. `std`: `latency_std` of the same run
+    (without it the std keys are NaN)."""
+    std = std or {}
+    out = {"duration": summary["duration_s"], "completed": summary["completed"],
+           "failed": summary["rejected"] + summary["unfinished"],
            "total_input_tokens": summary["total_input_tokens"],
            "total_output_tokens": summary["total_output_tokens"],
            "request_throughput": summary["request_throughput"],
@@ -211,6 +259,23 @@ def vllm_summary(summary: dict) -> dict:
            "output_throughput": summary["output_throughput"],
            "total_token_throughput": summary["total_token_throughput"]}
     for ours, theirs in _VLLM_NAMES.items():
-        for stat, vllm_stat in _VLLM_STATS.items():
-            out[f"{vllm_stat}_{theirs}_ms"] = summary[f"{ours}_{stat}_s"] * 1000.0
+        out.update(_vllm_latency(summary, std, ours, theirs))
+    for ours, theirs in _VLLM_NAMES.items():
+        out[f"max_{theirs}_ms"] = summary[f"{ours}_max_s"] * 1000.0
+    out.update(_vllm_latency(summary, std, "queue", "queue"))
+    out["max_queue_ms"] = summary["queue_max_s"] * 1000.0
+    out.update({"rejected": summary["rejected"], "unfinished": summary["unfinished"],
+                "preemptions": summary["preemptions"],
+                "mean_batch_size": summary["mean_batch_size"],
+                "mean_kv_util": summary["kv_util_mean"], "max_kv_util": summary["kv_util_max"]})
+    return out
+
+
+def _vllm_latency(summary: dict, std: dict, ours: str, theirs: str) -> dict:
+    """mean, median, std, p90, p95, p99 of one latency, in vLLM's names and milliseconds."""
+    out = {}
+    for stat, vllm_stat in _VLLM_STATS.items():
+        if vllm_stat == "p90":  # vLLM writes the standard deviation after the median
+            out[f"std_{theirs}_ms"] = std.get(f"{ours}_std_s", math.nan) * 1000.0
+        out[f"{vllm_stat}_{theirs}_ms"] = summary[f"{ours}_{stat}_s"] * 1000.0
     return out

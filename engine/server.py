@@ -193,27 +193,37 @@ def build_completion_response(server: Server, request_id: str, vocab: dict | Non
 
 
 def serve(scheduler: Scheduler, executor, requests: list[Sequence], recorder: RunRecorder,
-          time_limit_s: float | None = None) -> RunRecorder:
+          time_limit_s: float | None = None, progress=None) -> RunRecorder:
     """Serve `requests` in real time: each is submitted at its `arrival_s` (the run's clock
     starts at the first arrival), steps run back to back while there is work, and the engine
     sleeps to the next arrival when idle. Requests not done `time_limit_s` after the first
     arrival are recorded as "unfinished". Each request's submission lag (how long after its
-    planned arrival the scheduler saw it) goes to `recorder.submit_lag_s`."""
+    planned arrival the scheduler saw it) goes to `recorder.submit_lag_s`.
+    `progress(done, total, elapsed_s, last_arrival_s)`, when given, is called at the start and
+    whenever the count of requests done (finished or rejected) grows; times are seconds from
+    the first arrival (a progress bar: work done, and time against the last arrival's)."""
     engine = LLMEngine(scheduler, executor, recorder, timing="wall")
     pending = sorted(requests, key=lambda s: s.arrival_s)
     if not pending:
         return recorder
     origin_s, wall0 = pending[0].arrival_s, time.perf_counter()
+    last_arrival_s, base = pending[-1].arrival_s - origin_s, recorder.num_requests
+    done = base
 
     def clock() -> float:
         return origin_s + (time.perf_counter() - wall0)
 
+    if progress is not None:
+        progress(0, len(pending), 0.0, last_arrival_s)
     end_s = math.inf if time_limit_s is None else origin_s + time_limit_s
     i = 0
     while i < len(pending) or engine.has_unfinished():
         now = clock()
         if now >= end_s:
             break
+        if progress is not None and recorder.num_requests != done:  # one int compare a pass
+            done = recorder.num_requests
+            progress(done - base, len(pending), now - origin_s, last_arrival_s)
         while i < len(pending) and pending[i].arrival_s <= now:
             recorder.record_submit_lag(now - pending[i].arrival_s)
             engine.add_request(pending[i])
@@ -229,4 +239,7 @@ def serve(scheduler: Scheduler, executor, requests: list[Sequence], recorder: Ru
     for seq in pending[i:]:  # never arrived before the time limit
         recorder.record_request(seq, "unfinished")
     engine.record_unfinished()
+    if progress is not None:
+        progress(recorder.num_requests - base, len(pending), clock() - origin_s,
+                 last_arrival_s)
     return recorder

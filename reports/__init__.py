@@ -9,7 +9,8 @@ Every metric comes from `engine.benchmark`; see docs/reports/ for each file and 
 
 from .chart_worker import ChartWorker
 from .key_figures import KEY_FIGURES, key_rows, text_table
-from .tables import requests_table, run_summaries, steps_table, summary_table, vllm_records
+from .tables import requests_table, run_summaries, steps_table, summary_table
+from .vllm_json import summary_json_names, vllm_records
 from .writer import ReportFiles, write_report
 
 
@@ -20,5 +21,5 @@ def summary_text(results, summaries=None) -> str:
 
 
 __all__ = ["KEY_FIGURES", "ChartWorker", "ReportFiles", "key_rows", "requests_table", "run_summaries",
-           "steps_table", "summary_table", "summary_text", "text_table", "vllm_records",
-           "write_report"]
+           "steps_table", "summary_json_names", "summary_table", "summary_text", "text_table",
+           "vllm_records", "write_report"]

@@ -2,8 +2,9 @@
 
 TTFT, TPOT and E2E are per request (finished requests; TPOT needs two output tokens). ITL is
 token-weighted from the recorder's exact (gap, count) pairs, so a gap shared by 30 tokens
-weighs 30 times one gap of one token. The x axes are logarithmic because static and continuous
-batching differ by orders of magnitude. A CDF of hundreds of thousands of distinct latencies is
+weighs 30 times one gap of one token. A panel's x axis is logarithmic when its latencies span
+more than two decades (static and continuous batching can differ by that much), linear
+otherwise (`figures.scale_axis`). A CDF of hundreds of thousands of distinct latencies is
 drawn from the first point in each cell of a grid of `LEVELS` x `LEVELS` over (log latency,
 fraction): the same line at the chart's resolution (`thin`).
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .figures import legend_below, new_figure, plain_log_axis, png_bytes, run_colors
+from .figures import legend_below, log_note, new_figure, png_bytes, run_colors, scale_axis
 
 LEVELS = 2000  # grid cells per axis a CDF line keeps one point of
 PANELS = (("ttft_s", "TTFT: time to first token"), ("tpot_s", "TPOT: time per output token"),
@@ -44,26 +45,33 @@ def thin(x: np.ndarray, y: np.ndarray, levels: int = LEVELS):
     return x[keep], y[keep]
 
 
-def cdf_chart(runs) -> bytes:
-    """`runs`: [(label, request_frame, recorder)] -> PNG bytes of a 2 x 2 grid of CDFs."""
+def cdf_chart(runs, styles=None, legend_title: str | None = None) -> bytes:
+    """`runs`: [(label, request_frame, recorder)] -> PNG bytes of a 2 x 2 grid of CDFs.
+    `styles`: one (colour, line style) per run (default: a distinct colour each, solid);
+    `legend_title` says what the labels are."""
+    return png_bytes(cdf_figure(runs, styles, legend_title))
+
+
+def cdf_figure(runs, styles=None, legend_title: str | None = None):
+    """The chart's matplotlib Figure: TTFT, TPOT, ITL, E2E panels, one line per run."""
+    styles = styles or [(color, "-") for color in run_colors(len(runs))]
     fig, axes = new_figure(2, 2, 11, 7.5)
-    colors = run_colors(len(runs))
     for ax, (column, title) in zip(axes.flat, PANELS):
-        for color, (label, frame, recorder) in zip(colors, runs):
+        shown = []
+        for (color, style), (label, frame, recorder) in zip(styles, runs):
             if column == "itl":
                 values, counts = recorder.itl_gaps, recorder.itl_counts
             else:
                 values = frame[column].to_numpy(dtype=np.float64)
                 counts = np.ones(len(values))
             x, y = thin(*weighted_cdf(values, counts))
-            if len(x):
-                ax.step(x * 1e3, y, where="post", color=color, label=label)
-        ax.set_xscale("log")
-        plain_log_axis(ax.xaxis)
+            ax.step(x * 1e3, y, where="post", color=color, linestyle=style, label=label)
+            shown.append(x * 1e3)
+        is_log = scale_axis(ax, "x", np.concatenate(shown) if shown else [])
         ax.set_title(title)
-        ax.set_xlabel("latency (ms, log scale)")
+        ax.set_xlabel(f"latency (ms{log_note(is_log)})")
         ax.set_ylabel("fraction of " + ("tokens" if column == "itl" else "requests"))
         ax.set_ylim(0, 1.02)
     fig.suptitle("Latency CDFs per run")
-    legend_below(fig, axes[0, 0])
-    return png_bytes(fig)
+    legend_below(fig, *axes[0, 0].get_legend_handles_labels(), title=legend_title)
+    return fig

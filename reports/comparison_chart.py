@@ -1,61 +1,107 @@
 """Runs side by side: p50 and p99 of TTFT, TPOT, ITL and E2E (ms), output throughput
-(tokens/s) and preemptions, one bar group per run, each bar labelled with its value."""
+(tokens/s) and preemptions, one row of bars per run.
+
+The bars are horizontal: the runs' names sit once at the left, however many runs there are
+(eight sweep points' names under vertical bars overlap), and each bar's value label has its own
+row, so labels never collide. A panel whose values span more than two decades is drawn on a log
+axis (`figures.scale_axis`). Beyond `MAX_LABELLED_RUNS` runs the bars are not labelled: the
+numbers are in summary.csv.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-
 from matplotlib.ticker import MaxNLocator
 
-from .figures import new_figure, png_bytes
+from .figures import legend_below, log_note, new_figure, png_bytes, scale_axis
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
+STATS = (("p50", "tab:blue"), ("p99", "tab:red"))
+MAX_LABELLED_RUNS = 12
+ROW_IN = 0.36  # height of one run's row of bars (inches): room for two labelled bars
 
 
-def comparison_chart(labels: list[str], summaries: list[dict]) -> bytes:
-    """One bar group per run; `summaries` are `engine.benchmark.summarize` dicts."""
-    fig, axes = new_figure(2, 3, 12, 7.5)
-    x = np.arange(len(labels))
-    width = 0.38
+def comparison_chart(labels: list[str], summaries: list[dict],
+                     labels_title: str | None = None) -> bytes:
+    """One row of bars per run; `summaries` are `engine.benchmark.summarize` dicts; `labels`
+    name the runs and `labels_title` says what they are (e.g. the swept value's name)."""
+    return png_bytes(comparison_figure(labels, summaries, labels_title))
+
+
+def comparison_figure(labels: list[str], summaries: list[dict],
+                      labels_title: str | None = None):
+    """The chart's matplotlib Figure (panels in reading order: TTFT, TPOT, ITL, E2E, output
+    throughput, preemptions)."""
+    n = len(labels)
+    panel_in = max(1.9, 0.5 + ROW_IN * n)
+    fig, axes = new_figure(2, 3, 11, 1.1 + 2 * panel_in, sharey=True)
+    y = np.arange(n)
+    height = 0.8 / len(STATS)
     for ax, (metric, name) in zip(axes.flat, LATENCIES):
-        tallest = 0.0
-        for offset, stat, color in ((-width / 2, "p50", "tab:blue"), (width / 2, "p99", "tab:red")):
-            values = [s[f"{metric}_{stat}_s"] * 1e3 for s in summaries]
-            tallest = max(tallest, _bars(ax, x + offset, values, width, color, stat))
-        _headroom(ax, tallest)
+        values = {stat: np.array([s[f"{metric}_{stat}_s"] * 1e3 for s in summaries])
+                  for stat, _ in STATS}
+        is_log = scale_axis(ax, "x", np.concatenate(list(values.values())))
+        for offset, (stat, color) in zip((-height / 2, height / 2), STATS):
+            _bars(ax, y + offset, values[stat], height, color, stat, n)
+        _room_for_labels(ax, np.concatenate(list(values.values())), is_log)
+        _few_ticks(ax, is_log)
         ax.set_title(f"{name} p50 and p99")
-        ax.set_ylabel("latency (ms)")
-    throughput = [s["output_throughput"] for s in summaries]
-    _headroom(axes[1, 1], _bars(axes[1, 1], x, throughput, 0.6, "tab:green", None))
-    axes[1, 1].set_title("Output throughput")
-    axes[1, 1].set_ylabel("output tokens / s")
-    preemptions = [s["preemptions"] for s in summaries]
-    _headroom(axes[1, 2], _bars(axes[1, 2], x, preemptions, 0.6, "tab:purple", None))
-    axes[1, 2].yaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[1, 2].set_title("Preemptions")
-    axes[1, 2].set_ylabel("preemptions (count)")
+        ax.set_xlabel(f"latency (ms{log_note(is_log)})")
+    throughput = np.array([s["output_throughput"] for s in summaries])
+    panel = axes[1, 1]
+    is_log = scale_axis(panel, "x", throughput)
+    _bars(panel, y, throughput, 0.6, "tab:green", None, n)
+    _room_for_labels(panel, throughput, is_log)
+    _few_ticks(panel, is_log)
+    panel.set_title("Output throughput")
+    panel.set_xlabel(f"output tokens / s{log_note(is_log)}")
+    preemptions = np.array([s["preemptions"] for s in summaries], dtype=np.float64)
+    panel = axes[1, 2]
+    _bars(panel, y, preemptions, 0.6, "tab:purple", None, n)
+    _room_for_labels(panel, preemptions, False)
+    panel.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    panel.set_title("Preemptions")
+    panel.set_xlabel("preemptions (count)")
     for ax in axes.flat:
-        ax.set_xticks(x, labels, rotation=20 if len(labels) > 3 else 0, ha="right"
-                      if len(labels) > 3 else "center")
+        ax.grid(axis="y", visible=False)  # rows are runs: only the value grid helps
+    axes[0, 0].set_yticks(y, labels)
+    axes[0, 0].set_ylim(n - 0.5, -0.5)  # the first run on top
+    if labels_title:
+        for ax in axes[:, 0]:
+            ax.set_ylabel(labels_title)
     fig.suptitle("Comparison of runs")
-    handles, names = axes[0, 0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.legend(handles, names, loc="lower center", ncol=2, frameon=False)
-    return png_bytes(fig)
+    legend_below(fig, *axes[0, 0].get_legend_handles_labels())
+    return fig
 
 
-def _bars(ax, x, values, width, color, label) -> float:
-    """Draw labelled bars; returns the tallest finite value (0 if none)."""
+def _bars(ax, y, values, height, color, label, n: int) -> None:
+    """Horizontal bars, labelled with their values when there are few enough runs; an
+    undefined value (NaN) draws no bar and is labelled "n/a"."""
     values = np.asarray(values, dtype=np.float64)
-    shown = np.nan_to_num(values, nan=0.0)
-    bars = ax.bar(x, shown, width, color=color, label=label)
-    ax.bar_label(bars, labels=[_short(v) for v in values], fontsize=7, padding=1)
-    return float(shown.max()) if shown.size else 0.0
+    shown = np.where(np.isfinite(values), values, 0.0)
+    bars = ax.barh(y, shown, height, color=color, label=label)
+    if n <= MAX_LABELLED_RUNS:
+        ax.bar_label(bars, labels=[_short(v) for v in values], fontsize=8 if n <= 6 else 7,
+                     padding=2)
 
 
-def _headroom(ax, tallest: float) -> None:
-    """Start at zero and leave room above the tallest bar for its label."""
-    ax.set_ylim(0, tallest * 1.15 if tallest > 0 else 1.0)
+def _room_for_labels(ax, values, is_log: bool) -> None:
+    """Start at zero (linear) or below the smallest bar (log), and leave room to the right of
+    the longest bar for its label."""
+    finite = np.asarray(values, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    top = float(finite.max()) if finite.size else 0.0
+    if is_log:
+        ax.set_xlim(float(finite.min()) / 2, top * 4)
+    else:
+        ax.set_xlim(0, top * 1.2 if top > 0 else 1.0)
+
+
+def _few_ticks(ax, is_log: bool) -> None:
+    """At most about five value ticks on a linear axis: a third of the figure's width holds
+    five labels like "20000" with room between them."""
+    if not is_log:
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
 
 
 def _short(value: float) -> str:

@@ -1,37 +1,89 @@
-"""Plain-language descriptions of a resolved config, for the report's "what was run" table."""
+"""Plain-language descriptions of a resolved config, for the report's "What was run" table.
+
+Every run is described from its own resolved config, so what the report says a variant ran is
+what it ran: a setting all the runs share is described once; one the variants set differently
+says so, and the Variants table gives each variant's own value (`variant_table`).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+# The setting of the "What was run" table a dotted key's first part belongs to.
+FIELD_OF = {"seed": "seed", "mode": "mode", "cost": "step costs", "model": "model",
+            "engine": "engine", "scheduler": "scheduler", "workload": "workload",
+            "slo": "SLO (goodput)"}
 
-def what_was_run(scenario, num_runs: int) -> list[list[str]]:
-    """[field, description] rows for the scenario's base config."""
-    config = scenario.base
-    model, engine, sched = config["model"], config["engine"], config["scheduler"]
-    slo = config["slo"]
-    rows = [
-        ["scenario", f"{scenario.name} (`{shown_path(scenario.path)}`)"],
-        ["seed", str(config["seed"])],
-        ["mode", config["mode"]],
-        ["step costs", step_costs(config)],
-        ["model", f"vocab {model['vocab_size']}, d_model {model['d_model']}, "
+
+def config_rows(config: dict) -> dict[str, str]:
+    """{setting: description} of one resolved config, in the report's order."""
+    model, engine, slo = config["model"], config["engine"], config["slo"]
+    return {
+        "seed": str(config["seed"]),
+        "mode": config["mode"],
+        "step costs": step_costs(config),
+        "model": (f"vocab {model['vocab_size']}, d_model {model['d_model']}, "
                   f"{model['n_layers']} layers, {model['n_heads']} heads, d_ff {model['d_ff']}, "
-                  f"max_seq_len {model['max_seq_len']}"],
-        ["engine", f"{engine['num_kv_blocks']} KV blocks of {engine['block_size']} tokens, "
+                  f"max_seq_len {model['max_seq_len']}"),
+        "engine": (f"{engine['num_kv_blocks']} KV blocks of {engine['block_size']} tokens, "
                    f"max_num_seqs {engine['max_num_seqs']}, "
-                   f"max_num_batched_tokens {engine['max_num_batched_tokens']}"],
-        ["scheduler", f"{sched['policy']} batching, {sched['queue']} queue, chunked_prefill "
-                      f"{str(sched['chunked_prefill']).lower()}, static max_batch_size "
-                      f"{sched['max_batch_size']}, batch_timeout_s {sched['batch_timeout_s']}"],
-        ["workload", workload_text(config["workload"])],
-        ["SLO (goodput)", f"TTFT <= {slo['ttft_s']} s and TPOT <= {slo['tpot_s']} s"],
-        ["runs", _runs_text(num_runs, len(scenario.variants), bool(scenario.sweep))],
-    ]
+                   f"max_num_batched_tokens {engine['max_num_batched_tokens']}"),
+        "scheduler": scheduler_text(config["scheduler"]),
+        "workload": workload_text(config["workload"]),
+        "SLO (goodput)": slo_text(slo),
+    }
+
+
+def first_runs(specs) -> list:
+    """One run per variant, in variant order: its first (at the first sweep point, where the
+    variants differ only by what they set)."""
+    first: dict = {}
+    for spec in specs:
+        first.setdefault(spec.variant, spec)
+    return list(first.values())
+
+
+def differing_settings(specs) -> list[str]:
+    """The settings the variants set differently (compared at the first sweep point)."""
+    described = [config_rows(spec.config) for spec in first_runs(specs)]
+    return [field for field in described[0]
+            if len({rows[field] for rows in described}) > 1]
+
+
+def what_was_run(scenario, specs) -> list[list[str]]:
+    """[setting, description] rows for the runs `specs` of `scenario`."""
+    runs = first_runs(specs)
+    shared = config_rows(runs[0].config)
+    differing = differing_settings(specs)
+    swept: dict = {}
+    for key in scenario.sweep:
+        swept.setdefault(FIELD_OF.get(key.split(".")[0], key), []).append(f"`{key}`")
+    rows = [["scenario", f"{scenario.name} (`{shown_path(scenario.path)}`)"]]
+    for field, text in shared.items():
+        if field in differing:
+            text = "differs by variant: see Variants below"
+        if field in swept:
+            text += (f" (at the first sweep point; {', '.join(swept[field])} is swept: see "
+                     f"Sweep below)")
+        rows.append([field, text])
+    rows.append(["runs", _runs_text(len(specs), len(scenario.variants), bool(scenario.sweep))])
     if scenario.overrides:
         rows.append(["overrides (--set)", ", ".join(f"`{k} = {_toml(v)}`"
                                                     for k, v in scenario.overrides)])
     return rows
+
+
+def variant_table(scenario, specs) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): each variant, what it sets, and its own value of every setting the
+    variants set differently."""
+    differing = differing_settings(specs)
+    sets = {variant.name: variant.set for variant in scenario.variants}
+    rows = []
+    for spec in first_runs(specs):
+        described = config_rows(spec.config)
+        rows.append([spec.variant, settings_text(sets.get(spec.variant, {}))]
+                    + [described[field] for field in differing])
+    return ["variant", "sets", *differing], rows
 
 
 def _runs_text(num_runs: int, num_variants: int, swept: bool) -> str:
@@ -47,6 +99,25 @@ def shown_path(path) -> str:
         return str(Path(path).resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def scheduler_text(sched: dict) -> str:
+    """The batching policy with the settings it reads, and the queue order."""
+    queue = ("priority queue (lowest priority value first)" if sched["queue"] == "priority"
+             else "first-come-first-served queue")
+    if sched["policy"] == "static":
+        timeout = (f", waits up to {sched['batch_timeout_s']:g} s for a full batch"
+                   if sched["batch_timeout_s"] else "")
+        return f"static batching of up to {sched['max_batch_size']} requests{timeout}; {queue}"
+    chunked = "on" if sched["chunked_prefill"] else "off"
+    return f"continuous batching, chunked prefill {chunked}; {queue}"
+
+
+def slo_text(slo: dict) -> str:
+    names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+    limits = [f"{names[key]} <= {value:g} s" for key, value in slo.items()
+              if key in names and value is not None]
+    return " and ".join(limits) if limits else "none (every finished request counts)"
 
 
 def step_costs(config: dict) -> str:
@@ -66,8 +137,15 @@ def workload_text(workload: dict) -> str:
         trace = workload["trace"]
         limit = (f"first {trace['max_requests']} requests" if trace["max_requests"]
                  else "every request")
-        parts.append(f"trace replay of `{Path(trace['path']).name}` ({trace['format']} format, "
-                     f"{limit}, inter-arrival gaps x{trace['time_scale']:g})")
+        source = f"`{trace['name']}`" if trace.get("name") else f"`{Path(trace['path']).name}`"
+        if "tokenizer" not in trace:  # a timed trace (an untimed one, ShareGPT, has a tokenizer)
+            parts.append(f"trace replay of {source} ({trace['format']} format, {limit}, "
+                         f"inter-arrival gaps x{trace['time_scale']:g})")
+        else:  # lengths from the file, arrivals from the workload
+            order = "shuffled with the seed" if trace.get("shuffle") else "in file order"
+            parts.append(f"lengths from {source} ({trace['format']} format, {limit} "
+                         f"{order}, tokens counted by `{trace.get('tokenizer')}`), arrivals "
+                         + _arrival(workload["arrival"]))
     else:
         parts.append(f"{workload['num_requests']} requests, arrivals "
                      + _arrival(workload["arrival"]))
@@ -82,12 +160,16 @@ def workload_text(workload: dict) -> str:
 
 def _arrival(arrival: dict) -> str:
     process = arrival["process"]
+    if process == "burst":
+        return "all at once, at time 0"
     if process == "closed_loop":
         return (f"closed loop of {arrival['concurrency']} users "
                 f"(think time {arrival['think_time_s']:g} s)")
     if process == "gamma":
         return f"gamma at {arrival['rate']:g} req/s (cv {arrival['cv']:g})"
-    return f"{process} at {arrival['rate']:g} req/s"
+    if "rate" in arrival:
+        return f"{process} at {arrival['rate']:g} req/s"
+    return process
 
 
 def length_text(dist: dict) -> str:

@@ -1,17 +1,22 @@
-"""The report's content as blocks (see render.py): what was run, the summary, the charts, the
-latency by priority class when priorities differ, and every rejected request with its reason."""
+"""The report's content as blocks (see render.py), in the order a newcomer reads it: what was
+run (each variant's own settings), the summary, then, for a workload with priorities, its main
+finding (latency by priority class), the charts, and the rejected requests summarized by reason.
+"""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
 from engine.benchmark import latency_percentiles
 
-from .describe import settings_text, what_was_run
+from .describe import variant_table, what_was_run
 from .key_figures import key_rows
 from .render import Heading, Image, Paragraph, Table
+from .tables import label_values
 
-MAX_REJECTED_LISTED = 100  # per run; requests.csv has them all, with the reason
+EXAMPLES_LISTED = 5  # request ids shown per reason; requests.csv has every one
 
 
 def report_blocks(scenario, specs, summaries, requests, charts: list[Image]) -> list:
@@ -19,11 +24,10 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image]) -> 
     blocks = [Heading(1, f"servesim report: {scenario.name}")]
     if scenario.description:
         blocks.append(Paragraph(scenario.description))
-    blocks += [Heading(2, "What was run"),
-               Table(["setting", "value"], what_was_run(scenario, len(specs)))]
+    blocks += [Heading(2, "What was run"), Table(["setting", "value"],
+                                                 what_was_run(scenario, specs))]
     if len(scenario.variants) > 1 or scenario.variants[0].set:
-        rows = [[v.name, settings_text(v.set)] for v in scenario.variants]
-        blocks += [Heading(3, "Variants"), Table(["variant", "settings"], rows)]
+        blocks += [Heading(3, "Variants"), Table(*variant_table(scenario, specs))]
     if scenario.sweep:
         rows = [[f"`{key}`", ", ".join(map(str, values))] for key, values in scenario.sweep.items()]
         blocks += [Heading(3, "Sweep (crossed with every variant)"),
@@ -32,54 +36,108 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image]) -> 
     blocks += [Heading(2, "Summary"), Table(header, rows),
                Paragraph("Latencies in milliseconds. Every figure (mean, p50, p90, p95, p99 and "
                          "max of TTFT, TPOT, ITL, E2E and queueing, goodput, batch size, KV use) "
-                         "is in `summary.csv`; `summary.json` has them under vLLM "
-                         "`bench serve` names; per-request rows are in `requests.csv` and "
-                         "per-step rows in `steps.csv`.")]
+                         "is in `summary.csv`; each run's figures are also in a file in vLLM "
+                         "`bench serve`'s result layout (`summary.json` for a single run, "
+                         "`summary-<run>.json` for each of several); per-request rows are in "
+                         "`requests.csv` and per-step rows in `steps.csv`.")]
+    blocks += priority_blocks(specs, requests)
     blocks += [Heading(2, "Charts")]
     for image in charts:
         blocks += [Heading(3, image.alt), image]
-    blocks += priority_blocks(requests)
-    blocks += rejected_blocks(requests)
+    blocks += rejected_blocks(specs, requests)
     return blocks
 
 
-def priority_blocks(requests) -> list:
-    """TTFT and E2E by priority class, when the workload has more than one."""
+def _run_groups(specs, requests) -> list:
+    """[(spec, its rows of `requests`)] in run order (a run without requests is left out)."""
+    keys = _run_columns(requests)
+    groups = {tuple(map(str, labels if isinstance(labels, tuple) else (labels,))): group
+              for labels, group in requests.groupby(keys, sort=False, dropna=False)}
+    out = []
+    for spec in specs:
+        group = groups.get(tuple(map(str, label_values(spec, keys))))
+        if group is not None:
+            out.append((spec, group))
+    return out
+
+
+def _run_columns(requests) -> list[str]:
+    """The columns that name a run: `variant` and the sweep keys, before `request_id`."""
+    return list(requests.columns[: list(requests.columns).index("request_id")])
+
+
+def priority_blocks(specs, requests) -> list:
+    """TTFT and E2E by priority class, when the workload has more than one: classes in the
+    order a priority queue serves them (the lowest value first)."""
     if requests["priority"].nunique() < 2:
         return []
-    keys = [c for c in requests.columns[: list(requests.columns).index("request_id")]]
+    keys = _run_columns(requests)
     rows = []
-    for labels, group in requests.groupby(keys + ["priority"], sort=False, dropna=False):
-        done = group[group["status"] == "finished"]
-        row = [str(v) for v in labels] + [str(len(group)), str(len(done))]
-        for column in ("ttft_s", "e2e_s"):
-            pct = latency_percentiles(done[column].to_numpy(dtype=np.float64), (50, 99))
-            row += [_ms(pct[50]), _ms(pct[99])]
-        rows.append(row)
-    header = keys + ["priority", "requests", "finished", "TTFT p50 ms", "TTFT p99 ms",
+    for spec, run in _run_groups(specs, requests):
+        for priority, group in run.groupby("priority", sort=True):  # lowest value first
+            done = group[group["status"] == "finished"]
+            row = [str(v) for v in label_values(spec, keys)]
+            row += [spec.config["scheduler"]["queue"], str(priority), str(len(group)),
+                    str(len(done))]
+            for column in ("ttft_s", "e2e_s"):
+                pct = latency_percentiles(done[column].to_numpy(dtype=np.float64), (50, 99))
+                row += [_ms(pct[50]), _ms(pct[99])]
+            rows.append(row)
+    header = keys + ["queue", "priority", "requests", "finished", "TTFT p50 ms", "TTFT p99 ms",
                      "E2E p50 ms", "E2E p99 ms"]
-    return [Heading(2, "By priority (lower value first)"), Table(header, rows)]
+    note = ("A `priority` queue admits the waiting request with the lowest priority value first "
+            "(0 before 1; equal values in arrival order), so the lowest class should see the "
+            "shortest TTFT; an `fcfs` queue ignores priorities and serves in arrival order. "
+            "Classes are listed in the order a priority queue serves them.")
+    return [Heading(2, "Latency by priority class"), Paragraph(note), Table(header, rows)]
 
 
 def _ms(value_s: float) -> str:
     return "n/a" if np.isnan(value_s) else f"{1e3 * value_s:.1f}"
 
 
-def rejected_blocks(requests) -> list:
-    rejected = requests[requests["status"] == "rejected"]
+def rejected_blocks(specs, requests) -> list:
+    """Rejected requests per run, one row per kind of reason: how many, and a few ids."""
     blocks = [Heading(2, "Rejected requests")]
-    if rejected.empty:
+    if not (requests["status"] == "rejected").any():
         return blocks + [Paragraph("None: every request could be served.")]
-    keys = list(requests.columns[: list(requests.columns).index("request_id")])
-    for labels, group in rejected.groupby(keys, sort=False, dropna=False):
-        labels = labels if isinstance(labels, tuple) else (labels,)
-        name = ", ".join(str(v) for v in labels)
-        shown = group.head(MAX_REJECTED_LISTED)
-        rows = [[str(r.request_id), str(r.prompt_tokens), r.reject_reason]
-                for r in shown.itertuples()]
-        note = (f"{len(group)} rejected; the first {len(shown)} are listed (all of them are in "
-                f"`requests.csv`, status `rejected`, with `reject_reason`)."
-                if len(group) > len(shown) else f"{len(group)} rejected.")
-        blocks += [Heading(3, name), Paragraph(note),
-                   Table(["request", "prompt tokens", "reason"], rows)]
-    return blocks
+    keys = _run_columns(requests)
+    rows = []
+    for spec, run in _run_groups(specs, requests):
+        rejected = run[run["status"] == "rejected"]
+        kinds: dict = {}
+        for request_id, reason in zip(rejected["request_id"], rejected["reject_reason"]):
+            kinds.setdefault(reason_kind(reason), []).append((request_id, reason))
+        for members in kinds.values():
+            ids = [str(request_id) for request_id, _ in members]
+            shown = ", ".join(ids[:EXAMPLES_LISTED]) + (", ..." if len(ids) > EXAMPLES_LISTED
+                                                         else "")
+            rows.append([str(v) for v in label_values(spec, keys)]
+                        + [reason_summary([reason for _, reason in members]), str(len(ids)),
+                           shown])
+    note = ("A request that can never run under a run's settings is rejected when it arrives, "
+            "never dropped silently. Reasons of one kind are counted together, the numbers "
+            "that differ between them given as their range; every rejected request is in "
+            "`requests.csv` with status `rejected` and its `reject_reason`.")
+    return blocks + [Paragraph(note),
+                     Table(keys + ["reason", "requests", "example request ids"], rows)]
+
+
+def reason_kind(reason: str) -> str:
+    """A reason with its numbers taken out: the reasons of one kind share it."""
+    return re.sub(r"\d+", "#", reason)
+
+
+def reason_summary(reasons: list[str]) -> str:
+    """Reasons of one kind as one: each number that differs between them as its range
+    (`prompt (4101–7433) + max_new_tokens (2–20) exceeds max_seq_len (4096)`)."""
+    parts = [re.split(r"(\d+)", reason) for reason in reasons]
+    out = []
+    for position, piece in enumerate(parts[0]):
+        if position % 2 == 0:  # text between numbers: the same in every reason of the kind
+            out.append(piece)
+            continue
+        numbers = [int(p[position]) for p in parts]
+        low, high = min(numbers), max(numbers)
+        out.append(str(low) if low == high else f"{low}\u2013{high}")  # en dash, not minus
+    return "".join(out)

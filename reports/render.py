@@ -1,6 +1,8 @@
 """A report as a list of blocks (headings, paragraphs, tables, images), rendered twice: to
 Markdown (charts linked as the PNG files beside it) and to one self-contained HTML page (charts
-embedded as base64 PNG). Text may mark `code` with backticks, as in Markdown."""
+embedded as base64 PNG). Text may mark `code` with backticks and links as [text](path), as in
+Markdown. In tables, a column of numbers is right-aligned (digits line up), any other column
+left-aligned, in both renderings."""
 
 from __future__ import annotations
 
@@ -48,12 +50,27 @@ def to_markdown(blocks) -> str:
     return "\n\n".join(out) + "\n"
 
 
+NUMBER = re.compile(r"[+-]?\d[\d,]*(\.\d+)?(e[+-]?\d+)?%?")
+MISSING = ("", "n/a")
+
+
+def numeric_columns(table: Table) -> list[bool]:
+    """Per column: True when every cell is a number (or missing: empty, "n/a") and one is."""
+    flags = []
+    for index in range(len(table.header)):
+        cells = [str(row[index]).strip() for row in table.rows]
+        flags.append(any(c not in MISSING for c in cells)
+                     and all(c in MISSING or NUMBER.fullmatch(c) for c in cells))
+    return flags
+
+
 def _markdown_table(table: Table) -> str:
     def cell(text) -> str:
         return str(text).replace("|", "\\|")
 
     lines = ["| " + " | ".join(map(cell, table.header)) + " |",
-             "|" + "|".join("---" for _ in table.header) + "|"]
+             "|" + "|".join("---:" if numeric else ":---"
+                            for numeric in numeric_columns(table)) + "|"]
     lines += ["| " + " | ".join(map(cell, row)) + " |" for row in table.rows]
     return "\n".join(lines)
 
@@ -61,8 +78,10 @@ def _markdown_table(table: Table) -> str:
 STYLE = """body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto;
   padding: 0 1em; color: #222; line-height: 1.45; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+.num { text-align: right; font-variant-numeric: tabular-nums; } td.num { white-space: nowrap; }
+.table { overflow-x: auto; }
 img { max-width: 100%; border: 1px solid #eee; } code { background: #f3f3f3; padding: 0 0.2em; }
 """
 
@@ -86,11 +105,15 @@ def to_html(blocks, title: str) -> str:
 
 
 def _inline(text: str) -> str:
-    return re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(text, quote=False))
+    text = re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(text, quote=False))
+    return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', text)
 
 
 def _html_table(table: Table) -> str:
-    head = "".join(f"<th>{_inline(str(h))}</th>" for h in table.header)
-    body = "\n".join("<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in row) + "</tr>"
+    classes = [' class="num"' if numeric else "" for numeric in numeric_columns(table)]
+    head = "".join(f"<th{c}>{_inline(str(h))}</th>" for c, h in zip(classes, table.header))
+    body = "\n".join("<tr>" + "".join(f"<td{c}>{_inline(str(cell))}</td>"
+                                      for c, cell in zip(classes, row)) + "</tr>"
                      for row in table.rows)
-    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
+    return (f'<div class="table"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n'
+            f"</tbody>\n</table></div>")  # a wide table scrolls, never pushes the page wider

@@ -1,67 +1,123 @@
-"""Latency and throughput against the swept value (the load, for a sweep of the arrival rate):
-p50 (solid) and p99 (dashed) of TTFT, ITL and E2E, and output throughput, one line per series.
+"""Latency against the throughput a server actually achieved, for a sweep: p50 (solid) and p99
+(dashed) of TTFT, TPOT and E2E against completed requests per second, and that throughput
+against the swept value.
 
-The x axis is the first sweep key; a series is one variant at one value of the other sweep
-keys. Numbers are plotted at their value, anything else (a policy name) at evenly spaced ticks.
+The x axis of the latency panels is each run's `request_throughput` (requests completed per
+second), not the rate it was offered: past the knee the offered rate keeps growing while the
+achieved one stops, so the curve turns upwards where the server saturates, and a series that
+gets more work done sits further right. Each p50 point is marked with its swept value, and the
+fourth panel maps swept values to throughputs (for an arrival-rate sweep, with the line where
+achieved equals offered). A series is one variant at one value of the other sweep keys.
+Non-numeric swept values (policy names) are placed at evenly spaced ticks.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.lines import Line2D
 
-from .figures import legend_below, new_figure, plain_log_axis, png_bytes, run_colors
+from .figures import legend_below, log_note, new_figure, png_bytes, run_colors, scale_axis
+from .labels import axis_label, value_text
 
-UNITS = {"workload.arrival.rate": "request rate (requests/s)",
-         "workload.arrival.concurrency": "concurrent users",
-         "workload.trace.time_scale": "trace time scale (x slower)"}
-PANELS = (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "E2E"))
-
-
-def axis_label(key: str) -> str:
-    return UNITS.get(key, key)
+PANELS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))
+STYLES = (("p50", "-", "o"), ("p99", "--", "s"))
+RATE_KEY = "workload.arrival.rate"
+MARK_SPACING_PX = 14  # swept-value marks closer than this to one another would overlap
 
 
 def sweep_chart(specs, summaries: list[dict]) -> bytes:
     """`specs`: the runs' RunSpecs (with non-empty sweeps), `summaries` their summaries."""
+    return png_bytes(sweep_figure(specs, summaries))
+
+
+def sweep_figure(specs, summaries: list[dict]):
+    """The chart's matplotlib Figure: TTFT, TPOT, E2E against achieved throughput, then
+    achieved throughput against the swept value."""
     x_key = next(iter(specs[0].sweep))
-    series = _series(specs, x_key)
     values = [spec.sweep[x_key] for spec in specs]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     ticks = sorted(set(values)) if numeric else list(dict.fromkeys(map(str, values)))
-    fig, axes = new_figure(2, 2, 11, 8)
+    series = _series(specs, x_key)
     colors = run_colors(len(series))
+    fig, axes = new_figure(2, 2, 11, 8.5)
+    latency_axes = [axes[0, 0], axes[0, 1], axes[1, 0]]
+    handles, marks = [], []
     for color, (name, members) in zip(colors, series.items()):
         points = sorted(((spec.sweep[x_key] if numeric else ticks.index(str(spec.sweep[x_key])),
-                          summaries[index]) for spec, index in members), key=lambda p: p[0])
-        xs = [x for x, _ in points]
-        for ax, (metric, _) in zip(axes.flat, PANELS):
-            for stat, style in (("p50", "-"), ("p99", "--")):
-                ys = [s[f"{metric}_{stat}_s"] * 1e3 for _, s in points]
-                ax.plot(xs, ys, style, marker="o", color=color, label=f"{name} {stat}")
-        ys = [s["output_throughput"] for _, s in points]
-        axes[1, 1].plot(xs, ys, "-", marker="o", color=color, label=name)
-    for ax, (metric, name) in zip(axes.flat, PANELS):
+                          spec.sweep[x_key], summaries[index]) for spec, index in members),
+                        key=lambda p: p[0])
+        throughput = np.array([s["request_throughput"] for _, _, s in points])
+        for ax, (metric, _) in zip(latency_axes, PANELS):
+            for stat, style, marker in STYLES:
+                ys = np.array([s[f"{metric}_{stat}_s"] * 1e3 for _, _, s in points])
+                ax.plot(throughput, ys, style, marker=marker, markersize=4, color=color)
+        marks.append([(throughput, [s[f"{metric}_p50_s"] * 1e3 for _, _, s in points],
+                       [value_text(v) for _, v, _ in points]) for metric, _ in PANELS])
+        axes[1, 1].plot([x for x, _, _ in points], throughput, "-", marker="o", color=color)
+        handles.append(Line2D([], [], color=color, marker="o", label=name))
+    for i, (ax, (metric, name)) in enumerate(zip(latency_axes, PANELS)):
+        is_log = scale_axis(ax, "y", _plotted(ax, "y"))
+        x_log = scale_axis(ax, "x", _plotted(ax, "x"))
         ax.set_title(f"{name} p50 (solid) and p99 (dashed)")
-        ax.set_ylabel("latency (ms, log scale)")
-        ax.set_yscale("log")
-        plain_log_axis(ax.yaxis)
-    axes[1, 1].set_title("Output throughput")
-    axes[1, 1].set_ylabel("output tokens / s")
-    for ax in axes.flat:
-        ax.set_xlabel(axis_label(x_key))
-        if not numeric:
-            ax.set_xticks(range(len(ticks)), ticks)
-    fig.suptitle(f"Latency and throughput against {axis_label(x_key)}")
-    legend_below(fig, axes[0, 0])
-    return png_bytes(fig)
+        ax.set_ylabel(f"latency (ms{log_note(is_log)})")
+        ax.set_xlabel(f"achieved throughput (requests completed / s{log_note(x_log)})")
+        _mark_values(ax, [series_marks[i] for series_marks in marks])
+    _throughput_panel(axes[1, 1], x_key, numeric, ticks)
+    fig.suptitle(f"Latency against achieved throughput, over {axis_label(x_key)}")
+    handles += [Line2D([], [], color="black", linestyle=style, marker=marker, label=stat)
+                for stat, style, marker in STYLES]
+    legend_below(fig, handles, [h.get_label() for h in handles])
+    return fig
+
+
+def _throughput_panel(ax, x_key: str, numeric: bool, ticks: list) -> None:
+    """Achieved against swept: for an arrival-rate sweep, the achieved = offered line shows
+    where the server stops keeping up."""
+    if x_key == RATE_KEY and numeric:
+        top = max(ticks)
+        ax.plot([0, top], [0, top], ":", color="grey", label="achieved = offered")
+        ax.legend(loc="upper left", frameon=False)
+    is_log = scale_axis(ax, "y", _plotted(ax, "y"))
+    if numeric:
+        scale_axis(ax, "x", ticks)
+    else:
+        ax.set_xticks(range(len(ticks)), ticks)
+    ax.set_title("Achieved throughput")
+    ax.set_xlabel(axis_label(x_key))
+    ax.set_ylabel(f"requests completed / s{log_note(is_log)}")
+
+
+def _mark_values(ax, series) -> None:
+    """Write each p50 point's swept value beside it (small, grey), skipping a mark that would
+    overlap one already written. `series`: [(xs, ys, texts)], once the axes are scaled."""
+    ax.get_xlim(), ax.get_ylim()  # settle the autoscaled limits: display positions are final
+    placed: list = []
+    for xs, ys, texts in series:
+        for x, y, text in zip(xs, ys, texts):
+            if not (np.isfinite(x) and np.isfinite(y)):
+                continue
+            at = ax.transData.transform((x, y))
+            if any(np.hypot(*(at - other)) < MARK_SPACING_PX for other in placed):
+                continue
+            placed.append(at)
+            ax.annotate(text, (x, y), xytext=(-4, 4), textcoords="offset points", ha="right",
+                        fontsize=7, color="dimgrey")
+
+
+def _plotted(ax, which: str) -> np.ndarray:
+    """Every finite value the axes' lines plot on `which` ("x" or "y")."""
+    data = [np.asarray(getattr(line, f"get_{which}data")(), dtype=np.float64)
+            for line in ax.get_lines()]
+    values = np.concatenate(data) if data else np.array([])
+    return values[np.isfinite(values)]
 
 
 def _series(specs, x_key: str) -> dict:
     """{series name: [(spec, index of its summary)]}."""
     groups: dict = {}
     for index, spec in enumerate(specs):
-        others = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in spec.sweep.items()
-                           if k != x_key)
+        others = ", ".join(f"{k.rsplit('.', 1)[-1]}={value_text(v)}"
+                           for k, v in spec.sweep.items() if k != x_key)
         name = f"{spec.variant} ({others})" if others else spec.variant
         groups.setdefault(name, []).append((spec, index))
     return groups

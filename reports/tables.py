@@ -1,7 +1,8 @@
 """The run's tables, as pandas DataFrames built from the recorders.
 
 Every figure comes from the engine's metric functions (`engine.benchmark.request_metrics`,
-`summarize`, `vllm_summary`); nothing here computes a latency or a percentile of its own. Each
+`summarize`); nothing here computes a latency or a percentile of its own (the vLLM-layout
+records are in vllm_json.py). Each
 table starts with `variant` and one column per sweep key, so the runs of a scenario stack into
 one file.
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.benchmark import request_metrics, summarize, vllm_summary
+from engine.benchmark import request_metrics, summarize
 
 REQUEST_COLUMNS = ("request_id", "priority", "arrival_s", "first_scheduled_s", "first_token_s",
                    "finish_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
@@ -88,10 +89,3 @@ def summary_table(results, summaries: list[dict] | None = None) -> pd.DataFrame:
     keys = run_keys(results)
     rows = [_label_columns(spec, keys) | summary for (spec, _), summary in zip(results, summaries)]
     return pd.DataFrame(rows)
-
-
-def vllm_records(results, summaries: list[dict] | None = None) -> list[dict]:
-    """One dict per run with vLLM `bench serve` key names, after the run's variant and sweep."""
-    summaries = summaries if summaries is not None else run_summaries(results)
-    return [{"variant": spec.variant, "sweep": dict(spec.sweep)} | vllm_summary(summary)
-            for (spec, _), summary in zip(results, summaries)]

@@ -1,9 +1,11 @@
 """Write every output file of a run (ARCHITECTURE section 7) into one directory:
-requests.csv, steps.csv, summary.csv, summary.json, the PNG charts, report.md and report.html.
+requests.csv, steps.csv, summary.csv, each run's vLLM-layout summary (`summary.json` for one
+run, `summary-<run>.json` for each of several; vllm_json.py), the PNG charts, report.md and
+report.html.
 
 Files are reproducible: CSV floats are written with 9 significant digits, JSON floats rounded
-the same way (NaN as null), PNGs carry no date or software stamp, so the same scenario and seed
-give byte-identical files.
+the same way (NaN as null), PNGs carry no date or software stamp, and the vLLM records' `date`
+is null unless one is given, so the same scenario and seed give byte-identical files.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from pathlib import Path
 import pandas as pd
 
 from .document import report_blocks
-from .render import Image, to_html, to_markdown
+from .render import to_html, to_markdown
 from .step_csv import write_steps_csv
-from .tables import request_frame, run_keys, run_summaries, summary_table, vllm_records
+from .tables import request_frame, run_keys, run_summaries, summary_table
+from .vllm_json import record_date, summary_json_names, vllm_records
 
 FLOAT_FORMAT = "%.9g"
 SIGNIFICANT_DIGITS = 9
@@ -39,10 +42,12 @@ class ReportFiles:
         return self.out_dir / "report.md"
 
 
-def write_report(scenario, results, out_dir, worker=None) -> ReportFiles:
+def write_report(scenario, results, out_dir, worker=None,
+                 date: str | None = None) -> ReportFiles:
     """`results`: [(RunSpec, RunRecorder)] of `scenario`; returns the files written. `worker`:
     a `chart_worker.ChartWorker` that draws the charts while the tables are written (else they
-    are drawn here, after them)."""
+    are drawn here, after them). `date`: the vLLM records' `date` (default: from
+    SOURCE_DATE_EPOCH, else null)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = [spec for spec, _ in results]
@@ -56,9 +61,10 @@ def write_report(scenario, results, out_dir, worker=None) -> ReportFiles:
         _csv(requests, out_dir / "requests.csv"),
         write_steps_csv(results, keys, out_dir / "steps.csv"),
         _csv(summary_table(results, summaries), out_dir / "summary.csv"),
-        _json({"scenario": scenario.name, "seed": scenario.seed, "mode": scenario.base["mode"],
-               "runs": vllm_records(results, summaries)}, out_dir / "summary.json"),
     ]
+    records = vllm_records(results, summaries, record_date(date))
+    for name, record in zip(summary_json_names(specs), records):
+        written.append(_json(record, out_dir / name))
     if worker is not None:
         charts = worker.charts()
     else:

@@ -183,8 +183,7 @@ def cmd_validate(args) -> int:
         if isinstance(exc, scenarios.ScenarioError):
             raise
         raise RunFailed(f"{scenario.name}: {exc}") from None
-    print(result.text())
-    print(f"\nvalidation written to {out_dir}/")
+    print(result.text())  # ends with the report's path
     return 0
 
 

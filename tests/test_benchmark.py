@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.benchmark import (aggregate_throughput, inter_token_latency, latency_percentiles,
-                              request_metrics, summarize, time_to_first_token, vllm_summary,
-                              weighted_percentile)
+                              latency_std, request_metrics, summarize, time_to_first_token,
+                              vllm_summary, weighted_percentile)
 from engine.block_manager import BlockManager
 from engine.llm_engine import LLMEngine
 from engine.records import RunRecorder
@@ -120,11 +120,37 @@ def test_an_empty_run_summarizes_to_nan_not_zero():
 
 def test_vllm_summary_uses_vllm_names_in_milliseconds(fake_executor):
     recorder, _ = run_engine(fake_executor, [Sequence("three", 4, 3), Sequence("one", 4, 1)])
-    v = vllm_summary(summarize(recorder))
+    v = vllm_summary(summarize(recorder), latency_std(recorder))
     assert v["mean_ttft_ms"] == 1000.0 and v["median_e2el_ms"] == 2000.0
     assert v["p99_itl_ms"] == 1000.0 and v["duration"] == 3.0 and v["completed"] == 2
+    assert v["failed"] == 0 and v["std_ttft_ms"] == 0.0 and v["std_e2el_ms"] == 1000.0
     assert {"request_throughput", "output_throughput", "total_token_throughput",
-            "request_goodput", "mean_tpot_ms", "p90_ttft_ms"} <= set(v)
+            "request_goodput", "mean_tpot_ms", "p90_ttft_ms", "p95_tpot_ms"} <= set(v)
+    assert math.isnan(vllm_summary(summarize(recorder))["std_ttft_ms"])  # not given: NaN
+
+
+def test_latency_std_is_numpys_population_std_and_itl_is_token_weighted(fake_executor):
+    seqs = [Sequence(f"r{i}", 4 + i, 2 + 3 * i, arrival_s=0.5 * i) for i in range(5)]
+    recorder, times = run_engine(fake_executor, seqs, num_blocks=32,
+                                 step_s=lambda i: 0.1 + 0.07 * (i % 4))
+    std = latency_std(recorder)
+    metrics = request_metrics(recorder.request_columns())
+    for name in ("ttft", "tpot", "e2e", "queue"):
+        assert std[f"{name}_std_s"] == pytest.approx(np.std(metrics[f"{name}_s"]), rel=1e-12)
+    gaps = np.concatenate([inter_token_latency(t) for t in times.values()])
+    assert std["itl_std_s"] == pytest.approx(np.std(gaps), rel=1e-9)
+    assert max(recorder.itl_counts) > 1  # the gaps shared by a batch weigh by their tokens
+
+
+def test_latency_std_counts_what_summarize_counts_after_a_warmup(fake_executor):
+    seqs = [Sequence(f"r{i}", 4, 3 + i, arrival_s=1.0 * i) for i in range(6)]
+    recorder, _ = run_engine(fake_executor, seqs, num_blocks=32)
+    warm = latency_std(recorder, warmup_s=2.5)
+    columns = recorder.request_columns()
+    kept = np.asarray(columns["arrival_s"]) >= 2.5
+    ttft = request_metrics(columns)["ttft_s"][kept]
+    assert warm["ttft_std_s"] == pytest.approx(np.std(ttft), rel=1e-12)
+    assert math.isnan(latency_std(recorder, warmup_s=1e6)["ttft_std_s"])  # nothing counted
 
 
 @settings(max_examples=200, deadline=None)

@@ -26,8 +26,9 @@ set = { "scheduler.policy" = "static" }
 [[variants]]
 name = "continuous"
 """
-OUTPUTS = ("requests.csv", "steps.csv", "summary.csv", "summary.json", "report.md",
-           "report.html", "latency_cdfs.png", "comparison.png", "timeline.png")
+OUTPUTS = ("requests.csv", "steps.csv", "summary.csv", "summary-static.json",
+           "summary-continuous.json", "report.md", "report.html", "latency_cdfs.png",
+           "comparison.png", "timeline.png")
 
 
 @pytest.fixture
@@ -135,6 +136,7 @@ def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_p
         calls.append((model_config, Path(out_path), quick, progress, method))
         Path(out_path).write_text("{}")
         return {"machine": {"profiling_s": 1.0}, "fingerprint": {"blas_threads": "1"},
+                "fingerprint_key": "no-such-key",
                 "fit": {"held_out": {"median_abs_rel_error": 0.05}}}
 
     monkeypatch.setattr(sim.profiling.profiler, "profile_engine", profile_engine)
@@ -146,3 +148,4 @@ def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_p
     assert path == out and quick is True and progress is False and method == "served"
     printed = capsys.readouterr().out
     assert f"cost.profile={out}" in printed and "held-out step error median 5.0%" in printed
+    assert "and cached for `servesim validate --profile auto`" in printed

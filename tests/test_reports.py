@@ -4,7 +4,6 @@ their reasons, and byte-identical files for the same seed."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ import scenarios
 import sim
 from engine.benchmark import request_metrics, summarize
 from reports.cdf_chart import weighted_cdf
+from reports.document import reason_kind, reason_summary
 from reports.timeline_chart import step_series
 
 SCENARIO = """
@@ -45,8 +45,9 @@ set = { "scheduler.policy" = "static", "scheduler.max_batch_size" = 4 }
 [[variants]]
 name = "continuous"
 """
-FILES = ("requests.csv", "steps.csv", "summary.csv", "summary.json", "report.md", "report.html",
-         "latency_cdfs.png", "comparison.png", "timeline.png")
+FILES = ("requests.csv", "steps.csv", "summary.csv", "summary-static.json",
+         "summary-continuous.json", "report.md", "report.html", "latency_cdfs.png",
+         "comparison.png", "timeline.png")
 
 
 def simulate(tmp_path: Path, text: str = SCENARIO, overrides=()):
@@ -116,19 +117,6 @@ def test_summary_csv_equals_summarize_of_each_run(run):
             assert row[key] == pytest.approx(value, rel=1e-8, nan_ok=True), key
 
 
-def test_summary_json_uses_vllm_bench_serve_names(run):
-    _, results, out = run
-    data = json.loads((out / "summary.json").read_text())
-    assert data["scenario"] == "tiny" and data["seed"] == 5
-    first = data["runs"][0]
-    assert first["variant"] == "static" and first["sweep"] == {}
-    for key in ("completed", "request_throughput", "output_throughput", "mean_ttft_ms",
-                "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "median_e2el_ms"):
-        assert key in first
-    summary = summarize(results[0][1], results[0][0].config["slo"])
-    assert first["p99_itl_ms"] == pytest.approx(summary["itl_p99_s"] * 1e3, rel=1e-8)
-
-
 def test_the_workload_exercises_rejections_and_preemptions(run):
     _, results, _ = run
     summaries = [summarize(rec) for _, rec in results]
@@ -136,12 +124,30 @@ def test_the_workload_exercises_rejections_and_preemptions(run):
     assert all(s["preemptions"] > 0 for s in summaries)
 
 
-def test_report_lists_each_rejected_request_with_its_reason(run):
-    _, results, out = run
+def test_report_summarizes_rejected_requests_by_reason_with_counts_and_examples(tmp_path):
+    scenario, results = simulate(tmp_path, overrides=["model.max_seq_len=96"])
+    out = reports.write_report(scenario, results, tmp_path / "out").out_dir
     markdown = (out / "report.md").read_text()
-    recorder = results[0][1]
-    for request_id, reason in recorder.reject_reasons.items():
-        assert f"| {request_id} |" in markdown and reason in markdown
+    section = markdown[markdown.index("## Rejected requests"):]
+    for spec, recorder in results:
+        reasons = recorder.reject_reasons
+        kinds = {reason_kind(reason) for reason in reasons.values()}
+        rows = [line for line in section.splitlines() if line.startswith(f"| {spec.variant} |")]
+        assert len(rows) == len(kinds) < len(reasons)  # one row per kind, not per request
+        counted = sum(int(row.split(" | ")[2]) for row in rows)
+        assert counted == len(reasons)
+        first = min(reasons)
+        assert any(row.split(" | ")[3].startswith(f"{first}, ") or
+                   row.split(" | ")[3].startswith(f"{first} ") for row in rows)
+
+
+def test_reasons_of_one_kind_are_one_with_the_numbers_that_differ_as_ranges():
+    reasons = ["prompt (300) + max_new_tokens (10) exceeds max_seq_len (256)",
+               "prompt (280) + max_new_tokens (40) exceeds max_seq_len (256)"]
+    assert reason_kind(reasons[0]) == reason_kind(reasons[1])
+    assert reason_kind(reasons[0]) != reason_kind("needs 30 KV blocks, the cache has 24")
+    assert reason_summary(reasons) == \
+        "prompt (280\u2013300) + max_new_tokens (10\u201340) exceeds max_seq_len (256)"
 
 
 def test_report_says_what_was_run_and_shows_summary_and_charts(run):
@@ -149,8 +155,61 @@ def test_report_says_what_was_run_and_shows_summary_and_charts(run):
     markdown = (out / "report.md").read_text()
     for text in ("# servesim report: tiny", "| seed | 5 |", "| mode | simulate |",
                  "linear: step_overhead_s 0.002", "| static | ", "TTFT p99 ms",
-                 "![Latency distributions (CDFs)](latency_cdfs.png)", "## By priority"):
+                 "![Latency distributions (CDFs)](latency_cdfs.png)",
+                 "## Latency by priority class"):
         assert text in markdown, text
+
+
+def test_what_was_run_shows_each_variants_own_settings_not_the_base(run):
+    _, _, out = run
+    markdown = (out / "report.md").read_text()
+    assert "| scheduler | differs by variant: see Variants below |" in markdown
+    variants = markdown[markdown.index("### Variants"):markdown.index("## Summary")]
+    assert "| variant | sets | scheduler |" in variants
+    static = next(line for line in variants.splitlines() if line.startswith("| static |"))
+    continuous = next(line for line in variants.splitlines() if line.startswith("| continuous |"))
+    assert "static batching of up to 4 requests" in static
+    assert "continuous batching" in continuous and "(the base config)" in continuous
+
+
+def test_settings_the_variants_share_are_described_once(run):
+    _, _, out = run
+    markdown = (out / "report.md").read_text()
+    assert "| engine | 24 KV blocks of 16 tokens, max_num_seqs 8, max_num_batched_tokens 512 |" \
+        in markdown
+
+
+def test_priority_classes_are_listed_lowest_value_first_right_after_the_summary(run):
+    _, _, out = run
+    markdown = (out / "report.md").read_text()
+    headings = [line for line in markdown.splitlines() if line.startswith("## ")]
+    assert headings.index("## Latency by priority class") == headings.index("## Summary") + 1
+    section = markdown[markdown.index("## Latency by priority class"):markdown.index("## Charts")]
+    assert "lowest priority value first" in section
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| static |")
+            or line.startswith("| continuous |")]
+    assert [(row[0], row[2]) for row in rows] == [("| static", "0"), ("| static", "1"),
+                                                  ("| continuous", "0"), ("| continuous", "1")]
+    assert {row[1] for row in rows} == {"fcfs"}  # the queue each run used
+
+
+def test_number_columns_are_right_aligned_and_text_columns_left_aligned(run):
+    _, _, out = run
+    markdown = (out / "report.md").read_text()
+    summary = markdown[markdown.index("## Summary"):]
+    rule = summary.splitlines()[3]
+    assert rule.startswith("|:---|---:|---:|")  # variant, completed, rejected
+    page = (out / "report.html").read_text()
+    assert '<td>static</td><td class="num">' in page
+    assert '<th>variant</th><th class="num">completed</th>' in page
+
+
+def test_a_column_is_numeric_only_when_every_cell_is_a_number_or_missing():
+    from reports.render import Table, numeric_columns
+
+    table = Table(["name", "value", "mixed", "ids"],
+                  [["a", "1.5", "3", "0, 4"], ["b", "n/a", "x", "7"], ["c", "-2,048", "", "9"]])
+    assert numeric_columns(table) == [False, True, False, False]
 
 
 def test_html_report_embeds_every_chart(run):
@@ -159,6 +218,7 @@ def test_html_report_embeds_every_chart(run):
     assert page.count('src="data:image/png;base64,') == 3
     assert ".png\"" not in page  # no link to a file beside it: the page stands alone
     assert "<table>" in page and "TTFT p99 ms" in page
+    assert '<div class="table"><table>' in page  # a wide table scrolls inside the page
 
 
 def test_png_files_carry_no_date_or_software_stamp(run):
@@ -185,6 +245,31 @@ def test_a_sweep_adds_its_column_and_the_sweep_chart(tmp_path):
     assert list(summary["workload.arrival.rate"]) == [5.0, 40.0, 5.0, 40.0]
     assert (out / "sweep.png").stat().st_size > 0
     assert "rate" in reports.summary_text(results).splitlines()[0]
+    assert sorted(p.name for p in out.glob("summary*.json")) == [
+        "summary-continuous-rate-40.0.json", "summary-continuous-rate-5.0.json",
+        "summary-static-rate-40.0.json", "summary-static-rate-5.0.json"]
+    markdown = (out / "report.md").read_text()
+    assert "`workload.arrival.rate` is swept" in markdown
+
+
+def test_the_sweep_chart_plots_latency_against_achieved_throughput(tmp_path):
+    from reports.sweep_chart import sweep_figure
+
+    text = SCENARIO + '[sweep]\n"workload.arrival.rate" = [5.0, 40.0]\n'
+    scenario, results = simulate(tmp_path, text, ["workload.num_requests=12"])
+    specs, summaries = [spec for spec, _ in results], reports.run_summaries(results)
+    fig = sweep_figure(specs, summaries)
+    ttft, tpot, e2e, throughput = fig.axes[:4]
+    assert [ax.get_title().split()[0] for ax in (ttft, tpot, e2e)] == ["TTFT", "TPOT", "E2E"]
+    achieved = sorted(s["request_throughput"] for s in summaries[:2])  # the static series
+    for ax, metric in ((ttft, "ttft"), (tpot, "tpot"), (e2e, "e2e")):
+        p50, p99 = ax.get_lines()[:2]
+        assert sorted(p50.get_xdata()) == pytest.approx(achieved)
+        assert sorted(p50.get_ydata()) == pytest.approx(
+            sorted(s[f"{metric}_p50_s"] * 1e3 for s in summaries[:2]))
+        assert "achieved throughput" in ax.get_xlabel()
+    assert list(throughput.get_lines()[0].get_xdata()) == [5.0, 40.0]
+    assert sorted(throughput.get_lines()[0].get_ydata()) == pytest.approx(achieved)
 
 
 def test_summary_text_has_one_row_per_run_in_milliseconds(run):
@@ -221,11 +306,11 @@ def test_minmax_keeps_each_slices_first_lowest_and_highest_point_and_every_gap()
     y = rng.integers(0, 50, len(t)).astype(float)
     y[(t > 40) & (t < 41)] = np.nan  # an idle stretch
     kt, ky = minmax(t, y, bins=100)
-    assert len(kt) <= 300 and np.all(np.diff(kt) >= 0)
+    assert len(kt) <= 400 and np.all(np.diff(kt) >= 0)
     slice_of = lambda x: np.minimum(((x - t[0]) / (t[-1] - t[0]) * 100).astype(int), 99)
-    for k in range(0, 100, 7):  # every slice keeps its extremes and its first point
+    for k in range(0, 100, 7):  # every slice keeps its extremes and its first and last points
         inside, kept = slice_of(t) == k, slice_of(kt) == k
-        assert kt[kept][0] == t[inside][0]
+        assert kt[kept][0] == t[inside][0] and kt[kept][-1] == t[inside][-1]
         assert np.nanmax(ky[kept]) == np.nanmax(y[inside])
         assert np.nanmin(ky[kept]) == np.nanmin(y[inside])
     assert np.isnan(ky[(kt > 40) & (kt < 41)]).all()
@@ -253,3 +338,89 @@ def test_a_worker_closed_without_a_job_exits():
     if worker is None:
         pytest.skip("no second core or no fork here")
     worker.close()  # waits for the process: it would hang here if the worker did not exit
+
+
+def test_minmax_keeps_the_idle_value_that_closes_a_slice():
+    from reports.timeline_chart import minmax
+
+    # a busy stretch that goes idle (0) twice in one slice, then stays idle: the line must end
+    # the slice at 0, not at the busy value before it
+    t = np.concatenate([np.linspace(0, 0.9, 50), [0.95], np.linspace(100, 101, 500)])
+    y = np.concatenate([np.full(20, 5.0), [0.0], np.full(29, 7.0), [0.0], np.full(500, 3.0)])
+    kt, ky = minmax(t, y, bins=100)
+    assert ky[np.searchsorted(kt, 0.95)] == 0.0
+
+
+def test_an_axis_is_logarithmic_exactly_when_its_values_span_more_than_two_decades():
+    from reports.figures import needs_log
+
+    assert needs_log([99.3, 1765, 24747, 49792])  # continuous vs static TTFT (ms)
+    assert not needs_log([19, 22, 34.5, 52.6])  # TPOT
+    assert not needs_log([1.0, 100.0]) and needs_log([1.0, 100.1])
+    assert not needs_log([0.0, 5.0, 1000.0])  # a zero cannot be drawn on a log axis
+    assert needs_log([np.nan, 1.0, 1000.0]) and not needs_log([np.nan])
+
+
+def test_every_chart_applies_the_log_rule_to_its_value_axes():
+    from reports.cdf_chart import cdf_figure
+    from reports.comparison_chart import comparison_figure
+
+    fast = {f"{m}_{s}_s": 0.1 for m in ("ttft", "tpot", "itl", "e2e") for s in ("p50", "p99")}
+    slow = dict(fast, ttft_p50_s=25.0, ttft_p99_s=50.0)
+    for summary in (fast, slow):
+        summary.update(output_throughput=400.0, preemptions=0)
+    fig = comparison_figure(["static", "continuous"], [slow, fast])
+    scales = [ax.get_xscale() for ax in fig.axes[:4]]
+    assert scales == ["log", "linear", "linear", "linear"]
+    assert "log scale" in fig.axes[0].get_xlabel() and "log" not in fig.axes[1].get_xlabel()
+
+    class Gaps:  # a recorder's inter-token gaps
+        itl_gaps, itl_counts = [0.01, 0.02], [3, 1]
+
+    frame = pd.DataFrame({"ttft_s": [0.1, 30.0], "tpot_s": [0.02, 0.03], "e2e_s": [1.0, 2.0]})
+    fig = cdf_figure([("run", frame, Gaps())])
+    assert [ax.get_xscale() for ax in fig.axes[:4]] == ["log", "linear", "linear", "linear"]
+
+
+def test_sweep_runs_are_labelled_by_the_swept_value_alone():
+    from reports.labels import short_labels
+    from scenarios import RunSpec
+
+    rates = [RunSpec("continuous", {"workload.arrival.rate": r}, {}) for r in (1.0, 2.5)]
+    assert short_labels(rates) == (["1", "2.5"], "request rate (requests/s)")
+    crossed = rates + [RunSpec("static", {"workload.arrival.rate": 1.0}, {})]
+    assert short_labels(crossed) == (["continuous, rate=1", "continuous, rate=2.5",
+                                      "static, rate=1"], None)
+    plain = [RunSpec("a", {}, {}), RunSpec("b", {}, {})]
+    assert short_labels(plain) == (["a", "b"], None)
+
+
+def test_runs_of_very_different_lengths_get_their_own_time_axes():
+    from reports.timeline_chart import shared_time_axis, timeline_figure
+
+    def steps(end_s):
+        ends = np.linspace(1.0, end_s, 20)
+        return {"start_s": ends - 0.5, "end_s": ends, "num_running": np.ones(20, int),
+                "num_waiting": np.zeros(20, int), "kv_blocks_used": np.ones(20, int),
+                "kv_blocks_total": 8}
+
+    assert shared_time_axis([100.0, 90.0]) and not shared_time_axis([300.0, 60.0])
+    fig = timeline_figure([("long", steps(300.0)), ("short", steps(60.0))])
+    long_panel, short_panel = fig.axes[:2]  # the panels, then their KV twins
+    assert long_panel.get_xlim()[1] > 250 and short_panel.get_xlim()[1] < 80
+    assert fig.legends and not any(ax.get_legend() for ax in fig.axes)  # one legend, below
+
+
+def test_validation_lines_of_one_variant_share_a_colour_solid_and_dashed():
+    from reports.cdf_chart import cdf_figure
+
+    class Gaps:
+        itl_gaps, itl_counts = [0.01, 0.02], [3, 1]
+
+    frame = pd.DataFrame({"ttft_s": [0.1, 0.2], "tpot_s": [0.02, 0.03], "e2e_s": [1.0, 2.0]})
+    runs = [(f"{name}: {mode}", frame, Gaps()) for name in ("a", "b")
+            for mode in ("served", "simulated")]
+    styles = [("C0", "-"), ("C0", "--"), ("C1", "-"), ("C1", "--")]
+    lines = cdf_figure(runs, styles).axes[0].get_lines()
+    assert [line.get_color() for line in lines] == ["C0", "C0", "C1", "C1"]
+    assert [line.get_linestyle() for line in lines] == ["-", "--", "-", "--"]

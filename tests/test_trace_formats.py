@@ -264,6 +264,11 @@ def test_a_sharegpt_scenario_runs_with_vllm_style_arrivals(tmp_path):
     columns = run_config(scenario.base).request_columns()
     assert len(columns["prompt_tokens"]) == 12
     assert set(columns["prompt_tokens"]) <= set(range(10, 40))
+    from reports.describe import workload_text
+
+    assert workload_text(scenario.base["workload"]) == (
+        "lengths from `chats.json.gz` (sharegpt format, first 12 requests shuffled with the "
+        "seed, tokens counted by `char`), arrivals poisson at 5 req/s")
 
 
 def test_a_bad_sharegpt_entry_stops_the_scenario_before_it_runs(tmp_path):

@@ -113,12 +113,55 @@ def test_the_error_table_matches_the_runs_own_summaries(validated):
 def test_each_mode_gets_its_usual_files_and_the_comparison_files_exist(validated):
     _, out = validated
     for mode in ("serve", "simulate"):
-        for name in ("requests.csv", "steps.csv", "summary.csv", "summary.json", "report.md",
-                     "latency_cdfs.png"):
+        for name in ("requests.csv", "steps.csv", "summary.csv", "summary-continuous.json",
+                     "summary-static.json", "report.md", "latency_cdfs.png"):
             assert (out / mode / name).is_file(), (mode, name)
-        assert f'"mode": "{mode}"' in (out / mode / "summary.json").read_text()
-    for name in ("validation.csv", "step_errors.csv", "validation_cdfs.png"):
+        assert f'"backend": "servesim-{mode}"' in \
+            (out / mode / "summary-static.json").read_text()
+    for name in ("validation.csv", "step_errors.csv", "validation_cdfs.png", "report.md",
+                 "report.html"):
         assert (out / name).stat().st_size > 0, name
+
+
+def test_the_validation_report_has_the_error_table_and_the_chart(validated):
+    result, out = validated
+    markdown = (out / "report.md").read_text()
+    assert "| variant | metric | stat | serve ms | simulate ms | error % |" in markdown
+    row = next(r for r in result.rows if (r["variant"], r["metric"], r["stat"])
+               == ("static", "ttft", "p90"))
+    assert f"| static | ttft | p90 | {row['serve'] * 1e3:.2f} | {row['simulate'] * 1e3:.2f} |" \
+        in markdown
+    assert "![Latency CDFs, served and simulated](validation_cdfs.png)" in markdown
+    page = (out / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 1
+    assert '<a href="serve/report.html">' in page and '<a href="simulate/report.html">' in page
+
+
+def test_the_printed_text_ends_saying_where_the_report_is(validated):
+    result, out = validated
+    assert result.text().splitlines()[-1] == f"report: {out / 'report.html'}"
+
+
+def test_serving_reports_its_progress_from_start_to_every_request_done(tmp_path):
+    import scenarios
+    from sim.profiling.serving import serve_logged
+    from sim.validation.validate import ServingBar
+
+    path = tmp_path / "validate-case.toml"
+    path.write_text(SCENARIO)
+    calls = []
+    config = scenarios.load(path, ["workload.num_requests=4"]).runs()[0].config
+    recorder, _ = serve_logged(config, progress=lambda *args: calls.append(args))
+    first, last = calls[0], calls[-1]
+    arrivals = recorder.request_columns()["arrival_s"]
+    assert first[:3] == (0, 4, 0.0)
+    assert first[3] == pytest.approx(max(arrivals) - min(arrivals))  # when the last arrives
+    assert last[0] == last[1] == 4
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls)  # done never goes back
+    bar = ServingBar("continuous")  # off a terminal: a disabled bar that takes the calls
+    for args in calls:
+        bar(*args)
+    bar.close()
 
 
 def test_error_pct_is_relative_to_the_served_value_and_nan_when_undefined():
@@ -150,6 +193,7 @@ def test_cli_prints_the_error_table(tmp_path, capsys):
     assert main(["validate", str(path), "--out", str(tmp_path / "v"), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "metric" in printed and "error %" in printed and "ttft" in printed
+    assert f"report: {tmp_path / 'v' / 'report.html'}" in printed
     assert (tmp_path / "v" / "validation.csv").is_file()
 
 

@@ -47,10 +47,11 @@ class StepLog:
 
 
 def serve_logged(config: dict, base_dir=None, before_serving=None,
-                 params: dict | None = None) -> tuple[RunRecorder, StepLog]:
+                 params: dict | None = None, progress=None) -> tuple[RunRecorder, StepLog]:
     """Serve a resolved config (its mode is ignored) in real time; returns the recorder and the
     log of step shapes. `before_serving(executor)` runs once the server is warm, just before
-    the first request (a calibration). `params`: the model's weights, when already built."""
+    the first request (a calibration). `params`: the model's weights, when already built.
+    `progress`: passed to `engine.server.serve` (a progress bar's callback)."""
     model = ModelConfig(**config["model"])
     scheduler = build_scheduler(config, model)
     block_manager = scheduler.block_manager
@@ -68,7 +69,7 @@ def serve_logged(config: dict, base_dir=None, before_serving=None,
     if before_serving is not None:
         before_serving(executor)
     log = StepLog(executor)
-    serve(scheduler, log, requests, recorder)
+    serve(scheduler, log, requests, recorder, progress=progress)
     return recorder, log
 
 

@@ -72,11 +72,18 @@ def _num(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.9g}"
 
 
-def text_table(rows: list[dict]) -> str:
-    """The rows as aligned text: latencies in milliseconds, errors in percent."""
+def display_rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) as text, for the printed table and the report: latencies in
+    milliseconds, errors in percent."""
     header = ["variant", "metric", "stat", "serve ms", "simulate ms", "error %"]
     body = [[r["variant"], r["metric"], r["stat"], _fmt(r["serve"] * 1e3, 2),
              _fmt(r["simulate"] * 1e3, 2), _fmt(r["error_pct"], 1, signed=True)] for r in rows]
+    return header, body
+
+
+def text_table(rows: list[dict]) -> str:
+    """The rows as aligned text: latencies in milliseconds, errors in percent."""
+    header, body = display_rows(rows)
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
 
     def line(cells):

@@ -8,13 +8,15 @@ Every run of a scenario (each variant at each sweep point) is run twice on the s
   model (a fitted profile, or the linear model).
 
 Written to `out_dir`: `validation.csv` (variant, metric, stat, serve, simulate, error_pct for
-TTFT, TPOT, ITL, E2E x mean, p50, p90, p99), `validation_cdfs.png` (each metric's CDF, served
-and simulated side by side), `step_errors.csv` (every served step with the cost model's
-prediction for its shape, see `steps.py`), and the usual report of each mode in
-`serve/` and `simulate/`. A diagnostic, `validation_speed_normalized.csv`, compares the served
-run with a simulation whose step costs are all scaled by the served steps' total measured /
-predicted time: what remains is error in how step cost depends on the step's shape and in the
-simulated dynamics, not the machine's overall speed while serving.
+TTFT, TPOT, ITL, E2E x mean, p50, p90, p99), `validation_cdfs.png` (each metric's CDF, a
+variant's served and simulated lines in one colour, solid and dashed), `report.md` and
+`report.html` (the error table and the chart), `step_errors.csv` (every served step with the
+cost model's prediction for its shape, see `steps.py`), and the usual report of each mode in
+`serve/` and `simulate/`. On a terminal, a progress bar follows each real-time serving. A
+diagnostic, `validation_speed_normalized.csv`, compares the served run with a simulation whose
+step costs are all scaled by the served steps' total measured / predicted time: what remains is
+error in how step cost depends on the step's shape and in the simulated dynamics, not the
+machine's overall speed while serving.
 
     result = validate("kv-pressure", "out/kv-pressure-validate")
     print(result.text())
@@ -40,7 +42,7 @@ from ..runner import check_scenario, run_config
 from .machine import check_profile, profile_for
 from .steps import (speed_ratio, step_error_summary, step_rows,
                                write_steps_csv)
-from .table import error_rows, max_abs_error, text_table, write_csv
+from .table import display_rows, error_rows, max_abs_error, text_table, write_csv
 
 VALIDATED_COST_MODELS = ("profile", "linear")
 
@@ -83,9 +85,9 @@ class Validation:
         """Largest |error %| over p50, p90, p99 of TTFT, TPOT and E2E, over every run."""
         return max_abs_error(self.normalized_rows if normalized else self.rows)
 
-    def text(self) -> str:
-        """The printed error table, then each run's step-level prediction error."""
-        lines = [text_table(self.rows), ""]
+    def run_notes(self) -> list[str]:
+        """One line per run on its step-level prediction error (and its calibration)."""
+        lines = []
         for run in self.runs:
             if run.calibration is not None:
                 lines.append(f"{run.label}: calibrated: the reference step took "
@@ -96,9 +98,19 @@ class Validation:
                          f"median {s['median_error_pct']:+.1f}%, mean {s['mean_error_pct']:+.1f}%"
                          f" (|error| median {s['median_abs_error_pct']:.1f}%); served steps took "
                          f"{run.speed_ratio:.2f}x the predicted time in total")
-        lines.append(f"max |error| over p50/p90/p99 of TTFT, TPOT, E2E: "
-                     f"{self.max_abs_error():.1f}% (simulation scaled by the served speed: "
-                     f"{self.max_abs_error(normalized=True):.1f}%)")
+        return lines
+
+    def headline(self) -> str:
+        return (f"max |error| over p50/p90/p99 of TTFT, TPOT, E2E: {self.max_abs_error():.1f}% "
+                f"(simulation scaled by the served speed: "
+                f"{self.max_abs_error(normalized=True):.1f}%)")
+
+    def text(self) -> str:
+        """The printed error table, each run's step-level prediction error, the headline and
+        where the report is."""
+        lines = [text_table(self.rows), "", *self.run_notes(), self.headline()]
+        if self.out_dir is not None:
+            lines.append(f"report: {self.out_dir / 'report.html'}")
         return "\n".join(lines)
 
 
@@ -158,7 +170,7 @@ def _validate_runs(scenario, specs, out_dir, progress: bool, calibrate: bool) ->
             count = spec.config["workload"].get("num_requests") or "the trace's"
             print(f"[{index}/{len(specs)}] {scenario.name}: {spec.label}: serving {count} "
                   f"requests in real time", file=sys.stderr)
-        runs.append(validate_run(spec, base_dir, calibrate))
+        runs.append(validate_run(spec, base_dir, calibrate, progress))
     return Validation(scenario, tuple(runs), out_dir)
 
 
@@ -190,9 +202,11 @@ def mode_config(config: dict, mode: str) -> dict:
     return config
 
 
-def validate_run(spec, base_dir=None, calibrate: bool = False) -> ValidationRun:
+def validate_run(spec, base_dir=None, calibrate: bool = False,
+                 progress: bool = False) -> ValidationRun:
     """Serve, then simulate, one run; compare them. With `calibrate`, the machine's speed is
-    measured just before serving and the simulation's cost model scaled by it."""
+    measured just before serving and the simulation's cost model scaled by it. `progress`: a
+    progress bar while serving, on a terminal."""
     cost = build_cost_model(spec.config["cost"], spec.config["model"])
     speeds = []
 
@@ -200,8 +214,13 @@ def validate_run(spec, base_dir=None, calibrate: bool = False) -> ValidationRun:
         speeds.append(measure_speed(executor.params, spec.config["model"]["vocab_size"],
                                     reference_of(cost)))
 
-    served, log = serve_logged(mode_config(spec.config, "serve"), base_dir,
-                               calibration if calibrate else None)
+    bar = ServingBar(spec.label) if progress else None
+    try:
+        served, log = serve_logged(mode_config(spec.config, "serve"), base_dir,
+                                   calibration if calibrate else None, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     if calibrate:
         cost = ScaledCost(cost, speeds[0])
     simulate_config = mode_config(spec.config, "simulate")
@@ -218,10 +237,12 @@ def validate_run(spec, base_dir=None, calibrate: bool = False) -> ValidationRun:
 
 
 def write_outputs(result: Validation, out_dir: Path) -> list[Path]:
-    """validation.csv, step_errors.csv, validation_cdfs.png, serve/ and simulate/."""
+    """validation.csv, validation_speed_normalized.csv, step_errors.csv, validation_cdfs.png,
+    report.md, report.html, and serve/ and simulate/."""
     import reports
     from reports.cdf_chart import cdf_chart
     from reports.tables import request_frame
+    from reports.validation_report import write_validation_report
 
     out_dir.mkdir(parents=True, exist_ok=True)
     scenario, written = result.scenario, []
@@ -233,9 +254,42 @@ def write_outputs(result: Validation, out_dir: Path) -> list[Path]:
     write_csv(result.rows, out_dir / "validation.csv")
     write_csv(result.normalized_rows, out_dir / "validation_speed_normalized.csv")
     write_steps_csv([row for run in result.runs for row in run.steps], out_dir / "step_errors.csv")
-    lines = [(f"{run.label} {mode}", request_frame(run.spec, getattr(run, mode)),
-              getattr(run, mode)) for run in result.runs for mode in ("serve", "simulate")]
-    (out_dir / "validation_cdfs.png").write_bytes(cdf_chart(lines))
+    lines, styles = [], []
+    for index, run in enumerate(result.runs):
+        color = f"C{index % 10}"  # one hue per variant: served solid, simulated dashed
+        for mode, shown, style in (("serve", "served", "-"), ("simulate", "simulated", "--")):
+            recorder = getattr(run, mode)
+            lines.append((f"{run.label}: {shown}", request_frame(run.spec, recorder), recorder))
+            styles.append((color, style))
+    report = write_validation_report(out_dir, scenario, display_rows(result.rows),
+                                     result.run_notes(), result.headline(),
+                                     cdf_chart(lines, styles))
     return written + [out_dir / name for name in
-                      ("validation.csv", "validation_speed_normalized.csv", "step_errors.csv",
-                       "validation_cdfs.png")]
+                      ("validation.csv", "validation_speed_normalized.csv", "step_errors.csv")] \
+        + report
+
+
+class ServingBar:
+    """A progress bar while a run is served in real time (`engine.server.serve`'s progress
+    callback): requests done of all, and the time elapsed beside the last request's arrival
+    time, which serving cannot finish before. Shown only on a terminal."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.bar = None
+
+    def __call__(self, done: int, total: int, elapsed_s: float, last_arrival_s: float) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            last = tqdm.format_interval(last_arrival_s)
+            self.bar = tqdm(total=total, desc=f"serving {self.label}", unit="req",
+                            disable=not sys.stderr.isatty(),
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+                                       "requests [{elapsed} elapsed; last arrival at " + last
+                                       + "]")
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,110 @@
+"""Each run's summary as a vLLM `bench serve` result file: one flat JSON object per run, with
+vLLM's keys in vLLM's order, so a script written for `vllm bench serve --save-result` files
+reads servesim's unchanged.
+
+- Files: `summary.json` when the scenario has one run, else `summary-<run label>.json` for each
+  run (`summary_json_names`), as `bench serve` writes one file per benchmark run: every run's
+  file matches `summary*.json`.
+- Setup and traffic keys first (`date, backend, label, model_id, num_prompts, request_rate,
+  burstiness, max_concurrency`), then `engine.benchmark.vllm_summary` (vLLM's figures, then what
+  vLLM does not report under names in its style), then how servesim names the run (`scenario,
+  variant, sweep, seed, arrival_process`).
+- `date` is null unless given (`SOURCE_DATE_EPOCH`, the reproducible-builds convention, or the
+  `date` argument): a clock reading would make two runs of the same seed differ.
+- `request_rate` is the arrival rate of an open process, "inf" (vLLM's spelling) when every
+  request is sent at once or by a closed loop, and for a trace the mean rate of its arrivals;
+  `burstiness` is vLLM's gamma shape (1 / cv^2: 1 for Poisson, "inf" for constant gaps), null
+  where arrivals have no such shape; `max_concurrency` is the closed loop's number of users.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timezone
+
+import numpy as np
+
+from engine.benchmark import latency_std, vllm_summary
+
+from .tables import run_summaries
+
+DATE_FORMAT = "%Y%m%d-%H%M%S"  # vLLM's
+
+
+def vllm_records(results, summaries: list[dict] | None = None,
+                 date: str | None = None) -> list[dict]:
+    """One flat record per run of `results` ([(RunSpec, RunRecorder)])."""
+    summaries = summaries if summaries is not None else run_summaries(results)
+    return [vllm_record(spec, recorder, summary, date)
+            for (spec, recorder), summary in zip(results, summaries)]
+
+
+def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
+    """One run's record: setup and traffic, vLLM's figures and servesim's extras, the run."""
+    config = spec.config
+    arrival = config["workload"]["arrival"]
+    request_rate, burstiness, max_concurrency = traffic(arrival, recorder)
+    setup = {"date": date, "backend": f"servesim-{config['mode']}", "label": spec.label,
+             "model_id": model_id(config["model"]),
+             "num_prompts": summary["completed"] + summary["rejected"] + summary["unfinished"],
+             "request_rate": request_rate, "burstiness": burstiness,
+             "max_concurrency": max_concurrency}
+    std = latency_std(recorder, config["workload"].get("warmup_s", 0.0))
+    run = {"scenario": config["name"], "variant": spec.variant, "sweep": dict(spec.sweep),
+           "seed": config["seed"], "arrival_process": arrival["process"]}
+    return setup | vllm_summary(summary, std) | run
+
+
+def traffic(arrival: dict, recorder) -> tuple:
+    """(request_rate, burstiness, max_concurrency) of an arrival process, as vLLM writes
+    them."""
+    process = arrival["process"]
+    if process == "closed_loop":
+        return "inf", None, arrival["concurrency"]
+    if process == "burst":
+        return "inf", None, None
+    if process == "trace":
+        arrivals = np.asarray(recorder.request_columns()["arrival_s"], dtype=np.float64)
+        span = float(arrivals.max() - arrivals.min()) if arrivals.size else 0.0
+        return ((arrivals.size - 1) / span if span > 0 else "inf"), None, None
+    shape = {"poisson": 1.0, "constant": "inf"}.get(process)
+    if process == "gamma":
+        shape = 1.0 / arrival["cv"] ** 2
+    return arrival["rate"], shape, None
+
+
+def model_id(model: dict) -> str:
+    """The model's shape as a name (vLLM names a file after the part after the last '/')."""
+    return (f"servesim-numpy-v{model['vocab_size']}-d{model['d_model']}-l{model['n_layers']}"
+            f"-h{model['n_heads']}-ff{model['d_ff']}-ctx{model['max_seq_len']}")
+
+
+def summary_json_names(specs) -> list[str]:
+    """The file name of each run's record: `summary.json` for a single run, else
+    `summary-<label slug>.json`, unique."""
+    if len(specs) == 1:
+        return ["summary.json"]
+    names: list[str] = []
+    for index, spec in enumerate(specs):
+        slug = re.sub(r"[^A-Za-z0-9._]+", "-", spec.label).strip("-.") or f"run-{index}"
+        name = f"summary-{slug}.json"
+        if name in names:  # labels that differ only in punctuation
+            name = f"summary-{slug}-{index}.json"
+        names.append(name)
+    return names
+
+
+def record_date(date: str | None = None) -> str | None:
+    """`date`, else SOURCE_DATE_EPOCH (seconds since 1970) in vLLM's format, in UTC; else
+    None."""
+    if date is not None:
+        return date
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if not epoch:
+        return None
+    try:
+        return datetime.fromtimestamp(int(epoch), timezone.utc).strftime(DATE_FORMAT)
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"SOURCE_DATE_EPOCH must be whole seconds since 1970, got "
+                         f"{epoch!r}") from None

@@ -1,0 +1,162 @@
+"""The vLLM-layout summaries: one flat file per run with `vllm bench serve`'s result keys, its
+figures those of `summarize` (in milliseconds), standard deviations equal to NumPy's, and
+byte-identical files for the same seed (no clock reading in `date`)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import reports
+import scenarios
+import sim
+from engine.benchmark import request_metrics, summarize
+from reports.vllm_json import summary_json_names, traffic
+
+SCENARIO = """
+name = "json-case"
+seed = 11
+[model]
+max_seq_len = 128
+[engine]
+num_kv_blocks = 32
+max_num_seqs = 6
+[cost]
+model = "linear"
+[workload]
+num_requests = 30
+arrival = { process = "gamma", rate = 12.0, cv = 2.0 }
+prompt_tokens = { dist = "uniform", low = 4, high = 120 }
+output_tokens = { dist = "uniform", low = 1, high = 24 }
+"""
+# vLLM `bench serve --save-result` keys (setup, traffic, results, latency statistics)
+VLLM_KEYS = ["date", "backend", "label", "model_id", "num_prompts", "request_rate", "burstiness",
+             "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
+             "total_output_tokens", "request_throughput", "request_goodput",
+             "output_throughput", "total_token_throughput"] + [
+    f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el")
+    for stat in ("mean", "median", "std", "p90", "p95", "p99")]
+EXTRA_KEYS = ["max_ttft_ms", "max_tpot_ms", "max_itl_ms", "max_e2el_ms", "mean_queue_ms",
+              "median_queue_ms", "std_queue_ms", "p90_queue_ms", "p95_queue_ms", "p99_queue_ms",
+              "max_queue_ms", "rejected", "unfinished", "preemptions", "mean_batch_size",
+              "mean_kv_util", "max_kv_util", "scenario", "variant", "sweep", "seed",
+              "arrival_process"]
+
+
+def write(tmp_path, text=SCENARIO, overrides=(), name="out"):
+    path = tmp_path / "json-case.toml"
+    path.write_text(text)
+    scenario = scenarios.load(path, overrides)
+    results = sim.simulate(scenario)
+    return results, reports.write_report(scenario, results, tmp_path / name).out_dir
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    return write(tmp_path_factory.mktemp("json"))
+
+
+def test_a_single_run_writes_one_flat_summary_json_with_vllms_keys_in_order(single):
+    _, out = single
+    assert [p.name for p in out.glob("summary*.json")] == ["summary.json"]
+    record = json.loads((out / "summary.json").read_text())
+    assert list(record) == VLLM_KEYS + EXTRA_KEYS
+    assert record["backend"] == "servesim-simulate" and record["label"] == "default"
+    assert record["model_id"] == "servesim-numpy-v512-d512-l4-h8-ff2048-ctx128"
+
+
+def test_the_figures_are_summarizes_in_milliseconds(single):
+    results, out = single
+    record = json.loads((out / "summary.json").read_text())
+    spec, recorder = results[0]
+    summary = summarize(recorder, spec.config["slo"])
+    assert record["completed"] == summary["completed"] > 0
+    assert record["failed"] == summary["rejected"] + summary["unfinished"] > 0
+    assert record["num_prompts"] == 30 == record["completed"] + record["failed"]
+    assert record["duration"] == pytest.approx(summary["duration_s"], rel=1e-8)
+    assert record["request_goodput"] == pytest.approx(summary["goodput"], rel=1e-8)
+    for ours, theirs in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2e", "e2el"),
+                         ("queue", "queue")):
+        for stat, name in (("mean", "mean"), ("p50", "median"), ("p90", "p90"),
+                           ("p95", "p95"), ("p99", "p99"), ("max", "max")):
+            assert record[f"{name}_{theirs}_ms"] == pytest.approx(
+                summary[f"{ours}_{stat}_s"] * 1e3, rel=1e-8), f"{name}_{theirs}_ms"
+    assert record["preemptions"] == summary["preemptions"]
+    assert record["mean_kv_util"] == pytest.approx(summary["kv_util_mean"], rel=1e-8)
+
+
+def test_standard_deviations_are_numpys_over_the_same_requests(single):
+    results, out = single
+    record = json.loads((out / "summary.json").read_text())
+    recorder = results[0][1]
+    columns = recorder.request_columns()
+    finished = np.asarray(columns["status"]) == "finished"
+    metrics = {k: v[finished] for k, v in request_metrics(columns).items()}
+    tpot = metrics["tpot_s"][~np.isnan(metrics["tpot_s"])]
+    assert tpot.size < finished.sum()  # one-token requests have no TPOT and are left out
+    expected = {"ttft": np.std(metrics["ttft_s"]), "tpot": np.std(tpot),
+                "e2el": np.std(metrics["e2e_s"]), "queue": np.std(metrics["queue_s"]),
+                "itl": np.std(np.repeat(recorder.itl_gaps, recorder.itl_counts))}
+    for name, value in expected.items():
+        assert record[f"std_{name}_ms"] == pytest.approx(value * 1e3, rel=1e-8), name
+
+
+def test_gamma_arrivals_give_vllms_burstiness_and_their_rate(single):
+    _, out = single
+    record = json.loads((out / "summary.json").read_text())
+    assert record["request_rate"] == 12.0 and record["burstiness"] == pytest.approx(0.25)
+    assert record["max_concurrency"] is None and record["arrival_process"] == "gamma"
+
+
+def test_traffic_keys_of_every_arrival_process():
+    class Trace:
+        def request_columns(self):
+            return {"arrival_s": [0.0, 1.0, 4.0]}
+
+    assert traffic({"process": "poisson", "rate": 3.0}, None) == (3.0, 1.0, None)
+    assert traffic({"process": "constant", "rate": 2.0}, None) == (2.0, "inf", None)
+    assert traffic({"process": "burst"}, None) == ("inf", None, None)
+    assert traffic({"process": "closed_loop", "concurrency": 8, "think_time_s": 0.0},
+                   None) == ("inf", None, 8)
+    assert traffic({"process": "trace"}, Trace()) == (0.5, None, None)  # 2 gaps in 4 s
+
+
+def test_several_runs_write_one_file_each_named_after_the_run(tmp_path):
+    text = SCENARIO + ('[[variants]]\nname = "static"\nset = { "scheduler.policy" = "static" }\n'
+                       '[[variants]]\nname = "continuous"\n'
+                       '[sweep]\n"workload.arrival.rate" = [4.0, 12.0]\n')
+    results, out = write(tmp_path, text, ["workload.num_requests=8"])
+    names = summary_json_names([spec for spec, _ in results])
+    assert names == ["summary-static-rate-4.0.json", "summary-static-rate-12.0.json",
+                     "summary-continuous-rate-4.0.json", "summary-continuous-rate-12.0.json"]
+    assert sorted(p.name for p in out.glob("summary*.json")) == sorted(names)
+    assert not (out / "summary.json").exists()
+    for name, (spec, _) in zip(names, results):
+        record = json.loads((out / name).read_text())
+        assert record["variant"] == spec.variant and record["label"] == spec.label
+        assert record["sweep"] == {"workload.arrival.rate": spec.sweep["workload.arrival.rate"]}
+        assert record["request_rate"] == spec.sweep["workload.arrival.rate"]
+
+
+def test_date_is_null_unless_given_so_seeded_runs_write_identical_files(tmp_path, monkeypatch,
+                                                                        single):
+    _, first = single
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    _, again = write(tmp_path, name="again")
+    assert (first / "summary.json").read_bytes() == (again / "summary.json").read_bytes()
+    assert json.loads((again / "summary.json").read_text())["date"] is None
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    _, dated = write(tmp_path, name="dated")
+    assert json.loads((dated / "summary.json").read_text())["date"] == "20231114-221320"
+
+
+def test_undefined_figures_are_null_never_zero(tmp_path):
+    text = SCENARIO.replace('low = 1, high = 24', 'low = 1, high = 1')  # no TPOT, no ITL
+    _, out = write(tmp_path, text)
+    record = json.loads((out / "summary.json").read_text())
+    for key in ("mean_tpot_ms", "std_tpot_ms", "p99_itl_ms", "std_itl_ms"):
+        assert record[key] is None, key
+    assert not math.isnan(record["mean_ttft_ms"])
