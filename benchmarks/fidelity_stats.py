@@ -80,3 +80,13 @@ def target_verdict(errors: list, spreads: list, stats=("p50", "p90"),
             failing.append(f"{row['metric']} {row['stat']} {row['error_pct']:+.1f}% "
                            f"(allowed {allowed:.1f}%)")
     return not failing, ", ".join(failing)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] + " Imported by fidelity.py; run that script "
+                    "(`python benchmarks/fidelity.py --help`) for the benchmark.").parse_args()
+    print("benchmarks/fidelity_stats.py holds the fidelity benchmark's statistics; run "
+          "`python benchmarks/fidelity.py`")
