@@ -11,8 +11,8 @@ from pathlib import Path
 
 # The setting of the "What was run" table a dotted key's first part belongs to.
 FIELD_OF = {"seed": "seed", "mode": "mode", "cost": "step costs", "model": "model",
-            "engine": "engine", "scheduler": "scheduler", "workload": "workload",
-            "slo": "SLO (goodput)"}
+            "hardware": "hardware", "engine": "engine", "scheduler": "scheduler",
+            "workload": "workload", "slo": "SLO (goodput)"}
 
 
 def config_rows(config: dict) -> dict[str, str]:
@@ -22,16 +22,40 @@ def config_rows(config: dict) -> dict[str, str]:
         "seed": str(config["seed"]),
         "mode": config["mode"],
         "step costs": step_costs(config),
-        "model": (f"vocab {model['vocab_size']}, d_model {model['d_model']}, "
-                  f"{model['n_layers']} layers, {model['n_heads']} heads, d_ff {model['d_ff']}, "
-                  f"max_seq_len {model['max_seq_len']}"),
-        "engine": (f"{engine['num_kv_blocks']} KV blocks of {engine['block_size']} tokens, "
-                   f"max_num_seqs {engine['max_num_seqs']}, "
+        "model": model_text(model),
+        **({"hardware": hardware_text(config["hardware"]["derived"])}
+           if "derived" in config.get("hardware", {}) else {}),
+        "engine": (f"{engine['num_kv_blocks']:,} KV blocks of {engine['block_size']} tokens"
+                   + (" (derived from the GPU's memory)" if _auto(config) else "")
+                   + f", max_num_seqs {engine['max_num_seqs']}, "
                    f"max_num_batched_tokens {engine['max_num_batched_tokens']}"),
         "scheduler": scheduler_text(config["scheduler"]),
         "workload": workload_text(config["workload"]),
         "SLO (goodput)": slo_text(slo),
     }
+
+
+def model_text(model: dict) -> str:
+    """The model's name (a catalog model) and shape."""
+    shape = (f"vocab {model['vocab_size']}, d_model {model['d_model']}, "
+             f"{model['n_layers']} layers, {model['n_heads']} heads"
+             + (f" ({model['n_kv_heads']} key-value heads)" if "n_kv_heads" in model and
+                model["n_kv_heads"] != model["n_heads"] else "")
+             + f", d_ff {model['d_ff']}, max_seq_len {model['max_seq_len']}")
+    return f"`{model['name']}`: {shape}" if model.get("name") else shape
+
+
+def hardware_text(derived: dict) -> str:
+    """The GPU, tensor parallelism, dtype and the memory per GPU (`hardware.derived`)."""
+    return (f"{derived['tp']} x {derived['gpu_name']} (`{derived['gpu']}`, tensor parallel), "
+            f"{derived['dtype']}; per GPU: {derived['weights_gib_per_gpu']:.1f} GiB of "
+            f"weights, {derived['kv_gib_per_gpu']:.1f} GiB of KV cache "
+            f"({derived['kv_tokens']:,} tokens, {derived['kv_bytes_per_token_per_gpu'] / 1024:g}"
+            f" KiB a token)")
+
+
+def _auto(config: dict) -> bool:
+    return config.get("hardware", {}).get("num_kv_blocks_auto", False)
 
 
 def first_runs(specs) -> list:
@@ -124,6 +148,11 @@ def step_costs(config: dict) -> str:
     cost = config["cost"]
     if config["mode"] != "simulate" or cost["model"] == "live":
         return "measured: the real NumPy engine runs every step"
+    if cost["model"] == "hardware":
+        hardware = config["hardware"]
+        return (f"hardware: roofline of every operator with efficiencies calibrated on measured "
+                f"A100 and H100 kernels, plus {hardware['step_overhead_s'] * 1e3:g} ms a step "
+                f"and {hardware['seq_overhead_s'] * 1e6:g} us a sequence of server overhead")
     if cost["model"] == "profile":
         return f"predicted by the fitted profile `{cost['profile']}`"
     return ("linear: " + ", ".join(f"{name} {cost[name]:g}" for name in

@@ -75,7 +75,10 @@ def traffic(arrival: dict, recorder) -> tuple:
 
 
 def model_id(model: dict) -> str:
-    """The model's shape as a name (vLLM names a file after the part after the last '/')."""
+    """The model's name: its catalog id (a hardware run), else the NumPy engine's shape as a
+    name (vLLM names a file after the part after the last '/')."""
+    if model.get("name"):
+        return model["name"]
     return (f"servesim-numpy-v{model['vocab_size']}-d{model['d_model']}-l{model['n_layers']}"
             f"-h{model['n_heads']}-ff{model['d_ff']}-ctx{model['max_seq_len']}")
 

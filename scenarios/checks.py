@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .defaults import (MAX_TIME_S, SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
-                       UNTIMED_TRACE_FORMATS)
+from .defaults import (GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS, MAX_TIME_S, SHAREGPT_DEFAULTS,
+                       SHIPPED_TRACES, TRACE_DEFAULTS, UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
 from engine.model import ModelConfig
 from engine.scheduler_config import SchedulerConfig
@@ -85,8 +85,12 @@ def shipped_trace(name: str) -> Path:
 
 def check_config(config: dict, path: Path) -> None:
     """Cross-key rules of a resolved config; makes its relative file paths absolute."""
-    _check_model(config["model"])
-    _check_engine(config)
+    if config["cost"]["model"] == "hardware":
+        _check_hardware(config)
+    else:
+        _check_not_hardware(config)
+        _check_model(config["model"])
+        _check_engine(config)
     workload = config["workload"]
     for name in ("prompt_tokens", "output_tokens"):
         if workload[name] is not None:
@@ -135,6 +139,49 @@ def check_length_range(dist: dict, key: str) -> None:
                                                                               (None, None))
     if low is not None and dist[low] > dist[high]:
         raise FieldError("", f"{key}.{low} ({dist[low]}) must be <= {key}.{high} ({dist[high]})")
+
+
+def _check_hardware(config: dict) -> None:
+    """A real model on a real GPU: simulated only, a GPU named, the model named or defined
+    (the catalogs and what fits are the simulator's to check: sim.costs.hardware)."""
+    if config["mode"] != "simulate":
+        raise FieldError("mode", f"cost.model = 'hardware' simulates a GPU; mode must be "
+                                 f"'simulate', got {config['mode']!r}")
+    if "gpu" not in config["hardware"]:
+        raise FieldError("hardware.gpu", "required with cost.model = 'hardware' (a GPU catalog "
+                                         "id, e.g. \"h100-sxm\", or a table defining one)")
+    gpu = config["hardware"]["gpu"]
+    if isinstance(gpu, dict):
+        unknown = [k for k in gpu if k not in GPU_TABLE_KEYS]
+        if unknown:
+            raise FieldError(f"hardware.gpu.{unknown[0]}",
+                             f"unknown key (allowed: {', '.join(GPU_TABLE_KEYS)})")
+    if config["cost"].get("jitter"):
+        raise FieldError("cost.jitter", "measures this machine's speed swings; it applies to "
+                                        "cost.model = 'profile' only")
+    model = config["model"]
+    if "name" not in model:
+        missing = [k for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size",
+                               "max_seq_len") if k not in model]
+        if missing:
+            raise FieldError(f"model.{missing[0]}",
+                             "required with cost.model = 'hardware' unless model.name names "
+                             "a catalog model (missing: " + ", ".join(missing) + ")")
+
+
+def _check_not_hardware(config: dict) -> None:
+    """Keys that only a hardware cost model reads are errors elsewhere, never ignored."""
+    extra = [k for k in config["model"] if k in HARDWARE_MODEL_KEYS and k not in
+             ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_seq_len")]
+    if extra:
+        raise FieldError(f"model.{extra[0]}", "only with cost.model = 'hardware' (the NumPy "
+                                              "engine's model has vocab_size, d_model, "
+                                              "n_layers, n_heads, d_ff, max_seq_len)")
+    if "hardware" in config:
+        raise FieldError("hardware", "only with cost.model = 'hardware'")
+    if config["engine"]["num_kv_blocks"] == "auto":
+        raise FieldError("engine.num_kv_blocks", "\"auto\" derives the KV blocks from a GPU's "
+                                                 "memory: only with cost.model = 'hardware'")
 
 
 def _check_model(model: dict) -> None:

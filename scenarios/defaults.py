@@ -13,7 +13,7 @@ from engine.model import ModelConfig
 from engine.scheduler_config import SchedulerConfig
 
 MODES = ("simulate", "cosimulate", "serve")
-COST_MODELS = ("profile", "live", "linear")
+COST_MODELS = ("profile", "live", "linear", "hardware")
 ARRIVAL_PROCESSES = ("poisson", "gamma", "constant", "burst", "closed_loop", "trace")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal")
 # Trace formats (docs/sim/traces.md). A ShareGPT file gives lengths but no times: its arrivals
@@ -68,6 +68,26 @@ DEFAULTS = {
         "tpot_s": 0.1,  # ten tokens a second, faster than reading speed
     },
 }
+
+# cost.model = "hardware": a real model on a real GPU (sim/costs/hardware/). Its [model] table
+# names a catalog model (or defines one with these keys), and engine.num_kv_blocks defaults to
+# "auto": what the GPU's memory leaves after the weights, as vLLM derives it.
+HARDWARE_MODEL_KEYS = ("name", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
+                       "gated_mlp", "vocab_size", "max_seq_len", "head_dim", "tie_embeddings",
+                       "norm", "qkv_bias", "parallel_attn_mlp")
+HARDWARE_DTYPES = ("fp16", "bf16", "fp8")
+HARDWARE_NORMS = ("rmsnorm", "layernorm")
+MAX_TP = 8
+HARDWARE_DEFAULTS = {
+    "tp": 1,
+    "dtype": "fp16",
+    "gpu_memory_utilization": 0.9,  # vLLM's default
+    "step_overhead_s": 1.0e-3,  # the server's own time a step (an assumption: measure yours)
+    "seq_overhead_s": 10e-6,  # and per sequence of the batch
+}
+GPU_TABLE_KEYS = ("name", "memory_gib", "memory_bandwidth_gbs", "peak_tflops",
+                  "interconnect_bandwidth_gbs", "interconnect_latency_us", "measured",
+                  "interconnect")
 
 # Limits of what can be simulated faithfully.
 GAMMA_CV = (0.01, 10.0)  # beyond 10 the gamma shape (1 / cv^2) is so small that gaps underflow

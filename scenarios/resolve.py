@@ -8,8 +8,8 @@ import copy
 from pathlib import Path
 
 from . import checks
-from .defaults import (CLOSED_LOOP_THINK_TIME_S, DEFAULTS, LOGNORMAL_MIN_TOKENS,
-                       SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
+from .defaults import (CLOSED_LOOP_THINK_TIME_S, DEFAULTS, HARDWARE_DEFAULTS,
+                       LOGNORMAL_MIN_TOKENS, SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
                        UNTIMED_TRACE_FORMATS)
 from .schema import SCENARIO, check_table
 
@@ -28,6 +28,13 @@ def resolve(raw: dict, path: Path) -> dict:
     }
     for section in SECTIONS:
         config[section] = copy.deepcopy(DEFAULTS[section]) | copy.deepcopy(raw.get(section, {}))
+    if config["cost"]["model"] == "hardware":  # a real model on a real GPU: no engine defaults
+        config["model"] = copy.deepcopy(raw.get("model", {}))
+        if "num_kv_blocks" not in raw.get("engine", {}):
+            config["engine"]["num_kv_blocks"] = "auto"
+        config["hardware"] = HARDWARE_DEFAULTS | copy.deepcopy(raw.get("hardware", {}))
+    elif "hardware" in raw:  # kept for checks.py to refuse, never silently dropped
+        config["hardware"] = copy.deepcopy(raw["hardware"])
     config["workload"] = _workload(copy.deepcopy(raw["workload"]))
     checks.check_config(config, path)
     return config

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, GAMMA_CV, LENGTH_DISTS, MODES,
+from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, GAMMA_CV, GPU_TABLE_KEYS,
+                       HARDWARE_DTYPES, HARDWARE_NORMS, LENGTH_DISTS, MAX_TP, MODES,
                        SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS)
 from .errors import FieldError
 from engine.queues import QUEUES
@@ -126,9 +127,26 @@ SCENARIO = Table({
     "mode": choice(MODES),
     "model": Table({name: POSITIVE_INT for name in
                     ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len")}
-                   | {"d_ff": NON_NEGATIVE_INT}),
-    "engine": Table({name: POSITIVE_INT for name in
-                     ("block_size", "num_kv_blocks", "max_num_seqs", "max_num_batched_tokens")}),
+                   | {"d_ff": NON_NEGATIVE_INT}
+                   # cost.model = "hardware" only (checks.py): a catalog model or its shape
+                   | {"name": NON_EMPTY_TEXT, "n_kv_heads": POSITIVE_INT, "head_dim": POSITIVE_INT,
+                      "gated_mlp": BOOL, "tie_embeddings": BOOL, "norm": choice(HARDWARE_NORMS),
+                      "qkv_bias": BOOL, "parallel_attn_mlp": BOOL}),
+    "engine": Table({"block_size": POSITIVE_INT,
+                     "num_kv_blocks": Spec('a positive integer, or "auto" (from the GPU\'s '
+                                           'memory, with cost.model = "hardware")',
+                                           lambda v: v == "auto" or _is_int(v) and v >= 1),
+                     "max_num_seqs": POSITIVE_INT, "max_num_batched_tokens": POSITIVE_INT}),
+    "hardware": Table({
+        "gpu": Spec("a GPU catalog id (e.g. \"h100-sxm\") or a table defining a GPU ("
+                    + ", ".join(GPU_TABLE_KEYS) + ")",
+                    lambda v: isinstance(v, str) and v.strip() != "" or isinstance(v, dict)),
+        "tp": Spec(f"an integer from 1 to {MAX_TP}", lambda v: _is_int(v) and 1 <= v <= MAX_TP),
+        "dtype": choice(HARDWARE_DTYPES),
+        "gpu_memory_utilization": Spec("a number above 0 and at most 1",
+                                       lambda v: _is_number(v) and 0 < v <= 1),
+        "step_overhead_s": NON_NEGATIVE_NUMBER,
+        "seq_overhead_s": NON_NEGATIVE_NUMBER}),
     "scheduler": Table({"policy": choice(POLICIES), "queue": choice(tuple(QUEUES)),
                         "chunked_prefill": BOOL, "max_batch_size": POSITIVE_INT,
                         "batch_timeout_s": NON_NEGATIVE_NUMBER}),

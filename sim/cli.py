@@ -115,8 +115,9 @@ def version() -> str:
 
 
 def _run_all(scenario, show: bool) -> list:
-    """[(RunSpec, RunRecorder)] of every run; RunFailed when one cannot finish."""
-    from .runner import run_config
+    """[(RunSpec, RunRecorder)] of every run (the spec as run: `runner.resolved_spec`);
+    RunFailed when one cannot finish."""
+    from .runner import resolved_spec, run_config
 
     runs = scenario.runs()
     results = []
@@ -127,7 +128,7 @@ def _run_all(scenario, show: bool) -> list:
             recorder = run_config(spec.config, progress=show, base_dir=Path(scenario.path).parent)
         except (ValueError, FileNotFoundError) as exc:  # e.g. a malformed row in a trace file
             raise RunFailed(f"{scenario.name}, run {spec.label}: {exc}") from None
-        results.append((spec, recorder))
+        results.append((resolved_spec(spec), recorder))
     return results
 
 

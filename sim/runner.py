@@ -45,8 +45,12 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "simulate" and config["cost"].get("model") == "live":
         mode = "cosimulate"
-    model = ModelConfig(**config["model"])
-    scheduler = build_scheduler(config, model)
+    hardware = hardware_of(config)
+    model = None if hardware is not None else ModelConfig(**config["model"])
+    if hardware is None:
+        scheduler = build_scheduler(config, model.max_seq_len)
+    else:
+        scheduler = build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks)
     recorder = RunRecorder(scheduler.block_manager.num_blocks)
     streams = seeded_streams(config["seed"])
     workload = build_workload(config["workload"], streams["workload"], base_dir)
@@ -55,7 +59,7 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
                          "simulate and cosimulate only (serve replays arrival times given "
                          "up front)")
     if mode == "simulate":
-        cost = cost or cost_model(config["cost"], config["model"])
+        cost = cost or build_cost(config, hardware)
         speed = speed_process(config["cost"], cost, jitter_rng or streams["jitter"])
         executor = CostModelExecutor(cost, speed, scheduler.block_manager.block_size)
         make = sequence_factory(workload)
@@ -82,14 +86,58 @@ def speed_process(cost_config: dict, cost, rng) -> SpeedProcess | None:
     return SpeedProcess(jitter, rng)
 
 
-def build_scheduler(config: dict, model: ModelConfig) -> Scheduler:
-    """The engine's scheduler and block manager for a resolved config."""
+def build_scheduler(config: dict, max_seq_len: int,
+                    num_kv_blocks: int | None = None) -> Scheduler:
+    """The engine's scheduler and block manager for a resolved config (`num_kv_blocks`: the
+    derived count of an "auto" config)."""
     engine_cfg = config["engine"]
-    block_manager = BlockManager(engine_cfg["num_kv_blocks"], engine_cfg["block_size"])
+    block_manager = BlockManager(num_kv_blocks or engine_cfg["num_kv_blocks"],
+                                 engine_cfg["block_size"])
     return Scheduler(SchedulerConfig(
         max_num_seqs=engine_cfg["max_num_seqs"],
         max_num_batched_tokens=engine_cfg["max_num_batched_tokens"],
-        max_seq_len=model.max_seq_len, **config["scheduler"]), block_manager)
+        max_seq_len=max_seq_len, **config["scheduler"]), block_manager)
+
+
+def hardware_of(config: dict):
+    """The `sim.costs.hardware.HardwareSetup` of a config whose cost.model is "hardware"
+    (its model, GPU, memory plan and KV blocks), else None."""
+    if config["cost"].get("model") != "hardware":
+        return None
+    from .costs.hardware import hardware_setup
+
+    return hardware_setup(config)
+
+
+def build_cost(config: dict, hardware=None):
+    """The cost model a resolved simulate config selects."""
+    if config["cost"]["model"] == "hardware":
+        from .costs.hardware import HardwareCost
+
+        table = config["hardware"]
+        return HardwareCost(hardware or hardware_of(config), table["step_overhead_s"],
+                            table["seq_overhead_s"])
+    return cost_model(config["cost"], config["model"])
+
+
+def resolved_spec(spec):
+    """A run's spec as run: with cost.model "hardware", its config also says what the hardware
+    came to (`hardware.derived`: the model, GPU, memory and the KV blocks "auto" gave)."""
+    hardware = hardware_of(spec.config)
+    if hardware is None:
+        return spec
+    import copy
+    from dataclasses import replace
+
+    config = copy.deepcopy(spec.config)
+    config["engine"]["num_kv_blocks"] = hardware.kv_blocks
+    config["model"] = {"name": hardware.arch.name} | {
+        k: getattr(hardware.arch, k) for k in ("n_layers", "d_model", "n_heads", "n_kv_heads",
+                                               "d_ff", "vocab_size", "max_seq_len")}
+    config["hardware"] = config["hardware"] | {
+        "derived": hardware.describe(),
+        "num_kv_blocks_auto": spec.config["engine"]["num_kv_blocks"] == "auto"}
+    return replace(spec, config=config)
 
 
 def simulate(scenario_or_name, progress: bool = False, overrides=()) -> list:
@@ -103,7 +151,7 @@ def simulate(scenario_or_name, progress: bool = False, overrides=()) -> list:
         scenario = scenarios.load(scenario, overrides)
     check_scenario(scenario)
     base_dir = Path(scenario.path).parent if scenario.path else None
-    return [(spec, run_config(spec.config, progress=progress, base_dir=base_dir))
+    return [(resolved_spec(spec), run_config(spec.config, progress=progress, base_dir=base_dir))
             for spec in scenario.runs()]
 
 
@@ -117,7 +165,10 @@ def check_config(config: dict, base_dir=None) -> None:
         len(load_trace(trace["path"], trace["format"], trace["time_scale"],
                        trace["max_requests"], base_dir))  # read once, by check_workload
     check_memory(config, requests)
-    if config["mode"] == "simulate" and config["cost"]["model"] != "live":
+    hardware = hardware_of(config)
+    if hardware is not None:
+        build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks)
+    elif config["mode"] == "simulate" and config["cost"]["model"] != "live":
         speed_process(config["cost"], cost_model(config["cost"], config["model"]), None)
 
 

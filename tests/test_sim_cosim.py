@@ -80,7 +80,7 @@ class Replay:
 
 def _run(executor_for, token_ids: bool):
     cfg = CONFIG
-    sched = build_scheduler(cfg, ModelConfig(**TINY))
+    sched = build_scheduler(cfg, ModelConfig(**TINY).max_seq_len)
     bm = sched.block_manager
     streams = seeded_streams(cfg["seed"])
     spec = dict(cfg["workload"], num_requests=60, arrival={"process": "poisson", "rate": 400.0})

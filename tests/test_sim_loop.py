@@ -108,7 +108,7 @@ def test_closed_loop_users_send_the_next_request_when_the_last_one_ends(think_ti
 
 def _run_direct(cfg):
     """run_config's pieces, kept so the test can look at the block manager afterwards."""
-    sched = build_scheduler(cfg, ModelConfig(**cfg["model"]))
+    sched = build_scheduler(cfg, ModelConfig(**cfg["model"]).max_seq_len)
     bm = sched.block_manager
     workload = build_workload(cfg["workload"], np.random.default_rng(cfg["seed"]))
     rec = run_loop(sched, CostModelExecutor(LinearCost(**{k: v for k, v in LINEAR.items()

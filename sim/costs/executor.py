@@ -57,14 +57,14 @@ class CostModelExecutor:
         self._since_start_s += idle_s
 
     def execute(self, plan) -> StepResult:
-        tokens, attention, context, sampled = prefill_counts(plan.prefills)
+        tokens, attention, context, sampled, square = prefill_counts(plan.prefills)
         decodes, running = len(plan.decodes), self._context
         decode_context = running.update(plan)
         gathered = self._gathered(plan, running.max_context) if decodes else 0
         duration = self._predict(tokens, attention, len(plan.prefills), decodes, decode_context,
                                  plan.padding_seqs, sampled + decodes, context,
                                  decodes * running.max_context, gathered,
-                                 int(decodes > 0)) + self._wake_s
+                                 int(decodes > 0), square) + self._wake_s
         self._wake_s = 0.0
         if self._after_tokens:
             self._after_k += 1
@@ -116,7 +116,7 @@ class CostModelExecutor:
         duration[:] = self._predict(0, 0, 0, decoding, offsets[0][gone] + steps * decoding,
                                     run.padding(decoding), decoding, 0,
                                     decoding * (offsets[1][gone] + steps),
-                                    self._gathered_run(run, first, last), 1)
+                                    self._gathered_run(run, first, last), 1, 0)
         self._add_after_prefill(duration, first)
         if self.speed is not None:
             self._scale_by_speed(duration, start_s, until_s)

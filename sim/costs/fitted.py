@@ -150,7 +150,7 @@ class FittedCost:
 
     def predict(self, prefill_tokens, prefill_attention, prefill_seqs, decode_seqs,
                 decode_context, padding_seqs, sampled_seqs, prefill_context,
-                decode_span, decode_gathered, decoding) -> float:
+                decode_span, decode_gathered, decoding, prefill_square=0) -> float:
         c0, c_sampled, c_chunk, c_att, c_pctx, c_dec, c_ctx, c_span, c_pad, c_gath, c_decoding = \
             self.coefficients
         return (self.rows_cost(prefill_tokens + decode_seqs + padding_seqs)

@@ -8,7 +8,9 @@ c > 0), the decodes, the keys they attend to, and their span (decodes x the long
 decode attention pads every sequence to the longest one) and the keys it gathers
 (`decode_gathered`: the engine gathers keys a group of sequences at a time, each up to its
 group's longest, `engine.model_runner.decode_groups`), and whether it decodes at all
-(`decoding`: decode attention's own fixed cost in every layer, beside a prefill's).
+(`decoding`: decode attention's own fixed cost in every layer, beside a prefill's), and the
+chunks' squared lengths (`prefill_square`: with `prefill_attention`, the causal attention work
+n * c + n * (n + 1) / 2 a GPU kernel does).
 
 `shape_of(plan)` counts a plan directly, in O(batch); `CostModelExecutor` keeps the decode sums
 as running totals instead, so a simulated step costs O(prefill chunks).
@@ -40,6 +42,7 @@ class StepShape:
     decode_span: int = 0  # decodes x the longest decode context
     decode_gathered: int = 0  # keys gathered per layer for decode attention (decode_groups)
     decoding: int = 0  # 1 when the step has decodes (decode attention runs), else 0
+    prefill_square: int = 0  # sum over chunks of n * n (with prefill_attention: causal work)
 
     @property
     def rows(self) -> int:
@@ -54,18 +57,20 @@ class StepShape:
 COUNTS = tuple(f.name for f in fields(StepShape))
 
 
-def prefill_counts(prefills) -> tuple[int, int, int, int]:
-    """(tokens, attention work, gathered context, chunks that sample) of a plan's prefills."""
-    tokens = attention = context = sampled = 0
+def prefill_counts(prefills) -> tuple[int, int, int, int, int]:
+    """(tokens, attention work, gathered context, chunks that sample, sum of squared chunk
+    lengths) of a plan's prefills."""
+    tokens = attention = context = sampled = square = 0
     for seq, n in prefills:
         computed = seq.num_computed_tokens
         tokens += n
         attention += n * (computed + n)
+        square += n * n
         if computed:
             context += computed + n
         if computed + n == seq.num_tokens:
             sampled += 1
-    return tokens, attention, context, sampled
+    return tokens, attention, context, sampled, square
 
 
 def slot_bytes(model: dict) -> int:
@@ -113,10 +118,10 @@ def one_group(decodes: int, max_context: int, block_size: int, slot_bytes: int) 
 def shape_of(plan, block_size: int, slot_bytes: int) -> StepShape:
     """A plan's shape, computed directly (O(batch)); the executor keeps the decode sums running.
     `block_size` and `slot_bytes` (the KV cache's) say how decode attention gathers its keys."""
-    tokens, attention, context, sampled = prefill_counts(plan.prefills)
+    tokens, attention, context, sampled, square = prefill_counts(plan.prefills)
     contexts = [seq.num_tokens for seq in plan.decodes]
     decodes = len(contexts)
     return StepShape(tokens, attention, len(plan.prefills), decodes, sum(contexts),
                      plan.padding_seqs, sampled + decodes, context,
                      decodes * max(contexts) if contexts else 0,
-                     gathered_keys(contexts, block_size, slot_bytes), int(decodes > 0))
+                     gathered_keys(contexts, block_size, slot_bytes), int(decodes > 0), square)

@@ -53,7 +53,7 @@ def serve_logged(config: dict, base_dir=None, before_serving=None,
     the first request (a calibration). `params`: the model's weights, when already built.
     `progress`: passed to `engine.server.serve` (a progress bar's callback)."""
     model = ModelConfig(**config["model"])
-    scheduler = build_scheduler(config, model)
+    scheduler = build_scheduler(config, model.max_seq_len)
     block_manager = scheduler.block_manager
     recorder = RunRecorder(block_manager.num_blocks)
     streams = seeded_streams(config["seed"])

@@ -1,0 +1,50 @@
+"""The hardware cost model: a real model on a real GPU (`cost.model = "hardware"`).
+
+A roofline per operator (FLOPs and bytes from the step's exact shape, `operators.py`) with
+efficiency curves fitted to published GPU measurements (`calibration.py`, `timing.py`), tensor-
+parallel all-reduces, and the KV capacity the GPU's memory leaves (`memory.py`), for the models
+and GPUs of the catalogs (`catalog.py`, `data/`). docs/sim/hardware.md has the formulas, the
+sources and the measured error.
+
+`layer_op_times(model, gpu, tp, num_tokens, dtype="fp16")` gives one layer's operator times.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .architecture import DTYPE_BYTES, Architecture, engine_architecture
+from .catalog import Gpu, gpu_spec, gpus, model_architecture, models
+from .cost import HardwareCost
+from .memory import ACT_BYTES
+from .operators import elementwise_bytes, matmul_counts
+from .setup import HardwareSetup, hardware_setup
+from .timing import elementwise_time, matmul_time
+
+__all__ = ["Architecture", "Gpu", "HardwareCost", "HardwareSetup", "engine_architecture",
+           "gpu_spec", "gpus", "hardware_setup", "layer_op_times", "model_architecture",
+           "models"]
+
+
+def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16") -> dict:
+    """One transformer layer's operator times in seconds on one of `tp` GPUs, for a batch of
+    `num_tokens` tokens (a number or an array), keyed by the operator names of the published
+    measurements (`attn_pre_proj`, `attn_post_proj`, `mlp_up_proj`, `mlp_act`, `mlp_down_proj`,
+    `input_layernorm`, `post_attention_layernorm`, `add`, and `attn_rope`). `model`: a catalog
+    id or a dict of architecture keys (`n_layers, d_model, n_heads, n_kv_heads, d_ff,
+    gated_mlp, vocab_size, max_seq_len`); `gpu`: a catalog id (or a GPU table)."""
+    arch = model_architecture({"name": model} if isinstance(model, str) else dict(model))
+    device = gpu_spec(gpu)
+    arch.check_tp(tp)
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    peak, bandwidth, eff = device.peak_flops(dtype), device.bandwidth, device.efficiency()
+    tokens = np.asarray(num_tokens, dtype=np.float64)
+    times = {op: matmul_time(flops, wb + ab, tokens, peak, bandwidth, eff)
+             for op, (flops, wb, ab) in matmul_counts(arch, tp, tokens, DTYPE_BYTES[dtype],
+                                                      ACT_BYTES).items()}
+    moved = elementwise_bytes(arch, tp, tokens, ACT_BYTES)
+    times |= {op: elementwise_time(op, moved[op], bandwidth, eff) for op in moved}
+    if np.ndim(num_tokens) == 0:
+        return {op: float(t) for op, t in times.items()}
+    return times

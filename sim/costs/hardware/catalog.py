@@ -1,0 +1,152 @@
+"""The model and GPU catalogs (`data/models.toml`, `data/gpus.toml`, every number with its
+source) and the fitted calibration (`data/calibration.json`), read once.
+
+`model_architecture(table)` turns a scenario's `[model]` table into an `Architecture`: a
+catalog `name` (a Hugging Face id; its keys may be overridden, e.g. a shorter `max_seq_len`, as
+vLLM's `--max-model-len`), or every key given explicitly. `gpu_spec(value)` turns `hardware.gpu`
+into a `Gpu`: a catalog id, or a table defining one. Unknown names are refused naming the
+nearest catalog ids.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+
+from .architecture import ARCHITECTURE_KEYS, Architecture
+from .timing import AllReduce, Efficiency
+
+DATA = Path(__file__).resolve().parent / "data"
+MODEL_KEYS = tuple(k for k in ARCHITECTURE_KEYS
+                   if k not in ("fused_qkv", "rope", "flash_attention", "name"))
+CATALOG_ONLY = ("params", "source", "params_source", "note")  # catalog keys not in a scenario
+
+
+@lru_cache(maxsize=None)
+def models() -> dict:
+    """{Hugging Face id: its catalog table}."""
+    with open(DATA / "models.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+@lru_cache(maxsize=None)
+def gpus() -> dict:
+    """{GPU id: its catalog table}."""
+    with open(DATA / "gpus.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+@lru_cache(maxsize=None)
+def calibration() -> dict:
+    """The fitted efficiencies and all-reduce constants (`calibration.calibrate()`)."""
+    return json.loads((DATA / "calibration.json").read_text())
+
+
+def nearest(name: str, options, n: int = 3) -> str:
+    """'did you mean' text: the closest ids, else every id."""
+    options = list(options)
+    lowered = {o.lower(): o for o in options}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.4)
+    if not close:  # a substring match (e.g. "llama-3.1-8b" for "meta-llama/Llama-3.1-8B")
+        close = [o for o in lowered if name.lower() in o or o.split("/")[-1] in name.lower()][:n]
+    shown = [lowered[c] for c in close] if close else options
+    return ("nearest: " if close else "known: ") + ", ".join(shown)
+
+
+def model_architecture(table: dict) -> Architecture:
+    """The architecture a `[model]` table names or defines (ValueError naming the key)."""
+    name = table.get("name")
+    given = {k: v for k, v in table.items() if k in MODEL_KEYS}
+    if name is not None:
+        catalog = models()
+        match = next((k for k in catalog if k.lower() == str(name).lower()), None)
+        if match is None:
+            raise ValueError(f"model.name: unknown model {name!r} ({nearest(str(name), catalog)}"
+                             f"; or define it with n_layers, d_model, n_heads, n_kv_heads, d_ff, "
+                             f"vocab_size, max_seq_len)")
+        base = {k: v for k, v in catalog[match].items() if k in MODEL_KEYS}
+        return Architecture(**(base | given), name=match)
+    missing = [k for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_seq_len")
+               if k not in given]
+    if missing:
+        raise ValueError(f"model: with cost.model = 'hardware', give model.name (a catalog id) "
+                         f"or the architecture; missing {', '.join(missing)}")
+    given.setdefault("n_kv_heads", given["n_heads"])
+    return Architecture(**given, name="custom")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU's datasheet: dense peaks (FLOP/s by dtype), memory, bandwidths, and the
+    measured GPU whose efficiencies it uses."""
+
+    id: str
+    name: str
+    memory_gib: float
+    memory_bandwidth_gbs: float
+    peak_tflops: dict
+    interconnect_bandwidth_gbs: float
+    interconnect_latency_us: float
+    measured: str
+    interconnect: str = ""
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * 2**30
+
+    @property
+    def bandwidth(self) -> float:
+        return self.memory_bandwidth_gbs * 1e9
+
+    def peak_flops(self, dtype: str) -> float:
+        if dtype not in self.peak_tflops:
+            raise ValueError(f"hardware.dtype: {self.id} has no {dtype} tensor cores "
+                             f"(it has {', '.join(self.peak_tflops)})")
+        return self.peak_tflops[dtype] * 1e12
+
+    def efficiency(self) -> Efficiency:
+        return Efficiency.from_dict(calibration()["gpus"][self.measured]["efficiency"])
+
+    def all_reduce(self, workers: int) -> AllReduce | None:
+        """The all-reduce over `workers` GPUs of one node: fitted where this GPU was measured,
+        else the measured GPU's scaled by the ratio of interconnect bandwidths, with this
+        GPU's latency."""
+        if workers <= 1:
+            return None
+        measured = calibration()["gpus"][self.measured]
+        fits = {int(n): v for n, v in measured["all_reduce"].items()}
+        n = min(fits, key=lambda k: (abs(k - workers), k))
+        latency, bus = fits[n]
+        if measured["catalog_id"] == self.id:
+            return AllReduce(latency, bus)
+        ratio = self.interconnect_bandwidth_gbs / gpus()[measured["catalog_id"]][
+            "interconnect_bandwidth_gbs"]
+        return AllReduce(self.interconnect_latency_us * 1e-6, bus * ratio)
+
+
+GPU_KEYS = tuple(f.name for f in fields(Gpu) if f.name != "id")
+
+
+def gpu_spec(value) -> Gpu:
+    """The GPU `hardware.gpu` names (a catalog id) or defines (a table of GPU_KEYS)."""
+    if isinstance(value, str):
+        catalog = gpus()
+        if value.lower() not in catalog:
+            raise ValueError(f"hardware.gpu: unknown GPU {value!r} ({nearest(value, catalog)}; "
+                             f"or define one as a table)")
+        table, gpu_id = catalog[value.lower()], value.lower()
+    else:
+        table, gpu_id = value, str(value.get("name", "custom"))
+    known = {k: v for k, v in table.items() if k in GPU_KEYS}
+    known.setdefault("name", gpu_id)
+    missing = [k for k in GPU_KEYS if k not in known and k != "interconnect"]
+    if missing:
+        raise ValueError(f"hardware.gpu: a GPU defined here needs {', '.join(missing)}")
+    if known["measured"] not in calibration()["gpus"]:
+        raise ValueError(f"hardware.gpu.measured must be one of "
+                         f"{', '.join(calibration()['gpus'])}, got {known['measured']!r}")
+    return Gpu(id=gpu_id, **known)

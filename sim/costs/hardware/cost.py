@@ -1,0 +1,138 @@
+"""`HardwareCost`: a step's time on a real GPU, from the roofline of every operator.
+
+    step_s = cpu_overhead + layers x (linear and elementwise operators of T rows
+                                      + 2 all-reduces of T x d_model with tp > 1
+                                      + prefill attention + decode attention)
+             + embedding(T) + LM head(rows that sample)
+
+with T = prefill tokens + decodes + padding rows. The part that depends on T alone (every
+weight matmul, every elementwise kernel, the all-reduces, the embedding) is tabulated per T the
+first time a T is seen, so a step costs a table lookup and the two attention terms; a run of
+decode-only steps (`CostModelExecutor.execute_run`) is the same arithmetic on arrays, so every
+duration is bit for bit the one the step alone would give.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .operators import (ADDS_PER_LAYER, ELEMENTWISE, attention_counts, embedding_bytes,
+                        elementwise_bytes, lm_head_counts, matmul_counts)
+from .memory import ACT_BYTES
+from .setup import HardwareSetup
+from .timing import elementwise_time, matmul_time
+
+STEP_OVERHEAD_S = 1.0e-3  # the server's own time a step (scheduling, inputs, sampling, outputs)
+SEQ_OVERHEAD_S = 10e-6  # and per sequence in the batch (an assumption; hardware.* overrides it)
+
+
+class HardwareCost:
+    counts_gathered = False  # decode attention reads each sequence's own keys (paged kernels)
+
+    def __init__(self, setup: HardwareSetup, step_overhead_s: float = STEP_OVERHEAD_S,
+                 seq_overhead_s: float = SEQ_OVERHEAD_S):
+        self.setup = setup
+        self.arch, self.gpu, self.tp = setup.arch, setup.gpu, setup.tp
+        self.peak = setup.gpu.peak_flops(setup.dtype)
+        self.bandwidth = setup.gpu.bandwidth
+        self.eff = setup.gpu.efficiency()
+        self.all_reduce = setup.gpu.all_reduce(setup.tp)
+        self.step_overhead_s, self.seq_overhead_s = step_overhead_s, seq_overhead_s
+        self.source = f"hardware: {self.arch.name} on {self.gpu.id} x {self.tp} ({setup.dtype})"
+        self.model = {"max_seq_len": self.arch.max_seq_len}
+        self._rows = np.zeros(0)  # seconds of the T-dependent part, by T
+        self._rows_list: list = []
+        self._head = np.zeros(0)  # seconds of the LM head, by rows sampled
+        self._head_list: list = []
+        self._compute = np.zeros(0)  # matmul compute efficiency, by tokens
+        self._compute_list: list = []
+        self._grow(1024)
+        layers, q = self.arch.n_layers, self.arch.q_dim // self.tp
+        kv = self.arch.kv_heads_per_gpu(self.tp) * self.arch.hd
+        kv_bytes = setup.weight_bytes
+        # attention per step, all layers: FLOPs and bytes per unit of each count
+        self._flop_s = layers * 4 * q / self.peak  # x causal work / compute efficiency
+        self._q_bytes_s = layers * 2 * q * ACT_BYTES / (self.bandwidth * self.eff.memory)
+        self._kv_bytes_s = layers * 2 * kv * kv_bytes / (self.bandwidth * self.eff.memory)
+        self._attn_launch_s = layers * self.eff.launch_s
+        self._top_compute = self.eff.compute[-1]
+
+    # --- tables -----------------------------------------------------------------------------
+    def _grow(self, size: int) -> None:
+        """Tabulate T = 0 .. size - 1."""
+        t = np.arange(size, dtype=np.float64)  # [size]
+        arch, tp, w = self.arch, self.tp, self.setup.weight_bytes
+        layer = np.zeros(size)
+        for flops, wb, ab in matmul_counts(arch, tp, t, w, ACT_BYTES).values():
+            layer += matmul_time(flops, wb + ab, t, self.peak, self.bandwidth, self.eff)
+        moved = elementwise_bytes(arch, tp, t, ACT_BYTES)
+        for op in ELEMENTWISE:
+            repeats = ADDS_PER_LAYER if op == "add" else 1
+            layer += repeats * elementwise_time(op, moved[op], self.bandwidth, self.eff)
+        if self.all_reduce is not None:
+            layer += 2 * self.all_reduce.time(t * arch.d_model * ACT_BYTES, self.tp)
+        rows = arch.n_layers * layer + elementwise_time(
+            "emb", embedding_bytes(arch, t, ACT_BYTES), self.bandwidth, self.eff)
+        rows[0] = 0.0
+        flops, wb, ab = lm_head_counts(arch, tp, t, w, ACT_BYTES)
+        head = matmul_time(flops, wb + ab, t, self.peak, self.bandwidth, self.eff)
+        head[0] = 0.0
+        self._rows, self._rows_list = rows, rows.tolist()
+        self._head, self._head_list = head, head.tolist()
+        self._compute = self.eff.compute_at(np.maximum(t, 1))
+        self._compute_list = self._compute.tolist()
+
+    def _fit(self, largest: int) -> None:
+        if largest >= len(self._rows_list):
+            size = len(self._rows_list)
+            while size <= largest:
+                size *= 2
+            self._grow(size)
+
+    # --- the cost -----------------------------------------------------------------------------
+    def predict(self, prefill_tokens, prefill_attention, prefill_seqs, decode_seqs,
+                decode_context, padding_seqs, sampled_seqs, prefill_context, decode_span,
+                decode_gathered, decoding, prefill_square=0):
+        rows = prefill_tokens + decode_seqs + padding_seqs
+        if isinstance(rows, np.ndarray) or isinstance(decode_context, np.ndarray):
+            return self._predict_arrays(prefill_tokens, prefill_attention, prefill_seqs,
+                                        decode_seqs, decode_context, padding_seqs,
+                                        sampled_seqs, prefill_context, prefill_square)
+        self._fit(max(rows, sampled_seqs))
+        time = self.step_overhead_s + self.seq_overhead_s * (prefill_seqs + decode_seqs)
+        time = time + self._rows_list[rows] + self._head_list[sampled_seqs]  # as on arrays
+        if prefill_tokens:
+            causal = prefill_attention - (prefill_square - prefill_tokens) / 2 \
+                if self.arch.flash_attention else prefill_attention
+            time += self._attn_launch_s + max(
+                self._flop_s * causal / self._compute_list[prefill_tokens],
+                self._q_bytes_s * prefill_tokens
+                + self._kv_bytes_s * (prefill_context + prefill_tokens))
+        if decode_seqs:
+            time += self._attn_launch_s + max(
+                self._flop_s * decode_context / self._top_compute,
+                self._q_bytes_s * decode_seqs + self._kv_bytes_s * decode_context)
+        return time
+
+    def _predict_arrays(self, prefill_tokens, prefill_attention, prefill_seqs, decode_seqs,
+                        decode_context, padding_seqs, sampled_seqs, prefill_context,
+                        prefill_square):
+        """`predict` on arrays, operation for operation (decode-only runs: no prefill)."""
+        shape = np.broadcast(prefill_tokens, decode_seqs, decode_context, padding_seqs,
+                             sampled_seqs).shape
+        rows = np.broadcast_to(np.asarray(prefill_tokens + decode_seqs + padding_seqs), shape)
+        sampled = np.broadcast_to(np.asarray(sampled_seqs), shape)
+        decodes = np.broadcast_to(np.asarray(decode_seqs), shape)
+        context = np.broadcast_to(np.asarray(decode_context), shape)
+        if np.any(np.asarray(prefill_tokens)):
+            raise ValueError("HardwareCost predicts arrays of decode-only steps")
+        self._fit(int(max(rows.max(initial=0), sampled.max(initial=0))))
+        time = self.step_overhead_s + self.seq_overhead_s * (prefill_seqs + decodes)
+        time = time + self._rows[rows] + self._head[sampled]
+        attention = self._attn_launch_s + np.maximum(
+            self._flop_s * context / self._top_compute,
+            self._q_bytes_s * decodes + self._kv_bytes_s * context)
+        return np.where(decodes > 0, time + attention, time)
+
+    def predict_shape(self, shape) -> float:
+        return self.predict(*shape.counts())

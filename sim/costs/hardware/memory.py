@@ -1,0 +1,71 @@
+"""GPU memory: what the weights take, what is kept for activations, and the KV capacity left,
+as vLLM derives it.
+
+Per GPU, vLLM lets the engine use `gpu_memory_utilization` of the GPU's memory; from that it
+takes the weights (the GPU's shard), the peak activation memory of a forward pass of
+`max_num_batched_tokens` tokens (which it measures with a dummy run; estimated here: the
+largest intermediate tensors of one layer and the logits of `max_num_seqs` sequences in fp32),
+and memory outside PyTorch's allocator (CUDA context, NCCL buffers: `NON_TORCH_BYTES`, an
+assumption). What remains holds KV blocks of `block_size` tokens at `kv_bytes_per_token` each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .architecture import Architecture, valid_tps
+
+NON_TORCH_BYTES = 1.0 * 2**30  # CUDA context, cuBLAS workspace, NCCL buffers (an assumption)
+ACT_BYTES = 2  # activations in fp16 / bf16
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    usable: float  # bytes: memory x gpu_memory_utilization
+    weights: float  # bytes of the GPU's weight shard
+    activations: float  # bytes kept for a forward pass's peak
+    non_torch: float
+    kv_bytes_per_token: float  # on one GPU
+    block_size: int
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.usable - self.weights - self.activations - self.non_torch
+
+    @property
+    def kv_blocks(self) -> int:
+        """KV blocks that fit (0 or fewer: the model does not fit)."""
+        return int(self.kv_bytes // (self.block_size * self.kv_bytes_per_token))
+
+    @property
+    def needed(self) -> float:
+        """Bytes needed before any KV block (weights, activations, outside the allocator)."""
+        return self.weights + self.activations + self.non_torch
+
+
+def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int) -> float:
+    """Peak activation memory of a forward pass of `max_tokens` tokens: the residual stream,
+    the widest intermediate (QKV or the MLP's up projection, this GPU's shard) and its output,
+    and `max_seqs` rows of fp32 logits."""
+    qkv = arch.q_dim // tp + 2 * arch.kv_heads_per_gpu(tp) * arch.hd
+    up = (2 if arch.gated_mlp else 1) * arch.d_ff // tp
+    hidden = max_tokens * (2 * arch.d_model + 2 * max(qkv, up)) * ACT_BYTES
+    return hidden + max_seqs * arch.vocab_size * 4
+
+
+def memory_plan(arch: Architecture, memory_bytes: float, utilization: float, tp: int,
+                weight_bytes: float, kv_bytes: float, block_size: int, max_tokens: int,
+                max_seqs: int) -> MemoryPlan:
+    return MemoryPlan(memory_bytes * utilization, arch.weight_bytes_per_gpu(tp, weight_bytes),
+                      activation_bytes(arch, tp, max_tokens, max_seqs), NON_TORCH_BYTES,
+                      arch.kv_bytes_per_token(tp, kv_bytes), block_size)
+
+
+def smallest_tp(arch: Architecture, plan_for) -> int | None:
+    """The smallest valid tensor-parallel degree (up to 8) whose plan holds at least one KV
+    block; `plan_for(tp)` gives the plan."""
+    for tp in valid_tps(arch):
+        if plan_for(tp).kv_blocks >= 1:
+            return tp
+    return None
