@@ -17,6 +17,7 @@ first set the BLAS thread count their profile is (or will be) measured with
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import textwrap
@@ -302,6 +303,9 @@ def main(argv=None) -> int:
         return _fail(str(exc), USAGE_ERROR)
     except RunFailed as exc:
         return _fail(str(exc), 1)
+    except BrokenPipeError:  # whoever read the output stopped (`| head`): what is written stays
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141  # 128 + SIGPIPE, as a shell tool killed by the closed pipe
     except OSError as exc:  # a file system fault: unwritable, full, a file where a folder goes
         where = exc.filename or getattr(args, "out_dir", None) or ""
         return _fail(f"{where}: {exc.strerror or exc}{_kept(args)}", 1)

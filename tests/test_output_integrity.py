@@ -128,6 +128,19 @@ def test_a_signal_stops_a_real_process_with_one_line_and_no_partial_folder(tmp_p
     assert not out.exists() and leftovers(tmp_path) == []
 
 
+def test_a_reader_that_stops_early_leaves_the_output_whole_and_no_error(scenario_file, tmp_path):
+    """`servesim run ... | head -1`: the pipe closes before the summary is printed; the folder,
+    renamed into place before printing, stays whole, and nothing is said on stderr."""
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(scenario_file),
+                                "--out", str(out), "--quiet"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    process.stdout.close()  # the reader is gone before the first line
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141 and err == ""
+    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+
+
 def hostile_cases(tmp_path: Path) -> list:
     """(argv, scenario text or None, expected fragment of the one line)."""
     binary = tmp_path / "binary.toml"

@@ -82,6 +82,12 @@ def test_the_profile_is_cached_under_its_fingerprint_and_reused(profile, monkeyp
     assert profile_for(data["model"]) == cached
 
 
+def test_auto_says_when_it_uses_a_quick_profile(profile, capsys):
+    path, data = profile
+    assert profile_for(data["model"], progress=True) == cache.profile_file(data["fingerprint_key"])
+    assert "using this machine's quick profile" in capsys.readouterr().err
+
+
 def test_a_quick_profile_never_replaces_a_full_one_in_the_cache(profile, monkeypatch):
     path, data = profile
     cached = cache.profile_file(data["fingerprint_key"])

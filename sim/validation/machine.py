@@ -32,9 +32,12 @@ def profile_for(model: dict, progress: bool = False) -> Path:
 
         if progress:
             print(f"profiling this machine for the model (d_model {model['d_model']}, "
-                  f"{model['n_layers']} layers), about 3 minutes; cached in {path.parent}/ for "
+                  f"{model['n_layers']} layers), about 2 minutes; cached in {path.parent}/ for "
                   f"later runs", file=sys.stderr)
         profile_engine(model, progress=progress)
+    elif progress and not cache.holds_full(key(here)):
+        print(f"using this machine's quick profile ({path}); `servesim profile` (about 2 "
+              f"minutes) fits a closer one", file=sys.stderr)
     return path
 
 
