@@ -8,7 +8,11 @@
   profile's costs, 256 sequences, 65,536 KV blocks, chunked prefill): big batches, a queue that
   grows for the whole run;
 - synthetic: --requests requests (default 1,000,000) with lognormal lengths fitted to the trace
-  and Poisson arrivals at the same overload.
+  and Poisson arrivals at the same overload;
+- hardware: the whole trace at its real rate on the `llama3-8b-h100` server (256 sequences,
+  8,192 tokens a step, chunked prefill), costed by the hardware model (Llama-3.1-8B on an H100)
+  and by the fitted default profile, the two simulations alternated `--repeats` times (so the
+  machine's drift falls on both), the best of each compared.
 Each part runs in its own process, so each peak memory (ru_maxrss) is its own. The machine's
 state is printed with the figures: the seconds a fixed pure-Python loop takes (its speed) and
 the load average.
@@ -16,6 +20,7 @@ the load average.
     python benchmarks/sim_speed.py                   # all three (a few minutes)
     python benchmarks/sim_speed.py --requests 50000  # a quick check
     python benchmarks/sim_speed.py --only replay
+    python benchmarks/sim_speed.py --only hardware
 """
 
 from __future__ import annotations
@@ -168,6 +173,43 @@ def run_saturated(part: str, n: int, rate: float) -> dict:
             "itl_tokens": int(np.sum(recorder.itl_counts))}
 
 
+# --- the hardware cost model against the fitted profile ------------------------------------------
+
+
+def hardware_vs_profile(repeats: int) -> dict:
+    """Best wall time of the real-rate replay costed by the hardware model and by the fitted
+    profile (alternated), with steps and requests."""
+    import scenarios
+
+    base = scenarios.load("llama3-8b-h100").runs()[1].config  # the continuous variant
+    hardware = copy.deepcopy(base)
+    from sim.runner import resolved_spec
+
+    blocks = resolved_spec(scenarios.load("llama3-8b-h100").runs()[1]).config["engine"][
+        "num_kv_blocks"]
+    profile = copy.deepcopy(base) | {"model": SERVER["model"], "cost": SERVER["cost"]}
+    profile.pop("hardware")
+    profile["engine"] = base["engine"] | {"num_kv_blocks": blocks}
+    best = {"hardware": float("inf"), "profile": float("inf")}
+    steps = {}
+    for _ in range(repeats):
+        for name, cfg in (("hardware", hardware), ("profile", profile)):
+            t0 = time.perf_counter()
+            recorder = run_config(cfg)
+            best[name] = min(best[name], time.perf_counter() - t0)
+            steps[name] = recorder.num_steps
+    return {"requests": recorder.num_requests, "best_s": best, "steps": steps}
+
+
+def show_hardware(r: dict) -> None:
+    for name in ("hardware", "profile"):
+        s, n = r["best_s"][name], r["steps"][name]
+        print(f" {name:>8}: {r['requests']:,} requests, {n:,} steps in {s:.2f} s: "
+              f"{r['requests'] / s:,.0f} requests/s, {s / n * 1e6:.1f} us a step")
+    print(f"           hardware / profile wall time: "
+          f"{r['best_s']['hardware'] / r['best_s']['profile']:.2f}")
+
+
 # --- driver ----------------------------------------------------------------------------------------
 
 
@@ -182,6 +224,8 @@ def child(part: str, args) -> dict:
 def part_main(args) -> None:
     if args.part == "replay":
         result = replay_in_process(args.repeats) | {"whole": replay_whole_process(args.repeats)}
+    elif args.part == "hardware":
+        result = hardware_vs_profile(args.repeats)
     else:
         result = run_saturated(args.part, args.requests, args.rate)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -214,7 +258,8 @@ def main(argv=None) -> None:
                         help="synthetic workload size (default 1,000,000; e.g. 50000 to check)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="whole-process replays to time (best and median; default 3)")
-    parser.add_argument("--only", choices=("replay", "saturated", "synthetic"), action="append",
+    parser.add_argument("--only", choices=("replay", "saturated", "synthetic", "hardware"),
+                        action="append",
                         help="run only this part (repeatable)")
     parser.add_argument("--part", help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
@@ -223,7 +268,7 @@ def main(argv=None) -> None:
         part_main(args)
         return
     print(machine_state())
-    parts = args.only or ["replay", "saturated", "synthetic"]
+    parts = args.only or ["replay", "saturated", "synthetic", "hardware"]
     if "replay" in parts:
         show_replay(child("replay", args))
     if {"saturated", "synthetic"} & set(parts):
@@ -233,6 +278,8 @@ def main(argv=None) -> None:
         for part in ("saturated", "synthetic"):
             if part in parts:
                 show_saturated(child(part, args))
+    if "hardware" in parts:
+        show_hardware(child("hardware", args))
     print(machine_state())
 
 

@@ -47,7 +47,8 @@ def model_text(model: dict) -> str:
 
 def hardware_text(derived: dict) -> str:
     """The GPU, tensor parallelism, dtype and the memory per GPU (`hardware.derived`)."""
-    return (f"{derived['tp']} x {derived['gpu_name']} (`{derived['gpu']}`, tensor parallel), "
+    parallel = ", tensor parallel" if derived["tp"] > 1 else ""
+    return (f"{derived['tp']} x {derived['gpu_name']} (`{derived['gpu']}`){parallel}, "
             f"{derived['dtype']}; per GPU: {derived['weights_gib_per_gpu']:.1f} GiB of "
             f"weights, {derived['kv_gib_per_gpu']:.1f} GiB of KV cache "
             f"({derived['kv_tokens']:,} tokens, {derived['kv_bytes_per_token_per_gpu'] / 1024:g}"

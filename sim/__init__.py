@@ -4,13 +4,15 @@ replay, step-cost models fitted to the real engine, and the profiler that fits t
     import sim
     recorder = sim.run_config(config)          # one resolved config, in its mode
     runs = sim.simulate("static-vs-continuous")  # [(RunSpec, RunRecorder), ...]
+    sim.layer_op_times("meta-llama/Llama-3.1-8B", "h100-sxm", tp=1, num_tokens=512)
 """
 
 import importlib
 
 _HOMES = {"CostModelExecutor": "costs", "FittedCost": "costs", "LinearCost": "costs",
           "load_profile": "costs", "run_config": "runner", "simulate": "runner",
-          "Workload": "workloads", "build_workload": "workloads", "seeded_streams": "workloads"}
+          "Workload": "workloads", "build_workload": "workloads", "seeded_streams": "workloads",
+          "HardwareCost": "costs.hardware", "layer_op_times": "costs.hardware"}
 
 
 def __getattr__(name):
@@ -21,5 +23,6 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CostModelExecutor", "FittedCost", "LinearCost", "Workload", "build_workload",
-           "load_profile", "run_config", "seeded_streams", "simulate"]
+__all__ = ["CostModelExecutor", "FittedCost", "HardwareCost", "LinearCost", "Workload",
+           "build_workload", "layer_op_times", "load_profile", "run_config", "seeded_streams",
+           "simulate"]

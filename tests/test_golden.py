@@ -29,6 +29,9 @@ SHORTEN = {
     "chunked-prefill": ["workload.num_requests=30"],
     "azure-conv": ["workload.trace.max_requests=120"],
     "azure-code": ["workload.trace.max_requests=120"],
+    "llama3-8b-h100": ["workload.trace.max_requests=300"],
+    "llama2-70b-a100-tp4": ["workload.num_requests=60"],
+    "gpu-compare": ["workload.num_requests=100"],
 }
 
 
@@ -123,3 +126,31 @@ def test_chunked_prefill_keeps_inter_token_latency_low():
     whole, chunked = runs["whole-prompt"][2], runs["chunked-256"][2]
     assert chunked["itl_p99_s"] < whole["itl_p99_s"] / 3
     assert chunked["ttft_p50_s"] < whole["ttft_p50_s"]
+
+
+def test_continuous_batching_on_an_h100_keeps_up_with_the_real_trace_and_static_does_not():
+    runs = full_run("llama3-8b-h100")
+    static, continuous = runs["static"][2], runs["continuous"][2]
+    assert static["completed"] == continuous["completed"] == 19366
+    assert continuous["ttft_p50_s"] < static["ttft_p50_s"] / 20  # static waits for its batch
+    assert continuous["e2e_p50_s"] < static["e2e_p50_s"] / 2
+    spec = runs["continuous"][0]
+    assert spec.config["engine"]["num_kv_blocks"] > 20_000  # what 80 GB leave after 16 GB
+
+
+def test_four_a100s_serving_llama2_70b_saturate_between_3_and_5_requests_per_second():
+    summaries = [s for _, _, s in full_run("llama2-70b-a100-tp4").values()]
+    ttft = [s["ttft_p50_s"] for s in summaries]
+    achieved = [s["request_throughput"] for s in summaries]
+    assert ttft[4] < 2 * ttft[0]  # 3 requests/s: still near the floor
+    assert ttft[-1] > 50 * ttft[0]  # 5 requests/s: the queue grows for the whole run
+    assert achieved[-1] < 1.05 * achieved[-2] and achieved[-1] < 4.5
+
+
+def test_gpus_rank_by_memory_bandwidth_and_the_l40s_falls_behind():
+    runs = full_run("gpu-compare")
+    e2e = {name: runs[name][2]["e2e_p50_s"] for name in ("h200", "h100", "a100-80gb", "l40s")}
+    assert e2e["h200"] < e2e["h100"] < e2e["a100-80gb"] < e2e["l40s"]
+    assert runs["h100"][2]["request_throughput"] > 0.98 * 7.0  # keeps up with the arrivals
+    assert runs["l40s"][2]["request_throughput"] < 0.8 * 7.0
+    assert runs["l40s"][2]["preemptions"] > 0 == runs["h100"][2]["preemptions"]

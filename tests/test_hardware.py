@@ -153,6 +153,9 @@ def test_layer_op_times_fit_the_measured_matmuls(measured, gpu_id):
 
 
 def test_layer_op_times_grow_with_tokens_and_shrink_with_tensor_parallelism():
+    import sim
+
+    assert sim.layer_op_times is layer_op_times
     tokens = np.array([1, 16, 256, 4096])
     one = layer_op_times("meta-llama/Llama-3.1-8B", "h100-sxm", 1, tokens)
     two = layer_op_times("meta-llama/Llama-3.1-8B", "h100-sxm", 2, tokens)

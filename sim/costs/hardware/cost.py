@@ -18,7 +18,6 @@ import numpy as np
 
 from .operators import (ADDS_PER_LAYER, ELEMENTWISE, attention_counts, embedding_bytes,
                         elementwise_bytes, lm_head_counts, matmul_counts)
-from .memory import ACT_BYTES
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time
 
@@ -30,12 +29,13 @@ class HardwareCost:
     counts_gathered = False  # decode attention reads each sequence's own keys (paged kernels)
 
     def __init__(self, setup: HardwareSetup, step_overhead_s: float = STEP_OVERHEAD_S,
-                 seq_overhead_s: float = SEQ_OVERHEAD_S):
+                 seq_overhead_s: float = SEQ_OVERHEAD_S, efficiency=None):
+        """`efficiency`: a `timing.Efficiency` instead of the GPU's fitted one."""
         self.setup = setup
         self.arch, self.gpu, self.tp = setup.arch, setup.gpu, setup.tp
         self.peak = setup.gpu.peak_flops(setup.dtype)
         self.bandwidth = setup.gpu.bandwidth
-        self.eff = setup.gpu.efficiency()
+        self.eff = efficiency or setup.gpu.efficiency()
         self.all_reduce = setup.gpu.all_reduce(setup.tp)
         self.step_overhead_s, self.seq_overhead_s = step_overhead_s, seq_overhead_s
         self.source = f"hardware: {self.arch.name} on {self.gpu.id} x {self.tp} ({setup.dtype})"
@@ -52,7 +52,8 @@ class HardwareCost:
         kv_bytes = setup.weight_bytes
         # attention per step, all layers: FLOPs and bytes per unit of each count
         self._flop_s = layers * 4 * q / self.peak  # x causal work / compute efficiency
-        self._q_bytes_s = layers * 2 * q * ACT_BYTES / (self.bandwidth * self.eff.memory)
+        self._q_bytes_s = (layers * 2 * q * self.setup.act_bytes
+                           / (self.bandwidth * self.eff.memory))
         self._kv_bytes_s = layers * 2 * kv * kv_bytes / (self.bandwidth * self.eff.memory)
         self._attn_launch_s = layers * self.eff.launch_s
         self._top_compute = self.eff.compute[-1]
@@ -63,18 +64,18 @@ class HardwareCost:
         t = np.arange(size, dtype=np.float64)  # [size]
         arch, tp, w = self.arch, self.tp, self.setup.weight_bytes
         layer = np.zeros(size)
-        for flops, wb, ab in matmul_counts(arch, tp, t, w, ACT_BYTES).values():
+        for flops, wb, ab in matmul_counts(arch, tp, t, w, self.setup.act_bytes).values():
             layer += matmul_time(flops, wb + ab, t, self.peak, self.bandwidth, self.eff)
-        moved = elementwise_bytes(arch, tp, t, ACT_BYTES)
+        moved = elementwise_bytes(arch, tp, t, self.setup.act_bytes)
         for op in ELEMENTWISE:
             repeats = ADDS_PER_LAYER if op == "add" else 1
             layer += repeats * elementwise_time(op, moved[op], self.bandwidth, self.eff)
         if self.all_reduce is not None:
-            layer += 2 * self.all_reduce.time(t * arch.d_model * ACT_BYTES, self.tp)
+            layer += 2 * self.all_reduce.time(t * arch.d_model * self.setup.act_bytes, self.tp)
         rows = arch.n_layers * layer + elementwise_time(
-            "emb", embedding_bytes(arch, t, ACT_BYTES), self.bandwidth, self.eff)
+            "emb", embedding_bytes(arch, t, self.setup.act_bytes), self.bandwidth, self.eff)
         rows[0] = 0.0
-        flops, wb, ab = lm_head_counts(arch, tp, t, w, ACT_BYTES)
+        flops, wb, ab = lm_head_counts(arch, tp, t, w, self.setup.act_bytes)
         head = matmul_time(flops, wb + ab, t, self.peak, self.bandwidth, self.eff)
         head[0] = 0.0
         self._rows, self._rows_list = rows, rows.tolist()

@@ -26,6 +26,12 @@ class HardwareSetup:
     def weight_bytes(self) -> float:
         return DTYPE_BYTES[self.dtype]
 
+    @property
+    def act_bytes(self) -> float:
+        """Bytes of an activation element: fp16/bf16 on a GPU (fp8 models included), fp32 for
+        an fp32 model (the NumPy engine)."""
+        return 4 if self.dtype == "fp32" else 2
+
     def describe(self) -> dict:
         """What a report says of the hardware: the model, GPU, TP, dtype and memory."""
         plan = self.plan
