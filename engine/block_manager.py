@@ -33,6 +33,8 @@ class BlockManager:
     `fresh` and up, which are handed out in increasing order and need no entry until then. This
     is exactly a list of every free block, initially n-1 .. 0, popped from the end."""
 
+    prefix_caching = False  # engine.prefix_cache.PrefixCachingBlockManager: True
+
     def __init__(self, num_blocks: int, block_size: int):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")

@@ -174,14 +174,21 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
     for seq, f in zip(members, run.finish):
         if f <= steps:
             finishing.setdefault(f, []).append(seq)
+    fills = _fills(run, steps, bm.block_size) if bm.prefix_caching else {}
     finished, a = [], 0
-    for f in sorted(finishing):  # blocks come back after each finish, for the repeats after it
+    # Repeat by repeat where something happens: its blocks are allocated (with those of the
+    # repeats before), then the blocks it filled are cached, then its finishes return blocks.
+    for f in sorted(finishing.keys() | fills.keys()):
         start = a
         while a < len(allocations) and allocations[a][0] <= f:
             a += 1
         if a > start:
             bm.allocate_blocks([members[i].seq_id for _, i in allocations[start:a]])
-        done = finishing[f]
+        for i, block in fills.get(f, ()):
+            scheduler.cache_blocks(members[i], block, block + 1)
+        done = finishing.get(f)
+        if not done:
+            continue
         for seq in done:
             _advance(seq, f, step0)
             seq.finish_reason = "length"
@@ -197,6 +204,20 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
             _advance(seq, steps, step0)
     scheduler.num_steps += steps
     return list(accumulate(change)), finished
+
+
+def _fills(run: DecodeRun, steps: int, block_size: int) -> dict:
+    """{repeat: [(member index, block index)]}: the blocks each of the first `steps` repeats
+    fills, for members whose block hashes are known (prefix caching), in running order."""
+    fills: dict = {}
+    for i, seq in enumerate(run.members):
+        if not seq.block_hashes:
+            continue
+        computed = seq.num_computed_tokens  # after the run's plan
+        last = min(run.finish[i], steps, len(seq.block_hashes) * block_size - computed)
+        for r in range(-computed % block_size or block_size, last + 1, block_size):
+            fills.setdefault(r, []).append((i, (computed + r) // block_size - 1))
+    return fills
 
 
 def _advance(seq, repeats: int, step0: int) -> None:

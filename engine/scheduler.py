@@ -32,6 +32,7 @@ import bisect
 import itertools
 
 from .block_manager import BlockManager, blocks_needed
+from .prefix_cache import block_hashes
 from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
 from .sequence import Sequence, SequenceStatus
@@ -120,6 +121,7 @@ class Scheduler:
             (lambda s: (s.priority, s.arrival_s, s.admit_order))
             if config.queue == "priority" else None
         )
+        self._caching = block_manager.prefix_caching  # engine.prefix_cache
 
     # --- arrivals --------------------------------------------------------------------------------
 
@@ -174,6 +176,8 @@ class Scheduler:
         plan.num_running = len(self.running)
         plan.num_waiting = len(self.waiting)
         plan.kv_blocks_used = self.block_manager.num_used
+        if self._caching:
+            plan.kv_blocks_cached = self.block_manager.num_cached
         return plan
 
     def _schedule_continuous(self, plan: StepPlan) -> None:
@@ -213,15 +217,57 @@ class Scheduler:
         bm, waiting = self.block_manager, self.waiting
         while waiting and len(self.running) < max_running and budget != 0:
             seq = waiting.peek()
-            chunk = self._first_chunk(seq.num_tokens, budget)
-            if not chunk or not has_free_capacity(bm, blocks_needed(seq.num_tokens, bm.block_size)):
+            hits = self._cached_prefix(seq) if self._caching else ()
+            cached = len(hits) * bm.block_size
+            chunk = self._first_chunk(seq.num_tokens - cached, budget)
+            need = blocks_needed(seq.num_tokens, bm.block_size) - len(hits)
+            if hits:
+                need += bm.evictable_among(hits)  # free blocks that its hits take up
+            if not chunk or not has_free_capacity(bm, need):
                 break  # head-of-line: nothing behind it jumps the queue
             waiting.pop()
+            if hits:
+                bm.take_prefix(seq.seq_id, hits)
+                seq.num_computed_tokens = cached
             admit_sequence(seq, bm)
+            if seq.num_cached_tokens is None:
+                seq.num_cached_tokens = cached
+            plan.cached_tokens += cached
             self._insert_running(seq)
             plan.prefills.append((seq, chunk))
             if budget is not None:
                 budget -= chunk
+
+    def _cached_prefix(self, seq: Sequence) -> list:
+        """The cached blocks of the sequence's longest cached prefix. The last token is always
+        computed (its logits sample the next token), so a full hit stops a block short."""
+        bm = self.block_manager
+        most = (seq.num_tokens - 1) // bm.block_size
+        hashes = block_hashes(seq, bm.block_size, most)
+        return bm.match_prefix(hashes, most) if hashes else []
+
+    def _cache_filled(self, plan: StepPlan) -> None:
+        """Register every block this step filled (prefix caching), before any holder lets go."""
+        bm = self.block_manager
+        bs = bm.block_size
+        for seq, n in plan.prefills:
+            computed = seq.num_computed_tokens
+            if computed // bs > (computed - n) // bs:
+                self.cache_blocks(seq, (computed - n) // bs, computed // bs)
+        for seq in plan.decodes:
+            if not seq.num_computed_tokens % bs:
+                self.cache_blocks(seq, seq.num_computed_tokens // bs - 1,
+                                  seq.num_computed_tokens // bs)
+
+    def cache_blocks(self, seq: Sequence, first: int, last: int) -> None:
+        """Register the sequence's filled blocks first .. last - 1 whose hashes are known."""
+        bm = self.block_manager
+        hashes = block_hashes(seq, bm.block_size, last)
+        if not hashes:
+            return
+        table = bm.block_tables[seq.seq_id]
+        for i in range(first, min(last, len(hashes))):
+            bm.cache_block(table[i], hashes[i])
 
     def _first_chunk(self, n_tokens: int, budget: int | None) -> int:
         """Tokens to prefill in the admission step; 0: wait for a step with more budget."""
@@ -277,6 +323,8 @@ class Scheduler:
             if seq.should_stop(token):
                 finished.append(seq)
         plan.itl_consecutive += consecutive
+        if self._caching:
+            self._cache_filled(plan)
         if finished:
             self.retire(finished, plan.step)
         return finished

@@ -61,13 +61,14 @@ class Sequence:
         "num_output_tokens", "num_computed_tokens", "max_new_tokens", "priority", "arrival_s",
         "sampling", "ignore_eos", "eos_token_id", "status", "preemptions", "reject_reason",
         "admit_order", "finish_reason", "first_scheduled_step", "first_token_step",
-        "last_token_step", "finish_step",
+        "last_token_step", "finish_step", "block_hashes", "num_cached_tokens",
     )
 
     def __init__(self, request_id, prompt_len: int, max_new_tokens: int, *,
                  prompt_token_ids=None, priority: int = 0, arrival_s: float = 0.0,
                  sampling: SamplingParams = GREEDY, ignore_eos: bool = True,
-                 eos_token_id: int | None = None, seq_id: int | None = None):
+                 eos_token_id: int | None = None, seq_id: int | None = None,
+                 block_hashes: list | None = None):
         if prompt_token_ids is not None and len(prompt_token_ids) != prompt_len:
             raise ValueError(f"request {request_id}: prompt_len {prompt_len} != "
                              f"{len(prompt_token_ids)} prompt token ids")
@@ -98,6 +99,13 @@ class Sequence:
         self.first_token_step: int | None = None
         self.last_token_step: int | None = None
         self.finish_step: int | None = None
+        # Prefix caching (engine.prefix_cache): the hashes of the sequence's full KV blocks in
+        # token order, computed from its token ids as they are known, or given (a simulated
+        # sequence's, from its workload); None: it takes no part. num_cached_tokens: the prompt
+        # tokens its first admission found cached (None until admitted).
+        self.block_hashes = block_hashes if block_hashes is not None else \
+            ([] if prompt_token_ids is not None else None)
+        self.num_cached_tokens: int | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -17,10 +17,10 @@ import time
 
 import numpy as np
 
-from .block_manager import BlockManager
 from .executor import NumpyExecutor
 from .llm_engine import LLMEngine
 from .model import normalize_params
+from .prefix_cache import make_block_manager
 from .records import RunRecorder
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import SamplingParams, Sequence
@@ -54,7 +54,7 @@ class Server:
     def __init__(self, params: dict, vocab: dict, *, scheduler_config: SchedulerConfig | None = None,
                  block_size: int = 16, num_kv_blocks: int = 256,
                  rng: np.random.Generator | None = None, model_name: str = "servesim-numpy",
-                 eos_token: str | None = "<eos>"):
+                 eos_token: str | None = "<eos>", enable_prefix_caching: bool = True):
         p = normalize_params(params)
         if p["E"].shape[0] != len(vocab["id_to_token"]):
             raise ValueError(f"Server: the model's vocab_size ({p['E'].shape[0]}) must equal the "
@@ -66,7 +66,7 @@ class Server:
         self.vocab = vocab
         self.model_name = model_name
         self.eos_token_id = vocab["token_to_id"].get(eos_token) if eos_token else None
-        bm = BlockManager(num_kv_blocks, block_size)
+        bm = make_block_manager(num_kv_blocks, block_size, enable_prefix_caching)
         executor = NumpyExecutor(p, bm, rng=np.random.default_rng(0) if rng is None else rng)
         self.recorder = RunRecorder(num_kv_blocks)
         self.engine = LLMEngine(Scheduler(config, bm), executor, self.recorder)

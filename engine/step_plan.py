@@ -26,6 +26,10 @@ class StepPlan:
     num_running: int = 0  # after planning
     num_waiting: int = 0
     kv_blocks_used: int = 0
+    # Prefix caching: prompt tokens this step's admissions found cached (their prefill is
+    # skipped), and the blocks a hash finds after planning (held or evictable).
+    cached_tokens: int = 0
+    kv_blocks_cached: int = 0
     # Filled by postprocess, for exact inter-token latencies without per-token timestamps:
     itl_consecutive: int = 0  # tokens whose previous token came from the previous step
     itl_from_steps: list[int] = field(default_factory=list)  # previous-token step of the others

@@ -42,6 +42,7 @@ DEFAULTS = {
         "num_kv_blocks": 512,  # 8,192 token slots: 128 MiB of float32 K+V for the default model
         "max_num_seqs": _SCHED["max_num_seqs"],
         "max_num_batched_tokens": _SCHED["max_num_batched_tokens"],
+        "enable_prefix_caching": True,  # vLLM's default: reuse the KV of cached prompt prefixes
     },
     "scheduler": {
         "policy": _SCHED["policy"],

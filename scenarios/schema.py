@@ -136,7 +136,8 @@ SCENARIO = Table({
                      "num_kv_blocks": Spec('a positive integer, or "auto" (from the GPU\'s '
                                            'memory, with cost.model = "hardware")',
                                            lambda v: v == "auto" or _is_int(v) and v >= 1),
-                     "max_num_seqs": POSITIVE_INT, "max_num_batched_tokens": POSITIVE_INT}),
+                     "max_num_seqs": POSITIVE_INT, "max_num_batched_tokens": POSITIVE_INT,
+                     "enable_prefix_caching": BOOL}),
     "hardware": Table({
         "gpu": Spec("a GPU catalog id (e.g. \"h100-sxm\") or a table defining a GPU ("
                     + ", ".join(GPU_TABLE_KEYS) + ")",

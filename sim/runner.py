@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.block_manager import BlockManager
+from engine.prefix_cache import make_block_manager
 from engine.model import ModelConfig, init_params
 from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig
@@ -91,8 +92,9 @@ def build_scheduler(config: dict, max_seq_len: int,
     """The engine's scheduler and block manager for a resolved config (`num_kv_blocks`: the
     derived count of an "auto" config)."""
     engine_cfg = config["engine"]
-    block_manager = BlockManager(num_kv_blocks or engine_cfg["num_kv_blocks"],
-                                 engine_cfg["block_size"])
+    block_manager = make_block_manager(num_kv_blocks or engine_cfg["num_kv_blocks"],
+                                       engine_cfg["block_size"],
+                                       engine_cfg.get("enable_prefix_caching", False))
     return Scheduler(SchedulerConfig(
         max_num_seqs=engine_cfg["max_num_seqs"],
         max_num_batched_tokens=engine_cfg["max_num_batched_tokens"],

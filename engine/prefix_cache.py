@@ -1,0 +1,198 @@
+"""Automatic prefix caching, as vLLM does it: a full KV block is known by a hash of its tokens
+chained with its parent block's hash, and a new sequence starts from the blocks of its longest
+cached prefix instead of computing them again.
+
+`PrefixCachingBlockManager` is a `BlockManager` whose blocks are reference counted: a block held
+by several sequences (a shared system prompt, the earlier turns of a conversation) is stored
+once and read by all of them; nobody writes into it, since only full blocks are shared and a
+sequence writes its keys and values after its cached prefix. When the last holder lets a block
+go it stays cached (its hash still finds it) and joins the evictable blocks, least recently
+freed first; a block is taken from there, and its hash forgotten, only when no never-used block
+is left. `num_free` counts never-used and evictable blocks alike, `num_used` the blocks held.
+
+Block hashes (`block_hashes`): a sequence with token ids hashes them block by block (Python's
+hash of (parent hash, the block's token ids): deterministic for integers); a simulated sequence
+carries the hashes of its blocks from its workload (`Sequence.block_hashes`, e.g. a trace's
+prefix hash ids), and one with neither takes no part. The scheduler asks `match_prefix` at
+admission, takes the blocks with `take_prefix`, and registers each block that its step fills
+with `cache_block`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from .block_manager import BlockError, BlockManager, OutOfBlocksError
+
+ROOT_HASH = 0x5EED  # the parent of a sequence's first block
+
+
+def hash_block(parent: int, tokens) -> int:
+    """The hash of a full block of token ids after the block whose hash is `parent`."""
+    return hash((parent, tuple(tokens)))
+
+
+def block_hashes(seq, block_size: int, n_blocks: int) -> list | None:
+    """The hashes of the sequence's first `n_blocks` full blocks, as far as they are known: a
+    list of at most `n_blocks` (hashes of token ids are computed and kept on first use), None
+    for a sequence that takes no part in prefix caching."""
+    hashes = seq.block_hashes
+    if hashes is None or len(hashes) >= n_blocks or seq.prompt_token_ids is None:
+        return hashes
+    tokens = seq.prompt_token_ids
+    known = len(tokens) + len(seq.output_token_ids)
+    n_blocks = min(n_blocks, known // block_size)
+    if len(hashes) < n_blocks:
+        if n_blocks * block_size > len(tokens):
+            tokens = list(tokens) + seq.output_token_ids
+        parent = hashes[-1] if hashes else ROOT_HASH
+        for i in range(len(hashes), n_blocks):
+            parent = hash_block(parent, tokens[i * block_size:(i + 1) * block_size])
+            hashes.append(parent)
+    return hashes
+
+
+class PrefixCachingBlockManager(BlockManager):
+    """A block manager with reference-counted, hash-addressed full blocks (see the module)."""
+
+    prefix_caching = True
+
+    def __init__(self, num_blocks: int, block_size: int):
+        super().__init__(num_blocks, block_size)
+        self._refs: list[int] = []  # [fresh]: holders of each block handed out
+        self._evictable: OrderedDict = OrderedDict()  # free blocks still cached, least recent first
+        self._hash_of: dict[int, int] = {}  # block -> hash, for cached blocks
+        self._block_of: dict[int, int] = {}  # hash -> block
+        self.evictions = 0
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    @property
+    def num_free(self) -> int:
+        return len(self._evictable) + self.num_blocks - self._fresh
+
+    @property
+    def num_used(self) -> int:
+        return self._fresh - len(self._evictable)
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks that a hash finds (held or evictable)."""
+        return len(self._hash_of)
+
+    def is_free(self, block_id: int) -> bool:
+        return block_id >= self._fresh or not self._refs[block_id]
+
+    def ref_count(self, block_id: int) -> int:
+        return 0 if block_id >= self._fresh else self._refs[block_id]
+
+    def match_prefix(self, hashes, max_blocks: int) -> list[int]:
+        """The cached blocks of the longest prefix of `hashes` (at most `max_blocks`)."""
+        found, block_of = [], self._block_of
+        for h in hashes[:max_blocks]:
+            block = block_of.get(h)
+            if block is None:
+                break
+            found.append(block)
+        return found
+
+    def evictable_among(self, blocks) -> int:
+        """How many of `blocks` nobody holds (taking them uses up free blocks)."""
+        refs = self._refs
+        return sum(1 for b in blocks if not refs[b])
+
+    # --- mutations -------------------------------------------------------------------------------
+
+    def _take(self, n: int) -> list[int]:
+        """The next n free blocks: never-used ones first, then the least recently freed cached
+        ones (their hashes forgotten)."""
+        fresh = min(n, self.num_blocks - self._fresh)
+        taken = list(range(self._fresh, self._fresh + fresh))
+        self._fresh += fresh
+        self._refs.extend([1] * fresh)
+        evictable, hash_of, refs = self._evictable, self._hash_of, self._refs
+        for _ in range(n - fresh):
+            block, _ = evictable.popitem(last=False)
+            h = hash_of.pop(block, None)
+            if h is not None:
+                del self._block_of[h]
+                self.evictions += 1
+            refs[block] = 1
+            taken.append(block)
+        return taken
+
+    def take_prefix(self, seq_id: int, blocks: list[int]) -> None:
+        """Give a sequence (with no blocks yet) the cached blocks of its prefix."""
+        refs, evictable = self._refs, self._evictable
+        for block in blocks:
+            if not refs[block]:
+                del evictable[block]
+            refs[block] += 1
+        self.block_tables[seq_id] = list(blocks)
+
+    def cache_block(self, block_id: int, block_hash: int) -> None:
+        """Register a block its holder just filled: its hash finds it from now on (unless a
+        block of the same content is cached already; the first stays)."""
+        if block_hash not in self._block_of and block_id not in self._hash_of:
+            self._block_of[block_hash] = block_id
+            self._hash_of[block_id] = block_hash
+
+    def free_block(self, block_id: int, seq_id: int | None = None) -> None:
+        """Drop one holder's reference to a block (the block leaves that holder's table)."""
+        if not (isinstance(block_id, int) and 0 <= block_id < self.num_blocks):
+            raise BlockError(f"invalid block id {block_id!r} (cache has {self.num_blocks} blocks)")
+        if self.is_free(block_id):
+            raise BlockError(f"double free of block {block_id}")
+        tables = [self.block_tables.get(seq_id, [])] if seq_id is not None else \
+            [t for t in self.block_tables.values() if block_id in t][:1]
+        if not tables or block_id not in tables[0]:
+            raise BlockError(f"block {block_id} is not held by sequence {seq_id}")
+        tables[0].remove(block_id)
+        self._release(block_id)
+
+    def free_sequence(self, seq_id: int) -> int:
+        """Drop the sequence's references, its last block first (so that, among its blocks, the
+        last is evicted first, as vLLM does); returns how many it held."""
+        table = self.block_tables.pop(seq_id, ())
+        for block in reversed(table):
+            self._release(block)
+        return len(table)
+
+    def _release(self, block: int) -> None:
+        refs = self._refs
+        assert refs[block] > 0, f"block {block} released more often than taken"
+        refs[block] -= 1
+        if not refs[block]:
+            self._evictable[block] = None
+
+    def free_list(self) -> list[int]:
+        """Every free block, in the order they would be handed out (for tests)."""
+        return list(range(self._fresh, self.num_blocks)) + list(self._evictable)
+
+    def check_invariants(self) -> None:
+        """Each block's reference count is the number of tables holding it; free blocks are
+        exactly the unreferenced ones; hashes and blocks map one to one (for tests)."""
+        counts: dict[int, int] = {}
+        for table in self.block_tables.values():
+            for b in table:
+                counts[b] = counts.get(b, 0) + 1
+        for b in range(self._fresh):
+            assert self._refs[b] == counts.get(b, 0), f"block {b}: refs {self._refs[b]}, " \
+                                                      f"held {counts.get(b, 0)} times"
+        free = self.free_list()
+        assert len(free) == len(set(free)), "a block is free twice"
+        assert not set(free) & set(counts), "a held block is also free"
+        assert len(counts) + len(free) == self.num_blocks, "a block leaked"
+        assert all(self._block_of[h] == b for b, h in self._hash_of.items()), "hash map broken"
+        assert len(self._block_of) == len(self._hash_of), "hash map broken"
+
+
+def make_block_manager(num_blocks: int, block_size: int,
+                       prefix_caching: bool = False) -> BlockManager:
+    """A block manager, with automatic prefix caching or without."""
+    cls = PrefixCachingBlockManager if prefix_caching else BlockManager
+    return cls(num_blocks, block_size)
+
+
+__all__ = ["PrefixCachingBlockManager", "ROOT_HASH", "block_hashes", "hash_block",
+           "make_block_manager", "OutOfBlocksError"]

@@ -1,0 +1,227 @@
+"""Automatic prefix caching (engine.prefix_cache): blocks found by the hash of their prefix,
+shared read-only and reference counted, kept cached when freed and evicted least recently freed
+first; the scheduler admits on the uncached tokens; greedy outputs and every sequence's KV rows
+are the same with caching on and off, with and without preemptions; random workloads never
+leak, double free or wrongly share a block."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.block_manager import BlockManager, BlockError
+from engine.executor import NumpyExecutor
+from engine.llm_engine import LLMEngine
+from engine.model import ModelConfig, init_params
+from engine.paged_kv_cache import kv_blocks_in_use
+from engine.prefix_cache import (PrefixCachingBlockManager, ROOT_HASH, block_hashes, hash_block,
+                                 make_block_manager)
+from engine.records import RunRecorder
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import GREEDY, Sequence, SequenceStatus
+
+
+# --- the block manager ------------------------------------------------------------------------
+
+def test_a_sequence_hashes_its_blocks_chained_from_its_token_ids():
+    seq = Sequence("a", 10, 4, prompt_token_ids=list(range(10)))
+    first = hash_block(ROOT_HASH, [0, 1, 2, 3])
+    assert block_hashes(seq, 4, 5) == [first, hash_block(first, [4, 5, 6, 7])]  # 2 full blocks
+    other = Sequence("b", 10, 4, prompt_token_ids=[9] + list(range(1, 10)))
+    assert block_hashes(other, 4, 2)[1] != block_hashes(seq, 4, 2)[1]  # a different parent
+    assert block_hashes(Sequence("c", 10, 4), 4, 2) is None  # no tokens, no given hashes
+
+
+def test_freed_cached_blocks_are_found_again_and_evicted_least_recently_freed_first():
+    bm = PrefixCachingBlockManager(4, 2)
+    bm.ensure_capacity(1, 4)  # blocks 0, 1
+    bm.cache_block(0, 100)
+    bm.cache_block(1, 101)
+    bm.ensure_capacity(2, 2)  # block 2
+    bm.cache_block(2, 200)
+    assert bm.match_prefix([100, 101, 102], 3) == [0, 1]
+    bm.free_sequence(1)  # its last block first: 1 then 0 join the evictable blocks
+    bm.free_sequence(2)
+    assert bm.num_free == 4 and bm.num_used == 0 and bm.num_cached == 3
+    assert bm.free_list() == [3, 1, 0, 2]  # never-used first, then least recently freed
+    bm.take_prefix(3, [0])  # a hit takes block 0 back from the evictable ones
+    assert bm.num_free == 3 and bm.ref_count(0) == 1
+    bm.ensure_capacity(4, 4)  # blocks 3 (never used) and 1 (evicted: hash 101 forgotten)
+    assert bm.block_tables[4] == [3, 1]
+    assert bm.match_prefix([100, 101], 2) == [0] and bm.evictions == 1
+    bm.check_invariants()
+
+
+def test_a_shared_block_is_freed_only_when_its_last_holder_lets_go():
+    bm = PrefixCachingBlockManager(4, 2)
+    bm.ensure_capacity(1, 2)
+    bm.cache_block(0, 7)
+    bm.take_prefix(2, bm.match_prefix([7], 1))
+    assert bm.ref_count(0) == 2 and bm.num_used == 1
+    bm.free_sequence(1)
+    assert bm.ref_count(0) == 1 and not bm.is_free(0)
+    bm.free_block(0, 2)
+    assert bm.is_free(0) and bm.match_prefix([7], 1) == [0]  # free, still cached
+    with pytest.raises(BlockError, match="double free"):
+        bm.free_block(0)
+    bm.check_invariants()
+
+
+def test_kv_blocks_in_use_counts_referenced_blocks():
+    bm = make_block_manager(8, 4, prefix_caching=True)
+    bm.ensure_capacity(1, 8)
+    bm.cache_block(bm.block_tables[1][0], 11)
+    bm.take_prefix(2, bm.match_prefix([11], 1))
+    assert kv_blocks_in_use(bm) == {"used": 2, "free": 6, "total": 8}
+    assert isinstance(make_block_manager(8, 4), BlockManager) and \
+        not make_block_manager(8, 4).prefix_caching
+
+
+# --- the scheduler --------------------------------------------------------------------------
+
+def test_admission_charges_only_uncached_tokens_and_the_last_token_is_always_computed(
+        fake_executor):
+    bm = PrefixCachingBlockManager(32, 4)
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16, max_seq_len=64,
+                             chunked_prefill=True)
+    scheduler = Scheduler(config, bm)
+    engine = LLMEngine(scheduler, fake_executor(bm), timing="executor")
+    prompt = list(range(12))
+    first = Sequence("a", 12, 2, prompt_token_ids=prompt)
+    engine.add_request(first)
+    while engine.has_unfinished():
+        engine.step()
+    assert first.num_cached_tokens == 0
+    again = Sequence("b", 12, 2, prompt_token_ids=prompt)  # the same prompt: a full hit
+    suffix = Sequence("c", 14, 2, prompt_token_ids=prompt + [40, 41])
+    engine.add_request(again)
+    engine.add_request(suffix)
+    plan, _ = engine.start_step(0.0)
+    # 12 tokens: 3 full blocks, but the last token is computed: 2 blocks (8 tokens) cached
+    assert again.num_cached_tokens == 8 and suffix.num_cached_tokens == 12
+    assert [(s.request_id, n) for s, n in plan.prefills] == [("b", 4), ("c", 2)]
+    assert plan.cached_tokens == 20
+    assert bm.block_tables[again.seq_id][:2] == bm.block_tables[suffix.seq_id][:2]
+    bm.check_invariants()
+
+
+def test_evictable_cached_blocks_count_as_free_for_admission(fake_executor):
+    bm = PrefixCachingBlockManager(4, 4)  # 16 token slots
+    config = SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=32, max_seq_len=16)
+    scheduler = Scheduler(config, bm)
+    engine = LLMEngine(scheduler, fake_executor(bm), timing="executor")
+    engine.add_request(Sequence("a", 12, 1, prompt_token_ids=list(range(12))))
+    while engine.has_unfinished():
+        engine.step()
+    assert bm.num_cached == 3 and bm.num_free == 4  # all cached, all free
+    other = Sequence("b", 13, 1, prompt_token_ids=list(range(100, 113)))
+    engine.add_request(other)
+    plan, _ = engine.start_step(0.0)
+    assert plan.prefills == [(other, 13)]  # admitted by evicting the cached blocks
+    assert bm.num_cached == 0 and bm.evictions == 3
+
+
+# --- the real engine: the same outputs and KV with caching on and off -----------------------
+
+MODEL = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=128)
+
+
+def serve_greedy(prompts, caching: bool, num_blocks: int, block_size: int = 4):
+    """Serve the prompts greedily (arriving two per step); every sequence's output ids and the
+    KV rows of its tokens read from the paged cache just before its blocks are let go."""
+    bm = make_block_manager(num_blocks, block_size, caching)
+    config = SchedulerConfig(max_num_seqs=3, max_num_batched_tokens=24, max_seq_len=128,
+                             chunked_prefill=True)
+    scheduler = Scheduler(config, bm)
+    executor = NumpyExecutor(init_params(MODEL), bm, rng=np.random.default_rng(0))
+    engine = LLMEngine(scheduler, executor, RunRecorder(num_blocks), timing="executor")
+    kv, retire = {}, scheduler.retire
+
+    def keep_kv(finished, step):
+        for seq in finished:
+            rows = []
+            for layer in range(MODEL.n_layers):
+                table = bm.block_tables[seq.seq_id]
+                slots = [table[t // block_size] * block_size + t % block_size
+                         for t in range(seq.num_computed_tokens)]
+                k, v = executor.storage.gather(layer, np.asarray(slots))
+                rows.append((k.copy(), v.copy()))
+            kv[seq.request_id] = rows
+        retire(finished, step)
+
+    scheduler.retire = keep_kv
+    seqs = [Sequence(f"r{i}", len(p), 6, prompt_token_ids=list(p), sampling=GREEDY)
+            for i, p in enumerate(prompts)]
+    pending = list(seqs)
+    while pending or engine.has_unfinished():
+        for seq in pending[:2]:
+            engine.add_request(seq)
+        pending = pending[2:]
+        engine.step()
+        bm.check_invariants()
+    assert all(s.status is SequenceStatus.FINISHED for s in seqs)
+    assert bm.num_used == 0
+    return {s.request_id: s.output_token_ids for s in seqs}, kv, seqs, scheduler
+
+
+def shared_prompts(rng, n: int, system: int) -> list:
+    prefix = rng.integers(0, 64, size=system).tolist()
+    return [prefix + rng.integers(0, 64, size=int(rng.integers(1, 14))).tolist()
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("num_blocks", [64, 12])  # 12: preemptions
+def test_greedy_outputs_and_kv_rows_are_the_same_with_caching_on_and_off(num_blocks):
+    prompts = shared_prompts(np.random.default_rng(3), 8, 17)
+    prompts += [prompts[0] + [5, 6, 7, 8, 9]]  # a later turn that extends an earlier prompt
+    on_out, on_kv, on_seqs, on_sched = serve_greedy(prompts, True, num_blocks)
+    off_out, off_kv, _, off_sched = serve_greedy(prompts, False, num_blocks)
+    assert on_out == off_out
+    for request_id, rows in off_kv.items():
+        for (k_off, v_off), (k_on, v_on) in zip(rows, on_kv[request_id]):
+            np.testing.assert_allclose(k_on, k_off, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(v_on, v_off, rtol=1e-4, atol=1e-5)
+    assert sum(s.num_cached_tokens for s in on_seqs) > 0  # the cache did serve prefixes
+    if num_blocks == 12:
+        assert on_sched.num_preemptions > 0 and off_sched.num_preemptions > 0
+
+
+# --- random workloads: no leaked, double freed or wrongly shared block ----------------------
+
+workload_st = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 20), st.integers(1, 10)),
+                       min_size=1, max_size=16)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workload=workload_st, block_size=st.sampled_from([1, 2, 4]),
+       cache_tokens=st.integers(12, 80), chunked=st.booleans(),
+       policy=st.sampled_from(["continuous", "static"]))
+def test_random_shared_prefix_workloads_never_leak_double_free_or_share_wrongly(
+        workload, block_size, cache_tokens, chunked, policy, fake_executor):
+    bm = PrefixCachingBlockManager(max(2, cache_tokens // block_size), block_size)
+    config = SchedulerConfig(policy=policy, max_num_seqs=3, max_num_batched_tokens=24,
+                             max_seq_len=40, chunked_prefill=chunked, max_batch_size=3)
+    scheduler = Scheduler(config, bm)
+    executor = fake_executor(bm)
+    engine = LLMEngine(scheduler, executor, RunRecorder(bm.num_blocks), timing="executor")
+    prefixes = [[1] * 9, [2] * 5, list(range(12)), []]
+    seqs = [Sequence(f"r{i}", len(prefixes[p]) + extra, out,
+                     prompt_token_ids=prefixes[p] + [30 + i] * extra)
+            for i, (p, extra, out) in enumerate(workload)]
+    for seq in seqs:
+        engine.add_request(seq)
+    for _ in range(2000):
+        if not engine.has_unfinished():
+            break
+        engine.step()
+        bm.check_invariants()
+        for seq in scheduler.running:  # every shared block holds what its hash says
+            hashes = block_hashes(seq, block_size, seq.num_computed_tokens // block_size)
+            for i, block in enumerate(bm.block_tables[seq.seq_id][:len(hashes)]):
+                cached = bm._hash_of.get(block)
+                assert cached is None or cached == hashes[i]
+    assert not engine.has_unfinished()
+    assert all(s.is_finished for s in seqs)
+    assert bm.num_used == 0 and not bm.block_tables
