@@ -8,6 +8,10 @@
 - Throughputs divide by the run's duration, first arrival to last finish, counting finished
   requests. Goodput = finished requests per second that meet every SLO given.
 - Percentiles interpolate linearly (NumPy's default); empty input gives NaN, never a fake 0.
+- Prefix caching: the hit rate is the share of the counted requests' prompt tokens that their
+  first admission found cached (requests never admitted left out; NaN when none was), the block
+  hit rate the same over full prompt blocks, and the prefill tokens saved every step's cached
+  tokens, re-admissions after a preemption included.
 - Standard deviations (`latency_std`, for vLLM's `std_*_ms`) are population ones (NumPy's
   default), over the same requests and gaps as the percentiles.
 
@@ -29,6 +33,8 @@ PERCENTILES = (50, 90, 95, 99)
 STATS = ("mean", "p50", "p90", "p95", "p99", "max")
 LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue")
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
+PREFIX_CACHE_KEYS = ("prefix_cache_hit_rate", "prefix_cache_block_hit_rate",
+                     "prefill_tokens_saved")
 _VLLM_NAMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
 _VLLM_STATS = {"mean": "mean", "p50": "median", "p90": "p90", "p95": "p95", "p99": "p99"}
 
@@ -207,7 +213,29 @@ def summarize(recorder: RunRecorder, slo: dict | None = None, warmup_s: float = 
         summary.update(_stats(name, _defined(name, metrics[f"{name}_s"])))
     summary.update(_itl_stats(recorder, warmup_s))
     summary.update(_step_stats(recorder))
+    summary.update(_prefix_cache_stats(recorder, cols, warmup_s))
     return summary
+
+
+def _prefix_cache_stats(recorder: RunRecorder, cols: dict, warmup_s: float) -> dict:
+    """The prefix cache's hit rates over the counted requests that were admitted (prompt
+    tokens found cached at first admission / prompt tokens, and the same in full blocks: NaN
+    without the block size), and the prefill tokens every step's admissions skipped."""
+    admitted = (np.asarray(cols["arrival_s"], float) >= warmup_s) & \
+        ~np.isnan(np.asarray(cols["first_scheduled_s"], float))
+    prompt = np.asarray(cols["prompt_tokens"], np.int64)[admitted]
+    cached = np.asarray(cols["cached_tokens"], np.int64)[admitted]  # whole blocks
+    size = recorder.block_size
+    prompt_blocks, cached_blocks = ((int((prompt // size).sum()), int((cached // size).sum()))
+                                    if size else (0, 0))
+    return {"prefix_cache_hit_rate": _share(int(cached.sum()), int(prompt.sum())),
+            "prefix_cache_block_hit_rate": _share(cached_blocks, prompt_blocks),
+            "prefill_tokens_saved": int(np.sum(recorder.step_columns()["cached_tokens"]))}
+
+
+def _share(part: int, whole: int) -> float:
+    """part / whole; NaN when there is no whole (never a fake 0)."""
+    return part / whole if whole else math.nan
 
 
 def latency_std(recorder: RunRecorder, warmup_s: float = 0.0) -> dict:
@@ -247,7 +275,8 @@ def vllm_summary(summary: dict, std: dict | None = None) -> dict:
     and E2E `mean_*_ms, median_*_ms, std_*_ms, p90_*_ms, p95_*_ms, p99_*_ms`; then what vLLM
     does not report, in the same style: `max_*_ms`, queueing time (`*_queue_ms`), `rejected`,
     `unfinished`, `preemptions`, `mean_batch_size`, `mean_kv_util`, `max_kv_util` (fractions
-    of the KV blocks). `failed` = rejected + unfinished. `std`: `latency_std` of the same run
+    of the KV blocks), `prefix_cache_hit_rate`, `prefix_cache_block_hit_rate`,
+    `prefill_tokens_saved`. `failed` = rejected + unfinished. `std`: `latency_std` of the same run
     (without it the std keys are NaN)."""
     std = std or {}
     out = {"duration": summary["duration_s"], "completed": summary["completed"],
@@ -268,6 +297,7 @@ def vllm_summary(summary: dict, std: dict | None = None) -> dict:
                 "preemptions": summary["preemptions"],
                 "mean_batch_size": summary["mean_batch_size"],
                 "mean_kv_util": summary["kv_util_mean"], "max_kv_util": summary["kv_util_max"]})
+    out.update({key: summary[key] for key in PREFIX_CACHE_KEYS})
     return out
 
 

@@ -161,8 +161,8 @@ def _fitting_steps(finish, first_block, held, steps: int, block_size: int, free:
 
 def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
     """Apply the first `steps` repeats of `run` (1 <= steps <= run.max_steps), after its plan
-    was postprocessed. Returns (KV blocks used after each repeat's planning, a list of
-    `steps`, and the sequences that finished, in the order they did)."""
+    was postprocessed. Returns (KV blocks used and KV blocks cached after each repeat's
+    planning, two lists of `steps`, and the sequences that finished, in the order they did)."""
     assert 1 <= steps <= run.max_steps
     bm, members, step0 = scheduler.block_manager, run.members, run.plan.step
     allocations = _allocations(run.finish, run.first_block, steps, bm.block_size)
@@ -175,17 +175,27 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
         if f <= steps:
             finishing.setdefault(f, []).append(seq)
     fills = _fills(run, steps, bm.block_size) if bm.prefix_caching else {}
+    # The blocks cached change where a fill caches one or an allocation evicts one: with any
+    # cached, each repeat that allocates is applied on its own and the count read around it.
+    tracked = bm.prefix_caching and (bm.num_cached > 0 or bool(fills))
+    start_cached = bm.num_cached if bm.prefix_caching else 0
+    cached_planned, cached_after = {}, {}  # repeat -> blocks cached at its planning, after it
     finished, a = [], 0
     # Repeat by repeat where something happens: its blocks are allocated (with those of the
     # repeats before), then the blocks it filled are cached, then its finishes return blocks.
-    for f in sorted(finishing.keys() | fills.keys()):
+    for f in sorted(finishing.keys() | fills.keys() |
+                    ({j for j, _ in allocations} if tracked else set())):
         start = a
         while a < len(allocations) and allocations[a][0] <= f:
             a += 1
         if a > start:
             bm.allocate_blocks([members[i].seq_id for _, i in allocations[start:a]])
+        if tracked:
+            cached_planned[f] = bm.num_cached
         for i, block in fills.get(f, ()):
             scheduler.cache_blocks(members[i], block, block + 1)
+        if tracked:
+            cached_after[f] = bm.num_cached
         done = finishing.get(f)
         if not done:
             continue
@@ -203,7 +213,19 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
         if f > steps:
             _advance(seq, steps, step0)
     scheduler.num_steps += steps
-    return list(accumulate(change)), finished
+    return list(accumulate(change)), _per_repeat(start_cached, cached_planned, cached_after,
+                                                 steps), finished
+
+
+def _per_repeat(count: int, planned: dict, after: dict, steps: int) -> list[int]:
+    """[steps] a count at each repeat's planning, from `count` before the first and the
+    counts read where it changes: at a repeat's planning (`planned`) and after it (`after`)."""
+    out = []
+    for j in range(1, steps + 1):
+        count = planned.get(j, count)
+        out.append(count)
+        count = after.get(j, count)
+    return out
 
 
 def _fills(run: DecodeRun, steps: int, block_size: int) -> dict:

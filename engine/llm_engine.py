@@ -66,6 +66,8 @@ class LLMEngine:
         self.scheduler = scheduler
         self.executor = executor
         self.recorder = recorder
+        if recorder is not None:  # for the block hit rate of prefix caching
+            recorder.block_size = scheduler.block_manager.block_size
         self._wall = timing == "wall"
 
     def add_request(self, seq: Sequence) -> bool:
@@ -132,12 +134,12 @@ class LLMEngine:
         """Apply and record the steps of `timed`, after its plan's own `finish_step`; returns
         the sequences that finished in them, in the order they did."""
         run, steps = timed.run, timed.num_steps
-        kv_used, finished = apply_run(self.scheduler, run, steps)
+        kv_used, kv_cached, finished = apply_run(self.scheduler, run, steps)
         if self.recorder is not None:
             decoding = run.decoding(np.arange(1, steps + 1)) \
                 if run.first_finish < steps else len(run.members)  # [steps], or the same in all
             self.recorder.record_run(run.plan, timed.start_s, timed.end_s, decoding,
-                                     run.padding(decoding), kv_used)
+                                     run.padding(decoding), kv_used, kv_cached)
             for seq in finished:
                 self.recorder.record_request(seq)
         return finished

@@ -10,6 +10,10 @@ Inter-token latencies are exact without a timestamp per token: in a step, every 
 previous token came from the previous step has the same gap (this step's end minus the previous
 step's end), so a step adds one (gap, count) pair, plus one pair per sequence resumed after a
 preemption.
+
+Prefix caching: a request row keeps the prompt tokens its first admission found cached, a step
+row the prompt tokens its admissions found cached (re-admissions after a preemption included)
+and the KV blocks a hash finds after its planning.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from .step_plan import StepPlan
 from .sequence import Sequence, SequenceStatus
 
 REQUEST_COLUMNS = ("request_id", "priority", "arrival_s", "first_scheduled_s", "first_token_s",
-                   "finish_s", "prompt_tokens", "output_tokens", "preemptions", "status")
+                   "finish_s", "prompt_tokens", "output_tokens", "preemptions", "status",
+                   "cached_tokens")
 STEP_COLUMNS = ("step", "start_s", "end_s", "num_prefill_tokens", "num_prefill_seqs",
                 "num_decode_seqs", "num_padding_seqs", "num_running", "num_waiting",
-                "kv_blocks_used", "preemptions")
+                "kv_blocks_used", "preemptions", "cached_tokens", "kv_blocks_cached")
 
 RECORD_STATUSES = ("finished", "rejected", "unfinished")
 
@@ -36,8 +41,9 @@ NAN = math.nan
 class RunRecorder:
     """Collects the rows of one run (one variant at one sweep point)."""
 
-    def __init__(self, kv_blocks_total: int):
+    def __init__(self, kv_blocks_total: int, block_size: int | None = None):
         self.kv_blocks_total = kv_blocks_total
+        self.block_size = block_size  # tokens a KV block holds; an engine tells its recorder
         self._steps = {name: array("d") for name in STEP_COLUMNS}
         self._start = self._steps["start_s"]
         self._end = self._steps["end_s"]
@@ -70,6 +76,8 @@ class RunRecorder:
         columns["num_waiting"].append(plan.num_waiting)
         columns["kv_blocks_used"].append(plan.kv_blocks_used)
         columns["preemptions"].append(len(plan.preempted))
+        columns["cached_tokens"].append(plan.cached_tokens)
+        columns["kv_blocks_cached"].append(plan.kv_blocks_cached)
         if plan.itl_consecutive:
             self.itl_gaps.append(end_s - self._end[plan.step - 1])
             self.itl_counts.append(plan.itl_consecutive)
@@ -80,11 +88,12 @@ class RunRecorder:
             self.itl_steps.append(plan.step)
 
     def record_run(self, plan: StepPlan, start_s, end_s, decoding, padding,
-                   kv_blocks_used) -> None:
+                   kv_blocks_used, kv_blocks_cached) -> None:
         """Record the decode steps that follow `plan` (`engine.decode_run`), after `plan`
         itself: [K] NumPy arrays of their start and end times, [K] KV blocks used (any
-        sequence), and the decoding sequences (all of the running ones) and padding rows of
-        each, as [K] NumPy arrays or as one number for all; the waiting count is `plan`'s, and each step adds one
+        sequence), and the decoding sequences (all of the running ones), padding rows and KV
+        blocks cached of each, as [K] NumPy arrays or as one number for all; the waiting count
+        is `plan`'s, nothing is admitted (no cached tokens), and each step adds one
         inter-token gap for all of its decodes."""
         assert plan.step == len(self._end) - 1, "a run follows the step it repeats"
         k, columns = len(end_s), self._steps
@@ -94,7 +103,8 @@ class RunRecorder:
         for name, value in (("num_prefill_tokens", 0), ("num_prefill_seqs", 0),
                             ("num_decode_seqs", decoding), ("num_padding_seqs", padding),
                             ("num_running", decoding), ("num_waiting", plan.num_waiting),
-                            ("kv_blocks_used", kv_blocks_used), ("preemptions", 0)):
+                            ("kv_blocks_used", kv_blocks_used), ("preemptions", 0),
+                            ("cached_tokens", 0), ("kv_blocks_cached", kv_blocks_cached)):
             if isinstance(value, np.ndarray):
                 columns[name].frombytes(value.astype(np.float64).tobytes())
             elif isinstance(value, list):
@@ -127,6 +137,7 @@ class RunRecorder:
         cols["prompt_tokens"].append(seq.prompt_len)
         cols["output_tokens"].append(seq.num_output_tokens)
         cols["preemptions"].append(seq.preemptions)
+        cols["cached_tokens"].append(seq.num_cached_tokens or 0)  # 0: never admitted
         self.statuses.append(status)
         if seq.reject_reason:
             self.reject_reasons[seq.request_id] = seq.reject_reason

@@ -1,6 +1,7 @@
-"""The report's charts, as PNG images: latency CDFs, the comparison of runs, the timeline and,
-for a sweep, latency and throughput against the swept value. Imported only where charts are
-drawn (matplotlib takes a good part of a second to import)."""
+"""The report's charts, as PNG images: latency CDFs, the comparison of runs, the timeline, for a
+sweep, latency and throughput against the swept value, and for runs that cache prefixes, the
+prefix cache over time. Imported only where charts are drawn (matplotlib takes a good part of
+a second to import)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from .cdf_chart import cdf_chart
 from .comparison_chart import comparison_chart
 from .figures import ordered_colors
 from .labels import is_ordered_sweep, short_labels
+from .prefix_cache_chart import caching_runs, prefix_cache_chart
 from .render import Image
 from .sweep_chart import sweep_chart
 from .tables import request_frame, run_keys
@@ -35,4 +37,8 @@ def make_charts(results, summaries: list[dict]) -> list[Image]:
     if specs and specs[0].sweep:
         charts.append(Image("sweep.png", sweep_chart(specs, summaries),
                             "Latency against achieved throughput, over the swept value"))
+    cache_runs = caching_runs(results)
+    if cache_runs:
+        charts.append(Image("prefix_cache.png", prefix_cache_chart(cache_runs),
+                            "Prefix cache: hit rate and KV blocks cached over time"))
     return charts

@@ -28,7 +28,8 @@ def config_rows(config: dict) -> dict[str, str]:
         "engine": (f"{engine['num_kv_blocks']:,} KV blocks of {engine['block_size']} tokens"
                    + (" (derived from the GPU's memory)" if _auto(config) else "")
                    + f", max_num_seqs {engine['max_num_seqs']}, "
-                   f"max_num_batched_tokens {engine['max_num_batched_tokens']}"),
+                   f"max_num_batched_tokens {engine['max_num_batched_tokens']}, prefix caching "
+                   + ("on" if engine.get("enable_prefix_caching") else "off")),
         "scheduler": scheduler_text(config["scheduler"]),
         "workload": workload_text(config["workload"]),
         "SLO (goodput)": slo_text(slo),

@@ -12,7 +12,7 @@ import numpy as np
 from engine.benchmark import latency_percentiles
 
 from .describe import variant_table, what_was_run
-from .key_figures import key_rows
+from .key_figures import REPORT_FIGURES, key_rows
 from .render import Heading, Image, Paragraph, Table
 from .tables import label_values
 
@@ -32,11 +32,13 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image]) -> 
         rows = [[f"`{key}`", ", ".join(map(str, values))] for key, values in scenario.sweep.items()]
         blocks += [Heading(3, "Sweep (crossed with every variant)"),
                    Table(["key", "values"], rows)]
-    header, rows = key_rows(specs, summaries)
+    header, rows = key_rows(specs, summaries, REPORT_FIGURES)
     blocks += [Heading(2, "Summary"), Table(header, rows),
                Paragraph("Latencies in milliseconds. Every figure (mean, p50, p90, p95, p99 and "
-                         "max of TTFT, TPOT, ITL, E2E and queueing, goodput, batch size, KV use) "
-                         "is in `summary.csv`; each run's figures are also in a file in vLLM "
+                         "max of TTFT, TPOT, ITL, E2E and queueing, goodput, batch size, KV use, "
+                         "prefix cache hit rates and prefill tokens saved) is in `summary.csv`; "
+                         "the prefix cache hit rate is the share of prompt tokens found cached "
+                         "at admission; each run's figures are also in a file in vLLM "
                          "`bench serve`'s result layout (`summary.json` for a single run, "
                          "`summary-<run>.json` for each of several); per-request rows are in "
                          "`requests.csv` and per-step rows in `steps.csv`.")]

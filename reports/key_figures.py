@@ -21,6 +21,9 @@ KEY_FIGURES = (
     ("e2e_p99_s", "E2E p99 ms", 1e3, 1),
     ("preemptions", "preemptions", 1, 0),
 )
+# The report's summary table has room for one more: the share of prompt tokens the prefix cache
+# served (the terminal's table is already as wide as a terminal).
+REPORT_FIGURES = KEY_FIGURES + (("prefix_cache_hit_rate", "prefix cache hit %", 100, 1),)
 
 
 def short_key(key: str) -> str:
@@ -28,14 +31,16 @@ def short_key(key: str) -> str:
     return key.rsplit(".", 1)[-1]
 
 
-def key_rows(specs, summaries: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of strings: variant, the sweep values, then KEY_FIGURES."""
+def key_rows(specs, summaries: list[dict],
+             figures=KEY_FIGURES) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of strings: variant, the sweep values, then `figures` ((summary key,
+    column title, scale, decimals) each)."""
     sweep_keys = list(dict.fromkeys(key for spec in specs for key in spec.sweep))
-    header = ["variant"] + [short_key(k) for k in sweep_keys] + [t for _, t, _, _ in KEY_FIGURES]
+    header = ["variant"] + [short_key(k) for k in sweep_keys] + [t for _, t, _, _ in figures]
     rows = []
     for spec, summary in zip(specs, summaries):
         row = [spec.variant] + [str(spec.sweep.get(k, "")) for k in sweep_keys]
-        row += [_number(summary[key] * scale, decimals) for key, _, scale, decimals in KEY_FIGURES]
+        row += [_number(summary[key] * scale, decimals) for key, _, scale, decimals in figures]
         rows.append(row)
     return header, rows
 

@@ -16,14 +16,16 @@ import pandas as pd
 from engine.benchmark import request_metrics, summarize
 
 REQUEST_COLUMNS = ("request_id", "priority", "arrival_s", "first_scheduled_s", "first_token_s",
-                   "finish_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
-                   "queue_s", "preemptions", "status", "reject_reason")
+                   "finish_s", "prompt_tokens", "output_tokens", "cached_tokens", "ttft_s",
+                   "tpot_s", "e2e_s", "queue_s", "preemptions", "status", "reject_reason")
 STEP_COLUMNS = ("step", "start_s", "end_s", "num_prefill_tokens", "num_prefill_seqs",
                 "num_decode_seqs", "num_padding_seqs", "num_running", "num_waiting",
-                "kv_blocks_used", "kv_blocks_total", "preemptions")
-INT_COLUMNS = ("priority", "prompt_tokens", "output_tokens", "preemptions", "step",
-               "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "num_padding_seqs",
-               "num_running", "num_waiting", "kv_blocks_used", "kv_blocks_total")
+                "kv_blocks_used", "kv_blocks_total", "preemptions", "cached_tokens",
+                "kv_blocks_cached")
+INT_COLUMNS = ("priority", "prompt_tokens", "output_tokens", "cached_tokens", "preemptions",
+               "step", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
+               "num_padding_seqs", "num_running", "num_waiting", "kv_blocks_used",
+               "kv_blocks_total", "kv_blocks_cached")
 
 
 def run_keys(results) -> list[str]:

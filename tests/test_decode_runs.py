@@ -146,7 +146,7 @@ def test_a_run_goes_on_after_a_finish_only_where_nothing_can_take_its_place():
         # tokens (the 10th and the 30th) come 7 and 27 repeats after it
         assert run.max_steps == steps
         scheduler.postprocess(plan)
-        used, finished = apply_run(scheduler, run, run.max_steps)
+        used, _, finished = apply_run(scheduler, run, run.max_steps)
         assert [s.finish_step - plan.step for s in finished] == finishes
         assert len(used) == steps and scheduler.num_steps == plan.step + steps + 1
         assert run.decoding(np.arange(1, steps + 1)).tolist() == [2] * 7 + [1] * (steps - 7)
@@ -165,7 +165,7 @@ def test_a_run_stops_before_the_step_that_would_preempt():
     scheduler.postprocess(plan)
     slow = decoding_scheduler(num_blocks=12)
     slow.postprocess(slow.schedule())
-    used, _ = apply_run(scheduler, run, run.max_steps)
+    used, _, _ = apply_run(scheduler, run, run.max_steps)
     for k in range(run.max_steps):  # the same blocks, in the same order, step by step
         p = slow.schedule()
         assert not p.preempted and p.kv_blocks_used == used[k]

@@ -76,8 +76,8 @@ def test_requests_csv_has_one_row_per_request_and_the_engine_metrics(run):
     table = pd.read_csv(out / "requests.csv", keep_default_na=False, na_values=[""])
     assert list(table.columns[:2]) == ["variant", "request_id"]
     assert {"priority", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s",
-            "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s",
-            "preemptions", "status"} <= set(table.columns)
+            "prompt_tokens", "output_tokens", "cached_tokens", "ttft_s", "tpot_s", "e2e_s",
+            "queue_s", "preemptions", "status"} <= set(table.columns)
     for spec, recorder in results:
         rows = table[table["variant"] == spec.variant]
         assert len(rows) == recorder.num_requests == 40
@@ -92,7 +92,8 @@ def test_steps_csv_has_one_row_per_engine_step(run):
     steps = pd.read_csv(out / "steps.csv")
     assert list(steps.columns[:2]) == ["variant", "step"]
     assert {"start_s", "end_s", "num_prefill_tokens", "num_decode_seqs", "num_running",
-            "num_waiting", "kv_blocks_used", "kv_blocks_total", "preemptions"} <= set(steps.columns)
+            "num_waiting", "kv_blocks_used", "kv_blocks_total", "preemptions", "cached_tokens",
+            "kv_blocks_cached"} <= set(steps.columns)
     for spec, recorder in results:
         rows = steps[steps["variant"] == spec.variant]
         assert list(rows["step"]) == list(range(recorder.num_steps))
@@ -106,7 +107,8 @@ def test_summary_csv_equals_summarize_of_each_run(run):
     assert list(table["variant"]) == ["static", "continuous"]
     for column in ("completed", "rejected", "duration_s", "request_throughput",
                    "output_throughput", "total_token_throughput", "goodput", "preemptions",
-                   "mean_batch_size", "kv_util_mean", "kv_util_max"):
+                   "mean_batch_size", "kv_util_mean", "kv_util_max", "prefix_cache_hit_rate",
+                   "prefix_cache_block_hit_rate", "prefill_tokens_saved"):
         assert column in table.columns
     for name in ("ttft", "tpot", "itl", "e2e", "queue"):
         for stat in ("mean", "p50", "p90", "p95", "p99", "max"):
@@ -175,8 +177,8 @@ def test_what_was_run_shows_each_variants_own_settings_not_the_base(run):
 def test_settings_the_variants_share_are_described_once(run):
     _, _, out = run
     markdown = (out / "report.md").read_text()
-    assert "| engine | 24 KV blocks of 16 tokens, max_num_seqs 8, max_num_batched_tokens 512 |" \
-        in markdown
+    assert ("| engine | 24 KV blocks of 16 tokens, max_num_seqs 8, max_num_batched_tokens 512, "
+            "prefix caching on |") in markdown
 
 
 def test_priority_classes_are_listed_lowest_value_first_right_after_the_summary(run):

@@ -42,8 +42,9 @@ VLLM_KEYS = ["date", "backend", "label", "model_id", "num_prompts", "request_rat
 EXTRA_KEYS = ["max_ttft_ms", "max_tpot_ms", "max_itl_ms", "max_e2el_ms", "mean_queue_ms",
               "median_queue_ms", "std_queue_ms", "p90_queue_ms", "p95_queue_ms", "p99_queue_ms",
               "max_queue_ms", "rejected", "unfinished", "preemptions", "mean_batch_size",
-              "mean_kv_util", "max_kv_util", "scenario", "variant", "sweep", "seed",
-              "arrival_process"]
+              "mean_kv_util", "max_kv_util", "prefix_cache_hit_rate",
+              "prefix_cache_block_hit_rate", "prefill_tokens_saved", "scenario", "variant",
+              "sweep", "seed", "arrival_process"]
 
 
 def write(tmp_path, text=SCENARIO, overrides=(), name="out"):
@@ -86,6 +87,8 @@ def test_the_figures_are_summarizes_in_milliseconds(single):
                 summary[f"{ours}_{stat}_s"] * 1e3, rel=1e-8), f"{name}_{theirs}_ms"
     assert record["preemptions"] == summary["preemptions"]
     assert record["mean_kv_util"] == pytest.approx(summary["kv_util_mean"], rel=1e-8)
+    for key in ("prefix_cache_hit_rate", "prefix_cache_block_hit_rate", "prefill_tokens_saved"):
+        assert record[key] == pytest.approx(summary[key], rel=1e-8), key
 
 
 def test_standard_deviations_are_numpys_over_the_same_requests(single):
