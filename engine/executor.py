@@ -32,9 +32,12 @@ class StepResult:
 class NumpyExecutor:
     """The real engine: one batched forward pass per step over paged KV storage it owns
     (K and V [n_layers, num_blocks, block_size, n_heads, head_dim] float32, sized from the block
-    manager). `rng` draws every sampled token; it is a public attribute and may be replaced."""
+    manager). `rng` draws every sampled token; it is a public attribute and may be replaced.
+    `swap_blocks`: host blocks for swap preemption (`host`, the same layout), which a step's
+    `swap_out` and `swap_in` block pairs are copied to and from before its forward pass."""
 
-    def __init__(self, params: dict, block_manager: BlockManager, *, rng: np.random.Generator):
+    def __init__(self, params: dict, block_manager: BlockManager, *, rng: np.random.Generator,
+                 swap_blocks: int = 0):
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"NumpyExecutor: rng must be a numpy.random.Generator, "
                             f"got {type(rng).__name__}")
@@ -43,13 +46,19 @@ class NumpyExecutor:
         self.rng = rng
         self.storage = PagedKVStorage.for_model(self.params, block_manager.num_blocks,
                                                 block_manager.block_size)
+        self.host = PagedKVStorage.for_model(self.params, swap_blocks, block_manager.block_size) \
+            if swap_blocks else None
         self.workspace = Workspace()
 
     def execute(self, plan: StepPlan, *, return_logits: bool = False) -> StepResult:
         """Compute the plan's tokens' K/V, sample one token per sampling sequence; the whole
         step is timed with time.perf_counter()."""
         t0 = time.perf_counter()
-        if plan.is_empty:
+        if plan.swap_out:
+            copy_blocks(self.storage, self.host, plan.swap_out)
+        if plan.swap_in:
+            copy_blocks(self.host, self.storage, plan.swap_in)
+        if not (plan.prefills or plan.decodes):
             return StepResult({}, time.perf_counter() - t0, {} if return_logits else None)
         inp = build_batch_step_input(plan.decodes, self.block_manager, prefills=plan.prefills,
                                      padding_seqs=plan.padding_seqs)
@@ -60,3 +69,11 @@ class NumpyExecutor:
             return StepResult(tokens, duration_s,
                               {seq.seq_id: row for seq, row in zip(inp.sample_seqs, logits)})
         return StepResult(tokens, duration_s)
+
+
+def copy_blocks(source: PagedKVStorage, target: PagedKVStorage, pairs) -> None:
+    """Copy whole KV blocks, every layer's keys and values: (source block, target block)
+    pairs."""
+    src, dst = np.array(pairs, dtype=np.int64).T  # [n] each
+    target.k[:, dst] = source.k[:, src]
+    target.v[:, dst] = source.v[:, src]

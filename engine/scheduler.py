@@ -15,8 +15,12 @@ Policies:
 
 The running list is kept in victim order (fcfs: admission order; priority: best priority first,
 then earlier arrival), so a running sequence that needs a KV block when none is free preempts
-the last one. Preemption is by recompute: the victim's blocks are freed and it goes back to the
-queue, to prefill prompt + generated tokens again when readmitted.
+the last one. Preemption is by recompute (the default): the victim's blocks are freed and it
+goes back to the queue, to prefill prompt + generated tokens again when readmitted. With
+`preemption = "swap"` and a host `SwapSpace`, a victim's computed blocks are copied to host
+memory instead (`StepPlan.swap_out`) and back when it is readmitted (`StepPlan.swap_in`), and it
+resumes where it stopped; a victim whose blocks do not fit in the free swap space is preempted by
+recompute.
 
 The module-level functions (`has_free_capacity`, `admit_sequence`, `preempt_sequence`,
 `reserve_decode_blocks`) are the policy's building blocks; the seed's part-6 functions in
@@ -37,11 +41,13 @@ from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
 from .sequence import Sequence, SequenceStatus
 from .step_plan import StepPlan
+from .swap import SwapSpace
 
 __all__ = ["POLICIES", "SchedulerConfig", "StepPlan", "Scheduler", "has_free_capacity",
            "admit_sequence", "preempt_sequence", "reserve_decode_blocks"]
 
 _RUNNING = SequenceStatus.RUNNING
+_SWAPPED = SequenceStatus.SWAPPED
 _admission_counter = itertools.count()  # admit_order: only its relative order matters
 
 
@@ -61,14 +67,23 @@ def admit_sequence(seq: Sequence, block_manager: BlockManager) -> None:
     seq.admit_order = next(_admission_counter)
 
 
-def preempt_sequence(seq: Sequence, block_manager: BlockManager, waiting) -> None:
-    """Preempt by recompute: free the sequence's blocks, forget its computed KV and requeue it
-    (fcfs: at the front; priority: at its original priority and arrival)."""
+def preempt_sequence(seq: Sequence, block_manager: BlockManager, waiting,
+                     swap: SwapSpace | None = None) -> list[tuple[int, int]]:
+    """Preempt the sequence and requeue it (fcfs: at the front; priority: at its original
+    priority and arrival). By recompute: free its blocks and forget its computed KV. With a
+    `swap` space that has room for the blocks holding its computed KV: give them host blocks,
+    free them, keep the computed count; returns the (gpu, host) block pairs to copy out."""
+    pairs = []
+    n = blocks_needed(seq.num_computed_tokens, block_manager.block_size)
+    if swap is not None and 0 < n <= swap.num_free:
+        pairs = swap.swap_out(seq.seq_id, block_manager.block_tables[seq.seq_id][:n])
     block_manager.free_sequence(seq.seq_id)
-    seq.num_computed_tokens = 0
+    if not pairs:
+        seq.num_computed_tokens = 0
     seq.preemptions += 1
-    seq.set_status(SequenceStatus.PREEMPTED)
+    seq.set_status(SequenceStatus.SWAPPED if pairs else SequenceStatus.PREEMPTED)
     waiting.push_front(seq)
+    return pairs
 
 
 def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_last,
@@ -109,9 +124,14 @@ def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_la
 class Scheduler:
     """Waiting queue, running list and block manager, advanced one step at a time."""
 
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
+                 swap: SwapSpace | None = None):
+        if config.preemption == "swap" and (swap is None or not swap.num_blocks):
+            raise ValueError("scheduler.preemption = 'swap' needs a host swap space: set "
+                             "engine.swap_blocks to a positive number of blocks")
         self.config = config
         self.block_manager = block_manager
+        self.swap = swap if config.preemption == "swap" else None  # host blocks for victims
         self.waiting = QUEUES[config.queue]()
         self.running: list[Sequence] = []  # victim order: the last one is preempted first
         self.num_steps = 0
@@ -217,6 +237,13 @@ class Scheduler:
         bm, waiting = self.block_manager, self.waiting
         while waiting and len(self.running) < max_running and budget != 0:
             seq = waiting.peek()
+            if seq.status is _SWAPPED:
+                n = self._swap_in(plan, seq, budget)
+                if not n:
+                    break
+                if budget is not None:
+                    budget -= n
+                continue
             hits = self._cached_prefix(seq) if self._caching else ()
             cached = len(hits) * bm.block_size
             chunk = self._first_chunk(seq.num_tokens - cached, budget)
@@ -237,6 +264,27 @@ class Scheduler:
             plan.prefills.append((seq, chunk))
             if budget is not None:
                 budget -= chunk
+
+    def _swap_in(self, plan: StepPlan, seq: Sequence, budget: int | None) -> int:
+        """Readmit the swapped-out sequence at the head of the queue: blocks for all its tokens,
+        its computed KV copied back from the swap space, and it decodes (or goes on with its
+        prefill) in this step. Returns the tokens it computes; 0 when it does not fit (then
+        nothing changes)."""
+        bm = self.block_manager
+        left = seq.num_tokens - seq.num_computed_tokens
+        n = 1 if left == 1 else self._first_chunk(left, budget)
+        if not n or not has_free_capacity(bm, blocks_needed(seq.num_tokens, bm.block_size)):
+            return 0
+        self.waiting.pop()
+        admit_sequence(seq, bm)
+        plan.swap_in += zip(self.swap.swap_in(seq.seq_id), bm.block_tables[seq.seq_id])
+        plan.swapped_in.append(seq)
+        self._insert_running(seq)
+        if left == 1:  # its last token's KV is all it lacks: a decode, as for the running
+            plan.decodes.append(seq)
+        else:
+            plan.prefills.append((seq, n))
+        return n
 
     def _cached_prefix(self, seq: Sequence) -> list:
         """The cached blocks of the sequence's longest cached prefix. The last token is always
@@ -288,7 +336,7 @@ class Scheduler:
 
     def _preempt_last(self, plan: StepPlan) -> None:
         seq = self.running.pop()
-        preempt_sequence(seq, self.block_manager, self.waiting)
+        plan.swap_out += preempt_sequence(seq, self.block_manager, self.waiting, self.swap)
         plan.preempted.append(seq)
         self.num_preemptions += 1
 

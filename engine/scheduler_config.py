@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from .queues import QUEUES
 
 POLICIES = ("static", "continuous")
+PREEMPTION_MODES = ("recompute", "swap")  # vLLM's preemption_mode
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class SchedulerConfig:
     max_batch_size: int = 16  # static batch size
     batch_timeout_s: float = 0.0  # static: wait this long for a full batch (0: start at once)
     max_seq_len: int = 4096  # prompt + output limit, from the model
+    preemption: str = "recompute"  # or "swap": victims' KV to host memory and back
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -32,6 +34,9 @@ class SchedulerConfig:
                              f"got {self.policy!r}")
         if self.queue not in QUEUES:
             raise ValueError(f"scheduler.queue must be one of {', '.join(QUEUES)}, got {self.queue!r}")
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"scheduler.preemption must be one of "
+                             f"{', '.join(PREEMPTION_MODES)}, got {self.preemption!r}")
         if not isinstance(self.chunked_prefill, bool):
             raise ValueError(f"scheduler.chunked_prefill must be true or false, "
                              f"got {self.chunked_prefill!r}")

@@ -20,14 +20,17 @@ class SequenceStatus(Enum):
     WAITING = "waiting"  # queued, never run
     RUNNING = "running"  # holds KV blocks, scheduled every step
     PREEMPTED = "preempted"  # blocks freed, back in the queue, will recompute its tokens
+    SWAPPED = "swapped"  # blocks copied to host swap space, back in the queue, will resume
     FINISHED = "finished"
     REJECTED = "rejected"  # can never fit; `reject_reason` says why
 
 
 _LEGAL = {
     SequenceStatus.WAITING: {SequenceStatus.RUNNING, SequenceStatus.REJECTED},
-    SequenceStatus.RUNNING: {SequenceStatus.PREEMPTED, SequenceStatus.FINISHED},
+    SequenceStatus.RUNNING: {SequenceStatus.PREEMPTED, SequenceStatus.SWAPPED,
+                             SequenceStatus.FINISHED},
     SequenceStatus.PREEMPTED: {SequenceStatus.RUNNING},
+    SequenceStatus.SWAPPED: {SequenceStatus.RUNNING},
     SequenceStatus.FINISHED: set(),
     SequenceStatus.REJECTED: set(),
 }

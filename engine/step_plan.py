@@ -30,6 +30,12 @@ class StepPlan:
     # skipped), and the blocks a hash finds after planning (held or evictable).
     cached_tokens: int = 0
     kv_blocks_cached: int = 0
+    # Swap preemption (engine.swap): KV blocks to copy before the forward pass, every copy out
+    # before every copy in: (gpu block, host block) of this step's swapped-out victims, and
+    # (host block, gpu block) of the swapped-out sequences it readmits.
+    swap_out: list[tuple[int, int]] = field(default_factory=list)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)
+    swapped_in: list[Sequence] = field(default_factory=list)  # the readmitted sequences
     # Filled by postprocess, for exact inter-token latencies without per-token timestamps:
     itl_consecutive: int = 0  # tokens whose previous token came from the previous step
     itl_from_steps: list[int] = field(default_factory=list)  # previous-token step of the others
@@ -44,4 +50,4 @@ class StepPlan:
 
     @property
     def is_empty(self) -> bool:
-        return not self.prefills and not self.decodes
+        return not (self.prefills or self.decodes or self.swap_out or self.swap_in)

@@ -28,6 +28,9 @@ TRACE_DATA = REPO_ROOT / "sim" / "workloads" / "traces" / "data"  # package data
 def check_workload_parts(workload: dict) -> None:
     """A trace replaces arrivals and lengths (a ShareGPT file: lengths only); without one, all
     of them are required."""
+    if "sessions" in workload:
+        check_session_parts(workload)
+        return
     if "trace" in workload:
         untimed = check_trace_keys(workload["trace"])
         for name in ("num_requests", "prompt_tokens", "output_tokens"):
@@ -51,6 +54,26 @@ def check_workload_parts(workload: dict) -> None:
                        ("prompt_tokens", "a table"), ("output_tokens", "a table")):
         if name not in workload:
             raise FieldError(f"workload.{name}", f"required ({what}) unless workload.trace is given")
+
+
+def check_session_parts(workload: dict) -> None:
+    """Sessions: an open arrival process starts the conversations, whose turns are the requests
+    (no num_requests, no trace); the new messages' and replies' lengths are required."""
+    for name in ("num_requests", "trace"):
+        if name in workload:
+            raise FieldError(f"workload.{name}", "not allowed with workload.sessions (the "
+                                                 "requests are the conversations' turns)")
+    process = workload.get("arrival", {}).get("process")
+    if process in ("closed_loop", "trace"):
+        raise FieldError("workload.arrival.process",
+                         f"{process!r} cannot start the conversations of workload.sessions "
+                         f"(each conversation is its own closed loop); use poisson, gamma, "
+                         f"constant or burst")
+    for name, what in (("arrival", "the conversations' start"),
+                       ("prompt_tokens", "each new user message's length"),
+                       ("output_tokens", "each reply's length")):
+        if name not in workload:
+            raise FieldError(f"workload.{name}", f"required with workload.sessions ({what})")
 
 
 def check_trace_keys(trace: dict) -> bool:
@@ -199,6 +222,9 @@ def _check_engine(config: dict) -> None:
                         max_seq_len=config["model"]["max_seq_len"], **scheduler)
     except ValueError as exc:
         raise FieldError("", str(exc)) from None
+    if scheduler["preemption"] == "swap" and not engine["swap_blocks"]:
+        raise FieldError("engine.swap_blocks", "must be at least 1 with scheduler.preemption = "
+                                               "'swap' (host KV blocks for swapped-out sequences)")
 
 
 def find_file(name: str, scenario_path: Path) -> str:

@@ -43,6 +43,7 @@ DEFAULTS = {
         "max_num_seqs": _SCHED["max_num_seqs"],
         "max_num_batched_tokens": _SCHED["max_num_batched_tokens"],
         "enable_prefix_caching": True,  # vLLM's default: reuse the KV of cached prompt prefixes
+        "swap_blocks": 0,  # host KV blocks for scheduler.preemption = "swap" (none: recompute)
     },
     "scheduler": {
         "policy": _SCHED["policy"],
@@ -50,6 +51,7 @@ DEFAULTS = {
         "chunked_prefill": _SCHED["chunked_prefill"],
         "max_batch_size": _SCHED["max_batch_size"],
         "batch_timeout_s": _SCHED["batch_timeout_s"],
+        "preemption": _SCHED["preemption"],  # recompute, as vLLM's V1 engine always does
     },
     "cost": {
         "model": "profile",
@@ -57,6 +59,10 @@ DEFAULTS = {
         # Scale each simulated step by the profiled machine's speed from moment to moment
         # (sim.costs.jitter): off, a machine of constant speed, so a what-if answer has no noise.
         "jitter": False,
+        # Swap preemption's host copies on the NumPy engine: a memcpy, 7-18 GB/s measured on a
+        # 2-core cloud VM for 4-64 blocks of the default model (cost.model "hardware" uses the
+        # GPU's host link instead, hardware.gpu's host_bandwidth_gbs).
+        "swap_bandwidth_gbs": 10.0,
         # Coefficients of the `linear` cost model (ARCHITECTURE section 5), used only when
         # model = "linear"; the values are of the order the default profile measures.
         "step_overhead_s": 0.003,
@@ -88,7 +94,7 @@ HARDWARE_DEFAULTS = {
 }
 GPU_TABLE_KEYS = ("name", "memory_gib", "memory_bandwidth_gbs", "peak_tflops",
                   "interconnect_bandwidth_gbs", "interconnect_latency_us", "measured",
-                  "interconnect")
+                  "interconnect", "host_bandwidth_gbs")
 
 # Limits of what can be simulated faithfully.
 GAMMA_CV = (0.01, 10.0)  # beyond 10 the gamma shape (1 / cv^2) is so small that gaps underflow
@@ -97,6 +103,8 @@ MAX_TIME_S = 2.0**32  # about 136 years: simulated times stay below a microsecon
 # Defaults inside the workload's optional parts (the parts themselves have none).
 LOGNORMAL_MIN_TOKENS = 1
 CLOSED_LOOP_THINK_TIME_S = 0.0  # each user sends its next request as soon as one finishes
+# workload.sessions: no shared system prompt; each turn sent as soon as the last one finishes
+SESSIONS_DEFAULTS = {"system_prompt_tokens": 0, "think_time_s": 0.0}
 TRACE_DEFAULTS = {"name": None, "format": "azure", "time_scale": 1.0, "max_requests": None}
 # A ShareGPT file's own keys: one token per character (the engine's tokenizer), and a shuffle
 # seeded by the scenario's seed before taking max_requests (vLLM samples its prompts so too).

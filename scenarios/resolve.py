@@ -9,8 +9,8 @@ from pathlib import Path
 
 from . import checks
 from .defaults import (CLOSED_LOOP_THINK_TIME_S, DEFAULTS, HARDWARE_DEFAULTS,
-                       LOGNORMAL_MIN_TOKENS, SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
-                       UNTIMED_TRACE_FORMATS)
+                       LOGNORMAL_MIN_TOKENS, SESSIONS_DEFAULTS, SHAREGPT_DEFAULTS,
+                       SHIPPED_TRACES, TRACE_DEFAULTS, UNTIMED_TRACE_FORMATS)
 from .schema import SCENARIO, check_table
 
 SECTIONS = ("model", "engine", "scheduler", "cost", "slo")
@@ -55,6 +55,7 @@ def _workload(raw: dict) -> dict:
         "output_tokens": _length(raw.get("output_tokens")),
         "priority": priority,
         "trace": None if trace is None else _trace(trace),
+        "sessions": _sessions(raw.get("sessions")),
     }
 
 
@@ -62,6 +63,14 @@ def _arrival(arrival: dict) -> dict:
     if arrival["process"] == "closed_loop":
         arrival.setdefault("think_time_s", CLOSED_LOOP_THINK_TIME_S)
     return arrival
+
+
+def _sessions(sessions: dict | None) -> dict | None:
+    if sessions is None:
+        return None
+    if isinstance(sessions["turns"], dict):
+        _length(sessions["turns"])
+    return SESSIONS_DEFAULTS | sessions
 
 
 def _trace(trace: dict) -> dict:

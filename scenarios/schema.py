@@ -18,7 +18,7 @@ from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, GAMMA_CV, GPU_TABLE_KEYS,
                        SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS)
 from .errors import FieldError
 from engine.queues import QUEUES
-from engine.scheduler_config import POLICIES
+from engine.scheduler_config import POLICIES, PREEMPTION_MODES
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,28 @@ LENGTH = Tagged("dist", {
 })
 assert tuple(LENGTH.options) == LENGTH_DISTS
 
+
+@dataclass(frozen=True)
+class CountOrLength(Spec):
+    """An integer, or a length distribution table (checked as `LENGTH`)."""
+
+    def check(self, key: str, value) -> None:
+        if isinstance(value, dict):
+            check_table(value, LENGTH, key)
+        else:
+            super().check(key, value)
+
+
+# Multi-turn chat sessions: the arrival process starts conversations, prompt_tokens is each new
+# user message's length, output_tokens each reply's (cross-key rules: checks.py).
+SESSIONS = Table({
+    "conversations": POSITIVE_INT,
+    "turns": CountOrLength("a positive integer or a length distribution table (as "
+                           "workload.prompt_tokens)", lambda v: _is_int(v) and v >= 1),
+    "system_prompt_tokens": NON_NEGATIVE_INT,
+    "think_time_s": NON_NEGATIVE_NUMBER,
+}, required=("conversations", "turns"))
+
 _RATE = Table({"rate": POSITIVE_NUMBER}, required=("rate",))
 ARRIVAL = Tagged("process", {
     "poisson": _RATE,
@@ -118,6 +140,7 @@ WORKLOAD = Table({
                     "format": choice(TRACE_FORMATS), "time_scale": POSITIVE_NUMBER,
                     "max_requests": POSITIVE_INT, "tokenizer": choice(SHAREGPT_TOKENIZERS),
                     "shuffle": BOOL}),
+    "sessions": SESSIONS,
 })
 
 SCENARIO = Table({
@@ -137,7 +160,7 @@ SCENARIO = Table({
                                            'memory, with cost.model = "hardware")',
                                            lambda v: v == "auto" or _is_int(v) and v >= 1),
                      "max_num_seqs": POSITIVE_INT, "max_num_batched_tokens": POSITIVE_INT,
-                     "enable_prefix_caching": BOOL}),
+                     "enable_prefix_caching": BOOL, "swap_blocks": NON_NEGATIVE_INT}),
     "hardware": Table({
         "gpu": Spec("a GPU catalog id (e.g. \"h100-sxm\") or a table defining a GPU ("
                     + ", ".join(GPU_TABLE_KEYS) + ")",
@@ -150,8 +173,10 @@ SCENARIO = Table({
         "seq_overhead_s": NON_NEGATIVE_NUMBER}),
     "scheduler": Table({"policy": choice(POLICIES), "queue": choice(tuple(QUEUES)),
                         "chunked_prefill": BOOL, "max_batch_size": POSITIVE_INT,
-                        "batch_timeout_s": NON_NEGATIVE_NUMBER}),
-    "cost": Table({"model": choice(COST_MODELS), "profile": NON_EMPTY_TEXT, "jitter": BOOL}
+                        "batch_timeout_s": NON_NEGATIVE_NUMBER,
+                        "preemption": choice(PREEMPTION_MODES)}),
+    "cost": Table({"model": choice(COST_MODELS), "profile": NON_EMPTY_TEXT, "jitter": BOOL,
+                   "swap_bandwidth_gbs": POSITIVE_NUMBER}
                   | {name: NON_NEGATIVE_NUMBER for name in
                      ("step_overhead_s", "prefill_token_s", "decode_seq_s", "context_token_s")}),
     "workload": WORKLOAD,

@@ -1,8 +1,9 @@
 """The simulation loop: SimPy processes that feed a workload to the engine's own `Scheduler` and
 advance simulated time by each step's duration.
 
-Scenario: requests arrive (open arrivals at precomputed times, or closed-loop users that send
-their next request when the last one finishes); the engine process repeats the engine's own loop,
+Scenario: requests arrive (open arrivals at precomputed times, closed-loop users that send
+their next request when the last one finishes, or conversations that send their next turn when
+the last one finishes); the engine process repeats the engine's own loop,
 `LLMEngine.start_step` (schedule, execute) -> `yield env.timeout(duration)` ->
 `LLMEngine.finish_step` (postprocess, record). The executor is a `CostModelExecutor` (simulate)
 or the real `NumpyExecutor` (cosimulate): only the duration's origin differs.
@@ -26,6 +27,9 @@ import simpy
 
 from engine.llm_engine import LLMEngine
 from engine.records import RunRecorder
+from engine.sequence import SequenceStatus
+
+from .workloads.sessions import REJECTED_EARLIER
 
 
 class SimState:
@@ -35,7 +39,7 @@ class SimState:
                  closed_loop: bool = False):
         self.engine = engine
         self.fast_forward = fast_forward  # advance runs of decode-only steps in one go
-        self.closed_loop = closed_loop
+        self.closed_loop = closed_loop  # requests are sent as earlier ones finish (users, turns)
         self.scheduler = engine.scheduler
         self.make_sequence = make_sequence  # (index, arrival_s) -> Sequence
         self.bar = bar
@@ -43,9 +47,9 @@ class SimState:
         self.all_arrived = False
         self.waiters: dict[int, simpy.Event] = {}  # closed loop: seq_id -> "request done" event
 
-    def submit(self, index: int, arrival_s: float, done=None) -> None:
-        """Create request `index` and queue it (the engine records it at once if rejected).
-        `done`: an event to trigger when the request finishes or is rejected."""
+    def submit(self, index: int, arrival_s: float, done=None):
+        """Create request `index` and queue it (the engine records it at once if rejected);
+        returns its Sequence. `done`: an event to trigger when it finishes or is rejected."""
         seq = self.make_sequence(index, arrival_s)
         if done is not None:
             self.waiters[seq.seq_id] = done
@@ -53,6 +57,15 @@ class SimState:
             self.wake_engine()
         else:
             self.retire(seq)
+        return seq
+
+    def refuse(self, index: int, arrival_s: float, reason: str) -> None:
+        """Record request `index` as rejected without sending it (`reason` says why)."""
+        seq = self.make_sequence(index, arrival_s)
+        seq.reject_reason = reason
+        seq.set_status(SequenceStatus.REJECTED)
+        self.engine.recorder.record_request(seq)
+        self.retire(seq)
 
     def wake_engine(self) -> None:
         if self.wakeup is not None and not self.wakeup.triggered:
@@ -100,6 +113,39 @@ def closed_loop_user(env, state: SimState, next_index, think_time_s: float, user
         state.wake_engine()
 
 
+def conversation_starts(env, state: SimState, sessions):
+    """Start each conversation of a `SessionPlan` at its start time, as a process of its own."""
+    left = [sessions.num_conversations]
+    for c, start_s in enumerate(sessions.start_s.tolist()):
+        while start_s > env.now:  # float rounding may land a hair early: wait the rest
+            yield env.timeout(start_s - env.now)
+        env.process(conversation(env, state, start_s, sessions.requests(c),
+                                 sessions.think_time_s, left))
+
+
+def conversation(env, state: SimState, start_s: float, turns: range, think_time_s: float,
+                 left: list):
+    """One conversation: its first turn at `start_s`, each later one `think_time_s` after the
+    previous one finished. After a rejected turn the later ones are never sent, and are
+    recorded as rejected (every request is accounted for)."""
+    arrival_s = start_s
+    for index in turns:
+        done = env.event()
+        seq = state.submit(index, arrival_s, done)
+        yield done
+        if seq.status is SequenceStatus.REJECTED:
+            for later in range(index + 1, turns.stop):
+                state.refuse(later, env.now, REJECTED_EARLIER)
+            break
+        if think_time_s and index + 1 < turns.stop:
+            yield env.timeout(think_time_s)
+        arrival_s = env.now
+    left[0] -= 1
+    if left[0] == 0:
+        state.all_arrived = True
+        state.wake_engine()
+
+
 def engine(env, state: SimState):
     """The engine loop: one iteration per step, sleeping while there is nothing to run. An
     executor with `after_idle(idle_s)` (the cost model's) is told how long the engine slept
@@ -126,7 +172,8 @@ def engine(env, state: SimState):
             continue
         idle_since, stepped = None, True
         end_s = start_s + result.duration_s
-        # A closed-loop user sends its next request when one finishes: runs stop at finishes.
+        # A closed-loop user (a conversation) sends its next request when one finishes: runs
+        # stop at finishes.
         run = llm.start_run(plan, end_s, env.peek(), not state.closed_loop) \
             if state.fast_forward else None
         if run is None:
@@ -165,17 +212,21 @@ def _idle(env, state: SimState, until_s: float | None):
 
 
 def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arrival_s=None,
-             closed_loop=None, num_requests: int, progress: bool = False,
+             closed_loop=None, sessions=None, num_requests: int, progress: bool = False,
              fast_forward: bool = True) -> RunRecorder:
     """Simulate `num_requests` requests to the end. Give `arrival_s` (open arrivals, [n]
-    seconds) or `closed_loop` (a `ClosedLoop`); `make_sequence(index, arrival_s)` builds one.
-    `fast_forward=False` takes every step through the scheduler one at a time (the same
-    records, slower: for checking the fast path)."""
+    seconds), `closed_loop` (a `ClosedLoop`) or `sessions` (a `SessionPlan`);
+    `make_sequence(index, arrival_s)` builds one. `fast_forward=False` takes every step
+    through the scheduler one at a time (the same records, slower: for checking the fast
+    path)."""
     env = simpy.Environment()
     bar = _progress_bar(num_requests) if progress else None
     llm = LLMEngine(scheduler, executor, recorder, timing="executor")
-    state = SimState(llm, make_sequence, bar, fast_forward, closed_loop is not None)
-    if closed_loop is None:
+    state = SimState(llm, make_sequence, bar, fast_forward,
+                     closed_loop is not None or sessions is not None)
+    if sessions is not None:
+        env.process(conversation_starts(env, state, sessions))
+    elif closed_loop is None:
         env.process(open_arrivals(env, state, arrival_s))
     else:
         indices = iter(range(num_requests))  # shared: whichever user is free takes the next

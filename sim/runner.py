@@ -5,7 +5,8 @@ the config, the workload from `config["workload"]` and the seed, then:
 - simulate: SimPy clock, `CostModelExecutor` (cost.model "profile" or "linear"; with
   cost.jitter, every step also scaled by the profiled machine's speed, `sim.costs.jitter`);
 - cosimulate (or cost.model "live"): SimPy clock, the real `NumpyExecutor` on random prompt token
-  ids, its measured step time advancing the clock;
+  ids (a conversation's turn extends its previous turn's ids), its measured step time advancing
+  the clock;
 - serve: the wall clock, the real engine, through `engine.server.serve`.
 `simulate(scenario)` runs every variant at every sweep point of a scenario.
 Real-engine runs sample with temperature 1 and ignore EOS, so every request generates exactly
@@ -16,21 +17,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.block_manager import BlockManager
 from engine.prefix_cache import make_block_manager
 from engine.model import ModelConfig, init_params
 from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import SamplingParams, Sequence
+from engine.swap import SwapSpace
 
 from .costs import CostModelExecutor, cost_model
 from .costs.jitter import SpeedProcess
 from .loop import run_loop
 from .memory import check_memory
-from .workloads import Workload, build_workload, check_workload, load_trace, seeded_streams
+from .workloads import (SessionTokens, Workload, build_workload, check_turn_lengths,
+                        check_workload, load_trace, seeded_streams)
 
 MODES = ("simulate", "cosimulate", "serve")
 REAL_SAMPLING = SamplingParams(temperature=1.0)
+SERVE_SESSIONS = ("workload.sessions is supported in modes simulate and cosimulate only (serve "
+                  "replays arrival times given up front; a conversation sends each turn when "
+                  "the last one finishes)")
 
 
 def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
@@ -59,19 +64,24 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
         raise ValueError("workload.arrival.process = 'closed_loop' is supported in modes "
                          "simulate and cosimulate only (serve replays arrival times given "
                          "up front)")
+    if mode == "serve" and workload.sessions is not None:
+        raise ValueError(SERVE_SESSIONS)
     if mode == "simulate":
         cost = cost or build_cost(config, hardware)
         speed = speed_process(config["cost"], cost, jitter_rng or streams["jitter"])
-        executor = CostModelExecutor(cost, speed, scheduler.block_manager.block_size)
-        make = sequence_factory(workload)
+        block_manager = scheduler.block_manager
+        executor = CostModelExecutor(cost, speed, block_manager.block_size,
+                                     swap_block_s(config, cost))
+        make = sequence_factory(workload, block_size=block_manager.block_size
+                                if block_manager.prefix_caching else None)
     else:
-        executor = _numpy_executor(model, scheduler.block_manager, streams["sampling"])
+        executor = _numpy_executor(model, scheduler, streams["sampling"])
         make = sequence_factory(workload, streams["tokens"], model.vocab_size)
     if mode == "serve":
         return _serve(scheduler, executor, recorder, workload, make)
     return run_loop(scheduler, executor, recorder, make, arrival_s=workload.arrival_s,
-                    closed_loop=workload.closed_loop, num_requests=len(workload),
-                    progress=progress, fast_forward=fast_forward)
+                    closed_loop=workload.closed_loop, sessions=workload.sessions,
+                    num_requests=len(workload), progress=progress, fast_forward=fast_forward)
 
 
 def speed_process(cost_config: dict, cost, rng) -> SpeedProcess | None:
@@ -95,10 +105,24 @@ def build_scheduler(config: dict, max_seq_len: int,
     block_manager = make_block_manager(num_kv_blocks or engine_cfg["num_kv_blocks"],
                                        engine_cfg["block_size"],
                                        engine_cfg.get("enable_prefix_caching", False))
+    swap_blocks = engine_cfg.get("swap_blocks", 0)
     return Scheduler(SchedulerConfig(
         max_num_seqs=engine_cfg["max_num_seqs"],
         max_num_batched_tokens=engine_cfg["max_num_batched_tokens"],
-        max_seq_len=max_seq_len, **config["scheduler"]), block_manager)
+        max_seq_len=max_seq_len, **config["scheduler"]), block_manager,
+        SwapSpace(swap_blocks) if swap_blocks else None)
+
+
+def swap_block_s(config: dict, cost) -> float:
+    """Simulated seconds to copy one KV block to or from host memory (swap preemption): over
+    the GPU's host link for a hardware cost model, else a memcpy of the NumPy engine's float32
+    block at cost.swap_bandwidth_gbs."""
+    block_size = config["engine"]["block_size"]
+    if hasattr(cost, "swap_block_s"):
+        return cost.swap_block_s(block_size)
+    model = config["model"]
+    block_bytes = 2 * model["n_layers"] * block_size * model["d_model"] * 4  # K and V
+    return block_bytes / (config["cost"].get("swap_bandwidth_gbs", 10.0) * 1e9)
 
 
 def hardware_of(config: dict):
@@ -163,15 +187,32 @@ def check_config(config: dict, base_dir=None) -> None:
     it; raises ValueError or FileNotFoundError naming the dotted key."""
     check_workload(config["workload"], base_dir)
     trace = config["workload"]["trace"]
-    requests = config["workload"]["num_requests"] if trace is None else \
-        len(load_trace(trace["path"], trace["format"], trace["time_scale"],
-                       trace["max_requests"], base_dir))  # read once, by check_workload
+    if config["workload"].get("sessions") is not None:
+        requests = _check_sessions(config)
+    elif trace is None:
+        requests = config["workload"]["num_requests"]
+    else:
+        requests = len(load_trace(trace["path"], trace["format"], trace["time_scale"],
+                                  trace["max_requests"], base_dir))  # read once, by check_workload
     check_memory(config, requests)
     hardware = hardware_of(config)
     if hardware is not None:
         build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks)
     elif config["mode"] == "simulate" and config["cost"]["model"] != "live":
         speed_process(config["cost"], cost_model(config["cost"], config["model"]), None)
+
+
+def _check_sessions(config: dict) -> int:
+    """Refuse sessions in serve mode, or a conversation whose last turn passes the model's
+    max_seq_len (the turns the seed draws); returns how many requests (turns) there are."""
+    if config["mode"] == "serve":
+        raise ValueError(SERVE_SESSIONS)
+    hardware = hardware_of(config)
+    max_seq_len = config["model"]["max_seq_len"] if hardware is None else \
+        hardware.arch.max_seq_len
+    workload = build_workload(config["workload"], seeded_streams(config["seed"])["workload"])
+    check_turn_lengths(workload.sessions, max_seq_len)
+    return len(workload)
 
 
 def check_scenario(scenario, specs=None) -> None:
@@ -199,26 +240,42 @@ def _problem(config: dict, base_dir) -> str | None:
     return None
 
 
-def sequence_factory(workload: Workload, token_rng=None, vocab_size: int | None = None):
+def sequence_factory(workload: Workload, token_rng=None, vocab_size: int | None = None,
+                     block_size: int | None = None):
     """(index, arrival_s) -> the Sequence of request `index`; with `token_rng`, its prompt gets
-    random token ids (drawn when the request is created, so in request order)."""
+    random token ids (drawn when the request is created, so in request order; a conversation's
+    turn extends its previous turn's ids, `SessionTokens`). With `block_size` (a simulated run
+    with prefix caching), it carries the workload's block keys (`Workload.block_keys`), if any,
+    as its `block_hashes`."""
     prompts, outputs, priorities = workload.prompt_tokens, workload.output_tokens, workload.priority
+    keys = workload.block_keys if block_size is not None else None
+
+    def new(index: int, arrival_s: float, ids: list | None = None) -> Sequence:
+        return Sequence(index, int(prompts[index]), int(outputs[index]), prompt_token_ids=ids,
+                        priority=int(priorities[index]), arrival_s=arrival_s,
+                        sampling=REAL_SAMPLING, ignore_eos=True, seq_id=index,
+                        block_hashes=None if keys is None else keys(index, block_size))
+
+    if token_rng is None:
+        return new
+    if workload.sessions is not None:
+        return SessionTokens(workload.sessions, token_rng, vocab_size, new).make
 
     def make(index: int, arrival_s: float) -> Sequence:
-        prompt_len = int(prompts[index])
-        ids = None if token_rng is None else \
-            token_rng.integers(0, vocab_size, size=prompt_len).tolist()
-        return Sequence(index, prompt_len, int(outputs[index]), prompt_token_ids=ids,
-                        priority=int(priorities[index]), arrival_s=arrival_s,
-                        sampling=REAL_SAMPLING, ignore_eos=True, seq_id=index)
+        if workload.prompt_ids is not None:  # a trace's shared prefixes
+            return new(index, arrival_s, workload.prompt_ids(index, vocab_size, token_rng))
+        size = int(prompts[index])
+        return new(index, arrival_s, token_rng.integers(0, vocab_size, size=size).tolist())
 
     return make
 
 
-def _numpy_executor(model: ModelConfig, block_manager: BlockManager, rng):
+def _numpy_executor(model: ModelConfig, scheduler: Scheduler, rng):
     from engine.executor import NumpyExecutor
 
-    return NumpyExecutor(init_params(model), block_manager, rng=rng)
+    swap = scheduler.swap
+    return NumpyExecutor(init_params(model), scheduler.block_manager, rng=rng,
+                         swap_blocks=swap.num_blocks if swap is not None else 0)
 
 
 def _serve(scheduler, executor, recorder, workload: Workload, make) -> RunRecorder:

@@ -6,7 +6,8 @@ or its preemption, and its context grows by one token a step, so the total at st
 sum over members of (context at joining - step at joining) + k * members, and the longest
 context is the largest such offset + k (a heap of offsets, stale entries dropped lazily).
 Members join in the step after a prefill chunk that completes their sequence (or stops one token
-short of it: a decode then computes the last prompt token), leave at the step of their last
+short of it: a decode then computes the last prompt token), or in the step that swaps them back
+in from host memory (swap preemption) with nothing left to prefill, leave at the step of their last
 token (known when they join: simulated sequences stop by length only) or when a plan preempts
 them. A run of decode-only plans (`engine.decode_run`) is predicted from the members' offsets
 (`offset`) and passed over with `skip`.
@@ -95,6 +96,9 @@ class DecodeContext:
                 self._drop(seq.seq_id)
         for seq in self._joining:
             if seq.status is SequenceStatus.RUNNING and not seq.is_prefilling:
+                self._join(seq, k)
+        for seq in plan.swapped_in:  # back from swap space: decoding at once, unless prefilling
+            if not seq.is_prefilling:
                 self._join(seq, k)
 
     def _restart(self, plan) -> None:

@@ -32,12 +32,14 @@ class CostModelExecutor:
     factor at its start (the time since the previous step's start is its duration plus the
     idle time reported in between). `block_size` is the KV cache's: with it the keys decode
     attention gathers are counted (O(1) when the batch is gathered as one group, else O(batch)),
-    for a cost model that depends on them."""
+    for a cost model that depends on them. `swap_block_s`: the time to copy one KV block
+    between GPU and host memory; a step pays it for every block it swaps out or in."""
 
-    def __init__(self, cost_model, speed=None, block_size: int = 16):
+    def __init__(self, cost_model, speed=None, block_size: int = 16, swap_block_s: float = 0.0):
         self.cost_model = cost_model
         self.speed = speed
         self.block_size = block_size
+        self.swap_block_s = swap_block_s
         self._slot_bytes = slot_bytes(cost_model.model) \
             if getattr(cost_model, "counts_gathered", False) else 0
         self._context = DecodeContext()
@@ -66,6 +68,8 @@ class CostModelExecutor:
                                  decodes * running.max_context, gathered,
                                  int(decodes > 0), square) + self._wake_s
         self._wake_s = 0.0
+        if plan.swap_out or plan.swap_in:
+            duration += (len(plan.swap_out) + len(plan.swap_in)) * self.swap_block_s
         if self._after_tokens:
             self._after_k += 1
             duration += self._after_cost(self._after_tokens, self._after_k)

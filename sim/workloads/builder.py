@@ -4,10 +4,12 @@ the config's `workload` table before the run starts.
 All random values come from one `np.random.Generator` in a fixed order: arrival gaps, then
 prompt lengths, then output lengths, then priorities. The same seed therefore gives the same
 requests in every mode (simulate, cosimulate, serve). A closed loop has no arrival times up
-front (users send requests as earlier ones finish); a trace gives arrivals and lengths and only
-priorities are drawn. A trace of lengths only (ShareGPT) is shuffled first (a permutation of its
-requests is the first draw, before `max_requests` keeps the first N), then arrivals are drawn from
-the arrival process, then priorities.
+front (users send requests as earlier ones finish), nor do multi-turn sessions (conversations
+start by the arrival process, and each sends its next turn when the last one finishes:
+`sessions.py`); a trace gives arrivals and lengths and only priorities are drawn. A trace of
+lengths only (ShareGPT) is shuffled first (a permutation of its requests is the first draw,
+before `max_requests` keeps the first N), then arrivals are drawn from the arrival process, then
+priorities.
 
 `seeded_streams(seed)` splits one seed into independent generators for the workload, the prompt
 token ids (real engine only), the engine's sampling and the simulated machine's jitter, so
@@ -17,12 +19,15 @@ drawing token ids in cosimulation never changes the workload.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
 from scenarios.defaults import MAX_TIME_S, UNTIMED_TRACE_FORMATS
 from .arrivals import ClosedLoop, arrival_process
+from .block_keys import trace_block_keys, trace_token_ids
 from .distributions import length_dist, priority_dist
+from .sessions import SessionPlan, plan_sessions, sessions_of
 from .traces import load_trace
 
 
@@ -31,13 +36,20 @@ class Workload:
     prompt_tokens: np.ndarray  # [n] int64
     output_tokens: np.ndarray  # [n] int64
     priority: np.ndarray  # [n] int64 (all 0 without a priority distribution)
-    arrival_s: np.ndarray | None  # [n] float64 seconds, non-decreasing; None for a closed loop
+    arrival_s: np.ndarray | None  # [n] float64 seconds, non-decreasing; None when sent in a loop
     closed_loop: ClosedLoop | None = None
+    sessions: SessionPlan | None = None  # multi-turn conversations (sessions.py)
+    # (index, block_size) -> the prefix-cache keys of request index's full KV blocks, for a
+    # simulated run (no token ids); None: the workload has none
+    block_keys: Callable[[int, int], list] | None = None
+    # (index, vocab_size, rng) -> request index's prompt token ids, sharing what its block keys
+    # share, for a real-engine run; None: random ids from rng
+    prompt_ids: Callable[[int, int, np.random.Generator], list] | None = None
 
     def __post_init__(self):
         n = len(self.prompt_tokens)
         assert len(self.output_tokens) == n and len(self.priority) == n
-        assert (self.arrival_s is None) != (self.closed_loop is None)
+        assert sum(x is not None for x in (self.arrival_s, self.closed_loop, self.sessions)) == 1
         assert self.arrival_s is None or len(self.arrival_s) == n
 
     def __len__(self) -> int:
@@ -57,7 +69,7 @@ def seeded_streams(seed: int) -> dict[str, np.random.Generator]:
 def build_workload(spec: dict, rng: np.random.Generator, base_dir=None) -> Workload:
     """The requests described by a resolved `workload` table (see docs/sim/workloads.md); with
     `max_seconds`, those that arrive within it of the first (a closed loop's users stop
-    sending then)."""
+    sending then; the conversations of sessions that start within it are kept whole)."""
     return _until(_build(spec, rng, base_dir), spec.get("max_seconds"))
 
 
@@ -67,14 +79,22 @@ def _until(workload: Workload, max_seconds: float | None) -> Workload:
     if workload.closed_loop is not None:
         return replace(workload, closed_loop=replace(workload.closed_loop,
                                                      max_seconds=max_seconds))
+    if workload.sessions is not None:
+        starts = workload.sessions.start_s
+        kept = int(np.searchsorted(starts, starts[0] + max_seconds, side="right"))
+        return _session_workload(workload.sessions.first(kept), workload.priority)
     # counted from the first arrival, as every reported time is
     n = int(np.searchsorted(workload.arrival_s, workload.arrival_s[0] + max_seconds,
                             side="right"))
-    return Workload(workload.prompt_tokens[:n], workload.output_tokens[:n],
-                    workload.priority[:n], workload.arrival_s[:n])
+    return replace(workload, prompt_tokens=workload.prompt_tokens[:n],
+                   output_tokens=workload.output_tokens[:n], priority=workload.priority[:n],
+                   arrival_s=workload.arrival_s[:n])
 
 
 def _build(spec: dict, rng: np.random.Generator, base_dir) -> Workload:
+    if spec.get("sessions") is not None:
+        plan = plan_sessions(spec, rng)
+        return _session_workload(plan, _priorities(spec, rng, len(plan.prompt_tokens)))
     trace = spec.get("trace")
     if trace is not None:
         return _from_trace(spec, trace, rng, base_dir)
@@ -96,11 +116,20 @@ def _build(spec: dict, rng: np.random.Generator, base_dir) -> Workload:
                     process if closed else None)
 
 
+def _session_workload(plan: SessionPlan, priority: np.ndarray) -> Workload:
+    """The requests of a sessions plan (the first len(plan.prompt_tokens) priorities)."""
+    n = len(plan.prompt_tokens)
+    return Workload(plan.prompt_tokens, plan.output_tokens, priority[:n], None,
+                    sessions=plan, block_keys=plan.block_keys)
+
+
 def check_workload(spec: dict, base_dir=None) -> None:
     """Build what a resolved `workload` table describes without drawing anything, so that what
     `build_workload` would refuse (a lognormal range that holds almost no mass, a trace file
     that is not there) is refused before any run starts; raises ValueError or
     FileNotFoundError with the dotted key (or the trace file's name and line)."""
+    if spec.get("sessions") is not None:
+        sessions_of(spec)
     if spec["trace"] is None:
         arrival_process(spec["arrival"], "workload.arrival")
         for name in ("prompt_tokens", "output_tokens"):
@@ -127,14 +156,31 @@ def _from_trace(spec: dict, trace: dict, rng: np.random.Generator, base_dir) -> 
     loaded = _load_trace(trace, base_dir, rng if trace.get("shuffle", True) else None)
     n = len(loaded)
     if not untimed:
+        shared = {} if loaded.prefix_blocks is None else _shared_prefixes(loaded)
         return Workload(loaded.prompt_tokens, loaded.output_tokens, _priorities(spec, rng, n),
-                        loaded.arrival_s)
+                        loaded.arrival_s, **shared)
     arrivals = arrival_process(spec["arrival"], "workload.arrival")
     _check_span(arrivals, n)
     closed = isinstance(arrivals, ClosedLoop)
     arrival_s = None if closed else arrivals.times(rng, n)
     return Workload(loaded.prompt_tokens, loaded.output_tokens, _priorities(spec, rng, n),
                     arrival_s, arrivals if closed else None)
+
+
+def _shared_prefixes(trace) -> dict:
+    """The Workload fields of a trace that says which prompts share a prefix (mooncake's
+    hash ids): each request's block keys, and its prompt ids for a real engine
+    (`block_keys.trace_token_ids`)."""
+    blocks, prompts, outputs = trace.prefix_blocks, trace.prompt_tokens, trace.output_tokens
+
+    def keys(index: int, block_size: int) -> list[int]:
+        prompt = int(prompts[index])
+        return trace_block_keys(blocks, index, prompt, prompt + int(outputs[index]), block_size)
+
+    def prompt_ids(index: int, vocab_size: int, rng: np.random.Generator) -> list[int]:
+        return trace_token_ids(blocks, index, int(prompts[index]), vocab_size, rng)
+
+    return {"block_keys": keys, "prompt_ids": prompt_ids}
 
 
 def _load_trace(trace: dict, base_dir, rng=None):

@@ -93,6 +93,7 @@ class Gpu:
     interconnect_latency_us: float
     measured: str
     interconnect: str = ""
+    host_bandwidth_gbs: float = 32.0  # to host memory (PCIe Gen4 x16 unless the table says)
 
     @property
     def memory_bytes(self) -> float:
@@ -143,7 +144,8 @@ def gpu_spec(value) -> Gpu:
         table, gpu_id = value, str(value.get("name", "custom"))
     known = {k: v for k, v in table.items() if k in GPU_KEYS}
     known.setdefault("name", gpu_id)
-    missing = [k for k in GPU_KEYS if k not in known and k != "interconnect"]
+    missing = [k for k in GPU_KEYS if k not in known and
+               k not in ("interconnect", "host_bandwidth_gbs")]
     if missing:
         raise ValueError(f"hardware.gpu: a GPU defined here needs {', '.join(missing)}")
     if known["measured"] not in calibration()["gpus"]:

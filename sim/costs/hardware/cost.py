@@ -58,6 +58,12 @@ class HardwareCost:
         self._attn_launch_s = layers * self.eff.launch_s
         self._top_compute = self.eff.compute[-1]
 
+    def swap_block_s(self, block_size: int) -> float:
+        """Seconds to copy one KV block between GPU and host memory (swap preemption): every
+        GPU moves its shard of the block over its own link to the host at once."""
+        block_bytes = block_size * self.setup.plan.kv_bytes_per_token
+        return block_bytes / (self.gpu.host_bandwidth_gbs * 1e9)
+
     # --- tables -----------------------------------------------------------------------------
     def _grow(self, size: int) -> None:
         """Tabulate T = 0 .. size - 1."""

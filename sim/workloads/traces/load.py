@@ -82,7 +82,9 @@ def _read_cached(path: str, mtime_ns: int, size: int, trace_format: str,
             trace = TIMED[trace_format](path, f, max_rows)
         else:
             trace = sharegpt.read(path, f.read(), tokenizer)
-    for array in (trace.arrival_s, trace.prompt_tokens, trace.output_tokens):
+    blocks = trace.prefix_blocks
+    for array in (trace.arrival_s, trace.prompt_tokens, trace.output_tokens,
+                  *((blocks.offsets, blocks.ids) if blocks is not None else ())):
         if array is not None:
             array.flags.writeable = False  # shared by every load of this file
     return trace

@@ -88,8 +88,9 @@ def read_jsonl(path, f, max_rows: int | None) -> Trace:
     return read_json_lines(path, f, max_rows, JSONL)
 
 
-def read_json_lines(path, f, max_rows: int | None, columns: Columns) -> Trace:
-    """The first `max_rows` requests of a JSON-lines file whose objects hold `columns`."""
+def read_json_lines(path, f, max_rows: int | None, columns: Columns, each_row=None) -> Trace:
+    """The first `max_rows` requests of a JSON-lines file whose objects hold `columns`;
+    `each_row(line, row, prompt_tokens)` reads what else a format keeps in a row."""
     times, prompts, outputs = [], [], []
     lines = f if max_rows is None else islice(f, max_rows)  # one request a line
     for line, row in json_objects(path, lines, columns.fmt, columns.listed()):
@@ -101,4 +102,6 @@ def read_json_lines(path, f, max_rows: int | None, columns: Columns) -> Trace:
                                 times[-1] if times else None))
         prompts.append(check_tokens(path, line, columns.prompt, row[columns.prompt]))
         outputs.append(check_tokens(path, line, columns.output, row[columns.output]))
+        if each_row is not None:
+            each_row(line, row, prompts[-1])
     return timed(path, times, prompts, outputs, columns.unit_s)

@@ -1,7 +1,8 @@
 """What a trace reader returns, and the checks every format applies to a row's values.
 
 A `Trace` holds one entry per request, in the file's order: arrival times in seconds from the
-first row (None for a format that gives lengths only), prompt and output token counts.
+first row (None for a format that gives lengths only), prompt and output token counts, and, for a
+format that says which prompts share a prefix (mooncake), the ids of each prompt's blocks.
 """
 
 from __future__ import annotations
@@ -15,16 +16,38 @@ MAX_TOKENS = 2**31 - 1  # a request's token counts, as a row may hold them
 
 
 @dataclass(frozen=True)
+class PrefixBlocks:
+    """Which prompts share a prefix: request i's prompt is cut into blocks of `block_tokens`
+    tokens (its last block may be partial) and its block k is named by `ids[offsets[i] + k]`.
+    An id names a block's tokens and everything before them (a chained hash), so two prompts
+    whose first k ids are equal share their first k blocks. Ids are renumbered 0, 1, ... in
+    order of first appearance (equal stays equal, and a number stays small)."""
+
+    offsets: np.ndarray  # [n + 1] int64: request i's ids are ids[offsets[i]:offsets[i + 1]]
+    ids: np.ndarray  # [total] int64
+    block_tokens: int
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def of(self, i: int) -> np.ndarray:
+        """[blocks] the ids of request i's prompt blocks."""
+        return self.ids[self.offsets[i]:self.offsets[i + 1]]
+
+
+@dataclass(frozen=True)
 class Trace:
     arrival_s: np.ndarray | None  # [n] float64 from 0, non-decreasing; None: lengths only
     prompt_tokens: np.ndarray  # [n] int64
     output_tokens: np.ndarray  # [n] int64
     skipped: int = 0  # entries that hold no request (a ShareGPT conversation without a reply)
+    prefix_blocks: PrefixBlocks | None = None  # which prompts share a prefix, when the format says
 
     def __post_init__(self):
         n = len(self.prompt_tokens)
         assert len(self.output_tokens) == n
         assert self.arrival_s is None or len(self.arrival_s) == n
+        assert self.prefix_blocks is None or len(self.prefix_blocks) == n
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
