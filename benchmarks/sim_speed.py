@@ -1,4 +1,4 @@
-"""Simulator speed: requests and steps per second of wall time, and peak memory, three ways.
+"""Simulator speed: requests and steps per second of wall time, and peak memory, five ways.
 
 - replay: the whole Azure conversation trace (19,366 requests) at its real rate, as a user runs
   it: `servesim run benchmarks/azure-conv-real-rate.toml` timed as a whole process (imports,
@@ -13,14 +13,20 @@
   8,192 tokens a step, chunked prefill), costed by the hardware model (Llama-3.1-8B on an H100)
   and by the fitted default profile, the two simulations alternated `--repeats` times (so the
   machine's drift falls on both), the best of each compared.
+- mooncake: the whole Mooncake conversation trace (12,031 requests of 12,035 prompt tokens on
+  average) with prefix caching on, on four H100s (the hardware model):
+  `servesim run benchmarks/mooncake-conv-full.toml` timed as a whole process, beside the
+  simulation alone with fast forward and step by step, with a check that both give the same
+  records (prefix-cache counts included) and the hit rate reached.
 Each part runs in its own process, so each peak memory (ru_maxrss) is its own. The machine's
 state is printed with the figures: the seconds a fixed pure-Python loop takes (its speed) and
 the load average.
 
-    python benchmarks/sim_speed.py                   # all three (a few minutes)
+    python benchmarks/sim_speed.py                   # all five (several minutes)
     python benchmarks/sim_speed.py --requests 50000  # a quick check
     python benchmarks/sim_speed.py --only replay
     python benchmarks/sim_speed.py --only hardware
+    python benchmarks/sim_speed.py --only mooncake
 """
 
 from __future__ import annotations
@@ -38,13 +44,14 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.benchmark import weighted_percentile
+from engine.benchmark import summarize, weighted_percentile
 from engine.model import ModelConfig
 from sim.runner import run_config
 from sim.workloads.traces import load_trace, shipped_trace
 
 HERE = Path(__file__).resolve().parent
 REPLAY = HERE / "azure-conv-real-rate.toml"
+MOONCAKE = HERE / "mooncake-conv-full.toml"
 TRACE = shipped_trace("azure-conv")  # the Azure conversation trace, shipped with servesim
 OVERLOAD = 1.5  # arrival rate / service rate
 SERVER = {
@@ -74,13 +81,14 @@ def machine_state() -> str:
 # --- the real-rate replay --------------------------------------------------------------------------
 
 
-def replay_whole_process(repeats: int) -> dict:
-    """`servesim run` of the real-rate replay, timed from outside, `repeats` times."""
+def replay_whole_process(repeats: int, scenario: Path = REPLAY) -> dict:
+    """`servesim run` of a scenario (the real-rate replay), timed from outside, `repeats`
+    times."""
     times = []
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(repeats):
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "sim.cli", "run", str(REPLAY), "--out",
+            subprocess.run([sys.executable, "-m", "sim.cli", "run", str(scenario), "--out",
                             str(Path(tmp) / "out"), "--quiet"], check=True,
                            stdout=subprocess.DEVNULL, cwd=HERE.parent)
             times.append(time.perf_counter() - t0)
@@ -90,12 +98,12 @@ def replay_whole_process(repeats: int) -> dict:
             "median_s": float(np.median(times))}
 
 
-def replay_in_process(repeats: int) -> dict:
-    """The replay's simulation alone (best of `repeats`), with fast forward and step by step;
+def replay_in_process(repeats: int, scenario: Path = REPLAY) -> dict:
+    """A scenario's simulation alone (best of `repeats`), with fast forward and step by step;
     the same records?"""
     import scenarios
 
-    config = scenarios.load(REPLAY).runs()[0].config
+    config = scenarios.load(scenario).runs()[0].config
     out = {}
     for name, fast in (("fast_forward", True), ("step_by_step", False)):
         best = float("inf")
@@ -105,8 +113,10 @@ def replay_in_process(repeats: int) -> dict:
             best = min(best, time.perf_counter() - t0)
         out[f"{name}_s"], out[name] = best, recorder
     same = _records(out["fast_forward"]) == _records(out["step_by_step"])
+    summary = summarize(out["fast_forward"])
     return {"fast_forward_s": out["fast_forward_s"], "step_by_step_s": out["step_by_step_s"],
-            "steps": out["fast_forward"].num_steps, "identical": same}
+            "steps": out["fast_forward"].num_steps, "identical": same,
+            "prefix_cache_hit_rate": summary["prefix_cache_hit_rate"]}
 
 
 def _records(recorder) -> list:
@@ -226,22 +236,26 @@ def part_main(args) -> None:
         result = replay_in_process(args.repeats) | {"whole": replay_whole_process(args.repeats)}
     elif args.part == "hardware":
         result = hardware_vs_profile(args.repeats)
+    elif args.part == "mooncake":
+        result = replay_in_process(1, MOONCAKE) | {
+            "whole": replay_whole_process(args.repeats, MOONCAKE)}
     else:
         result = run_saturated(args.part, args.requests, args.rate)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
 
 
-def show_replay(r: dict) -> None:
+def show_replay(r: dict, name: str = "replay") -> None:
     whole = r["whole"]
-    print(f"   replay: {whole['requests']:,} requests, {whole['steps']:,} steps; whole process "
+    print(f"{name:>9}: {whole['requests']:,} requests, {whole['steps']:,} steps; whole process "
           f"(`servesim run`, reports included) best {whole['best_s']:.2f} s = "
           f"{whole['requests'] / whole['best_s']:,.0f} requests/s, median "
           f"{whole['median_s']:.2f} s")
     print(f"           simulation alone (best of the repeats): fast forward {r['fast_forward_s']:.2f} s "
           f"({r['fast_forward_s'] / r['steps'] * 1e6:.1f} us a step), step by step "
           f"{r['step_by_step_s']:.2f} s: {r['step_by_step_s'] / r['fast_forward_s']:.1f}x; "
-          f"identical records: {r['identical']}")
+          f"identical records: {r['identical']}; prefix cache hit rate "
+          f"{r['prefix_cache_hit_rate']:.1%}")
 
 
 def show_saturated(r: dict) -> None:
@@ -258,7 +272,8 @@ def main(argv=None) -> None:
                         help="synthetic workload size (default 1,000,000; e.g. 50000 to check)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="whole-process replays to time (best and median; default 3)")
-    parser.add_argument("--only", choices=("replay", "saturated", "synthetic", "hardware"),
+    parser.add_argument("--only", choices=("replay", "saturated", "synthetic", "hardware",
+                                            "mooncake"),
                         action="append",
                         help="run only this part (repeatable)")
     parser.add_argument("--part", help=argparse.SUPPRESS)
@@ -268,7 +283,7 @@ def main(argv=None) -> None:
         part_main(args)
         return
     print(machine_state())
-    parts = args.only or ["replay", "saturated", "synthetic", "hardware"]
+    parts = args.only or ["replay", "saturated", "synthetic", "hardware", "mooncake"]
     if "replay" in parts:
         show_replay(child("replay", args))
     if {"saturated", "synthetic"} & set(parts):
@@ -280,6 +295,8 @@ def main(argv=None) -> None:
                 show_saturated(child(part, args))
     if "hardware" in parts:
         show_hardware(child("hardware", args))
+    if "mooncake" in parts:
+        show_replay(child("mooncake", args), "mooncake")
     print(machine_state())
 
 

@@ -110,15 +110,20 @@ class PrefixCachingBlockManager(BlockManager):
         taken = list(range(self._fresh, self._fresh + fresh))
         self._fresh += fresh
         self._refs.extend([1] * fresh)
-        evictable, hash_of, refs = self._evictable, self._hash_of, self._refs
+        if n == fresh:
+            return taken
+        evictable, hash_of, block_of, refs = self._evictable, self._hash_of, self._block_of, \
+            self._refs
+        pop, forget, evicted = evictable.popitem, hash_of.pop, 0
         for _ in range(n - fresh):
-            block, _ = evictable.popitem(last=False)
-            h = hash_of.pop(block, None)
+            block = pop(last=False)[0]
+            h = forget(block, None)
             if h is not None:
-                del self._block_of[h]
-                self.evictions += 1
+                del block_of[h]
+                evicted += 1
             refs[block] = 1
             taken.append(block)
+        self.evictions += evicted
         return taken
 
     def take_prefix(self, seq_id: int, blocks: list[int]) -> None:
@@ -133,9 +138,15 @@ class PrefixCachingBlockManager(BlockManager):
     def cache_block(self, block_id: int, block_hash: int) -> None:
         """Register a block its holder just filled: its hash finds it from now on (unless a
         block of the same content is cached already; the first stays)."""
-        if block_hash not in self._block_of and block_id not in self._hash_of:
-            self._block_of[block_hash] = block_id
-            self._hash_of[block_id] = block_hash
+        self.cache_filled([block_id], [block_hash])
+
+    def cache_filled(self, blocks, hashes) -> None:
+        """`cache_block` for each (block, hash) pair of two equal-length sequences."""
+        block_of, hash_of = self._block_of, self._hash_of
+        for block_id, block_hash in zip(blocks, hashes):
+            if block_hash not in block_of and block_id not in hash_of:
+                block_of[block_hash] = block_id
+                hash_of[block_id] = block_hash
 
     def free_block(self, block_id: int, seq_id: int | None = None) -> None:
         """Drop one holder's reference to a block (the block leaves that holder's table)."""
@@ -154,8 +165,12 @@ class PrefixCachingBlockManager(BlockManager):
         """Drop the sequence's references, its last block first (so that, among its blocks, the
         last is evicted first, as vLLM does); returns how many it held."""
         table = self.block_tables.pop(seq_id, ())
-        for block in reversed(table):
-            self._release(block)
+        refs, evictable = self._refs, self._evictable
+        for block in reversed(table):  # `_release`, inlined: a long prompt has many blocks
+            assert refs[block] > 0, f"block {block} released more often than taken"
+            refs[block] -= 1
+            if not refs[block]:
+                evictable[block] = None
         return len(table)
 
     def _release(self, block: int) -> None:

@@ -313,9 +313,8 @@ class Scheduler:
         hashes = block_hashes(seq, bm.block_size, last)
         if not hashes:
             return
-        table = bm.block_tables[seq.seq_id]
-        for i in range(first, min(last, len(hashes))):
-            bm.cache_block(table[i], hashes[i])
+        last = min(last, len(hashes))
+        bm.cache_filled(bm.block_tables[seq.seq_id][first:last], hashes[first:last])
 
     def _first_chunk(self, n_tokens: int, budget: int | None) -> int:
         """Tokens to prefill in the admission step; 0: wait for a step with more budget."""

@@ -177,6 +177,19 @@ def workload_text(workload: dict) -> str:
             parts.append(f"lengths from {source} ({trace['format']} format, {limit} "
                          f"{order}, tokens counted by `{trace.get('tokenizer')}`), arrivals "
                          + _arrival(workload["arrival"]))
+    elif workload.get("sessions") is not None:
+        sessions = workload["sessions"]
+        turns = sessions["turns"]
+        turns = length_text(turns) if isinstance(turns, dict) else f"{turns}"
+        system = sessions["system_prompt_tokens"]
+        parts.append(f"{sessions['conversations']} multi-turn conversations starting "
+                     + _arrival(workload["arrival"]).replace(" req/s", "/s"))
+        parts.append(f"turns {turns}, each resending "
+                     + (f"a {system}-token system prompt and " if system else "")
+                     + f"the conversation so far, {sessions['think_time_s']:g} s of thinking "
+                       f"between a reply and the next turn")
+        parts.append("user messages " + length_text(workload["prompt_tokens"]))
+        parts.append("replies " + length_text(workload["output_tokens"]))
     else:
         parts.append(f"{workload['num_requests']} requests, arrivals "
                      + _arrival(workload["arrival"]))

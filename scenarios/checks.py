@@ -135,12 +135,14 @@ def check_horizon(config: dict) -> None:
     """Times the run would reach that a float can no longer tell apart to the microsecond: the
     arrivals' span (num_requests / rate; a closed loop's think times), a batch timeout."""
     workload = config["workload"]
-    arrival, n = workload["arrival"], workload["num_requests"]
-    if n is None:  # a ShareGPT trace's requests: unless limited, counted where it is read
+    arrival, n, unit = workload["arrival"], workload["num_requests"], "requests"
+    if workload.get("sessions") is not None:  # the arrivals start conversations
+        n, unit = workload["sessions"]["conversations"], "conversations"
+    elif n is None:  # a ShareGPT trace's requests: unless limited, counted where it is read
         n = (workload["trace"] or {}).get("max_requests") or 0
     if arrival["process"] in ("poisson", "gamma", "constant"):
         span, key = n / arrival["rate"], "workload.arrival.rate"
-        what = f"{n:,} requests at {arrival['rate']:g}/s would span"
+        what = f"{n:,} {unit} at {arrival['rate']:g}/s would span"
     elif arrival["process"] == "closed_loop":
         span, key = n * arrival["think_time_s"] / arrival["concurrency"], \
             "workload.arrival.think_time_s"

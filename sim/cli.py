@@ -77,11 +77,16 @@ def load_scenario(args):
 
     sets = list(args.set or ())
 
-    def has_trace(pairs) -> bool:
-        return scenarios.load(args.scenario, sets).base["workload"]["trace"] is not None
+    def count_key(pairs) -> str:
+        workload = scenarios.load(args.scenario, sets).base["workload"]
+        if workload["trace"] is not None:
+            return "workload.trace.max_requests"
+        if workload.get("sessions") is not None:
+            return "workload.sessions.conversations"
+        return "workload.num_requests"
 
     try:
-        pairs, sweep = flag_overrides(args, has_trace)
+        pairs, sweep = flag_overrides(args, count_key)
     except FlagError as exc:
         raise UsageError(str(exc)) from None
     return scenarios.load(args.scenario, sets + pairs, sweep=sweep)

@@ -4,7 +4,8 @@
     --burstiness B       with a rate: gamma gaps of the same mean, coefficient of variation
                          1/sqrt(B) (vLLM's burstiness: 1 is Poisson, lower is burstier)
     --max-concurrency C  a closed loop of C users (each sends its next request as one ends)
-    --num-prompts N      workload.num_requests (a trace: workload.trace.max_requests)
+    --num-prompts N      workload.num_requests (a trace: workload.trace.max_requests;
+                         multi-turn sessions: workload.sessions.conversations)
     --seed S             seed
     --goodput ttft:MS tpot:MS e2el:MS   the SLOs goodput counts (slo.*_s)
     --max-seconds S      workload.max_seconds: no arrival after S seconds
@@ -35,7 +36,8 @@ def add_workload_flags(parser) -> None:
                             "1/sqrt(B) (1: Poisson)")
     group.add_argument("--max-concurrency", metavar="C", type=positive_integer,
                        help="a closed loop of C users, each sending as its last request ends")
-    group.add_argument("--num-prompts", metavar="N", type=positive_integer, help="requests to send")
+    group.add_argument("--num-prompts", metavar="N", type=positive_integer,
+                       help="requests to send (multi-turn sessions: conversations)")
     group.add_argument("--seed", metavar="S", type=seed_value, help="the scenario's seed")
     group.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
                        help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:5000 (milliseconds)")
@@ -47,10 +49,10 @@ def add_workload_flags(parser) -> None:
                        help="sweep a dotted key over values (repeatable; values are TOML)")
 
 
-def flag_overrides(args, has_trace) -> tuple[list, dict]:
-    """([(dotted key, value)], {dotted key: [values]}) the flags stand for. `has_trace(pairs)`
-    says whether the scenario with those overrides replays a trace (--num-prompts then limits
-    the trace)."""
+def flag_overrides(args, count_key) -> tuple[list, dict]:
+    """([(dotted key, value)], {dotted key: [values]}) the flags stand for. `count_key(pairs)`
+    is the dotted key --num-prompts sets in the scenario with those overrides (the request
+    count, a trace's max_requests, or the number of conversations)."""
     pairs = []
     rate, burst = getattr(args, "request_rate", None), getattr(args, "burstiness", None)
     if args.max_concurrency is not None and rate is not None:
@@ -70,8 +72,7 @@ def flag_overrides(args, has_trace) -> tuple[list, dict]:
         pairs.append(("workload.arrival", {"process": "closed_loop",
                                            "concurrency": args.max_concurrency}))
     if args.num_prompts is not None:
-        key = "workload.trace.max_requests" if has_trace(pairs) else "workload.num_requests"
-        pairs.append((key, args.num_prompts))
+        pairs.append((count_key(pairs), args.num_prompts))
     if args.seed is not None:
         pairs.append(("seed", args.seed))
     for item in args.goodput or ():

@@ -57,6 +57,8 @@ def test_each_flag_sets_the_scenario_key_it_stands_for(flags, key, expected):
 def test_num_prompts_limits_a_trace_and_sweep_crosses_the_variants():
     assert loaded("azure-code", "--num-prompts", "30").base["workload"]["trace"][
         "max_requests"] == 30
+    assert loaded("prefix-caching", "--num-prompts", "7").base["workload"]["sessions"][
+        "conversations"] == 7  # multi-turn sessions: it counts conversations
     scenario = loaded("static-vs-continuous", "--sweep", "workload.arrival.rate=1,2.5")
     assert [(s.variant, s.sweep) for s in scenario.runs()] == [
         (v, {"workload.arrival.rate": r}) for v in ("static", "continuous") for r in (1, 2.5)]
@@ -91,9 +93,15 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     (["--sweep", "workload.arrival.rate=1,-1"],
      "sweep workload.arrival.rate=-1: workload.arrival.rate: must be a positive number"),
     (["--num-prompts", "many"], "argument --num-prompts: invalid positive_integer value"),
+    (["prefix-caching", "--request-rate", "1e-30"], "workload.arrival.rate: 120 conversations "
+                                                    "at 1e-30/s would span about 1.2e+32 s"),
+    (["prefix-caching", "--max-concurrency", "4"],
+     "workload.arrival.process: 'closed_loop' cannot start the conversations"),
 ])
 def test_a_bad_flag_is_one_line_and_status_2(tmp_path, capsys, flags, message):
-    argv = ["run", "static-vs-continuous", "--out", str(tmp_path / "o"), *flags]
+    if flags[0].startswith("--"):
+        flags = ["static-vs-continuous", *flags]
+    argv = ["run", flags[0], "--out", str(tmp_path / "o"), *flags[1:]]
     try:
         status = main(argv)
     except SystemExit as exit_:  # argparse's own checks exit as it parses

@@ -32,6 +32,8 @@ SHORTEN = {
     "llama3-8b-h100": ["workload.trace.max_requests=300"],
     "llama2-70b-a100-tp4": ["workload.num_requests=60"],
     "gpu-compare": ["workload.num_requests=100"],
+    "prefix-caching": ["workload.sessions.conversations=20"],
+    "mooncake-conv": ["workload.trace.max_requests=150"],
 }
 
 
@@ -154,3 +156,22 @@ def test_gpus_rank_by_memory_bandwidth_and_the_l40s_falls_behind():
     assert runs["h100"][2]["request_throughput"] > 0.98 * 7.0  # keeps up with the arrivals
     assert runs["l40s"][2]["request_throughput"] < 0.8 * 7.0
     assert runs["l40s"][2]["preemptions"] > 0 == runs["h100"][2]["preemptions"]
+
+
+def test_prefix_caching_serves_multi_turn_chat_with_a_fraction_of_the_ttft():
+    runs = full_run("prefix-caching")
+    off, on = runs["no-caching"][2], runs["prefix-caching"][2]
+    assert off["completed"] == on["completed"] == 599 and on["rejected"] == 0
+    assert on["prefix_cache_hit_rate"] > 0.9 and off["prefix_cache_hit_rate"] == 0.0
+    assert on["ttft_p50_s"] < off["ttft_p50_s"] / 100  # without it the queue keeps growing
+    assert on["request_throughput"] > 1.5 * off["request_throughput"]
+
+
+def test_the_mooncake_trace_reuses_more_of_its_prefixes_with_more_kv_memory():
+    runs = {(spec.variant, spec.config["hardware"]["tp"]): summary
+            for spec, _, summary in full_run("mooncake-conv").values()}
+    hit = {tp: runs["prefix-caching", tp]["prefix_cache_hit_rate"] for tp in (2, 4)}
+    assert 0.03 < hit[2] < hit[4] < 0.21  # the trace's own reuse: 21% of prompt tokens
+    for tp in (2, 4):
+        assert runs["no-caching", tp]["prefix_cache_hit_rate"] == 0.0
+        assert runs["prefix-caching", tp]["ttft_p50_s"] < runs["no-caching", tp]["ttft_p50_s"]
