@@ -12,6 +12,9 @@
   first admission found cached (requests never admitted left out; NaN when none was), the block
   hit rate the same over full prompt blocks, and the prefill tokens saved every step's cached
   tokens, re-admissions after a preemption included.
+- A cluster's run (`ClusterRecorder`): every request and inter-token gap of every replica;
+  the step figures are the mean of the replicas' own (batch size, KV use mean) and the
+  largest KV use of any replica.
 - Standard deviations (`latency_std`, for vLLM's `std_*_ms`) are population ones (NumPy's
   default), over the same requests and gaps as the percentiles.
 
@@ -27,7 +30,7 @@ import math
 
 import numpy as np
 
-from .records import RunRecorder
+from .records import ClusterRecorder, RunRecorder
 
 PERCENTILES = (50, 90, 95, 99)
 STATS = ("mean", "p50", "p90", "p95", "p99", "max")
@@ -258,7 +261,16 @@ def latency_std(recorder: RunRecorder, warmup_s: float = 0.0) -> dict:
     return {f"{name}_std_s": out[f"{name}_std_s"] for name in LATENCIES}
 
 
-def _step_stats(recorder: RunRecorder) -> dict:
+def _step_stats(recorder) -> dict:
+    """Preemptions, and the batch size and KV use over the engine's steps; of a cluster
+    (`ClusterRecorder`), every replica's preemptions, the mean of the replicas' means and the
+    largest KV use of any."""
+    if isinstance(recorder, ClusterRecorder):
+        per_replica = [_step_stats(replica) for replica in recorder.replicas]
+        return {"preemptions": sum(s["preemptions"] for s in per_replica),
+                "mean_batch_size": _mean([s["mean_batch_size"] for s in per_replica]),
+                "kv_util_mean": _mean([s["kv_util_mean"] for s in per_replica]),
+                "kv_util_max": max((s["kv_util_max"] for s in per_replica), key=_nan_low)}
     steps = recorder.step_columns()
     kv = np.asarray(steps["kv_blocks_used"], float) / recorder.kv_blocks_total
     batch = np.asarray(steps["num_prefill_seqs"]) + np.asarray(steps["num_decode_seqs"])
@@ -267,6 +279,16 @@ def _step_stats(recorder: RunRecorder) -> dict:
             "mean_batch_size": float(batch.mean()) if any_steps else math.nan,
             "kv_util_mean": float(kv.mean()) if any_steps else math.nan,
             "kv_util_max": float(kv.max()) if any_steps else math.nan}
+
+
+def _mean(values: list) -> float:
+    """The mean of the defined values (a replica that ran no step has none); NaN if none."""
+    defined = [v for v in values if not math.isnan(v)]
+    return sum(defined) / len(defined) if defined else math.nan
+
+
+def _nan_low(value: float) -> float:
+    return -math.inf if math.isnan(value) else value
 
 
 def vllm_summary(summary: dict, std: dict | None = None) -> dict:

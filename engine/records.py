@@ -14,6 +14,9 @@ preemption.
 Prefix caching: a request row keeps the prompt tokens its first admission found cached, a step
 row the prompt tokens its admissions found cached (re-admissions after a preemption included)
 and the KV blocks a hash finds after its planning.
+
+A cluster of replicas (`sim.cluster`) fills one `RunRecorder` per replica; `ClusterRecorder`
+reads them as one run, each row with its `replica`, times from the cluster's first arrival.
 """
 
 from __future__ import annotations
@@ -165,10 +168,11 @@ class RunRecorder:
         arrivals = self._requests["arrival_s"]
         return min(arrivals) if arrivals else 0.0
 
-    def request_columns(self) -> dict:
+    def request_columns(self, origin_s: float | None = None) -> dict:
         """Request rows as {column: list}, in arrival order (requests arriving at the same
-        instant in the order they were recorded), times from the first arrival."""
-        t0 = self.origin_s()
+        instant in the order they were recorded), times from the first arrival (or from
+        `origin_s`)."""
+        t0 = self.origin_s() if origin_s is None else origin_s
         order = np.argsort(np.asarray(self._requests["arrival_s"]), kind="stable").tolist()
         columns = {"request_id": [self.request_ids[i] for i in order],
                    "status": [self.statuses[i] for i in order]}
@@ -177,17 +181,102 @@ class RunRecorder:
                              else [values[i] for i in order])
         return {name: columns[name] for name in REQUEST_COLUMNS}
 
-    def itl_end_s(self) -> np.ndarray:
-        """[pairs] when each inter-token gap ended (its step's end), from the first arrival."""
+    def itl_end_s(self, origin_s: float | None = None) -> np.ndarray:
+        """[pairs] when each inter-token gap ended (its step's end), from the first arrival
+        (or from `origin_s`)."""
         ends = np.frombuffer(self._end, dtype=np.float64)
-        return ends[np.frombuffer(self.itl_steps, dtype=np.int64)] - self.origin_s()
+        t0 = self.origin_s() if origin_s is None else origin_s
+        return ends[np.frombuffer(self.itl_steps, dtype=np.int64)] - t0
 
-    def step_columns(self) -> dict:
-        """Step rows as {column: array}, times from the first arrival."""
-        t0 = self.origin_s()
+    def step_columns(self, origin_s: float | None = None) -> dict:
+        """Step rows as {column: array}, times from the first arrival (or from `origin_s`)."""
+        t0 = self.origin_s() if origin_s is None else origin_s
         columns = dict(self._steps)
         for name, times in (("start_s", self._start), ("end_s", self._end)):
             columns[name] = array("d", (np.frombuffer(times, dtype=np.float64) - t0).tobytes())
         columns["kv_blocks_total"] = self.kv_blocks_total
         return columns
 
+
+
+class ClusterRecorder:
+    """The records of a cluster's replicas, one `RunRecorder` each (`replicas[i]` is replica
+    i's), read as one run: every request (with its `replica`), every step of every replica
+    (with its `replica`) and every inter-token gap, times from the cluster's first arrival.
+    `unrouted`: the requests never sent to any replica (a conversation's turns after a
+    rejected one); their `replica` is empty."""
+
+    def __init__(self, replicas: list[RunRecorder], unrouted: RunRecorder):
+        self.replicas = replicas
+        self.unrouted = unrouted
+        self.block_size = replicas[0].block_size  # one block size in a cluster
+
+    @property
+    def kv_blocks_total(self) -> int:
+        return sum(r.kv_blocks_total for r in self.replicas)
+
+    @property
+    def num_steps(self) -> int:
+        return sum(r.num_steps for r in self.replicas)
+
+    @property
+    def num_requests(self) -> int:
+        return sum(r.num_requests for r in self._request_parts())
+
+    @property
+    def reject_reasons(self) -> dict:
+        return {k: v for r in self._request_parts() for k, v in r.reject_reasons.items()}
+
+    @property
+    def itl_gaps(self) -> array:
+        return _joined("d", [r.itl_gaps for r in self.replicas])
+
+    @property
+    def itl_counts(self) -> array:
+        return _joined("q", [r.itl_counts for r in self.replicas])
+
+    def origin_s(self) -> float:
+        origins = [r.origin_s() for r in self._request_parts() if r.num_requests]
+        return min(origins, default=0.0)
+
+    def itl_end_s(self) -> np.ndarray:
+        t0 = self.origin_s()
+        return np.concatenate([r.itl_end_s(t0) for r in self.replicas])
+
+    def request_columns(self) -> dict:
+        """Request rows of every replica (`replica` first), in arrival order (requests
+        arriving at the same instant by replica, then as recorded), times from the cluster's
+        first arrival."""
+        t0, parts = self.origin_s(), self._request_parts()
+        tables = [r.request_columns(t0) for r in parts]
+        labels = [[i] * r.num_requests for i, r in enumerate(self.replicas)] + \
+            [[""] * self.unrouted.num_requests]
+        arrivals = np.concatenate([np.asarray(t["arrival_s"], float) for t in tables])
+        order = np.argsort(arrivals, kind="stable").tolist()
+        columns = {"replica": [x for part in labels for x in part]}
+        for name in REQUEST_COLUMNS:
+            columns[name] = [x for t in tables for x in t[name]]
+        return {name: [values[i] for i in order] for name, values in columns.items()}
+
+    def step_columns(self) -> dict:
+        """Step rows of every replica in turn (`replica` first; `kv_blocks_total` per row),
+        times from the cluster's first arrival."""
+        t0 = self.origin_s()
+        tables = [r.step_columns(t0) for r in self.replicas]
+        columns = {"replica": np.repeat(np.arange(len(tables)), [len(t["step"]) for t in tables])}
+        for name in STEP_COLUMNS:
+            columns[name] = np.concatenate([np.frombuffer(t[name], dtype=np.float64)
+                                            for t in tables])
+        columns["kv_blocks_total"] = np.repeat([r.kv_blocks_total for r in self.replicas],
+                                               [r.num_steps for r in self.replicas])
+        return columns
+
+    def _request_parts(self) -> list[RunRecorder]:
+        return [*self.replicas, self.unrouted]
+
+
+def _joined(typecode: str, parts) -> array:
+    joined = array(typecode)
+    for part in parts:
+        joined.extend(part)
+    return joined

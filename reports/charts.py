@@ -1,16 +1,22 @@
 """The report's charts, as PNG images: latency CDFs, the comparison of runs, the timeline, for a
 sweep, latency and throughput against the swept value, and for runs that cache prefixes, the
-prefix cache over time. Imported only where charts are drawn (matplotlib takes a good part of
+prefix cache over time, and for cluster runs, the load balance over their replicas. Imported
+only where charts are drawn (matplotlib takes a good part of
 a second to import)."""
 
 from __future__ import annotations
 
+from engine.records import ClusterRecorder
+
 from .cdf_chart import cdf_chart
+from .cluster_steps import chart_steps
 from .comparison_chart import comparison_chart
 from .figures import ordered_colors
 from .labels import is_ordered_sweep, short_labels
 from .prefix_cache_chart import caching_runs, prefix_cache_chart
 from .render import Image
+from .replica_table import cluster_results
+from .replicas_chart import replicas_chart
 from .sweep_chart import sweep_chart
 from .tables import request_frame, run_keys
 from .timeline_chart import timeline_chart
@@ -25,7 +31,7 @@ def make_charts(results, summaries: list[dict]) -> list[Image]:
                 for label, (spec, rec) in zip(labels, results)]
     styles = [(color, "-") for color in ordered_colors(len(specs))] \
         if is_ordered_sweep(specs) else None  # a load sweep reads as a gradient
-    timeline_runs = [(spec.label, rec.step_columns()) for spec, rec in results]
+    timeline_runs = [(_cluster_label(spec, rec), chart_steps(rec)) for spec, rec in results]
     charts = [
         Image("latency_cdfs.png", cdf_chart(cdf_runs, styles, labels_title),
               "Latency distributions (CDFs)"),
@@ -41,4 +47,16 @@ def make_charts(results, summaries: list[dict]) -> list[Image]:
     if cache_runs:
         charts.append(Image("prefix_cache.png", prefix_cache_chart(cache_runs),
                             "Prefix cache: hit rate and KV blocks cached over time"))
+    clusters = cluster_results(results, summaries)
+    if clusters:
+        charts.append(Image("replicas.png", replicas_chart(
+            [(spec.label, rec, summary) for spec, rec, summary in clusters]),
+            "Load balance: each replica's throughput, queue and KV cache use"))
     return charts
+
+
+def _cluster_label(spec, recorder) -> str:
+    """A run's label, saying so when its panel sums a cluster's replicas."""
+    if not isinstance(recorder, ClusterRecorder):
+        return spec.label
+    return f"{spec.label} ({len(recorder.replicas)} replicas, summed)"

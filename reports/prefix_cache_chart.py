@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.ticker import PercentFormatter
 
+from .cluster_steps import chart_steps
 from .figures import legend_below, new_figure, png_bytes
 from .timeline_chart import duration_s, minmax, shared_time_axis, step_series
 
@@ -30,7 +31,7 @@ def caching_runs(results) -> list:
     engine caches prefixes and cached a block."""
     runs = []
     for spec, recorder in results:
-        steps = recorder.step_columns()
+        steps = chart_steps(recorder)  # a cluster's replicas summed
         if spec.config["engine"].get("enable_prefix_caching") and \
                 max(steps["kv_blocks_cached"], default=0) > 0:
             runs.append((spec.label, steps))

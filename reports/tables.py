@@ -56,17 +56,26 @@ def _frame(columns: dict, spec, keys: list[str], order) -> pd.DataFrame:
 
 
 def request_frame(spec, recorder, keys: list[str] | None = None) -> pd.DataFrame:
-    """One row per request of one run: its times, lengths and the derived latencies."""
+    """One row per request of one run: its times, lengths and the derived latencies (and, in
+    a cluster's run, its `replica` first)."""
     columns = dict(recorder.request_columns())
     columns.update(request_metrics(columns))
     reasons = recorder.reject_reasons
     columns["reject_reason"] = [reasons.get(rid, "") for rid in columns["request_id"]]
-    return _frame(columns, spec, keys or ["variant", *spec.sweep], REQUEST_COLUMNS)
+    return _frame(columns, spec, keys or ["variant", *spec.sweep],
+                  _with_replica(columns, REQUEST_COLUMNS))
 
 
 def step_frame(spec, recorder, keys: list[str] | None = None) -> pd.DataFrame:
-    """One row per engine step of one run."""
-    return _frame(recorder.step_columns(), spec, keys or ["variant", *spec.sweep], STEP_COLUMNS)
+    """One row per engine step of one run (of each replica, in a cluster's run)."""
+    columns = recorder.step_columns()
+    return _frame(columns, spec, keys or ["variant", *spec.sweep],
+                  _with_replica(columns, STEP_COLUMNS))
+
+
+def _with_replica(columns: dict, order: tuple) -> tuple:
+    """`order`, after a `replica` column where the rows have one (a cluster's run)."""
+    return ("replica", *order) if "replica" in columns else order
 
 
 def requests_table(results) -> pd.DataFrame:

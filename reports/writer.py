@@ -1,5 +1,5 @@
 """Write every output file of a run (ARCHITECTURE section 7) into one directory:
-requests.csv, steps.csv, summary.csv, each run's vLLM-layout summary (`summary.json` for one
+requests.csv, steps.csv, summary.csv, replicas.csv (cluster runs only), each run's vLLM-layout summary (`summary.json` for one
 run, `summary-<run>.json` for each of several; vllm_json.py), the PNG charts, report.md and
 report.html.
 
@@ -20,6 +20,7 @@ import pandas as pd
 from .document import report_blocks
 from .render import to_html, to_markdown
 from .step_csv import write_steps_csv
+from .replica_table import replicas_table
 from .tables import request_frame, run_keys, run_summaries, summary_table
 from .vllm_json import record_date, summary_json_names, vllm_records
 
@@ -62,6 +63,9 @@ def write_report(scenario, results, out_dir, worker=None,
         write_steps_csv(results, keys, out_dir / "steps.csv"),
         _csv(summary_table(results, summaries), out_dir / "summary.csv"),
     ]
+    replicas = replicas_table(results, summaries)
+    if replicas is not None:
+        written.append(_csv(replicas, out_dir / "replicas.csv"))
     records = vllm_records(results, summaries, record_date(date))
     for name, record in zip(summary_json_names(specs), records):
         written.append(_json(record, out_dir / name))

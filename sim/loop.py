@@ -10,7 +10,9 @@ or the real `NumpyExecutor` (cosimulate): only the duration's origin differs.
 
 An idle engine sleeps on a `wakeup` event that the next arrival triggers, so a step starts at the
 instant a request arrives (no polling). A static-batching plan with `idle_until_s` (waiting for a
-fuller batch) sleeps until that time or the next arrival, whichever comes first.
+fuller batch) sleeps until that time or the next arrival, whichever comes first. One arrival
+process may feed several engines (a cluster's replicas, `sim.cluster`): each engine is a
+`Replica` with its own process, and the state's `router` picks the replica of each request.
 
 Fast forward: after a decode-only step, the decode steps that follow it (`engine.decode_run`)
 up to the next event in SimPy's queue (an arrival, a think time ending) are predicted and
@@ -32,29 +34,52 @@ from engine.sequence import SequenceStatus
 from .workloads.sessions import REJECTED_EARLIER
 
 
-class SimState:
-    """What the processes share: the engine, the wakeup event and the progress bar."""
+class Replica:
+    """One engine of the simulation and the event it waits on while idle. `kv_log`: where a
+    cluster's engine reports its KV use (`sim.cluster.load.LoadLog`); None on a single
+    server."""
 
-    def __init__(self, engine: LLMEngine, make_sequence, bar=None, fast_forward: bool = True,
-                 closed_loop: bool = False):
+    def __init__(self, engine: LLMEngine, index: int = 0, kv_log=None):
         self.engine = engine
+        self.scheduler = engine.scheduler
+        self.index = index
+        self.kv_log = kv_log
+        self.wakeup = None  # the event an idle engine waits on
+
+    def wake(self) -> None:
+        if self.wakeup is not None and not self.wakeup.triggered:
+            self.wakeup.succeed()
+
+
+class SimState:
+    """What the processes share: the engines, the router, the waiters and the progress bar.
+    `router`: None (one engine), or an object whose `route(seq)` picks the `Replica` of a new
+    request and whose `done(seq)` hears of each request that finished or was rejected."""
+
+    def __init__(self, replicas: list[Replica], make_sequence, bar=None,
+                 fast_forward: bool = True, closed_loop: bool = False, router=None,
+                 refused=None):
+        self.replicas = replicas
+        self.router = router
         self.fast_forward = fast_forward  # advance runs of decode-only steps in one go
         self.closed_loop = closed_loop  # requests are sent as earlier ones finish (users, turns)
-        self.scheduler = engine.scheduler
         self.make_sequence = make_sequence  # (index, arrival_s) -> Sequence
         self.bar = bar
-        self.wakeup = None  # the event an idle engine waits on
         self.all_arrived = False
+        self.next_arrival_s = math.inf  # open arrivals: when the next request is due
         self.waiters: dict[int, simpy.Event] = {}  # closed loop: seq_id -> "request done" event
+        self.refused = refused  # the recorder of requests never sent (None: the first engine's)
 
     def submit(self, index: int, arrival_s: float, done=None):
-        """Create request `index` and queue it (the engine records it at once if rejected);
-        returns its Sequence. `done`: an event to trigger when it finishes or is rejected."""
+        """Create request `index` and queue it at its replica (the engine records it at once
+        if rejected); returns its Sequence. `done`: an event to trigger when it finishes or
+        is rejected."""
         seq = self.make_sequence(index, arrival_s)
         if done is not None:
             self.waiters[seq.seq_id] = done
-        if self.engine.add_request(seq):
-            self.wake_engine()
+        replica = self.replicas[0] if self.router is None else self.router.route(seq)
+        if replica.engine.add_request(seq):
+            replica.wake()
         else:
             self.retire(seq)
         return seq
@@ -64,20 +89,34 @@ class SimState:
         seq = self.make_sequence(index, arrival_s)
         seq.reject_reason = reason
         seq.set_status(SequenceStatus.REJECTED)
-        self.engine.recorder.record_request(seq)
-        self.retire(seq)
+        (self.refused or self.replicas[0].engine.recorder).record_request(seq)
+        self.retire(seq, sent=False)
 
-    def wake_engine(self) -> None:
-        if self.wakeup is not None and not self.wakeup.triggered:
-            self.wakeup.succeed()
+    def arrived_all(self) -> None:
+        """No request is left to send: wake every engine, so that an idle one can end."""
+        self.all_arrived = True
+        self.next_arrival_s = math.inf
+        for replica in self.replicas:
+            replica.wake()
 
-    def retire(self, seq) -> None:
-        """A request is done (finished or rejected, and recorded): tell its user."""
+    def retire(self, seq, sent: bool = True) -> None:
+        """A request is done (finished or rejected, and recorded): tell its user (and the
+        router, of a request it sent)."""
+        if sent and self.router is not None:
+            self.router.done(seq)
         waiter = self.waiters.pop(seq.seq_id, None)
         if waiter is not None:
             waiter.succeed()
         if self.bar is not None:
             self.bar.update(1)
+
+    def run_horizon(self, env) -> float:
+        """When the next event that could change what a replica runs may happen: SimPy's next
+        event on a single server; in a cluster with open arrivals, the next arrival (the other
+        replicas' steps change nothing here, and only an arrival reads a replica's state)."""
+        if self.router is not None and not self.closed_loop:
+            return self.next_arrival_s
+        return env.peek()
 
 
 def open_arrivals(env, state: SimState, arrival_s):
@@ -85,14 +124,14 @@ def open_arrivals(env, state: SimState, arrival_s):
     times = arrival_s.tolist()
     i, n = 0, len(times)
     while i < n:
+        state.next_arrival_s = times[i]
         if times[i] > env.now:
             yield env.timeout(times[i] - env.now)
             continue  # float rounding may land a hair early: wait the rest
         while i < n and times[i] <= env.now:
             state.submit(i, times[i])
             i += 1
-    state.all_arrived = True
-    state.wake_engine()
+    state.arrived_all()
 
 
 def closed_loop_user(env, state: SimState, next_index, think_time_s: float, users_left: list,
@@ -109,8 +148,7 @@ def closed_loop_user(env, state: SimState, next_index, think_time_s: float, user
             yield env.timeout(think_time_s)
     users_left[0] -= 1
     if users_left[0] == 0:
-        state.all_arrived = True
-        state.wake_engine()
+        state.arrived_all()
 
 
 def conversation_starts(env, state: SimState, sessions):
@@ -142,17 +180,19 @@ def conversation(env, state: SimState, start_s: float, turns: range, think_time_
         arrival_s = env.now
     left[0] -= 1
     if left[0] == 0:
-        state.all_arrived = True
-        state.wake_engine()
+        state.arrived_all()
 
 
-def engine(env, state: SimState):
+def engine(env, state: SimState, replica: Replica):
     """The engine loop: one iteration per step, sleeping while there is nothing to run. An
     executor with `after_idle(idle_s)` (the cost model's) is told how long the engine slept
     before the step it is about to run (not before the first step: a server starts serving at
     its first request)."""
-    llm, scheduler = state.engine, state.scheduler
+    llm, scheduler, kv_log = replica.engine, replica.scheduler, replica.kv_log
     after_idle = getattr(llm.executor, "after_idle", None)
+    # A closed-loop user (a conversation) sends its next request when one finishes, and a
+    # router reads how many requests a replica has: runs stop at finishes.
+    through_finishes = not state.closed_loop and state.router is None
     idle_since, stepped = None, False
     while True:
         start_s = env.now
@@ -168,21 +208,25 @@ def engine(env, state: SimState):
                                    f"{len(scheduler.running)} running")
             if stepped and idle_since is None:
                 idle_since = env.now
-            yield from _idle(env, state, plan.idle_until_s)
+            yield from _idle(env, replica, plan.idle_until_s)
             continue
         idle_since, stepped = None, True
         end_s = start_s + result.duration_s
-        # A closed-loop user (a conversation) sends its next request when one finishes: runs
-        # stop at finishes.
-        run = llm.start_run(plan, end_s, env.peek(), not state.closed_loop) \
+        if kv_log is not None:
+            kv_log.step_started(start_s, plan.kv_blocks_used)
+        run = llm.start_run(plan, end_s, state.run_horizon(env), through_finishes) \
             if state.fast_forward else None
         if run is None:
             yield env.timeout(result.duration_s)
             finished = llm.finish_step(plan, result, start_s, env.now)
         else:  # the steps that repeat this one, up to the next event, in one go
+            if kv_log is not None:
+                kv_log.run_started(run, scheduler.block_manager)
             for delay in delays_to(env.now, float(run.end_s[-1])):
                 yield env.timeout(delay)  # nothing the run depends on happens before its end
             finished = llm.finish_step(plan, result, start_s, end_s) + llm.finish_run(run)
+        if kv_log is not None:
+            kv_log.step_ended(env.now, scheduler.block_manager.num_used)
         for seq in finished:
             state.retire(seq)
 
@@ -202,13 +246,13 @@ def delays_to(now: float, target: float) -> list[float]:
     return [first, target - t]
 
 
-def _idle(env, state: SimState, until_s: float | None):
-    state.wakeup = env.event()
+def _idle(env, replica: Replica, until_s: float | None):
+    replica.wakeup = env.event()
     if until_s is None:
-        yield state.wakeup
+        yield replica.wakeup
     else:
-        yield state.wakeup | env.timeout(max(until_s - env.now, 0.0))
-    state.wakeup = None
+        yield replica.wakeup | env.timeout(max(until_s - env.now, 0.0))
+    replica.wakeup = None
 
 
 def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arrival_s=None,
@@ -219,11 +263,23 @@ def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arriv
     `make_sequence(index, arrival_s)` builds one. `fast_forward=False` takes every step
     through the scheduler one at a time (the same records, slower: for checking the fast
     path)."""
-    env = simpy.Environment()
-    bar = _progress_bar(num_requests) if progress else None
     llm = LLMEngine(scheduler, executor, recorder, timing="executor")
-    state = SimState(llm, make_sequence, bar, fast_forward,
-                     closed_loop is not None or sessions is not None)
+    run_engines(simpy.Environment(), [Replica(llm)], make_sequence, arrival_s=arrival_s,
+                closed_loop=closed_loop, sessions=sessions, num_requests=num_requests,
+                progress=progress, fast_forward=fast_forward)
+    return recorder
+
+
+def run_engines(env, replicas: list[Replica], make_sequence, *, arrival_s=None,
+                closed_loop=None, sessions=None, num_requests: int, progress: bool = False,
+                fast_forward: bool = True, router=None, refused=None) -> None:
+    """Simulate the requests (as `run_loop`) on `replicas`, each with its own engine process,
+    until every engine is done. `router`: picks each request's replica (see `SimState`);
+    `refused`: the recorder of requests never sent (a conversation's turns after a
+    rejected one)."""
+    bar = _progress_bar(num_requests) if progress else None
+    state = SimState(replicas, make_sequence, bar, fast_forward,
+                     closed_loop is not None or sessions is not None, router, refused)
     if sessions is not None:
         env.process(conversation_starts(env, state, sessions))
     elif closed_loop is None:
@@ -235,13 +291,13 @@ def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arriv
         for _ in range(users):
             env.process(closed_loop_user(env, state, indices, closed_loop.think_time_s,
                                          users_left, closed_loop.max_seconds))
-    done = env.process(engine(env, state))  # created last: it sees arrivals of its instant
+    # created last: they see the arrivals of their instant
+    engines = [env.process(engine(env, state, replica)) for replica in replicas]
     try:
-        env.run(until=done)
+        env.run(until=engines[0] if len(engines) == 1 else env.all_of(engines))
     finally:
         if bar is not None:
             bar.close()
-    return recorder
 
 
 def _progress_bar(total: int):

@@ -46,19 +46,15 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
     for the machine's speed instead of the seed's own "jitter" stream (another realisation of
     the same machine on the same requests). `fast_forward=False`: every simulated step goes
     through the scheduler one by one (the same records; for checking the fast path)."""
-    mode = config.get("mode", "simulate")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "simulate" and config["cost"].get("model") == "live":
-        mode = "cosimulate"
-    hardware = hardware_of(config)
-    model = None if hardware is not None else ModelConfig(**config["model"])
-    if hardware is None:
-        scheduler = build_scheduler(config, model.max_seq_len)
-    else:
-        scheduler = build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks)
-    recorder = RunRecorder(scheduler.block_manager.num_blocks)
+    mode = run_mode(config)
     streams = seeded_streams(config["seed"])
+    if config.get("cluster") is not None:
+        from .cluster import run_cluster
+
+        return run_cluster(config, mode, streams, base_dir, progress=progress, cost=cost,
+                           jitter_rng=jitter_rng, fast_forward=fast_forward)
+    scheduler, executor, model = build_engine(config, mode, streams, cost, jitter_rng)
+    recorder = RunRecorder(scheduler.block_manager.num_blocks)
     workload = build_workload(config["workload"], streams["workload"], base_dir)
     if mode == "serve" and workload.closed_loop is not None:
         raise ValueError("workload.arrival.process = 'closed_loop' is supported in modes "
@@ -66,22 +62,50 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
                          "up front)")
     if mode == "serve" and workload.sessions is not None:
         raise ValueError(SERVE_SESSIONS)
-    if mode == "simulate":
-        cost = cost or build_cost(config, hardware)
-        speed = speed_process(config["cost"], cost, jitter_rng or streams["jitter"])
-        block_manager = scheduler.block_manager
-        executor = CostModelExecutor(cost, speed, block_manager.block_size,
-                                     swap_block_s(config, cost))
-        make = sequence_factory(workload, block_size=block_manager.block_size
-                                if block_manager.prefix_caching else None)
-    else:
-        executor = _numpy_executor(model, scheduler, streams["sampling"])
-        make = sequence_factory(workload, streams["tokens"], model.vocab_size)
+    make = sequence_maker(workload, mode, streams, model, scheduler.block_manager)
     if mode == "serve":
         return _serve(scheduler, executor, recorder, workload, make)
     return run_loop(scheduler, executor, recorder, make, arrival_s=workload.arrival_s,
                     closed_loop=workload.closed_loop, sessions=workload.sessions,
                     num_requests=len(workload), progress=progress, fast_forward=fast_forward)
+
+
+def run_mode(config: dict) -> str:
+    """The mode a config runs in (simulate with cost.model "live" cosimulates)."""
+    mode = config.get("mode", "simulate")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "simulate" and config["cost"].get("model") == "live":
+        mode = "cosimulate"
+    return mode
+
+
+def build_engine(config: dict, mode: str, streams: dict, cost=None, jitter_rng=None):
+    """(scheduler, executor, NumPy model config or None) of one engine of a resolved config:
+    in simulate mode a `CostModelExecutor` (`cost`: instead of the config's cost model;
+    `jitter_rng`: instead of the seed's "jitter" stream), else the real `NumpyExecutor`."""
+    hardware = hardware_of(config)
+    model = None if hardware is not None else ModelConfig(**config["model"])
+    if hardware is None:
+        scheduler = build_scheduler(config, model.max_seq_len)
+    else:
+        scheduler = build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks)
+    if mode != "simulate":
+        return scheduler, _numpy_executor(model, scheduler, streams["sampling"]), model
+    cost = cost or build_cost(config, hardware)
+    speed = speed_process(config["cost"], cost, jitter_rng or streams["jitter"])
+    executor = CostModelExecutor(cost, speed, scheduler.block_manager.block_size,
+                                 swap_block_s(config, cost))
+    return scheduler, executor, model
+
+
+def sequence_maker(workload: Workload, mode: str, streams: dict, model, block_manager):
+    """`sequence_factory` for a run's mode: simulated sequences carry the workload's block
+    keys (with prefix caching), real ones random token ids."""
+    if mode == "simulate":
+        return sequence_factory(workload, block_size=block_manager.block_size
+                                if block_manager.prefix_caching else None)
+    return sequence_factory(workload, streams["tokens"], model.vocab_size)
 
 
 def speed_process(cost_config: dict, cost, rng) -> SpeedProcess | None:

@@ -12,8 +12,8 @@ before `max_requests` keeps the first N), then arrivals are drawn from the arriv
 priorities.
 
 `seeded_streams(seed)` splits one seed into independent generators for the workload, the prompt
-token ids (real engine only), the engine's sampling and the simulated machine's jitter, so
-drawing token ids in cosimulation never changes the workload.
+token ids (real engine only), the engine's sampling, the simulated machine's jitter and a
+cluster's random router, so drawing token ids in cosimulation never changes the workload.
 """
 
 from __future__ import annotations
@@ -56,12 +56,13 @@ class Workload:
         return len(self.prompt_tokens)
 
 
-STREAMS = ("workload", "tokens", "sampling", "jitter")
+STREAMS = ("workload", "tokens", "sampling", "jitter", "router")
 
 
 def seeded_streams(seed: int) -> dict[str, np.random.Generator]:
-    """Independent generators {"workload", "tokens", "sampling", "jitter"} derived from one seed
-    (a child's stream depends on its index only, so adding a stream changes no other)."""
+    """Independent generators {"workload", "tokens", "sampling", "jitter", "router"} derived
+    from one seed (a child's stream depends on its index only, so adding a stream changes no
+    other)."""
     children = np.random.SeedSequence(seed).spawn(len(STREAMS))
     return {name: np.random.default_rng(child) for name, child in zip(STREAMS, children)}
 

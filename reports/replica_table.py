@@ -1,0 +1,66 @@
+"""replicas.csv: one row per replica of every cluster run, to see how evenly a router spread
+the load: the requests sent to it, what it served (per second of the cluster's run: first
+arrival to last finish, as the summary's throughputs), its queue length (requests waiting)
+and the share of its KV blocks in use, as means over its steps and maxima.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from engine.records import ClusterRecorder
+
+from .tables import label_values, run_keys
+
+COLUMNS = ("replica", "pool", "requests", "completed", "request_throughput",
+           "output_throughput", "queue_mean", "queue_max", "kv_util_mean", "kv_util_max")
+
+
+def cluster_results(results, summaries=None):
+    """The (spec, recorder[, summary]) of the runs of `results` that ran on a cluster."""
+    rows = zip(results, summaries) if summaries is not None else ((r, None) for r in results)
+    return [(spec, rec, summary) for (spec, rec), summary in rows
+            if isinstance(rec, ClusterRecorder)]
+
+
+def pool_names(config: dict) -> list[str]:
+    """Each replica's pool name (empty for `cluster.replicas` copies)."""
+    cluster = config["cluster"]
+    if "pools" not in cluster:
+        return [""] * cluster["replicas"]
+    return [pool["name"] for pool in cluster["pools"] for _ in range(pool["replicas"])]
+
+
+def replicas_table(results, summaries: list[dict]) -> pd.DataFrame | None:
+    """The rows of every cluster run's replicas (None when no run is a cluster's)."""
+    clusters = cluster_results(results, summaries)
+    if not clusters:
+        return None
+    keys = run_keys(results)
+    rows = []
+    for spec, recorder, summary in clusters:
+        for index, (replica, pool) in enumerate(zip(recorder.replicas,
+                                                    pool_names(spec.config))):
+            rows.append(dict(zip(keys, label_values(spec, keys))) |
+                        replica_row(index, pool, replica, summary["duration_s"]))
+    frame = pd.DataFrame(rows)
+    return frame if (frame["pool"] != "").any() else frame.drop(columns="pool")
+
+
+def replica_row(index: int, pool: str, recorder, duration_s: float) -> dict:
+    """One replica's figures (`duration_s`: the cluster run's)."""
+    requests = recorder.request_columns()
+    done = np.asarray(requests["status"]) == "finished"
+    steps = recorder.step_columns()
+    waiting = np.asarray(steps["num_waiting"], float)
+    kv = np.asarray(steps["kv_blocks_used"], float) / recorder.kv_blocks_total
+    ran = recorder.num_steps > 0
+    return {"replica": index, "pool": pool, "requests": recorder.num_requests,
+            "completed": int(done.sum()),
+            "request_throughput": done.sum() / duration_s,
+            "output_throughput": np.asarray(requests["output_tokens"])[done].sum() / duration_s,
+            "queue_mean": waiting.mean() if ran else np.nan,
+            "queue_max": int(waiting.max()) if ran else 0,
+            "kv_util_mean": kv.mean() if ran else np.nan,
+            "kv_util_max": kv.max() if ran else np.nan}

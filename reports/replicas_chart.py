@@ -1,0 +1,57 @@
+"""The load balance of cluster runs, a row per run: each replica's request throughput (bars),
+its queue length (requests waiting) over time and the share of its KV blocks in use over time
+(a line per replica). A router that spreads the load well gives bars of one height and lines
+that overlap; one that herds requests gives a replica whose queue grows while others idle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .figures import legend_below, new_figure, png_bytes, run_colors
+from .replica_table import replica_row
+from .timeline_chart import minmax, step_series
+
+ROW_HEIGHT_IN = 2.4
+
+
+def replicas_chart(runs) -> bytes:
+    """`runs`: [(label, ClusterRecorder, summary)] -> PNG bytes."""
+    return png_bytes(replicas_figure(runs))
+
+
+def replicas_figure(runs):
+    """The chart's matplotlib Figure: throughput, queue length and KV use, a row per run."""
+    fig, axes = new_figure(len(runs), 3, 12, 1.4 + ROW_HEIGHT_IN * len(runs),
+                           gridspec_kw={"width_ratios": [1, 2, 2]})
+    for (bars, queue, kv), (label, recorder, summary) in zip(axes, runs):
+        colors = run_colors(len(recorder.replicas))
+        throughput = [replica_row(i, "", r, summary["duration_s"])["request_throughput"]
+                      for i, r in enumerate(recorder.replicas)]
+        bars.bar(range(len(throughput)), throughput, color=colors)
+        bars.set_title(label, loc="left")
+        bars.set_xlabel("replica")
+        bars.set_ylabel("requests/s")
+        bars.set_xticks(range(len(throughput)))
+        t0 = recorder.origin_s()
+        for i, (replica, color) in enumerate(zip(recorder.replicas, colors)):
+            steps = replica.step_columns(t0)
+            start, end = steps["start_s"], steps["end_s"]
+            if not len(start):
+                continue
+            t, y = minmax(*step_series(start, end, steps["num_waiting"], 0.0))
+            queue.step(t, y, where="post", color=color, linewidth=1.0, label=f"replica {i}")
+            used = 100.0 * np.asarray(steps["kv_blocks_used"], float) / steps["kv_blocks_total"]
+            t, y = minmax(*step_series(start, end, used, 0.0))
+            kv.step(t, y, where="post", color=color, linewidth=1.0)
+        queue.set_ylabel("requests waiting")
+        queue.set_ylim(bottom=0)
+        kv.set_ylabel("KV in use (%)")
+        kv.set_ylim(0, 105)
+    for ax in axes[-1, 1:]:
+        ax.set_xlabel("time from first arrival (s)")
+    fig.suptitle("Load balance: each replica's throughput, queue and KV cache use")
+    handles, labels = max((ax.get_legend_handles_labels() for ax in axes[:, 1]),
+                          key=lambda pair: len(pair[1]))
+    legend_below(fig, handles, labels)
+    return fig

@@ -1,0 +1,118 @@
+"""Run a resolved config with a `[cluster]`: replicas of the engine behind a router, in one
+SimPy environment.
+
+Each replica is an engine of its own (its `Scheduler`, block manager, executor and
+`RunRecorder`), built from the config, or from its pool's config (the scenario with the pool's
+`set` applied), and run by its own engine process (`sim.loop.engine`). One arrival process (or
+closed loop, or set of conversations) feeds them through the `Dispatch`, which asks the router
+for each request's replica with the replicas' loads as reported `report_delay_s` ago.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import simpy
+
+from engine.llm_engine import LLMEngine
+from engine.records import ClusterRecorder, RunRecorder
+from scenarios.overrides import apply
+
+from ..loop import Replica, run_engines
+from ..workloads import build_workload
+from .load import LoadLog
+from .routers import make_router
+
+
+class Dispatch:
+    """The cluster's front end (`SimState.router`): routes each new request with `policy`
+    on the replicas' loads as of `report_delay_s` ago, and logs every send and finish."""
+
+    def __init__(self, env, replicas: list[Replica], policy, report_delay_s: float):
+        self.env = env
+        self.replicas = replicas
+        self.policy = policy
+        self.report_delay_s = report_delay_s
+        self.replica_of: dict[int, int] = {}  # seq_id -> replica index, until it is done
+
+    def route(self, seq) -> Replica:
+        seen_s = self.env.now - self.report_delay_s
+        loads = [replica.kv_log.at(seen_s) for replica in self.replicas]
+        chosen = self.replicas[self.policy.choose(seq, loads)]
+        self.replica_of[seq.seq_id] = chosen.index
+        chosen.kv_log.sent(self.env.now)
+        return chosen
+
+    def done(self, seq) -> None:
+        self.replicas[self.replica_of.pop(seq.seq_id)].kv_log.done(self.env.now)
+
+
+def replica_configs(config: dict) -> list[tuple[str, dict]]:
+    """(pool name, config) of each replica: `cluster.replicas` copies of the config (pool
+    name empty), or each pool's replicas with its `set` applied, pool after pool."""
+    cluster = config["cluster"]
+    if "pools" not in cluster:
+        return [("", config)] * cluster["replicas"]
+    replicas = []
+    for pool in cluster["pools"]:
+        pool_config = copy.deepcopy(config)
+        for key, value in pool["set"].items():
+            pool_config = apply(pool_config, key, value)
+        replicas += [(pool["name"], pool_config)] * pool["replicas"]
+    return replicas
+
+
+class Cluster:
+    """The replicas of a config with a `[cluster]`, each with its `LoadLog`, in one SimPy
+    environment. Replica 0 runs on the seed's "jitter" stream (or `jitter_rng`), replica i on
+    its i-th child stream; `random` routes with the seed's "router" stream."""
+
+    def __init__(self, config: dict, mode: str, streams: dict, cost=None, jitter_rng=None):
+        from ..runner import build_engine
+
+        configs = replica_configs(config)
+        jitter = jitter_rng or streams["jitter"]
+        self.env = simpy.Environment()
+        self.replicas = []
+        for index, ((_, replica_config), rng) in enumerate(
+                zip(configs, [jitter, *jitter.spawn(len(configs) - 1)])):
+            scheduler, executor, self.model = build_engine(replica_config, mode, streams,
+                                                           cost, rng)
+            recorder = RunRecorder(scheduler.block_manager.num_blocks)
+            llm = LLMEngine(scheduler, executor, recorder, timing="executor")
+            self.replicas.append(Replica(llm, index, LoadLog(scheduler.block_manager.num_blocks)))
+        cluster = config["cluster"]
+        self.dispatch = Dispatch(self.env, self.replicas,
+                                 make_router(cluster["router"], len(configs), streams["router"]),
+                                 cluster["report_delay_s"])
+
+    def block_manager(self):
+        """A block manager of the cluster's, one that caches prefixes if any does (requests
+        then carry their block keys)."""
+        managers = [replica.scheduler.block_manager for replica in self.replicas]
+        return next((bm for bm in managers if bm.prefix_caching), managers[0])
+
+    def run(self, workload, make_sequence, progress: bool = False,
+            fast_forward: bool = True) -> ClusterRecorder:
+        """Simulate `workload` (`make_sequence(index, arrival_s)` builds a request) to the
+        end."""
+        bm = self.replicas[0].scheduler.block_manager
+        unrouted = RunRecorder(bm.num_blocks, bm.block_size)
+        run_engines(self.env, self.replicas, make_sequence, arrival_s=workload.arrival_s,
+                    closed_loop=workload.closed_loop, sessions=workload.sessions,
+                    num_requests=len(workload), progress=progress, fast_forward=fast_forward,
+                    router=self.dispatch, refused=unrouted)
+        return ClusterRecorder([r.engine.recorder for r in self.replicas], unrouted)
+
+
+def run_cluster(config: dict, mode: str, streams: dict, base_dir=None, *,
+                progress: bool = False, cost=None, jitter_rng=None,
+                fast_forward: bool = True) -> ClusterRecorder:
+    """Simulate a config with a `[cluster]` to the end (`sim.runner.run_config`'s
+    arguments)."""
+    from ..runner import sequence_maker
+
+    cluster = Cluster(config, mode, streams, cost, jitter_rng)
+    workload = build_workload(config["workload"], streams["workload"], base_dir)
+    make = sequence_maker(workload, mode, streams, cluster.model, cluster.block_manager())
+    return cluster.run(workload, make, progress, fast_forward)
