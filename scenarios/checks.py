@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .defaults import (GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS, MAX_TIME_S, SHAREGPT_DEFAULTS,
-                       SHIPPED_TRACES, TRACE_DEFAULTS, UNTIMED_TRACE_FORMATS)
+from .defaults import (GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS, MAX_TIME_S, POOL_SECTIONS,
+                       SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
+                       UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
 from engine.model import ModelConfig
 from engine.scheduler_config import SchedulerConfig
@@ -129,6 +130,52 @@ def check_config(config: dict, path: Path) -> None:
         raise FieldError("cost.model", "'live' runs the real engine: use mode = 'cosimulate' "
                                        "(or cost.model = 'profile' or 'linear' to simulate)")
     check_horizon(config)
+    if "cluster" in config:
+        check_cluster(config)
+
+
+def check_cluster(config: dict) -> None:
+    """A cluster has `replicas` or `pools` (one block size in all), runs in simulate or
+    cosimulate mode, and routes by prefix only where every replica caches prefixes."""
+    cluster = config["cluster"]
+    if "replicas" in cluster and "pools" in cluster:
+        raise FieldError("cluster.pools", "not allowed with cluster.replicas (give N identical "
+                                          "replicas, or pools of them)")
+    if "replicas" not in cluster and "pools" not in cluster:
+        raise FieldError("cluster.replicas", "required (a positive integer) unless "
+                                             "cluster.pools is given")
+    if config["mode"] == "serve":
+        raise FieldError("cluster", "runs in modes simulate and cosimulate only (serve runs "
+                                    "one engine on the wall clock)")
+    pools = cluster.get("pools", [{"set": {}}])
+    names = [pool.get("name") for pool in pools]
+    for i, pool in enumerate(pools):
+        if pool.get("name") in names[:i]:
+            raise FieldError(f"cluster.pools[{i}].name", f"must be unique, {pool['name']!r} "
+                                                         f"is used twice")
+        engine = config["engine"] | {key.split(".", 1)[1]: value for key, value
+                                     in pool["set"].items() if key.startswith("engine.")}
+
+        def place(key: str) -> str:  # a pool's own setting, or the scenario's
+            return f"cluster.pools[{i}].set.{key}" if key in pool["set"] else key
+
+        if engine["block_size"] != config["engine"]["block_size"]:
+            raise FieldError(place("engine.block_size"), "must be the cluster's one block size "
+                                                         "(a request's KV block keys depend "
+                                                         "on it)")
+        if cluster["router"] == "prefix_affinity" and not engine["enable_prefix_caching"]:
+            raise FieldError(place("engine.enable_prefix_caching"),
+                             "must be true with cluster.router = 'prefix_affinity' (it routes "
+                             "a request to the replica that cached its prefix)")
+
+
+def check_pool_keys(settings: dict, key: str) -> None:
+    """A pool sets dotted keys of its GPU, engine and scheduler only."""
+    for name in settings:
+        if name.split(".", 1)[0] not in POOL_SECTIONS or "." not in name:
+            raise FieldError(f"{key}.{name}", f"a pool sets keys of "
+                                              f"{', '.join(POOL_SECTIONS)} only (e.g. "
+                                              f"\"hardware.gpu\" = \"h100-sxm\")")
 
 
 def check_horizon(config: dict) -> None:

@@ -96,6 +96,23 @@ GPU_TABLE_KEYS = ("name", "memory_gib", "memory_bandwidth_gbs", "peak_tflops",
                   "interconnect_bandwidth_gbs", "interconnect_latency_us", "measured",
                   "interconnect", "host_bandwidth_gbs")
 
+# [search] (`servesim search`, docs/sim/search.md): the SLO attainment to hold and when the
+# bisection stops; the bracket of rates has no default (it depends on the server), and without a
+# grid the search covers the scenario's own variants and sweep points.
+SEARCH_DEFAULTS = {
+    "target": 0.9,  # nine requests in ten meet every SLO, a common serving objective
+    "tolerance": 0.05,  # the capacity known to within 5%: finer than run-to-run noise of a load
+}
+
+# [cluster] (sim/cluster/, docs/sim/cluster.md): replicas of the engine behind a router.
+ROUTERS = ("round_robin", "random", "least_outstanding", "least_kv", "prefix_affinity")
+CLUSTER_DEFAULTS = {
+    "router": "round_robin",  # what a plain load balancer (a Kubernetes Service) does
+    "report_delay_s": 0.0,  # the router sees each replica's load as it is
+}
+# The keys a pool of replicas may set: its GPU, its engine's limits and its scheduler.
+POOL_SECTIONS = ("hardware", "engine", "scheduler")
+
 # Limits of what can be simulated faithfully.
 GAMMA_CV = (0.01, 10.0)  # beyond 10 the gamma shape (1 / cv^2) is so small that gaps underflow
 MAX_TIME_S = 2.0**32  # about 136 years: simulated times stay below a microsecond's resolution

@@ -8,9 +8,11 @@ import copy
 from pathlib import Path
 
 from . import checks
-from .defaults import (CLOSED_LOOP_THINK_TIME_S, DEFAULTS, HARDWARE_DEFAULTS,
-                       LOGNORMAL_MIN_TOKENS, SESSIONS_DEFAULTS, SHAREGPT_DEFAULTS,
-                       SHIPPED_TRACES, TRACE_DEFAULTS, UNTIMED_TRACE_FORMATS)
+from .defaults import (CLOSED_LOOP_THINK_TIME_S, CLUSTER_DEFAULTS, DEFAULTS, HARDWARE_DEFAULTS,
+                       LOGNORMAL_MIN_TOKENS, SEARCH_DEFAULTS, SESSIONS_DEFAULTS,
+                       SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS, UNTIMED_TRACE_FORMATS)
+from .errors import FieldError
+from .overrides import apply, flatten
 from .schema import SCENARIO, check_table
 
 SECTIONS = ("model", "engine", "scheduler", "cost", "slo")
@@ -36,6 +38,10 @@ def resolve(raw: dict, path: Path) -> dict:
     elif "hardware" in raw:  # kept for checks.py to refuse, never silently dropped
         config["hardware"] = copy.deepcopy(raw["hardware"])
     config["workload"] = _workload(copy.deepcopy(raw["workload"]))
+    if "search" in raw:  # read by `servesim search` only (sim/search/)
+        config["search"] = _search(copy.deepcopy(raw["search"]))
+    if "cluster" in raw:  # replicas behind a router (sim/cluster/)
+        config["cluster"] = _cluster(raw, path)
     checks.check_config(config, path)
     return config
 
@@ -57,6 +63,32 @@ def _workload(raw: dict) -> dict:
         "trace": None if trace is None else _trace(trace),
         "sessions": _sessions(raw.get("sessions")),
     }
+
+
+def _search(search: dict) -> dict:
+    """The search's defaults filled in, its grid as {dotted key: values} (a grid written with
+    unquoted dotted keys is nested tables in TOML)."""
+    if "grid" in search:
+        search["grid"] = flatten(search["grid"])
+    return SEARCH_DEFAULTS | search
+
+
+def _cluster(raw: dict, path: Path) -> dict:
+    """The cluster's defaults filled in; each pool's settings checked by resolving the
+    scenario with them (a problem is placed at the pool's `set`)."""
+    cluster = CLUSTER_DEFAULTS | copy.deepcopy(raw["cluster"])
+    single = {key: value for key, value in raw.items() if key != "cluster"}
+    for i, pool in enumerate(cluster.get("pools", ())):
+        pool["set"] = flatten(pool.get("set", {}))  # unquoted dotted keys are nested tables
+        checks.check_pool_keys(pool["set"], f"cluster.pools[{i}].set")
+        pool_raw = single
+        for key, value in pool["set"].items():
+            pool_raw = apply(pool_raw, key, value)
+        try:
+            resolve(pool_raw, path)
+        except FieldError as exc:
+            raise FieldError(f"cluster.pools[{i}].set", str(exc)) from None
+    return cluster
 
 
 def _arrival(arrival: dict) -> dict:

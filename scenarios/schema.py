@@ -15,8 +15,9 @@ from typing import Callable
 
 from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, GAMMA_CV, GPU_TABLE_KEYS,
                        HARDWARE_DTYPES, HARDWARE_NORMS, LENGTH_DISTS, MAX_TP, MODES,
-                       SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS)
+                       ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS)
 from .errors import FieldError
+from .overrides import flatten
 from engine.queues import QUEUES
 from engine.scheduler_config import POLICIES, PREEMPTION_MODES
 
@@ -143,6 +144,64 @@ WORKLOAD = Table({
     "sessions": SESSIONS,
 })
 
+@dataclass(frozen=True)
+class Grid(Spec):
+    """A table of dotted scenario keys (quoted or nested), each a non-empty list of values."""
+
+    def check(self, key: str, value) -> None:
+        if not isinstance(value, dict) or not value:
+            raise FieldError(key, f"must be {self.allowed}, got {value!r}")
+        for name, values in flatten(value).items():
+            if not isinstance(values, list) or not values:
+                raise FieldError(f"{key}.{name}", f"must be a non-empty list of values, got "
+                                                  f"{values!r}")
+
+
+def _is_bracket(v) -> bool:
+    return (isinstance(v, dict) and set(v) == {"low", "high"} and _is_number(v["low"])
+            and _is_number(v["high"]) and 0 < v["low"] < v["high"])
+
+
+# `servesim search` (docs/sim/search.md): the SLO attainment to hold, the bracket of arrival
+# rates to bisect, when to stop, and the configurations to search.
+SEARCH = Table({
+    "target": Spec("a number above 0 and at most 1 (the fraction of requests meeting every SLO)",
+                   lambda v: _is_number(v) and 0 < v <= 1),
+    "rate": Spec("a table { low, high } of arrival rates (requests/s) with 0 < low < high",
+                 _is_bracket),
+    "tolerance": Spec("a number above 0 and below 1 (stop when (high - low) / high is below it)",
+                      lambda v: _is_number(v) and 0 < v < 1),
+    "grid": Grid("a non-empty table of dotted scenario keys, each a list of values",
+                 lambda v: True),
+}, required=("rate",))
+
+
+@dataclass(frozen=True)
+class Pools(Spec):
+    """`[[cluster.pools]]`: a non-empty array of tables, each a pool's name, its number of
+    replicas and the dotted keys it sets (checked as `POOL`)."""
+
+    def check(self, key: str, value) -> None:
+        if not isinstance(value, list) or not value:
+            raise FieldError(key, f"must be {self.allowed}, got {value!r}")
+        for i, pool in enumerate(value):
+            check_table(pool, POOL, f"{key}[{i}]")
+
+
+POOL = Table({"name": NON_EMPTY_TEXT, "replicas": POSITIVE_INT,
+              "set": Spec("a table of dotted keys", lambda v: isinstance(v, dict))},
+             required=("name", "replicas"))
+
+# Replicas of the engine behind a router (docs/sim/cluster.md); cross-key rules: checks.py.
+CLUSTER = Table({
+    "replicas": POSITIVE_INT,
+    "router": choice(ROUTERS),
+    "report_delay_s": NON_NEGATIVE_NUMBER,
+    "pools": Pools("a non-empty array of tables ([[cluster.pools]]) with name, replicas and "
+                   "set", lambda v: True),
+})
+
+
 SCENARIO = Table({
     "name": NON_EMPTY_TEXT,
     "description": TEXT,
@@ -170,7 +229,8 @@ SCENARIO = Table({
         "gpu_memory_utilization": Spec("a number above 0 and at most 1",
                                        lambda v: _is_number(v) and 0 < v <= 1),
         "step_overhead_s": NON_NEGATIVE_NUMBER,
-        "seq_overhead_s": NON_NEGATIVE_NUMBER}),
+        "seq_overhead_s": NON_NEGATIVE_NUMBER,
+        "cost_per_hour": POSITIVE_NUMBER}),  # dollars a GPU-hour, for `servesim search`
     "scheduler": Table({"policy": choice(POLICIES), "queue": choice(tuple(QUEUES)),
                         "chunked_prefill": BOOL, "max_batch_size": POSITIVE_INT,
                         "batch_timeout_s": NON_NEGATIVE_NUMBER,
@@ -182,6 +242,8 @@ SCENARIO = Table({
     "workload": WORKLOAD,
     "slo": Table({"ttft_s": POSITIVE_NUMBER, "tpot_s": POSITIVE_NUMBER,
                   "e2e_s": POSITIVE_NUMBER}),
+    "cluster": CLUSTER,
+    "search": SEARCH,
 }, required=("workload",))
 
 

@@ -1,13 +1,15 @@
 """The `servesim` command line.
 
-    servesim run [SCENARIO] [--out DIR] [--set KEY=VALUE ...] [--quiet]
+    servesim run [SCENARIO] [--out DIR] [--set KEY=VALUE ...] [--quiet] [--jobs N] [--ray]
+    servesim search SCENARIO [--out DIR] [--set KEY=VALUE ...] [--jobs N] [--ray]
     servesim scenarios
     servesim profile [--model KEY=VALUE ...] [--out FILE] [--quick] [--threads N]
     servesim validate SCENARIO [--out DIR] [--profile auto|NAME|PATH] [--calibrate]
 
 Each subcommand is one `cmd_*` function taking the parsed arguments and returning the exit
 status. A mistake in a scenario, an override or a model setting is one line on stderr and exit
-status 2, with no traceback; nothing runs.
+status 2, with no traceback; nothing runs. `run` and `search` run their simulations serially,
+on a process pool or on Ray (`--jobs`, `--ray`, `--ray-address`: `sim/parallel.py`).
 
 Nothing that loads NumPy is imported before the arguments are read: `profile` and `validate`
 first set the BLAS thread count their profile is (or will be) measured with
@@ -51,13 +53,14 @@ def cmd_run(args) -> int:
 
     scenario = load_scenario(args)
     check_scenario(scenario)
+    parallel = parallel_of(args)
     args.out_dir = out_dir = output_dir(args.out, scenario.name)
     for note in note_foreign_profiles(scenario):
         print(note, file=sys.stderr)
     with output_folder(out_dir, manifest("run", scenario)) as folder:
         worker = reports.ChartWorker.start()  # imports the chart code while we simulate
         try:
-            results = _run_all(scenario, show=not args.quiet)
+            results = _run_all(scenario, parallel, show=not args.quiet)
             files = reports.write_report(scenario, results, folder, worker)
         finally:
             if worker is not None:
@@ -120,12 +123,34 @@ def version() -> str:
         return "unknown"
 
 
-def _run_all(scenario, show: bool) -> list:
-    """[(RunSpec, RunRecorder)] of every run (the spec as run: `runner.resolved_spec`);
-    RunFailed when one cannot finish."""
+def parallel_of(args):
+    """The `sim.parallel.Parallel` that --jobs, --ray and --ray-address ask for."""
+    from .parallel import Parallel
+
+    try:
+        return Parallel(args.jobs, args.ray or args.ray_address is not None, args.ray_address)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _run_all(scenario, parallel, show: bool) -> list:
+    """[(RunSpec, RunRecorder)] of every run (the spec as run: `runner.resolved_spec`), in
+    `Scenario.runs()` order however they ran; RunFailed when one cannot finish."""
+    from .parallel import run_config_job, run_jobs
     from .runner import resolved_spec, run_config
 
     runs = scenario.runs()
+    if parallel.ray or parallel.worker_count(len(runs)) > 1:
+        if show:
+            print(f"{scenario.name}: {len(runs)} runs on {parallel.describe(len(runs))}",
+                  file=sys.stderr)
+        jobs = [(spec.config, Path(scenario.path).parent) for spec in runs]
+        try:
+            recorders = run_jobs(run_config_job, jobs, parallel,
+                                 _progress(scenario.name, runs, show))
+        except (ValueError, FileNotFoundError) as exc:
+            raise RunFailed(f"{scenario.name}: {exc}") from None
+        return [(resolved_spec(spec), recorder) for spec, recorder in zip(runs, recorders)]
     results = []
     for index, spec in enumerate(runs, start=1):
         if show:
@@ -136,6 +161,56 @@ def _run_all(scenario, show: bool) -> list:
             raise RunFailed(f"{scenario.name}, run {spec.label}: {exc}") from None
         results.append((resolved_spec(spec), recorder))
     return results
+
+
+def _progress(name: str, specs, show: bool, describe=None):
+    """A `run_jobs` callback printing "[done/total] name: label" as each job ends (with
+    `describe(result)` after it), or None when quiet."""
+    if not show:
+        return None
+    finished = []
+
+    def done(index: int, result) -> None:
+        finished.append(index)
+        what = f": {describe(result)}" if describe else " done"
+        print(f"[{len(finished)}/{len(specs)}] {name}: {specs[index].label}{what}",
+              file=sys.stderr)
+
+    return done
+
+
+def cmd_search(args) -> int:
+    from reports.output import output_folder
+    from reports.search_report import search_text, write_search_report
+
+    from .search import search, search_scenario
+
+    scenario = search_scenario(load_scenario(args))
+    parallel = parallel_of(args)
+    args.out_dir = out_dir = output_dir(args.out, scenario.name, "-search")
+    specs = scenario.runs()
+    if not args.quiet:
+        print(f"{scenario.name}: searching {len(specs)} points on "
+              f"{parallel.describe(len(specs))}", file=sys.stderr)
+    with output_folder(out_dir, manifest("search", scenario)) as folder:
+        try:
+            result = search(scenario, parallel,
+                            _progress(scenario.name, specs, not args.quiet, _capacity_text))
+        except (ValueError, FileNotFoundError) as exc:
+            raise RunFailed(f"{scenario.name}: {exc}") from None
+        files = write_search_report(result, folder)
+    print(search_text(result))
+    print(f"\n{len(files) + 1} files written to {out_dir}/; report: {out_dir / 'report.html'}")
+    return 0
+
+
+def _capacity_text(probes) -> str:
+    """A point's bisection in a few words, for the progress lines."""
+    met = [probe.rate for probe in probes if probe.meets]
+    if not met:
+        return f"fails at {probes[0].rate:g} requests/s"
+    bound = "at least " if len(probes) > 1 and probes[1].meets else ""
+    return f"{bound}{max(met):.3g} requests/s ({len(probes)} simulations)"
 
 
 def cmd_scenarios(args) -> int:
@@ -236,7 +311,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"built-in name or TOML path (default: {DEFAULT_SCENARIO})")
     _add_common(run, "output directory (default: out/<scenario name>/)")
     add_workload_flags(run)
+    _add_parallel(run, "runs")
     run.set_defaults(func=cmd_run)
+    search = sub.add_parser("search", help="find the highest arrival rate that meets the SLOs, "
+                                           "for every point of a grid")
+    search.add_argument("scenario", help="built-in name or TOML path, with a [search] table")
+    _add_common(search, "output directory (default: out/<scenario name>-search/)")
+    add_workload_flags(search)
+    _add_parallel(search, "grid points")
+    search.set_defaults(func=cmd_search)
     listing = sub.add_parser("scenarios", help="list the built-in scenarios")
     listing.set_defaults(func=cmd_scenarios)
     profile = sub.add_parser("profile", help="profile the real engine and fit the step-cost model")
@@ -274,6 +357,19 @@ def _add_common(parser, out_help: str) -> None:
                         help="override a dotted key, e.g. workload.arrival.rate=8 (repeatable; "
                              "values are TOML)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def _add_parallel(parser, what: str) -> None:
+    parser.add_argument("--jobs", type=int, metavar="N",
+                        help=f"run the {what} on N processes (1: one after the other; default: "
+                             f"as many as there are CPUs and {what}), or a local Ray of N CPUs "
+                             f"with --ray")
+    parser.add_argument("--ray", action="store_true",
+                        help=f"run the {what} on Ray: a local Ray started for the command, or "
+                             f"the cluster at RAY_ADDRESS (needs pip install "
+                             f"\"servesim[ray]\")")
+    parser.add_argument("--ray-address", metavar="ADDR",
+                        help="run on the running Ray cluster at ADDR (implies --ray)")
 
 
 def set_threads(args) -> None:

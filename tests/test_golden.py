@@ -34,6 +34,8 @@ SHORTEN = {
     "gpu-compare": ["workload.num_requests=100"],
     "prefix-caching": ["workload.sessions.conversations=20"],
     "mooncake-conv": ["workload.trace.max_requests=150"],
+    "router-compare": ["workload.sessions.conversations=40"],
+    "capacity-search": ["workload.num_requests=100"],
 }
 
 
@@ -175,3 +177,14 @@ def test_the_mooncake_trace_reuses_more_of_its_prefixes_with_more_kv_memory():
     for tp in (2, 4):
         assert runs["no-caching", tp]["prefix_cache_hit_rate"] == 0.0
         assert runs["prefix-caching", tp]["ttft_p50_s"] < runs["no-caching", tp]["ttft_p50_s"]
+
+
+def test_load_aware_routers_cut_the_ttft_tail_and_prefix_affinity_the_prefill():
+    runs = {variant: summary for variant, (_, _, summary) in full_run("router-compare").items()}
+    assert {s["completed"] for s in runs.values()} == {1232}
+    robin, least = runs["round_robin"], runs["least_outstanding"]
+    assert least["ttft_p99_s"] < 0.9 * robin["ttft_p99_s"]  # bursts spread by load
+    assert runs["random"]["ttft_p99_s"] > 2 * robin["ttft_p99_s"]  # random piles them up
+    affinity = runs["prefix_affinity"]
+    assert affinity["prefix_cache_hit_rate"] > robin["prefix_cache_hit_rate"] + 0.15
+    assert affinity["ttft_p50_s"] < robin["ttft_p50_s"] / 3

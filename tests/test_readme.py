@@ -33,6 +33,8 @@ def short(argv: list[str]) -> list[str]:
     """The command with settings that keep the suite short (later flags win)."""
     if argv[:2] == ["servesim", "run"]:
         return argv + ["--num-prompts", "20", "--quiet"]
+    if argv[:2] == ["servesim", "search"]:
+        return argv + ["--num-prompts", "60", "--quiet"]
     if argv[:2] == ["servesim", "profile"]:
         return argv + ["--model", *TINY, "--out", "profile.json", "--quiet"]
     if argv[:2] == ["servesim", "validate"]:

@@ -152,3 +152,15 @@ def gpu_spec(value) -> Gpu:
         raise ValueError(f"hardware.gpu.measured must be one of "
                          f"{', '.join(calibration()['gpus'])}, got {known['measured']!r}")
     return Gpu(id=gpu_id, **known)
+
+
+def cost_per_hour(hardware: dict) -> float | None:
+    """Dollars a GPU-hour of a resolved `[hardware]` table: its `cost_per_hour`, else the
+    catalog's assumed price for its GPU (data/gpus.toml says where each comes from); None for
+    a GPU the scenario defines, or a catalog GPU without a price."""
+    if "cost_per_hour" in hardware:
+        return float(hardware["cost_per_hour"])
+    gpu = hardware.get("gpu")
+    if not isinstance(gpu, str):
+        return None
+    return gpus().get(gpu.lower(), {}).get("cost_per_hour")

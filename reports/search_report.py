@@ -1,0 +1,151 @@
+"""The files of a capacity search (`servesim search`, docs/sim/search.md): `search.csv` (one
+row per point: its variant and grid values, then `SearchResult.rows()`), `probes.csv` (every
+probe of every bisection, in order), `search.png`, `report.md` and `report.html`. Like a run's
+files they are reproducible: the same scenario and seed give the same bytes, whether the points
+ran serially, on a process pool or on Ray.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from .describe import config_rows, shown_path
+from .key_figures import text_table
+from .labels import short_labels, value_text
+from .render import Heading, Image, Paragraph, Table, to_html, to_markdown
+from .tables import label_values, run_keys
+from .writer import FLOAT_FORMAT
+
+STATUS_TEXT = {"found": "found", "at_least_high": "at least high",
+               "fails_at_low": "fails at low"}
+SHOWN = (("max rate req/s", "max_rate", 2), ("goodput req/s", "goodput", 2),
+         ("attainment", "attainment", 3), ("GPUs", "gpus", 0),
+         ("goodput/GPU", "goodput_per_gpu", 2), ("$/h", "dollars_per_hour", 2),
+         ("goodput per $/h", "goodput_per_dollar_hour", 3))
+
+
+def write_search_report(result, out_dir) -> list[Path]:
+    """Write the search's files into `out_dir`; returns their paths."""
+    out_dir = Path(out_dir)
+    specs = [point.spec for point in result.points]
+    rows = result.rows()
+    keys = run_keys([(spec, None) for spec in specs])
+    points = pd.DataFrame([_labels(spec, keys) | row for spec, row in zip(specs, rows)])
+    probes = pd.DataFrame([_labels(point.spec, keys) | {"probe": i} | vars(probe)
+                           for point in result.points for i, probe in enumerate(point.probes)])
+    labels, title = short_labels(specs)
+    from .search_chart import search_chart  # matplotlib: imported where the chart is drawn
+
+    chart = Image("search.png", search_chart(labels, rows),
+                  "Capacity against GPUs, and cost efficiency")
+    written = []
+    for frame, name in ((points, "search.csv"), (probes, "probes.csv")):
+        frame.to_csv(out_dir / name, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+        written.append(out_dir / name)
+    (out_dir / chart.filename).write_bytes(chart.png)
+    blocks = report_blocks(result, labels, title, rows, chart)
+    (out_dir / "report.md").write_text(to_markdown(blocks))
+    (out_dir / "report.html").write_text(
+        to_html(blocks, f"servesim capacity search: {result.scenario.name}"))
+    return written + [out_dir / chart.filename, out_dir / "report.md", out_dir / "report.html"]
+
+
+def search_text(result) -> str:
+    """The points' key figures as an aligned text table, then the best points."""
+    labels, title = short_labels([point.spec for point in result.points])
+    header, body = result_table(labels, result.rows(), title)
+    return text_table(header, body) + "\n\n" + "\n".join(best_lines(result, labels))
+
+
+def result_table(labels: list[str], rows: list[dict],
+                 title: str | None = None) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the points' key figures; `title` names the label column."""
+    header = [title or "point", "status", *(name for name, _, _ in SHOWN)]
+    body = [[label, STATUS_TEXT[row["status"]],
+             *(_number(row[key], digits) for _, key, digits in SHOWN)]
+            for label, row in zip(labels, rows)]
+    return header, body
+
+
+def best_lines(result, labels: list[str]) -> list[str]:
+    """The best point by goodput per GPU and by goodput per dollar-hour (where prices are
+    known), each with its figure."""
+    lines = []
+    for figure, what in (("goodput_per_gpu", "goodput per GPU"),
+                         ("goodput_per_dollar_hour", "goodput per dollar-hour")):
+        best = result.best(figure)
+        if best is None:
+            lines.append(f"best by {what}: none (no point has it)")
+            continue
+        index = result.points.index(best)
+        row = result.rows()[index]
+        bound = " (a lower bound: it met the target at the bracket's top)" \
+            if row["status"] == "at_least_high" else ""
+        lines.append(f"best by {what}: {labels[index]}: {row[figure]:.3g}{bound}")
+    return lines
+
+
+def report_blocks(result, labels: list[str], title: str | None, rows: list[dict],
+                  chart: Image) -> list:
+    """The report: what was searched, the best points, every point's figures, the chart."""
+    scenario = result.scenario
+    blocks = [Heading(1, f"servesim capacity search: {scenario.name}")]
+    if scenario.description:
+        blocks.append(Paragraph(scenario.description))
+    blocks += [Heading(2, "What was searched"), Table(["setting", "value"],
+                                                      _settings_rows(result))]
+    blocks += [Heading(2, "Best configuration"),
+               Paragraph("; ".join(best_lines(result, labels)) + ".")]
+    header, body = result_table(labels, rows, title)
+    blocks += [Heading(2, "Capacity of every point"), Table(header, body), Paragraph(
+        "max rate: the highest arrival rate probed at which the target share of requests met "
+        "every SLO; goodput: requests/s meeting every SLO at that rate; attainment: the share "
+        "that met them there; $/h: what the point's GPUs cost an hour. `found`: the capacity "
+        "lies between max rate and the lowest rate that failed, within the tolerance; `at "
+        "least high`: the target held at the bracket's top, so the capacity is at least that; "
+        "`fails at low`: it failed even at the bracket's bottom. Every figure is in "
+        "`search.csv`, every probe of every bisection in `probes.csv`.")]
+    blocks += [Heading(2, "Chart"), chart]
+    return blocks
+
+
+def _settings_rows(result) -> list[list[str]]:
+    settings, scenario = result.settings, result.scenario
+    config = result.points[0].spec.config
+    seeds = sorted({point.spec.config["seed"] for point in result.points})
+    rate = settings["rate"]
+    rows = [["scenario", f"{scenario.name} (`{shown_path(scenario.path)}`)"],
+            ["target", f"{settings['target']:g} of the requests meet every SLO "
+                       f"({config_rows(config)['SLO (goodput)']})"],
+            ["arrival rates", f"bisected between {rate['low']:g} and {rate['high']:g} "
+                              f"requests/s (geometric midpoints), "
+                              f"`{config['workload']['arrival']['process']}` arrivals"],
+            ["tolerance", f"stop when (failed - met) / failed < {settings['tolerance']:g}"],
+            ["seeds", ", ".join(map(str, seeds)) + " (the same requests at every rate of "
+                                                   "a point, their arrival times scaled)"]]
+    for key in scenario.sweep:
+        rows.append([f"grid: `{key}`", ", ".join(value_text(v) for v in scenario.sweep[key])])
+    probes = sum(len(point.probes) for point in result.points)
+    rows.append(["points", f"{len(result.points)} ({len(scenario.variants)} variant(s) x "
+                           f"{len(result.points) // len(scenario.variants)} grid points), "
+                           f"{probes} simulations"])
+    shared = config_rows(config)
+    for field in ("step costs", "model", "scheduler", "workload"):
+        rows.append([field, shared[field]])
+    if scenario.overrides:
+        rows.append(["overrides (--set)", ", ".join(f"`{k} = {v!r}`"
+                                                    for k, v in scenario.overrides)])
+    return rows
+
+
+def _labels(spec, keys: list[str]) -> dict:
+    return dict(zip(keys, label_values(spec, keys)))
+
+
+def _number(value, digits: int) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "n/a"
+    return f"{value:,.{digits}f}"

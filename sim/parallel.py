@@ -1,0 +1,164 @@
+"""Run independent simulation jobs serially, on a local process pool, or on Ray.
+
+A job is a picklable value and a module-level function of it (a run's config -> its
+RunRecorder, `run_config_job`; a search point -> its bisection, `sim.search`).
+`run_jobs(function, jobs, parallel)` returns the results in the jobs' order whatever order they
+finish in, so a parallel run writes the serial run's files byte for byte: every simulation
+draws only from its own seeded streams.
+
+- serial (`Parallel(workers=1)`, or a single job): in this process, one after the other;
+- a process pool (the default): `concurrent.futures.ProcessPoolExecutor` with `workers`
+  processes (default min(usable CPUs, number of jobs)), forked from a clean server process
+  ("forkserver"), never from this one, which may hold threads (Ray's, a progress bar's);
+- Ray (`Parallel(ray=True)`): the cluster at `ray_address` (else at RAY_ADDRESS) when one is
+  given, else a local Ray started for the call with `workers` CPUs and shut down after; one task
+  of one CPU per job. Where this process already joined a Ray, that one is used and left
+  running. Ray is optional: `pip install "servesim[ray]"`.
+
+Workers run BLAS on one thread, the project's default (`profiling.threads`): a pool worker
+sets it before NumPy loads; Ray sets OMP_NUM_THREADS=1 in its workers, which OpenBLAS reads.
+A job's exception is raised here as itself (a Ray task's cause, unwrapped).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Callable
+
+from .profiling import threads
+
+RAY_MISSING = 'Ray is not installed: pip install "servesim[ray]"'
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How to run jobs: on `workers` processes (1: serially; None: min(usable CPUs, jobs))
+    of a pool, or on Ray with `ray` (at `ray_address`, else RAY_ADDRESS, else a local Ray
+    of `workers` CPUs). The command line's --jobs, --ray and --ray-address."""
+
+    workers: int | None = None
+    ray: bool = False
+    ray_address: str | None = None
+
+    def __post_init__(self):
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"--jobs must be a positive integer, got {self.workers}")
+        if self.ray and self.cluster_address() and self.workers is not None:
+            raise ValueError("--jobs sets the CPUs of a local Ray; a running Ray cluster "
+                             "schedules on its own CPUs")
+        if self.ray and importlib.util.find_spec("ray") is None:
+            raise ValueError(RAY_MISSING)
+
+    def cluster_address(self) -> str | None:
+        """The running Ray cluster to join, if any."""
+        return self.ray_address or os.environ.get("RAY_ADDRESS") or None
+
+    def worker_count(self, num_jobs: int) -> int:
+        """Processes (or a local Ray's CPUs) for `num_jobs` jobs."""
+        return self.workers or max(1, min(len(os.sched_getaffinity(0)), num_jobs))
+
+    def describe(self, num_jobs: int) -> str:
+        """Where the jobs run, in a few words ("2 processes", "Ray at ADDR")."""
+        if self.ray:
+            address = self.cluster_address()
+            return f"Ray at {address}" if address else \
+                f"a local Ray of {self.worker_count(num_jobs)} CPUs"
+        workers = self.worker_count(num_jobs)
+        return "this process" if workers == 1 else f"{workers} processes"
+
+
+def run_jobs(function: Callable, jobs: list, parallel: Parallel = Parallel(),
+             done: Callable[[int, object], None] | None = None) -> list:
+    """[function(job) for job in jobs], run as `parallel` says; `done(index, result)` is
+    called as each job finishes (in the order they finish: a progress display)."""
+    if not jobs:
+        return []
+    if parallel.ray:
+        return _on_ray(function, jobs, parallel, done)
+    workers = parallel.worker_count(len(jobs))
+    if workers == 1:
+        results = []
+        for index, job in enumerate(jobs):
+            results.append(function(job))
+            if done is not None:
+                done(index, results[-1])
+        return results
+    return _on_pool(function, jobs, workers, done)
+
+
+def run_config_job(job: tuple):
+    """A run's RunRecorder: `job` is (resolved config, base_dir), as `sim.run_config` takes."""
+    from .runner import run_config
+
+    config, base_dir = job
+    return run_config(config, base_dir=base_dir)
+
+
+def _on_pool(function, jobs: list, workers: int, done) -> list:
+    context = multiprocessing.get_context("forkserver")
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker)
+    try:
+        futures = {pool.submit(function, job): i for i, job in enumerate(jobs)}
+        results = [None] * len(jobs)
+        for future in as_completed(futures):
+            index = futures[future]
+            results[index] = future.result()  # the first failure stops the rest
+            if done is not None:
+                done(index, results[index])
+        return results
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_worker() -> None:
+    """A pool worker: BLAS on one thread (before NumPy loads); Ctrl-C is the caller's to
+    handle (it stops the pool), not a traceback from every worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if "numpy" not in sys.modules:
+        threads.apply(threads.DEFAULT_THREADS)
+
+
+def _on_ray(function, jobs: list, parallel: Parallel, done) -> list:
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        address = parallel.cluster_address()
+        if address:
+            ray.init(address=address, logging_level=logging.ERROR)
+        else:
+            ray.init(num_cpus=parallel.worker_count(len(jobs)), include_dashboard=False,
+                     logging_level=logging.ERROR)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(function)
+        refs = {task.remote(job): i for i, job in enumerate(jobs)}
+        results = [None] * len(jobs)
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            index = refs[ready[0]]
+            results[index] = _task_result(ray, ready[0])
+            if done is not None:
+                done(index, results[index])
+        return results
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _task_result(ray, ref):
+    """A finished task's result; a failed task raises its own exception (a ValueError stays
+    a ValueError, its message unchanged)."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, Exception):
+            raise exc.cause from None
+        raise

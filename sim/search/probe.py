@@ -1,0 +1,76 @@
+"""One probe of the search: a point's config simulated at one arrival rate, and what the
+search keeps of it (a `Probe`: a few numbers, cheap to send back from a worker).
+
+SLO attainment is the share of the counted requests (those arriving after the warm-up) that
+finished and met every SLO the scenario gives (`engine.benchmark.meets_slo`): a rejected or
+unfinished request counts against it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from engine.benchmark import meets_slo, request_metrics, summarize
+
+from ..runner import run_config
+from .bisection import bisect_rate
+
+RATE_KEY = "workload.arrival.rate"
+
+
+@dataclass(frozen=True)
+class Probe:
+    rate: float  # the offered arrival rate, requests/s
+    attainment: float  # the share of counted requests that met every SLO
+    meets: bool  # attainment >= the target
+    goodput: float  # requests/s that met every SLO (summary.csv's goodput)
+    throughput: float  # requests completed per second
+    ttft_p90_s: float
+    tpot_p90_s: float
+
+
+@dataclass(frozen=True)
+class PointJob:
+    """What a worker needs to search one point (a module-level job for `sim.parallel`)."""
+
+    config: dict
+    base_dir: Path | None
+    target: float
+    low: float
+    high: float
+    tolerance: float
+
+
+def search_point(job: PointJob) -> tuple[Probe, ...]:
+    """The probes of one point's bisection, run one after the other."""
+    probe = partial(run_probe, job.config, job.base_dir, job.target)
+    return tuple(bisect_rate(probe, job.low, job.high, job.tolerance))
+
+
+def run_probe(config: dict, base_dir, target: float, rate: float) -> Probe:
+    """Simulate `config` at arrival rate `rate` (same seed, so the same requests at every
+    rate, their arrival times scaled) and measure it against `target`."""
+    config = copy.deepcopy(config)
+    config["workload"]["arrival"]["rate"] = rate
+    recorder = run_config(config, base_dir=base_dir)
+    slo, warmup_s = config["slo"], config["workload"]["warmup_s"]
+    summary = summarize(recorder, slo, warmup_s)
+    attainment = slo_attainment(recorder, slo, warmup_s)
+    return Probe(rate, attainment, attainment >= target, summary["goodput"],
+                 summary["request_throughput"], summary["ttft_p90_s"], summary["tpot_p90_s"])
+
+
+def slo_attainment(recorder, slo: dict, warmup_s: float = 0.0) -> float:
+    """The share of requests arriving from `warmup_s` on that finished meeting every SLO
+    (NaN when none arrived then)."""
+    columns = recorder.request_columns()
+    counted = np.asarray(columns["arrival_s"], float) >= warmup_s
+    finished = np.asarray(columns["status"], dtype=object) == "finished"
+    met = meets_slo(request_metrics(columns), slo) & finished
+    return float(met[counted].mean()) if counted.any() else math.nan

@@ -1,0 +1,96 @@
+"""What a search found: per point, its probes and the figures points are compared by.
+
+A point's capacity is the highest probed rate that met the target. Its goodput (requests/s
+meeting every SLO) is measured at that rate; per GPU it divides by the point's GPUs
+(`hardware.tp` x `cluster.replicas`, each 1 when absent), per dollar-hour by what they cost
+(`hardware.cost_per_hour`, else the GPU catalog's assumed price; none for other cost models).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..costs.hardware.catalog import cost_per_hour
+from .probe import Probe
+
+FOUND, AT_LEAST_HIGH, FAILS_AT_LOW = "found", "at_least_high", "fails_at_low"
+
+
+@dataclass(frozen=True)
+class PointResult:
+    spec: object  # the point's RunSpec: its variant, grid values (`sweep`) and config
+    probes: tuple[Probe, ...]
+
+    @property
+    def status(self) -> str:
+        """found; at_least_high (it met the target at the bracket's top); fails_at_low."""
+        if not self.probes[0].meets:
+            return FAILS_AT_LOW
+        return AT_LEAST_HIGH if self.probes[1].meets else FOUND
+
+    @property
+    def best(self) -> Probe | None:
+        """The probe at the highest rate that met the target (None: not even `low` did)."""
+        met = [probe for probe in self.probes if probe.meets]
+        return max(met, key=lambda probe: probe.rate) if met else None
+
+    @property
+    def gpus(self) -> int:
+        config = self.spec.config
+        return config.get("hardware", {}).get("tp", 1) * \
+            config.get("cluster", {}).get("replicas", 1)
+
+    @property
+    def dollars_per_hour(self) -> float | None:
+        """What the point's GPUs cost an hour (None: no price known)."""
+        hardware = self.spec.config.get("hardware")
+        price = cost_per_hour(hardware) if hardware is not None else None
+        return None if price is None else price * self.gpus
+
+    def figures(self) -> dict:
+        """The point's row of search.csv (after its variant and grid values); NaN where a
+        figure does not exist (no rate met the target, no price)."""
+        best, cost = self.best, self.dollars_per_hour
+        goodput = best.goodput if best else math.nan
+        return {"status": self.status, "gpus": self.gpus,
+                "max_rate": best.rate if best else math.nan,
+                "attainment": best.attainment if best else math.nan,
+                "goodput": goodput, "goodput_per_gpu": goodput / self.gpus,
+                "dollars_per_hour": math.nan if cost is None else cost,
+                "goodput_per_dollar_hour": math.nan if cost is None else goodput / cost,
+                "ttft_p90_s": best.ttft_p90_s if best else math.nan,
+                "tpot_p90_s": best.tpot_p90_s if best else math.nan,
+                "probes": len(self.probes)}
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    scenario: object  # the searched scenario, its grid crossed into its sweep
+    settings: dict  # the [search] table: target, rate {low, high}, tolerance, grid
+    points: tuple[PointResult, ...]
+
+    def rows(self) -> list[dict]:
+        """Every point's figures, with `pareto` (on the front of goodput per GPU against
+        goodput per dollar-hour: no other point is at least as good on both and better on
+        one)."""
+        rows = [point.figures() for point in self.points]
+        for row in rows:
+            row["pareto"] = _on_front(row, rows)
+        return rows
+
+    def best(self, figure: str) -> PointResult | None:
+        """The point with the highest `figure` (e.g. "goodput_per_gpu"); the first of equals;
+        None when no point has it."""
+        scored = [(row[figure], i) for i, row in enumerate(self.rows())
+                  if not math.isnan(row[figure])]
+        return self.points[max(scored, key=lambda s: (s[0], -s[1]))[1]] if scored else None
+
+
+def _on_front(row: dict, rows: list[dict]) -> bool:
+    keys = ("goodput_per_gpu", "goodput_per_dollar_hour")
+    if any(math.isnan(row[k]) for k in keys):
+        return False
+    return not any(all(other[k] >= row[k] for k in keys) and
+                   any(other[k] > row[k] for k in keys) for other in rows
+                   if not any(math.isnan(other[k]) for k in keys))
