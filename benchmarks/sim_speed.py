@@ -1,4 +1,4 @@
-"""Simulator speed: requests and steps per second of wall time, and peak memory, five ways.
+"""Simulator speed: requests and steps per second of wall time, and peak memory, six ways.
 
 - replay: the whole Azure conversation trace (19,366 requests) at its real rate, as a user runs
   it: `servesim run benchmarks/azure-conv-real-rate.toml` timed as a whole process (imports,
@@ -18,15 +18,19 @@
   `servesim run benchmarks/mooncake-conv-full.toml` timed as a whole process, beside the
   simulation alone with fast forward and step by step, with a check that both give the same
   records (prefix-cache counts included) and the hit rate reached.
+- cluster: sixteen replicas of the replay's server behind a least-outstanding router serving
+  the whole Azure conversation trace compressed 16x (`benchmarks/azure-conv-16x-cluster.toml`),
+  `servesim run` timed as a whole process, with its peak memory.
 Each part runs in its own process, so each peak memory (ru_maxrss) is its own. The machine's
 state is printed with the figures: the seconds a fixed pure-Python loop takes (its speed) and
 the load average.
 
-    python benchmarks/sim_speed.py                   # all five (several minutes)
+    python benchmarks/sim_speed.py                   # all six (several minutes)
     python benchmarks/sim_speed.py --requests 50000  # a quick check
     python benchmarks/sim_speed.py --only replay
     python benchmarks/sim_speed.py --only hardware
     python benchmarks/sim_speed.py --only mooncake
+    python benchmarks/sim_speed.py --only cluster
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from sim.workloads.traces import load_trace, shipped_trace
 HERE = Path(__file__).resolve().parent
 REPLAY = HERE / "azure-conv-real-rate.toml"
 MOONCAKE = HERE / "mooncake-conv-full.toml"
+CLUSTER = HERE / "azure-conv-16x-cluster.toml"
 TRACE = shipped_trace("azure-conv")  # the Azure conversation trace, shipped with servesim
 OVERLOAD = 1.5  # arrival rate / service rate
 SERVER = {
@@ -95,7 +100,8 @@ def replay_whole_process(repeats: int, scenario: Path = REPLAY) -> dict:
         steps = sum(1 for _ in open(Path(tmp) / "out" / "steps.csv")) - 1
         requests = sum(1 for _ in open(Path(tmp) / "out" / "requests.csv")) - 1
     return {"requests": requests, "steps": steps, "best_s": min(times),
-            "median_s": float(np.median(times))}
+            "median_s": float(np.median(times)),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
 def replay_in_process(repeats: int, scenario: Path = REPLAY) -> dict:
@@ -236,6 +242,8 @@ def part_main(args) -> None:
         result = replay_in_process(args.repeats) | {"whole": replay_whole_process(args.repeats)}
     elif args.part == "hardware":
         result = hardware_vs_profile(args.repeats)
+    elif args.part == "cluster":
+        result = {"whole": replay_whole_process(args.repeats, CLUSTER)}
     elif args.part == "mooncake":
         result = replay_in_process(1, MOONCAKE) | {
             "whole": replay_whole_process(args.repeats, MOONCAKE)}
@@ -258,6 +266,13 @@ def show_replay(r: dict, name: str = "replay") -> None:
           f"{r['prefix_cache_hit_rate']:.1%}")
 
 
+def show_cluster(r: dict) -> None:
+    whole = r["whole"]
+    print(f"  cluster: 16 replicas, {whole['requests']:,} requests, {whole['steps']:,} steps; "
+          f"whole process best {whole['best_s']:.2f} s = {whole['requests'] / whole['best_s']:,.0f} "
+          f"requests/s, median {whole['median_s']:.2f} s; peak RSS {whole['peak_rss_mb']:,.0f} MB")
+
+
 def show_saturated(r: dict) -> None:
     print(f"{r['part']:>9}: {r['requests']:>9,} requests ({r['finished']:,} finished, "
           f"{r['rejected']:,} rejected), {r['steps']:>9,} steps in {r['wall_s']:7.1f} s: "
@@ -273,7 +288,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3,
                         help="whole-process replays to time (best and median; default 3)")
     parser.add_argument("--only", choices=("replay", "saturated", "synthetic", "hardware",
-                                            "mooncake"),
+                                            "mooncake", "cluster"),
                         action="append",
                         help="run only this part (repeatable)")
     parser.add_argument("--part", help=argparse.SUPPRESS)
@@ -283,7 +298,7 @@ def main(argv=None) -> None:
         part_main(args)
         return
     print(machine_state())
-    parts = args.only or ["replay", "saturated", "synthetic", "hardware", "mooncake"]
+    parts = args.only or ["replay", "saturated", "synthetic", "hardware", "mooncake", "cluster"]
     if "replay" in parts:
         show_replay(child("replay", args))
     if {"saturated", "synthetic"} & set(parts):
@@ -297,6 +312,8 @@ def main(argv=None) -> None:
         show_hardware(child("hardware", args))
     if "mooncake" in parts:
         show_replay(child("mooncake", args), "mooncake")
+    if "cluster" in parts:
+        show_cluster(child("cluster", args))
     print(machine_state())
 
 
