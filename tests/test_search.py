@@ -120,6 +120,15 @@ def test_gpus_are_tensor_parallel_times_replicas():
     assert PointResult(SimpleNamespace(config={}), ()).dollars_per_hour is None
 
 
+def test_a_cluster_of_pools_counts_and_prices_each_pools_gpus():
+    config = {"hardware": {"tp": 1, "gpu": "h100-sxm"}, "cluster": {"pools": [
+        {"name": "h100", "replicas": 2, "set": {"hardware.tp": 2}},
+        {"name": "l40s", "replicas": 3, "set": {"hardware.gpu": "l40s"}}]}}
+    point = PointResult(SimpleNamespace(config=config), ())
+    assert point.gpus == 2 * 2 + 3 * 1
+    assert point.dollars_per_hour == pytest.approx(4 * 3.24 + 3 * 1.15)
+
+
 @pytest.mark.parametrize("override, message", [
     ("search.target=0", "search.target: must be a number above 0 and at most 1"),
     ("search.target=1.5", "search.target: must be a number above 0 and at most 1"),

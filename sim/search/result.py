@@ -1,9 +1,10 @@
 """What a search found: per point, its probes and the figures points are compared by.
 
 A point's capacity is the highest probed rate that met the target. Its goodput (requests/s
-meeting every SLO) is measured at that rate; per GPU it divides by the point's GPUs
-(`hardware.tp` x `cluster.replicas`, each 1 when absent), per dollar-hour by what they cost
-(`hardware.cost_per_hour`, else the GPU catalog's assumed price; none for other cost models).
+meeting every SLO) is measured at that rate; per GPU it divides by the point's GPUs (each
+replica's `hardware.tp`, summed over `cluster.replicas` or the pools), per dollar-hour by what
+they cost (`hardware.cost_per_hour`, else the GPU catalog's assumed price; none for other cost
+models or when a replica's price is unknown).
 """
 
 from __future__ import annotations
@@ -37,16 +38,19 @@ class PointResult:
 
     @property
     def gpus(self) -> int:
-        config = self.spec.config
-        return config.get("hardware", {}).get("tp", 1) * \
-            config.get("cluster", {}).get("replicas", 1)
+        """GPUs of every replica (each pool's own `hardware.tp`)."""
+        return sum(hardware.get("tp", 1) for hardware in _replica_hardware(self.spec.config))
 
     @property
     def dollars_per_hour(self) -> float | None:
-        """What the point's GPUs cost an hour (None: no price known)."""
-        hardware = self.spec.config.get("hardware")
-        price = cost_per_hour(hardware) if hardware is not None else None
-        return None if price is None else price * self.gpus
+        """What the point's GPUs cost an hour (None: a replica's price is not known)."""
+        total = 0.0
+        for hardware in _replica_hardware(self.spec.config):
+            price = cost_per_hour(hardware) if hardware else None
+            if price is None:
+                return None
+            total += price * hardware.get("tp", 1)
+        return total
 
     def figures(self) -> dict:
         """The point's row of search.csv (after its variant and grid values); NaN where a
@@ -62,6 +66,16 @@ class PointResult:
                 "ttft_p90_s": best.ttft_p90_s if best else math.nan,
                 "tpot_p90_s": best.tpot_p90_s if best else math.nan,
                 "probes": len(self.probes)}
+
+
+def _replica_hardware(config: dict) -> list[dict]:
+    """The `[hardware]` table of each replica of a config: one without `[cluster]`, each
+    replica's (a pool's settings applied) with it."""
+    if config.get("cluster") is None:
+        return [config.get("hardware") or {}]
+    from ..cluster.run import replica_configs
+
+    return [replica.get("hardware") or {} for _, replica in replica_configs(config)]
 
 
 @dataclass(frozen=True)
