@@ -4,12 +4,14 @@
     servesim search SCENARIO [--out DIR] [--set KEY=VALUE ...] [--jobs N] [--ray]
     servesim scenarios
     servesim profile [--model KEY=VALUE ...] [--out FILE] [--quick] [--threads N]
-    servesim validate SCENARIO [--out DIR] [--profile auto|NAME|PATH] [--calibrate]
+    servesim validate SCENARIO [--out DIR] [--profile auto|NAME|PATH] [--calibrate] [--jobs N]
 
 Each subcommand is one `cmd_*` function taking the parsed arguments and returning the exit
 status. A mistake in a scenario, an override or a model setting is one line on stderr and exit
 status 2, with no traceback; nothing runs. `run` and `search` run their simulations serially,
-on a process pool or on Ray (`--jobs`, `--ray`, `--ray-address`: `sim/parallel.py`).
+on a process pool or on Ray (`--jobs`, `--ray`, `--ray-address`: `sim/parallel.py`), and so does
+`validate` when asked (by default it serves one run at a time: servings side by side on one
+machine slow each other down).
 
 Nothing that loads NumPy is imported before the arguments are read: `profile` and `validate`
 first set the BLAS thread count their profile is (or will be) measured with
@@ -23,6 +25,7 @@ import os
 import signal
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 from .profiling import threads
@@ -258,9 +261,13 @@ def cmd_validate(args) -> int:
 
     scenario = load_scenario(args)
     args.out_dir = out_dir = output_dir(args.out, scenario.name, "-validate")
+    parallel = parallel_of(args)
+    if args.jobs is None and not parallel.ray:  # real-time servings side by side disturb
+        parallel = replace(parallel, workers=1)  # each other's timing: one at a time
     try:
         result = validate(scenario, out_dir, progress=not args.quiet, calibrate=args.calibrate,
-                          profile=args.profile, manifest=manifest("validate", scenario))
+                          profile=args.profile, manifest=manifest("validate", scenario),
+                          parallel=parallel)
     except (ValueError, FileNotFoundError) as exc:
         if isinstance(exc, scenarios.ScenarioError):
             raise
@@ -347,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--calibrate", action="store_true",
                           help="scale the simulation to the machine's speed measured just "
                                "before serving (the profile's reference step)")
+    _add_parallel(validate, "runs", default="1: servings share no cores")
     validate.set_defaults(func=cmd_validate)
     return parser
 
@@ -359,11 +367,11 @@ def _add_common(parser, out_help: str) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 
-def _add_parallel(parser, what: str) -> None:
+def _add_parallel(parser, what: str, default: str | None = None) -> None:
+    default = default or f"as many as there are CPUs and {what}"
     parser.add_argument("--jobs", type=int, metavar="N",
                         help=f"run the {what} on N processes (1: one after the other; default: "
-                             f"as many as there are CPUs and {what}), or a local Ray of N CPUs "
-                             f"with --ray")
+                             f"{default}), or a local Ray of N CPUs with --ray")
     parser.add_argument("--ray", action="store_true",
                         help=f"run the {what} on Ray: a local Ray started for the command, or "
                              f"the cluster at RAY_ADDRESS (needs pip install "

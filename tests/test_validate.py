@@ -212,3 +212,18 @@ def test_what_cannot_be_validated_is_one_line_and_nothing_runs(tmp_path, capsys,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not out.exists()
+
+
+def test_runs_validated_on_a_process_pool_simulate_as_they_do_one_by_one(tmp_path, validated):
+    """--jobs 2 serves and simulates the two variants side by side: the simulations (seeded,
+    on the scenario's own linear cost model) are the same numbers as the serial validation's."""
+    serial = read_csv(validated[1] / "validation.csv")
+    path = tmp_path / "validate-case.toml"
+    path.write_text(SCENARIO)
+    assert main(["validate", str(path), "--out", str(tmp_path / "v"), "--quiet", "--jobs",
+                 "2"]) == 0
+    rows = read_csv(tmp_path / "v" / "validation.csv")
+    assert [(r["variant"], r["metric"], r["stat"]) for r in rows] == \
+        [(r["variant"], r["metric"], r["stat"]) for r in serial]
+    assert [r["simulate"] for r in rows] == pytest.approx([r["simulate"] for r in serial],
+                                                          rel=1e-9, nan_ok=True)

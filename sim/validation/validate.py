@@ -116,27 +116,29 @@ class Validation:
 
 def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
              calibrate: bool = False, profile: str = "auto",
-             manifest: dict | None = None) -> Validation:
+             manifest: dict | None = None, parallel=None) -> Validation:
     """Serve and simulate every run of `scenario` (a `scenarios.Scenario`, a built-in name or a
     path) and, with `write`, write the files listed in the module docstring to `out_dir`, whole
     or not at all (`reports.output.output_folder`, with `manifest` recorded). `profile`: for
     runs whose cost model is a profile, "auto" (this machine's, from the cache, profiled first
     where there is none) or a shipped name or path measured on this machine (`machine.py`).
     `calibrate`: scale the simulation's costs by the machine's speed measured just before each
-    serving (`sim.costs.calibrate`; needs a profile that records its reference step)."""
+    serving (`sim.costs.calibrate`; needs a profile that records its reference step).
+    `parallel`: a `sim.parallel.Parallel` to run the runs on (default: one after the other,
+    since real-time servings side by side on one machine slow each other down)."""
     from reports.output import output_folder
 
     if not isinstance(scenario, scenarios.Scenario):
         scenario = scenarios.load(scenario)
     specs = validatable_runs(scenario, calibrate, profile, progress)
     if not write:
-        return _validate_runs(scenario, specs, None, progress, calibrate)
+        return _validate_runs(scenario, specs, None, progress, calibrate, parallel)
     if out_dir is None:
         raise ValueError("validate: out_dir is required to write the files")
     manifest = manifest or {"command": "validate", "scenario": scenario.name,
                             "seed": scenario.seed}
     with output_folder(out_dir, manifest) as folder:  # taken before anything is served
-        result = _validate_runs(scenario, specs, Path(out_dir), progress, calibrate)
+        result = _validate_runs(scenario, specs, Path(out_dir), progress, calibrate, parallel)
         write_outputs(result, folder)
     return result
 
@@ -162,8 +164,13 @@ def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool) ->
     return specs
 
 
-def _validate_runs(scenario, specs, out_dir, progress: bool, calibrate: bool) -> Validation:
+def _validate_runs(scenario, specs, out_dir, progress: bool, calibrate: bool,
+                   parallel=None) -> Validation:
     base_dir = Path(scenario.path).parent if scenario.path else None
+    if parallel is not None and (parallel.ray or parallel.worker_count(len(specs)) > 1):
+        return Validation(scenario, tuple(_validate_in_parallel(scenario, specs, base_dir,
+                                                                calibrate, parallel, progress)),
+                          out_dir)
     runs = []
     for index, spec in enumerate(specs, start=1):
         if progress:
@@ -172,6 +179,30 @@ def _validate_runs(scenario, specs, out_dir, progress: bool, calibrate: bool) ->
                   f"requests in real time", file=sys.stderr)
         runs.append(validate_run(spec, base_dir, calibrate, progress))
     return Validation(scenario, tuple(runs), out_dir)
+
+
+def _validate_in_parallel(scenario, specs, base_dir, calibrate: bool, parallel,
+                          progress: bool) -> list:
+    """`validate_run` of every run as jobs of `parallel` (`sim.parallel`), in run order. On a
+    Ray cluster, a run's profile must be at the same path on the node that serves it."""
+    from ..parallel import run_jobs
+
+    def done(index: int, _) -> None:
+        if progress:
+            print(f"[{index + 1}/{len(specs)}] {scenario.name}: {specs[index].label}: served "
+                  f"and simulated", file=sys.stderr)
+
+    if progress:
+        print(f"{scenario.name}: {len(specs)} runs on {parallel.describe(len(specs))}",
+              file=sys.stderr)
+    return run_jobs(validate_run_job, [(spec, base_dir, calibrate) for spec in specs],
+                    parallel, done)
+
+
+def validate_run_job(job: tuple) -> ValidationRun:
+    """`validate_run` of one job (spec, base_dir, calibrate), for `sim.parallel`."""
+    spec, base_dir, calibrate = job
+    return validate_run(spec, base_dir, calibrate)
 
 
 def check_validatable(scenario, spec, calibrate: bool = False) -> None:
