@@ -8,13 +8,15 @@ the tables. The images are the same bytes as drawn in-process, which is what hap
 fork is not available or the machine has one core (`start()` then returns None).
 
 The worker exits when it has answered, when the first process closes its end without sending
-anything (an error before the runs were done), or when the first process is gone.
+anything (an error before the runs were done), or when the first process is gone; an
+interrupted command kills it (`kill`) rather than wait for it.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import signal
 import traceback
 
 
@@ -63,6 +65,16 @@ class ChartWorker:
             if not end.closed:
                 end.close()
         self._reap()
+
+    def kill(self) -> None:
+        """Stop the worker at once, wherever it is (the command was interrupted: no waiting
+        for its imports or its drawing)."""
+        if self._pid is not None:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except ProcessLookupError:  # it has already exited; `close` reaps it
+                pass
+        self.close()
 
     def _reap(self) -> None:
         if self._pid is not None:

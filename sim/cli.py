@@ -65,6 +65,10 @@ def cmd_run(args) -> int:
         try:
             results = _run_all(scenario, parallel, show=not args.quiet)
             files = reports.write_report(scenario, results, folder, worker)
+        except BaseException:  # interrupted or failed: the charts are not wanted any more
+            if worker is not None:
+                worker.kill()
+            raise
         finally:
             if worker is not None:
                 worker.close()

@@ -87,11 +87,14 @@ def lag_covariance(start_s: np.ndarray, duration_s: np.ndarray, max_points: int 
     return lags, cov, float(np.mean(y * y))
 
 
+MIN_STEPS = 16  # timed steps a fit needs
+
+
 def fit(start_s: np.ndarray, duration_s: np.ndarray, timescales=TIMESCALES_S) -> Jitter:
     """The `Jitter` of a back-to-back series of one step (see the module docstring); timescales
     longer than a quarter of the series cannot be told from its mean and are left out."""
-    if len(duration_s) < 16:
-        raise ValueError(f"jitter: need at least 16 timed steps, got {len(duration_s)}")
+    if len(duration_s) < MIN_STEPS:
+        raise ValueError(f"jitter: need at least {MIN_STEPS} timed steps, got {len(duration_s)}")
     lags, cov, variance = lag_covariance(start_s, duration_s)
     span = start_s[-1] - start_s[0]
     taus = tuple(t for t in timescales if t <= span / 4)

@@ -39,10 +39,11 @@ def burst(executor, plan) -> float:
 
 
 def measure_back_to_back(executor, plan, seconds: float) -> tuple[np.ndarray, np.ndarray]:
-    """Run `plan` back to back for `seconds`: (start times [n] from 0, durations [n]), seconds."""
+    """Run `plan` back to back for `seconds`, and as many times as a jitter fit needs however
+    slow the machine is: (start times [n] from 0, durations [n]), seconds."""
     starts, durations = [], []
     t0 = time.perf_counter()
-    while (now := time.perf_counter()) - t0 < seconds:
+    while (now := time.perf_counter()) - t0 < seconds or len(starts) < jitter_model.MIN_STEPS:
         starts.append(now - t0)
         durations.append(executor.execute(plan).duration_s)
     return np.array(starts), np.array(durations)
