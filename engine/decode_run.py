@@ -100,6 +100,8 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
     `through_finishes`: go on after a sequence finishes where nothing can take its place
     (False when a finish triggers something outside, such as a closed-loop user's next
     request)."""
+    if scheduler.prefill_only:
+        return None  # its sequences leave after their first token
     members = scheduler.running
     static = scheduler.config.policy == "static"
     if plan.preempted or not members or \

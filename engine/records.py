@@ -17,12 +17,17 @@ and the KV blocks a hash finds after its planning.
 
 A cluster of replicas (`sim.cluster`) fills one `RunRecorder` per replica; `ClusterRecorder`
 reads them as one run, each row with its `replica`, times from the cluster's first arrival.
+With prefill/decode disaggregation a request is recorded by its decode replica, with the
+`KvTransfer` that brought it there: its first scheduling and first token at the prefill
+replica, and the gap from that first token to its second, transfer included, among the
+inter-token gaps.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,6 +46,18 @@ RECORD_STATUSES = ("finished", "rejected", "unfinished")
 NAN = math.nan
 
 
+class KvTransfer(NamedTuple):
+    """A request's move from the replica that prefilled it to a decode replica (times on the
+    run's clock): when it was first scheduled and sampled its first token there, when it left
+    and when its KV arrived (None while in flight)."""
+
+    prefill_replica: int
+    first_scheduled_s: float
+    first_token_s: float
+    sent_s: float
+    arrived_s: float | None = None
+
+
 class RunRecorder:
     """Collects the rows of one run (one variant at one sweep point)."""
 
@@ -55,6 +72,7 @@ class RunRecorder:
                           if name not in ("request_id", "status")}
         self.statuses: list[str] = []
         self.reject_reasons: dict = {}
+        self.transfers: dict = {}  # request_id -> KvTransfer, of the requests prefilled elsewhere
         self.itl_gaps = array("d")  # gap values, seconds
         self.itl_counts = array("q")  # how many tokens had that gap
         self.itl_steps = array("q")  # the step that ended the gap
@@ -133,8 +151,12 @@ class RunRecorder:
         self.request_ids.append(seq.request_id)
         cols["priority"].append(seq.priority)
         cols["arrival_s"].append(seq.arrival_s)
-        cols["first_scheduled_s"].append(self._time(self._start, seq.first_scheduled_step))
-        cols["first_token_s"].append(self._time(self._end, seq.first_token_step))
+        transfer = seq.kv_transfer
+        if transfer is None:
+            cols["first_scheduled_s"].append(self._time(self._start, seq.first_scheduled_step))
+            cols["first_token_s"].append(self._time(self._end, seq.first_token_step))
+        else:
+            self._record_transferred(seq, transfer)
         cols["finish_s"].append(self._time(self._end, seq.finish_step)
                                 if seq.status is SequenceStatus.FINISHED else NAN)
         cols["prompt_tokens"].append(seq.prompt_len)
@@ -144,6 +166,21 @@ class RunRecorder:
         self.statuses.append(status)
         if seq.reject_reason:
             self.reject_reasons[seq.request_id] = seq.reject_reason
+
+    def _record_transferred(self, seq: Sequence, transfer: KvTransfer) -> None:
+        """The prefill replica's times of a transferred request, and the gap from its first
+        token there to its first token here (its second), which includes the transfer."""
+        self.transfers[seq.request_id] = transfer
+        self._requests["first_scheduled_s"].append(transfer.first_scheduled_s)
+        self._requests["first_token_s"].append(transfer.first_token_s)
+        if seq.first_token_step is not None:
+            self.itl_gaps.append(self._end[seq.first_token_step] - transfer.first_token_s)
+            self.itl_counts.append(1)
+            self.itl_steps.append(seq.first_token_step)
+
+    def step_times_s(self, step: int) -> tuple[float, float]:
+        """(start, end) of a recorded step."""
+        return self._start[step], self._end[step]
 
     def record_submit_lag(self, lag_s: float) -> None:
         """Real-time serving: the submission delay of one request (seconds, >= 0)."""
@@ -204,11 +241,15 @@ class ClusterRecorder:
     i's), read as one run: every request (with its `replica`), every step of every replica
     (with its `replica`) and every inter-token gap, times from the cluster's first arrival.
     `unrouted`: the requests never sent to any replica (a conversation's turns after a
-    rejected one); their `replica` is empty."""
+    rejected one); their `replica` is empty. `prefill_replicas`: with disaggregation, how many
+    of the first replicas prefill (each request row then has its `prefill_replica` and
+    `kv_transfer_s`)."""
 
-    def __init__(self, replicas: list[RunRecorder], unrouted: RunRecorder):
+    def __init__(self, replicas: list[RunRecorder], unrouted: RunRecorder,
+                 prefill_replicas: int = 0):
         self.replicas = replicas
         self.unrouted = unrouted
+        self.prefill_replicas = prefill_replicas
         self.block_size = replicas[0].block_size  # one block size in a cluster
 
     @property
@@ -254,9 +295,21 @@ class ClusterRecorder:
         arrivals = np.concatenate([np.asarray(t["arrival_s"], float) for t in tables])
         order = np.argsort(arrivals, kind="stable").tolist()
         columns = {"replica": [x for part in labels for x in part]}
+        if self.prefill_replicas:
+            columns |= self._transfer_columns(tables, columns["replica"])
         for name in REQUEST_COLUMNS:
             columns[name] = [x for t in tables for x in t[name]]
         return {name: [values[i] for i in order] for name, values in columns.items()}
+
+    def _transfer_columns(self, tables: list[dict], replica: list) -> dict:
+        """Each request's `prefill_replica` and `kv_transfer_s` (leaving its prefill replica
+        to its KV's arrival, the wait for the link included; NaN for a request that never
+        left: rejected, or done with its first token), in `tables`' order."""
+        transfers = {k: v for r in self.replicas for k, v in r.transfers.items()}
+        request_ids = [x for t in tables for x in t["request_id"]]
+        moved = [transfers.get(request_id) for request_id in request_ids]
+        return {"prefill_replica": [t.prefill_replica if t else r for t, r in zip(moved, replica)],
+                "kv_transfer_s": [t.arrived_s - t.sent_s if t else NAN for t in moved]}
 
     def step_columns(self) -> dict:
         """Step rows of every replica in turn (`replica` first; `kv_blocks_total` per row),

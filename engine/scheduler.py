@@ -22,6 +22,11 @@ memory instead (`StepPlan.swap_out`) and back when it is readmitted (`StepPlan.s
 resumes where it stopped; a victim whose blocks do not fit in the free swap space is preempted by
 recompute.
 
+Prefill/decode disaggregation (`sim.cluster`): a `prefill_only` scheduler releases every
+sequence that sampled its first token and goes on (`StepPlan.handed_off`, status transferred,
+its blocks freed); the decode engine's scheduler takes it with `add_transferred` and readmits it
+as it readmits a swapped-out sequence, its KV already computed, without a copy from host memory.
+
 The module-level functions (`has_free_capacity`, `admit_sequence`, `preempt_sequence`,
 `reserve_decode_blocks`) are the policy's building blocks; the seed's part-6 functions in
 `continuous_batching.py` are built from the same ones.
@@ -48,6 +53,7 @@ __all__ = ["POLICIES", "SchedulerConfig", "StepPlan", "Scheduler", "has_free_cap
 
 _RUNNING = SequenceStatus.RUNNING
 _SWAPPED = SequenceStatus.SWAPPED
+_RESUMING = (SequenceStatus.SWAPPED, SequenceStatus.TRANSFERRED)  # their KV is computed
 _admission_counter = itertools.count()  # admit_order: only its relative order matters
 
 
@@ -142,6 +148,7 @@ class Scheduler:
             if config.queue == "priority" else None
         )
         self._caching = block_manager.prefix_caching  # engine.prefix_cache
+        self.prefill_only = False  # disaggregation: release sequences after their first token
 
     # --- arrivals --------------------------------------------------------------------------------
 
@@ -157,6 +164,15 @@ class Scheduler:
             return False
         self.waiting.push(seq)
         return True
+
+    def add_transferred(self, seq: Sequence) -> None:
+        """Queue a sequence another engine prefilled (disaggregation), its KV now here: it is
+        readmitted like a swapped-out one. Its engine's limits are this one's, so it fits."""
+        if seq.status is not SequenceStatus.TRANSFERRED:
+            raise ValueError(f"request {seq.request_id}: only a transferred sequence can be "
+                             f"added with its KV, this one is {seq.status.value}")
+        assert self.rejection_reason(seq) is None, "a transferred sequence must fit"
+        self.waiting.push(seq)
 
     def rejection_reason(self, seq: Sequence) -> str | None:
         """Why the sequence can never run under this configuration, or None when it can."""
@@ -237,7 +253,7 @@ class Scheduler:
         bm, waiting = self.block_manager, self.waiting
         while waiting and len(self.running) < max_running and budget != 0:
             seq = waiting.peek()
-            if seq.status is _SWAPPED:
+            if seq.status in _RESUMING:
                 n = self._swap_in(plan, seq, budget)
                 if not n:
                     break
@@ -266,18 +282,20 @@ class Scheduler:
                 budget -= chunk
 
     def _swap_in(self, plan: StepPlan, seq: Sequence, budget: int | None) -> int:
-        """Readmit the swapped-out sequence at the head of the queue: blocks for all its tokens,
-        its computed KV copied back from the swap space, and it decodes (or goes on with its
-        prefill) in this step. Returns the tokens it computes; 0 when it does not fit (then
-        nothing changes)."""
+        """Readmit the sequence at the head of the queue whose KV is computed (swapped out, or
+        transferred from the engine that prefilled it): blocks for all its tokens, a swapped-out
+        one's KV copied back from the swap space, and it decodes (or goes on with its prefill)
+        in this step. Returns the tokens it computes; 0 when it does not fit (then nothing
+        changes)."""
         bm = self.block_manager
         left = seq.num_tokens - seq.num_computed_tokens
         n = 1 if left == 1 else self._first_chunk(left, budget)
         if not n or not has_free_capacity(bm, blocks_needed(seq.num_tokens, bm.block_size)):
             return 0
         self.waiting.pop()
+        host = self.swap.swap_in(seq.seq_id) if seq.status is _SWAPPED else ()
         admit_sequence(seq, bm)
-        plan.swap_in += zip(self.swap.swap_in(seq.seq_id), bm.block_tables[seq.seq_id])
+        plan.swap_in += zip(host, bm.block_tables[seq.seq_id])
         plan.swapped_in.append(seq)
         self._insert_running(seq)
         if left == 1:  # its last token's KV is all it lacks: a decode, as for the running
@@ -374,7 +392,19 @@ class Scheduler:
             self._cache_filled(plan)
         if finished:
             self.retire(finished, plan.step)
+        if self.prefill_only:
+            self._hand_off(plan)
         return finished
+
+    def _hand_off(self, plan: StepPlan) -> None:
+        """Prefill-only: release every running sequence that has sampled its first token (it
+        goes on at a decode engine) and list it in `plan.handed_off`."""
+        leaving = [seq for seq in self.running if seq.num_output_tokens]
+        for seq in leaving:
+            self.block_manager.free_sequence(seq.seq_id)
+            seq.set_status(SequenceStatus.TRANSFERRED)
+        self.running = [s for s in self.running if s.status is _RUNNING]
+        plan.handed_off = leaving
 
     def retire(self, finished: list[Sequence], step: int) -> None:
         """Sequences that emitted their last token in `step`: free their blocks, mark them

@@ -21,6 +21,7 @@ class SequenceStatus(Enum):
     RUNNING = "running"  # holds KV blocks, scheduled every step
     PREEMPTED = "preempted"  # blocks freed, back in the queue, will recompute its tokens
     SWAPPED = "swapped"  # blocks copied to host swap space, back in the queue, will resume
+    TRANSFERRED = "transferred"  # prefilled by another engine, its KV moved here, will resume
     FINISHED = "finished"
     REJECTED = "rejected"  # can never fit; `reject_reason` says why
 
@@ -28,9 +29,10 @@ class SequenceStatus(Enum):
 _LEGAL = {
     SequenceStatus.WAITING: {SequenceStatus.RUNNING, SequenceStatus.REJECTED},
     SequenceStatus.RUNNING: {SequenceStatus.PREEMPTED, SequenceStatus.SWAPPED,
-                             SequenceStatus.FINISHED},
+                             SequenceStatus.TRANSFERRED, SequenceStatus.FINISHED},
     SequenceStatus.PREEMPTED: {SequenceStatus.RUNNING},
     SequenceStatus.SWAPPED: {SequenceStatus.RUNNING},
+    SequenceStatus.TRANSFERRED: {SequenceStatus.RUNNING},
     SequenceStatus.FINISHED: set(),
     SequenceStatus.REJECTED: set(),
 }
@@ -64,7 +66,7 @@ class Sequence:
         "num_output_tokens", "num_computed_tokens", "max_new_tokens", "priority", "arrival_s",
         "sampling", "ignore_eos", "eos_token_id", "status", "preemptions", "reject_reason",
         "admit_order", "finish_reason", "first_scheduled_step", "first_token_step",
-        "last_token_step", "finish_step", "block_hashes", "num_cached_tokens",
+        "last_token_step", "finish_step", "block_hashes", "num_cached_tokens", "kv_transfer",
     )
 
     def __init__(self, request_id, prompt_len: int, max_new_tokens: int, *,
@@ -109,6 +111,9 @@ class Sequence:
         self.block_hashes = block_hashes if block_hashes is not None else \
             ([] if prompt_token_ids is not None else None)
         self.num_cached_tokens: int | None = None
+        # Prefill/decode disaggregation: how its KV came from the engine that prefilled it
+        # (an `engine.records.KvTransfer`); None while it has not moved.
+        self.kv_transfer = None
 
     @property
     def num_tokens(self) -> int:
@@ -126,6 +131,11 @@ class Sequence:
     def token_ids(self) -> list[int]:
         """Prompt plus generated ids (real runs only)."""
         return list(self.prompt_token_ids) + self.output_token_ids
+
+    def forget_steps(self) -> None:
+        """Leave for another engine (prefill/decode disaggregation): step indices are an
+        engine's own, so the next engine counts this sequence's tokens from its own steps."""
+        self.first_scheduled_step = self.first_token_step = self.last_token_step = None
 
     def set_status(self, status: SequenceStatus) -> None:
         if status not in _LEGAL[self.status]:

@@ -25,8 +25,11 @@ def cluster_results(results, summaries=None):
 
 
 def pool_names(config: dict) -> list[str]:
-    """Each replica's pool name (empty for `cluster.replicas` copies)."""
+    """Each replica's pool name (empty for `cluster.replicas` copies; "prefill" or "decode"
+    in a disaggregated cluster)."""
     cluster = config["cluster"]
+    if "prefill_replicas" in cluster:
+        return ["prefill"] * cluster["prefill_replicas"] + ["decode"] * cluster["decode_replicas"]
     if "pools" not in cluster:
         return [""] * cluster["replicas"]
     return [pool["name"] for pool in cluster["pools"] for _ in range(pool["replicas"])]

@@ -74,8 +74,11 @@ def step_frame(spec, recorder, keys: list[str] | None = None) -> pd.DataFrame:
 
 
 def _with_replica(columns: dict, order: tuple) -> tuple:
-    """`order`, after a `replica` column where the rows have one (a cluster's run)."""
-    return ("replica", *order) if "replica" in columns else order
+    """`order`, after a `replica` column where the rows have one (a cluster's run), and a
+    disaggregated cluster's `prefill_replica` and `kv_transfer_s`."""
+    cluster = [name for name in ("replica", "prefill_replica", "kv_transfer_s")
+               if name in columns]
+    return (*cluster, *order)
 
 
 def requests_table(results) -> pd.DataFrame:

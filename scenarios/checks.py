@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .defaults import (GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS, MAX_TIME_S, POOL_SECTIONS,
-                       SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
+from .defaults import (DISAGGREGATION_KEYS, GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS, MAX_TIME_S,
+                       POOL_SECTIONS, SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
                        UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
 from engine.model import ModelConfig
@@ -135,13 +135,17 @@ def check_config(config: dict, path: Path) -> None:
 
 
 def check_cluster(config: dict) -> None:
-    """A cluster has `replicas` or `pools` (one block size in all), runs in simulate or
-    cosimulate mode, and routes by prefix only where every replica caches prefixes."""
+    """A cluster has `replicas`, `pools` (one block size in all) or prefill and decode
+    replicas (simulate mode only), runs in simulate or cosimulate mode, and routes by prefix
+    only where every replica caches prefixes."""
     cluster = config["cluster"]
+    if "prefill_replicas" in cluster and config["mode"] != "simulate":
+        raise FieldError("cluster.prefill_replicas", "runs in mode simulate only (moving real "
+                                                     "KV between engines is not modelled)")
     if "replicas" in cluster and "pools" in cluster:
         raise FieldError("cluster.pools", "not allowed with cluster.replicas (give N identical "
                                           "replicas, or pools of them)")
-    if "replicas" not in cluster and "pools" not in cluster:
+    if not {"replicas", "pools", "prefill_replicas"} & cluster.keys():
         raise FieldError("cluster.replicas", "required (a positive integer) unless "
                                              "cluster.pools is given")
     if config["mode"] == "serve":
@@ -167,6 +171,26 @@ def check_cluster(config: dict) -> None:
             raise FieldError(place("engine.enable_prefix_caching"),
                              "must be true with cluster.router = 'prefix_affinity' (it routes "
                              "a request to the replica that cached its prefix)")
+
+
+def check_disaggregation_keys(cluster: dict) -> None:
+    """Prefill and decode replicas come together, instead of `replicas` or `pools`; the
+    disaggregation's own keys only with them."""
+    if "prefill_replicas" not in cluster and "decode_replicas" not in cluster:
+        for key in DISAGGREGATION_KEYS:
+            if key in cluster:
+                raise FieldError(f"cluster.{key}", "only with cluster.prefill_replicas and "
+                                                   "decode_replicas (a disaggregated cluster)")
+        return
+    for key in ("replicas", "pools"):
+        if key in cluster:
+            raise FieldError(f"cluster.{key}", "not allowed with cluster.prefill_replicas and "
+                                               "decode_replicas (a disaggregated cluster)")
+    for given, missing in (("prefill_replicas", "decode_replicas"),
+                           ("decode_replicas", "prefill_replicas")):
+        if missing not in cluster:
+            raise FieldError(f"cluster.{missing}", f"required (a positive integer) with "
+                                                   f"cluster.{given}")
 
 
 def check_pool_keys(settings: dict, key: str) -> None:

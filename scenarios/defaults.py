@@ -110,6 +110,16 @@ CLUSTER_DEFAULTS = {
     "router": "round_robin",  # what a plain load balancer (a Kubernetes Service) does
     "report_delay_s": 0.0,  # the router sees each replica's load as it is
 }
+# Prefill/decode disaggregation (cluster.prefill_replicas, decode_replicas): where a prefilled
+# request goes to decode, and its KV link when cost.model is not "hardware" (the hardware model
+# takes the GPU catalog's interconnect).
+DECODE_ROUTERS = ("least_kv", "least_outstanding")
+DISAGGREGATION_DEFAULTS = {
+    "decode_router": "least_kv",  # a decode replica is bound by its KV memory, not its compute
+}
+KV_TRANSFER_GBPS = 25.0  # GB/s: a 200 Gb/s InfiniBand NIC between two servers
+KV_TRANSFER_LATENCY_S = 10e-6  # an RDMA write's setup, as the catalog assumes for NVLink
+DISAGGREGATION_KEYS = ("decode_router", "kv_transfer_gbps", "kv_transfer_latency_s")
 # The keys a pool of replicas may set: its GPU, its engine's limits and its scheduler.
 POOL_SECTIONS = ("hardware", "engine", "scheduler")
 

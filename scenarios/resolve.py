@@ -8,7 +8,7 @@ import copy
 from pathlib import Path
 
 from . import checks
-from .defaults import (CLOSED_LOOP_THINK_TIME_S, CLUSTER_DEFAULTS, DEFAULTS, HARDWARE_DEFAULTS,
+from .defaults import (CLOSED_LOOP_THINK_TIME_S, CLUSTER_DEFAULTS, DEFAULTS, DISAGGREGATION_DEFAULTS, HARDWARE_DEFAULTS,
                        LOGNORMAL_MIN_TOKENS, SEARCH_DEFAULTS, SESSIONS_DEFAULTS,
                        SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS, UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
@@ -77,6 +77,9 @@ def _cluster(raw: dict, path: Path) -> dict:
     """The cluster's defaults filled in; each pool's settings checked by resolving the
     scenario with them (a problem is placed at the pool's `set`)."""
     cluster = CLUSTER_DEFAULTS | copy.deepcopy(raw["cluster"])
+    checks.check_disaggregation_keys(cluster)
+    if "prefill_replicas" in cluster:
+        cluster = DISAGGREGATION_DEFAULTS | cluster
     single = {key: value for key, value in raw.items() if key != "cluster"}
     for i, pool in enumerate(cluster.get("pools", ())):
         pool["set"] = flatten(pool.get("set", {}))  # unquoted dotted keys are nested tables

@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, GAMMA_CV, GPU_TABLE_KEYS,
-                       HARDWARE_DTYPES, HARDWARE_NORMS, LENGTH_DISTS, MAX_TP, MODES,
-                       ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS)
+from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, DECODE_ROUTERS, GAMMA_CV,
+                       GPU_TABLE_KEYS, HARDWARE_DTYPES, HARDWARE_NORMS, LENGTH_DISTS, MAX_TP,
+                       MODES, ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS)
 from .errors import FieldError
 from .overrides import flatten
 from engine.queues import QUEUES
@@ -199,6 +199,12 @@ CLUSTER = Table({
     "report_delay_s": NON_NEGATIVE_NUMBER,
     "pools": Pools("a non-empty array of tables ([[cluster.pools]]) with name, replicas and "
                    "set", lambda v: True),
+    # prefill/decode disaggregation (sim/cluster/disaggregation.py)
+    "prefill_replicas": POSITIVE_INT,
+    "decode_replicas": POSITIVE_INT,
+    "decode_router": choice(DECODE_ROUTERS),
+    "kv_transfer_gbps": POSITIVE_NUMBER,
+    "kv_transfer_latency_s": NON_NEGATIVE_NUMBER,
 })
 
 

@@ -13,6 +13,8 @@ instant a request arrives (no polling). A static-batching plan with `idle_until_
 fuller batch) sleeps until that time or the next arrival, whichever comes first. One arrival
 process may feed several engines (a cluster's replicas, `sim.cluster`): each engine is a
 `Replica` with its own process, and the state's `router` picks the replica of each request.
+With prefill/decode disaggregation a prefill replica hands each request off after its first
+token (`SimState.hand_off`) and the router moves its KV to a decode replica.
 
 Fast forward: after a decode-only step, the decode steps that follow it (`engine.decode_run`)
 up to the next event in SimPy's queue (an arrival, a think time ending) are predicted and
@@ -54,7 +56,9 @@ class Replica:
 class SimState:
     """What the processes share: the engines, the router, the waiters and the progress bar.
     `router`: None (one engine), or an object whose `route(seq)` picks the `Replica` of a new
-    request and whose `done(seq)` hears of each request that finished or was rejected."""
+    request, whose `done(seq)` hears of each request that finished or was rejected, and whose
+    `in_flight` counts the requests that may still reach a replica other than as arrivals
+    (disaggregation: `hand_off(seq, replica, state)` moves one to a decode replica)."""
 
     def __init__(self, replicas: list[Replica], make_sequence, bar=None,
                  fast_forward: bool = True, closed_loop: bool = False, router=None,
@@ -96,14 +100,29 @@ class SimState:
         """No request is left to send: wake every engine, so that an idle one can end."""
         self.all_arrived = True
         self.next_arrival_s = math.inf
+        self.wake_all()
+
+    def wake_all(self) -> None:
         for replica in self.replicas:
             replica.wake()
+
+    def drained(self) -> bool:
+        """No request is left to send and none is on its way between replicas: an idle engine
+        with nothing unfinished may end."""
+        return self.all_arrived and not (self.router is not None and self.router.in_flight)
+
+    def hand_off(self, seq, replica: Replica) -> None:
+        """A prefill replica is done with `seq` (disaggregation): the router moves it on."""
+        self.router.hand_off(seq, replica, self)
 
     def retire(self, seq, sent: bool = True) -> None:
         """A request is done (finished or rejected, and recorded): tell its user (and the
         router, of a request it sent)."""
         if sent and self.router is not None:
+            in_flight = self.router.in_flight
             self.router.done(seq)
+            if in_flight and self.drained():  # the last one: idle engines may end
+                self.wake_all()
         waiter = self.waiters.pop(seq.seq_id, None)
         if waiter is not None:
             waiter.succeed()
@@ -113,8 +132,10 @@ class SimState:
     def run_horizon(self, env) -> float:
         """When the next event that could change what a replica runs may happen: SimPy's next
         event on a single server; in a cluster with open arrivals, the next arrival (the other
-        replicas' steps change nothing here, and only an arrival reads a replica's state)."""
-        if self.router is not None and not self.closed_loop:
+        replicas' steps change nothing here, and only an arrival reads a replica's state),
+        unless a request is on its way between replicas (disaggregation: its KV lands after a
+        prefill step that is due ends)."""
+        if self.router is not None and not self.closed_loop and not self.router.in_flight:
             return self.next_arrival_s
         return env.peek()
 
@@ -200,7 +221,7 @@ def engine(env, state: SimState, replica: Replica):
             after_idle(start_s - idle_since)
         plan, result = llm.start_step(start_s)
         if result is None:
-            if state.all_arrived and not scheduler.has_unfinished():
+            if state.drained() and not scheduler.has_unfinished():
                 return
             if plan.idle_until_s is None and scheduler.has_unfinished():
                 raise RuntimeError(f"the scheduler made no progress at t={env.now:.6f}s with "
@@ -229,6 +250,8 @@ def engine(env, state: SimState, replica: Replica):
             kv_log.step_ended(env.now, scheduler.block_manager.num_used)
         for seq in finished:
             state.retire(seq)
+        for seq in plan.handed_off:
+            state.hand_off(seq, replica)
 
 
 def delays_to(now: float, target: float) -> list[float]:

@@ -36,6 +36,7 @@ SHORTEN = {
     "mooncake-conv": ["workload.trace.max_requests=150"],
     "router-compare": ["workload.sessions.conversations=40"],
     "capacity-search": ["workload.num_requests=100"],
+    "pd-disaggregation": ["workload.num_requests=120"],
 }
 
 
@@ -188,3 +189,13 @@ def test_load_aware_routers_cut_the_ttft_tail_and_prefix_affinity_the_prefill():
     affinity = runs["prefix_affinity"]
     assert affinity["prefix_cache_hit_rate"] > robin["prefix_cache_hit_rate"] + 0.15
     assert affinity["ttft_p50_s"] < robin["ttft_p50_s"] / 3
+
+
+def test_splitting_prefill_from_decode_cuts_the_inter_token_tail_and_costs_ttft():
+    runs = {variant: summary for variant, (_, _, summary)
+            in full_run("pd-disaggregation").items()}
+    colocated, split = runs["co-located"], runs["split-2p2d"]
+    assert colocated["completed"] == split["completed"] == 600
+    assert split["itl_p99_s"] < colocated["itl_p99_s"] / 3  # no prefill chunk in a decode step
+    assert split["tpot_p99_s"] < 0.85 * colocated["tpot_p99_s"]
+    assert split["ttft_p99_s"] > 1.1 * colocated["ttft_p99_s"]  # half the GPUs prefill

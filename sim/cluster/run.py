@@ -5,7 +5,9 @@ Each replica is an engine of its own (its `Scheduler`, block manager, executor a
 `RunRecorder`), built from the config, or from its pool's config (the scenario with the pool's
 `set` applied), and run by its own engine process (`sim.loop.engine`). One arrival process (or
 closed loop, or set of conversations) feeds them through the `Dispatch`, which asks the router
-for each request's replica with the replicas' loads as reported `report_delay_s` ago.
+for each request's replica with the replicas' loads as reported `report_delay_s` ago. With
+`prefill_replicas` and `decode_replicas` (`disaggregation.py`) the first replicas prefill and
+the others decode, and a `Disaggregation` moves each request's KV from one to the other.
 """
 
 from __future__ import annotations
@@ -20,37 +22,20 @@ from scenarios.overrides import apply
 
 from ..loop import Replica, run_engines
 from ..workloads import build_workload
+from .disaggregation import Disaggregation, kv_link
+from .dispatch import Dispatch
 from .load import LoadLog
 from .routers import make_router
 
 
-class Dispatch:
-    """The cluster's front end (`SimState.router`): routes each new request with `policy`
-    on the replicas' loads as of `report_delay_s` ago, and logs every send and finish."""
-
-    def __init__(self, env, replicas: list[Replica], policy, report_delay_s: float):
-        self.env = env
-        self.replicas = replicas
-        self.policy = policy
-        self.report_delay_s = report_delay_s
-        self.replica_of: dict[int, int] = {}  # seq_id -> replica index, until it is done
-
-    def route(self, seq) -> Replica:
-        seen_s = self.env.now - self.report_delay_s
-        loads = [replica.kv_log.at(seen_s) for replica in self.replicas]
-        chosen = self.replicas[self.policy.choose(seq, loads)]
-        self.replica_of[seq.seq_id] = chosen.index
-        chosen.kv_log.sent(self.env.now)
-        return chosen
-
-    def done(self, seq) -> None:
-        self.replicas[self.replica_of.pop(seq.seq_id)].kv_log.done(self.env.now)
-
-
 def replica_configs(config: dict) -> list[tuple[str, dict]]:
     """(pool name, config) of each replica: `cluster.replicas` copies of the config (pool
-    name empty), or each pool's replicas with its `set` applied, pool after pool."""
+    name empty), each pool's replicas with its `set` applied, pool after pool, or the
+    prefill replicas' copies ("prefill") then the decode replicas' ("decode")."""
     cluster = config["cluster"]
+    if "prefill_replicas" in cluster:
+        return [("prefill", config)] * cluster["prefill_replicas"] + \
+            [("decode", config)] * cluster["decode_replicas"]
     if "pools" not in cluster:
         return [("", config)] * cluster["replicas"]
     replicas = []
@@ -68,23 +53,33 @@ class Cluster:
     its i-th child stream; `random` routes with the seed's "router" stream."""
 
     def __init__(self, config: dict, mode: str, streams: dict, cost=None, jitter_rng=None):
-        from ..runner import build_engine
+        from ..runner import build_engine, hardware_of
 
         configs = replica_configs(config)
         jitter = jitter_rng or streams["jitter"]
         self.env = simpy.Environment()
         self.replicas = []
-        for index, ((_, replica_config), rng) in enumerate(
+        for index, ((pool, replica_config), rng) in enumerate(
                 zip(configs, [jitter, *jitter.spawn(len(configs) - 1)])):
             scheduler, executor, self.model = build_engine(replica_config, mode, streams,
                                                            cost, rng)
+            scheduler.prefill_only = pool == "prefill"
             recorder = RunRecorder(scheduler.block_manager.num_blocks)
             llm = LLMEngine(scheduler, executor, recorder, timing="executor")
             self.replicas.append(Replica(llm, index, LoadLog(scheduler.block_manager.num_blocks)))
         cluster = config["cluster"]
-        self.dispatch = Dispatch(self.env, self.replicas,
-                                 make_router(cluster["router"], len(configs), streams["router"]),
-                                 cluster["report_delay_s"])
+        self.prefill_replicas = cluster.get("prefill_replicas", 0)
+        if not self.prefill_replicas:
+            self.dispatch = Dispatch(self.env, self.replicas, make_router(
+                cluster["router"], len(configs), streams["router"]), cluster["report_delay_s"])
+            return
+        prefill, decode = (self.replicas[:self.prefill_replicas],
+                           self.replicas[self.prefill_replicas:])
+        self.dispatch = Disaggregation(
+            self.env, prefill, decode,
+            make_router(cluster["router"], len(prefill), streams["router"]),
+            make_router(cluster["decode_router"], len(decode), streams["router"]),
+            cluster["report_delay_s"], kv_link(config, hardware_of(config)))
 
     def block_manager(self):
         """A block manager of the cluster's, one that caches prefixes if any does (requests
@@ -102,7 +97,8 @@ class Cluster:
                     closed_loop=workload.closed_loop, sessions=workload.sessions,
                     num_requests=len(workload), progress=progress, fast_forward=fast_forward,
                     router=self.dispatch, refused=unrouted)
-        return ClusterRecorder([r.engine.recorder for r in self.replicas], unrouted)
+        return ClusterRecorder([r.engine.recorder for r in self.replicas], unrouted,
+                               self.prefill_replicas)
 
 
 def run_cluster(config: dict, mode: str, streams: dict, base_dir=None, *,

@@ -7,10 +7,12 @@ sum over members of (context at joining - step at joining) + k * members, and th
 context is the largest such offset + k (a heap of offsets, stale entries dropped lazily).
 Members join in the step after a prefill chunk that completes their sequence (or stops one token
 short of it: a decode then computes the last prompt token), or in the step that swaps them back
-in from host memory (swap preemption) with nothing left to prefill, leave at the step of their last
-token (known when they join: simulated sequences stop by length only) or when a plan preempts
-them. A run of decode-only plans (`engine.decode_run`) is predicted from the members' offsets
-(`offset`) and passed over with `skip`.
+in from host memory (swap preemption) or admits them with their KV computed by another engine
+(prefill/decode disaggregation) with nothing left to prefill; they leave at the step of their
+last token (known when they join: simulated sequences stop by length only), when a plan
+preempts them, or after their first token on a prefill-only engine. A run of decode-only
+plans (`engine.decode_run`) is predicted from the members' offsets (`offset`) and passed over
+with `skip`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class DecodeContext:
         self._members: dict[int, tuple[int, int]] = {}  # seq_id -> (offset, last decode step)
         self._offsets = 0  # sum of members' offsets (context at joining - step at joining)
         self._joining: list = []  # sequences whose prefill ended in the previous plan
+        self._previous = None  # that plan (a prefill-only engine lists who left in it)
         self._leaving: dict[int, list[int]] = {}  # step -> seq_ids whose last decode it is
         self._step: int | None = None  # the previous plan's step
         self._heap: list[tuple[int, int]] = []  # (-offset, seq_id), possibly stale
@@ -44,6 +47,7 @@ class DecodeContext:
             self._advance(plan)
         self._step = k
         self._joining = [seq for seq, n in plan.prefills if _decodes_next(seq, n)]
+        self._previous = plan
         assert len(self._members) == len(plan.decodes), "decode set out of step with the plan"
         self.max_context = self._max_offset() + k if self._members else 0
         return self._offsets + k * len(self._members)
@@ -91,11 +95,13 @@ class DecodeContext:
             member = self._members.get(seq_id)
             if member is not None and member[1] == k - 1:
                 self._drop(seq_id)
-        for seq in plan.preempted:
+        left = self._previous.handed_off  # disaggregation: gone to decode elsewhere
+        for seq in (*plan.preempted, *left):
             if seq.seq_id in self._members:
                 self._drop(seq.seq_id)
         for seq in self._joining:
-            if seq.status is SequenceStatus.RUNNING and not seq.is_prefilling:
+            if seq.status is SequenceStatus.RUNNING and not seq.is_prefilling and \
+                    seq not in left:
                 self._join(seq, k)
         for seq in plan.swapped_in:  # back from swap space: decoding at once, unless prefilling
             if not seq.is_prefilling:

@@ -1,0 +1,193 @@
+"""Prefill/decode disaggregation (sim/cluster/disaggregation.py): the KV transfer's time by
+hand, TTFT at the prefill replica and the first inter-token gap across the transfer, one link
+per prefill replica taking transfers in turn, every request accounted for with no KV block
+left held, fast forward equal to step by step, the same records from the same seed, and
+one-line errors for bad keys."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import scenarios
+from engine.records import ClusterRecorder
+from scenarios import ScenarioError
+from sim.cluster import Cluster
+from sim.runner import run_config, run_mode, sequence_maker
+from sim.workloads import build_workload, seeded_streams
+
+PROMPT, OUTPUT = 100, 5
+TINY_WORKLOAD = f"""
+[workload]
+num_requests = N
+arrival = {{ process = "closed_loop", concurrency = N }}
+prompt_tokens = {{ dist = "fixed", value = {PROMPT} }}
+output_tokens = {{ dist = "fixed", value = {OUTPUT} }}
+"""
+TINY_CLUSTER = """
+[cluster]
+prefill_replicas = 1
+decode_replicas = 1
+kv_transfer_gbps = 1.0
+kv_transfer_latency_s = 0.5
+"""
+OPEN_WORKLOAD = """
+[workload]
+num_requests = 150
+arrival = { process = "gamma", rate = 16.0, cv = 3.0 }
+prompt_tokens = { dist = "lognormal", median = 128, sigma = 0.6, min = 4, max = 1024 }
+output_tokens = { dist = "uniform", low = 1, high = 256 }
+"""
+SESSIONS = """
+[cluster]
+prefill_replicas = 2
+decode_replicas = 2
+[engine]
+num_kv_blocks = 64
+enable_prefix_caching = true
+[workload]
+arrival = { process = "poisson", rate = 1.0 }
+prompt_tokens = { dist = "uniform", low = 20, high = 120 }
+output_tokens = { dist = "uniform", low = 40, high = 160 }
+[workload.sessions]
+conversations = 30
+turns = { dist = "uniform", low = 2, high = 5 }
+system_prompt_tokens = 256
+think_time_s = 0.5
+"""
+
+
+def load_config(tmp_path, text: str, overrides=()):
+    path = tmp_path / "pd.toml"
+    path.write_text(text)
+    return scenarios.load(path, overrides).base
+
+
+def tiny_text(n: int) -> str:
+    """One prefill and one decode replica, a 1 GB/s link with 0.5 s latency, n requests of
+    PROMPT tokens sent at once."""
+    return TINY_CLUSTER + TINY_WORKLOAD.replace("N", str(n))
+
+
+def open_text(router="least_outstanding", decode_router="least_kv", cluster="",
+              engine="") -> str:
+    """Two prefill and three decode replicas, 96 KV blocks each, bursty arrivals."""
+    return (f'[cluster]\nprefill_replicas = 2\ndecode_replicas = 3\nrouter = "{router}"\n'
+            f'decode_router = "{decode_router}"\n{cluster}\n[engine]\nnum_kv_blocks = 96\n'
+            f'{engine}\n' + OPEN_WORKLOAD)
+
+
+def records(recorder: ClusterRecorder) -> dict:
+    """Every recorded value of every replica, NaN made comparable."""
+    out = {f"step.{k}": np.asarray(v).tolist() for k, v in recorder.step_columns().items()}
+    for name, values in recorder.request_columns().items():
+        out[f"request.{name}"] = ["nan" if isinstance(x, float) and math.isnan(x) else x
+                                  for x in values]
+    out["itl"] = list(zip(recorder.itl_gaps, recorder.itl_counts))
+    return out
+
+
+def transfer_s(config) -> float:
+    """The tiny case's transfer by hand: the prompt's float32 K and V rows over 1 GB/s, plus
+    0.5 s."""
+    model = config["model"]
+    return PROMPT * 2 * model["n_layers"] * model["d_model"] * 4 / 1e9 + 0.5
+
+
+def test_ttft_is_at_the_prefill_replica_and_the_first_gap_includes_the_transfer(tmp_path):
+    config = load_config(tmp_path, tiny_text(1))
+    recorder = run_config(config)
+    request = {k: v[0] for k, v in recorder.request_columns().items()}
+    prefill, decode = (r.step_columns(0.0) for r in recorder.replicas)
+    assert (request["prefill_replica"], request["replica"]) == (0, 1)
+    assert request["kv_transfer_s"] == pytest.approx(transfer_s(config), rel=1e-12)
+    assert request["first_token_s"] == prefill["end_s"][0]  # its one step there: the prefill
+    assert len(prefill["end_s"]) == 1 and prefill["num_prefill_tokens"][0] == PROMPT
+    landed_s = request["first_token_s"] + request["kv_transfer_s"]
+    assert decode["start_s"][0] == pytest.approx(landed_s, rel=1e-12)  # it decodes at once
+    assert decode["num_prefill_tokens"][0] == 0 and len(decode["end_s"]) == OUTPUT - 1
+    gaps = sorted(recorder.itl_gaps)
+    assert gaps[-1] == pytest.approx(decode["end_s"][0] - request["first_token_s"], rel=1e-12)
+    assert gaps[-1] > request["kv_transfer_s"]
+    assert sum(recorder.itl_counts) == OUTPUT - 1
+
+
+def test_a_prefill_replica_link_moves_one_request_at_a_time_in_turn(tmp_path):
+    config = load_config(tmp_path, tiny_text(2))
+    columns = run_config(config).request_columns()
+    one = transfer_s(config)  # both prefill in one step and leave together
+    assert sorted(columns["kv_transfer_s"]) == pytest.approx([one, 2 * one], rel=1e-12)
+
+
+@pytest.mark.parametrize("router, decode_router, engine", [
+    ("round_robin", "least_kv", ""),
+    ("least_kv", "least_outstanding", ""),
+    ("least_outstanding", "least_kv", 'swap_blocks = 256\n[scheduler]\npreemption = "swap"'),
+])
+def test_every_request_is_served_once_and_no_kv_block_stays_held(tmp_path, router,
+                                                                 decode_router, engine):
+    config = load_config(tmp_path, open_text(router, decode_router, engine=engine))
+    mode, streams = run_mode(config), seeded_streams(config["seed"])
+    cluster = Cluster(config, mode, streams)
+    workload = build_workload(config["workload"], streams["workload"])
+    recorder = cluster.run(workload, sequence_maker(workload, mode, streams, cluster.model,
+                                                    cluster.block_manager()))
+    columns = recorder.request_columns()
+    assert sorted(columns["request_id"]) == list(range(len(workload)))
+    assert set(columns["status"]) == {"finished"}
+    moved = [r for r, t in zip(columns["replica"], columns["kv_transfer_s"]) if t == t]
+    assert set(moved) == {2, 3, 4} and set(columns["prefill_replica"]) == {0, 1}
+    assert sum(columns["preemptions"]) > 0  # the decode replicas' KV runs short
+    for replica in cluster.replicas:
+        assert replica.scheduler.block_manager.num_used == 0
+        assert not replica.scheduler.has_unfinished()
+        assert replica.kv_log.outstanding == 0
+    assert cluster.dispatch.in_flight == 0
+
+
+@pytest.mark.parametrize("text", [open_text(), open_text(cluster="report_delay_s = 0.05"),
+                                  SESSIONS])
+def test_fast_forward_records_exactly_the_step_by_step_cluster(tmp_path, text):
+    config = load_config(tmp_path, text)
+    assert records(run_config(config)) == records(run_config(config, fast_forward=False))
+
+
+def test_the_same_seed_gives_the_same_records(tmp_path):
+    config = load_config(tmp_path, open_text(router="random"))
+    assert records(run_config(config)) == records(run_config(config))
+
+
+@pytest.mark.parametrize("cluster, message", [
+    ("prefill_replicas = 0\ndecode_replicas = 1",
+     "cluster.prefill_replicas: must be a positive integer, got 0"),
+    ("prefill_replicas = 1\ndecode_replicas = 0",
+     "cluster.decode_replicas: must be a positive integer, got 0"),
+    ("prefill_replicas = 1", "cluster.decode_replicas: required (a positive integer) with "
+                             "cluster.prefill_replicas"),
+    ("replicas = 2\nprefill_replicas = 1\ndecode_replicas = 1",
+     "cluster.replicas: not allowed with cluster.prefill_replicas and decode_replicas"),
+    ('prefill_replicas = 1\ndecode_replicas = 1\n[[cluster.pools]]\nname = "a"\nreplicas = 1',
+     "cluster.pools: not allowed with cluster.prefill_replicas and decode_replicas"),
+    ("prefill_replicas = 1\ndecode_replicas = 1\nkv_transfer_gbps = 0",
+     "cluster.kv_transfer_gbps: must be a positive number"),
+    ("prefill_replicas = 1\ndecode_replicas = 1\nkv_transfer_latency_s = -1",
+     "cluster.kv_transfer_latency_s: must be a non-negative number"),
+    ('prefill_replicas = 1\ndecode_replicas = 1\ndecode_router = "random"',
+     "cluster.decode_router: must be one of least_kv, least_outstanding"),
+    ("replicas = 2\nkv_transfer_gbps = 10", "cluster.kv_transfer_gbps: only with "
+                                            "cluster.prefill_replicas and decode_replicas"),
+])
+def test_a_bad_disaggregation_key_is_one_line_naming_it(tmp_path, cluster, message):
+    text = f"[cluster]\n{cluster}\n" + TINY_WORKLOAD.replace("N", "1")
+    with pytest.raises(ScenarioError) as error:
+        load_config(tmp_path, text)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("mode", ["serve", "cosimulate"])
+def test_disaggregation_runs_in_simulate_mode_only(tmp_path, mode):
+    with pytest.raises(ScenarioError) as error:
+        load_config(tmp_path, f'mode = "{mode}"\n' + tiny_text(1))
+    assert "cluster.prefill_replicas: runs in mode simulate only" in str(error.value)
