@@ -192,15 +192,17 @@ def _counted_requests(recorder: RunRecorder, warmup_s: float):
 
 
 def _defined(name: str, values: np.ndarray) -> np.ndarray:
-    """The values a statistic is taken over: TPOT leaves out the requests of one token."""
-    return values[~np.isnan(values)] if name == "tpot" else values
+    """The values a statistic is taken over: TPOT leaves out the requests of one token, queueing
+    the requests whose scheduling was not seen (a benchmarked server's, `sim.bench`)."""
+    return values[~np.isnan(values)] if name in ("tpot", "queue") else values
 
 
 def summarize(recorder: RunRecorder, slo: dict | None = None, warmup_s: float = 0.0) -> dict:
     """The summary figures of one run (summary.csv's columns, ARCHITECTURE section 7).
     `warmup_s`: the requests that arrive before it are served but not counted, nor are the
     inter-token gaps of steps that end before it, and throughputs divide by the time from it
-    to the last finish."""
+    to the last finish. `unfinished` also counts the requests a benchmarked server failed
+    (status "failed", `sim.bench`)."""
     cols, status, done, metrics = _counted_requests(recorder, warmup_s)
     completed = int(done.sum())
     prompt_tokens = int(np.asarray(cols["prompt_tokens"])[done].sum())
@@ -208,7 +210,8 @@ def summarize(recorder: RunRecorder, slo: dict | None = None, warmup_s: float = 
     duration_s = float(np.asarray(cols["finish_s"])[done].max()) - warmup_s if completed \
         else math.nan
     summary = {"completed": completed, "rejected": int((status == "rejected").sum()),
-               "unfinished": int((status == "unfinished").sum()), "duration_s": duration_s,
+               "unfinished": int(np.isin(status, ("unfinished", "failed")).sum()),
+               "duration_s": duration_s,
                "total_input_tokens": prompt_tokens, "total_output_tokens": output_tokens,
                **aggregate_throughput(completed, prompt_tokens, output_tokens, duration_s),
                "goodput": int(meets_slo(metrics, slo).sum()) / duration_s}

@@ -80,6 +80,11 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
+    def abort_request(self, seq: Sequence) -> None:
+        """Cancel a queued or running request between steps (`Scheduler.abort`): its KV blocks
+        are freed at once. It is not recorded: a cancelled request has no outcome to report."""
+        self.scheduler.abort(seq)
+
     def step(self, now_s: float = 0.0) -> StepOutput:
         """Plan, execute and apply one step that starts at `now_s` on the run's clock. An empty
         plan (nothing runnable: idle, or a static batch waiting for its timeout) executes

@@ -231,8 +231,10 @@ def forward_step(params: dict, storage: PagedKVStorage, inp: StepInput,
 def batched_decode_step(params: dict, storage: PagedKVStorage, inp: StepInput,
                         rng: np.random.Generator, ws: Workspace | None = None):
     """One synchronized step for the whole batch: the forward pass, then one token per sampling
-    sequence with its own `seq.sampling`. Returns ({seq_id: token}, logits [S, V])."""
+    sequence with its own `seq.sampling` (and its own `seq.generator`, when it has one, instead
+    of `rng`). Returns ({seq_id: token}, logits [S, V])."""
     logits = forward_step(params, storage, inp, ws)  # [S, V]
-    tokens = {seq.seq_id: sample_token(row, seq.sampling, rng)
+    tokens = {seq.seq_id: sample_token(row, seq.sampling,
+                                       rng if seq.generator is None else seq.generator)
               for seq, row in zip(inp.sample_seqs, logits)}
     return tokens, logits

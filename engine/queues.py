@@ -46,6 +46,9 @@ class FcfsQueue:
     def pop(self):
         return self._items.popleft()
 
+    def remove(self, seq) -> None:
+        self._items.remove(seq)
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -71,6 +74,10 @@ class PriorityQueue:
 
     def pop(self):
         return heapq.heappop(self._heap)[-1]
+
+    def remove(self, seq) -> None:
+        self._heap[:] = [entry for entry in self._heap if entry[-1] is not seq]
+        heapq.heapify(self._heap)
 
     def __len__(self) -> int:
         return len(self._heap)

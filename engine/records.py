@@ -41,7 +41,8 @@ STEP_COLUMNS = ("step", "start_s", "end_s", "num_prefill_tokens", "num_prefill_s
                 "num_decode_seqs", "num_padding_seqs", "num_running", "num_waiting",
                 "kv_blocks_used", "preemptions", "cached_tokens", "kv_blocks_cached")
 
-RECORD_STATUSES = ("finished", "rejected", "unfinished")
+RECORD_STATUSES = ("finished", "rejected", "unfinished", "failed")  # failed: a benchmarked
+# server's error (`sim.bench`)
 
 NAN = math.nan
 

@@ -193,6 +193,23 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting) or bool(self.running)
 
+    def abort(self, seq: Sequence) -> None:
+        """Cancel a queued or running sequence between steps (its client went away): it leaves
+        the queue or the running list, its KV blocks (and host swap blocks) are freed, and it
+        ends with status aborted and finish_reason "abort"."""
+        if seq.status is _RUNNING:
+            self.running.remove(seq)
+            self.block_manager.free_sequence(seq.seq_id)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+            if self.swap is not None and self.swap.holds(seq.seq_id):
+                self.swap.swap_in(seq.seq_id)  # releases its host blocks; nothing is copied
+        else:
+            raise ValueError(f"request {seq.request_id}: only a queued or running sequence can "
+                             f"be aborted, this one is {seq.status.value}")
+        seq.finish_reason = "abort"
+        seq.set_status(SequenceStatus.ABORTED)
+
     # --- planning --------------------------------------------------------------------------------
 
     def schedule(self, now_s: float = 0.0) -> StepPlan:

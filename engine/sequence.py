@@ -24,17 +24,21 @@ class SequenceStatus(Enum):
     TRANSFERRED = "transferred"  # prefilled by another engine, its KV moved here, will resume
     FINISHED = "finished"
     REJECTED = "rejected"  # can never fit; `reject_reason` says why
+    ABORTED = "aborted"  # cancelled before it finished (its client went away)
 
 
 _LEGAL = {
-    SequenceStatus.WAITING: {SequenceStatus.RUNNING, SequenceStatus.REJECTED},
+    SequenceStatus.WAITING: {SequenceStatus.RUNNING, SequenceStatus.REJECTED,
+                             SequenceStatus.ABORTED},
     SequenceStatus.RUNNING: {SequenceStatus.PREEMPTED, SequenceStatus.SWAPPED,
-                             SequenceStatus.TRANSFERRED, SequenceStatus.FINISHED},
-    SequenceStatus.PREEMPTED: {SequenceStatus.RUNNING},
-    SequenceStatus.SWAPPED: {SequenceStatus.RUNNING},
-    SequenceStatus.TRANSFERRED: {SequenceStatus.RUNNING},
+                             SequenceStatus.TRANSFERRED, SequenceStatus.FINISHED,
+                             SequenceStatus.ABORTED},
+    SequenceStatus.PREEMPTED: {SequenceStatus.RUNNING, SequenceStatus.ABORTED},
+    SequenceStatus.SWAPPED: {SequenceStatus.RUNNING, SequenceStatus.ABORTED},
+    SequenceStatus.TRANSFERRED: {SequenceStatus.RUNNING, SequenceStatus.ABORTED},
     SequenceStatus.FINISHED: set(),
     SequenceStatus.REJECTED: set(),
+    SequenceStatus.ABORTED: set(),
 }
 
 
@@ -67,6 +71,7 @@ class Sequence:
         "sampling", "ignore_eos", "eos_token_id", "status", "preemptions", "reject_reason",
         "admit_order", "finish_reason", "first_scheduled_step", "first_token_step",
         "last_token_step", "finish_step", "block_hashes", "num_cached_tokens", "kv_transfer",
+        "generator",
     )
 
     def __init__(self, request_id, prompt_len: int, max_new_tokens: int, *,
@@ -97,7 +102,7 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.preemptions = 0
         self.reject_reason: str | None = None
-        self.finish_reason: str | None = None  # "stop" (EOS) or "length" (max_new_tokens)
+        self.finish_reason: str | None = None  # "stop" (EOS), "length" (max_new_tokens), "abort"
         self.admit_order = -1  # set by the scheduler on each admission
         # Step indices (the caller maps them to times): first scheduled, first/last token, finish.
         self.first_scheduled_step: int | None = None
@@ -114,6 +119,9 @@ class Sequence:
         # Prefill/decode disaggregation: how its KV came from the engine that prefilled it
         # (an `engine.records.KvTransfer`); None while it has not moved.
         self.kv_transfer = None
+        # A request's own seeded `np.random.Generator` for its sampled tokens (an HTTP
+        # request's `seed`); None: the executor's shared one.
+        self.generator = None
 
     @property
     def num_tokens(self) -> int:
@@ -126,7 +134,8 @@ class Sequence:
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (SequenceStatus.FINISHED, SequenceStatus.REJECTED)
+        return self.status in (SequenceStatus.FINISHED, SequenceStatus.REJECTED,
+                               SequenceStatus.ABORTED)
 
     def token_ids(self) -> list[int]:
         """Prompt plus generated ids (real runs only)."""

@@ -22,8 +22,9 @@ from .tables import request_frame, run_keys
 from .timeline_chart import timeline_chart
 
 
-def make_charts(results, summaries: list[dict]) -> list[Image]:
-    """The report's charts of `results` ([(RunSpec, RunRecorder)]) and their summaries."""
+def make_charts(results, summaries: list[dict], steps: bool = True) -> list[Image]:
+    """The report's charts of `results` ([(RunSpec, RunRecorder)]) and their summaries;
+    without `steps` (a benchmarked server's runs) no timeline, which is drawn from steps."""
     keys = run_keys(results)
     specs = [spec for spec, _ in results]
     labels, labels_title = short_labels(specs)  # only what differs between the runs
@@ -31,15 +32,16 @@ def make_charts(results, summaries: list[dict]) -> list[Image]:
                 for label, (spec, rec) in zip(labels, results)]
     styles = [(color, "-") for color in ordered_colors(len(specs))] \
         if is_ordered_sweep(specs) else None  # a load sweep reads as a gradient
-    timeline_runs = [(_cluster_label(spec, rec), chart_steps(rec)) for spec, rec in results]
     charts = [
         Image("latency_cdfs.png", cdf_chart(cdf_runs, styles, labels_title),
               "Latency distributions (CDFs)"),
         Image("comparison.png", comparison_chart(labels, summaries, labels_title),
               "Comparison of runs"),
-        Image("timeline.png", timeline_chart(timeline_runs),
-              "Timeline: running and waiting requests, KV cache use"),
     ]
+    if steps:
+        timeline_runs = [(_cluster_label(spec, rec), chart_steps(rec)) for spec, rec in results]
+        charts.append(Image("timeline.png", timeline_chart(timeline_runs),
+                            "Timeline: running and waiting requests, KV cache use"))
     if specs and specs[0].sweep:
         charts.append(Image("sweep.png", sweep_chart(specs, summaries),
                             "Latency against achieved throughput, over the swept value"))

@@ -19,13 +19,17 @@ from .tables import label_values
 EXAMPLES_LISTED = 5  # request ids shown per reason; requests.csv has every one
 
 
-def report_blocks(scenario, specs, summaries, requests, charts: list[Image]) -> list:
-    """`requests`: the requests table (reports.tables.requests_table)."""
+def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
+                  remote: str | None = None) -> list:
+    """`requests`: the requests table (reports.tables.requests_table). `remote`: what was
+    benchmarked, for runs without steps (`sim.bench`)."""
     blocks = [Heading(1, f"servesim report: {scenario.name}")]
     if scenario.description:
         blocks.append(Paragraph(scenario.description))
     blocks += [Heading(2, "What was run"), Table(["setting", "value"],
                                                  what_was_run(scenario, specs))]
+    if remote is not None:
+        blocks.append(Paragraph(remote))
     if len(scenario.variants) > 1 or scenario.variants[0].set:
         blocks += [Heading(3, "Variants"), Table(*variant_table(scenario, specs))]
     if scenario.sweep:
@@ -41,7 +45,8 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image]) -> 
                          "at admission; each run's figures are also in a file in vLLM "
                          "`bench serve`'s result layout (`summary.json` for a single run, "
                          "`summary-<run>.json` for each of several); per-request rows are in "
-                         "`requests.csv` and per-step rows in `steps.csv`.")]
+                         "`requests.csv`" + ("." if remote is not None else
+                                             " and per-step rows in `steps.csv`."))]
     blocks += priority_blocks(specs, requests)
     blocks += [Heading(2, "Charts")]
     for image in charts:

@@ -17,8 +17,11 @@ CDF_FILE = "validation_cdfs.png"
 
 
 def validation_blocks(scenario, table: tuple[list, list], notes: list[str], headline: str,
-                      cdf_png: bytes) -> list:
-    """The report's blocks; `table`: (header, rows) of the error table as text."""
+                      cdf_png: bytes, against: str | None = None) -> list:
+    """The report's blocks; `table`: (header, rows) of the error table as text. `against`: the
+    server benchmarked instead of serving in-process (`validate --against`)."""
+    if against is not None:
+        return _against_blocks(scenario, table, notes, headline, cdf_png, against)
     blocks = [Heading(1, f"servesim validation: {scenario.name}")]
     if scenario.description:
         blocks.append(Paragraph(scenario.description))
@@ -44,9 +47,35 @@ def validation_blocks(scenario, table: tuple[list, list], notes: list[str], head
     return blocks
 
 
-def write_validation_report(out_dir: Path, scenario, table, notes, headline, cdf_png) -> list:
+def _against_blocks(scenario, table, notes, headline, cdf_png, against: str) -> list:
+    """The report of `validate --against`: the server benchmarked, the simulation, no steps."""
+    blocks = [Heading(1, f"servesim validation: {scenario.name} against {against}")]
+    if scenario.description:
+        blocks.append(Paragraph(scenario.description))
+    return blocks + [
+        Paragraph(f"Every distinct workload of the scenario was sent to {against} "
+                  "(`servesim bench`: latencies measured by the client) and simulated with the "
+                  "cost model on the same requests (the same arrival times, prompt and output "
+                  "lengths). error % = 100 x (simulate - serve) / serve: positive when the "
+                  "simulator predicts a slower server than the real one."),
+        Heading(2, "Simulated against benchmarked"), Table(*table),
+        Paragraph(headline[:1].upper() + headline[1:] + ". Latencies in milliseconds; the same "
+                  "figures, in seconds, are in `validation.csv`."),
+        Heading(2, "What the client saw"), *[Paragraph(note) for note in notes],
+        Paragraph("A client cannot see the server's steps, so there is no step-level "
+                  "comparison: `step_errors.csv` and `validation_speed_normalized.csv` are not "
+                  "written."),
+        Heading(2, "Latency distributions, benchmarked (solid) and simulated (dashed)"),
+        Image(CDF_FILE, cdf_png, "Latency CDFs, benchmarked and simulated"),
+        Heading(2, "Each side's own report"),
+        Paragraph("[benchmarked](bench/report.html) and [simulated](simulate/report.html)."),
+    ]
+
+
+def write_validation_report(out_dir: Path, scenario, table, notes, headline, cdf_png,
+                            against: str | None = None) -> list:
     """validation_cdfs.png, report.md and report.html in `out_dir`; returns their paths."""
-    blocks = validation_blocks(scenario, table, notes, headline, cdf_png)
+    blocks = validation_blocks(scenario, table, notes, headline, cdf_png, against)
     (out_dir / CDF_FILE).write_bytes(cdf_png)
     (out_dir / "report.md").write_text(to_markdown(blocks))
     (out_dir / "report.html").write_text(to_html(blocks,

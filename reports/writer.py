@@ -44,11 +44,13 @@ class ReportFiles:
 
 
 def write_report(scenario, results, out_dir, worker=None,
-                 date: str | None = None) -> ReportFiles:
+                 date: str | None = None, remote: str | None = None) -> ReportFiles:
     """`results`: [(RunSpec, RunRecorder)] of `scenario`; returns the files written. `worker`:
     a `chart_worker.ChartWorker` that draws the charts while the tables are written (else they
     are drawn here, after them). `date`: the vLLM records' `date` (default: from
-    SOURCE_DATE_EPOCH, else null)."""
+    SOURCE_DATE_EPOCH, else null). `remote`: the runs benchmarked a server a client cannot see
+    the steps of (`sim.bench`): no steps.csv, no timeline, and this text says so in the
+    report."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = [spec for spec, _ in results]
@@ -58,11 +60,10 @@ def write_report(scenario, results, out_dir, worker=None,
     keys = run_keys(results)
     request_frames = [request_frame(spec, rec, keys) for spec, rec in results]
     requests = pd.concat(request_frames, ignore_index=True)
-    written = [
-        _csv(requests, out_dir / "requests.csv"),
-        write_steps_csv(results, keys, out_dir / "steps.csv"),
-        _csv(summary_table(results, summaries), out_dir / "summary.csv"),
-    ]
+    written = [_csv(requests, out_dir / "requests.csv")]
+    if remote is None:
+        written.append(write_steps_csv(results, keys, out_dir / "steps.csv"))
+    written.append(_csv(summary_table(results, summaries), out_dir / "summary.csv"))
     replicas = replicas_table(results, summaries)
     if replicas is not None:
         written.append(_csv(replicas, out_dir / "replicas.csv"))
@@ -74,11 +75,11 @@ def write_report(scenario, results, out_dir, worker=None,
     else:
         from .charts import make_charts  # matplotlib: imported where charts are drawn
 
-        charts = make_charts(results, summaries)
+        charts = make_charts(results, summaries, steps=remote is None)
     for image in charts:
         (out_dir / image.filename).write_bytes(image.png)
         written.append(out_dir / image.filename)
-    blocks = report_blocks(scenario, specs, summaries, requests, charts)
+    blocks = report_blocks(scenario, specs, summaries, requests, charts, remote)
     (out_dir / "report.md").write_text(to_markdown(blocks))
     (out_dir / "report.html").write_text(to_html(blocks, f"servesim report: {scenario.name}"))
     written += [out_dir / "report.md", out_dir / "report.html"]

@@ -1,0 +1,218 @@
+"""`bench(scenario, options, out_dir)`: replay each distinct workload of a scenario's runs
+against an OpenAI-compatible server and write the report `servesim run` writes, less what
+needs the server's steps, plus `bench_requests.csv` (each request's planned and reported token
+counts, status and reason).
+
+The runs of a scenario that differ only in engine settings send the same requests (the
+settings do not reach a remote server), so each distinct (workload, seed) is sent once, under
+its first run's label. Requests, arrival times and prompt and output lengths come from the
+seed as in every mode. A closed-loop workload of C users is sent as every request at once with
+at most C in flight (vLLM's `--request-rate inf --max-concurrency C`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import csv
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..workloads import build_workload, seeded_streams
+from .client import CHAT_ENDPOINT, Target, first_model, prompt_token_counts, replay
+from .prompts import PROBE_WORDS, TextScale, fit_text_scale, id_prompts, probe_text, text_prompt
+from .recorder import BenchRecorder
+from .timing import RequestResult, max_in_flight
+
+DEFAULT_TIMEOUT_S = 600.0
+REQUEST_CSV_COLUMNS = ("request_id", "status", "reason", "planned_prompt_tokens",
+                       "reported_prompt_tokens", "planned_output_tokens",
+                       "reported_completion_tokens", "token_chunks")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """How to reach the server and send: `prompt` "ids" or "text" (None: ids for completions,
+    text for chat); `model` None: the first of GET /v1/models."""
+
+    url: str
+    endpoint: str = "/v1/completions"
+    model: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_concurrency: int | None = None
+    prompt: str | None = None
+    progress: bool = False
+
+    @property
+    def prompt_kind(self) -> str:
+        return self.prompt or ("text" if self.endpoint.rstrip("/") == CHAT_ENDPOINT else "ids")
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """One replayed workload: its spec (mode "bench"), records, requests and notes."""
+
+    spec: object
+    recorder: BenchRecorder
+    results: list
+    notes: list
+    max_in_flight: int
+
+
+def distinct_runs(specs) -> list:
+    """The runs of `specs` with a distinct (workload, seed), in order."""
+    seen, runs = set(), []
+    for spec in specs:
+        key = json.dumps([spec.config["workload"], spec.config["seed"]], sort_keys=True,
+                         default=str)
+        if key not in seen:
+            seen.add(key)
+            runs.append(spec)
+    return runs
+
+
+def bench_runs(scenario, options: BenchOptions) -> list[BenchRun]:
+    base_dir = Path(scenario.path).parent if scenario.path else None
+    return [bench_run(spec, options, base_dir) for spec in distinct_runs(scenario.runs())]
+
+
+def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
+    """Send one run's workload; its spec is returned in mode "bench"."""
+    config = spec.config
+    streams = seeded_streams(config["seed"])
+    workload = build_workload(config["workload"], streams["workload"], base_dir)
+    if workload.sessions is not None:
+        raise ValueError("workload.sessions: bench sends arrival times given up front; a "
+                         "conversation's turns are not supported")
+    concurrency = options.max_concurrency
+    if workload.closed_loop is not None:
+        arrivals = [0.0] * len(workload)
+        concurrency = min(concurrency or math.inf, workload.closed_loop.concurrency)
+    else:
+        arrivals = workload.arrival_s.tolist()
+    requests = [RequestResult(i, arrival_s, int(p), int(o)) for i, (arrival_s, p, o) in
+                enumerate(zip(arrivals, workload.prompt_tokens, workload.output_tokens))]
+    results, notes = asyncio.run(_send_all(options, requests, workload.prompt_tokens,
+                                           streams["tokens"], concurrency, spec.label))
+    bench_config = copy.deepcopy(config)
+    bench_config["mode"] = "bench"
+    return BenchRun(replace(spec, config=bench_config), BenchRecorder(results), results,
+                    notes + [token_check(results)], max_in_flight(results))
+
+
+async def _send_all(options: BenchOptions, requests, prompt_tokens, token_rng,
+                    concurrency, label: str) -> tuple[list, list]:
+    notes = []
+    model = options.model
+    if model is None:
+        try:
+            model = await first_model(options.url, options.timeout_s)
+        except ValueError as exc:
+            notes.append(f"model: none named ({exc})")
+    if model is not None:
+        notes.append(f"model: {model}")
+    target = Target(options.url, options.endpoint, model, options.timeout_s)
+    if options.prompt_kind == "ids":
+        prompts = id_prompts(prompt_tokens, token_rng)
+        notes.append("prompts: lists of token ids of the planned lengths")
+    else:
+        scale = await text_scale(target)
+        prompts = [text_prompt(r.request_id, r.planned_prompt_tokens, scale) for r in requests]
+        notes.append(f"prompts: text of repeated words, {scale.note}")
+    bar = _bar(label, len(requests)) if options.progress else None
+    try:
+        results = await replay(target, requests, prompts, concurrency,
+                               None if bar is None else lambda: bar.update(1))
+    finally:
+        if bar is not None:
+            bar.close()
+    return results, notes
+
+
+async def text_scale(target: Target) -> TextScale:
+    """The server's prompt tokens per word, from two probe requests (uncalibrated, saying
+    why, when the probe fails)."""
+    try:
+        counts = await prompt_token_counts(target, {w: probe_text(w) for w in PROBE_WORDS})
+        return fit_text_scale(counts)
+    except ValueError as exc:
+        return TextScale(note=f"not calibrated ({exc}): one word is taken as one token")
+
+
+def token_check(results) -> str:
+    """How the server's reported token counts compare with the plan."""
+    reported = [r for r in results if r.finished and r.prompt_tokens is not None]
+    same = sum(r.prompt_tokens == r.planned_prompt_tokens for r in reported)
+    outputs = sum(r.output_tokens == r.planned_output_tokens for r in results if r.finished)
+    finished = sum(r.finished for r in results)
+    failed = len(results) - finished
+    return (f"{finished} of {len(results)} requests finished, {failed} failed; prompt tokens as "
+            f"the server counted them: {same} of {len(reported)} reported equal the plan; "
+            f"output tokens: {outputs} of {finished} equal max_tokens")
+
+
+def write_request_csv(runs: list[BenchRun], path: Path) -> Path:
+    """bench_requests.csv: each request's planned and reported counts, status and reason."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(["variant", *REQUEST_CSV_COLUMNS])
+        for run in runs:
+            for r in run.results:
+                writer.writerow([run.spec.variant, r.request_id, r.status, r.reason,
+                                 r.planned_prompt_tokens, _blank(r.prompt_tokens),
+                                 r.planned_output_tokens, _blank(r.completion_tokens),
+                                 len(r.chunk_s)])
+    return path
+
+
+def remote_text(options: BenchOptions, runs: list[BenchRun]) -> str:
+    """The report's paragraph on what was benchmarked and what a client cannot see."""
+    lines = [f"Benchmarked {options.url.rstrip('/')}{options.endpoint} from the client "
+             f"(streamed; max_tokens = the planned output length, with ignore_eos)."]
+    for run in runs:
+        lines.append(f"{run.spec.label}: " + "; ".join(run.notes)
+                     + f"; at most {run.max_in_flight} requests were in flight.")
+    lines.append("The server's steps are not visible to a client, so steps.csv and the "
+                 "timeline are left out; batch size, KV use, queueing and prefix cache figures "
+                 "are n/a, preemptions 0. The engine, scheduler and cost settings above "
+                 "describe the scenario, not the server. Each request's planned and reported "
+                 "token counts, status and reason are in `bench_requests.csv`.")
+    return " ".join(lines)
+
+
+def bench(scenario, options: BenchOptions, out_dir, manifest: dict | None = None):
+    """Bench every distinct workload of `scenario`; write the report to `out_dir` (whole or not
+    at all). Returns (runs, `reports.ReportFiles`)."""
+    from reports.output import output_folder
+
+    manifest = manifest or {"command": "bench", "scenario": scenario.name}
+    with output_folder(out_dir, manifest) as folder:
+        runs = bench_runs(scenario, options)
+        files = write_bench_report(scenario, runs, options, folder)
+    return runs, replace(files, out_dir=Path(out_dir))
+
+
+def write_bench_report(scenario, runs: list[BenchRun], options: BenchOptions, folder: Path):
+    """The report of `runs` in `folder`, and bench_requests.csv; returns `ReportFiles`."""
+    import reports
+
+    results = [(run.spec, run.recorder) for run in runs]
+    moded = replace(scenario, base=dict(scenario.base, mode="bench"))
+    files = reports.write_report(moded, results, folder, remote=remote_text(options, runs))
+    extra = write_request_csv(runs, Path(folder) / "bench_requests.csv")
+    return replace(files, files=files.files + (extra,))
+
+
+def _bar(label: str, total: int):
+    """A progress bar of requests done, on a terminal."""
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"bench {label}", unit="req", disable=not sys.stderr.isatty())
+
+
+def _blank(value) -> str:
+    return "" if value is None else str(value)

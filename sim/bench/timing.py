@@ -1,0 +1,83 @@
+"""One request as the client saw it, and its latencies, measured on the client's clock.
+
+    TTFT = first chunk carrying tokens - request sent
+    ITL  = the gaps between consecutive chunks carrying tokens
+    E2E  = end of the stream - request sent
+    TPOT = (E2E - TTFT) / (output tokens - 1)
+
+Output tokens are the server's `usage.completion_tokens` when it reports them, else the chunks
+that carried tokens (a server that streams several tokens a chunk is then undercounted).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class RequestResult:
+    """One request: what was planned, when it was sent, when each chunk carrying tokens
+    arrived and the stream ended (seconds on the client's clock), and what the server
+    reported. `status`: "finished" or "failed" (with its `reason`)."""
+
+    request_id: int
+    planned_arrival_s: float
+    planned_prompt_tokens: int
+    planned_output_tokens: int
+    sent_s: float = math.nan
+    chunk_s: list = field(default_factory=list)
+    end_s: float = math.nan
+    prompt_tokens: int | None = None  # as the server reported them
+    completion_tokens: int | None = None
+    status: str = "failed"
+    reason: str = ""
+
+    def fail(self, reason: str) -> "RequestResult":
+        self.status, self.reason = "failed", reason
+        return self
+
+    @property
+    def finished(self) -> bool:
+        return self.status == "finished"
+
+    @property
+    def output_tokens(self) -> int:
+        """The server's count when it sent one, else the chunks that carried tokens."""
+        return self.completion_tokens if self.completion_tokens is not None else \
+            len(self.chunk_s)
+
+    @property
+    def first_token_s(self) -> float:
+        return self.chunk_s[0] if self.chunk_s else math.nan
+
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.sent_s
+
+    def e2e_s(self) -> float:
+        return self.end_s - self.sent_s
+
+    def tpot_s(self) -> float:
+        """(E2E - TTFT) / (output tokens - 1); NaN with fewer than two tokens."""
+        n = self.output_tokens
+        return (self.e2e_s() - self.ttft_s()) / (n - 1) if n > 1 else math.nan
+
+    def itl_s(self) -> np.ndarray:
+        """[chunks - 1] gaps between consecutive chunks carrying tokens."""
+        return np.diff(np.asarray(self.chunk_s, dtype=np.float64))
+
+
+def max_in_flight(results) -> int:
+    """The most requests in flight at once (sent, stream not yet ended) over `results`."""
+    events = []
+    for r in results:
+        if not math.isnan(r.sent_s):
+            end = r.end_s if not math.isnan(r.end_s) else math.inf
+            events += [(r.sent_s, 1), (end, -1)]
+    running = peak = 0
+    for _, change in sorted(events, key=lambda e: (e[0], e[1])):  # ends before starts at a tie
+        running += change
+        peak = max(peak, running)
+    return peak

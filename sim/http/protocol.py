@@ -1,0 +1,180 @@
+"""The OpenAI request and response shapes: `parse_completion` and `parse_chat` read a request
+body into a `GenerationRequest` (or raise `ApiError` naming the field), and the builders write
+responses, stream chunks and errors as the OpenAI API (and vLLM) do.
+
+Fields the engine cannot honour with a value other than their "off" one (`UNSUPPORTED`) are
+refused rather than ignored; fields it knows nothing about (`user`, ...) are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from engine.sequence import SamplingParams
+
+DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default
+MAX_STOP_STRINGS = 4
+KIND_NAMES = {int: "an integer", float: "a number", bool: "a boolean"}
+# field -> the values that mean "off"; anything else is refused with 400
+UNSUPPORTED = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False),
+               "best_of": (None, 1), "suffix": (None, ""), "logit_bias": (None, {}),
+               "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
+               "tools": (None, []), "response_format": (None, {"type": "text"})}
+
+
+class ApiError(Exception):
+    """An error answered as {"error": {"message", "type", "param", "code"}} with `status`."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 error_type: str = "invalid_request_error", code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.param = param
+        self.error_type = error_type
+        self.code = code
+
+    def body(self) -> dict:
+        return {"error": {"message": str(self), "type": self.error_type, "param": self.param,
+                          "code": self.code}}
+
+
+def bad(param: str, message: str) -> ApiError:
+    return ApiError(400, f"{param}: {message}", param)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One validated request: a prompt (text or token ids) and how to generate from it."""
+
+    prompt: str | list[int]
+    max_tokens: int
+    sampling: SamplingParams
+    seed: int | None
+    stop: tuple[str, ...]
+    ignore_eos: bool
+    stream: bool
+    include_usage: bool
+
+
+def parse_completion(body, vocab_size: int) -> GenerationRequest:
+    """A /v1/completions body: `prompt` is a string or a list of token ids."""
+    body = _object(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
+        if not all(0 <= t < vocab_size for t in prompt):
+            raise bad("prompt", f"token ids must be in [0, {vocab_size})")
+    elif not isinstance(prompt, str):
+        raise bad("prompt", "must be a string or a non-empty list of token ids (one prompt)")
+    return _generation(body, prompt, "max_tokens")
+
+
+def parse_chat(body) -> tuple[list[dict], GenerationRequest]:
+    """A /v1/chat/completions body: its messages ({"role", "content": string}) and request."""
+    body = _object(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad("messages", "must be a non-empty list of {role, content} objects")
+    for i, m in enumerate(messages):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str)
+                and isinstance(m.get("content"), str)):
+            raise bad(f"messages[{i}]", "must be an object with string role and content")
+    limit = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    return messages, _generation(body, "", limit)
+
+
+def _generation(body: dict, prompt, max_tokens_field: str) -> GenerationRequest:
+    for field, off in UNSUPPORTED.items():
+        if field in body and body[field] not in off:
+            raise bad(field, "is not supported by this server")
+    if body.get("n", 1) != 1:
+        raise bad("n", "only n = 1 is supported")
+    stream = _get(body, "stream", bool, False)
+    options = body.get("stream_options")
+    if options is not None and not (stream and isinstance(options, dict)):
+        raise bad("stream_options", "must be an object, and is only allowed with stream = true")
+    include_usage = _get(options or {}, "include_usage", bool, False, "stream_options.include_usage")
+    max_tokens = _get(body, max_tokens_field, int, DEFAULT_MAX_TOKENS)
+    if max_tokens < 1:
+        raise bad(max_tokens_field, f"must be at least 1, got {max_tokens}")
+    return GenerationRequest(prompt, max_tokens, _sampling(body), _seed(body), _stop(body),
+                             _get(body, "ignore_eos", bool, False), stream, include_usage)
+
+
+def _sampling(body: dict) -> SamplingParams:
+    temperature = _get(body, "temperature", float, 1.0)
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise bad("temperature", f"must be a number >= 0 (0 is greedy), got {temperature}")
+    top_p = _get(body, "top_p", float, 1.0)
+    if not 0 < top_p <= 1:
+        raise bad("top_p", f"must be in (0, 1], got {top_p}")
+    top_k = _get(body, "top_k", int, 0)
+    if top_k < -1:
+        raise bad("top_k", f"must be a positive integer, or 0 or -1 for off; got {top_k}")
+    return SamplingParams(temperature=temperature, top_k=max(top_k, 0), top_p=top_p)
+
+
+def _seed(body: dict) -> int | None:
+    seed = _get(body, "seed", int, None)
+    if seed is not None and not 0 <= seed < 2**63:
+        raise bad("seed", f"must be an integer from 0 to 2^63 - 1, got {seed}")
+    return seed
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not (isinstance(stops, list) and len(stops) <= MAX_STOP_STRINGS
+            and all(isinstance(s, str) and s for s in stops)):
+        raise bad("stop", f"must be a non-empty string or a list of up to {MAX_STOP_STRINGS}")
+    return tuple(stops)
+
+
+def _object(body) -> dict:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _get(body: dict, field: str, kind: type, default, name: str | None = None):
+    """body[field] as `kind` (an int is a valid float), or `default` when absent or null."""
+    value = body.get(field)
+    if value is None:
+        return default
+    ok = {int: _is_int(value), bool: isinstance(value, bool),
+          float: _is_int(value) or isinstance(value, float)}[kind]
+    if not ok:
+        raise bad(name or field, f"must be {KIND_NAMES[kind]}, got {value!r}")
+    return kind(value)
+
+
+# --- responses -----------------------------------------------------------------------------------
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def completion_choice(text: str, finish_reason: str | None) -> dict:
+    return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+
+
+def chat_choice(text: str, finish_reason: str | None) -> dict:
+    return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+            "finish_reason": finish_reason}
+
+
+def chat_delta(delta: dict, finish_reason: str | None) -> dict:
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+
+def envelope(request_id: str, created: int, model: str, kind: str, choices: list) -> dict:
+    """A response or chunk: kind "text_completion", "chat.completion" or
+    "chat.completion.chunk"."""
+    return {"id": request_id, "object": kind, "created": created, "model": model,
+            "choices": choices}

@@ -1,0 +1,233 @@
+"""The aiohttp application: OpenAI-compatible completions and chat completions (streamed as
+server-sent events or not), `/v1/models`, `/health` and Prometheus `/metrics`, over an
+`EngineThread`. `start_server` runs it on a loopback or public port inside a running event
+loop; a client that disconnects has its request aborted (handler cancellation is on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass, replace
+
+import numpy as np
+from aiohttp import web
+
+from engine.llm_engine import LLMEngine
+from engine.sequence import Sequence
+from engine.tokenizer import encode_prompt
+
+from . import protocol
+from .engine_thread import EngineThread, QueueFull
+from .metrics import ServerMetrics
+from .protocol import ApiError, GenerationRequest
+from .text import Detokenizer, render_chat
+
+
+@dataclass
+class Model:
+    """What the server says about the model it serves."""
+
+    id: str
+    vocab: dict
+    max_seq_len: int
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.vocab["token_to_id"].get("<eos>")
+
+
+STATE = web.AppKey("state", dict)
+
+
+class Generation:
+    """One request in flight, seen from its handler: its token events turned into text."""
+
+    def __init__(self, engine: EngineThread, seq: Sequence, gen: GenerationRequest, vocab: dict):
+        self.engine = engine
+        self.seq = seq
+        self.events = engine.submit(seq)  # raises QueueFull
+        self.detokenizer = Detokenizer(vocab, gen.stop)
+        self.num_tokens = 0
+        self.done = False
+
+    async def pieces(self):
+        """Yield (text, finish_reason) per token; the last one has its finish reason."""
+        while not self.done:
+            token, finish = await self.events.get()
+            if token is None:
+                raise ApiError(500, "the engine failed", error_type="server_error")
+            self.num_tokens += 1
+            text = self.detokenizer.push(token)
+            if self.detokenizer.stopped:
+                finish = "stop"
+                self.engine.abort(self.seq)  # a stop string: the engine need not go on
+            elif finish is not None:
+                text += self.detokenizer.flush()
+            self.done = finish is not None
+            yield text, finish
+
+    def close(self) -> None:
+        """After the handler, however it ended: a request not done is aborted."""
+        if not self.done:
+            self.engine.abort(self.seq)
+
+
+@web.middleware
+async def api_errors(request, handler):
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return web.json_response(exc.body(), status=exc.status)
+
+
+def build_app(engine: EngineThread, model: Model) -> web.Application:
+    app = web.Application(middlewares=[api_errors])
+    app[STATE] = {"engine": engine, "model": model}
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    body = await _json_body(request, state["model"])
+    gen = protocol.parse_completion(body, len(state["model"].vocab["id_to_token"]))
+    return await _generate(request, gen, "prompt", chat=False)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    body = await _json_body(request, request.app[STATE]["model"])
+    messages, gen = protocol.parse_chat(body)
+    return await _generate(request, replace(gen, prompt=render_chat(messages)), "messages",
+                           chat=True)
+
+
+async def models(request: web.Request) -> web.Response:
+    model = request.app[STATE]["model"]
+    return web.json_response({"object": "list", "data": [{
+        "id": model.id, "object": "model", "created": 0, "owned_by": "servesim",
+        "max_model_len": model.max_seq_len, "tokenizer": "character"}]})
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=200 if request.app[STATE]["engine"].alive else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    text = request.app[STATE]["engine"].metrics.render()
+    return web.Response(text=text, content_type="text/plain", charset="utf-8",
+                        headers={"X-Content-Format": "version=0.0.4"})
+
+
+async def _json_body(request: web.Request, model: Model) -> dict:
+    try:
+        body = json.loads(await request.read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    if isinstance(body, dict) and body.get("model") not in (None, model.id):
+        raise ApiError(404, f"the model {body['model']!r} does not exist (this server serves "
+                            f"{model.id!r})", "model", code="model_not_found")
+    return body
+
+
+def new_sequence(engine: EngineThread, model: Model, gen: GenerationRequest,
+                 prompt_field: str) -> Sequence:
+    """The engine's sequence for a request; 400 naming the field when it can never fit."""
+    ids = encode_prompt(gen.prompt, model.vocab) if isinstance(gen.prompt, str) else gen.prompt
+    seq = Sequence(uuid.uuid4().hex, len(ids), gen.max_tokens, prompt_token_ids=list(ids),
+                   arrival_s=engine.now_s(), sampling=gen.sampling, ignore_eos=gen.ignore_eos,
+                   eos_token_id=model.eos_token_id)
+    reason = engine.engine.scheduler.rejection_reason(seq)
+    if reason:
+        field = prompt_field if len(ids) >= model.max_seq_len else "max_tokens"
+        raise protocol.bad(field, f"the prompt is {len(ids)} tokens: {reason}")
+    if gen.seed is not None:
+        seq.generator = np.random.default_rng(gen.seed)
+    return seq
+
+
+async def _generate(request: web.Request, gen: GenerationRequest, prompt_field: str,
+                    chat: bool) -> web.StreamResponse:
+    engine, model = request.app[STATE]["engine"], request.app[STATE]["model"]
+    seq = new_sequence(engine, model, gen, prompt_field)
+    try:
+        generation = Generation(engine, seq, gen, model.vocab)
+    except QueueFull as exc:
+        raise ApiError(429, str(exc), error_type="rate_limit_error", code="queue_full") from None
+    meta = (f"{'chatcmpl' if chat else 'cmpl'}-{seq.request_id}", int(time.time()), model.id)
+    try:
+        if gen.stream:
+            return await _stream(request, generation, gen, meta, chat)
+        return await _whole(generation, meta, chat)
+    finally:
+        generation.close()
+
+
+async def _whole(generation: Generation, meta: tuple, chat: bool) -> web.Response:
+    texts, finish = [], None
+    async for text, finish in generation.pieces():
+        texts.append(text)
+    choice = (protocol.chat_choice if chat else protocol.completion_choice)("".join(texts), finish)
+    body = protocol.envelope(*meta, "chat.completion" if chat else "text_completion", [choice])
+    body["usage"] = protocol.usage(generation.seq.prompt_len, generation.num_tokens)
+    return web.json_response(body)
+
+
+async def _stream(request: web.Request, generation: Generation, gen: GenerationRequest,
+                  meta: tuple, chat: bool) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    kind = "chat.completion.chunk" if chat else "text_completion"
+
+    async def send(choices: list, usage: dict | None = None) -> None:
+        chunk = protocol.envelope(*meta, kind, choices)
+        if gen.include_usage:
+            chunk["usage"] = usage
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+    if chat:
+        await send([protocol.chat_delta({"role": "assistant", "content": ""}, None)])
+    async for text, finish in generation.pieces():
+        await send([protocol.chat_delta({"content": text}, finish) if chat
+                    else protocol.completion_choice(text, finish)])
+    if gen.include_usage:
+        await send([], protocol.usage(generation.seq.prompt_len, generation.num_tokens))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+@dataclass
+class RunningServer:
+    """A server listening on `url`, its engine stepping on its own thread."""
+
+    url: str
+    engine: EngineThread
+    runner: web.AppRunner
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+        self.engine.stop()
+
+
+async def start_server(engine: LLMEngine, model: Model, host: str = "127.0.0.1", port: int = 0,
+                       max_waiting: int | None = None) -> RunningServer:
+    """Serve `engine` over HTTP from the running event loop (port 0: a free port)."""
+    thread = EngineThread(engine, ServerMetrics(model.id), asyncio.get_running_loop(),
+                          max_waiting)
+    runner = web.AppRunner(build_app(thread, model), handler_cancellation=True,
+                           access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    thread.start()
+    bound_host, bound_port = runner.addresses[0][:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    return RunningServer(f"http://{shown}:{bound_port}", thread, runner)

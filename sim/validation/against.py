@@ -1,0 +1,72 @@
+"""`servesim validate SCENARIO --against URL`: the simulator against a running server.
+
+Each distinct workload of the scenario's runs is sent to the server (`sim.bench`, latencies
+measured by the client) and simulated with the scenario's cost model on the same requests;
+validation.csv compares them as `validate` does. A client cannot see the server's steps, so
+there is no step table (`step_errors.csv`) and no speed-normalized comparison. Written to
+`out_dir`: validation.csv, validation_cdfs.png, report.md, report.html, and each side's own
+report in `bench/` and `simulate/`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from engine.benchmark import summarize
+
+from ..bench.run import BenchOptions, bench_run, distinct_runs, write_bench_report
+from ..runner import run_config
+from .table import display_rows, error_rows, max_abs_error, text_table, write_csv
+from .validate import mode_config, validatable_runs
+
+
+def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "auto",
+                     manifest: dict | None = None) -> str:
+    """Bench and simulate every distinct workload of `scenario`, write the files to `out_dir`
+    (whole or not at all) and return the printed text: the error table, what the client saw,
+    the headline and where the report is."""
+    from reports.output import output_folder
+
+    specs = distinct_runs(validatable_runs(scenario, False, profile, options.progress))
+    base_dir = Path(scenario.path).parent if scenario.path else None
+    manifest = manifest or {"command": "validate", "scenario": scenario.name}
+    with output_folder(out_dir, manifest) as folder:
+        benched = [bench_run(spec, options, base_dir) for spec in specs]
+        simulated = [run_config(mode_config(spec.config, "simulate"), base_dir=base_dir)
+                     for spec in specs]
+        rows = [row for run, sim in zip(benched, simulated)
+                for row in error_rows(run.spec.label, summarize(run.recorder,
+                                                                run.spec.config["slo"]),
+                                      summarize(sim, run.spec.config["slo"]))]
+        notes = [f"{run.spec.label}: " + "; ".join(run.notes) for run in benched]
+        headline = (f"max |error| over p50/p90/p99 of TTFT, TPOT, E2E: "
+                    f"{max_abs_error(rows):.1f}%")
+        _write(scenario, options, benched, list(zip(specs, simulated)), rows, notes, headline,
+               folder)
+    return "\n".join([text_table(rows), "", *notes, headline,
+                      f"report: {Path(out_dir) / 'report.html'}"])
+
+
+def _write(scenario, options, benched, simulated, rows, notes, headline, folder: Path) -> None:
+    import reports
+    from reports.cdf_chart import cdf_chart
+    from reports.tables import request_frame
+    from reports.validation_report import write_validation_report
+
+    write_bench_report(scenario, benched, options, folder / "bench")
+    sim_results = [(replace(spec, config=mode_config(spec.config, "simulate")), recorder)
+                   for spec, recorder in simulated]
+    reports.write_report(replace(scenario, base=mode_config(scenario.base, "simulate")),
+                         sim_results, folder / "simulate")
+    write_csv(rows, folder / "validation.csv")
+    lines, styles = [], []
+    for index, (run, (spec, recorder)) in enumerate(zip(benched, sim_results)):
+        color = f"C{index % 10}"  # one hue per run: benchmarked solid, simulated dashed
+        lines.append((f"{run.spec.label}: benchmarked", request_frame(run.spec, run.recorder),
+                      run.recorder))
+        lines.append((f"{spec.label}: simulated", request_frame(spec, recorder), recorder))
+        styles += [(color, "-"), (color, "--")]
+    write_validation_report(folder, scenario, display_rows(rows), notes, headline,
+                            cdf_chart(lines, styles),
+                            against=options.url.rstrip("/") + options.endpoint)

@@ -1,0 +1,149 @@
+"""`servesim bench`'s pure parts: the SSE stream, the client's latencies, prompts of a given
+token count and the records the reports read."""
+
+import asyncio
+import math
+
+import numpy as np
+import pytest
+
+from engine.benchmark import summarize, vllm_summary
+from sim.bench.client import read_stream
+from sim.bench.prompts import TextScale, fit_text_scale, id_prompts, text_prompt
+from sim.bench.recorder import BenchRecorder
+from sim.bench.sse import DONE, chunk_text, chunk_usage, event_data, parse_chunk
+from sim.bench.timing import RequestResult, max_in_flight
+
+
+def finished(request_id, sent, chunks, end, completion=None):
+    result = RequestResult(request_id, sent, 8, len(chunks), sent_s=sent, chunk_s=list(chunks),
+                           end_s=end, completion_tokens=completion, status="finished")
+    return result
+
+
+async def lines_of(*lines):
+    for line in lines:
+        yield line
+
+
+def test_event_data_reads_data_lines_and_skips_comments_and_other_fields():
+    assert event_data(b'data: {"a": 1}\n') == '{"a": 1}'
+    assert event_data(b'data:{"a": 1}\r\n') == '{"a": 1}'
+    assert event_data(b"data: [DONE]\n") == DONE
+    assert event_data(b": keep-alive\n") is None
+    assert event_data(b"event: message\n") is None
+    assert event_data(b"\n") is None
+
+
+def test_chunk_text_of_completions_and_chat_and_usage_chunks():
+    assert chunk_text({"choices": [{"text": "ab"}]}, chat=False) == "ab"
+    assert chunk_text({"choices": [{"delta": {"content": "c"}}]}, chat=True) == "c"
+    assert chunk_text({"choices": [{"delta": {"role": "assistant"}}]}, chat=True) == ""
+    usage_only = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}
+    assert chunk_text(usage_only, chat=False) == ""
+    assert chunk_usage(usage_only) == {"prompt_tokens": 5, "completion_tokens": 3}
+
+
+def test_a_chunk_that_is_not_json_is_a_value_error():
+    with pytest.raises(ValueError, match="not JSON"):
+        parse_chunk("{oops")
+
+
+def test_read_stream_times_token_chunks_and_takes_the_server_usage():
+    result = RequestResult(0, 0.0, 4, 2)
+    stream = lines_of(b'data: {"choices": [{"text": "a"}]}\n', b"\n",
+                      b'data: {"choices": [{"text": ""}]}\n',
+                      b'data: {"choices": [{"text": "b"}]}\n',
+                      b'data: {"choices": [], "usage": {"prompt_tokens": 4, '
+                      b'"completion_tokens": 2}}\n', b"data: [DONE]\n")
+    asyncio.run(read_stream(stream, result, chat=False))
+    assert result.status == "finished"
+    assert len(result.chunk_s) == 2
+    assert (result.prompt_tokens, result.completion_tokens) == (4, 2)
+
+
+def test_a_stream_that_ends_before_done_fails_with_its_reason():
+    result = RequestResult(0, 0.0, 4, 2)
+    asyncio.run(read_stream(lines_of(b'data: {"choices": [{"text": "a"}]}\n'), result, False))
+    assert result.status == "failed"
+    assert "before [DONE]" in result.reason
+
+
+def test_an_error_inside_the_stream_fails_the_request():
+    result = RequestResult(0, 0.0, 4, 2)
+    asyncio.run(read_stream(lines_of(b'data: {"error": {"message": "overloaded"}}\n'), result,
+                            False))
+    assert (result.status, result.reason) == ("failed", "error in the stream: overloaded")
+
+
+def test_latencies_follow_the_definitions():
+    result = finished(0, sent=10.0, chunks=[10.5, 10.7, 11.0], end=11.1)
+    assert result.ttft_s() == pytest.approx(0.5)
+    assert result.e2e_s() == pytest.approx(1.1)
+    assert result.tpot_s() == pytest.approx((1.1 - 0.5) / 2)
+    assert result.itl_s() == pytest.approx([0.2, 0.3])
+
+
+def test_output_tokens_are_the_server_count_when_reported_else_the_chunks():
+    assert finished(0, 0.0, [0.1, 0.2], 0.3).output_tokens == 2
+    assert finished(0, 0.0, [0.1, 0.2], 0.3, completion=5).output_tokens == 5
+
+
+def test_one_output_token_has_no_tpot():
+    assert math.isnan(finished(0, 0.0, [0.1], 0.1).tpot_s())
+
+
+def test_max_in_flight_counts_overlapping_requests():
+    results = [finished(0, 0.0, [0.5], 1.0), finished(1, 0.5, [0.9], 2.0),
+               finished(2, 1.0, [1.5], 3.0)]  # 2 starts as 0 ends: not overlapping
+    assert max_in_flight(results) == 2
+
+
+def test_fit_text_scale_is_the_line_through_the_probe():
+    scale = fit_text_scale({16: 100, 64: 292})  # 4 tokens a word, 36 for the template
+    assert scale.words_for(36 + 4 * 50) == 50
+    assert TextScale().words_for(0) == 1
+
+
+def test_text_prompts_start_with_their_index_so_no_two_share_a_prefix():
+    assert text_prompt(3, 4, TextScale()).startswith("3 ")
+    assert text_prompt(3, 4, TextScale()) != text_prompt(4, 4, TextScale())
+
+
+def test_id_prompts_have_the_planned_lengths():
+    prompts = id_prompts(np.array([3, 7]), np.random.default_rng(0))
+    assert [len(p) for p in prompts] == [3, 7]
+
+
+def test_the_recorder_gives_the_summaries_the_client_latencies_and_counts_failures():
+    ok = finished(0, 0.0, [0.5, 0.7, 1.0], 1.1)
+    failed = RequestResult(1, 0.2, 8, 3, sent_s=0.2, end_s=0.3).fail("HTTP 500: boom")
+    recorder = BenchRecorder([ok, failed])
+    summary = summarize(recorder)
+    assert summary["completed"] == 1 and summary["unfinished"] == 1
+    assert summary["ttft_mean_s"] == pytest.approx(0.5)
+    assert summary["itl_mean_s"] == pytest.approx(0.25)
+    assert math.isnan(summary["queue_mean_s"]) and math.isnan(summary["mean_batch_size"])
+    assert vllm_summary(summary)["failed"] == 1
+    columns = recorder.request_columns()
+    assert columns["status"] == ["finished", "failed"]
+    assert recorder.reject_reasons == {1: "HTTP 500: boom"}
+
+
+def test_bench_of_an_unreachable_server_counts_every_request_failed(tmp_path):
+    import json
+    import socket
+
+    from sim.cli import main
+
+    with socket.socket() as sock:  # a free port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "bench"
+    status = main(["bench", f"http://127.0.0.1:{port}", "--num-prompts", "3", "--timeout", "5",
+                   "--model", "m", "--out", str(out), "--quiet"])
+    assert status == 0
+    record = json.loads((out / "summary.json").read_text())
+    assert (record["completed"], record["failed"]) == (0, 3)
+    assert not (out / "steps.csv").exists()
+    assert (out / "report.html").exists() and (out / "bench_requests.csv").exists()

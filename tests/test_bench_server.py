@@ -1,0 +1,92 @@
+"""`servesim bench` and `servesim validate --against` end to end against a real HTTP server:
+`servesim serve` started on a free loopback port with a tiny model. The client's token counts
+are the engine's, `--max-concurrency` caps the requests in flight, and the comparison with the
+simulation is written."""
+
+from __future__ import annotations
+
+import csv
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sim.bench import BenchOptions, bench_runs
+
+import scenarios
+
+TINY = ["model.vocab_size=64", "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
+        "model.d_ff=64", "model.max_seq_len=512"]
+SCENARIO = """
+name = "bench-case"
+seed = 4
+[workload]
+num_requests = 12
+arrival = { process = "poisson", rate = 20.0 }
+prompt_tokens = { dist = "uniform", low = 8, high = 60 }
+output_tokens = { dist = "uniform", low = 2, high = 16 }
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A `servesim serve` process on a free port: its base URL. Its stderr goes to a file
+    (a pipe nobody reads could fill and stall it)."""
+    log = tmp_path_factory.mktemp("serve") / "stderr.txt"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "sim.cli", "serve", "--port", "0",
+                                    "--set", *TINY], stderr=stderr, text=True)
+    deadline = time.monotonic() + 60
+    url = None
+    while url is None:
+        assert time.monotonic() < deadline and process.poll() is None, "the server never started"
+        found = re.search(r"serving on (http://\S+)", log.read_text())
+        url = found.group(1) if found else time.sleep(0.05)
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture
+def scenario_file(tmp_path):
+    path = tmp_path / "bench-case.toml"
+    path.write_text(SCENARIO)
+    return path
+
+
+def test_the_client_counts_the_tokens_the_engine_generated(server, scenario_file):
+    run, = bench_runs(scenarios.load(scenario_file, TINY), BenchOptions(server))
+    assert [r.status for r in run.results] == ["finished"] * 12
+    for r in run.results:  # max_tokens with ignore_eos: exactly the planned output
+        assert r.completion_tokens == r.planned_output_tokens
+        assert r.prompt_tokens == r.planned_prompt_tokens  # as the server counted them
+        # a chunk a token, but a token that decodes to no text (a special id) carries none
+        assert 0 < len(r.chunk_s) <= r.planned_output_tokens
+    cols = run.recorder.request_columns()
+    assert cols["output_tokens"] == [r.planned_output_tokens for r in run.results]
+
+
+def test_max_concurrency_caps_the_requests_in_flight(server, scenario_file):
+    burst = ['workload.arrival={process="burst"}']
+    run, = bench_runs(scenarios.load(scenario_file, TINY + burst),
+                      BenchOptions(server, max_concurrency=2))
+    assert run.max_in_flight == 2
+    assert all(r.status == "finished" for r in run.results)
+
+
+def test_bench_and_validate_against_write_their_files(server, scenario_file, tmp_path):
+    from sim.cli import main
+
+    out = tmp_path / "bench"
+    assert main(["bench", server, str(scenario_file), "--out", str(out), "--quiet",
+                 "--set", *TINY]) == 0
+    with open(out / "requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 12 and {r["status"] for r in rows} == {"finished"}
+    assert (out / "summary.json").is_file() and not (out / "steps.csv").exists()
+    against = tmp_path / "against"
+    assert main(["validate", str(scenario_file), "--against", server, "--out", str(against),
+                 "--quiet", "--set", *TINY, "cost.model=\"linear\""]) == 0
+    assert (against / "validation.csv").is_file()

@@ -1,0 +1,318 @@
+"""The HTTP server (`sim/http`): a real aiohttp server on a free loopback port, over a tiny
+model, spoken to by aiohttp's client: streamed and whole completions and chat completions,
+the OpenAI error shapes, the queue limit, disconnects that free KV blocks, 200 concurrent
+streams, and the `servesim serve` command itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+import scenarios
+from sim.http import engine_for, start_server
+from sim.http.text import Detokenizer, model_vocab
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["model.vocab_size=64", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
+        "model.d_ff=64", "model.max_seq_len=256", "engine.num_kv_blocks=64",
+        "engine.block_size=8"]
+PROMPT = "the quick brown fox"
+
+
+def tiny_config(*sets: str) -> dict:
+    specs = scenarios.load(scenarios.DEFAULT_SCENARIO, [*TINY, *sets]).runs()
+    return next(s for s in specs if s.variant == "continuous").config
+
+
+def served(test, *sets: str, max_waiting: int | None = None):
+    """Run `await test(client, url, engine)` against a fresh server of the tiny model."""
+    async def main():
+        engine, model = engine_for(tiny_config(*sets))
+        server = await start_server(engine, model, max_waiting=max_waiting)
+        try:
+            connector = aiohttp.TCPConnector(limit=0)  # as many connections as requests
+            async with aiohttp.ClientSession(connector=connector) as client:
+                return await test(client, server.url, engine)
+        finally:
+            await server.close()
+    return asyncio.run(main())
+
+
+async def sse_events(response) -> list:
+    """The `data:` payloads of a server-sent event stream, parsed ("[DONE]" kept as is)."""
+    assert response.headers["Content-Type"].startswith("text/event-stream")
+    events = []
+    async for line in response.content:
+        line = line.decode().rstrip("\n")
+        if line:
+            assert line.startswith("data: "), line
+            data = line[len("data: "):]
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+async def post(client, url: str, body) -> tuple[int, dict]:
+    async with client.post(url, json=body) as response:
+        return response.status, await response.json()
+
+
+def metric(text: str, name: str) -> float:
+    match = re.search(rf"^{re.escape(name)}{{[^}}]*}} (\S+)$", text, re.M)
+    assert match, f"{name} not in /metrics"
+    return float(match.group(1))
+
+
+async def kv_usage(client, url: str) -> float:
+    async with client.get(f"{url}/metrics") as response:
+        return metric(await response.text(), "vllm:kv_cache_usage_perc")
+
+
+# --- completions ---------------------------------------------------------------------------------
+
+
+def test_streamed_completion_sends_a_chunk_per_token_then_usage_and_done():
+    async def test(client, url, engine):
+        body = {"prompt": PROMPT, "max_tokens": 12, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True}}
+        async with client.post(f"{url}/v1/completions", json=body) as response:
+            assert response.status == 200
+            events = await sse_events(response)
+        *tokens, usage, done = events
+        assert done == "[DONE]"
+        assert len(tokens) == 12
+        assert all(c["object"] == "text_completion" and c["usage"] is None for c in tokens)
+        assert [c["choices"][0]["finish_reason"] for c in tokens] == [None] * 11 + ["length"]
+        assert usage["choices"] == []
+        assert usage["usage"] == {"prompt_tokens": len(PROMPT) + 1, "completion_tokens": 12,
+                                  "total_tokens": len(PROMPT) + 13}
+    served(test)
+
+
+def test_chat_stream_opens_with_the_assistant_role():
+    async def test(client, url, engine):
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+                "ignore_eos": True, "stream": True}
+        async with client.post(f"{url}/v1/chat/completions", json=body) as response:
+            events = await sse_events(response)
+        first, *tokens, done = events
+        assert first["object"] == "chat.completion.chunk"
+        assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+        assert len(tokens) == 5 and done == "[DONE]"
+        assert tokens[-1]["choices"][0]["finish_reason"] == "length"
+        assert "usage" not in tokens[0]
+    served(test)
+
+
+def test_seeded_requests_repeat_streamed_or_whole():
+    async def test(client, url, engine):
+        body = {"prompt": PROMPT, "max_tokens": 20, "ignore_eos": True, "temperature": 1.0,
+                "seed": 7}
+        texts = [(await post(client, f"{url}/v1/completions", body))[1]["choices"][0]["text"]
+                 for _ in range(2)]
+        async with client.post(f"{url}/v1/completions", json={**body, "stream": True}) as r:
+            streamed = "".join(c["choices"][0]["text"] for c in (await sse_events(r))[:-1])
+        other = await post(client, f"{url}/v1/completions", {**body, "seed": 8})
+        return texts, streamed, other[1]["choices"][0]["text"]
+    texts, streamed, other = served(test)
+    assert texts[0] == texts[1] == streamed
+    assert other != texts[0]
+
+
+def test_whole_chat_completion_and_token_id_prompt():
+    async def test(client, url, engine):
+        chat = await post(client, f"{url}/v1/chat/completions",
+                          {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4,
+                           "ignore_eos": True, "temperature": 0})
+        ids = await post(client, f"{url}/v1/completions",
+                         {"prompt": [0, 5, 9, 13], "max_tokens": 3, "ignore_eos": True})
+        return chat, ids
+    (chat_status, chat), (ids_status, ids) = served(test)
+    assert chat_status == ids_status == 200
+    assert chat["object"] == "chat.completion"
+    assert chat["choices"][0]["message"]["role"] == "assistant"
+    assert chat["usage"]["prompt_tokens"] == len("user: hello\nassistant:") + 1
+    assert chat["usage"]["completion_tokens"] == 4
+    assert ids["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+
+
+def test_stop_string_cuts_the_text_before_it():
+    async def test(client, url, engine):
+        body = {"prompt": PROMPT, "max_tokens": 40, "ignore_eos": True, "temperature": 0}
+        text = (await post(client, f"{url}/v1/completions", body))[1]["choices"][0]["text"]
+        stop = text[10:13]
+        async with client.post(f"{url}/v1/completions",
+                               json={**body, "stop": [stop], "stream": True}) as response:
+            chunks = (await sse_events(response))[:-1]
+        return text, stop, chunks
+    text, stop, chunks = served(test)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == text[:text.find(stop)]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_detokenizer_holds_back_a_possible_stop_string():
+    vocab = model_vocab(64)
+    ids = [vocab["token_to_id"][c] for c in "abxaby"]
+    detokenizer = Detokenizer(vocab, ("aby",))
+    pieces = [detokenizer.push(token) for token in ids]
+    assert pieces == ["", "", "abx", "", "", ""]
+    assert detokenizer.stopped and detokenizer.text == "abx"
+
+
+# --- models, health, metrics ---------------------------------------------------------------------
+
+
+def test_models_health_and_metrics():
+    async def test(client, url, engine):
+        await post(client, f"{url}/v1/completions",
+                   {"prompt": PROMPT, "max_tokens": 6, "ignore_eos": True})
+        async with client.get(f"{url}/v1/models") as models, \
+                client.get(f"{url}/health") as health, client.get(f"{url}/metrics") as metrics:
+            return await models.json(), health.status, await metrics.text()
+    models, health, text = served(test)
+    assert health == 200
+    (model,) = models["data"]
+    assert model["object"] == "model" and "char" in model["id"] and model["max_model_len"] == 256
+    assert metric(text, "vllm:prompt_tokens_total") == len(PROMPT) + 1
+    assert metric(text, "vllm:generation_tokens_total") == 6
+    assert metric(text, "vllm:num_requests_running") == 0
+    assert metric(text, "vllm:num_requests_waiting") == 0
+    ttft = re.findall(r'^vllm:time_to_first_token_seconds_bucket{.*le="\+Inf"} (\d+)$', text, re.M)
+    assert ttft == ["1"]
+    assert metric(text, "vllm:inter_token_latency_seconds_count") == 5
+    assert "# TYPE vllm:time_per_output_token_seconds histogram" in text
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"prompt": PROMPT, "n": 2}, "n"),
+    ({"prompt": PROMPT, "max_tokens": 0}, "max_tokens"),
+    ({"prompt": PROMPT, "max_tokens": "ten"}, "max_tokens"),
+    ({"prompt": PROMPT, "temperature": -1}, "temperature"),
+    ({"prompt": PROMPT, "top_p": 0}, "top_p"),
+    ({"prompt": PROMPT, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"prompt": PROMPT, "stream_options": {"include_usage": True}}, "stream_options"),
+    ({"prompt": PROMPT, "logprobs": 2}, "logprobs"),
+    ({"prompt": ["one", "two"]}, "prompt"),
+    ({"prompt": [0, 64]}, "prompt"),
+    ({"prompt": "x" * 300}, "prompt"),
+    ({"prompt": PROMPT, "max_tokens": 250}, "max_tokens"),
+])
+def test_bad_completion_parameters_answer_400_naming_the_field(body, param):
+    status, error = served(lambda client, url, engine:
+                           post(client, f"{url}/v1/completions", body))
+    assert status == 400
+    assert error["error"]["param"] == param
+    assert error["error"]["type"] == "invalid_request_error"
+    assert set(error["error"]) == {"message", "type", "param", "code"}
+
+
+def test_malformed_json_and_bad_messages_answer_400():
+    async def test(client, url, engine):
+        async with client.post(f"{url}/v1/completions", data=b"{not json") as response:
+            malformed = response.status, await response.json()
+        messages = await post(client, f"{url}/v1/chat/completions", {"messages": [{"role": 1}]})
+        return malformed, messages
+    (status, malformed), (messages_status, messages) = served(test)
+    assert status == 400 and "JSON" in malformed["error"]["message"]
+    assert messages_status == 400 and messages["error"]["param"] == "messages[0]"
+
+
+def test_full_queue_answers_429():
+    async def test(client, url, engine):
+        # long enough that it is still running when the others arrive, however fast the machine
+        body = {"prompt": PROMPT, "max_tokens": 3000, "ignore_eos": True, "stream": True}
+        async with client.post(f"{url}/v1/completions", json=body) as running:
+            await running.content.readline()  # admitted: its first token came
+            waiting = asyncio.create_task(post(client, f"{url}/v1/completions",
+                                               {**body, "stream": False}))
+            for _ in range(2000):  # at most 10 s
+                if engine.scheduler.waiting:
+                    break
+                await asyncio.sleep(0.005)
+            assert engine.scheduler.waiting, "the second request never queued"
+            refused = await post(client, f"{url}/v1/completions", body)
+            waiting.cancel()
+        return refused
+    status, error = served(test, "engine.max_num_seqs=1", "model.max_seq_len=4096",
+                           "engine.num_kv_blocks=512", max_waiting=1)
+    assert status == 429
+    assert error["error"]["code"] == "queue_full" and "queue is full" in error["error"]["message"]
+
+
+# --- disconnects and load ------------------------------------------------------------------------
+
+
+def test_disconnect_mid_stream_frees_the_kv_blocks():
+    async def test(client, url, engine):
+        body = {"prompt": PROMPT, "max_tokens": 2000, "ignore_eos": True, "stream": True}
+        async with client.post(f"{url}/v1/completions", json=body) as response:
+            assert response.status == 200
+            for _ in range(3):
+                await response.content.readline()
+            busy = await kv_usage(client, url)
+            response.close()  # the client goes away mid-stream
+        for _ in range(200):
+            if not engine.scheduler.has_unfinished():
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the gauges follow the step after the abort
+        async with client.get(f"{url}/metrics") as response:
+            text = await response.text()
+        return busy, text, engine.scheduler.block_manager.num_used
+    busy, text, used = served(test, "model.max_seq_len=2048", "engine.num_kv_blocks=300")
+    assert busy > 0
+    assert metric(text, "vllm:generation_tokens_total") < 2000  # it was cut short
+    assert metric(text, "vllm:kv_cache_usage_perc") == 0 and used == 0
+
+
+def test_200_concurrent_streams_lose_nothing_and_leak_no_block():
+    async def stream(client, url, i):
+        body = {"prompt": f"{PROMPT} {i}", "max_tokens": 8, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True}}
+        async with client.post(f"{url}/v1/completions", json=body) as response:
+            assert response.status == 200
+            events = await sse_events(response)
+        return events[-2]["usage"]["completion_tokens"], len(events) - 2
+
+    async def test(client, url, engine):
+        counts = await asyncio.gather(*(stream(client, url, i) for i in range(200)))
+        return counts, engine.scheduler.block_manager.num_used, await kv_usage(client, url)
+    counts, used, usage = served(test)
+    assert counts == [(8, 8)] * 200
+    assert used == 0 and usage == 0
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def test_serve_command_listens_and_exits_cleanly_on_sigint():
+    argv = [sys.executable, "-m", "sim.cli", "serve", "--port", "0", "--set", *TINY]
+    process = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        line = process.stderr.readline()
+        assert line.startswith("serving on http://127.0.0.1:"), line
+        url = line.split()[-1]
+
+        async def health():
+            async with aiohttp.ClientSession() as client, client.get(f"{url}/health") as r:
+                return r.status
+        assert asyncio.run(health()) == 200
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
