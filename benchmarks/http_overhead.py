@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -35,20 +34,10 @@ import scenarios  # noqa: E402
 from engine.sequence import Sequence  # noqa: E402
 from sim.http import engine_for  # noqa: E402
 from sim.http.text import model_vocab  # noqa: E402
+from sim_speed import machine_state  # noqa: E402  (benchmarks/ is on the path)
 
 MODELS = {"default": [], "1-layer": ["model.n_layers=1"]}
 PROMPT = "the quick brown fox jumps over the lazy dog"
-
-
-def machine_state() -> str:
-    """How fast this machine runs Python right now, and how busy it is."""
-    t0 = time.perf_counter()
-    total = 0
-    for i in range(5_000_000):
-        total += i
-    loop_s = time.perf_counter() - t0
-    return (f"machine: a 5,000,000-iteration Python loop took {loop_s:.3f} s; load average "
-            f"{os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs")
 
 
 def config(sets: list[str]) -> dict:

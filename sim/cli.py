@@ -52,7 +52,6 @@ class Terminated(BaseException):
 
 def cmd_run(args) -> int:
     import reports
-    import scenarios
     from reports.output import output_folder
 
     from .runner import check_scenario
@@ -262,47 +261,15 @@ def cmd_profile(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    import reports
-
-    from .bench import bench
-
-    options = bench_options(args)
-    scenario = load_scenario(args)
-    args.out_dir = out_dir = output_dir(args.out, scenario.name, "-bench")
-    try:
-        runs, files = bench(scenario, options, out_dir, manifest("bench", scenario))
-    except (ValueError, FileNotFoundError) as exc:
-        raise RunFailed(f"{scenario.name}: {exc}") from None
-    results = [(run.spec, run.recorder) for run in runs]
-    print(reports.summary_text(results, files.summaries))
-    for run in runs:
-        print(f"{run.spec.label}: {run.notes[-1]}")
-    print(f"\n{len(files.files) + 1} files written to {out_dir}/; report: "
-          f"{out_dir / files.html.name}")
-    return 0
-
-
-def bench_options(args):
-    """The `sim.bench.BenchOptions` of `bench` (and `validate --against`); --max-concurrency
-    caps the requests in flight, as vLLM's, rather than making a closed loop."""
-    from .bench import BenchOptions
-
-    if args.timeout is not None and not args.timeout > 0:
-        raise UsageError("--timeout must be a positive number of seconds")
-    concurrency, args.max_concurrency = args.max_concurrency, None
-    return BenchOptions(args.url, args.endpoint, args.model,
-                        args.timeout or BenchOptions.timeout_s, concurrency, args.prompt,
-                        progress=not args.quiet)
-
-
 def cmd_validate(args) -> int:
     import scenarios
 
     from .validation import validate
 
     if args.against is not None:
-        return _validate_against(args)
+        from .cli_http import validate_against_cmd
+
+        return validate_against_cmd(args)
     scenario = load_scenario(args)
     args.out_dir = out_dir = output_dir(args.out, scenario.name, "-validate")
     parallel = parallel_of(args)
@@ -317,47 +284,6 @@ def cmd_validate(args) -> int:
             raise
         raise RunFailed(f"{scenario.name}: {exc}") from None
     print(result.text())  # ends with the report's path
-    return 0
-
-
-def _validate_against(args) -> int:
-    from .validation.against import validate_against
-
-    args.url = args.against
-    options = bench_options(args)
-    scenario = load_scenario(args)
-    args.out_dir = out_dir = output_dir(args.out, scenario.name, "-validate")
-    try:
-        result = validate_against(scenario, options, out_dir, profile=args.profile,
-                                  manifest=manifest("validate", scenario))
-    except (ValueError, FileNotFoundError) as exc:
-        import scenarios
-
-        if isinstance(exc, scenarios.ScenarioError):
-            raise
-        raise RunFailed(f"{scenario.name}: {exc}") from None
-    print(result)
-    return 0
-
-
-def cmd_serve(args) -> int:
-    import scenarios
-
-    from .http import serve_scenario
-
-    if args.max_waiting is not None and args.max_waiting < 1:
-        raise UsageError("--max-waiting must be a positive integer")
-    scenario = scenarios.load(args.scenario, args.set or ())
-    specs = scenario.runs()
-    name = args.variant or specs[0].variant
-    spec = next((s for s in specs if s.variant == name), None)
-    if spec is None:
-        raise UsageError(f"--variant {name}: the scenario's variants are "
-                         f"{', '.join(scenario.variant_names)}")
-    try:
-        serve_scenario(spec.config, args.host, args.port, args.max_waiting)
-    except ValueError as exc:
-        raise UsageError(f"{scenario.name}: {exc}") from None
     return 0
 
 
@@ -391,6 +317,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from .cli_flags import add_workload_flags
+    from .cli_http import add_client_flags, cmd_bench, cmd_serve
 
     parser = Parser(
         prog="servesim", description="Simulate an LLM inference server whose step costs come "
@@ -443,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--against", metavar="URL",
                           help="bench the OpenAI-compatible server at URL with the scenario's "
                                "requests instead of serving them in-process")
-    _add_client(validate)
+    add_client_flags(validate)
     validate.set_defaults(func=cmd_validate)
     bench = sub.add_parser("bench", help="replay a scenario's requests against an "
                                          "OpenAI-compatible server and write the report")
@@ -452,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"built-in name or TOML path (default: {DEFAULT_SCENARIO})")
     _add_common(bench, "output directory (default: out/<scenario name>-bench/)")
     add_workload_flags(bench)
-    _add_client(bench)
+    add_client_flags(bench)
     bench.set_defaults(func=cmd_bench)
     serve = sub.add_parser("serve", help="serve a scenario's engine behind an OpenAI-compatible "
                                          "HTTP API")
@@ -478,21 +405,6 @@ def _add_common(parser, out_help: str) -> None:
                         help="override a dotted key, e.g. workload.arrival.rate=8 (repeatable; "
                              "values are TOML)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
-
-
-def _add_client(parser) -> None:
-    """The HTTP client's options of `bench` and `validate --against` (`sim.bench`)."""
-    group = parser.add_argument_group("HTTP client (bench, validate --against)")
-    group.add_argument("--endpoint", default="/v1/completions", metavar="PATH",
-                       help="/v1/completions (default) or /v1/chat/completions")
-    group.add_argument("--model", dest="model", metavar="NAME",
-                       help="the model to ask for (default: the first of GET /v1/models)")
-    group.add_argument("--timeout", type=float, metavar="S",
-                       help="seconds a request may take before it counts as failed "
-                            "(default: 600)")
-    group.add_argument("--prompt", choices=("ids", "text"),
-                       help="prompts as token id lists (default for completions) or as "
-                            "calibrated text (default for chat)")
 
 
 def _add_parallel(parser, what: str, default: str | None = None) -> None:

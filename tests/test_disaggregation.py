@@ -11,12 +11,10 @@ import math
 import numpy as np
 import pytest
 
-import scenarios
 from engine.records import ClusterRecorder
 from scenarios import ScenarioError
-from sim.cluster import Cluster
-from sim.runner import run_config, run_mode, sequence_maker
-from sim.workloads import build_workload, seeded_streams
+from sim.runner import run_config
+from tests.test_cluster import SESSIONS as CLUSTER_SESSIONS, load_config, run_cluster_of
 
 PROMPT, OUTPUT = 100, 5
 TINY_WORKLOAD = f"""
@@ -46,23 +44,7 @@ prefill_replicas = 2
 decode_replicas = 2
 [engine]
 num_kv_blocks = 64
-enable_prefix_caching = true
-[workload]
-arrival = { process = "poisson", rate = 1.0 }
-prompt_tokens = { dist = "uniform", low = 20, high = 120 }
-output_tokens = { dist = "uniform", low = 40, high = 160 }
-[workload.sessions]
-conversations = 30
-turns = { dist = "uniform", low = 2, high = 5 }
-system_prompt_tokens = 256
-think_time_s = 0.5
-"""
-
-
-def load_config(tmp_path, text: str, overrides=()):
-    path = tmp_path / "pd.toml"
-    path.write_text(text)
-    return scenarios.load(path, overrides).base
+enable_prefix_caching = true""" + CLUSTER_SESSIONS
 
 
 def tiny_text(n: int) -> str:
@@ -129,13 +111,9 @@ def test_a_prefill_replica_link_moves_one_request_at_a_time_in_turn(tmp_path):
 def test_every_request_is_served_once_and_no_kv_block_stays_held(tmp_path, router,
                                                                  decode_router, engine):
     config = load_config(tmp_path, open_text(router, decode_router, engine=engine))
-    mode, streams = run_mode(config), seeded_streams(config["seed"])
-    cluster = Cluster(config, mode, streams)
-    workload = build_workload(config["workload"], streams["workload"])
-    recorder = cluster.run(workload, sequence_maker(workload, mode, streams, cluster.model,
-                                                    cluster.block_manager()))
+    cluster, recorder, num_requests = run_cluster_of(config)
     columns = recorder.request_columns()
-    assert sorted(columns["request_id"]) == list(range(len(workload)))
+    assert sorted(columns["request_id"]) == list(range(num_requests))
     assert set(columns["status"]) == {"finished"}
     moved = [r for r, t in zip(columns["replica"], columns["kv_transfer_s"]) if t == t]
     assert set(moved) == {2, 3, 4} and set(columns["prefill_replica"]) == {0, 1}

@@ -10,13 +10,12 @@ import pytest
 
 from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
-from engine.records import RunRecorder
-from sim.loop import run_loop
-from sim.runner import build_scheduler, run_config, sequence_factory
-from sim.workloads import build_workload, load_trace, seeded_streams
+from sim.runner import run_config
+from sim.workloads import load_trace
 from sim.workloads.block_keys import trace_block_keys, trace_token_ids
 from sim.workloads.traces import shipped_trace
-from tests.test_sessions import Recording, Replay
+from tests.test_sessions import run_pieces
+from tests.test_sim_cosim import Recording, Replay
 from tests.test_trace_formats import error, write
 
 
@@ -118,22 +117,12 @@ def test_simulated_keys_make_the_real_engines_caching_decisions_step_for_step(tm
     params = init_params(ModelConfig(**TINY))
     recording = []
 
-    def run(executor_for, real: bool):
-        scheduler = build_scheduler(cfg, TINY["max_seq_len"])
-        bm = scheduler.block_manager
-        streams = seeded_streams(cfg["seed"])
-        workload = build_workload(cfg["workload"], streams["workload"])
-        make = sequence_factory(workload, streams["tokens"], TINY["vocab_size"]) if real else \
-            sequence_factory(workload, block_size=bm.block_size)
-        return run_loop(scheduler, executor_for(bm), RunRecorder(bm.num_blocks), make,
-                        arrival_s=workload.arrival_s, num_requests=len(workload))
-
     def live(bm):
         recording.append(Recording(NumpyExecutor(params, bm, rng=np.random.default_rng(0))))
         return recording[0]
 
-    real = run(live, True)
-    simulated = run(lambda bm: Replay(recording[0].durations), False)
+    real, _ = run_pieces(cfg, live, True)
+    simulated, _ = run_pieces(cfg, lambda bm: Replay(recording[0].durations), False)
     a, b = real.step_columns(), simulated.step_columns()
     for name in ("num_prefill_tokens", "num_decode_seqs", "kv_blocks_used", "preemptions",
                  "cached_tokens", "kv_blocks_cached"):

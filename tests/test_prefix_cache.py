@@ -6,6 +6,8 @@ leak, double free or wrongly share a block."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +23,7 @@ from engine.prefix_cache import (PrefixCachingBlockManager, ROOT_HASH, block_has
 from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import GREEDY, Sequence, SequenceStatus
+from engine.swap import SwapSpace
 
 
 # --- the block manager ------------------------------------------------------------------------
@@ -128,42 +131,63 @@ def test_evictable_cached_blocks_count_as_free_for_admission(fake_executor):
 MODEL = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=128)
 
 
-def serve_greedy(prompts, caching: bool, num_blocks: int, block_size: int = 4):
-    """Serve the prompts greedily (arriving two per step); every sequence's output ids and the
-    KV rows of its tokens read from the paged cache just before its blocks are let go."""
+class Served(NamedTuple):
+    outputs: dict  # request id -> output token ids
+    kv: dict  # request id -> [(K, V) of every layer] of its computed tokens
+    seqs: list
+    scheduler: Scheduler
+    plans: list  # every step's plan
+
+
+def serve_greedy(prompts, num_blocks: int, *, caching: bool = False,
+                 preemption: str = "recompute", swap_blocks: int = 0, max_new_tokens: int = 6,
+                 max_num_seqs: int = 3, block_size: int = 4) -> Served:
+    """Serve the prompts greedily on the real engine (arriving two per step): every
+    sequence's output ids and the KV rows of its tokens, read from the paged cache just
+    before its blocks are let go. Block (and swap space) invariants are checked every step."""
     bm = make_block_manager(num_blocks, block_size, caching)
-    config = SchedulerConfig(max_num_seqs=3, max_num_batched_tokens=24, max_seq_len=128,
-                             chunked_prefill=True)
-    scheduler = Scheduler(config, bm)
-    executor = NumpyExecutor(init_params(MODEL), bm, rng=np.random.default_rng(0))
+    config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=8 * max_num_seqs,
+                             max_seq_len=128, chunked_prefill=True, preemption=preemption)
+    scheduler = Scheduler(config, bm, SwapSpace(swap_blocks) if swap_blocks else None)
+    executor = NumpyExecutor(init_params(MODEL), bm, rng=np.random.default_rng(0),
+                             swap_blocks=swap_blocks)
     engine = LLMEngine(scheduler, executor, RunRecorder(num_blocks), timing="executor")
-    kv, retire = {}, scheduler.retire
+    kv, plans, retire = {}, [], scheduler.retire
 
     def keep_kv(finished, step):
         for seq in finished:
-            rows = []
-            for layer in range(MODEL.n_layers):
-                table = bm.block_tables[seq.seq_id]
-                slots = [table[t // block_size] * block_size + t % block_size
-                         for t in range(seq.num_computed_tokens)]
-                k, v = executor.storage.gather(layer, np.asarray(slots))
-                rows.append((k.copy(), v.copy()))
-            kv[seq.request_id] = rows
+            table = bm.block_tables[seq.seq_id]
+            slots = np.asarray([table[t // block_size] * block_size + t % block_size
+                                for t in range(seq.num_computed_tokens)])
+            kv[seq.request_id] = [tuple(a.copy() for a in executor.storage.gather(layer, slots))
+                                  for layer in range(MODEL.n_layers)]
         retire(finished, step)
 
     scheduler.retire = keep_kv
-    seqs = [Sequence(f"r{i}", len(p), 6, prompt_token_ids=list(p), sampling=GREEDY)
-            for i, p in enumerate(prompts)]
+    seqs = [Sequence(f"r{i}", len(p), max_new_tokens, prompt_token_ids=list(p),
+                     sampling=GREEDY) for i, p in enumerate(prompts)]
     pending = list(seqs)
     while pending or engine.has_unfinished():
         for seq in pending[:2]:
             engine.add_request(seq)
         pending = pending[2:]
-        engine.step()
+        plans.append(engine.step().plan)
         bm.check_invariants()
+        if scheduler.swap is not None:
+            scheduler.swap.check_invariants()
     assert all(s.status is SequenceStatus.FINISHED for s in seqs)
     assert bm.num_used == 0
-    return {s.request_id: s.output_token_ids for s in seqs}, kv, seqs, scheduler
+    if scheduler.swap is not None:
+        assert scheduler.swap.num_free == swap_blocks  # every host block back
+    return Served({s.request_id: s.output_token_ids for s in seqs}, kv, seqs, scheduler, plans)
+
+
+def assert_same_outputs_and_kv(a: Served, b: Served) -> None:
+    assert a.outputs == b.outputs
+    for request_id, rows in a.kv.items():
+        for (k_a, v_a), (k_b, v_b) in zip(rows, b.kv[request_id]):
+            np.testing.assert_allclose(k_a, k_b, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(v_a, v_b, rtol=1e-4, atol=1e-5)
 
 
 def shared_prompts(rng, n: int, system: int) -> list:
@@ -176,16 +200,12 @@ def shared_prompts(rng, n: int, system: int) -> list:
 def test_greedy_outputs_and_kv_rows_are_the_same_with_caching_on_and_off(num_blocks):
     prompts = shared_prompts(np.random.default_rng(3), 8, 17)
     prompts += [prompts[0] + [5, 6, 7, 8, 9]]  # a later turn that extends an earlier prompt
-    on_out, on_kv, on_seqs, on_sched = serve_greedy(prompts, True, num_blocks)
-    off_out, off_kv, _, off_sched = serve_greedy(prompts, False, num_blocks)
-    assert on_out == off_out
-    for request_id, rows in off_kv.items():
-        for (k_off, v_off), (k_on, v_on) in zip(rows, on_kv[request_id]):
-            np.testing.assert_allclose(k_on, k_off, rtol=1e-4, atol=1e-5)
-            np.testing.assert_allclose(v_on, v_off, rtol=1e-4, atol=1e-5)
-    assert sum(s.num_cached_tokens for s in on_seqs) > 0  # the cache did serve prefixes
+    on = serve_greedy(prompts, num_blocks, caching=True)
+    off = serve_greedy(prompts, num_blocks, caching=False)
+    assert_same_outputs_and_kv(on, off)
+    assert sum(s.num_cached_tokens for s in on.seqs) > 0  # the cache did serve prefixes
     if num_blocks == 12:
-        assert on_sched.num_preemptions > 0 and off_sched.num_preemptions > 0
+        assert on.scheduler.num_preemptions > 0 and off.scheduler.num_preemptions > 0
 
 
 # --- random workloads: no leaked, double freed or wrongly shared block ----------------------

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import scenarios
-from engine.executor import NumpyExecutor, StepResult
+from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
 from engine.records import STEP_COLUMNS, RunRecorder
 from scenarios import ScenarioError
@@ -21,6 +21,7 @@ from sim.workloads import build_workload, seeded_streams
 from sim.workloads.arrivals import Poisson
 from sim.workloads.distributions import Uniform
 from sim.workloads.sessions import REJECTED_EARLIER
+from tests.test_sim_cosim import Recording, Replay
 
 TINY = {"vocab_size": 128, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64,
         "max_seq_len": 512}
@@ -169,33 +170,18 @@ def test_after_a_rejected_turn_the_later_turns_are_recorded_as_rejected():
 # --- simulated keys against the real engine's hashes ---------------------------------------------
 
 
-class Recording:
-    def __init__(self, inner):
-        self.inner, self.durations = inner, []
-
-    def execute(self, plan):
-        result = self.inner.execute(plan)
-        self.durations.append(result.duration_s)
-        return result
-
-
-class Replay:
-    def __init__(self, durations):
-        self.durations = iter(durations)
-
-    def execute(self, plan):
-        return StepResult(None, next(self.durations))
-
-
-def _run(cfg, executor_for, real: bool):
-    """A sessions run from run_config's pieces; real: prompt token ids, else block keys."""
-    scheduler = build_scheduler(cfg, TINY["max_seq_len"])
+def run_pieces(cfg, executor_for, real: bool):
+    """(records, block manager) of a run built from run_config's pieces with the executor
+    `executor_for(block_manager)`; real: prompts of token ids, else block keys."""
+    model = cfg["model"]
+    scheduler = build_scheduler(cfg, model["max_seq_len"])
     bm = scheduler.block_manager
     streams = seeded_streams(cfg["seed"])
     workload = build_workload(cfg["workload"], streams["workload"])
-    make = sequence_factory(workload, streams["tokens"], TINY["vocab_size"]) if real else \
+    make = sequence_factory(workload, streams["tokens"], model["vocab_size"]) if real else \
         sequence_factory(workload, block_size=bm.block_size)
     recorder = run_loop(scheduler, executor_for(bm), RunRecorder(bm.num_blocks), make,
+                        arrival_s=workload.arrival_s, closed_loop=workload.closed_loop,
                         sessions=workload.sessions, num_requests=len(workload))
     return recorder, bm
 
@@ -217,8 +203,8 @@ def test_simulated_block_keys_make_the_real_engines_caching_decisions_step_for_s
         recording.append(Recording(NumpyExecutor(params, bm, rng=np.random.default_rng(0))))
         return recording[0]
 
-    real, real_bm = _run(cfg, live, real=True)
-    simulated, sim_bm = _run(cfg, lambda bm: Replay(recording[0].durations), real=False)
+    real, real_bm = run_pieces(cfg, live, real=True)
+    simulated, sim_bm = run_pieces(cfg, lambda bm: Replay(recording[0].durations), real=False)
     a, b = real.step_columns(), simulated.step_columns()
     for name in ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "kv_blocks_used",
                  "preemptions", "cached_tokens", "kv_blocks_cached"):
@@ -236,7 +222,7 @@ def test_no_kv_block_leaks_with_rejections_and_preemptions():
     cfg = config(sessions=dict(SESSIONS, conversations=12, turns=6))
     cfg["engine"]["num_kv_blocks"] = 30
     cost = cost_model(cfg["cost"], TINY)
-    recorder, bm = _run(cfg, lambda bm: CostModelExecutor(cost, None, bm.block_size), real=False)
+    recorder, bm = run_pieces(cfg, lambda bm: CostModelExecutor(cost, None, bm.block_size), real=False)
     assert "rejected" in recorder.statuses and sum(recorder.step_columns()["preemptions"]) > 0
     bm.check_invariants()
     assert bm.num_used == 0 and bm.num_free == bm.num_blocks

@@ -13,73 +13,27 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.executor import NumpyExecutor
 from engine.llm_engine import LLMEngine
-from engine.model import ModelConfig, init_params
 from engine.prefix_cache import make_block_manager
 from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import GREEDY, Sequence, SequenceStatus
+from engine.sequence import Sequence, SequenceStatus
 from engine.step_plan import StepPlan
 from engine.swap import SwapSpace
 from sim.costs import CostModelExecutor, LinearCost
 from sim.runner import run_config, swap_block_s
-
-MODEL = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=128)
-BLOCK = 4
+from tests.test_prefix_cache import Served, assert_same_outputs_and_kv
+from tests.test_prefix_cache import serve_greedy as serve_prefix_greedy
 
 
 def serve_greedy(prompts, num_blocks: int, preemption: str = "recompute", swap_blocks: int = 0,
-                 caching: bool = False):
-    """Serve the prompts greedily (two arriving a step); each sequence's output ids and the KV
-    rows of its tokens read just before its blocks are let go, and the steps' plans."""
-    bm = make_block_manager(num_blocks, BLOCK, caching)
-    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=32, max_seq_len=128,
-                             chunked_prefill=True, preemption=preemption)
-    scheduler = Scheduler(config, bm, SwapSpace(swap_blocks) if swap_blocks else None)
-    executor = NumpyExecutor(init_params(MODEL), bm, rng=np.random.default_rng(0),
-                             swap_blocks=swap_blocks)
-    engine = LLMEngine(scheduler, executor, RunRecorder(num_blocks), timing="executor")
-    kv, plans, retire = {}, [], scheduler.retire
-
-    def keep_kv(finished, step):
-        for seq in finished:
-            table = bm.block_tables[seq.seq_id]
-            slots = np.asarray([table[t // BLOCK] * BLOCK + t % BLOCK
-                                for t in range(seq.num_computed_tokens)])
-            kv[seq.request_id] = [tuple(a.copy() for a in executor.storage.gather(layer, slots))
-                                  for layer in range(MODEL.n_layers)]
-        retire(finished, step)
-
-    scheduler.retire = keep_kv
-    seqs = [Sequence(f"r{i}", len(p), 10, prompt_token_ids=list(p), sampling=GREEDY)
-            for i, p in enumerate(prompts)]
-    pending = list(seqs)
-    while pending or engine.has_unfinished():
-        for seq in pending[:2]:
-            engine.add_request(seq)
-        pending = pending[2:]
-        plans.append(engine.step().plan)
-        bm.check_invariants()
-        if scheduler.swap is not None:
-            scheduler.swap.check_invariants()
-    assert all(s.status is SequenceStatus.FINISHED for s in seqs)
-    assert bm.num_used == 0
-    if scheduler.swap is not None:
-        assert scheduler.swap.num_free == swap_blocks  # every host block back
-    return {s.request_id: s.output_token_ids for s in seqs}, kv, scheduler, plans
+                 caching: bool = False) -> Served:
+    """`test_prefix_cache.serve_greedy` with ten output tokens a request, four at a time."""
+    return serve_prefix_greedy(prompts, num_blocks, caching=caching, preemption=preemption,
+                               swap_blocks=swap_blocks, max_new_tokens=10, max_num_seqs=4)
 
 
 PROMPTS = [np.random.default_rng(i).integers(0, 64, size=9 + 3 * i).tolist() for i in range(8)]
-
-
-def assert_same(a, b):
-    (out_a, kv_a, *_), (out_b, kv_b, *_) = a, b
-    assert out_a == out_b
-    for request_id, rows in kv_a.items():
-        for (k_a, v_a), (k_b, v_b) in zip(rows, kv_b[request_id]):
-            np.testing.assert_allclose(k_a, k_b, rtol=1e-4, atol=1e-5)
-            np.testing.assert_allclose(v_a, v_b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("caching", [False, True])
@@ -87,15 +41,15 @@ def test_swapped_sequences_resume_with_the_same_outputs_and_kv_as_without_preemp
     roomy = serve_greedy(PROMPTS, 128, caching=caching)
     swapped = serve_greedy(PROMPTS, 14, "swap", swap_blocks=64, caching=caching)
     recomputed = serve_greedy(PROMPTS, 14, caching=caching)
-    assert roomy[2].num_preemptions == 0
-    assert swapped[2].num_preemptions > 0 and recomputed[2].num_preemptions > 0
-    plans = swapped[3]
+    assert roomy.scheduler.num_preemptions == 0
+    assert swapped.scheduler.num_preemptions > 0 and recomputed.scheduler.num_preemptions > 0
+    plans = swapped.plans
     assert sum(len(p.swap_out) for p in plans) > 0
     assert sum(len(p.swap_out) for p in plans) == sum(len(p.swap_in) for p in plans)
-    assert_same(swapped, roomy)
-    assert_same(recomputed, roomy)
+    assert_same_outputs_and_kv(swapped, roomy)
+    assert_same_outputs_and_kv(recomputed, roomy)
     # resuming computes less than recomputing the victims' prompts and outputs
-    computed = [sum(p.num_prefill_tokens + len(p.decodes) for p in run[3])
+    computed = [sum(p.num_prefill_tokens + len(p.decodes) for p in run.plans)
                 for run in (swapped, recomputed)]
     assert computed[0] < computed[1]
 
@@ -103,12 +57,12 @@ def test_swapped_sequences_resume_with_the_same_outputs_and_kv_as_without_preemp
 def test_a_victim_that_does_not_fit_in_the_swap_space_is_recomputed():
     roomy = serve_greedy(PROMPTS, 128)
     tight = serve_greedy(PROMPTS, 14, "swap", swap_blocks=6)
-    plans = tight[3]
+    plans = tight.plans
     victims = sum(len(p.preempted) for p in plans)
     swapped = sum(1 for p in plans if p.swap_out)  # a step here swaps out one victim at most
     assert 0 < swapped < victims  # some went to host memory, the others were recomputed
     assert all(len(p.swap_out) <= 6 for p in plans)
-    assert_same(tight, roomy)
+    assert_same_outputs_and_kv(tight, roomy)
 
 
 def test_swap_preemption_needs_a_swap_space():

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .operators import (ADDS_PER_LAYER, ELEMENTWISE, attention_counts, embedding_bytes,
-                        elementwise_bytes, lm_head_counts, matmul_counts)
+from .operators import (ADDS_PER_LAYER, ELEMENTWISE, embedding_bytes, elementwise_bytes,
+                        lm_head_counts, matmul_counts)
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time
 

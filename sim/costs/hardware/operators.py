@@ -26,8 +26,6 @@ for the rows that sample), and, with tp > 1, two all-reduces of T x d activation
 
 from __future__ import annotations
 
-import numpy as np
-
 from .architecture import Architecture
 
 MATMULS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
