@@ -31,7 +31,9 @@ class BlockManager:
     Memory grows with the blocks ever used, not with `num_blocks`: the free list is the blocks
     returned so far (a stack: the last freed is handed out first) above the never-used blocks
     `fresh` and up, which are handed out in increasing order and need no entry until then. This
-    is exactly a list of every free block, initially n-1 .. 0, popped from the end."""
+    is exactly a list of every free block, initially n-1 .. 0, popped from the end. Taking and
+    freeing cost O(blocks moved) in C list operations; only `free_block`, the seed's one-block
+    free, searches the free list (to refuse a double free)."""
 
     prefix_caching = False  # engine.prefix_cache.PrefixCachingBlockManager: True
 
@@ -42,7 +44,6 @@ class BlockManager:
         self.block_size = block_size
         self._returned: list[int] = []  # freed blocks, the last freed at the end
         self._fresh = 0  # blocks fresh.. num_blocks - 1 were never handed out
-        self._in_use = bytearray()  # [fresh]: 1 where a block is held
         self.block_tables: dict[int, list[int]] = {}
 
     # --- queries ---------------------------------------------------------------------------------
@@ -68,7 +69,8 @@ class BlockManager:
         return len(self.block_tables.get(seq_id, ())) * self.block_size
 
     def is_free(self, block_id: int) -> bool:
-        return block_id >= self._fresh or not self._in_use[block_id]
+        """O(free blocks returned): for checks, not for the hot path."""
+        return block_id >= self._fresh or block_id in self._returned
 
     # --- mutations -------------------------------------------------------------------------------
 
@@ -82,19 +84,21 @@ class BlockManager:
         if n > k:
             start = self._fresh
             self._fresh += n - k
-            self._in_use.extend(bytes(n - k))
             taken.extend(range(start, self._fresh))
-        in_use = self._in_use
-        for block in taken:
-            in_use[block] = 1
         return taken
 
     def allocate_block(self, seq_id: int) -> int:
-        """Append one free block to the sequence's table and return its id."""
-        if not self.num_free:
+        """Append one free block to the sequence's table and return its id (`_take(1)`,
+        inlined: a decoding sequence takes its blocks one at a time)."""
+        returned = self._returned
+        if returned:
+            block = returned.pop()
+        elif self._fresh < self.num_blocks:
+            block = self._fresh
+            self._fresh += 1
+        else:
             raise OutOfBlocksError(f"no free KV block for sequence {seq_id} "
                                    f"(all {self.num_blocks} in use)")
-        block = self._take(1)[0]
         self.block_tables.setdefault(seq_id, []).append(block)
         return block
 
@@ -133,16 +137,11 @@ class BlockManager:
                 if block_id in table:
                     table.remove(block_id)
                     break
-        self._in_use[block_id] = 0
         self._returned.append(block_id)
 
     def free_sequence(self, seq_id: int) -> int:
         """Free every block the sequence holds; returns how many. Unknown ids free nothing."""
         table = self.block_tables.pop(seq_id, ())
-        in_use = self._in_use
-        for block in table:
-            assert in_use[block], f"block {block} of sequence {seq_id} already free"
-            in_use[block] = 0
         self._returned.extend(reversed(table))
         return len(table)
 
@@ -162,4 +161,3 @@ class BlockManager:
         assert not set(held) & set(free), "a held block is also free"
         assert len(held) + len(free) == self.num_blocks, "a block leaked"
         assert len(free) == len(set(free)), "a block is free twice"
-        assert all(self._in_use[b] for b in held), "a held block is marked free"

@@ -36,6 +36,10 @@ from .scheduler import Scheduler
 from .sequence import Sequence
 from .step_plan import StepPlan
 
+# With steady decoders counted in bulk, a run that ends at a finish is only taken when it is at
+# least this long: bringing every count up to date costs a pass over the batch.
+STEADY_MIN_RUN = 16
+
 
 @dataclass(frozen=True)
 class DecodeRun:
@@ -111,6 +115,14 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
     for seq, n in plan.prefills:
         if seq.num_computed_tokens + n != seq.num_tokens:
             return None  # a chunk of a longer prefill (or one stopping a token short)
+    steady = scheduler.steady
+    if steady is not None:  # steady decoders' counts lag (`engine.steady`)
+        first = steady.next_finish() - plan.step  # repeats to the first steady finish
+        if first < 1 or (first < STEADY_MIN_RUN and (scheduler.waiting or not through_finishes)):
+            return None  # a finish in `plan`, or a short run: stepping costs less
+        steady.rebase()
+    if any(seq.num_output_tokens + 1 >= seq.max_new_tokens for seq in members):
+        return None  # `plan` itself finishes a sequence: the next step differs
     bm = scheduler.block_manager
     bs, tables = bm.block_size, bm.block_tables
     finish, first_block, held = [], [], []
@@ -121,8 +133,6 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
         finish.append(seq.max_new_tokens - seq.num_output_tokens - 1)
         first_block.append(blocks * bs - (seq.prompt_len + seq.num_output_tokens - 1))
         held.append(blocks)
-    if min(finish) < 1:
-        return None  # `plan` itself finishes a sequence: the next step differs
     on = through_finishes and (static or not scheduler.waiting)
     max_steps = _fitting_steps(finish, first_block, held, max(finish) if on else min(finish),
                                bs, bm.num_free)
@@ -166,6 +176,8 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
     was postprocessed. Returns (KV blocks used and KV blocks cached after each repeat's
     planning, two lists of `steps`, and the sequences that finished, in the order they did)."""
     assert 1 <= steps <= run.max_steps
+    if scheduler.steady is not None:  # the run's plan is postprocessed: every count up to date
+        scheduler.steady.rebase()
     bm, members, step0 = scheduler.block_manager, run.members, run.plan.step
     allocations = _allocations(run.finish, run.first_block, steps, bm.block_size)
     change = [0] * steps  # [steps] blocks used at a repeat's planning, minus at the one before
@@ -215,6 +227,8 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
         if f > steps:
             _advance(seq, steps, step0)
     scheduler.num_steps += steps
+    if scheduler.steady is not None:
+        scheduler.steady.after_run(members, steps)
     return list(accumulate(change)), _per_repeat(start_cached, cached_planned, cached_after,
                                                  steps), finished
 

@@ -157,6 +157,7 @@ class LLMEngine:
 
     def unfinished_sequences(self) -> list[Sequence]:
         """Every sequence still running or waiting (queue order after the running ones)."""
+        self.scheduler.sync()
         return list(self.scheduler.running) + list(self.scheduler.waiting)
 
     def record_unfinished(self) -> list[Sequence]:

@@ -126,6 +126,16 @@ class PrefixCachingBlockManager(BlockManager):
         self.evictions += evicted
         return taken
 
+    def allocate_block(self, seq_id: int) -> int:
+        """Append one free block (a never-used one, else the least recently freed cached one)
+        to the sequence's table and return its id."""
+        if not self.num_free:
+            raise OutOfBlocksError(f"no free KV block for sequence {seq_id} "
+                                   f"(all {self.num_blocks} in use)")
+        block = self._take(1)[0]
+        self.block_tables.setdefault(seq_id, []).append(block)
+        return block
+
     def take_prefix(self, seq_id: int, blocks: list[int]) -> None:
         """Give a sequence (with no blocks yet) the cached blocks of its prefix."""
         refs, evictable = self._refs, self._evictable

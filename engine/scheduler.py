@@ -45,6 +45,7 @@ from .prefix_cache import block_hashes
 from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
 from .sequence import Sequence, SequenceStatus
+from .steady import SteadyDecoders
 from .step_plan import StepPlan
 from .swap import SwapSpace
 
@@ -102,20 +103,16 @@ def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_la
     bm, block_size, tables = block_manager, block_manager.block_size, block_manager.block_tables
     decodes = []
     append = decodes.append  # the hot loop of a simulation: one pass, locals only
-    i, n = 0, len(running)
-    while i < n:  # n shrinks when a victim is preempted from the end
-        seq = running[i]
-        i += 1
+    for seq in running:  # a victim is popped from the end: the loop stops before it
         row = seq.prompt_len + seq.num_output_tokens - 1  # the KV row this decode writes
         if seq.num_computed_tokens < row:
             if prefilling is not None:
                 prefilling.append(seq)
             continue
         # Rows 0 .. row-1 are stored, so only a row at a block boundary can lack room.
-        if row % block_size == 0 and len(tables[seq.seq_id]) * block_size <= row:
+        if not row % block_size and len(tables[seq.seq_id]) * block_size <= row:
             while not bm.num_free and running[-1] is not seq:
                 preempt_last()
-            n = len(running)
             if not bm.num_free:  # no one is left behind it: it is the victim itself
                 preempt_last()
                 break
@@ -149,6 +146,25 @@ class Scheduler:
         )
         self._caching = block_manager.prefix_caching  # engine.prefix_cache
         self.prefill_only = False  # disaggregation: release sequences after their first token
+        self._steady: SteadyDecoders | None = None  # simulated sequences counted in bulk
+        self.steady: SteadyDecoders | None = None  # the same, while engaged (large batches)
+
+    def count_steady_in_bulk(self) -> bool:
+        """For simulated sequences only (they stop by length alone): advance the running
+        sequences that decode every step in bulk (`engine.steady`), with the same plans and
+        counts. Applies under continuous batching on an engine that decodes its own sequences,
+        before the first step; returns whether it does."""
+        if self.config.policy != "continuous" or self.prefill_only:
+            return False
+        if self.running or self.num_steps:
+            raise ValueError("steady decoders are counted in bulk from the first step only")
+        self._steady = SteadyDecoders(self, reserve_decode_blocks)
+        return True
+
+    def sync(self) -> None:
+        """Bring every running sequence's counts up to date (see `count_steady_in_bulk`)."""
+        if self.steady is not None:
+            self.steady.reset()
 
     # --- arrivals --------------------------------------------------------------------------------
 
@@ -197,6 +213,7 @@ class Scheduler:
         """Cancel a queued or running sequence between steps (its client went away): it leaves
         the queue or the running list, its KV blocks (and host swap blocks) are freed, and it
         ends with status aborted and finish_reason "abort"."""
+        self.sync()
         if seq.status is _RUNNING:
             self.running.remove(seq)
             self.block_manager.free_sequence(seq.seq_id)
@@ -235,8 +252,13 @@ class Scheduler:
 
     def _schedule_continuous(self, plan: StepPlan) -> None:
         prefilling: list[Sequence] = []
-        plan.decodes = reserve_decode_blocks(self.running, self.block_manager,
-                                             lambda: self._preempt_last(plan), prefilling)
+        if self._steady is not None:
+            self.steady = self._steady if self._steady.engage() else None
+        if self.steady is None:
+            plan.decodes = reserve_decode_blocks(self.running, self.block_manager,
+                                                 lambda: self._preempt_last(plan), prefilling)
+        else:
+            plan.decodes = self.steady.reserve(prefilling, lambda: self._preempt_last(plan))
         budget = self.config.max_num_batched_tokens - len(plan.decodes)
         for seq in prefilling:  # prefills split over earlier steps: their blocks are reserved
             if budget == 0:
@@ -317,6 +339,8 @@ class Scheduler:
         self._insert_running(seq)
         if left == 1:  # its last token's KV is all it lacks: a decode, as for the running
             plan.decodes.append(seq)
+            if self.steady is not None:
+                self.steady.swapped_in(seq)
         else:
             plan.prefills.append((seq, n))
         return n
@@ -337,6 +361,10 @@ class Scheduler:
             computed = seq.num_computed_tokens
             if computed // bs > (computed - n) // bs:
                 self.cache_blocks(seq, (computed - n) // bs, computed // bs)
+        if self.steady is not None:
+            for seq, block in self.steady.filled(plan.step):
+                self.cache_blocks(seq, block, block + 1)
+            return
         for seq in plan.decodes:
             if not seq.num_computed_tokens % bs:
                 self.cache_blocks(seq, seq.num_computed_tokens // bs - 1,
@@ -367,9 +395,13 @@ class Scheduler:
             self.running.append(seq)  # admission order is victim order
         else:
             bisect.insort(self.running, seq, key=self._victim_key)
+        if self.steady is not None:
+            self.steady.counted.append(seq)
 
     def _preempt_last(self, plan: StepPlan) -> None:
         seq = self.running.pop()
+        if self.steady is not None:  # counted eagerly now; it may be readmitted at once
+            self.steady.counted.remove(seq)
         plan.swap_out += preempt_sequence(seq, self.block_manager, self.waiting, self.swap)
         plan.preempted.append(seq)
         self.num_preemptions += 1
@@ -385,8 +417,25 @@ class Scheduler:
             if seq.num_computed_tokens == seq.num_tokens:
                 if self._emit(plan, seq, None if tokens is None else tokens[seq.seq_id]):
                     finished.append(seq)
-        # The hot loop of a simulation: _emit's common case (a token right after the previous
-        # step's), inlined.
+        if self._steady is not None and tokens is not None:
+            raise ValueError("steady decoders are counted in bulk for simulated sequences "
+                             "only (no sampled tokens)")
+        if self.steady is not None:
+            self.steady.postprocess(plan, finished)
+        else:
+            self._postprocess_decodes(plan, tokens, finished)
+        if self._caching:
+            self._cache_filled(plan)
+        if finished:
+            self.retire(finished, plan.step)
+        if self.prefill_only:
+            self._hand_off(plan)
+        return finished
+
+    def _postprocess_decodes(self, plan: StepPlan, tokens, finished: list) -> None:
+        """Apply the step's decodes; the finished sequences are appended to `finished`. The
+        hot loop of a simulation: _emit's common case (a token right after the previous
+        step's), inlined."""
         step, previous_step, consecutive = plan.step, plan.step - 1, 0
         for seq in plan.decodes:
             seq.num_computed_tokens += 1
@@ -405,13 +454,6 @@ class Scheduler:
             if seq.should_stop(token):
                 finished.append(seq)
         plan.itl_consecutive += consecutive
-        if self._caching:
-            self._cache_filled(plan)
-        if finished:
-            self.retire(finished, plan.step)
-        if self.prefill_only:
-            self._hand_off(plan)
-        return finished
 
     def _hand_off(self, plan: StepPlan) -> None:
         """Prefill-only: release every running sequence that has sampled its first token (it
@@ -431,7 +473,11 @@ class Scheduler:
             bm.free_sequence(seq.seq_id)
             seq.finish_step = step
             seq.set_status(SequenceStatus.FINISHED)
-        self.running = [s for s in self.running if s.status is _RUNNING]
+        if len(finished) <= 8:  # a scan in C for each beats rebuilding a long list
+            for seq in finished:
+                self.running.remove(seq)
+        else:
+            self.running = [s for s in self.running if s.status is _RUNNING]
 
     @staticmethod
     def _emit(plan: StepPlan, seq: Sequence, token: int | None) -> bool:

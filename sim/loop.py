@@ -20,6 +20,8 @@ Fast forward: after a decode-only step, the decode steps that follow it (`engine
 up to the next event in SimPy's queue (an arrival, a think time ending) are predicted and
 recorded in one go (`LLMEngine.start_run` / `finish_run`) with one timeout; nothing can happen
 between them that the step-by-step loop would see, so the records are the same, to the last bit.
+With it, a scheduler whose executor samples no tokens counts its steady decoders in bulk
+(`engine.steady`): a step costs O(changes) rather than O(batch), with the same plans.
 """
 
 from __future__ import annotations
@@ -280,26 +282,32 @@ def _idle(env, replica: Replica, until_s: float | None):
 
 def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arrival_s=None,
              closed_loop=None, sessions=None, num_requests: int, progress: bool = False,
-             fast_forward: bool = True) -> RunRecorder:
+             fast_forward: bool = True, steady: bool | None = None) -> RunRecorder:
     """Simulate `num_requests` requests to the end. Give `arrival_s` (open arrivals, [n]
     seconds), `closed_loop` (a `ClosedLoop`) or `sessions` (a `SessionPlan`);
     `make_sequence(index, arrival_s)` builds one. `fast_forward=False` takes every step
-    through the scheduler one at a time (the same records, slower: for checking the fast
-    path)."""
+    through the scheduler one at a time, counting every sequence (the same records, slower:
+    for checking the fast paths); `steady` turns the bulk counting of steady decoders on or
+    off on its own (default: as `fast_forward`)."""
     llm = LLMEngine(scheduler, executor, recorder, timing="executor")
     run_engines(simpy.Environment(), [Replica(llm)], make_sequence, arrival_s=arrival_s,
                 closed_loop=closed_loop, sessions=sessions, num_requests=num_requests,
-                progress=progress, fast_forward=fast_forward)
+                progress=progress, fast_forward=fast_forward, steady=steady)
     return recorder
 
 
 def run_engines(env, replicas: list[Replica], make_sequence, *, arrival_s=None,
                 closed_loop=None, sessions=None, num_requests: int, progress: bool = False,
-                fast_forward: bool = True, router=None, refused=None) -> None:
+                fast_forward: bool = True, router=None, refused=None,
+                steady: bool | None = None) -> None:
     """Simulate the requests (as `run_loop`) on `replicas`, each with its own engine process,
     until every engine is done. `router`: picks each request's replica (see `SimState`);
     `refused`: the recorder of requests never sent (a conversation's turns after a
     rejected one)."""
+    if fast_forward if steady is None else steady:
+        for replica in replicas:
+            if not getattr(replica.engine.executor, "samples_tokens", True):
+                replica.scheduler.count_steady_in_bulk()
     bar = _progress_bar(num_requests) if progress else None
     state = SimState(replicas, make_sequence, bar, fast_forward,
                      closed_loop is not None or sessions is not None, router, refused)

@@ -39,20 +39,23 @@ SERVE_SESSIONS = ("workload.sessions is supported in modes simulate and cosimula
 
 
 def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
-               jitter_rng=None, fast_forward: bool = True) -> RunRecorder:
+               jitter_rng=None, fast_forward: bool = True,
+               steady: bool | None = None) -> RunRecorder:
     """Run one resolved config (see docs/sim/simulation.md); `base_dir` resolves a relative
     trace path (after the current directory). `cost`: in simulate mode, a cost model to use
     instead of the one `config["cost"]` selects. `jitter_rng`: with `cost.jitter`, a generator
     for the machine's speed instead of the seed's own "jitter" stream (another realisation of
     the same machine on the same requests). `fast_forward=False`: every simulated step goes
-    through the scheduler one by one (the same records; for checking the fast path)."""
+    through the scheduler one by one, counting every sequence (the same records; for checking
+    the fast paths); `steady`: count steady decoders in bulk (`engine.steady`) or not, whatever
+    `fast_forward` says."""
     mode = run_mode(config)
     streams = seeded_streams(config["seed"])
     if config.get("cluster") is not None:
         from .cluster import run_cluster
 
         return run_cluster(config, mode, streams, base_dir, progress=progress, cost=cost,
-                           jitter_rng=jitter_rng, fast_forward=fast_forward)
+                           jitter_rng=jitter_rng, fast_forward=fast_forward, steady=steady)
     scheduler, executor, model = build_engine(config, mode, streams, cost, jitter_rng)
     recorder = RunRecorder(scheduler.block_manager.num_blocks)
     workload = build_workload(config["workload"], streams["workload"], base_dir)
@@ -67,7 +70,8 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
         return _serve(scheduler, executor, recorder, workload, make)
     return run_loop(scheduler, executor, recorder, make, arrival_s=workload.arrival_s,
                     closed_loop=workload.closed_loop, sessions=workload.sessions,
-                    num_requests=len(workload), progress=progress, fast_forward=fast_forward)
+                    num_requests=len(workload), progress=progress, fast_forward=fast_forward,
+                    steady=steady)
 
 
 def run_mode(config: dict) -> str:

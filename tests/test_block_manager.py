@@ -197,4 +197,7 @@ def test_blocks_are_handed_out_as_a_list_of_every_free_block_would(ops):
 def test_a_huge_cache_costs_memory_only_for_the_blocks_used():
     bm = BlockManager(10**12, 16)  # a trillion blocks: nothing is allocated per free block
     bm.ensure_capacity(0, 16 * 1000)
-    assert bm.num_used == 1000 and bm.num_free == 10**12 - 1000 and len(bm._in_use) == 1000
+    assert bm.num_used == 1000 and bm.num_free == 10**12 - 1000
+    bm.free_sequence(0)
+    assert bm.num_free == 10**12 and len(bm._returned) == 1000  # what it keeps: blocks used
+    assert bm.is_free(999) and bm.is_free(10**12 - 1)

@@ -177,12 +177,12 @@ WIDE = dict(MODEL, d_model=1 << 15)
 
 
 class CheckedExecutor:
-    """A cost-model executor that also compares the running decode-context sum and maximum,
-    and the keys it counts as gathered, with the direct ones at every step."""
+    """A cost-model executor that also compares the running decode-context sum, maximum and
+    block total, and the keys it counts as gathered, with the direct ones at every step."""
 
     def __init__(self, cost):
         self.inner, self.context, self.steps = CostModelExecutor(cost, block_size=4), \
-            DecodeContext(), 0
+            DecodeContext(4), 0
         gathered = FEATURES.index("decode_gathered")
         self.gathered = FittedCost(tuple(float(i == gathered) for i in range(len(FEATURES))),
                                    WIDE)
@@ -192,6 +192,7 @@ class CheckedExecutor:
         shape = shape_of(plan, 4, WIDE["d_model"] * 4)
         assert self.context.update(plan) == shape.decode_context, f"step {plan.step}"
         assert self.context.max_context * shape.decode_seqs == shape.decode_span
+        assert self.context.blocks == sum(-(-seq.num_tokens // 4) for seq in plan.decodes)
         assert self.counter.execute(plan).duration_s == shape.decode_gathered
         self.steps += 1
         return self.inner.execute(plan)

@@ -88,7 +88,7 @@ class Cluster:
         return next((bm for bm in managers if bm.prefix_caching), managers[0])
 
     def run(self, workload, make_sequence, progress: bool = False,
-            fast_forward: bool = True) -> ClusterRecorder:
+            fast_forward: bool = True, steady: bool | None = None) -> ClusterRecorder:
         """Simulate `workload` (`make_sequence(index, arrival_s)` builds a request) to the
         end."""
         bm = self.replicas[0].scheduler.block_manager
@@ -96,14 +96,14 @@ class Cluster:
         run_engines(self.env, self.replicas, make_sequence, arrival_s=workload.arrival_s,
                     closed_loop=workload.closed_loop, sessions=workload.sessions,
                     num_requests=len(workload), progress=progress, fast_forward=fast_forward,
-                    router=self.dispatch, refused=unrouted)
+                    router=self.dispatch, refused=unrouted, steady=steady)
         return ClusterRecorder([r.engine.recorder for r in self.replicas], unrouted,
                                self.prefill_replicas)
 
 
 def run_cluster(config: dict, mode: str, streams: dict, base_dir=None, *,
                 progress: bool = False, cost=None, jitter_rng=None,
-                fast_forward: bool = True) -> ClusterRecorder:
+                fast_forward: bool = True, steady: bool | None = None) -> ClusterRecorder:
     """Simulate a config with a `[cluster]` to the end (`sim.runner.run_config`'s
     arguments)."""
     from ..runner import sequence_maker
@@ -111,4 +111,4 @@ def run_cluster(config: dict, mode: str, streams: dict, base_dir=None, *,
     cluster = Cluster(config, mode, streams, cost, jitter_rng)
     workload = build_workload(config["workload"], streams["workload"], base_dir)
     make = sequence_maker(workload, mode, streams, cluster.model, cluster.block_manager())
-    return cluster.run(workload, make, progress, fast_forward)
+    return cluster.run(workload, make, progress, fast_forward, steady)

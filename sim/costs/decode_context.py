@@ -1,10 +1,14 @@
-"""`DecodeContext`: the sum and the maximum of the decoding sequences' context lengths, kept as
-running totals so that a simulated step costs O(number of prefill chunks), not O(batch).
+"""`DecodeContext`: the sum and the maximum of the decoding sequences' context lengths, and the sum
+of their lengths in KV blocks, kept as running totals so that a simulated step costs O(number of
+prefill chunks), not O(batch).
 
 A sequence decodes in every step from the one after its prefill completes until its last token
 or its preemption, and its context grows by one token a step, so the total at step k is
 sum over members of (context at joining - step at joining) + k * members, and the longest
-context is the largest such offset + k (a heap of offsets, stale entries dropped lazily).
+context is the largest such offset + k (a heap of offsets, stale entries dropped lazily). A
+member's length in blocks, ceil((offset + k) / block_size), grows by one in the steps where
+offset + k - 1 is a multiple of the block size, so the block total grows by the number of
+members whose offset has that residue (a count per residue).
 Members join in the step after a prefill chunk that completes their sequence (or stops one token
 short of it: a decode then computes the last prompt token), or in the step that swaps them back
 in from host memory (swap preemption) or admits them with their KV computed by another engine
@@ -24,9 +28,13 @@ from engine.sequence import SequenceStatus
 
 class DecodeContext:
     """Running sum and maximum of the context lengths (num_tokens) of the sequences a plan
-    decodes; `max_context` is the maximum after the last `update` (0 without decodes)."""
+    decodes; `max_context` is the maximum after the last `update` (0 without decodes) and
+    `blocks` the sum of the lengths in blocks of `block_size` tokens."""
 
-    def __init__(self):
+    def __init__(self, block_size: int = 16):
+        self.block_size = block_size
+        self._residues = [0] * block_size  # members by offset % block_size
+        self.blocks = 0  # sum over members of ceil(context / block_size), at the last plan
         self._members: dict[int, tuple[int, int]] = {}  # seq_id -> (offset, last decode step)
         self._offsets = 0  # sum of members' offsets (context at joining - step at joining)
         self._joining: list = []  # sequences whose prefill ended in the previous plan
@@ -44,13 +52,20 @@ class DecodeContext:
         if self._step is None or k != self._step + 1:
             self._restart(plan)
         else:
+            self._step = k
+            self.blocks += self._residues[(1 - k) % self.block_size]  # members one step on
             self._advance(plan)
-        self._step = k
         self._joining = [seq for seq, n in plan.prefills if _decodes_next(seq, n)]
         self._previous = plan
         assert len(self._members) == len(plan.decodes), "decode set out of step with the plan"
         self.max_context = self._max_offset() + k if self._members else 0
         return self._offsets + k * len(self._members)
+
+    def contexts(self, seqs) -> list[int]:
+        """The context lengths of `seqs`, members all, at the last plan's step (their own counts
+        may lag: the scheduler may advance steady decoders in bulk)."""
+        members, k = self._members, self._step
+        return [members[seq.seq_id][0] + k for seq in seqs]
 
     def offset(self, seq):
         """A sequence's context at step k is its offset + k: a member's, or, for one that joins
@@ -76,6 +91,7 @@ class DecodeContext:
                     self._drop(seq_id)
         self._step += steps
         self._joining = []
+        self._recount_blocks()
 
     def _max_offset(self) -> int:
         heap, members = self._heap, self._members
@@ -112,8 +128,20 @@ class DecodeContext:
         self._leaving.clear()
         self._offsets = 0
         self._heap.clear()
+        self._step = plan.step
+        self._recount_blocks()
         for seq in plan.decodes:
             self._join(seq, plan.step)
+
+    def _recount_blocks(self) -> None:
+        """The block total and residue counts of the members at `_step`, counted directly."""
+        bs, k = self.block_size, self._step
+        self._residues = residues = [0] * bs
+        total = 0
+        for offset, _ in self._members.values():
+            residues[offset % bs] += 1
+            total -= (offset + k) // -bs
+        self.blocks = total
 
     def _join(self, seq, k: int) -> None:
         self._add(seq.seq_id, seq.num_tokens - k, k + seq.max_new_tokens - seq.num_output_tokens - 1)
@@ -123,10 +151,16 @@ class DecodeContext:
         self._offsets += offset
         self._leaving.setdefault(last, []).append(seq_id)
         heapq.heappush(self._heap, (-offset, seq_id))
+        bs = self.block_size
+        self._residues[offset % bs] += 1
+        self.blocks -= (offset + self._step) // -bs
 
     def _drop(self, seq_id: int) -> None:
         offset, _ = self._members.pop(seq_id)
         self._offsets -= offset
+        bs = self.block_size
+        self._residues[offset % bs] -= 1
+        self.blocks += (offset + self._step) // -bs
 
 
 def _decodes_next(seq, n: int) -> bool:

@@ -17,7 +17,8 @@ import numpy as np
 from engine.executor import StepResult
 
 from .decode_context import DecodeContext
-from .shape import gathered_keys, gathered_keys_repeated, one_group, prefill_counts, slot_bytes
+from .shape import (gather_group, gathered_keys, gathered_keys_repeated, prefill_counts,
+                    slot_bytes)
 
 RUN_CHUNK = 32  # steps of a run predicted at first (then 4x more each time, while needed)
 
@@ -35,6 +36,8 @@ class CostModelExecutor:
     for a cost model that depends on them. `swap_block_s`: the time to copy one KV block
     between GPU and host memory; a step pays it for every block it swaps out or in."""
 
+    samples_tokens = False  # its sequences stop by length alone
+
     def __init__(self, cost_model, speed=None, block_size: int = 16, swap_block_s: float = 0.0):
         self.cost_model = cost_model
         self.speed = speed
@@ -42,7 +45,7 @@ class CostModelExecutor:
         self.swap_block_s = swap_block_s
         self._slot_bytes = slot_bytes(cost_model.model) \
             if getattr(cost_model, "counts_gathered", False) else 0
-        self._context = DecodeContext()
+        self._context = DecodeContext(block_size)
         self._predict = cost_model.predict
         self._wake_cost = getattr(cost_model, "wake_cost", None)
         self._wake_s = 0.0
@@ -161,11 +164,15 @@ class CostModelExecutor:
 
     def _gathered(self, plan, max_context: int) -> int:
         """Keys decode attention gathers (`cost_model.gathered_keys`); 0 for a cost model that
-        does not count them."""
+        does not count them. O(1) when the batch is one group or every sequence is a group of
+        its own (then each gathers its own blocks: the running block total), else O(batch)."""
         bs, width = self.block_size, self._slot_bytes
         if not width:
             return 0
         decodes = len(plan.decodes)
-        if one_group(decodes, max_context, bs, width):
+        group = gather_group(max_context, bs, width)
+        if group >= decodes:
             return decodes * -(-max_context // bs) * bs
-        return gathered_keys([seq.num_tokens for seq in plan.decodes], bs, width)
+        if group == 1:
+            return self._context.blocks * bs
+        return gathered_keys(self._context.contexts(plan.decodes), bs, width)

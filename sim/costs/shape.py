@@ -108,11 +108,12 @@ def gathered_keys_repeated(contexts, repeats: np.ndarray, block_size: int,
     return out
 
 
-def one_group(decodes: int, max_context: int, block_size: int, slot_bytes: int) -> bool:
-    """Whether a decode batch is gathered as one group (then gathered_keys = decodes x its
-    longest context rounded up to blocks, with no need to look at each sequence)."""
+def gather_group(max_context: int, block_size: int, slot_bytes: int) -> int:
+    """Sequences per group when decode attention gathers a batch whose longest context is
+    `max_context` (`engine.model_runner.decode_groups`): the batch is one group when there are
+    no more, and with 1 every sequence gathers its own blocks."""
     blocks = -(-max_context // block_size)
-    return GATHER_GROUP_BYTES // (block_size * slot_bytes * max(blocks, 1)) >= decodes
+    return max(1, GATHER_GROUP_BYTES // (block_size * slot_bytes * max(blocks, 1)))
 
 
 def shape_of(plan, block_size: int, slot_bytes: int) -> StepShape:
