@@ -5,10 +5,13 @@ running sequence whose prefill is done decodes in every step until its last toke
 preemption takes it out. While it does, its counts follow from the step index: from the step
 `s` it became steady, before step k it has emitted k - s tokens more than it had at s. So the
 scheduler need not visit it every step. It notes the step in which it next needs a KV block
-(its KV row reaches the end of its last block) and the step of its last token, and brings its
-counts up to date only when it needs a block, finishes, or something outside reads them (fast
-forward, an abort, the end of a run: `Scheduler.sync`). A step then costs O(sequences that
-join, need a block or finish), not O(batch).
+(its KV row reaches the end of its last block), with prefix caching the step before (its decode
+fills that block, which is then registered by its hash), and the step of its last token, and
+brings its counts up to date only when it needs a block, finishes, or something outside reads
+them (fast forward, an abort, the end of a run: `Scheduler.sync`). A step then costs
+O(sequences that join, need a block or finish), not O(batch). The bookkeeping pays only for
+large batches: it is engaged while ENGAGE_AT sequences or more run, and let go (every count
+brought up to date) below RELEASE_BELOW.
 
 Everything else is counted as before, eagerly: new and prefilling sequences, and the first
 decode after a prefill, a swap-in or a preemption (then the sequence becomes steady). A step
@@ -26,8 +29,6 @@ from .sequence import SequenceStatus
 
 _RUNNING = SequenceStatus.RUNNING
 
-# The bookkeeping pays where batches are large: bulk counting is engaged while at least
-# ENGAGE_AT sequences run, and let go (every count brought up to date) below RELEASE_BELOW.
 ENGAGE_AT = 32
 RELEASE_BELOW = 16
 

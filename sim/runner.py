@@ -56,9 +56,10 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
 
         return run_cluster(config, mode, streams, base_dir, progress=progress, cost=cost,
                            jitter_rng=jitter_rng, fast_forward=fast_forward, steady=steady)
-    scheduler, executor, model = build_engine(config, mode, streams, cost, jitter_rng)
-    recorder = RunRecorder(scheduler.block_manager.num_blocks)
     workload = build_workload(config["workload"], streams["workload"], base_dir)
+    scheduler, executor, model = build_engine(config, mode, streams, cost, jitter_rng,
+                                              keyed=workload.block_keys is not None)
+    recorder = RunRecorder(scheduler.block_manager.num_blocks)
     if mode == "serve" and workload.closed_loop is not None:
         raise ValueError("workload.arrival.process = 'closed_loop' is supported in modes "
                          "simulate and cosimulate only (serve replays arrival times given "
@@ -84,16 +85,22 @@ def run_mode(config: dict) -> str:
     return mode
 
 
-def build_engine(config: dict, mode: str, streams: dict, cost=None, jitter_rng=None):
+def build_engine(config: dict, mode: str, streams: dict, cost=None, jitter_rng=None,
+                 keyed: bool = True):
     """(scheduler, executor, NumPy model config or None) of one engine of a resolved config:
     in simulate mode a `CostModelExecutor` (`cost`: instead of the config's cost model;
-    `jitter_rng`: instead of the seed's "jitter" stream), else the real `NumpyExecutor`."""
+    `jitter_rng`: instead of the seed's "jitter" stream), else the real `NumpyExecutor`.
+    `keyed`: whether the workload gives simulated requests prefix-cache keys; without them no
+    block is ever found cached, so a simulation keeps plain block bookkeeping (the same counts
+    and records, less work a block)."""
     hardware = hardware_of(config)
     model = None if hardware is not None else ModelConfig(**config["model"])
+    caching = False if mode == "simulate" and not keyed else None
     if hardware is None:
-        scheduler = build_scheduler(config, model.max_seq_len)
+        scheduler = build_scheduler(config, model.max_seq_len, prefix_caching=caching)
     else:
-        scheduler = build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks)
+        scheduler = build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks,
+                                    prefix_caching=caching)
     if mode != "simulate":
         return scheduler, _numpy_executor(model, scheduler, streams["sampling"]), model
     cost = cost or build_cost(config, hardware)
@@ -125,14 +132,16 @@ def speed_process(cost_config: dict, cost, rng) -> SpeedProcess | None:
     return SpeedProcess(jitter, rng)
 
 
-def build_scheduler(config: dict, max_seq_len: int,
-                    num_kv_blocks: int | None = None) -> Scheduler:
+def build_scheduler(config: dict, max_seq_len: int, num_kv_blocks: int | None = None,
+                    prefix_caching: bool | None = None) -> Scheduler:
     """The engine's scheduler and block manager for a resolved config (`num_kv_blocks`: the
-    derived count of an "auto" config)."""
+    derived count of an "auto" config; `prefix_caching`: instead of the config's
+    `engine.enable_prefix_caching`)."""
     engine_cfg = config["engine"]
+    if prefix_caching is None:
+        prefix_caching = engine_cfg.get("enable_prefix_caching", False)
     block_manager = make_block_manager(num_kv_blocks or engine_cfg["num_kv_blocks"],
-                                       engine_cfg["block_size"],
-                                       engine_cfg.get("enable_prefix_caching", False))
+                                       engine_cfg["block_size"], prefix_caching)
     swap_blocks = engine_cfg.get("swap_blocks", 0)
     return Scheduler(SchedulerConfig(
         max_num_seqs=engine_cfg["max_num_seqs"],

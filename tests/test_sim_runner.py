@@ -108,3 +108,32 @@ def test_progress_bar_is_harmless_off_a_terminal(capsys):
     rec = run_config(config(), progress=True)  # pytest's stderr is not a terminal: bar disabled
     assert rec.statuses == ["finished"] * 12
     assert "simulating" not in capsys.readouterr().err
+
+
+def test_without_prefix_keys_a_simulation_keeps_plain_block_bookkeeping():
+    """Prefix caching on, but no simulated request carries prefix keys: no block can ever be
+    found cached, so the engine keeps plain block bookkeeping, with the records of the caching
+    block manager, bit for bit (under preemption too)."""
+    from engine.records import RunRecorder
+    from sim.loop import run_loop
+    from sim.runner import build_engine, build_workload, seeded_streams, sequence_maker
+    from tests.test_decode_runs import records
+
+    cfg = config(num_requests=60, arrival={"process": "poisson", "rate": 500.0},
+                 output_tokens={"dist": "uniform", "low": 1, "high": 60})
+    cfg["engine"] |= {"enable_prefix_caching": True, "num_kv_blocks": 16}
+
+    def run(keyed: bool):
+        streams = seeded_streams(cfg["seed"])
+        workload = build_workload(cfg["workload"], streams["workload"])
+        assert workload.block_keys is None
+        scheduler, executor, model = build_engine(cfg, "simulate", streams, keyed=keyed)
+        assert scheduler.block_manager.prefix_caching is keyed
+        recorder = RunRecorder(scheduler.block_manager.num_blocks)
+        make = sequence_maker(workload, "simulate", streams, model, scheduler.block_manager)
+        return run_loop(scheduler, executor, recorder, make, arrival_s=workload.arrival_s,
+                        num_requests=len(workload))
+
+    plain = run(False)
+    assert records(plain) == records(run(True)) == records(run_config(cfg))
+    assert sum(plain.step_columns()["preemptions"]) > 0

@@ -50,9 +50,11 @@ def replica_configs(config: dict) -> list[tuple[str, dict]]:
 class Cluster:
     """The replicas of a config with a `[cluster]`, each with its `LoadLog`, in one SimPy
     environment. Replica 0 runs on the seed's "jitter" stream (or `jitter_rng`), replica i on
-    its i-th child stream; `random` routes with the seed's "router" stream."""
+    its i-th child stream; `random` routes with the seed's "router" stream. `keyed`: as
+    `sim.runner.build_engine`'s."""
 
-    def __init__(self, config: dict, mode: str, streams: dict, cost=None, jitter_rng=None):
+    def __init__(self, config: dict, mode: str, streams: dict, cost=None, jitter_rng=None,
+                 keyed: bool = True):
         from ..runner import build_engine, hardware_of
 
         configs = replica_configs(config)
@@ -62,7 +64,7 @@ class Cluster:
         for index, ((pool, replica_config), rng) in enumerate(
                 zip(configs, [jitter, *jitter.spawn(len(configs) - 1)])):
             scheduler, executor, self.model = build_engine(replica_config, mode, streams,
-                                                           cost, rng)
+                                                           cost, rng, keyed)
             scheduler.prefill_only = pool == "prefill"
             recorder = RunRecorder(scheduler.block_manager.num_blocks)
             llm = LLMEngine(scheduler, executor, recorder, timing="executor")
@@ -108,7 +110,7 @@ def run_cluster(config: dict, mode: str, streams: dict, base_dir=None, *,
     arguments)."""
     from ..runner import sequence_maker
 
-    cluster = Cluster(config, mode, streams, cost, jitter_rng)
     workload = build_workload(config["workload"], streams["workload"], base_dir)
+    cluster = Cluster(config, mode, streams, cost, jitter_rng, workload.block_keys is not None)
     make = sequence_maker(workload, mode, streams, cluster.model, cluster.block_manager())
     return cluster.run(workload, make, progress, fast_forward, steady)
