@@ -146,8 +146,10 @@ class Scheduler:
         )
         self._caching = block_manager.prefix_caching  # engine.prefix_cache
         self.prefill_only = False  # disaggregation: release sequences after their first token
-        self._steady: SteadyDecoders | None = None  # simulated sequences counted in bulk
-        self.steady: SteadyDecoders | None = None  # the same, while engaged (large batches)
+        # Simulated sequences counted in bulk (`count_steady_in_bulk`): the bookkeeping, and the
+        # same object while it is engaged for the step being planned and applied (else None).
+        self._steady_decoders: SteadyDecoders | None = None
+        self.steady: SteadyDecoders | None = None
 
     def count_steady_in_bulk(self) -> bool:
         """For simulated sequences only (they stop by length alone): advance the running
@@ -158,7 +160,7 @@ class Scheduler:
             return False
         if self.running or self.num_steps:
             raise ValueError("steady decoders are counted in bulk from the first step only")
-        self._steady = SteadyDecoders(self, reserve_decode_blocks)
+        self._steady_decoders = SteadyDecoders(self, reserve_decode_blocks)
         return True
 
     def sync(self) -> None:
@@ -252,8 +254,9 @@ class Scheduler:
 
     def _schedule_continuous(self, plan: StepPlan) -> None:
         prefilling: list[Sequence] = []
-        if self._steady is not None:
-            self.steady = self._steady if self._steady.engage() else None
+        bulk = self._steady_decoders
+        if bulk is not None:
+            self.steady = bulk if bulk.engaged_for_step() else None
         if self.steady is None:
             plan.decodes = reserve_decode_blocks(self.running, self.block_manager,
                                                  lambda: self._preempt_last(plan), prefilling)
@@ -393,10 +396,12 @@ class Scheduler:
     def _insert_running(self, seq: Sequence) -> None:
         if self._victim_key is None:
             self.running.append(seq)  # admission order is victim order
+            if self.steady is not None:
+                self.steady.counted.append(seq)
         else:
             bisect.insort(self.running, seq, key=self._victim_key)
-        if self.steady is not None:
-            self.steady.counted.append(seq)
+            if self.steady is not None:  # counted in running order too
+                bisect.insort(self.steady.counted, seq, key=self._victim_key)
 
     def _preempt_last(self, plan: StepPlan) -> None:
         seq = self.running.pop()
@@ -417,7 +422,7 @@ class Scheduler:
             if seq.num_computed_tokens == seq.num_tokens:
                 if self._emit(plan, seq, None if tokens is None else tokens[seq.seq_id]):
                     finished.append(seq)
-        if self._steady is not None and tokens is not None:
+        if self._steady_decoders is not None and tokens is not None:
             raise ValueError("steady decoders are counted in bulk for simulated sequences "
                              "only (no sampled tokens)")
         if self.steady is not None:

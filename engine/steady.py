@@ -59,7 +59,7 @@ class SteadyDecoders:
         self.engaged = False
         self.engage_at, self.release_below = ENGAGE_AT, RELEASE_BELOW
 
-    def engage(self) -> bool:
+    def engaged_for_step(self) -> bool:
         """Whether the step about to be planned counts in bulk: engage or let go by the number
         of running sequences (letting go brings every count up to date)."""
         running = self.scheduler.running

@@ -101,7 +101,8 @@ def test_bulk_counting_matches_eager_counting_on_random_servers(tmp_path, blocks
 def bulk_scheduler(blocks: int = 64, outputs=(40, 40, 50)) -> Scheduler:
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=8), BlockManager(blocks, 4))
     assert scheduler.count_steady_in_bulk()
-    scheduler._steady.engage_at, scheduler._steady.release_below = 1, 0  # even for so few
+    bulk = scheduler._steady_decoders
+    bulk.engage_at, bulk.release_below = 1, 0  # even for so few
     for i, n in enumerate(outputs):
         scheduler.add(Sequence(i, 6, n, seq_id=100 + i))
     return scheduler
@@ -153,12 +154,18 @@ def _ids(seqs) -> list[int]:
 
 def assert_side_by_side(lengths, blocks: int, queue: str = "fcfs", swap: int = 0,
                         chunked: bool = False, max_num_seqs: int = 6,
-                        caching: bool = False, engage=(1, 0)) -> None:
+                        caching: bool = False, engage=(1, 0), arrivals=None,
+                        priorities=None) -> None:
     """A bulk and an eager scheduler side by side, step by step: the same plans, the same
     finishes in the same order, the same block tables and free list (block ids included), the
-    same cached blocks, and at the end every block back. With `caching`, every other sequence
-    shares its blocks' keys (prompt and output) with the one two before it."""
-    def scheduler(offset: int, bulk: bool) -> Scheduler:
+    same cached blocks, and at the end every block back. Sequence i arrives before step
+    `arrivals[i]` (default: all before the first), with priority `priorities[i]` (default:
+    i % 3). With `caching`, every other sequence shares its blocks' keys (prompt and output)
+    with the one two before it."""
+    arrivals = arrivals or [0] * len(lengths)
+    priorities = priorities or [i % 3 for i in range(len(lengths))]
+
+    def scheduler(bulk: bool) -> Scheduler:
         manager = PrefixCachingBlockManager if caching else BlockManager
         s = Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=48,
                                       queue=queue, chunked_prefill=chunked, max_seq_len=128,
@@ -166,16 +173,27 @@ def assert_side_by_side(lengths, blocks: int, queue: str = "fcfs", swap: int = 0
                       manager(blocks, 4), SwapSpace(swap) if swap else None)
         if bulk:
             assert s.count_steady_in_bulk()
-            s._steady.engage_at, s._steady.release_below = engage
-        for i, (prompt, out) in enumerate(lengths):
-            keys = [(i % 2) * 1000 + j for j in range((prompt + out) // 4)] if caching else None
-            s.add(Sequence(i, prompt, out, seq_id=offset + i, priority=i % 3,
-                           block_hashes=keys))
+            s._steady_decoders.engage_at, s._steady_decoders.release_below = engage
         return s
 
-    bulk, eager = scheduler(1000, True), scheduler(2000, False)
-    while eager.has_unfinished():
+    def arrive(s: Scheduler, offset: int, step: int) -> None:
+        for i, (prompt, out) in enumerate(lengths):
+            if arrivals[i] == step:
+                keys = [(i % 2) * 1000 + j for j in range((prompt + out) // 4)] \
+                    if caching else None
+                s.add(Sequence(i, prompt, out, seq_id=offset + i, priority=priorities[i],
+                               arrival_s=float(step), block_hashes=keys))
+
+    bulk, eager = scheduler(True), scheduler(False)
+    step = 0
+    while eager.has_unfinished() or step <= max(arrivals):
+        arrive(bulk, 1000, step)
+        arrive(eager, 2000, step)
+        step += 1
         a, b = bulk.schedule(), eager.schedule()
+        if b.is_empty:  # idle: the engine loop runs nothing and postprocesses nothing
+            assert a.is_empty
+            continue
         assert (_ids(a.decodes), [(s.seq_id % 1000, n) for s, n in a.prefills],
                 _ids(a.preempted), a.swap_out, a.swap_in) == \
             (_ids(b.decodes), [(s.seq_id % 1000, n) for s, n in b.prefills],
@@ -193,6 +211,15 @@ def assert_side_by_side(lengths, blocks: int, queue: str = "fcfs", swap: int = 0
     assert bulk.block_manager.num_used == 0
 
 
+def test_a_later_more_urgent_request_takes_its_blocks_in_running_order():
+    """Priority queue: a request that arrives while a less urgent one is prefilling runs ahead
+    of it; when both need a block in the same step, the more urgent one gets it first."""
+    assert_side_by_side([(64, 10), (8, 10)], blocks=64, queue="priority", chunked=True,
+                        arrivals=[0, 1], priorities=[2, 0])
+    assert_side_by_side([(64, 10), (8, 10), (20, 30)], blocks=64, queue="priority",
+                        chunked=True, caching=True, arrivals=[0, 1, 3], priorities=[2, 0, 1])
+
+
 def test_sequences_finishing_together_finish_in_running_order():
     """The first (steady) and the third (admitted when the second left, two tokens long)
     emit their last token in the same step: the first finishes first, as counted eagerly."""
@@ -204,7 +231,13 @@ def test_sequences_finishing_together_finish_in_running_order():
                         max_size=14),
        blocks=st.integers(12, 60), queue=st.sampled_from(["fcfs", "priority"]),
        swap=st.sampled_from([0, 16]), chunked=st.booleans(), max_num_seqs=st.integers(1, 6),
-       caching=st.booleans(), engage=st.sampled_from([(1, 0), (3, 2), (5, 4)]))
+       caching=st.booleans(), engage=st.sampled_from([(1, 0), (3, 2), (5, 4)]),
+       data=st.data())
 def test_bulk_and_eager_schedulers_make_the_same_plans_blocks_and_finishes(
-        lengths, blocks, queue, swap, chunked, max_num_seqs, caching, engage):
-    assert_side_by_side(lengths, blocks, queue, swap, chunked, max_num_seqs, caching, engage)
+        lengths, blocks, queue, swap, chunked, max_num_seqs, caching, engage, data):
+    arrivals = data.draw(st.lists(st.integers(0, 30), min_size=len(lengths),
+                                  max_size=len(lengths)))
+    priorities = data.draw(st.lists(st.integers(0, 2), min_size=len(lengths),
+                                    max_size=len(lengths)))
+    assert_side_by_side(lengths, blocks, queue, swap, chunked, max_num_seqs, caching, engage,
+                        arrivals, priorities)

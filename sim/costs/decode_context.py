@@ -124,6 +124,9 @@ class DecodeContext:
                 self._join(seq, k)
 
     def _restart(self, plan) -> None:
+        # Reads the decoding sequences' own counts: only for the first plan of a run (plans of
+        # one scheduler follow each other, and a run of them is passed over with `skip`), where
+        # no count lags yet (`engine.steady`).
         self._members.clear()
         self._leaving.clear()
         self._offsets = 0
