@@ -27,9 +27,9 @@ sequence that sampled its first token and goes on (`StepPlan.handed_off`, status
 its blocks freed); the decode engine's scheduler takes it with `add_transferred` and readmits it
 as it readmits a swapped-out sequence, its KV already computed, without a copy from host memory.
 
-The module-level functions (`has_free_capacity`, `admit_sequence`, `preempt_sequence`,
-`reserve_decode_blocks`) are the policy's building blocks; the seed's part-6 functions in
-`continuous_batching.py` are built from the same ones.
+The policy's building blocks on KV blocks (`has_free_capacity`, `admit_sequence`,
+`preempt_sequence`, `reserve_decode_blocks`) live in `kv_reservation.py` and are re-exported
+here; the seed's part-6 functions in `continuous_batching.py` are built from the same ones.
 
 Every step gets an index; sequences remember the step of their first scheduling, first token,
 last token and finish, so the caller turns indices into times with one table of step times.
@@ -38,9 +38,10 @@ last token and finish, so the caller turns indices into times with one table of 
 from __future__ import annotations
 
 import bisect
-import itertools
 
 from .block_manager import BlockManager, blocks_needed
+from .kv_reservation import admit_sequence, has_free_capacity, preempt_sequence, \
+    reserve_decode_blocks
 from .prefix_cache import block_hashes
 from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
@@ -55,70 +56,6 @@ __all__ = ["POLICIES", "SchedulerConfig", "StepPlan", "Scheduler", "has_free_cap
 _RUNNING = SequenceStatus.RUNNING
 _SWAPPED = SequenceStatus.SWAPPED
 _RESUMING = (SequenceStatus.SWAPPED, SequenceStatus.TRANSFERRED)  # their KV is computed
-_admission_counter = itertools.count()  # admit_order: only its relative order matters
-
-
-# --- building blocks -----------------------------------------------------------------------------
-
-
-def has_free_capacity(block_manager: BlockManager, required_blocks: int) -> bool:
-    """True when at least `required_blocks` KV blocks are free."""
-    return block_manager.num_free >= required_blocks
-
-
-def admit_sequence(seq: Sequence, block_manager: BlockManager) -> None:
-    """Reserve blocks for every token the sequence has (its prompt, plus the generated tokens when
-    it recomputes after a preemption) and mark it running. Raises OutOfBlocksError, all or nothing."""
-    block_manager.ensure_capacity(seq.seq_id, seq.num_tokens)
-    seq.set_status(_RUNNING)
-    seq.admit_order = next(_admission_counter)
-
-
-def preempt_sequence(seq: Sequence, block_manager: BlockManager, waiting,
-                     swap: SwapSpace | None = None) -> list[tuple[int, int]]:
-    """Preempt the sequence and requeue it (fcfs: at the front; priority: at its original
-    priority and arrival). By recompute: free its blocks and forget its computed KV. With a
-    `swap` space that has room for the blocks holding its computed KV: give them host blocks,
-    free them, keep the computed count; returns the (gpu, host) block pairs to copy out."""
-    pairs = []
-    n = blocks_needed(seq.num_computed_tokens, block_manager.block_size)
-    if swap is not None and 0 < n <= swap.num_free:
-        pairs = swap.swap_out(seq.seq_id, block_manager.block_tables[seq.seq_id][:n])
-    block_manager.free_sequence(seq.seq_id)
-    if not pairs:
-        seq.num_computed_tokens = 0
-    seq.preemptions += 1
-    seq.set_status(SequenceStatus.SWAPPED if pairs else SequenceStatus.PREEMPTED)
-    waiting.push_front(seq)
-    return pairs
-
-
-def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_last,
-                          prefilling: list | None = None) -> list:
-    """Give every decoding sequence of `running` room for the KV of its next token. When a block
-    is needed and none is free, `preempt_last()` is called; it must preempt `running[-1]` and
-    remove it from the list (the victim always comes after the sequence in need, or is that
-    sequence itself). Returns the sequences that decode this step, in running order; sequences
-    still prefilling are appended to `prefilling` when a list is given."""
-    bm, block_size, tables = block_manager, block_manager.block_size, block_manager.block_tables
-    decodes = []
-    append = decodes.append  # the hot loop of a simulation: one pass, locals only
-    for seq in running:  # a victim is popped from the end: the loop stops before it
-        row = seq.prompt_len + seq.num_output_tokens - 1  # the KV row this decode writes
-        if seq.num_computed_tokens < row:
-            if prefilling is not None:
-                prefilling.append(seq)
-            continue
-        # Rows 0 .. row-1 are stored, so only a row at a block boundary can lack room.
-        if not row % block_size and len(tables[seq.seq_id]) * block_size <= row:
-            while not bm.num_free and running[-1] is not seq:
-                preempt_last()
-            if not bm.num_free:  # no one is left behind it: it is the victim itself
-                preempt_last()
-                break
-            bm.allocate_block(seq.seq_id)
-        append(seq)
-    return decodes
 
 
 # --- the policy ----------------------------------------------------------------------------------
@@ -160,7 +97,7 @@ class Scheduler:
             return False
         if self.running or self.num_steps:
             raise ValueError("steady decoders are counted in bulk from the first step only")
-        self._steady_decoders = SteadyDecoders(self, reserve_decode_blocks)
+        self._steady_decoders = SteadyDecoders(self)
         return True
 
     def sync(self) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 from operator import attrgetter
 
+from .kv_reservation import reserve_decode_blocks
 from .sequence import SequenceStatus
 
 _RUNNING = SequenceStatus.RUNNING
@@ -37,9 +38,8 @@ class SteadyDecoders:
     """The steady-decoder bookkeeping of one `Scheduler` (continuous policy, simulated
     sequences)."""
 
-    def __init__(self, scheduler, reserve_eagerly):
+    def __init__(self, scheduler):
         self.scheduler = scheduler
-        self.reserve_eagerly = reserve_eagerly  # `engine.scheduler.reserve_decode_blocks`
         self.block_size = scheduler.block_manager.block_size
         # Running order: admission order (fcfs), else the priority queue's victim order.
         self.position = scheduler._victim_key or attrgetter("admit_order")
@@ -126,7 +126,7 @@ class SteadyDecoders:
     # --- planning --------------------------------------------------------------------------------
 
     def reserve(self, prefilling: list, preempt_last) -> list:
-        """`reserve_decode_blocks` for the step being planned (the same blocks in the same
+        """`engine.kv_reservation.reserve_decode_blocks` for the step being planned (the same blocks in the same
         order, the same decodes and prefilling sequences), visiting only the eagerly counted
         sequences and the steady ones that need a block in it."""
         scheduler = self.scheduler
@@ -137,7 +137,7 @@ class SteadyDecoders:
         needing = [seq for seq in due.values() if seq.steady_since is not None] if due else []
         if bm.num_free < len(visit) + len(needing):  # it might preempt: count it all eagerly
             self.reset()
-            decodes = self.reserve_eagerly(running, bm, preempt_last, prefilling)
+            decodes = reserve_decode_blocks(running, bm, preempt_last, prefilling)
             self.plain, self.plain_running = list(decodes), len(decodes)
             return decodes
         self.counted = visit

@@ -5,16 +5,13 @@ same files from the same seed, and one-line errors for bad [cluster] tables."""
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import simpy
 
 import reports
 import scenarios
-from engine.records import ClusterRecorder
 from scenarios import ScenarioError
 from sim.cluster import Cluster
 from sim.cluster.load import LoadLog
@@ -23,6 +20,7 @@ from sim.cluster.routers import (AFFINITY_SLACK, Load, LeastKv, LeastOutstanding
 from sim.cluster.run import Dispatch
 from sim.runner import run_config, run_mode, sequence_maker
 from sim.workloads import build_workload, seeded_streams
+from tests.test_decode_runs import records
 
 OPEN = """
 [workload]
@@ -137,16 +135,6 @@ def test_every_request_is_served_once_and_no_kv_block_stays_held(tmp_path, route
         assert replica.scheduler.block_manager.num_used == 0
         assert not replica.scheduler.has_unfinished()
         assert replica.kv_log.outstanding == 0
-
-
-def records(recorder: ClusterRecorder) -> dict:
-    """Every recorded value of every replica, NaN made comparable."""
-    out = {f"step.{k}": np.asarray(v).tolist() for k, v in recorder.step_columns().items()}
-    for name, values in recorder.request_columns().items():
-        out[f"request.{name}"] = ["nan" if isinstance(x, float) and math.isnan(x) else x
-                                  for x in values]
-    out["itl"] = list(zip(recorder.itl_gaps, recorder.itl_counts))
-    return out
 
 
 @pytest.mark.parametrize("router, delay_s, workload", [

@@ -6,15 +6,12 @@ one-line errors for bad keys."""
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pytest
 
-from engine.records import ClusterRecorder
 from scenarios import ScenarioError
 from sim.runner import run_config
 from tests.test_cluster import SESSIONS as CLUSTER_SESSIONS, load_config, run_cluster_of
+from tests.test_decode_runs import records
 
 PROMPT, OUTPUT = 100, 5
 TINY_WORKLOAD = f"""
@@ -59,16 +56,6 @@ def open_text(router="least_outstanding", decode_router="least_kv", cluster="",
     return (f'[cluster]\nprefill_replicas = 2\ndecode_replicas = 3\nrouter = "{router}"\n'
             f'decode_router = "{decode_router}"\n{cluster}\n[engine]\nnum_kv_blocks = 96\n'
             f'{engine}\n' + OPEN_WORKLOAD)
-
-
-def records(recorder: ClusterRecorder) -> dict:
-    """Every recorded value of every replica, NaN made comparable."""
-    out = {f"step.{k}": np.asarray(v).tolist() for k, v in recorder.step_columns().items()}
-    for name, values in recorder.request_columns().items():
-        out[f"request.{name}"] = ["nan" if isinstance(x, float) and math.isnan(x) else x
-                                  for x in values]
-    out["itl"] = list(zip(recorder.itl_gaps, recorder.itl_counts))
-    return out
 
 
 def transfer_s(config) -> float:

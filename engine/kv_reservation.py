@@ -1,0 +1,78 @@
+"""The continuous-batching policy's building blocks on KV blocks: whether blocks are free, admit a
+sequence, preempt one, and reserve every decoding sequence's next KV slot. `Scheduler` plans
+with them, and so do the seed's part-6 functions in `continuous_batching.py`: there is one copy
+of admission and preemption.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from .block_manager import BlockManager, blocks_needed
+from .sequence import Sequence, SequenceStatus
+from .swap import SwapSpace
+
+__all__ = ["has_free_capacity", "admit_sequence", "preempt_sequence", "reserve_decode_blocks"]
+
+_RUNNING = SequenceStatus.RUNNING
+_admission_counter = itertools.count()  # admit_order: only its relative order matters
+
+
+def has_free_capacity(block_manager: BlockManager, required_blocks: int) -> bool:
+    """True when at least `required_blocks` KV blocks are free."""
+    return block_manager.num_free >= required_blocks
+
+
+def admit_sequence(seq: Sequence, block_manager: BlockManager) -> None:
+    """Reserve blocks for every token the sequence has (its prompt, plus the generated tokens when
+    it recomputes after a preemption) and mark it running. Raises OutOfBlocksError, all or nothing."""
+    block_manager.ensure_capacity(seq.seq_id, seq.num_tokens)
+    seq.set_status(_RUNNING)
+    seq.admit_order = next(_admission_counter)
+
+
+def preempt_sequence(seq: Sequence, block_manager: BlockManager, waiting,
+                     swap: SwapSpace | None = None) -> list[tuple[int, int]]:
+    """Preempt the sequence and requeue it (fcfs: at the front; priority: at its original
+    priority and arrival). By recompute: free its blocks and forget its computed KV. With a
+    `swap` space that has room for the blocks holding its computed KV: give them host blocks,
+    free them, keep the computed count; returns the (gpu, host) block pairs to copy out."""
+    pairs = []
+    n = blocks_needed(seq.num_computed_tokens, block_manager.block_size)
+    if swap is not None and 0 < n <= swap.num_free:
+        pairs = swap.swap_out(seq.seq_id, block_manager.block_tables[seq.seq_id][:n])
+    block_manager.free_sequence(seq.seq_id)
+    if not pairs:
+        seq.num_computed_tokens = 0
+    seq.preemptions += 1
+    seq.set_status(SequenceStatus.SWAPPED if pairs else SequenceStatus.PREEMPTED)
+    waiting.push_front(seq)
+    return pairs
+
+
+def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_last,
+                          prefilling: list | None = None) -> list:
+    """Give every decoding sequence of `running` room for the KV of its next token. When a block
+    is needed and none is free, `preempt_last()` is called; it must preempt `running[-1]` and
+    remove it from the list (the victim always comes after the sequence in need, or is that
+    sequence itself). Returns the sequences that decode this step, in running order; sequences
+    still prefilling are appended to `prefilling` when a list is given."""
+    bm, block_size, tables = block_manager, block_manager.block_size, block_manager.block_tables
+    decodes = []
+    append = decodes.append  # the hot loop of a simulation: one pass, locals only
+    for seq in running:  # a victim is popped from the end: the loop stops before it
+        row = seq.prompt_len + seq.num_output_tokens - 1  # the KV row this decode writes
+        if seq.num_computed_tokens < row:
+            if prefilling is not None:
+                prefilling.append(seq)
+            continue
+        # Rows 0 .. row-1 are stored, so only a row at a block boundary can lack room.
+        if not row % block_size and len(tables[seq.seq_id]) * block_size <= row:
+            while not bm.num_free and running[-1] is not seq:
+                preempt_last()
+            if not bm.num_free:  # no one is left behind it: it is the victim itself
+                preempt_last()
+                break
+            bm.allocate_block(seq.seq_id)
+        append(seq)
+    return decodes
