@@ -20,6 +20,9 @@ import signal
 import traceback
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
 class ChartWorker:
     """A forked process that draws one report's charts (`charts.make_charts`)."""
 
@@ -33,7 +36,13 @@ class ChartWorker:
             return None
         job_r, job_w = os.pipe()
         answer_r, answer_w = os.pipe()
-        pid = os.fork()
+        # A stop signal handled inside fork's own handlers (run in Python) would be lost
+        # ("Exception ignored"): it waits until the fork is done.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            pid = os.fork()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         if pid == 0:  # the worker
             os.close(job_w)
             os.close(answer_r)

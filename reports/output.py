@@ -1,18 +1,25 @@
-"""Output folders that are whole or absent, never half-written or mixed.
+"""Output folders that are whole or absent, never half-written, mixed, or written over a user's
+files.
 
 `output_folder(out_dir, manifest)` is a context manager around everything a command writes:
 
-- on entry it takes a lock beside the folder (a second command writing the same folder at the
-  same time is refused with `OutputBusy`) and creates a temporary folder beside it, so a folder
-  that cannot be created or written is found before any simulation, serving or profiling;
+- on entry, before any simulation, serving or profiling, it resolves `out_dir` (symlinks
+  followed, so a link and its target are one place) and refuses, with `OutputRefused`, a place
+  it may not replace: the root folder, the current folder or one holding it, a name longer than
+  the file system allows, and a folder that holds anything servesim did not write there (a
+  folder is servesim's when its `manifest.json` lists every file in it, at the listed size);
+- it takes a lock beside the folder (a second command writing the same place at the same time
+  is refused with `OutputBusy`), removes what killed commands left there (`.partial` and `.old`
+  folders of this name), and creates a temporary folder beside it, with the user's umask, so a
+  folder that cannot be created or written is found before any work;
 - the command writes its files into the temporary folder;
 - when the block ends without error, `manifest.json` is written (what was run, and every file
-  with its size and SHA-256, status "complete"), and the temporary folder replaces `out_dir`
-  whole: an earlier run there is replaced at once, never mixed with this one;
-- on any error, an interruption included, the temporary folder is removed and `out_dir` is left
-  as it was.
+  with its size and SHA-256, status "complete"), and the temporary folder replaces the
+  destination whole: an earlier run there is replaced at once, never mixed with this one;
+- on any error, an interruption included, the temporary folder is removed and the destination
+  is left as it was.
 
-`write_atomic(path, text)` does the same for a single file.
+`write_atomic(path, text, is_ours)` does the same for a single file.
 """
 
 from __future__ import annotations
@@ -30,10 +37,20 @@ from pathlib import Path
 
 MANIFEST = "manifest.json"
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+TEMP_SUFFIX = r"\.[a-z0-9_]{8}\.(partial|old)"  # what tempfile.mkdtemp adds to our prefixes
+SHOWN_ENTRIES = 3  # foreign entries named in a refusal
 
 
-class OutputBusy(RuntimeError):
+class OutputError(RuntimeError):
+    """An output place that cannot be written now; one line."""
+
+
+class OutputBusy(OutputError):
     """Another command is writing the same output folder."""
+
+
+class OutputRefused(OutputError):
+    """A place servesim may not replace (it holds a user's files, or is no folder to write)."""
 
 
 def is_plain_name(name: str) -> bool:
@@ -45,25 +62,133 @@ def is_plain_name(name: str) -> bool:
 def output_folder(out_dir, manifest: dict):
     """Yield a temporary folder to write into; on success it becomes `out_dir`, whole, with a
     manifest of `manifest` (what was run) and its files."""
-    out_dir = Path(out_dir)
-    for place in (out_dir, *out_dir.parents):  # the nearest that exists must be a folder
-        if place.exists():
-            if not place.is_dir():
-                raise NotADirectoryError(errno.ENOTDIR, f"{place} is a file, so {out_dir} "
-                                                        f"cannot be a folder")
-            break
-    parent = out_dir.parent
+    target = destination(out_dir)
+    parent = target.parent
     parent.mkdir(parents=True, exist_ok=True)
-    with _locked(parent / f".{out_dir.name}.lock", out_dir):
-        partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial",
-                                        dir=parent))
+    prefix = hidden_prefix(target.name)
+    with _locked(parent / f"{prefix}.lock", out_dir):
+        check_replaceable(target, out_dir)
+        remove_stale(parent, prefix)
+        partial = Path(tempfile.mkdtemp(prefix=f"{prefix}.", suffix=".partial", dir=parent))
         try:
+            os.chmod(partial, 0o777 & ~_umask())  # mkdtemp's own mode is 0700
             yield partial
             write_manifest(partial, manifest)
-            _replace(partial, out_dir)
+            check_replaceable(target, out_dir, while_running=True)
+            _replace(partial, target, prefix)
         finally:
             if partial.exists():
                 shutil.rmtree(partial, ignore_errors=True)
+
+
+def check_place(out_dir) -> Path:
+    """The resolved destination of `out_dir`, refused now, before any work, where
+    `output_folder` would refuse it."""
+    target = destination(out_dir)
+    check_replaceable(target, out_dir)
+    return target
+
+
+def destination(out_dir) -> Path:
+    """`out_dir` resolved (symlinks followed), or OutputRefused saying why servesim may not
+    write there; OSError (ENOTDIR) when a file stands where a folder must go."""
+    shown = Path(out_dir)
+    _check_names(Path(os.path.abspath(shown)), shown)
+    try:
+        target = shown.resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of symbolic links
+        raise OutputRefused(f"{shown}: cannot be resolved ({exc})") from None
+    for place in (target, *target.parents):  # the nearest that exists must be a folder
+        if _exists(place):
+            if not place.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, f"{place} is a file, so {shown} "
+                                                        f"cannot be a folder")
+            break
+    if target.parent == target:
+        raise OutputRefused(f"{shown}: the root folder cannot be an output folder; give a new "
+                            f"or empty folder")
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents:
+        raise OutputRefused(f"{shown}: the current folder (or one holding it) cannot be an "
+                            f"output folder; give a new or empty folder")
+    return target
+
+
+def check_replaceable(target: Path, shown, while_running: bool = False) -> None:
+    """OutputRefused unless `target` is absent, an empty folder, or a folder servesim wrote
+    (every entry listed in its manifest at the listed size)."""
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, f"{target} is a file, so {shown} cannot be "
+                                                f"a folder")
+    foreign = foreign_entries(target)
+    if foreign:
+        names = ", ".join(foreign[:SHOWN_ENTRIES]) + (", ..." if len(foreign) > SHOWN_ENTRIES
+                                                      else "")
+        when = " (added while the command ran; nothing was written)" if while_running else ""
+        raise OutputRefused(f"{shown}: the folder holds files servesim did not write "
+                            f"({names}){when}; servesim replaces only a folder it wrote itself "
+                            f"(listed in its {MANIFEST}): give a new or empty folder")
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """The entries of `folder` (relative paths, sorted) that its servesim manifest does not
+    list at their size: all of them when it has no such manifest."""
+    listed = _listed_files(folder / MANIFEST)
+    listed_dirs = {d.as_posix() for p in listed or () for d in Path(p).parents}
+    entries = []
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = Path(root) / name
+            relative = path.relative_to(folder).as_posix()
+            if relative == MANIFEST and listed is not None:
+                continue
+            if path.is_symlink() or listed is None:
+                entries.append(relative)
+            elif name in dirs:
+                if relative not in listed_dirs:
+                    entries.append(relative + "/")
+            elif listed.get(relative) != _size(path):
+                entries.append(relative)
+    return sorted(entries)
+
+
+def _listed_files(manifest: Path) -> dict | None:
+    """{path: bytes} of a servesim manifest, or None when `manifest` is not one."""
+    try:
+        data = json.loads(manifest.read_text())
+        listed = {f["path"]: f["bytes"] for f in data["files"]}
+        ours = "command" in data and data.get("status") == "complete"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return listed if ours and all(isinstance(p, str) for p in listed) else None
+
+
+def remove_stale(parent: Path, prefix: str) -> list[str]:
+    """Remove the temporary and old folders (and files) that commands killed while writing this
+    place left beside it; called under the place's lock, so none of them is in use. Returns
+    their names."""
+    stale = re.compile(re.escape(prefix) + TEMP_SUFFIX)
+    removed = []
+    for entry in parent.iterdir():
+        if stale.fullmatch(entry.name):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(entry.name)
+    return removed
+
+
+def hidden_prefix(name: str) -> str:
+    """The prefix of the lock and temporary entries beside a folder or file called `name`:
+    '.' + name, shortened with a hash when the temporary names would pass the file system's
+    limit of 255 bytes a name."""
+    if len(os.fsencode(name)) <= 200:
+        return f".{name}"
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
+    return f".{os.fsdecode(os.fsencode(name)[:100]).rstrip(chr(0xFFFD))}~{digest}"
 
 
 def write_manifest(folder: Path, manifest: dict) -> Path:
@@ -79,30 +204,97 @@ def write_manifest(folder: Path, manifest: dict) -> Path:
     return folder / MANIFEST
 
 
-def write_atomic(path, text: str) -> Path:
-    """Write `text` to `path` through a temporary file beside it, renamed into place."""
+def write_atomic(path, text: str, is_ours=None) -> Path:
+    """Write `text` to `path` through a temporary file beside it, renamed into place. An
+    existing file is replaced only when `is_ours(its text)` says servesim wrote it (None: never
+    refuse)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+    prefix = hidden_prefix(path.name)
+    with _locked(path.parent / f"{prefix}.lock", path):
+        check_replaceable_file(path, is_ours)
+        remove_stale(path.parent, prefix)
+        fd, temporary = tempfile.mkstemp(prefix=f"{prefix}.", suffix=".partial",
+                                         dir=path.parent)
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's own mode is 0600
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
     return path
 
 
-def check_writable_file(path) -> None:
-    """Raise OSError now if a file cannot be created at `path` (before long work that writes it)."""
+def check_writable_file(path, is_ours=None) -> None:
+    """Raise now (OSError, or OutputRefused for a file servesim did not write) if `path`
+    cannot be written, before long work that writes it."""
     path = Path(path)
+    _check_names(Path(os.path.abspath(path)), path)
     if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder, not a file")
+        raise IsADirectoryError(errno.EISDIR, f"{path} is a folder, not a file")
+    check_replaceable_file(path, is_ours)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=path.parent)
+    fd, temporary = tempfile.mkstemp(prefix=f"{hidden_prefix(path.name)}.", suffix=".check",
+                                     dir=path.parent)
     os.close(fd)
     os.unlink(temporary)
+
+
+def check_replaceable_file(path: Path, is_ours) -> None:
+    """OutputRefused when `path` is a file that `is_ours(text)` does not recognise."""
+    if is_ours is None or not path.exists() or path.is_dir():
+        return
+    try:
+        ours = is_ours(path.read_text())
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        raise OutputRefused(f"{path}: the file exists and servesim did not write it; give "
+                            f"another path")
+
+
+def _check_names(target: Path, shown) -> None:
+    """OutputRefused for a path or a name in it longer than the file system allows."""
+    name_max, path_max = _limits(target)
+    for part in target.parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            raise OutputRefused(f"{shown}: the name {part[:24]}... is {size} bytes, longer than "
+                                f"the {name_max} this file system allows; give a shorter path")
+    if len(os.fsencode(str(target))) + 32 > path_max:  # room for the temporary names
+        raise OutputRefused(f"{shown}: the path is {len(os.fsencode(str(target)))} bytes, too "
+                            f"long for this file system ({path_max}); give a shorter path")
+
+
+def _limits(target: Path) -> tuple[int, int]:
+    """(bytes a name, bytes a path) on the file system of `target`'s nearest existing place."""
+    place = next((p for p in (target, *target.parents) if _exists(p)), Path("/"))
+    try:
+        return os.pathconf(place, "PC_NAME_MAX"), os.pathconf(place, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 255, 4096
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long to look up
+        return False
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextmanager
@@ -132,14 +324,14 @@ def _locked(lock_path: Path, out_dir: Path):
             os.close(fd)
 
 
-def _replace(partial: Path, out_dir: Path) -> None:
-    """Put the complete folder in place of `out_dir`, removing the earlier one only once the
+def _replace(partial: Path, target: Path, prefix: str) -> None:
+    """Put the complete folder in place of `target`, removing the earlier one only once the
     new one is there."""
-    if not out_dir.exists():
-        os.rename(partial, out_dir)
+    if not target.exists():
+        os.rename(partial, target)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+    old = Path(tempfile.mkdtemp(prefix=f"{prefix}.", suffix=".old", dir=target.parent))
     os.rmdir(old)
-    os.rename(out_dir, old)
-    os.rename(partial, out_dir)
+    os.rename(target, old)
+    os.rename(partial, target)
     shutil.rmtree(old, ignore_errors=True)

@@ -47,7 +47,11 @@ class RunFailed(RuntimeError):
 
 
 class Terminated(BaseException):
-    """SIGTERM, raised where the process is, so every cleanup runs as for Ctrl-C."""
+    """SIGTERM or SIGHUP (the terminal closed), raised where the process is, so every cleanup
+    runs as for Ctrl-C."""
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def cmd_run(args) -> int:
@@ -106,15 +110,19 @@ def load_scenario(args):
 
 
 def output_dir(out, name: str, suffix: str = "") -> Path:
-    """--out, or out/<scenario name><suffix> when the name is a plain folder name."""
-    from reports.output import is_plain_name
+    """--out, or out/<scenario name><suffix> when the name is a plain folder name; refused now,
+    before any work, where the command could not write its folder (`reports.output`)."""
+    from reports.output import check_place, is_plain_name
 
     if out:
-        return Path(out)
-    if not is_plain_name(name):
+        path = Path(out)
+    elif not is_plain_name(name):
         raise UsageError(f"the scenario's name {name!r} cannot name its output folder (letters, "
                          f"digits, '-', '_' and '.' only); give --out")
-    return Path("out") / f"{name}{suffix}"
+    else:
+        path = Path("out") / f"{name}{suffix}"
+    check_place(path)
+    return path
 
 
 def manifest(command: str, scenario) -> dict:
@@ -245,7 +253,9 @@ def cmd_profile(args) -> int:
                          f"{longest_request():,} tokens, so the model's max_seq_len must be at "
                          f"least that, got {model.max_seq_len}")
     out = Path(args.out) if args.out else Path("out") / "profile.json"
-    check_writable_file(out)  # before minutes of profiling
+    from .costs.profile_file import is_profile_text
+
+    check_writable_file(out, is_profile_text)  # before minutes of profiling
     profile = profile_engine(model, out, quick=args.quick, progress=not args.quiet,
                              method=args.method)
     held = profile["fit"]["held_out"]
@@ -434,21 +444,42 @@ def set_threads(args) -> None:
 
 
 def main(argv=None) -> int:
+    """Run one command; its exit status. Every failure a user can cause, an interruption at any
+    point included, is one line on stderr and a non-zero status, never a traceback."""
+    previous = {sig: signal.signal(sig, _terminate) for sig in STOP_SIGNALS}
+    args = None
+    try:
+        argv = _split_set_values(list(sys.argv[1:] if argv is None else argv))
+        args = build_parser().parse_args(argv)
+        if args.command == "profile" and args.threads is not None and args.threads < 1:
+            raise UsageError("--threads must be a positive integer")
+        set_threads(args)
+        return _run_command(args)
+    except KeyboardInterrupt:
+        return _fail(f"interrupted{_kept(args)}", 130, prefix="servesim: ")
+    except Terminated:
+        return _fail(f"terminated{_kept(args)}", 143, prefix="servesim: ")
+    except UsageError as exc:
+        return _fail(str(exc), USAGE_ERROR)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _split_set_values(argv: list[str]) -> list[str]:
     from .cli_flags import split_set_values
 
-    argv = split_set_values(list(sys.argv[1:] if argv is None else argv))
-    args = build_parser().parse_args(argv)
-    if args.command == "profile" and args.threads is not None and args.threads < 1:
-        print("servesim: error: --threads must be a positive integer", file=sys.stderr)
-        return USAGE_ERROR
-    set_threads(args)
-    from reports.output import OutputBusy
+    return split_set_values(argv)
+
+
+def _run_command(args) -> int:
+    """The command's status, with the errors it can meet turned into one line."""
+    from reports.output import OutputError
     from scenarios import ScenarioError
 
-    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)
-    except (ScenarioError, UsageError, OutputBusy) as exc:
+    except (ScenarioError, UsageError, OutputError) as exc:
         return _fail(str(exc), USAGE_ERROR)
     except RunFailed as exc:
         return _fail(str(exc), 1)
@@ -458,12 +489,9 @@ def main(argv=None) -> int:
     except OSError as exc:  # a file system fault: unwritable, full, a file where a folder goes
         where = exc.filename or getattr(args, "out_dir", None) or ""
         return _fail(f"{where}: {exc.strerror or exc}{_kept(args)}", 1)
-    except KeyboardInterrupt:
-        return _fail(f"interrupted{_kept(args)}", 130, prefix="servesim: ")
-    except Terminated:
-        return _fail(f"terminated{_kept(args)}", 143, prefix="servesim: ")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    except MemoryError:
+        return _fail(f"out of memory{_kept(args)}; make the run smaller (fewer requests, "
+                     f"variants or sweep points)", 1)
 
 
 def _fail(message: str, status: int, prefix: str = "servesim: error: ") -> int:
@@ -474,7 +502,11 @@ def _fail(message: str, status: int, prefix: str = "servesim: error: ") -> int:
 def _kept(args) -> str:
     """What an interrupted or failed command left: nothing new, and any earlier output whole."""
     out_dir = getattr(args, "out_dir", None)
-    if out_dir is not None and Path(out_dir).is_dir():
+    try:
+        earlier = out_dir is not None and Path(out_dir).is_dir()
+    except OSError:  # a path the file system cannot even look up
+        earlier = False
+    if earlier:
         return f"; nothing written, the earlier output in {out_dir}/ is kept whole"
     return "; nothing written"
 

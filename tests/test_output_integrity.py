@@ -58,8 +58,9 @@ def leftovers(parent: Path) -> list[str]:
 def test_a_run_writes_a_manifest_of_every_file_and_replaces_an_earlier_run_whole(
         scenario_file, tmp_path):
     out = tmp_path / "out"
-    assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
-    (out / "sweep.png").write_text("a chart of an earlier run")  # a stale file
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet",
+                 "--sweep", "workload.arrival.rate=4,8"]) == 0
+    assert (out / "sweep.png").is_file()  # an earlier run with a chart this one has not
     assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["scenario"] == "integrity"

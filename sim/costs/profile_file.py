@@ -19,6 +19,16 @@ FORMAT = "servesim-profile/3"
 READS = ("servesim-profile/2", FORMAT)  # /2: before fingerprints and served fits
 
 
+def is_profile_text(text: str) -> bool:
+    """Whether `text` is a profile file servesim wrote (any format it has written), so that
+    `servesim profile --out` may replace it."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and str(data.get("format", "")).startswith("servesim-profile/")
+
+
 def profile_path(name_or_path) -> Path:
     """A shipped profile name ("default" -> sim/costs/profiles/default.json) or a file path."""
     text = str(name_or_path)

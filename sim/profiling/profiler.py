@@ -95,7 +95,9 @@ def profile_engine(model_config, out_path=None, quick: bool = False, progress: b
     if out_path is not None:
         from reports.output import write_atomic
 
-        write_atomic(out_path, text)
+        from ..costs.profile_file import is_profile_text
+
+        write_atomic(out_path, text, is_profile_text)
     if store and not (quick and cache.holds_full(profile["fingerprint_key"])):
         cache.store(profile["fingerprint_key"], text)
     return profile

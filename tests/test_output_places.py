@@ -1,0 +1,213 @@
+"""Where a command may write: `--out` replaces only a folder servesim wrote (every entry listed
+in its manifest), refuses any other non-empty folder, the root and the current folder before
+anything runs, follows symbolic links to one place (one lock, the link kept), cleans what killed
+commands left there, and writes with the user's umask; `profile --out` replaces only a profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reports import output
+from sim.cli import main
+
+SCENARIO = """
+name = "places"
+[cost]
+model = "linear"
+[workload]
+num_requests = 6
+arrival = { process = "poisson", rate = 8.0 }
+prompt_tokens = { dist = "uniform", low = 8, high = 32 }
+output_tokens = { dist = "fixed", value = 4 }
+"""
+
+
+@pytest.fixture
+def scenario_file(tmp_path) -> Path:
+    path = tmp_path / "places.toml"
+    path.write_text(SCENARIO)
+    return path
+
+
+def run(scenario_file, out, *more) -> int:
+    return main(["run", str(scenario_file), "--out", str(out), "--quiet", *more])
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+def test_a_folder_with_a_users_file_is_refused_and_the_file_kept(scenario_file, tmp_path,
+                                                                 capsys, monkeypatch):
+    out = tmp_path / "mydata"
+    out.mkdir()
+    (out / "important.txt").write_text("x")
+    simulated = []
+    monkeypatch.setattr("sim.cli._run_all", lambda *a, **k: simulated.append(1))
+    assert run(scenario_file, out) == 2
+    line = error_line(capsys)
+    assert "mydata: the folder holds files servesim did not write (important.txt)" in line
+    assert simulated == []  # refused before anything ran
+    assert sorted(p.name for p in out.iterdir()) == ["important.txt"]
+    assert (out / "important.txt").read_text() == "x"
+
+
+def test_a_file_added_to_servesims_folder_makes_it_the_users(scenario_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(scenario_file, out) == 0
+    (out / "notes.md").write_text("mine")
+    assert run(scenario_file, out) == 2
+    assert "(notes.md)" in error_line(capsys)
+    assert (out / "notes.md").read_text() == "mine"
+
+
+def test_a_file_servesim_wrote_and_the_user_changed_is_kept(scenario_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(scenario_file, out) == 0
+    (out / "report.md").write_text("my edits")
+    assert run(scenario_file, out) == 2
+    assert "(report.md)" in error_line(capsys)
+    assert (out / "report.md").read_text() == "my edits"
+
+
+def test_an_empty_folder_is_written_with_the_users_umask(scenario_file, tmp_path):
+    out = tmp_path / "empty"
+    out.mkdir()
+    previous = os.umask(0o027)
+    try:
+        assert run(scenario_file, out) == 0
+    finally:
+        os.umask(previous)
+    assert (out / "manifest.json").is_file()
+    assert out.stat().st_mode & 0o777 == 0o750
+    assert (out / "summary.csv").stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.parametrize("place", ["/", "."])
+def test_the_root_and_the_current_folder_are_refused_before_simulating(
+        scenario_file, tmp_path, capsys, monkeypatch, place):
+    monkeypatch.chdir(tmp_path)
+    simulated = []
+    monkeypatch.setattr("sim.cli._run_all", lambda *a, **k: simulated.append(1))
+    assert run(scenario_file, place) == 2
+    assert "cannot be an output folder" in error_line(capsys) and simulated == []
+
+
+def test_a_read_only_folder_is_refused_before_simulating(scenario_file, tmp_path, capsys,
+                                                         monkeypatch):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    parent.chmod(0o555)
+    monkeypatch.setattr("sim.cli._run_all", lambda *a, **k: pytest.fail("simulated"))
+    assert run(scenario_file, parent / "out") == 1
+    assert "Permission denied" in error_line(capsys)
+
+
+def test_a_symlinked_out_replaces_its_target_and_stays_a_link(scenario_file, tmp_path):
+    target = tmp_path / "real"
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    assert run(scenario_file, link) == 0
+    assert run(scenario_file, link) == 0
+    assert link.is_symlink() and (target / "manifest.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_link_and_its_target_share_one_lock(scenario_file, tmp_path, capsys):
+    target = tmp_path / "real"
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    with output._locked(tmp_path / ".real.lock", target):  # a command writing the target
+        assert run(scenario_file, link) == 2
+    assert "is being written by another servesim command" in error_line(capsys)
+
+
+def test_what_a_killed_command_left_is_removed_by_the_next_run_there(scenario_file, tmp_path):
+    partial = tmp_path / ".out.abcd1234.partial"
+    old = tmp_path / ".out.ef_56789.old"
+    partial.mkdir()
+    (partial / "requests.csv").write_text("half")
+    old.symlink_to(tmp_path)  # an old link, as a symlinked --out once left
+    unrelated = tmp_path / ".other.abcd1234.partial"
+    unrelated.mkdir()
+    assert run(scenario_file, tmp_path / "out") == 0
+    assert not partial.exists() and not old.is_symlink() and unrelated.is_dir()
+
+
+def test_a_sighup_stops_a_run_as_sigterm_does(tmp_path):
+    scenario = tmp_path / "long.toml"
+    scenario.write_text(SCENARIO.replace("num_requests = 6", "num_requests = 3000000")
+                        .replace("rate = 8.0", "rate = 500.0"))
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(scenario), "--out",
+                                str(out), "--quiet"], stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):
+        assert time.monotonic() < deadline and process.poll() is None, "the run never started"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGHUP)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 143 and err.strip() == "servesim: terminated; nothing written"
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("out", ["x" * 300, "deep/" * 900 + "x"])
+def test_a_name_or_path_too_long_for_the_file_system_is_one_line(scenario_file, tmp_path,
+                                                                 capsys, monkeypatch, out):
+    monkeypatch.chdir(tmp_path)
+    assert run(scenario_file, out) == 2
+    line = error_line(capsys)
+    assert "too long" in line or "longer than" in line
+
+
+def test_a_scenario_name_too_long_for_its_folder_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    scenario = tmp_path / "long-name.toml"
+    scenario.write_text(SCENARIO.replace('name = "places"', f'name = "{"n" * 300}"'))
+    assert main(["run", str(scenario), "--quiet"]) == 2
+    assert "longer than the" in error_line(capsys)
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_long_name_that_fits_gets_short_temporary_names(scenario_file, tmp_path):
+    out = tmp_path / ("n" * 250)
+    assert run(scenario_file, out) == 0
+    assert (out / "manifest.json").is_file()
+
+
+def test_profile_does_not_overwrite_a_file_it_did_not_write(tmp_path, capsys):
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"my": "data"}))
+    assert main(["profile", "--quick", "--out", str(mine), "--quiet"]) == 2
+    assert "servesim did not write it" in error_line(capsys)
+    assert json.loads(mine.read_text()) == {"my": "data"}
+
+
+def test_write_atomic_replaces_only_what_it_recognises_and_follows_the_umask(tmp_path):
+    path = tmp_path / "p.json"
+    previous = os.umask(0o077)
+    try:
+        output.write_atomic(path, "ours", lambda text: text == "ours")
+    finally:
+        os.umask(previous)
+    assert path.stat().st_mode & 0o777 == 0o600
+    output.write_atomic(path, "ours", lambda text: text == "ours")
+    path.write_text("theirs")
+    with pytest.raises(output.OutputRefused):
+        output.write_atomic(path, "ours", lambda text: text == "ours")
+    assert path.read_text() == "theirs"
