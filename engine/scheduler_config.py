@@ -47,6 +47,10 @@ class SchedulerConfig:
         timeout = self.batch_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
             raise ValueError(f"scheduler.batch_timeout_s must be a number >= 0, got {timeout!r}")
+        if self.policy == "static" and self.chunked_prefill:
+            raise ValueError("scheduler.chunked_prefill: static batching prefills each batch "
+                             "whole; chunked prefill is for continuous batching (set "
+                             "chunked_prefill = false, or policy = 'continuous')")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 f"engine.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "

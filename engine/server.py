@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 
 import numpy as np
 
@@ -193,12 +194,17 @@ def build_completion_response(server: Server, request_id: str, vocab: dict | Non
 
 
 def serve(scheduler: Scheduler, executor, requests: list[Sequence], recorder: RunRecorder,
-          time_limit_s: float | None = None, progress=None) -> RunRecorder:
+          time_limit_s: float | None = None, progress=None,
+          max_in_flight: int | None = None) -> RunRecorder:
     """Serve `requests` in real time: each is submitted at its `arrival_s` (the run's clock
     starts at the first arrival), steps run back to back while there is work, and the engine
     sleeps to the next arrival when idle. Requests not done `time_limit_s` after the first
     arrival are recorded as "unfinished". Each request's submission lag (how long after its
     planned arrival the scheduler saw it) goes to `recorder.submit_lag_s`.
+    `max_in_flight`: at most this many requests submitted and not done; one that arrives
+    while the cap is reached waits for a slot, and its `arrival_s` becomes the moment it is
+    sent (vLLM's --max-concurrency: latencies start then). A request sent while a step runs
+    reaches the scheduler after that step, as it would a server's.
     `progress(done, total, elapsed_s, last_arrival_s)`, when given, is called at the start and
     whenever the count of requests done (finished or rejected) grows; times are seconds from
     the first arrival (a progress bar: work done, and time against the last arrival's)."""
@@ -209,6 +215,7 @@ def serve(scheduler: Scheduler, executor, requests: list[Sequence], recorder: Ru
     origin_s, wall0 = pending[0].arrival_s, time.perf_counter()
     last_arrival_s, base = pending[-1].arrival_s - origin_s, recorder.num_requests
     done = base
+    client = _ClientSlots(max_in_flight, base)
 
     def clock() -> float:
         return origin_s + (time.perf_counter() - wall0)
@@ -217,29 +224,76 @@ def serve(scheduler: Scheduler, executor, requests: list[Sequence], recorder: Ru
         progress(0, len(pending), 0.0, last_arrival_s)
     end_s = math.inf if time_limit_s is None else origin_s + time_limit_s
     i = 0
-    while i < len(pending) or engine.has_unfinished():
+    while i < len(pending) or client.holds_any() or engine.has_unfinished():
         now = clock()
         if now >= end_s:
             break
         if progress is not None and recorder.num_requests != done:  # one int compare a pass
             done = recorder.num_requests
             progress(done - base, len(pending), now - origin_s, last_arrival_s)
+        client.deliver(engine)  # what was sent while the last step ran
         while i < len(pending) and pending[i].arrival_s <= now:
-            recorder.record_submit_lag(now - pending[i].arrival_s)
-            engine.add_request(pending[i])
+            if client.cap is None:
+                recorder.record_submit_lag(now - pending[i].arrival_s)
+                engine.add_request(pending[i])
+            else:
+                client.queue(pending[i])
             i += 1
+        client.send(engine, recorder, now)
         out = engine.step(now) if engine.has_unfinished() else None
         if out is not None and out.ran:
             continue
         wake = pending[i].arrival_s if i < len(pending) else math.inf
         if out is not None and out.plan.idle_until_s is not None:
             wake = min(wake, out.plan.idle_until_s)
-        assert wake < math.inf, "requests wait but nothing can run"
-        sleep_until(min(wake, end_s), clock)
-    for seq in pending[i:]:  # never arrived before the time limit
+        assert wake < math.inf or client.holds_any(), "requests wait but nothing can run"
+        if wake < math.inf:
+            sleep_until(min(wake, end_s), clock)
+    for seq in client.unsent() + pending[i:]:  # never sent before the time limit
         recorder.record_request(seq, "unfinished")
     engine.record_unfinished()
     if progress is not None:
         progress(recorder.num_requests - base, len(pending), clock() - origin_s,
                  last_arrival_s)
     return recorder
+
+
+class _ClientSlots:
+    """`serve`'s client side under a cap on requests in flight: requests that arrived and wait
+    for a slot, and those sent while a step ran (the scheduler sees them after it)."""
+
+    def __init__(self, cap: int | None, done_before: int):
+        self.cap = cap
+        self.waiting: deque[Sequence] = deque()  # arrived, not sent (no slot is free)
+        self.mail: list[Sequence] = []  # sent while the engine was busy
+        self.sent = 0
+        self.done_before = done_before
+
+    def holds_any(self) -> bool:
+        return bool(self.waiting or self.mail)
+
+    def queue(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def deliver(self, engine: LLMEngine) -> None:
+        for seq in self.mail:
+            engine.add_request(seq)
+        self.mail = []
+
+    def send(self, engine: LLMEngine, recorder: RunRecorder, now: float) -> None:
+        """Send waiting requests into free slots (a request is done when it is recorded); an
+        idle engine sees them at once, a busy one after its next step."""
+        if self.cap is None:
+            return
+        busy = engine.has_unfinished()
+        in_flight = self.sent - (recorder.num_requests - self.done_before)
+        while self.waiting and in_flight < self.cap:
+            seq = self.waiting.popleft()
+            recorder.record_submit_lag(0.0)
+            seq.arrival_s = now  # its latencies start when it is sent
+            (self.mail.append if busy else engine.add_request)(seq)
+            self.sent += 1
+            in_flight += 1
+
+    def unsent(self) -> list[Sequence]:
+        return list(self.waiting)

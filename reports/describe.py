@@ -84,7 +84,7 @@ def what_was_run(scenario, specs) -> list[list[str]]:
     swept: dict = {}
     for key in scenario.sweep:
         swept.setdefault(FIELD_OF.get(key.split(".")[0], key), []).append(f"`{key}`")
-    rows = [["scenario", f"{scenario.name} (`{shown_path(scenario.path)}`)"]]
+    rows = [["scenario", f"{scenario.name} (`{scenario.source}`)"]]
     for field, text in shared.items():
         if field in differing:
             text = "differs by variant: see Variants below"
@@ -117,14 +117,6 @@ def _runs_text(num_runs: int, num_variants: int, swept: bool) -> str:
     if not swept:
         return f"{num_runs} ({variants})"
     return f"{num_runs} ({variants} x {num_runs // num_variants} sweep points)"
-
-
-def shown_path(path) -> str:
-    """Relative to the current directory when inside it, else absolute."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def scheduler_text(sched: dict) -> str:
@@ -195,6 +187,9 @@ def workload_text(workload: dict) -> str:
                      + _arrival(workload["arrival"]))
         parts.append("prompt tokens " + length_text(workload["prompt_tokens"]))
         parts.append("output tokens " + length_text(workload["output_tokens"]))
+    if workload.get("max_concurrency") is not None:
+        parts.append(f"at most {workload['max_concurrency']} requests in flight (the others "
+                     f"wait for a slot; latencies start when a request is sent)")
     if workload["priority"] is not None:
         p = workload["priority"]
         pairs = ", ".join(f"{v} (weight {w:g})" for v, w in zip(p["values"], p["weights"]))

@@ -24,6 +24,8 @@ KEY_FIGURES = (
 # The report's summary table has room for one more: the share of prompt tokens the prefix cache
 # served (the terminal's table is already as wide as a terminal).
 REPORT_FIGURES = KEY_FIGURES + (("prefix_cache_hit_rate", "prefix cache hit %", 100, 1),)
+# Shown after the request rate whenever a run has an SLO: requests/s meeting every SLO.
+GOODPUT = ("goodput", "goodput req/s", 1, 3)
 
 
 def short_key(key: str) -> str:
@@ -34,7 +36,11 @@ def short_key(key: str) -> str:
 def key_rows(specs, summaries: list[dict],
              figures=KEY_FIGURES) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of strings: variant, the sweep values, then `figures` ((summary key,
-    column title, scale, decimals) each)."""
+    column title, scale, decimals) each), with goodput after the request rate when a run has
+    an SLO."""
+    if any(has_slo(spec.config) for spec in specs):
+        at = [key for key, *_ in figures].index("request_throughput") + 1
+        figures = (*figures[:at], GOODPUT, *figures[at:])
     sweep_keys = list(dict.fromkeys(key for spec in specs for key in spec.sweep))
     header = ["variant"] + [short_key(k) for k in sweep_keys] + [t for _, t, _, _ in figures]
     rows = []
@@ -43,6 +49,11 @@ def key_rows(specs, summaries: list[dict],
         row += [_number(summary[key] * scale, decimals) for key, _, scale, decimals in figures]
         rows.append(row)
     return header, rows
+
+
+def has_slo(config: dict) -> bool:
+    """Whether a run's goodput counts against any SLO."""
+    return any(limit is not None for limit in config.get("slo", {}).values())
 
 
 def _number(value, decimals: int) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .describe import config_rows, shown_path
+from .describe import config_rows
 from .key_figures import text_table
 from .labels import short_labels, value_text
 from .render import Heading, Image, Paragraph, Table, to_html, to_markdown
@@ -117,7 +117,7 @@ def _settings_rows(result) -> list[list[str]]:
     config = result.points[0].spec.config
     seeds = sorted({point.spec.config["seed"] for point in result.points})
     rate = settings["rate"]
-    rows = [["scenario", f"{scenario.name} (`{shown_path(scenario.path)}`)"],
+    rows = [["scenario", f"{scenario.name} (`{scenario.source}`)"],
             ["target", f"{settings['target']:g} of the requests meet every SLO "
                        f"({config_rows(config)['SLO (goodput)']})"],
             ["arrival rates", f"bisected between {rate['low']:g} and {rate['high']:g} "

@@ -14,7 +14,8 @@ reads servesim's unchanged.
 - `request_rate` is the arrival rate of an open process, "inf" (vLLM's spelling) when every
   request is sent at once or by a closed loop, and for a trace the mean rate of its arrivals;
   `burstiness` is vLLM's gamma shape (1 / cv^2: 1 for Poisson, "inf" for constant gaps), null
-  where arrivals have no such shape; `max_concurrency` is the closed loop's number of users.
+  where arrivals have no such shape; `max_concurrency` is `workload.max_concurrency` (the cap
+  on requests in flight, vLLM's `--max-concurrency`) or a closed loop's number of users.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
     config = spec.config
     arrival = config["workload"]["arrival"]
     request_rate, burstiness, max_concurrency = traffic(arrival, recorder)
+    max_concurrency = config["workload"].get("max_concurrency") or max_concurrency
     setup = {"date": date, "backend": f"servesim-{config['mode']}", "label": spec.label,
              "model_id": model_id(config["model"]),
              "num_prompts": summary["completed"] + summary["rejected"] + summary["unfinished"],

@@ -102,6 +102,20 @@ def check_trace_keys(trace: dict) -> bool:
     return untimed
 
 
+def check_max_concurrency(workload: dict) -> None:
+    """A cap on requests in flight holds back an open process's (or a trace's) arrivals; a
+    closed loop and conversations send as earlier requests finish, capped by their own
+    numbers."""
+    if workload.get("max_concurrency") is None:
+        return
+    if workload.get("sessions") is not None:
+        raise FieldError("workload.max_concurrency", "not allowed with workload.sessions (each "
+                                                     "conversation is its own closed loop)")
+    if workload["arrival"]["process"] == "closed_loop":
+        raise FieldError("workload.max_concurrency", "not allowed with a closed loop, whose "
+                                                     "concurrency caps its requests in flight")
+
+
 def shipped_trace(name: str) -> Path:
     """The packaged file of a shipped trace (`SHIPPED_TRACES`)."""
     return TRACE_DATA / SHIPPED_TRACES[name][0]
@@ -116,6 +130,7 @@ def check_config(config: dict, path: Path) -> None:
         _check_model(config["model"])
         _check_engine(config)
     workload = config["workload"]
+    check_max_concurrency(workload)
     for name in ("prompt_tokens", "output_tokens"):
         if workload[name] is not None:
             check_length_range(workload[name], f"workload.{name}")
@@ -295,6 +310,10 @@ def _check_engine(config: dict) -> None:
                         max_seq_len=config["model"]["max_seq_len"], **scheduler)
     except ValueError as exc:
         raise FieldError("", str(exc)) from None
+    if engine["block_size"] > config["model"]["max_seq_len"]:
+        raise FieldError("engine.block_size", f"must be at most model.max_seq_len "
+                                              f"({config['model']['max_seq_len']}), got "
+                                              f"{engine['block_size']}")
     if scheduler["preemption"] == "swap" and not engine["swap_blocks"]:
         raise FieldError("engine.swap_blocks", "must be at least 1 with scheduler.preemption = "
                                                "'swap' (host KV blocks for swapped-out sequences)")

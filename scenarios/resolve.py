@@ -30,6 +30,8 @@ def resolve(raw: dict, path: Path) -> dict:
     }
     for section in SECTIONS:
         config[section] = copy.deepcopy(DEFAULTS[section]) | copy.deepcopy(raw.get(section, {}))
+    config["slo"] = {key: None if limit is False else limit  # false: no SLO on it
+                     for key, limit in config["slo"].items()}
     if config["cost"]["model"] == "hardware":  # a real model on a real GPU: no engine defaults
         config["model"] = copy.deepcopy(raw.get("model", {}))
         if "num_kv_blocks" not in raw.get("engine", {}):
@@ -55,6 +57,7 @@ def _workload(raw: dict) -> dict:
     return {
         "num_requests": raw.get("num_requests"),
         "max_seconds": raw.get("max_seconds"),  # None: every request arrives
+        "max_concurrency": raw.get("max_concurrency"),  # None: no cap on requests in flight
         "warmup_s": raw.get("warmup_s", 0.0),
         "arrival": _arrival(raw.get("arrival", {"process": "trace"})),
         "prompt_tokens": _length(raw.get("prompt_tokens")),

@@ -73,6 +73,14 @@ class Scenario:
         return [RunSpec(s.variant, dict(s.sweep), copy.deepcopy(s.config)) for s in self.specs]
 
     @property
+    def source(self) -> str:
+        """The scenario's file as reports name it, the same from any working directory: a
+        built-in one by its place in the package (`scenarios/<name>.toml`), any other by its
+        absolute path."""
+        path = Path(self.path).resolve()
+        return f"scenarios/{path.name}" if path.parent == BUILTIN_DIR else str(path)
+
+    @property
     def variant_names(self) -> list[str]:
         return [v.name for v in self.variants]
 
@@ -108,10 +116,14 @@ def find(name_or_path) -> Path:
                         f"(built-ins: {', '.join(builtin_names())})")
 
 
-def load(name_or_path, overrides=(), sweep: dict | None = None) -> Scenario:
+def load(name_or_path, overrides=(), sweep: dict | None = None,
+         sources: dict | None = None) -> Scenario:
     """Load and validate a scenario. `overrides`: "KEY=VALUE" strings or (key, value) pairs,
     applied to the base before the variants and the sweep. `sweep`: {dotted key: [values]}
-    added to the file's sweep (replacing a key it sweeps too)."""
+    added to the file's sweep (replacing a key it sweeps too). An override of a key the
+    sweep also sets (the same key, or one inside the other) is refused: the sweep would
+    silently replace it. `sources`: {dotted key: the command-line flag that gave the
+    override}, to name it in that refusal (default: --set)."""
     path = find(name_or_path)
     shown = _display(path)
     raw = _parse(path, shown)
@@ -119,8 +131,10 @@ def load(name_or_path, overrides=(), sweep: dict | None = None) -> Scenario:
     file_sweep = raw.pop("sweep", None)
     if sweep:
         file_sweep = (ov.flatten(file_sweep) if isinstance(file_sweep, dict) else {}) | sweep
+    flag_sweep = set(sweep or ())
     sweep = _guarded(shown, "--sweep: " if sweep else "", _sweep, file_sweep)
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
+    _check_not_swept(shown, pairs, sweep, flag_sweep, sources or {})
     file_base = None
     if pairs:
         file_raw, raw = raw, _guarded(shown, "--set: ", _apply_all, raw, dict(pairs))
@@ -141,6 +155,23 @@ def load(name_or_path, overrides=(), sweep: dict | None = None) -> Scenario:
             specs.append(RunSpec(variant.name, point, config))
     return Scenario(base["name"], base["description"], base["seed"], path, base,
                     tuple(variants), sweep, tuple(specs), pairs, file_base)
+
+
+def _check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict) -> None:
+    """ScenarioError when an override sets a key the sweep sets too (the same key, or one
+    table holding the other), naming both."""
+    for key, _ in pairs:
+        for swept in sweep:
+            if _overlap(key, swept):
+                given = sources.get(key, f"--set {key}")
+                where = "--sweep" if swept in flag_sweep else "the scenario's [sweep]"
+                raise ScenarioError(f"{shown}: {given} sets {key}, which {where} also sets "
+                                    f"({swept} = {sweep[swept]!r}); give one of them")
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether two dotted keys set the same value: equal, or one a table holding the other."""
+    return a == b or b.startswith(a + ".") or a.startswith(b + ".")
 
 
 def _where(variant: Variant, point: dict) -> str:

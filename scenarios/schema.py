@@ -71,6 +71,9 @@ NON_NEGATIVE_INT = Spec("a non-negative integer", lambda v: _is_int(v) and v >= 
 POSITIVE_NUMBER = Spec("a positive number", lambda v: _is_number(v) and v > 0)
 NON_NEGATIVE_NUMBER = Spec("a non-negative number", lambda v: _is_number(v) and v >= 0)
 BOOL = Spec("true or false", lambda v: isinstance(v, bool))
+# an SLO's limit in seconds, or false: none on this metric (to turn a default SLO off)
+SLO_LIMIT = Spec("a positive number of seconds, or false (no SLO on this metric)",
+                 lambda v: v is False or _is_number(v) and v > 0)
 TEXT = Spec("a string", lambda v: isinstance(v, str))
 NON_EMPTY_TEXT = Spec("a non-empty string", lambda v: isinstance(v, str) and v.strip() != "")
 INT_LIST = Spec("a non-empty list of integers",
@@ -129,6 +132,8 @@ assert tuple(ARRIVAL.options) == ARRIVAL_PROCESSES
 WORKLOAD = Table({
     "num_requests": POSITIVE_INT,
     "max_seconds": POSITIVE_NUMBER,
+    # at most this many requests in flight; the others wait on the client (checks.py)
+    "max_concurrency": POSITIVE_INT,
     "warmup_s": NON_NEGATIVE_NUMBER,
     "arrival": ARRIVAL,
     "prompt_tokens": LENGTH,
@@ -246,8 +251,7 @@ SCENARIO = Table({
                   | {name: NON_NEGATIVE_NUMBER for name in
                      ("step_overhead_s", "prefill_token_s", "decode_seq_s", "context_token_s")}),
     "workload": WORKLOAD,
-    "slo": Table({"ttft_s": POSITIVE_NUMBER, "tpot_s": POSITIVE_NUMBER,
-                  "e2e_s": POSITIVE_NUMBER}),
+    "slo": Table({key: SLO_LIMIT for key in ("ttft_s", "tpot_s", "e2e_s")}),
     "cluster": CLUSTER,
     "search": SEARCH,
 }, required=("workload",))

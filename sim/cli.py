@@ -87,26 +87,33 @@ def cmd_run(args) -> int:
 
 def load_scenario(args):
     """The scenario named on the command line, with its --set overrides, then the vLLM-style
-    flags (`cli_flags.py`) as overrides and a sweep."""
+    flags (`cli_flags.py`) as overrides and a sweep. A key that both an override and the
+    scenario's sweep set is refused, naming both."""
     import scenarios
 
     from .cli_flags import FlagError, flag_overrides
 
     sets = list(args.set or ())
 
-    def count_key(pairs) -> str:
-        workload = scenarios.load(args.scenario, sets).base["workload"]
-        if workload["trace"] is not None:
-            return "workload.trace.max_requests"
-        if workload.get("sessions") is not None:
-            return "workload.sessions.conversations"
-        return "workload.num_requests"
+    def workload_of(pairs) -> dict:
+        return scenarios.load(args.scenario, sets + pairs).base["workload"]
 
     try:
-        pairs, sweep = flag_overrides(args, count_key)
+        pairs, sweep, flags = flag_overrides(args, workload_of)
     except FlagError as exc:
         raise UsageError(str(exc)) from None
-    return scenarios.load(args.scenario, sets + pairs, sweep=sweep)
+    scenario = scenarios.load(args.scenario, sets + pairs, sweep=sweep, sources=flags)
+    variant = getattr(args, "variant", None)
+    return scenario if variant is None else only_variant(scenario, variant)
+
+
+def only_variant(scenario, name: str):
+    """The scenario with one of its variants (--variant NAME), or UsageError naming them."""
+    if name not in scenario.variant_names:
+        raise UsageError(f"--variant {name}: the scenario's variants are "
+                         f"{', '.join(scenario.variant_names)}")
+    return replace(scenario, variants=tuple(v for v in scenario.variants if v.name == name),
+                   specs=tuple(s for s in scenario.specs if s.variant == name))
 
 
 def output_dir(out, name: str, suffix: str = "") -> Path:
@@ -367,7 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     profile.set_defaults(func=cmd_profile)
     validate = sub.add_parser("validate", help="compare simulate mode with real serving")
     validate.add_argument("scenario", help="built-in name or TOML path")
-    _add_common(validate, "output directory (default: out/<scenario name>-validate/)")
+    _add_common(validate, "output directory (default: out/<scenario name>-validate/)",
+                "validate this variant only (default: every variant; with --against, "
+                "required when there are several: the server runs one of them)")
     add_workload_flags(validate)
     validate.add_argument("--profile", default="auto", metavar="auto|NAME|PATH",
                           help="the profile the simulation uses: auto (default) profiles this "
@@ -409,8 +418,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_common(parser, out_help: str) -> None:
+def _add_common(parser, out_help: str, variant_help: str = "run this variant only (default: "
+                                                            "every variant)") -> None:
     parser.add_argument("--out", metavar="DIR", help=out_help)
+    parser.add_argument("--variant", metavar="NAME", help=variant_help)
     parser.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
                         help="override a dotted key, e.g. workload.arrival.rate=8 (repeatable; "
                              "values are TOML)")

@@ -3,11 +3,16 @@
     --request-rate R     workload.arrival: Poisson at R requests/s; inf: every request at t=0
     --burstiness B       with a rate: gamma gaps of the same mean, coefficient of variation
                          1/sqrt(B) (vLLM's burstiness: 1 is Poisson, lower is burstier)
-    --max-concurrency C  a closed loop of C users (each sends its next request as one ends)
+    --max-concurrency C  workload.max_concurrency: at most C requests in flight, the others
+                         wait for a slot (their latencies start when sent); without
+                         --request-rate every request arrives at once (vLLM's default rate,
+                         inf), except a trace's, which keep their times
     --num-prompts N      workload.num_requests (a trace: workload.trace.max_requests;
                          multi-turn sessions: workload.sessions.conversations)
     --seed S             seed
-    --goodput ttft:MS tpot:MS e2el:MS   the SLOs goodput counts (slo.*_s)
+    --goodput ttft:MS tpot:MS e2el:MS   goodput counts the requests that meet these SLOs and
+                         no others (slo.*_s; the SLOs not named are set to false), as in
+                         vLLM; without it, the scenario's SLOs
     --max-seconds S      workload.max_seconds: no arrival after S seconds
     --warmup-seconds S   workload.warmup_s: requests arriving earlier are left out of the figures
     --sweep KEY=V1,V2,.. a sweep of a dotted key, crossed with the scenario's variants
@@ -35,12 +40,16 @@ def add_workload_flags(parser) -> None:
                        help="with --request-rate: gamma gaps, coefficient of variation "
                             "1/sqrt(B) (1: Poisson)")
     group.add_argument("--max-concurrency", metavar="C", type=positive_integer,
-                       help="a closed loop of C users, each sending as its last request ends")
+                       help="at most C requests in flight; the others wait for a slot and "
+                            "their latencies start when sent (without --request-rate: every "
+                            "request at once)")
     group.add_argument("--num-prompts", metavar="N", type=positive_integer,
                        help="requests to send (multi-turn sessions: conversations)")
     group.add_argument("--seed", metavar="S", type=seed_value, help="the scenario's seed")
     group.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
-                       help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:5000 (milliseconds)")
+                       help="goodput counts the requests meeting these SLOs, e.g. ttft:500 "
+                            "tpot:50 e2el:5000 (milliseconds), and no other (default: the "
+                            "scenario's SLOs)")
     group.add_argument("--max-seconds", metavar="S", type=positive_number,
                        help="stop arrivals after S seconds")
     group.add_argument("--warmup-seconds", metavar="S", type=non_negative_number,
@@ -49,44 +58,71 @@ def add_workload_flags(parser) -> None:
                        help="sweep a dotted key over values (repeatable; values are TOML)")
 
 
-def flag_overrides(args, count_key) -> tuple[list, dict]:
-    """([(dotted key, value)], {dotted key: [values]}) the flags stand for. `count_key(pairs)`
-    is the dotted key --num-prompts sets in the scenario with those overrides (the request
-    count, a trace's max_requests, or the number of conversations)."""
-    pairs = []
+def flag_overrides(args, workload_of) -> tuple[list, dict, dict]:
+    """([(dotted key, value)], {dotted key: [values]}, {dotted key: the flag that set it}):
+    what the flags stand for. `workload_of(pairs)` is the resolved `workload` table of the
+    scenario with those overrides (which key --num-prompts sets, whether arrivals come from a
+    trace)."""
+    pairs, flags = [], {}
+
+    def put(flag: str, key: str, value) -> None:
+        pairs.append((key, value))
+        flags[key] = flag
+
     rate, burst = getattr(args, "request_rate", None), getattr(args, "burstiness", None)
-    if args.max_concurrency is not None and rate is not None:
-        raise FlagError("--max-concurrency with --request-rate (a rate capped by a number of "
-                        "requests in flight) is not simulated; give one of them")
     if burst is not None and rate is None:
         raise FlagError("--burstiness needs --request-rate")
     if rate is not None:
-        if math.isinf(rate):
-            pairs.append(("workload.arrival", {"process": "burst"}))
-        elif burst is not None and burst != 1:
-            pairs.append(("workload.arrival", {"process": "gamma", "rate": rate,
-                                               "cv": 1 / math.sqrt(burst)}))
-        else:
-            pairs.append(("workload.arrival", {"process": "poisson", "rate": rate}))
+        put("--request-rate", "workload.arrival", arrival_of(rate, burst))
     if args.max_concurrency is not None:
-        pairs.append(("workload.arrival", {"process": "closed_loop",
-                                           "concurrency": args.max_concurrency}))
+        if rate is None and workload_of(pairs)["trace"] is None:
+            put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
+        put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
     if args.num_prompts is not None:
-        pairs.append((count_key(pairs), args.num_prompts))
+        put("--num-prompts", count_key(workload_of(pairs)), args.num_prompts)
     if args.seed is not None:
-        pairs.append(("seed", args.seed))
-    for item in args.goodput or ():
+        put("--seed", "seed", args.seed)
+    for key, value in goodput_pairs(args.goodput):
+        put("--goodput", key, value)
+    if args.max_seconds is not None:
+        put("--max-seconds", "workload.max_seconds", args.max_seconds)
+    if args.warmup_seconds is not None:
+        put("--warmup-seconds", "workload.warmup_s", args.warmup_seconds)
+    return pairs, sweep_flags(args.sweep or ()), flags
+
+
+def arrival_of(rate: float, burst: float | None) -> dict:
+    """The arrival table of --request-rate R [--burstiness B]."""
+    if math.isinf(rate):
+        return {"process": "burst"}
+    if burst is not None and burst != 1:
+        return {"process": "gamma", "rate": rate, "cv": 1 / math.sqrt(burst)}
+    return {"process": "poisson", "rate": rate}
+
+
+def count_key(workload: dict) -> str:
+    """The dotted key --num-prompts sets: the request count, a trace's max_requests, or the
+    number of conversations."""
+    if workload["trace"] is not None:
+        return "workload.trace.max_requests"
+    if workload.get("sessions") is not None:
+        return "workload.sessions.conversations"
+    return "workload.num_requests"
+
+
+def goodput_pairs(items) -> list:
+    """The SLO overrides of --goodput METRIC:MS ...: the named limits, and false (no SLO) for
+    every other, so goodput counts exactly the SLOs named (vLLM's --goodput)."""
+    if not items:
+        return []
+    limits = {}
+    for item in items:
         metric, sep, value = item.partition(":")
         if not sep or metric not in GOODPUT_KEYS:
             raise FlagError(f"--goodput {item}: expected METRIC:MS with METRIC one of "
                             f"{', '.join(GOODPUT_KEYS)}")
-        pairs.append((f"slo.{GOODPUT_KEYS[metric]}", positive_number(value, f"--goodput {item}")
-                      / 1000.0))
-    if args.max_seconds is not None:
-        pairs.append(("workload.max_seconds", args.max_seconds))
-    if args.warmup_seconds is not None:
-        pairs.append(("workload.warmup_s", args.warmup_seconds))
-    return pairs, sweep_flags(args.sweep or ())
+        limits[GOODPUT_KEYS[metric]] = positive_number(value, f"--goodput {item}") / 1000.0
+    return [(f"slo.{key}", limits.get(key, False)) for key in GOODPUT_KEYS.values()]
 
 
 def sweep_flags(items) -> dict:

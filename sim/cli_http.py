@@ -31,14 +31,13 @@ def cmd_bench(args) -> int:
 
 def bench_options(args):
     """The `sim.bench.BenchOptions` of `bench` (and `validate --against`); --max-concurrency
-    caps the requests in flight, as vLLM's, rather than making a closed loop."""
+    is the scenario's `workload.max_concurrency`, as in `run`."""
     from .bench import BenchOptions
 
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError("--timeout must be a positive number of seconds")
-    concurrency, args.max_concurrency = args.max_concurrency, None
     return BenchOptions(args.url, args.endpoint, args.model,
-                        args.timeout or BenchOptions.timeout_s, concurrency, args.prompt,
+                        args.timeout or BenchOptions.timeout_s, prompt=args.prompt,
                         progress=not args.quiet)
 
 
@@ -69,6 +68,9 @@ def validate_against_cmd(args) -> int:
     args.url = args.against
     options = bench_options(args)
     scenario = load_scenario(args)
+    if args.variant is None and len(scenario.variants) > 1:
+        raise UsageError(f"--against: the server runs one of the scenario's variants "
+                         f"({', '.join(scenario.variant_names)}); name it with --variant")
     args.out_dir = out_dir = output_dir(args.out, scenario.name, "-validate")
     try:
         result = validate_against(scenario, options, out_dir, profile=args.profile,

@@ -158,12 +158,15 @@ def open_arrivals(env, state: SimState, arrival_s):
 
 
 def closed_loop_user(env, state: SimState, next_index, think_time_s: float, users_left: list,
-                     max_seconds: float | None = None):
-    """One user: send a request, wait until it is done, think, repeat while requests remain
-    (and, with `max_seconds`, until then)."""
+                     max_seconds: float | None = None, arrival_s=None):
+    """One user (a client slot): send a request, wait until it is done, think, repeat while
+    requests remain (and, with `max_seconds`, until then). With `arrival_s`, a request is
+    not sent before its arrival time."""
     for index in next_index:
         if max_seconds is not None and env.now > max_seconds:
             break
+        while arrival_s is not None and arrival_s[index] > env.now:
+            yield env.timeout(arrival_s[index] - env.now)
         done = env.event()
         state.submit(index, env.now, done)
         yield done
@@ -319,9 +322,10 @@ def run_engines(env, replicas: list[Replica], make_sequence, *, arrival_s=None,
         indices = iter(range(num_requests))  # shared: whichever user is free takes the next
         users = min(closed_loop.concurrency, num_requests)  # the others would never send one
         users_left = [users]
+        times = None if closed_loop.arrival_s is None else closed_loop.arrival_s.tolist()
         for _ in range(users):
             env.process(closed_loop_user(env, state, indices, closed_loop.think_time_s,
-                                         users_left, closed_loop.max_seconds))
+                                         users_left, closed_loop.max_seconds, times))
     # created last: they see the arrivals of their instant
     engines = [env.process(engine(env, state, replica)) for replica in replicas]
     try:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from engine.prefix_cache import make_block_manager
 from engine.model import ModelConfig, init_params
 from engine.records import RunRecorder
@@ -60,10 +62,11 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
     scheduler, executor, model = build_engine(config, mode, streams, cost, jitter_rng,
                                               keyed=workload.block_keys is not None)
     recorder = RunRecorder(scheduler.block_manager.num_blocks)
-    if mode == "serve" and workload.closed_loop is not None:
-        raise ValueError("workload.arrival.process = 'closed_loop' is supported in modes "
-                         "simulate and cosimulate only (serve replays arrival times given "
-                         "up front)")
+    if mode == "serve" and workload.closed_loop is not None \
+            and workload.closed_loop.think_time_s:
+        raise ValueError("workload.arrival.think_time_s: a closed loop with think time is "
+                         "supported in modes simulate and cosimulate only (serve sends each "
+                         "request at its arrival time or once a slot is free)")
     if mode == "serve" and workload.sessions is not None:
         raise ValueError(SERVE_SESSIONS)
     make = sequence_maker(workload, mode, streams, model, scheduler.block_manager)
@@ -316,8 +319,16 @@ def _numpy_executor(model: ModelConfig, scheduler: Scheduler, rng):
 
 
 def _serve(scheduler, executor, recorder, workload: Workload, make) -> RunRecorder:
+    """Serve in real time: open arrivals at their times; a capped or closed loop's requests
+    at theirs (a closed loop's: all at once) once one of its slots is free."""
     from engine.server import serve
 
-    requests = [make(i, float(t)) for i, t in enumerate(workload.arrival_s.tolist())]
-    serve(scheduler, executor, requests, recorder)
+    slots = workload.closed_loop
+    if slots is None:
+        arrival_s, cap = workload.arrival_s, None
+    else:
+        arrival_s = slots.arrival_s if slots.arrival_s is not None else np.zeros(len(workload))
+        cap = slots.concurrency
+    requests = [make(i, float(t)) for i, t in enumerate(arrival_s.tolist())]
+    serve(scheduler, executor, requests, recorder, max_in_flight=cap)
     return recorder

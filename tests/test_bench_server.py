@@ -6,6 +6,7 @@ simulation is written."""
 from __future__ import annotations
 
 import csv
+import json
 import re
 import subprocess
 import sys
@@ -68,10 +69,18 @@ def test_the_client_counts_the_tokens_the_engine_generated(server, scenario_file
     assert cols["output_tokens"] == [r.planned_output_tokens for r in run.results]
 
 
-def test_max_concurrency_caps_the_requests_in_flight(server, scenario_file):
-    burst = ['workload.arrival={process="burst"}']
-    run, = bench_runs(scenarios.load(scenario_file, TINY + burst),
-                      BenchOptions(server, max_concurrency=2))
+def test_max_concurrency_caps_the_requests_in_flight_and_is_recorded(server, scenario_file,
+                                                                      tmp_path):
+    from sim.cli import main
+
+    out = tmp_path / "capped"
+    assert main(["bench", server, str(scenario_file), "--out", str(out), "--quiet",
+                 "--request-rate", "inf", "--max-concurrency", "2", "--set", *TINY]) == 0
+    record = json.loads((out / "summary.json").read_text())
+    assert record["max_concurrency"] == 2 and record["request_rate"] == "inf"
+    assert "at most 2 requests in flight" in (out / "report.md").read_text()
+    run, = bench_runs(scenarios.load(scenario_file, TINY + ["workload.max_concurrency=2"]),
+                      BenchOptions(server))
     assert run.max_in_flight == 2
     assert all(r.status == "finished" for r in run.results)
 

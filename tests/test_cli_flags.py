@@ -38,8 +38,10 @@ def test_set_takes_only_key_value_words_and_leaves_the_scenario():
      {"process": "gamma", "rate": 4.0, "cv": 2.0}),
     (["--request-rate", "4", "--burstiness", "1"], "workload.arrival",
      {"process": "poisson", "rate": 4.0}),
-    (["--max-concurrency", "8"], "workload.arrival",
-     {"process": "closed_loop", "concurrency": 8, "think_time_s": 0.0}),
+    (["--max-concurrency", "8"], "workload.arrival", {"process": "burst"}),  # rate inf
+    (["--max-concurrency", "8"], "workload.max_concurrency", 8),
+    (["--request-rate", "2", "--max-concurrency", "3"], "workload.arrival",
+     {"process": "poisson", "rate": 2.0}),
     (["--num-prompts", "42"], "workload.num_requests", 42),
     (["--seed", "7"], "seed", 7),
     (["--goodput", "ttft:500", "tpot:40", "e2el:9000"], "slo",
@@ -85,7 +87,6 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
 
 @pytest.mark.parametrize("flags, message", [
     (["--burstiness", "2"], "--burstiness needs --request-rate"),
-    (["--request-rate", "2", "--max-concurrency", "4"], "--max-concurrency with --request-rate"),
     (["--goodput", "latency:5"], "--goodput latency:5: expected METRIC:MS"),
     (["--goodput", "ttft:-1"], "--goodput ttft:-1: must be a positive number"),
     (["--request-rate", "0"], "argument --request-rate: invalid rate value: '0'"),
@@ -96,7 +97,18 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     (["prefix-caching", "--request-rate", "1e-30"], "workload.arrival.rate: 120 conversations "
                                                     "at 1e-30/s would span about 1.2e+32 s"),
     (["prefix-caching", "--max-concurrency", "4"],
-     "workload.arrival.process: 'closed_loop' cannot start the conversations"),
+     "workload.max_concurrency: not allowed with workload.sessions"),
+    (["load-sweep", "--request-rate", "3"], "--request-rate sets workload.arrival, which the "
+                                            "scenario's [sweep] also sets"),
+    (["load-sweep", "--set", "workload.arrival.rate=3"], "--set workload.arrival.rate sets "
+                                                         "workload.arrival.rate, which the "
+                                                         "scenario's [sweep] also sets"),
+    (["--set", "workload.arrival.rate=3", "--sweep", "workload.arrival.rate=1,2"],
+     "which --sweep also sets"),
+    (["--set", "scheduler.policy=\"static\"", "scheduler.chunked_prefill=true"],
+     "scheduler.chunked_prefill: static batching prefills each batch whole"),
+    (["--set", "engine.block_size=100000000"], "engine.block_size: must be at most "
+                                               "model.max_seq_len (4096)"),
 ])
 def test_a_bad_flag_is_one_line_and_status_2(tmp_path, capsys, flags, message):
     if flags[0].startswith("--"):

@@ -123,13 +123,14 @@ def test_a_table_naming_its_kind_replaces_the_old_table(tmp_path):
 
 def test_set_values_are_toml_with_plain_strings_allowed(tmp_path):
     scenario = scenarios.load(write(tmp_path, LINEAR + WORKLOAD), [
-        "scheduler.policy=static", "scheduler.chunked_prefill=true", "seed=7",
+        "scheduler.policy=\"continuous\"", "scheduler.chunked_prefill=true", "seed=7",
         "slo.ttft_s=0.25", 'description="quoted text"', ("engine.num_kv_blocks", 96)])
     base = scenario.base
-    assert base["scheduler"]["policy"] == "static" and base["scheduler"]["chunked_prefill"] is True
+    assert base["scheduler"]["policy"] == "continuous"
+    assert base["scheduler"]["chunked_prefill"] is True
     assert base["seed"] == 7 and base["slo"]["ttft_s"] == 0.25
     assert base["description"] == "quoted text" and base["engine"]["num_kv_blocks"] == 96
-    assert scenario.overrides[0] == ("scheduler.policy", "static")
+    assert scenario.overrides[0] == ("scheduler.policy", "continuous")
 
 
 def test_set_changes_the_base_and_variants_still_win(tmp_path):

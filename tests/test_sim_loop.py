@@ -127,7 +127,8 @@ def test_every_request_ends_finished_or_rejected_and_every_block_comes_back(
         policy, queue, chunked, blocks, seed, rate):
     cfg = config(seed=seed, engine={"block_size": 4, "num_kv_blocks": blocks, "max_num_seqs": 8,
                                     "max_num_batched_tokens": 64},
-                 scheduler={"policy": policy, "queue": queue, "chunked_prefill": chunked,
+                 scheduler={"policy": policy, "queue": queue,
+                            "chunked_prefill": chunked and policy == "continuous",
                             "max_batch_size": 4},
                  model=dict(BASE["model"], max_seq_len=160),
                  workload={"num_requests": 60, "arrival": {"process": "poisson", "rate": rate},

@@ -200,8 +200,8 @@ def test_cli_prints_the_error_table(tmp_path, capsys):
 @pytest.mark.parametrize("settings, message", [
     (["mode=\"cosimulate\"", "cost.model=\"live\""],
      "cost.model: validate compares a cost model with serving"),
-    (["workload.arrival={process=\"closed_loop\",concurrency=2}"],
-     "workload.arrival.process: validate serves arrival times given up front"),
+    (["workload.arrival={process=\"closed_loop\",concurrency=2,think_time_s=1.0}"],
+     "workload.arrival.think_time_s: validate serves requests at their arrival times"),
 ])
 def test_what_cannot_be_validated_is_one_line_and_nothing_runs(tmp_path, capsys, settings,
                                                                message):

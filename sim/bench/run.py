@@ -6,8 +6,10 @@ counts, status and reason).
 The runs of a scenario that differ only in engine settings send the same requests (the
 settings do not reach a remote server), so each distinct (workload, seed) is sent once, under
 its first run's label. Requests, arrival times and prompt and output lengths come from the
-seed as in every mode. A closed-loop workload of C users is sent as every request at once with
-at most C in flight (vLLM's `--request-rate inf --max-concurrency C`).
+seed as in every mode. With `workload.max_concurrency` C (`--max-concurrency`), at most C
+requests are in flight, as in vLLM's `bench serve`: a request due while C are waits for one to
+end, and its latencies start when it is sent; a closed loop of C users without think time is
+sent as every request at once with at most C in flight.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ class BenchOptions:
     endpoint: str = "/v1/completions"
     model: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
-    max_concurrency: int | None = None
     prompt: str | None = None
     progress: bool = False
 
@@ -86,10 +87,14 @@ def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
     if workload.sessions is not None:
         raise ValueError("workload.sessions: bench sends arrival times given up front; a "
                          "conversation's turns are not supported")
-    concurrency = options.max_concurrency
-    if workload.closed_loop is not None:
-        arrivals = [0.0] * len(workload)
-        concurrency = min(concurrency or math.inf, workload.closed_loop.concurrency)
+    slots, concurrency = workload.closed_loop, None
+    if slots is not None:  # a cap on requests in flight, or a closed loop's users
+        if slots.think_time_s:
+            raise ValueError("workload.arrival.think_time_s: bench sends each request at its "
+                             "arrival time or once a slot is free; a closed loop with think "
+                             "time is not supported")
+        arrivals = [0.0] * len(workload) if slots.arrival_s is None else slots.arrival_s.tolist()
+        concurrency = slots.concurrency
     else:
         arrivals = workload.arrival_s.tolist()
     requests = [RequestResult(i, arrival_s, int(p), int(o)) for i, (arrival_s, p, o) in

@@ -207,18 +207,19 @@ def validate_run_job(job: tuple) -> ValidationRun:
 
 def check_validatable(scenario, spec, calibrate: bool = False) -> None:
     """Refuse what cannot be compared, before anything runs: a live cost model (nothing to
-    validate), closed-loop arrivals (serving replays arrival times given up front) and a
-    calibration without a profiled reference step."""
+    validate), a closed loop with think time (serving sends requests at their arrival times or
+    as slots free) and a calibration without a profiled reference step."""
     where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
     model = spec.config["cost"].get("model")
     if model not in VALIDATED_COST_MODELS:
         raise ScenarioError(f"{where}cost.model: validate compares a cost model with serving, "
                             f"so it must be one of {', '.join(VALIDATED_COST_MODELS)}, got {model!r}")
     arrival = spec.config["workload"].get("arrival") or {}
-    if arrival.get("process") == "closed_loop":
-        raise ScenarioError(f"{where}workload.arrival.process: validate serves arrival times "
-                            f"given up front; allowed: poisson, gamma, constant, trace, "
-                            f"got 'closed_loop'")
+    if arrival.get("process") == "closed_loop" and arrival.get("think_time_s"):
+        raise ScenarioError(f"{where}workload.arrival.think_time_s: validate serves requests "
+                            f"at their arrival times or as slots free; a closed loop with "
+                            f"think time is not served (set it to 0, or use "
+                            f"workload.max_concurrency)")
     if calibrate:
         try:
             reference_of(build_cost_model(spec.config["cost"], spec.config["model"]))

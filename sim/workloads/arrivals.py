@@ -7,13 +7,16 @@ description (arrivals happen during the run, when users' previous requests finis
 - `Constant(rate)`: one request every 1 / rate seconds;
 - `Burst()`: every request at time 0;
 - `ClosedLoop(concurrency, think_time_s)`: `concurrency` users, each sending its next request
-  `think_time_s` after its previous one finished (or was rejected).
+  `think_time_s` after its previous one finished (or was rejected); with `arrival_s`, request
+  i is not sent before its arrival time: an open process behind a cap on requests in flight
+  (`workload.max_concurrency`, vLLM's `--max-concurrency`: a request waits on the client for
+  a free slot, and its latencies start when it is sent).
 The first arrival of an open process is one gap after time 0.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -81,6 +84,8 @@ class ClosedLoop:
     think_time_s: float = 0.0
     key: str = "workload.arrival"
     max_seconds: float | None = None  # users send no request after this time
+    # [n] seconds: request i is sent at its arrival or once a slot frees, whichever is later
+    arrival_s: np.ndarray | None = field(default=None, compare=False)
 
     def __post_init__(self):
         c = self.concurrency

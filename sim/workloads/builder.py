@@ -71,7 +71,18 @@ def build_workload(spec: dict, rng: np.random.Generator, base_dir=None) -> Workl
     """The requests described by a resolved `workload` table (see docs/sim/workloads.md); with
     `max_seconds`, those that arrive within it of the first (a closed loop's users stop
     sending then; the conversations of sessions that start within it are kept whole)."""
-    return _until(_build(spec, rng, base_dir), spec.get("max_seconds"))
+    return _capped(_until(_build(spec, rng, base_dir), spec.get("max_seconds")),
+                   spec.get("max_concurrency"))
+
+
+def _capped(workload: Workload, max_concurrency: int | None) -> Workload:
+    """Open arrivals behind a cap on requests in flight: `max_concurrency` client slots, each
+    sending the next request at its arrival time or once its last one is done."""
+    if max_concurrency is None or workload.arrival_s is None:
+        return workload
+    slots = ClosedLoop(max_concurrency, key="workload.max_concurrency",
+                       arrival_s=workload.arrival_s)
+    return replace(workload, arrival_s=None, closed_loop=slots)
 
 
 def _until(workload: Workload, max_seconds: float | None) -> Workload:
