@@ -1,23 +1,29 @@
 # Two commands do all the set-up: `make run` and `make test`.
 # `make run ARGS="kv-pressure --num-prompts 100"` passes arguments to `servesim run`.
+# `make run` installs what running needs; `make test` adds the test tools and Ray.
 PYTHON ?= python3
 ARGS ?=
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 
 .PHONY: run test clean
 
-$(STAMP): pyproject.toml
-	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,ray]"
-	touch $(STAMP)
 
-run: $(STAMP)
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test,ray]"
+	touch $@ $(VENV)/.installed-run
+
+run: $(VENV)/.installed-run
 	$(BIN)/servesim run $(ARGS)
 
-test: $(STAMP)
+test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
 clean:

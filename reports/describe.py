@@ -169,6 +169,7 @@ def workload_text(workload: dict) -> str:
             parts.append(f"lengths from {source} ({trace['format']} format, {limit} "
                          f"{order}, tokens counted by `{trace.get('tokenizer')}`), arrivals "
                          + _arrival(workload["arrival"]))
+        parts += trace.get("notes", [])  # fewer requests than asked for, skipped entries
     elif workload.get("sessions") is not None:
         sessions = workload["sessions"]
         turns = sessions["turns"]

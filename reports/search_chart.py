@@ -4,7 +4,7 @@
   many GPUs it uses; a point that met the target at the bracket's top is drawn as a triangle
   pointing up (its capacity is at least that), one that failed even at its bottom is left out
   and named under the chart;
-- cost efficiency: goodput per GPU against goodput per dollar-hour, both better up and right,
+- cost efficiency: capacity per GPU against capacity per dollar-hour, both better up and right,
   with the Pareto front (no point better on both) ringed and joined by a line. Without prices (a cost
   model other than "hardware", or a GPU without one) the panel says so.
 """
@@ -30,9 +30,9 @@ def search_chart(labels: list[str], rows: list[dict]) -> bytes:
         if row["status"] == "fails_at_low":
             continue
         marker = MARKERS[row["status"]]
-        capacity.plot(row["gpus"], row["max_rate"], marker, color=color, markersize=8)
-        if not math.isnan(row["goodput_per_dollar_hour"]):
-            cost.plot(row["goodput_per_gpu"], row["goodput_per_dollar_hour"], marker,
+        capacity.plot(row["gpus"], row["capacity"], marker, color=color, markersize=8)
+        if not math.isnan(row["capacity_per_dollar_hour"]):
+            cost.plot(row["capacity_per_gpu"], row["capacity_per_dollar_hour"], marker,
                       color=color, markersize=8)
         handles.append(Line2D([], [], color=color, marker=marker, linestyle="", label=label))
     capacity.set_xticks(sorted({row["gpus"] for row in rows}))
@@ -49,7 +49,7 @@ def search_chart(labels: list[str], rows: list[dict]) -> bytes:
 
 
 def _cost_panel(ax, rows: list[dict]) -> None:
-    front = sorted((row["goodput_per_gpu"], row["goodput_per_dollar_hour"])
+    front = sorted((row["capacity_per_gpu"], row["capacity_per_dollar_hour"])
                    for row in rows if row["pareto"])
     if front:
         ax.plot(*zip(*front), "-o", color="grey", linewidth=1, markersize=15,
@@ -58,6 +58,6 @@ def _cost_panel(ax, rows: list[dict]) -> None:
     else:
         ax.text(0.5, 0.5, "no prices: set hardware.cost_per_hour", ha="center", va="center",
                 transform=ax.transAxes, color="dimgrey")
-    ax.set_xlabel("goodput per GPU (requests/s meeting the SLOs)")
-    ax.set_ylabel("goodput per dollar-hour (requests/s per $/h)")
+    ax.set_xlabel("capacity per GPU (requests/s at which the target meets the SLOs)")
+    ax.set_ylabel("capacity per dollar-hour (requests/s per $/h)")
     ax.set_title("Cost efficiency (better: up and right)")

@@ -21,10 +21,10 @@ from .writer import FLOAT_FORMAT
 
 STATUS_TEXT = {"found": "found", "at_least_high": "at least high",
                "fails_at_low": "fails at low"}
-SHOWN = (("max rate req/s", "max_rate", 2), ("goodput req/s", "goodput", 2),
-         ("attainment", "attainment", 3), ("GPUs", "gpus", 0),
-         ("goodput/GPU", "goodput_per_gpu", 2), ("$/h", "dollars_per_hour", 2),
-         ("goodput per $/h", "goodput_per_dollar_hour", 3))
+SHOWN = (("capacity req/s", "capacity", 2), ("attainment", "attainment", 3),
+         ("measured goodput req/s", "measured_goodput", 2), ("GPUs", "gpus", 0),
+         ("capacity/GPU", "capacity_per_gpu", 2), ("$/h", "dollars_per_hour", 2),
+         ("capacity per $/h", "capacity_per_dollar_hour", 3))
 
 
 def write_search_report(result, out_dir) -> list[Path]:
@@ -71,11 +71,11 @@ def result_table(labels: list[str], rows: list[dict],
 
 
 def best_lines(result, labels: list[str]) -> list[str]:
-    """The best point by goodput per GPU and by goodput per dollar-hour (where prices are
+    """The best point by capacity per GPU and by capacity per dollar-hour (where prices are
     known), each with its figure."""
     lines = []
-    for figure, what in (("goodput_per_gpu", "goodput per GPU"),
-                         ("goodput_per_dollar_hour", "goodput per dollar-hour")):
+    for figure, what in (("capacity_per_gpu", "capacity per GPU"),
+                         ("capacity_per_dollar_hour", "capacity per dollar-hour")):
         best = result.best(figure)
         if best is None:
             lines.append(f"best by {what}: none (no point has it)")
@@ -101,10 +101,12 @@ def report_blocks(result, labels: list[str], title: str | None, rows: list[dict]
                Paragraph("; ".join(best_lines(result, labels)) + ".")]
     header, body = result_table(labels, rows, title)
     blocks += [Heading(2, "Capacity of every point"), Table(header, body), Paragraph(
-        "max rate: the highest arrival rate probed at which the target share of requests met "
-        "every SLO; goodput: requests/s meeting every SLO at that rate; attainment: the share "
-        "that met them there; $/h: what the point's GPUs cost an hour. `found`: the capacity "
-        "lies between max rate and the lowest rate that failed, within the tolerance; `at "
+        "capacity: the highest arrival rate probed at which the target share of requests met "
+        "every SLO; attainment: the share that met them there; measured goodput: the requests "
+        "meeting every SLO per second of that probe's whole run, the drain of its last "
+        "requests included (summary.csv's goodput), so below the capacity; $/h: what the "
+        "point's GPUs cost an hour. `found`: the capacity lies between it and the lowest rate "
+        "that failed, within the tolerance; `at "
         "least high`: the target held at the bracket's top, so the capacity is at least that; "
         "`fails at low`: it failed even at the bracket's bottom. Every figure is in "
         "`search.csv`, every probe of every bisection in `probes.csv`.")]

@@ -124,6 +124,7 @@ DISAGGREGATION_KEYS = ("decode_router", "kv_transfer_gbps", "kv_transfer_latency
 POOL_SECTIONS = ("hardware", "engine", "scheduler")
 
 # Limits of what can be simulated faithfully.
+MAX_TOKENS = 2**31 - 1  # a request's token counts: sums over millions of requests stay exact
 GAMMA_CV = (0.01, 10.0)  # beyond 10 the gamma shape (1 / cv^2) is so small that gaps underflow
 MAX_TIME_S = 2.0**32  # about 136 years: simulated times stay below a microsecond's resolution
 

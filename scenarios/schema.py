@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, DECODE_ROUTERS, GAMMA_CV,
-                       GPU_TABLE_KEYS, HARDWARE_DTYPES, HARDWARE_NORMS, LENGTH_DISTS, MAX_TP,
+                       GPU_TABLE_KEYS, HARDWARE_DTYPES, HARDWARE_NORMS, LENGTH_DISTS, MAX_TOKENS,
+                       MAX_TP,
                        MODES, ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS)
 from .errors import FieldError
 from .overrides import flatten
@@ -68,6 +69,10 @@ def choice(options) -> Spec:
 
 POSITIVE_INT = Spec("a positive integer", lambda v: _is_int(v) and v >= 1)
 NON_NEGATIVE_INT = Spec("a non-negative integer", lambda v: _is_int(v) and v >= 0)
+TOKENS = Spec(f"a whole number of tokens from 1 to {MAX_TOKENS:,}",
+              lambda v: _is_int(v) and 1 <= v <= MAX_TOKENS)
+TOKENS_OR_NONE = Spec(f"a whole number of tokens from 0 to {MAX_TOKENS:,}",
+                      lambda v: _is_int(v) and 0 <= v <= MAX_TOKENS)
 POSITIVE_NUMBER = Spec("a positive number", lambda v: _is_number(v) and v > 0)
 NON_NEGATIVE_NUMBER = Spec("a non-negative number", lambda v: _is_number(v) and v >= 0)
 BOOL = Spec("true or false", lambda v: isinstance(v, bool))
@@ -83,10 +88,10 @@ WEIGHT_LIST = Spec("a non-empty list of non-negative numbers",
                    and all(_is_number(x) and x >= 0 for x in v))
 
 LENGTH = Tagged("dist", {
-    "fixed": Table({"value": POSITIVE_INT}, required=("value",)),
-    "uniform": Table({"low": POSITIVE_INT, "high": POSITIVE_INT}, required=("low", "high")),
+    "fixed": Table({"value": TOKENS}, required=("value",)),
+    "uniform": Table({"low": TOKENS, "high": TOKENS}, required=("low", "high")),
     "lognormal": Table({"median": POSITIVE_NUMBER, "sigma": POSITIVE_NUMBER,
-                        "min": POSITIVE_INT, "max": POSITIVE_INT},
+                        "min": TOKENS, "max": TOKENS},
                        required=("median", "sigma", "max")),
 })
 assert tuple(LENGTH.options) == LENGTH_DISTS
@@ -109,7 +114,7 @@ SESSIONS = Table({
     "conversations": POSITIVE_INT,
     "turns": CountOrLength("a positive integer or a length distribution table (as "
                            "workload.prompt_tokens)", lambda v: _is_int(v) and v >= 1),
-    "system_prompt_tokens": NON_NEGATIVE_INT,
+    "system_prompt_tokens": TOKENS_OR_NONE,
     "think_time_s": NON_NEGATIVE_NUMBER,
 }, required=("conversations", "turns"))
 

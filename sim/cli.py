@@ -58,14 +58,14 @@ def cmd_run(args) -> int:
     import reports
     from reports.output import output_folder
 
-    from .runner import check_scenario
+    from .runner import check_scenario, run_notes
     from .validation.machine import note_foreign_profiles
 
     scenario = load_scenario(args)
     check_scenario(scenario)
     parallel = parallel_of(args)
     args.out_dir = out_dir = output_dir(args.out, scenario.name)
-    for note in note_foreign_profiles(scenario):
+    for note in note_foreign_profiles(scenario) + run_notes(scenario):
         print(note, file=sys.stderr)
     with output_folder(out_dir, manifest("run", scenario)) as folder:
         worker = reports.ChartWorker.start()  # imports the chart code while we simulate

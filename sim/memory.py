@@ -1,17 +1,26 @@
-"""What a run needs in memory, estimated before it starts, against what the machine has.
+"""What a scenario's runs need in memory, estimated before any starts, against what the machine
+has.
 
-A simulation keeps a few hundred bytes per request (its workload arrays, its recorded row) and
-nothing per KV block (the block manager grows with the blocks used); a run on the real engine
-(cosimulate, serve, validate) also allocates the whole KV cache as float32 keys and values, and
-the model's weights. `check_memory` refuses a run whose estimate passes the machine's memory,
-naming the key that asks for the most, before anything is allocated.
+A command keeps every run's records until it writes the report, so the requests of all the
+runs (each variant at each sweep point) add up; what a run allocates while it runs (its
+replicas' engines, and on the real engine the KV cache as float32 keys and values and the
+model's weights) is freed when it ends, so only the largest run's counts. The figures per
+request, per replica and per run are measured by `benchmarks/memory_use.py` on whole `servesim
+run` processes (simulation, tables, charts and report), rounded up. `check_memory` refuses a
+scenario whose estimate passes the machine's memory, naming the key that asks for the most,
+before anything is allocated.
 """
 
 from __future__ import annotations
 
 import os
 
-REQUEST_BYTES = 400  # workload arrays, a recorder row, ids and statuses; a live Sequence
+# benchmarks/memory_use.py: 857 bytes a request (default workload, keeping up) and 903 (at 1.5x
+# overload: more steps, longer queues); 14.7 KB a replica; 36 KB a run (its resolved config,
+# its rows in every table and its points in the charts).
+REQUEST_BYTES = 1_000
+REPLICA_BYTES = 20_000
+RUN_BYTES = 40_000
 
 
 def machine_memory_bytes() -> int | None:
@@ -23,30 +32,57 @@ def machine_memory_bytes() -> int | None:
 
 
 def run_memory(config: dict, requests: int) -> dict:
-    """{dotted key: bytes} the run of a resolved config asks for, by what asks for it."""
-    need = {"workload.num_requests": requests * REQUEST_BYTES}
+    """{dotted key: bytes} one run of a resolved config allocates while it runs, by what asks
+    for it (its records, which outlive it, are counted by `scenario_memory`)."""
+    replicas = _replicas(config)
+    need = {"cluster.replicas": replicas * REPLICA_BYTES} if replicas > 1 else {}
     real = config["mode"] != "simulate" or config["cost"]["model"] == "live"
     if real:
         model, engine = config["model"], config["engine"]
         d, layers = model["d_model"], model["n_layers"]
-        need["engine.num_kv_blocks"] = 2 * layers * engine["num_kv_blocks"] * \
+        need["engine.num_kv_blocks"] = replicas * 2 * layers * engine["num_kv_blocks"] * \
             engine["block_size"] * d * 4
-        need["model.d_model"] = 4 * (2 * model["vocab_size"] * d + model["max_seq_len"] * d
-                                     + layers * (4 * d * d + 2 * d * model["d_ff"]))
+        need["model.d_model"] = replicas * 4 * (
+            2 * model["vocab_size"] * d + model["max_seq_len"] * d
+            + layers * (4 * d * d + 2 * d * model["d_ff"]))
     return need
 
 
-def check_memory(config: dict, requests: int) -> None:
-    """ValueError naming the largest key when the run would not fit in this machine's memory."""
+def scenario_memory(runs: list[tuple[dict, int]]) -> dict:
+    """{what asks: bytes} of a command over `runs` ([(resolved config, its requests)]): every
+    run's records and config, and the largest run's allocations."""
+    need = {"workload.num_requests": sum(requests for _, requests in runs) * REQUEST_BYTES,
+            "runs (variants x sweep points)": len(runs) * RUN_BYTES}
+    largest = max((run_memory(config, requests) for config, requests in runs),
+                  key=lambda part: sum(part.values()), default={})
+    return need | largest
+
+
+def check_memory(runs: list[tuple[dict, int]]) -> None:
+    """ValueError naming what asks for the most when the runs would not fit in this machine's
+    memory."""
     total = machine_memory_bytes()
     if total is None:
         return
-    need = run_memory(config, requests)
+    need = scenario_memory(runs)
     if sum(need.values()) > total:
         key = max(need, key=need.get)
-        raise ValueError(f"{key}: the run would need about {_size(sum(need.values()))} of "
-                         f"memory ({', '.join(f'{k} {_size(v)}' for k, v in need.items())}); "
+        what = f"{len(runs):,} runs, " if len(runs) > 1 else ""
+        raise ValueError(f"{key}: the run{'s' if len(runs) > 1 else ''} would need about "
+                         f"{_size(sum(need.values()))} of memory ({what}"
+                         f"{', '.join(f'{k} {_size(v)}' for k, v in need.items() if v)}); "
                          f"this machine has {_size(total)}")
+
+
+def _replicas(config: dict) -> int:
+    cluster = config.get("cluster")
+    if cluster is None:
+        return 1
+    if cluster.get("pools"):
+        return sum(pool["replicas"] for pool in cluster["pools"])
+    if cluster.get("prefill_replicas"):
+        return cluster["prefill_replicas"] + cluster["decode_replicas"]
+    return cluster["replicas"]
 
 
 def _size(n: float) -> str:

@@ -188,22 +188,45 @@ def build_cost(config: dict, hardware=None):
 
 def resolved_spec(spec):
     """A run's spec as run: with cost.model "hardware", its config also says what the hardware
-    came to (`hardware.derived`: the model, GPU, memory and the KV blocks "auto" gave)."""
-    hardware = hardware_of(spec.config)
-    if hardware is None:
-        return spec
+    came to (`hardware.derived`: the model, GPU, memory and the KV blocks "auto" gave); with a
+    trace, what its file held that a user should know (`workload.trace.notes`)."""
     import copy
     from dataclasses import replace
 
+    from .workloads.traces import trace_notes
+
+    hardware = hardware_of(spec.config)
+    trace = spec.config["workload"]["trace"]
+    notes = trace_notes(trace) if trace is not None else []
+    if hardware is None and not notes:
+        return spec
     config = copy.deepcopy(spec.config)
-    config["engine"]["num_kv_blocks"] = hardware.kv_blocks
-    config["model"] = {"name": hardware.arch.name} | {
-        k: getattr(hardware.arch, k) for k in ("n_layers", "d_model", "n_heads", "n_kv_heads",
-                                               "d_ff", "vocab_size", "max_seq_len")}
-    config["hardware"] = config["hardware"] | {
-        "derived": hardware.describe(),
-        "num_kv_blocks_auto": spec.config["engine"]["num_kv_blocks"] == "auto"}
+    if notes:
+        config["workload"]["trace"]["notes"] = notes
+    if hardware is not None:
+        config["engine"]["num_kv_blocks"] = hardware.kv_blocks
+        config["model"] = {"name": hardware.arch.name} | {
+            k: getattr(hardware.arch, k) for k in ("n_layers", "d_model", "n_heads",
+                                                   "n_kv_heads", "d_ff", "vocab_size",
+                                                   "max_seq_len")}
+        config["hardware"] = config["hardware"] | {
+            "derived": hardware.describe(),
+            "num_kv_blocks_auto": spec.config["engine"]["num_kv_blocks"] == "auto"}
     return replace(spec, config=config)
+
+
+def run_notes(scenario) -> list[str]:
+    """What a user should read before a scenario's runs start: each trace file's notes
+    (fewer requests than asked for, entries skipped), once per file."""
+    from .workloads.traces import trace_notes
+
+    notes = []
+    for spec in scenario.runs():
+        trace = spec.config["workload"]["trace"]
+        for note in trace_notes(trace) if trace is not None else ():
+            if note not in notes:
+                notes.append(note)
+    return notes
 
 
 def simulate(scenario_or_name, progress: bool = False, overrides=()) -> list:
@@ -221,10 +244,11 @@ def simulate(scenario_or_name, progress: bool = False, overrides=()) -> list:
             for spec in scenario.runs()]
 
 
-def check_config(config: dict, base_dir=None) -> None:
+def check_config(config: dict, base_dir=None) -> int:
     """Build what a resolved config's run needs from files and distributions (the workload's
     processes and distributions, its trace file, the cost model, the jitter) without running
-    it; raises ValueError or FileNotFoundError naming the dotted key."""
+    it, and check that the run fits in memory; raises ValueError or FileNotFoundError naming
+    the dotted key. Returns how many requests the run sends."""
     check_workload(config["workload"], base_dir)
     trace = config["workload"]["trace"]
     if config["workload"].get("sessions") is not None:
@@ -234,12 +258,13 @@ def check_config(config: dict, base_dir=None) -> None:
     else:
         requests = len(load_trace(trace["path"], trace["format"], trace["time_scale"],
                                   trace["max_requests"], base_dir))  # read once, by check_workload
-    check_memory(config, requests)
+    check_memory([(config, requests)])
     hardware = hardware_of(config)
     if hardware is not None:
         build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks)
     elif config["mode"] == "simulate" and config["cost"]["model"] != "live":
         speed_process(config["cost"], cost_model(config["cost"], config["model"]), None)
+    return requests
 
 
 def _check_sessions(config: dict) -> int:
@@ -256,28 +281,35 @@ def _check_sessions(config: dict) -> int:
 
 
 def check_scenario(scenario, specs=None) -> None:
-    """Check the base config and every run of a loaded scenario (`check_config`); the first
-    problem is a one-line `ScenarioError` placed in the file, an override or a variant at a
-    sweep point, as the scenario loader places its own. `specs`: check these runs (the
-    scenario's, changed by the caller) instead of the base and the scenario's runs."""
+    """Check the base config and every run of a loaded scenario (`check_config`), and that all
+    the runs' records fit in memory together; the first problem is a one-line `ScenarioError`
+    placed in the file, an override or a variant at a sweep point, as the scenario loader
+    places its own. `specs`: check these runs (the scenario's, changed by the caller) instead
+    of the base and the scenario's runs."""
     base_dir = Path(scenario.path).parent
-    problem = None if specs is not None else _problem(scenario.base, base_dir)
+    problem = None if specs is not None else _problem(scenario.base, base_dir)[0]
     if problem is not None:
         by_override = bool(scenario.overrides) and (
-            scenario.file_base is None or _problem(scenario.file_base, base_dir) != problem)
+            scenario.file_base is None or _problem(scenario.file_base, base_dir)[0] != problem)
         raise scenario.error(problem, by_override=by_override)
+    runs = []
     for spec in scenario.specs if specs is None else specs:
-        problem = _problem(spec.config, base_dir)
+        problem, requests = _problem(spec.config, base_dir)
         if problem is not None:
             raise scenario.error(problem, spec)
-
-
-def _problem(config: dict, base_dir) -> str | None:
+        runs.append((spec.config, requests))
     try:
-        check_config(config, base_dir)
+        check_memory(runs)
+    except ValueError as exc:
+        raise scenario.error(str(exc), by_override=bool(scenario.overrides)) from None
+
+
+def _problem(config: dict, base_dir) -> tuple[str | None, int]:
+    """(what is wrong with a config, or None; how many requests its run sends)."""
+    try:
+        return None, check_config(config, base_dir)
     except (ValueError, FileNotFoundError) as exc:
-        return str(exc)
-    return None
+        return str(exc), 0
 
 
 def sequence_factory(workload: Workload, token_rng=None, vocab_size: int | None = None,

@@ -107,9 +107,9 @@ def test_a_point_meeting_the_target_at_high_is_at_least_high_and_one_failing_low
         linear, ["search.rate={low = 10.0, high = 50.0}"])), SERIAL).points
     failing, = search(search_scenario(scenarios.load(
         linear, ["search.rate={low = 200.0, high = 400.0}"])), SERIAL).points
-    assert at_least.status == AT_LEAST_HIGH and at_least.figures()["max_rate"] == 50.0
+    assert at_least.status == AT_LEAST_HIGH and at_least.figures()["capacity"] == 50.0
     assert failing.status == FAILS_AT_LOW and len(failing.probes) == 1
-    assert math.isnan(failing.figures()["max_rate"]) and failing.best is None
+    assert math.isnan(failing.figures()["capacity"]) and failing.best is None
 
 
 def test_gpus_are_tensor_parallel_times_replicas():
@@ -166,10 +166,10 @@ def test_search_writes_every_file_with_a_row_per_point(linear, tmp_path, capsys)
                                                 "report.md", "report.html", "manifest.json"}
     rows = list(csv.DictReader((out / "search.csv").open()))
     assert [r["cost.step_overhead_s"] for r in rows] == ["0.01", "0.005"]
-    assert float(rows[1]["max_rate"]) > 1.9 * float(rows[0]["max_rate"])  # steps twice as fast
+    assert float(rows[1]["capacity"]) > 1.9 * float(rows[0]["capacity"])  # steps twice as fast
     report = (out / "report.md").read_text()
     assert "between 10 and 1000 requests/s" in report and "< 0.01" in report
-    assert "best by goodput per GPU: 0.005: " in capsys.readouterr().out
+    assert "best by capacity per GPU: 0.005: " in capsys.readouterr().out
 
 
 def test_a_shortened_capacity_search_reproduces_its_figures():
@@ -183,8 +183,8 @@ def test_a_shortened_capacity_search_reproduces_its_figures():
     expected = [(64.0, 17.790748775969774), (64.0, 23.22339943724761),
                 (13.024219374858781, 4.793533240140098), (18.319554310908867, 6.966051683529337)]
     for row, (rate, goodput) in zip(rows, expected):
-        assert row["max_rate"] == pytest.approx(rate, rel=1e-9)
-        assert row["goodput"] == pytest.approx(goodput, rel=1e-9)
+        assert row["capacity"] == pytest.approx(rate, rel=1e-9)
+        assert row["measured_goodput"] == pytest.approx(goodput, rel=1e-9)
 
 
 def test_the_h100_serves_the_most_chat_per_gpu_and_per_dollar():
@@ -195,11 +195,11 @@ def test_the_h100_serves_the_most_chat_per_gpu_and_per_dollar():
     rows = {(p.spec.sweep["hardware.gpu"], p.spec.sweep["hardware.tp"]): row
             for p, row in zip(result.points, result.rows())}
     assert all(row["status"] == FOUND for row in rows.values())
-    rate = {key: row["max_rate"] for key, row in rows.items()}
+    rate = {key: row["capacity"] for key, row in rows.items()}
     assert rate["h100-sxm", 1] > 2 * rate["a100-80gb-sxm", 1] > 2 * rate["l40s", 1]
     for gpu in ("a100-80gb-sxm", "h100-sxm", "l40s"):
         assert rate[gpu, 1] < rate[gpu, 2] < 2 * rate[gpu, 1]
-        assert rows[gpu, 2]["goodput_per_gpu"] < rows[gpu, 1]["goodput_per_gpu"]
-    best = result.best("goodput_per_dollar_hour")
+        assert rows[gpu, 2]["capacity_per_gpu"] < rows[gpu, 1]["capacity_per_gpu"]
+    best = result.best("capacity_per_dollar_hour")
     assert best.spec.sweep == {"hardware.gpu": "h100-sxm", "hardware.tp": 1}
-    assert result.best("goodput_per_gpu") is best
+    assert result.best("capacity_per_gpu") is best

@@ -1,10 +1,13 @@
 """What a search found: per point, its probes and the figures points are compared by.
 
-A point's capacity is the highest probed rate that met the target. Its goodput (requests/s
-meeting every SLO) is measured at that rate; per GPU it divides by the point's GPUs (each
-replica's `hardware.tp`, summed over `cluster.replicas` or the pools), per dollar-hour by what
-they cost (`hardware.cost_per_hour`, else the GPU catalog's assumed price; none for other cost
-models or when a replica's price is unknown).
+A point's capacity is the highest probed arrival rate at which the target share of requests
+met every SLO; per GPU it divides by the point's GPUs (each replica's `hardware.tp`, summed over
+`cluster.replicas` or the pools), per dollar-hour by what they cost (`hardware.cost_per_hour`,
+else the GPU catalog's assumed price; none for other cost models or when a replica's price is
+unknown). The goodput measured at that rate (requests meeting every SLO over the probe's whole
+run, the drain of its last requests included, as summary.csv's goodput) is reported beside it
+as `measured_goodput`: it is lower than the capacity by the requests that missed an SLO and by
+the drain.
 """
 
 from __future__ import annotations
@@ -56,13 +59,13 @@ class PointResult:
         """The point's row of search.csv (after its variant and grid values); NaN where a
         figure does not exist (no rate met the target, no price)."""
         best, cost = self.best, self.dollars_per_hour
-        goodput = best.goodput if best else math.nan
-        return {"status": self.status, "gpus": self.gpus,
-                "max_rate": best.rate if best else math.nan,
+        capacity = best.rate if best else math.nan
+        return {"status": self.status, "gpus": self.gpus, "capacity": capacity,
                 "attainment": best.attainment if best else math.nan,
-                "goodput": goodput, "goodput_per_gpu": goodput / self.gpus,
+                "measured_goodput": best.goodput if best else math.nan,
+                "capacity_per_gpu": capacity / self.gpus,
                 "dollars_per_hour": math.nan if cost is None else cost,
-                "goodput_per_dollar_hour": math.nan if cost is None else goodput / cost,
+                "capacity_per_dollar_hour": math.nan if cost is None else capacity / cost,
                 "ttft_p90_s": best.ttft_p90_s if best else math.nan,
                 "tpot_p90_s": best.tpot_p90_s if best else math.nan,
                 "probes": len(self.probes)}
@@ -85,8 +88,8 @@ class SearchResult:
     points: tuple[PointResult, ...]
 
     def rows(self) -> list[dict]:
-        """Every point's figures, with `pareto` (on the front of goodput per GPU against
-        goodput per dollar-hour: no other point is at least as good on both and better on
+        """Every point's figures, with `pareto` (on the front of capacity per GPU against
+        capacity per dollar-hour: no other point is at least as good on both and better on
         one)."""
         rows = [point.figures() for point in self.points]
         for row in rows:
@@ -94,7 +97,7 @@ class SearchResult:
         return rows
 
     def best(self, figure: str) -> PointResult | None:
-        """The point with the highest `figure` (e.g. "goodput_per_gpu"); the first of equals;
+        """The point with the highest `figure` (e.g. "capacity_per_gpu"); the first of equals;
         None when no point has it."""
         scored = [(row[figure], i) for i, row in enumerate(self.rows())
                   if not math.isnan(row[figure])]
@@ -102,7 +105,7 @@ class SearchResult:
 
 
 def _on_front(row: dict, rows: list[dict]) -> bool:
-    keys = ("goodput_per_gpu", "goodput_per_dollar_hour")
+    keys = ("capacity_per_gpu", "capacity_per_dollar_hour")
     if any(math.isnan(row[k]) for k in keys):
         return False
     return not any(all(other[k] >= row[k] for k in keys) and

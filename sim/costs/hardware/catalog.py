@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import tomllib
 from dataclasses import dataclass, fields
 from functools import lru_cache
@@ -151,7 +152,43 @@ def gpu_spec(value) -> Gpu:
     if known["measured"] not in calibration()["gpus"]:
         raise ValueError(f"hardware.gpu.measured must be one of "
                          f"{', '.join(calibration()['gpus'])}, got {known['measured']!r}")
+    if not isinstance(value, str):
+        _check_gpu_table(known)
     return Gpu(id=gpu_id, **known)
+
+
+# A defined GPU's figures: each must be a finite number above the bound (a step's time divides
+# by every one of them but the latency).
+GPU_NUMBERS = {"memory_gib": 0, "memory_bandwidth_gbs": 0, "interconnect_bandwidth_gbs": 0,
+               "host_bandwidth_gbs": 0}
+
+
+def _check_gpu_table(table: dict) -> None:
+    """ValueError naming the key of a GPU table whose figures cannot cost a step."""
+    for key, bound in GPU_NUMBERS.items():
+        if key in table and not _is_number_above(table[key], bound):
+            raise ValueError(f"hardware.gpu.{key}: must be a positive number, got "
+                             f"{table[key]!r}")
+    latency = table["interconnect_latency_us"]
+    if not (_is_number_above(latency, 0) or latency == 0):
+        raise ValueError(f"hardware.gpu.interconnect_latency_us: must be a number >= 0, got "
+                         f"{latency!r}")
+    peaks = table["peak_tflops"]
+    if not isinstance(peaks, dict) or not peaks:
+        raise ValueError(f"hardware.gpu.peak_tflops: must be a table of dtype = TFLOP/s, e.g. "
+                         f"{{ fp16 = 989.0 }}, got {peaks!r}")
+    for dtype, peak in peaks.items():
+        if not _is_number_above(peak, 0):
+            raise ValueError(f"hardware.gpu.peak_tflops.{dtype}: must be a positive number, "
+                             f"got {peak!r}")
+    for key in ("name", "measured", "interconnect"):
+        if key in table and not isinstance(table[key], str):
+            raise ValueError(f"hardware.gpu.{key}: must be a string, got {table[key]!r}")
+
+
+def _is_number_above(value, bound: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value) and value > bound
 
 
 def cost_per_hour(hardware: dict) -> float | None:

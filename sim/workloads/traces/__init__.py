@@ -12,7 +12,8 @@ The traces servesim ships live in `data/` (sources, licences and citations in it
 """
 
 from .files import resolve_path, shipped_trace
-from .load import FORMATS, load_trace
+from .load import FORMATS, load_trace, trace_notes
 from .trace import MAX_TOKENS, Trace
 
-__all__ = ["FORMATS", "MAX_TOKENS", "Trace", "load_trace", "resolve_path", "shipped_trace"]
+__all__ = ["FORMATS", "MAX_TOKENS", "Trace", "load_trace", "resolve_path", "shipped_trace",
+           "trace_notes"]

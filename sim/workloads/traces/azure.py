@@ -3,12 +3,15 @@
 A CSV file with the header `TIMESTAMP,ContextTokens,GeneratedTokens`, then one request a line,
 e.g. `2023-11-16 18:17:03.9799600,4808,10`: ContextTokens is the prompt length, GeneratedTokens
 the number of output tokens the request asks for. Timestamps are read to the microsecond (any
-year, no wrapping) and must not go backwards.
+year, no wrapping) and must not go backwards. A timestamp may end in a time zone (`Z`, `+05:00`),
+the same on every row: rows in different zones would need converting, which is refused rather
+than guessed.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 
 import numpy as np
 
@@ -16,6 +19,7 @@ from .trace import Trace, check_tokens, shorten
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 KIND = "a CSV file"
+ZONE = re.compile(r"(Z|[+-]\d\d(:?\d\d)?)$")  # an ISO 8601 zone at the end of a timestamp
 
 
 def read(path, f, max_rows: int | None) -> Trace:
@@ -25,11 +29,16 @@ def read(path, f, max_rows: int | None) -> Trace:
     if header is None or tuple(h.strip() for h in header) != COLUMNS:
         raise ValueError(f"{path}: line 1: expected the header {','.join(COLUMNS)} "
                          f"(format azure), got {shorten(','.join(header or []))!r}")
-    stamps, prompts, outputs = [], [], []
+    stamps, prompts, outputs, zone = [], [], [], None
     for line, row in enumerate(reader, start=2):
         if max_rows is not None and len(stamps) == max_rows:
             break
-        stamp, prompt, output = _parse_row(path, line, row)
+        stamp, row_zone, prompt, output = _parse_row(path, line, row)
+        if stamps and row_zone != zone:
+            raise ValueError(f"{path}: line {line}: TIMESTAMP {row[0].strip()} is in time zone "
+                             f"{row_zone or 'none'}, the rows before in {zone or 'none'}; "
+                             f"every row must give the same zone (or none)")
+        zone = row_zone
         if stamps and stamp < stamps[-1]:
             raise ValueError(f"{path}: line {line}: TIMESTAMP {row[0]} is earlier than the "
                              f"line before (the trace must be in arrival order)")
@@ -47,11 +56,14 @@ def _parse_row(path, line: int, row: list):
     if len(row) != 3:
         raise ValueError(f"{path}: line {line}: expected 3 fields "
                          f"({','.join(COLUMNS)}), got {len(row)}")
+    text = row[0].strip().replace(" ", "T")
+    zone = ZONE.search(text) if "T" in text else None  # a date alone has no zone, only a '-'
     try:  # microseconds: every date from year -290,000 to 290,000, no wrapping
-        stamp = np.datetime64(row[0].strip().replace(" ", "T"), "us")
+        stamp = np.datetime64(text[:zone.start()] if zone else text, "us")
         prompt, output = int(row[1]), int(row[2])
     except (ValueError, OverflowError):
         raise ValueError(f"{path}: line {line}: malformed row {shorten(','.join(row))!r}") \
             from None
-    return stamp, check_tokens(path, line, "ContextTokens", prompt), \
+    return stamp, zone.group() if zone else None, \
+        check_tokens(path, line, "ContextTokens", prompt), \
         check_tokens(path, line, "GeneratedTokens", output)

@@ -64,6 +64,26 @@ def load_trace(path, trace_format: str = "azure", time_scale: float = 1.0,
     return replace(trace, arrival_s=trace.arrival_s * time_scale)
 
 
+def trace_notes(trace_config: dict, base_dir=None) -> list[str]:
+    """What a run of a resolved `workload.trace` table should say of its file: fewer requests
+    than `max_requests` asked for (every one is sent), and entries that hold no request."""
+    trace = load_trace(trace_config["path"], trace_config["format"],
+                       trace_config["time_scale"], trace_config["max_requests"], base_dir,
+                       tokenizer=trace_config.get("tokenizer", "char"))
+    name = trace_config.get("name") or Path(trace_config["path"]).name
+    notes = []
+    wanted = trace_config["max_requests"]
+    if wanted is not None and len(trace) < wanted:
+        notes.append(f"{name} holds {len(trace):,} requests, fewer than the {wanted:,} asked "
+                     f"for (workload.trace.max_requests, --num-prompts): all {len(trace):,} "
+                     f"are sent")
+    if trace.skipped:
+        entries = "entry holds" if trace.skipped == 1 else "entries hold"
+        notes.append(f"{name}: {trace.skipped:,} {entries} no request (no human turn "
+                     f"followed by a reply with text) and were skipped")
+    return notes
+
+
 def _sample(trace: Trace, max_requests: int | None, rng) -> Trace:
     """A lengths-only trace's requests: shuffled by `rng` (when given), the first N kept."""
     order = rng.permutation(len(trace)) if rng is not None else np.arange(len(trace))  # [n]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MAX_TOKENS = 2**31 - 1  # a request's token counts, as a row may hold them
+from scenarios.defaults import MAX_TOKENS  # a request's token counts, as a row may hold them
 
 
 @dataclass(frozen=True)
