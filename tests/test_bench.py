@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine.benchmark import summarize, vllm_summary
+from sim.bench.checked import BadResponse, token_count
 from sim.bench.client import read_stream
 from sim.bench.prompts import TextScale, fit_text_scale, id_prompts, text_prompt
 from sim.bench.recorder import BenchRecorder
@@ -41,7 +42,7 @@ def test_chunk_text_of_completions_and_chat_and_usage_chunks():
     assert chunk_text({"choices": [{"delta": {"role": "assistant"}}]}, chat=True) == ""
     usage_only = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}
     assert chunk_text(usage_only, chat=False) == ""
-    assert chunk_usage(usage_only) == {"prompt_tokens": 5, "completion_tokens": 3}
+    assert chunk_usage(usage_only) == (5, 3)
 
 
 def test_a_chunk_that_is_not_json_is_a_value_error():
@@ -147,3 +148,30 @@ def test_bench_of_an_unreachable_server_counts_every_request_failed(tmp_path):
     assert (record["completed"], record["failed"]) == (0, 3)
     assert not (out / "steps.csv").exists()
     assert (out / "report.html").exists() and (out / "bench_requests.csv").exists()
+
+
+@pytest.mark.parametrize("value", [0, 1, 2**31 - 1])
+def test_a_token_count_is_a_non_negative_integer_within_bounds(value):
+    assert token_count(value, "usage.prompt_tokens") == value
+
+
+@pytest.mark.parametrize("value, why", [
+    (-1, "usage.x is -1, a negative count"),
+    (2**31, "usage.x is a number 2147483648, over 2147483647"),
+    (True, "usage.x is a boolean true, not an integer count"),
+    (3.0, "usage.x is a number 3.0, not an integer count"),
+    (math.nan, "usage.x is a number NaN, not an integer count"),
+    (math.inf, "usage.x is a number Infinity, not an integer count"),
+    ("7", 'usage.x is a string "7", not an integer count'),
+    ([7], "usage.x is an array [7], not an integer count"),
+    (None, "usage.x is null, not an integer count"),
+])
+def test_anything_else_is_not_a_token_count_and_the_reason_says_what_it_was(value, why):
+    with pytest.raises(BadResponse) as raised:
+        token_count(value, "usage.x")
+    assert str(raised.value).startswith(why)
+
+
+def test_a_reason_is_one_line_cut_short_saying_how_long_it_was():
+    result = RequestResult(0, 0.0, 4, 2).fail("HTTP 500:\n" + "x" * 1000)
+    assert result.reason == "HTTP 500: " + "x" * 290 + "... (1010 characters)"
