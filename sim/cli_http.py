@@ -13,7 +13,7 @@ def cmd_bench(args) -> int:
 
     from .bench import bench
 
-    options = bench_options(args)
+    options = bench_options(args, "URL")
     scenario = load_scenario(args)
     args.out_dir = out_dir = output_dir(args.out, scenario.name, "-bench")
     try:
@@ -29,11 +29,19 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def bench_options(args):
-    """The `sim.bench.BenchOptions` of `bench` (and `validate --against`); --max-concurrency
-    caps the requests in flight, as vLLM's, rather than making a closed loop."""
+def bench_options(args, url_flag: str):
+    """The `sim.bench.BenchOptions` of `bench` (and `validate --against`), the server's URL
+    (given as `url_flag`) and the endpoint checked; --max-concurrency caps the requests in
+    flight, as vLLM's, rather than making a closed loop."""
     from .bench import BenchOptions
+    from .bench.urls import check_base_url, check_endpoint
 
+    for flag, value, check in ((url_flag, args.url, check_base_url),
+                               ("--endpoint", args.endpoint, check_endpoint)):
+        try:
+            check(value)
+        except ValueError as exc:
+            raise UsageError(f"{flag} {exc}") from None
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError("--timeout must be a positive number of seconds")
     concurrency, args.max_concurrency = args.max_concurrency, None
@@ -67,7 +75,7 @@ def validate_against_cmd(args) -> int:
     from .validation.against import validate_against
 
     args.url = args.against
-    options = bench_options(args)
+    options = bench_options(args, "--against")
     scenario = load_scenario(args)
     args.out_dir = out_dir = output_dir(args.out, scenario.name, "-validate")
     try:

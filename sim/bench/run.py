@@ -26,6 +26,7 @@ from .client import CHAT_ENDPOINT, Target, first_model, prompt_token_counts, rep
 from .prompts import PROBE_WORDS, TextScale, fit_text_scale, id_prompts, probe_text, text_prompt
 from .recorder import BenchRecorder
 from .timing import RequestResult, max_in_flight
+from .urls import check_base_url, check_endpoint
 
 DEFAULT_TIMEOUT_S = 600.0
 REQUEST_CSV_COLUMNS = ("request_id", "status", "reason", "planned_prompt_tokens",
@@ -45,6 +46,13 @@ class BenchOptions:
     max_concurrency: int | None = None
     prompt: str | None = None
     progress: bool = False
+
+    def __post_init__(self):
+        for name, check in (("url", check_base_url), ("endpoint", check_endpoint)):
+            try:
+                check(getattr(self, name))
+            except ValueError as exc:
+                raise ValueError(f"{name} {exc}") from None
 
     @property
     def prompt_kind(self) -> str:
