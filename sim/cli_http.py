@@ -12,6 +12,7 @@ def cmd_bench(args) -> int:
     import reports
 
     from .bench import bench
+    from .bench.outcome import any_succeeded, outcome_line
 
     options = bench_options(args, "URL")
     scenario = load_scenario(args)
@@ -26,7 +27,9 @@ def cmd_bench(args) -> int:
         print(f"{run.spec.label}: {run.notes[-1]}")
     print(f"\n{len(files.files) + 1} files written to {out_dir}/; report: "
           f"{out_dir / files.html.name}")
-    return 0
+    sent = [result for run in runs for result in run.results]
+    print(outcome_line(sent))
+    return 0 if any_succeeded(sent) else 1
 
 
 def bench_options(args, url_flag: str):
