@@ -104,14 +104,16 @@ def _ms(value_s: float) -> str:
 
 
 def rejected_blocks(specs, requests) -> list:
-    """Rejected requests per run, one row per kind of reason: how many, and a few ids."""
-    blocks = [Heading(2, "Rejected requests")]
-    if not (requests["status"] == "rejected").any():
+    """Rejected requests per run (a benchmark's failed ones: a client sees no rejection), one
+    row per kind of reason: how many, and a few ids."""
+    status = "failed" if (requests["status"] == "failed").any() else "rejected"
+    blocks = [Heading(2, f"{status.capitalize()} requests")]
+    if not (requests["status"] == status).any():
         return blocks + [Paragraph("None: every request could be served.")]
     keys = _run_columns(requests)
     rows = []
     for spec, run in _run_groups(specs, requests):
-        rejected = run[run["status"] == "rejected"]
+        rejected = run[run["status"] == status]
         kinds: dict = {}
         for request_id, reason in zip(rejected["request_id"], rejected["reject_reason"]):
             kinds.setdefault(reason_kind(reason), []).append((request_id, reason))
@@ -122,12 +124,18 @@ def rejected_blocks(specs, requests) -> list:
             rows.append([str(v) for v in label_values(spec, keys)]
                         + [reason_summary([reason for _, reason in members]), str(len(ids)),
                            shown])
-    note = ("A request that can never run under a run's settings is rejected when it arrives, "
-            "never dropped silently. Reasons of one kind are counted together, the numbers "
-            "that differ between them given as their range; every rejected request is in "
-            "`requests.csv` with status `rejected` and its `reject_reason`.")
+    note = (FAILED_NOTE if status == "failed" else
+            "A request that can never run under a run's settings is rejected when it arrives, "
+            "never dropped silently.") + (
+            " Reasons of one kind are counted together, the numbers that differ between them "
+            f"given as their range; every {status} request is in `requests.csv` with status "
+            f"`{status}` and its `reject_reason`.")
     return blocks + [Paragraph(note),
                      Table(keys + ["reason", "requests", "example request ids"], rows)]
+
+
+FAILED_NOTE = ("A benchmarked request whose answer was an error, malformed, cut short or "
+               "missing failed alone, with its reason; the others were measured.")
 
 
 def reason_kind(reason: str) -> str:

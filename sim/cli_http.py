@@ -12,8 +12,9 @@ def cmd_bench(args) -> int:
     import reports
 
     from .bench import bench
+    from .bench.outcome import any_succeeded, outcome_line
 
-    options = bench_options(args)
+    options = bench_options(args, "URL")
     scenario = load_scenario(args)
     args.out_dir = out_dir = output_dir(args.out, scenario.name, "-bench")
     try:
@@ -26,14 +27,24 @@ def cmd_bench(args) -> int:
         print(f"{run.spec.label}: {run.notes[-1]}")
     print(f"\n{len(files.files) + 1} files written to {out_dir}/; report: "
           f"{out_dir / files.html.name}")
-    return 0
+    sent = [result for run in runs for result in run.results]
+    print(outcome_line(sent))
+    return 0 if any_succeeded(sent) else 1
 
 
-def bench_options(args):
-    """The `sim.bench.BenchOptions` of `bench` (and `validate --against`); --max-concurrency
-    is the scenario's `workload.max_concurrency`, as in `run`."""
+def bench_options(args, url_flag: str):
+    """The `sim.bench.BenchOptions` of `bench` (and `validate --against`), the server's URL
+    (given as `url_flag`) and the endpoint checked; --max-concurrency is the scenario's
+    `workload.max_concurrency`, as in `run`."""
     from .bench import BenchOptions
+    from .bench.urls import check_base_url, check_endpoint
 
+    for flag, value, check in ((url_flag, args.url, check_base_url),
+                               ("--endpoint", args.endpoint, check_endpoint)):
+        try:
+            check(value)
+        except ValueError as exc:
+            raise UsageError(f"{flag} {exc}") from None
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError("--timeout must be a positive number of seconds")
     return BenchOptions(args.url, args.endpoint, args.model,
@@ -66,7 +77,7 @@ def validate_against_cmd(args) -> int:
     from .validation.against import validate_against
 
     args.url = args.against
-    options = bench_options(args)
+    options = bench_options(args, "--against")
     scenario = load_scenario(args)
     if args.variant is None and len(scenario.variants) > 1:
         raise UsageError(f"--against: the server runs one of the scenario's variants "

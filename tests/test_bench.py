@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from engine.benchmark import summarize, vllm_summary
+from sim.bench.checked import BadResponse, token_count
 from sim.bench.client import read_stream
+from sim.bench.outcome import outcome_line
 from sim.bench.prompts import TextScale, fit_text_scale, id_prompts, text_prompt
 from sim.bench.recorder import BenchRecorder
 from sim.bench.sse import DONE, chunk_text, chunk_usage, event_data, parse_chunk
@@ -41,7 +43,7 @@ def test_chunk_text_of_completions_and_chat_and_usage_chunks():
     assert chunk_text({"choices": [{"delta": {"role": "assistant"}}]}, chat=True) == ""
     usage_only = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}
     assert chunk_text(usage_only, chat=False) == ""
-    assert chunk_usage(usage_only) == {"prompt_tokens": 5, "completion_tokens": 3}
+    assert chunk_usage(usage_only) == (5, 3)
 
 
 def test_a_chunk_that_is_not_json_is_a_value_error():
@@ -130,20 +132,43 @@ def test_the_recorder_gives_the_summaries_the_client_latencies_and_counts_failur
     assert recorder.reject_reasons == {1: "HTTP 500: boom"}
 
 
-def test_bench_of_an_unreachable_server_counts_every_request_failed(tmp_path):
-    import json
-    import socket
 
-    from sim.cli import main
+@pytest.mark.parametrize("value", [0, 1, 2**31 - 1])
+def test_a_token_count_is_a_non_negative_integer_within_bounds(value):
+    assert token_count(value, "usage.prompt_tokens") == value
 
-    with socket.socket() as sock:  # a free port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    out = tmp_path / "bench"
-    status = main(["bench", f"http://127.0.0.1:{port}", "--num-prompts", "3", "--timeout", "5",
-                   "--model", "m", "--out", str(out), "--quiet"])
-    assert status == 0
-    record = json.loads((out / "summary.json").read_text())
-    assert (record["completed"], record["failed"]) == (0, 3)
-    assert not (out / "steps.csv").exists()
-    assert (out / "report.html").exists() and (out / "bench_requests.csv").exists()
+
+@pytest.mark.parametrize("value, why", [
+    (-1, "usage.x is -1, a negative count"),
+    (2**31, "usage.x is a number 2147483648, over 2147483647"),
+    (True, "usage.x is a boolean true, not an integer count"),
+    (3.0, "usage.x is a number 3.0, not an integer count"),
+    (math.nan, "usage.x is a number NaN, not an integer count"),
+    (math.inf, "usage.x is a number Infinity, not an integer count"),
+    ("7", 'usage.x is a string "7", not an integer count'),
+    ([7], "usage.x is an array [7], not an integer count"),
+    (None, "usage.x is null, not an integer count"),
+])
+def test_anything_else_is_not_a_token_count_and_the_reason_says_what_it_was(value, why):
+    with pytest.raises(BadResponse) as raised:
+        token_count(value, "usage.x")
+    assert str(raised.value).startswith(why)
+
+
+def test_a_reason_is_one_line_cut_short_saying_how_long_it_was():
+    result = RequestResult(0, 0.0, 4, 2).fail("HTTP 500:\n" + "x" * 1000)
+    assert result.reason == "HTTP 500: " + "x" * 290 + "... (1010 characters)"
+
+
+def test_the_outcome_line_names_the_most_common_reasons_with_their_counts():
+    def failed(i, reason):
+        return RequestResult(i, 0.0, 4, 2).fail(reason)
+    results = ([finished(0, 0.0, [0.1], 0.2)] + [failed(i, "HTTP 503: busy") for i in (1, 2, 3)]
+               + [failed(4, "timed out after 5 s"), failed(5, "b"), failed(6, "c"),
+                  failed(7, "c"), failed(8, "d")])
+    assert outcome_line(results) == (
+        "bench: 1 of 9 requests succeeded; 8 failed: 3 HTTP 503: busy; 2 c; "
+        "1 timed out after 5 s; 2 for 2 other reasons (bench_requests.csv)")
+    assert outcome_line(results[:2]) == ("bench: 1 of 2 requests succeeded; 1 failed: 1 HTTP 503: "
+                                          "busy")
+    assert outcome_line(results[:1]) == "bench: all 1 request succeeded"

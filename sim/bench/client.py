@@ -2,9 +2,10 @@
 most `max_concurrency` in flight (a request due while the limit is reached waits for a slot, as
 in vLLM's `bench serve`; its latencies start when it is sent).
 
-A request that fails (an HTTP error, a connection refused or broken, a timeout, an error
-inside the stream, a stream that ends without `[DONE]`) is returned with status "failed" and
-its reason; nothing here raises for a server's fault.
+A request that fails (an HTTP error, a connection refused or broken, a timeout, an answer that
+is not an event stream, an error inside the stream, a malformed chunk, a stream that ends
+without `[DONE]`) is returned with status "failed" and its reason; nothing here raises for a
+server's fault. Model discovery and the text probe raise ValueError saying why.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ import time
 from dataclasses import dataclass
 
 import aiohttp
+from aiohttp.http_exceptions import LineTooLong
 
+from .checked import BadResponse, described, json_object, quoted_bytes, usage_counts
 from .sse import DONE, chunk_error, chunk_text, chunk_usage, event_data, parse_chunk
 from .timing import RequestResult
 
 CHAT_ENDPOINT = "/v1/chat/completions"
+EVENT_STREAM = "text/event-stream"
+QUOTED_BODY_BYTES = 200  # of an error's body, in the request's reason
+MAX_BODY_BYTES = 8 * 2**20  # of a whole (not streamed) answer: a model list, a probe's usage
 
 
 @dataclass(frozen=True)
@@ -54,38 +60,95 @@ class Target:
 
 
 async def first_model(base_url: str, timeout_s: float) -> str:
-    """The id of the first model `GET /v1/models` lists; ValueError saying why there is none."""
+    """The id of the first model `GET /v1/models` lists; ValueError saying why there is none
+    (whatever the server answered)."""
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s:
             async with s.get(base_url.rstrip("/") + "/v1/models") as response:
-                if response.status != 200:
-                    raise ValueError(f"GET /v1/models: HTTP {response.status}")
-                models = (await response.json()).get("data") or []
+                listing = json_object(await whole_body(response), "the body")
+        return listed_model(listing)
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
         raise ValueError(f"GET /v1/models: {_describe(exc, timeout_s)}") from None
+    except BadResponse as exc:
+        raise ValueError(f"GET /v1/models: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any other fault: the bench goes on without it
+        raise ValueError(f"GET /v1/models: {_unexpected(exc)}") from None
+
+
+def listed_model(listing: dict) -> str:
+    """The first model's id in a `/v1/models` listing (`{"data": [{"id": ...}, ...]}`)."""
+    models = listing.get("data")
+    if not isinstance(models, list):
+        raise BadResponse(f"data is {described(models)}, not an array of models")
     if not models:
-        raise ValueError("GET /v1/models lists no model")
-    return models[0]["id"]
+        raise BadResponse("it lists no model")
+    first = models[0]
+    model = first.get("id") if isinstance(first, dict) else None
+    if not isinstance(model, str) or not model:
+        raise BadResponse(f"data[0] is {described(first)}, not a model with a string id")
+    return model
 
 
 async def prompt_token_counts(target: Target, prompts: dict) -> dict:
     """{key: the server's usage.prompt_tokens} of one non-streamed, one-token request per
-    prompt of `prompts` ({key: prompt}); ValueError saying why a count is missing."""
+    prompt of `prompts` ({key: prompt}); ValueError saying why a count is missing (whatever
+    the server answered)."""
     counts = {}
     async with aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=target.timeout_s)) as session:
         for key, prompt in prompts.items():
             try:
                 async with session.post(target.url, json=target.payload(prompt, 1, False)) as r:
-                    if r.status != 200:
-                        raise ValueError(f"HTTP {r.status}: {(await r.text())[:200]}")
-                    usage = (await r.json()).get("usage") or {}
+                    answer = json_object(await whole_body(r), "the body")
+                prompt_tokens, _ = usage_counts(answer.get("usage"))
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 raise ValueError(_describe(exc, target.timeout_s)) from None
-            if "prompt_tokens" not in usage:
+            except BadResponse:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any other fault: uncalibrated, saying why
+                raise ValueError(_unexpected(exc)) from None
+            if prompt_tokens is None:
                 raise ValueError("the response reports no usage.prompt_tokens")
-            counts[key] = int(usage["prompt_tokens"])
+            counts[key] = prompt_tokens
     return counts
+
+
+async def whole_body(response, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The body of a 200 response of at most `limit` bytes; BadResponse for another status
+    (quoting the body's start) or a longer body."""
+    if response.status != 200:
+        raise BadResponse(await status_reason(response))
+    body = await body_start(response, limit)
+    if len(body) > limit:
+        raise BadResponse(f"the body is over {limit} bytes")
+    return body
+
+
+async def status_reason(response) -> str:
+    """A non-200 answer as a reason: `HTTP 503: ` and the start of its body."""
+    return f"HTTP {response.status}: {await quoted_body(response)}"
+
+
+async def quoted_body(response) -> str:
+    """The body's first QUOTED_BODY_BYTES, quoted on one line."""
+    body = await body_start(response, QUOTED_BODY_BYTES)
+    if not body:
+        return "(no body)"
+    more = f"... (its first {QUOTED_BODY_BYTES} bytes)" if len(body) > QUOTED_BODY_BYTES else ""
+    return quoted_bytes(body[:QUOTED_BODY_BYTES], QUOTED_BODY_BYTES) + more
+
+
+async def body_start(response, limit: int) -> bytes:
+    """The body's first `limit` bytes and one more when there are more (the rest is not
+    read: the connection is closed, not reused)."""
+    parts, size = [], 0
+    while size <= limit:
+        part = await response.content.read(limit + 1 - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
 
 
 async def replay(target: Target, requests: list, prompts: list, max_concurrency: int | None,
@@ -113,7 +176,9 @@ async def replay(target: Target, requests: list, prompts: list, max_concurrency:
 
 
 async def send(session, target: Target, result: RequestResult, prompt) -> RequestResult:
-    """One streamed request; fills `result` in (failed with its reason on any fault)."""
+    """One streamed request; fills `result` in. This is the fault boundary of one request:
+    whatever the server does, the request is failed with its reason and nothing is raised
+    (but cancellation and Ctrl-C, which are not `Exception`s, stop the bench)."""
     timeout = aiohttp.ClientTimeout(total=target.timeout_s)
     result.sent_s = time.perf_counter()
     try:
@@ -121,20 +186,43 @@ async def send(session, target: Target, result: RequestResult, prompt) -> Reques
                                                                 result.planned_output_tokens),
                                 timeout=timeout) as response:
             if response.status != 200:
-                return result.fail(f"HTTP {response.status}: {(await response.text())[:200]}")
-            await read_stream(response.content, result, target.chat)
+                raise BadResponse(await status_reason(response))
+            if response.content_type != EVENT_STREAM:
+                raise BadResponse(f"HTTP 200 but not an event stream (Content-Type "
+                                  f"{response.content_type}): {await quoted_body(response)}")
+            await read_stream(stream_lines(response.content), result, target.chat)
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
         result.fail(_describe(exc, target.timeout_s))
-    except ValueError as exc:  # a chunk that is not JSON
+    except BadResponse as exc:
         result.fail(str(exc))
+    except Exception as exc:  # noqa: BLE001 - any other fault fails this request alone
+        result.fail(_unexpected(exc))
     finally:
         result.end_s = time.perf_counter()
     return result
 
 
+async def stream_lines(content):
+    """The lines of a response body; BadResponse for a line longer than aiohttp reads (its
+    StreamReader raises LineTooLong, or ValueError before aiohttp 3.10)."""
+    lines = content.__aiter__()
+    while True:
+        try:
+            line = await lines.__anext__()
+        except StopAsyncIteration:
+            return
+        except LineTooLong as exc:
+            raise BadResponse(f"a stream line is longer than aiohttp reads ({exc.args[1]} "
+                              f"bytes)") from None
+        except ValueError as exc:
+            raise BadResponse(f"a stream line is longer than aiohttp reads ({exc})") from None
+        yield line
+
+
 async def read_stream(lines, result: RequestResult, chat: bool) -> None:
     """Read a stream's events into `result`: the time of each chunk carrying tokens, the usage,
-    "finished" at `[DONE]`, or failed at an error event or an end before `[DONE]`."""
+    "finished" at `[DONE]`, or failed at an error event or an end before `[DONE]`;
+    BadResponse for a chunk that is not what a completion's stream sends."""
     async for line in lines:
         data = event_data(line)
         if data is None:
@@ -148,16 +236,19 @@ async def read_stream(lines, result: RequestResult, chat: bool) -> None:
         if error is not None:
             result.fail(f"error in the stream: {error}")
             return
-        if chunk_text(chunk, chat):
+        text, usage = chunk_text(chunk, chat), chunk_usage(chunk)  # both checked, then kept
+        if text:
             result.chunk_s.append(now)
-        usage = chunk_usage(chunk)
         if usage is not None:
-            result.prompt_tokens = usage.get("prompt_tokens")
-            result.completion_tokens = usage.get("completion_tokens")
+            result.prompt_tokens, result.completion_tokens = usage
     result.fail("the stream ended before [DONE]")
 
 
 def _describe(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return f"timed out after {timeout_s:g} s"
+    return _unexpected(exc)
+
+
+def _unexpected(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"

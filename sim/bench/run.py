@@ -23,10 +23,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..workloads import build_workload, seeded_streams
+from .checked import one_line
 from .client import CHAT_ENDPOINT, Target, first_model, prompt_token_counts, replay
 from .prompts import PROBE_WORDS, TextScale, fit_text_scale, id_prompts, probe_text, text_prompt
 from .recorder import BenchRecorder
 from .timing import RequestResult, max_in_flight
+from .urls import check_base_url, check_endpoint
 
 DEFAULT_TIMEOUT_S = 600.0
 REQUEST_CSV_COLUMNS = ("request_id", "status", "reason", "planned_prompt_tokens",
@@ -45,6 +47,13 @@ class BenchOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     prompt: str | None = None
     progress: bool = False
+
+    def __post_init__(self):
+        for name, check in (("url", check_base_url), ("endpoint", check_endpoint)):
+            try:
+                check(getattr(self, name))
+            except ValueError as exc:
+                raise ValueError(f"{name} {exc}") from None
 
     @property
     def prompt_kind(self) -> str:
@@ -115,7 +124,7 @@ async def _send_all(options: BenchOptions, requests, prompt_tokens, token_rng,
         try:
             model = await first_model(options.url, options.timeout_s)
         except ValueError as exc:
-            notes.append(f"model: none named ({exc})")
+            notes.append(f"model: none named ({one_line(str(exc))})")
     if model is not None:
         notes.append(f"model: {model}")
     target = Target(options.url, options.endpoint, model, options.timeout_s)
@@ -143,7 +152,8 @@ async def text_scale(target: Target) -> TextScale:
         counts = await prompt_token_counts(target, {w: probe_text(w) for w in PROBE_WORDS})
         return fit_text_scale(counts)
     except ValueError as exc:
-        return TextScale(note=f"not calibrated ({exc}): one word is taken as one token")
+        return TextScale(note=f"not calibrated ({one_line(str(exc))}): one word is taken as "
+                              f"one token")
 
 
 def token_check(results) -> str:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checked import one_line
+
 
 @dataclass
 class RequestResult:
@@ -36,7 +38,9 @@ class RequestResult:
     reason: str = ""
 
     def fail(self, reason: str) -> "RequestResult":
-        self.status, self.reason = "failed", reason
+        """Failed, with `reason` on one line of at most REASON_CHARS (a server's text in it
+        is its own, so it is kept short enough for a CSV cell and the last printed line)."""
+        self.status, self.reason = "failed", one_line(reason)
         return self
 
     @property

@@ -1,0 +1,577 @@
+"""`servesim bench` against servers that misbehave: a fake OpenAI-compatible server (aiohttp,
+on a loopback port, on its own thread) answers some requests badly and the rest well. Each bad
+answer fails its request alone, with its reason in requests.csv and bench_requests.csv; the
+bench finishes, writes every file and measures the healthy requests; the last printed line
+counts the failures and the exit status is 1 when nothing succeeded. Bad URLs and endpoints
+are refused before anything is sent."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import socket
+import threading
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+import scenarios
+from engine.benchmark import summarize
+from sim.bench import BenchOptions, bench_runs
+from sim.bench.client import Target, send
+from sim.bench.timing import RequestResult
+from sim.cli import main
+
+SCENARIO = """
+name = "faults"
+seed = 3
+[workload]
+num_requests = 5
+arrival = { process = "burst" }
+prompt_tokens = { dist = "uniform", low = 4, high = 12 }
+output_tokens = { dist = "uniform", low = 2, high = 6 }
+"""
+BAD = 2  # of the 5 requests, answered badly; the other 3 well
+
+
+# --- the fake server -----------------------------------------------------------------------------
+
+def prompt_length(body: dict) -> int:
+    prompt = body["messages"][0]["content"] if "messages" in body else body["prompt"]
+    return len(prompt) if isinstance(prompt, list) else len(prompt.split())
+
+
+async def event_stream(request, payloads, content_type="text/event-stream"):
+    """A streamed answer: each payload a `data:` event (bytes written as they are)."""
+    response = web.StreamResponse(headers={"Content-Type": content_type})
+    await response.prepare(request)
+    for payload in payloads:
+        await response.write(payload if isinstance(payload, bytes) else
+                             f"data: {payload}\n\n".encode())
+    await response.write_eof()
+    return response
+
+
+def token_chunks(body: dict) -> list[str]:
+    """A healthy stream's payloads: a token a chunk, then the usage, then [DONE]."""
+    n, chat = body["max_tokens"], "messages" in body
+    choice = {"index": 0, "delta": {"content": "a"}} if chat else {"index": 0, "text": "a"}
+    usage = {"prompt_tokens": prompt_length(body), "completion_tokens": n}
+    return [json.dumps({"choices": [choice]})] * n + [json.dumps({"choices": [],
+                                                                  "usage": usage}), "[DONE]"]
+
+
+async def healthy(request, body):
+    return await event_stream(request, token_chunks(body))
+
+
+async def probe_answer(request, body):
+    """A non-streamed answer, as the text probe asks: 3 tokens a word, 5 for the template."""
+    return web.json_response({"choices": [{"text": "a"}],
+                              "usage": {"prompt_tokens": 5 + 3 * prompt_length(body),
+                                        "completion_tokens": 1}})
+
+
+async def model_listing(request):
+    return web.json_response({"object": "list", "data": [{"id": "fake-model"}]})
+
+
+class FakeServer:
+    """An OpenAI-compatible server whose answers a test sets: `answers[i]` answers the i-th
+    streamed request to arrive, `healthy` those after them; `probe` the non-streamed ones;
+    `models` GET /v1/models. It runs on its own thread's event loop, as the bench runs its
+    own."""
+
+    def __init__(self):
+        self.answers, self.probe, self.models = [], probe_answer, model_listing
+        self.bodies = []  # of the streamed requests, as they arrived
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.url = self._call(self._start())
+
+    def _call(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    async def _start(self) -> str:
+        self.released = asyncio.Event()  # set at the end: a never-answering handler returns
+        app = web.Application()
+        for path in ("/v1/completions", "/v1/chat/completions"):
+            app.router.add_post(path, self._complete)
+        app.router.add_get("/v1/models", self._models)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        return "http://127.0.0.1:%d" % self.runner.addresses[0][1]
+
+    async def _complete(self, request):
+        body = await request.json()
+        if not body.get("stream"):
+            return await self.probe(request, body)
+        self.bodies.append(body)
+        arrival = len(self.bodies) - 1
+        answer = self.answers[arrival] if arrival < len(self.answers) else healthy
+        return await answer(request, body)
+
+    async def _models(self, request):
+        return await self.models(request)
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.released.set)
+        self._call(self.runner.cleanup())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+
+
+@pytest.fixture
+def fake():
+    server = FakeServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def scenario_file(tmp_path):
+    path = tmp_path / "faults.toml"
+    path.write_text(SCENARIO)
+    return path
+
+
+def rows(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def bench_cli(capsys, url, scenario_file, out, *flags) -> tuple[int, str]:
+    """`servesim bench` run as a user runs it: (exit status, the last printed line)."""
+    status = main(["bench", url, str(scenario_file), "--out", str(out), "--quiet", *flags])
+    return status, capsys.readouterr().out.rstrip("\n").splitlines()[-1]
+
+
+def bench_with(fake, scenario_file, *answers, **options):
+    """The scenario's one run benched against `fake`, its first arrivals given `answers`."""
+    fake.answers = list(answers)
+    run, = bench_runs(scenarios.load(scenario_file), BenchOptions(fake.url, **options))
+    return run
+
+
+def assert_failed_alone(run, reason: str, bad: int = BAD) -> None:
+    """`bad` requests failed with `reason` (its start), the rest finished and were measured."""
+    failed = [r for r in run.results if not r.finished]
+    assert len(failed) == bad and all(r.reason.startswith(reason) for r in failed), \
+        [r.reason for r in failed]
+    assert run.recorder.reject_reasons == {r.request_id: r.reason for r in failed}
+    for r in run.results:
+        if r.finished:
+            assert len(r.chunk_s) == r.completion_tokens == r.planned_output_tokens
+            assert 0 < r.ttft_s() <= r.e2e_s()
+    assert summarize(run.recorder)["completed"] == len(run.results) - bad
+
+
+def assert_files_say_why(out, reasons: list[str], succeeded: int) -> None:
+    """requests.csv and bench_requests.csv give each failed request one of `reasons` (each
+    reason once), the others finished and were measured; the summaries and the report are
+    written."""
+    table = rows(out / "bench_requests.csv")
+    failed = [r["reason"] for r in table if r["status"] == "failed"]
+    assert len(failed) == len(reasons) and len(table) == len(reasons) + succeeded
+    for reason in reasons:
+        assert sum(f.startswith(reason) for f in failed) == 1, (reason, failed)
+    requests = {r["request_id"]: r for r in rows(out / "requests.csv")}
+    for r in table:
+        row = requests[r["request_id"]]
+        assert (row["status"], row["reject_reason"]) == (r["status"], r["reason"])
+        if r["status"] == "finished":
+            assert 0 < float(row["ttft_s"]) <= float(row["e2e_s"])
+    record = json.loads((out / "summary.json").read_text())
+    assert (record["completed"], record["failed"]) == (succeeded, len(reasons))
+    for name in ("summary.csv", "report.md", "report.html"):
+        assert (out / name).is_file()
+
+
+# --- a malformed stream fails its request alone --------------------------------------------------
+
+def chunk_then_done(payload: str):
+    async def answer(request, body):
+        return await event_stream(request, [payload, "[DONE]"])
+    return answer
+
+
+def usage_with(**counts) -> str:
+    usage = {"prompt_tokens": 5, "completion_tokens": 3}
+    return '{"choices": [], "usage": {%s}}' % ", ".join(
+        f'"{key}": {counts.get(key, value)}' for key, value in usage.items())
+
+
+MALFORMED_CHUNKS = {
+    "not JSON": ("{oops", "a stream chunk is not JSON: {oops"),
+    "JSON not an object": ("[1, 2]", "a stream chunk is an array [1, 2], not a JSON object"),
+    "a number too long to read": ('{"usage": {"prompt_tokens": 1%s}}' % ("0" * 5000),
+                                  "a stream chunk holds a number too long to read"),
+    "nested too deeply": ("[" * 100_000, "a stream chunk nests too deeply to parse"),
+    "choices a string": ('{"choices": "nope"}', 'choices is a string "nope", not an array'),
+    "a choice not an object": ('{"choices": [7]}', "choices[0] is a number 7, not an object"),
+    "text not a string": ('{"choices": [{"text": ["a"]}]}',
+                          'choices[0].text is an array ["a"], not a string'),
+    "a later choice malformed": ('{"choices": [{"text": "a"}, null]}',
+                                 "choices[1] is null, not an object"),
+    "usage not an object": ('{"choices": [], "usage": [3]}', "usage is an array [3], not an "
+                                                             "object"),
+    "negative count": (usage_with(completion_tokens=-1), "usage.completion_tokens is -1, a "
+                                                         "negative count"),
+    "count a string": (usage_with(completion_tokens='"12"'),
+                       'usage.completion_tokens is a string "12", not an integer count'),
+    "count a boolean": (usage_with(prompt_tokens="true"),
+                        "usage.prompt_tokens is a boolean true, not an integer count"),
+    "count NaN": (usage_with(completion_tokens="NaN"),
+                  "usage.completion_tokens is a number NaN, not an integer count"),
+    "count Infinity": (usage_with(completion_tokens="Infinity"),
+                       "usage.completion_tokens is a number Infinity, not an integer count"),
+    "count with a fraction": (usage_with(completion_tokens="2.5"),
+                              "usage.completion_tokens is a number 2.5, not an integer count"),
+    "count 1e30": (usage_with(prompt_tokens="1e30"),
+                   "usage.prompt_tokens is a number 1e+30, not an integer count"),
+    "count over 2^63": (usage_with(completion_tokens=2**64),
+                        f"usage.completion_tokens is a number {2**64}, over 2147483647"),
+    "error event": ('{"error": {"message": "overloaded", "code": 503}}',
+                    "error in the stream: overloaded"),
+}
+
+
+@pytest.mark.parametrize("payload, reason", MALFORMED_CHUNKS.values(), ids=MALFORMED_CHUNKS)
+def test_a_malformed_chunk_fails_its_request_alone(fake, scenario_file, payload, reason):
+    run = bench_with(fake, scenario_file, *[chunk_then_done(payload)] * BAD, model="m")
+    assert_failed_alone(run, reason)
+
+
+CHAT_CHUNKS = {
+    "delta not an object": ('{"choices": [{"delta": "a"}]}',
+                            'choices[0].delta is a string "a", not an object'),
+    "content not a string": ('{"choices": [{"delta": {"content": 5}}]}',
+                             "choices[0].delta.content is a number 5, not a string"),
+}
+
+
+@pytest.mark.parametrize("payload, reason", CHAT_CHUNKS.values(), ids=CHAT_CHUNKS)
+def test_a_malformed_chat_chunk_fails_its_request_alone(fake, scenario_file, payload, reason):
+    run = bench_with(fake, scenario_file, *[chunk_then_done(payload)] * BAD, model="m",
+                     endpoint="/v1/chat/completions")
+    assert_failed_alone(run, reason)
+
+
+# --- a bad answer, a broken stream or a silent server fails its request alone --------------------
+
+def answering(status, body: bytes, content_type="application/json"):
+    async def answer(request, *_):
+        return web.Response(status=status, body=body, content_type=content_type)
+    return answer
+
+
+async def status_with(request, status, body: bytes, content_type="text/plain"):
+    return web.Response(status=status, body=body, content_type=content_type)
+
+
+async def huge_error(request, body):
+    return await status_with(request, 500, b"overloaded " * 500_000)  # 5.5 MB
+
+
+async def binary_error(request, body):
+    return await status_with(request, 502, bytes(range(256)) * 4096, "application/octet-stream")
+
+
+async def empty_error(request, body):
+    return web.Response(status=503)
+
+
+async def whole_json(request, body):
+    return web.json_response({"choices": [{"text": "aaa"}]})
+
+
+async def fifty_megabyte_line(request, body):
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    try:
+        await response.write(b"data: ")
+        for _ in range(50):  # the client gives up after its line limit: stop when it has gone
+            await response.write(b"x" * 2**20)
+        await response.write(b"\n\ndata: [DONE]\n\n")
+    except ConnectionError:
+        pass
+    return response
+
+
+async def not_utf8(request, body):
+    return await event_stream(request, [b"data: \xff\xfe{}\n\n", "[DONE]"])
+
+
+async def no_done(request, body):
+    return await event_stream(request, token_chunks(body)[:-1])
+
+
+async def closes_the_connection(request, body):
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(f"data: {token_chunks(body)[0]}\n\n".encode())
+    request.transport.close()
+    return response
+
+
+def never_answers(server):
+    async def answer(request, body):
+        await server.released.wait()
+        return web.Response(status=500)
+    return answer
+
+
+BAD_ANSWERS = {
+    "huge error body": (huge_error, "HTTP 500: overloaded overloaded"),
+    "binary error body": (binary_error, "HTTP 502: \\x00\\x01\\x02"),
+    "error without a body": (empty_error, "HTTP 503: (no body)"),
+    "not an event stream": (whole_json, "HTTP 200 but not an event stream (Content-Type "
+                                        'application/json): {"choices": [{"text": "aaa"}]}'),
+    "a 50 MB line": (fifty_megabyte_line, "a stream line is longer than aiohttp reads"),
+    "not UTF-8": (not_utf8, "a stream line is not UTF-8: data: \\xff\\xfe{}"),
+    "no [DONE]": (no_done, "the stream ended before [DONE]"),
+    "connection closed": (closes_the_connection, "ClientPayloadError"),
+}
+
+
+@pytest.mark.parametrize("answer, reason", BAD_ANSWERS.values(), ids=BAD_ANSWERS)
+def test_a_bad_answer_fails_its_request_alone(fake, scenario_file, answer, reason):
+    run = bench_with(fake, scenario_file, *[answer] * BAD, model="m")
+    assert_failed_alone(run, reason)
+
+
+def test_an_error_body_is_quoted_short_on_one_line(fake, scenario_file):
+    run = bench_with(fake, scenario_file, huge_error, model="m")
+    reason, = [r.reason for r in run.results if not r.finished]
+    assert reason == "HTTP 500: " + ("overloaded " * 19)[:200] + "... (its first 200 bytes)"
+
+
+def test_a_server_that_never_answers_times_out_and_the_rest_are_measured(fake, scenario_file):
+    run = bench_with(fake, scenario_file, never_answers(fake), model="m", timeout_s=0.5)
+    assert_failed_alone(run, "timed out after 0.5 s", bad=1)
+
+
+def test_cancelling_a_request_stops_it_rather_than_failing_it(fake):
+    """Cancellation (and Ctrl-C) is not a server's fault: the request's fault boundary lets it
+    through, so the bench stops."""
+    fake.answers = [never_answers(fake)]
+    result = RequestResult(0, 0.0, 4, 2)
+
+    async def cancelled_while_waiting():
+        async with aiohttp.ClientSession() as session:
+            request = asyncio.create_task(send(session, Target(fake.url, "/v1/completions",
+                                                               "m", 60.0), result, [11] * 4))
+            while not fake.bodies:  # until the server holds it
+                await asyncio.sleep(0.01)
+            request.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+
+    asyncio.run(cancelled_while_waiting())
+    assert result.reason == ""  # no failure recorded: the cancellation went through
+
+
+# --- the real command: every file says why, and the last line counts the failures ----------------
+
+def test_every_bad_answer_in_one_run_fails_alone_and_the_files_say_why(
+        fake, scenario_file, tmp_path, capsys):
+    faults = [(chunk_then_done(payload), reason) for payload, reason in
+              MALFORMED_CHUNKS.values()] + list(BAD_ANSWERS.values())
+    faults.append((never_answers(fake), "timed out after 2 s"))
+    fake.answers = [answer for answer, _ in faults]
+    fake.models = answering(200, b"[1]")
+    out = tmp_path / "bench"
+    total = len(faults) + 3
+    status, last = bench_cli(capsys, fake.url, scenario_file, out, "--num-prompts", str(total),
+                             "--timeout", "2")
+    assert_files_say_why(out, [reason for _, reason in faults], succeeded=3)
+    report = (out / "report.md").read_text()
+    assert "model: none named (GET /v1/models: the body is an array [1], not a JSON object)" \
+        in report
+    assert "## Failed requests" in report and "| choices is a string \"nope\", not an array | 1 |" \
+        in report
+    assert status == 0
+    assert last.startswith(f"bench: 3 of {total} requests succeeded; {len(faults)} failed: 1 ")
+    assert last.endswith(f"; {len(faults) - 3} for {len(faults) - 3} other reasons "
+                         f"(bench_requests.csv)")
+
+
+def test_malformed_chat_chunks_and_a_failed_probe_in_one_run(fake, scenario_file, tmp_path,
+                                                            capsys):
+    fake.answers = [chunk_then_done(payload) for payload, _ in CHAT_CHUNKS.values()]
+    fake.probe = answering(200, b'{"usage": {"prompt_tokens": "many"}}')
+    out = tmp_path / "bench"
+    status, last = bench_cli(capsys, fake.url, scenario_file, out, "--model", "m",
+                             "--endpoint", "/v1/chat/completions")
+    reasons = [reason for _, reason in CHAT_CHUNKS.values()]
+    assert_files_say_why(out, reasons, succeeded=5 - len(reasons))
+    assert ('not calibrated (usage.prompt_tokens is a string "many", not an integer count)'
+            in (out / "report.md").read_text())
+    assert (status, last) == (0, f"bench: 3 of 5 requests succeeded; 2 failed: 1 {reasons[0]}; "
+                                 f"1 {reasons[1]}")
+
+
+def test_when_every_request_fails_the_files_are_written_and_the_status_is_1(
+        fake, scenario_file, tmp_path, capsys):
+    fake.answers = [chunk_then_done('{"choices": "nope"}')] * BAD
+    out = tmp_path / "bench"
+    status, last = bench_cli(capsys, fake.url, scenario_file, out, "--model", "m",
+                             "--num-prompts", str(BAD))
+    assert status == 1
+    assert last == ('bench: 0 of 2 requests succeeded; 2 failed: 2 choices is a string '
+                    '"nope", not an array')
+    assert [r["status"] for r in rows(out / "requests.csv")] == ["failed"] * BAD
+    assert (out / "report.html").is_file() and (out / "summary.json").is_file()
+
+
+def test_when_every_request_succeeds_the_last_line_says_so(fake, scenario_file, tmp_path,
+                                                          capsys):
+    status, last = bench_cli(capsys, fake.url, scenario_file, tmp_path / "bench", "--model",
+                             "m")
+    assert (status, last) == (0, "bench: all 5 requests succeeded")
+
+
+# --- model discovery and the text probe go on without what they could not get --------------------
+
+MODEL_LISTINGS = {
+    "HTTP 500": (answering(500, b"down"), "HTTP 500: down"),
+    "not JSON": (answering(200, b"<html>"), "the body is not JSON: <html>"),
+    "binary": (answering(200, b"\x00\xff" * 10), "the body is not JSON: \\x00\\xff"),
+    "an array": (answering(200, b"[1]"), "the body is an array [1], not a JSON object"),
+    "data a string": (answering(200, b'{"data": "m"}'),
+                      'data is a string "m", not an array of models'),
+    "no model": (answering(200, b'{"data": []}'), "it lists no model"),
+    "a model without an id": (answering(200, b'{"data": [{"name": "m"}]}'),
+                              'data[0] is an object {"name": "m"}, not a model with a string id'),
+    "an id a number": (answering(200, b'{"data": [{"id": 5}]}'),
+                       'data[0] is an object {"id": 5}, not a model with a string id'),
+    "over 8 MiB": (answering(200, b" " * (8 * 2**20 + 1)), "the body is over 8388608 bytes"),
+}
+
+
+@pytest.mark.parametrize("listing, why", MODEL_LISTINGS.values(), ids=MODEL_LISTINGS)
+def test_garbage_from_v1_models_is_noted_and_the_bench_goes_on(fake, scenario_file, listing,
+                                                               why):
+    fake.models = listing
+    run, = bench_runs(scenarios.load(scenario_file), BenchOptions(fake.url))
+    note, = [n for n in run.notes if n.startswith("model:")]
+    assert note.startswith(f"model: none named (GET /v1/models: {why}")
+    assert [r.status for r in run.results] == ["finished"] * 5
+    assert all("model" not in body for body in fake.bodies)
+
+
+def test_a_listed_model_is_asked_for(fake, scenario_file):
+    run, = bench_runs(scenarios.load(scenario_file), BenchOptions(fake.url))
+    assert "model: fake-model" in run.notes
+    assert {body["model"] for body in fake.bodies} == {"fake-model"}
+
+
+def probe_reporting(prompt_tokens: str):
+    return answering(200, b'{"usage": {"prompt_tokens": %s}}' % prompt_tokens.encode())
+
+
+PROBE_ANSWERS = {
+    "HTTP 500": (answering(500, b"down"), "HTTP 500: down"),
+    "not JSON": (answering(200, b"{oops"), "the body is not JSON: {oops"),
+    "no usage": (answering(200, b"{}"), "the response reports no usage.prompt_tokens"),
+    "usage a string": (answering(200, b'{"usage": "x"}'), 'usage is a string "x", not an '
+                                                          "object"),
+    "count a string": (probe_reporting('"9"'), 'usage.prompt_tokens is a string "9", not an '
+                                               "integer count"),
+    "count NaN": (probe_reporting("NaN"), "usage.prompt_tokens is a number NaN"),
+    "count negative": (probe_reporting("-4"), "usage.prompt_tokens is -4, a negative count"),
+    "count 1e30": (probe_reporting("1e30"), "usage.prompt_tokens is a number 1e+30"),
+    "the same count for both": (probe_reporting("7"), "the probe's prompt token counts do not "
+                                                      "grow with the words: {16: 7, 64: 7}"),
+}
+
+
+@pytest.mark.parametrize("probe, why", PROBE_ANSWERS.values(), ids=PROBE_ANSWERS)
+def test_garbage_from_the_text_probe_leaves_prompts_uncalibrated_saying_why(
+        fake, scenario_file, probe, why):
+    fake.probe = probe
+    options = BenchOptions(fake.url, "/v1/chat/completions", model="m")
+    run, = bench_runs(scenarios.load(scenario_file), options)
+    note, = [n for n in run.notes if n.startswith("prompts:")]
+    assert f"not calibrated ({why}" in note and "one word is taken as one token" in note
+    assert [r.status for r in run.results] == ["finished"] * 5
+
+
+def test_the_probe_calibrates_text_prompts(fake, scenario_file):
+    run, = bench_runs(scenarios.load(scenario_file),
+                      BenchOptions(fake.url, "/v1/chat/completions", model="m"))
+    assert "prompts: text of repeated words, calibrated: 3 tokens a word, +5 tokens a prompt" \
+        in run.notes
+
+
+# --- the URL and the endpoint are checked before anything is sent --------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:  # bound, then closed: nothing listens on it
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_dead_url_fails_every_request_with_status_1(scenario_file, tmp_path, capsys):
+    port = free_port()
+    out = tmp_path / "bench"
+    status, last = bench_cli(capsys, f"http://127.0.0.1:{port}", scenario_file, out,
+                             "--timeout", "5")
+    assert status == 1
+    assert last.startswith(f"bench: 0 of 5 requests succeeded; 5 failed: 5 "
+                           f"ClientConnectorError: Cannot connect to host 127.0.0.1:{port}")
+    assert [r["status"] for r in rows(out / "bench_requests.csv")] == ["failed"] * 5
+    assert (out / "report.html").is_file() and (out / "summary.json").is_file()
+    assert not (out / "steps.csv").exists()  # a client sees no steps
+
+
+BAD_URLS = {
+    "notaurl": "no http:// or https:// at its start",
+    "ftp://x": "no http:// or https:// at its start",
+    "http://": "there is no host",
+    "http://127.0.0.1:99999": "the port '99999' is not a number in 1-65535",
+    "http://127.0.0.1:0": "the port '0' is not a number in 1-65535",
+    "http://127.0.0.1:8000/?key=1": "a base URL has no ?query or #fragment (the endpoint is "
+                                    "appended to it)",
+    "http://127.0.0.1 :8000": "it holds spaces or control characters",
+}
+
+
+@pytest.mark.parametrize("url, problem", BAD_URLS.items(), ids=BAD_URLS)
+@pytest.mark.parametrize("command", ["bench", "validate"])
+def test_a_bad_url_is_a_usage_error_naming_the_flag(scenario_file, tmp_path, capsys, command,
+                                                    url, problem):
+    argv = (["bench", url, str(scenario_file)] if command == "bench" else
+            ["validate", str(scenario_file), "--against", url])
+    status = main([*argv, "--out", str(tmp_path / "out"), "--quiet"])
+    flag = "URL" if command == "bench" else "--against"
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err == (f"servesim: error: {flag} {url!r}: {problem}; expected "
+                   f"http(s)://HOST[:PORT][/PATH] with a port in 1-65535, e.g. "
+                   f"http://127.0.0.1:8000\n")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["bench", "validate"])
+def test_an_endpoint_without_a_leading_slash_is_a_usage_error(fake, scenario_file, tmp_path,
+                                                              capsys, command):
+    argv = (["bench", fake.url, str(scenario_file)] if command == "bench" else
+            ["validate", str(scenario_file), "--against", fake.url])
+    status = main([*argv, "--endpoint", "v1/completions", "--out", str(tmp_path / "out")])
+    assert status == 2
+    assert capsys.readouterr().err == (
+        "servesim: error: --endpoint 'v1/completions': expected a path starting with '/', "
+        "e.g. /v1/completions or /v1/chat/completions, without spaces\n")
+    assert fake.bodies == [] and not (tmp_path / "out").exists()
+
+
+def test_bench_options_refuse_a_bad_url_or_endpoint():
+    with pytest.raises(ValueError, match="^url 'notaurl': no http"):
+        BenchOptions("notaurl")
+    with pytest.raises(ValueError, match="^endpoint 'v1/completions': expected a path"):
+        BenchOptions("http://127.0.0.1:8000", "v1/completions")
