@@ -74,6 +74,7 @@ def cmd_serve(args) -> int:
 
 
 def validate_against_cmd(args) -> int:
+    from .bench.outcome import any_succeeded, outcome_line
     from .validation.against import validate_against
 
     args.url = args.against
@@ -84,16 +85,17 @@ def validate_against_cmd(args) -> int:
                          f"({', '.join(scenario.variant_names)}); name it with --variant")
     args.out_dir = out_dir = output_dir(args.out, scenario.name, "-validate")
     try:
-        result = validate_against(scenario, options, out_dir, profile=args.profile,
-                                  manifest=manifest("validate", scenario))
+        text, sent = validate_against(scenario, options, out_dir, profile=args.profile,
+                                      manifest=manifest("validate", scenario))
     except (ValueError, FileNotFoundError) as exc:
         import scenarios
 
         if isinstance(exc, scenarios.ScenarioError):
             raise
         raise RunFailed(f"{scenario.name}: {exc}") from None
-    print(result)
-    return 0
+    print(text)
+    print(outcome_line(sent))
+    return 0 if any_succeeded(sent) else 1
 
 
 def add_client_flags(parser) -> None:

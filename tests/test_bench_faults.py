@@ -575,3 +575,19 @@ def test_bench_options_refuse_a_bad_url_or_endpoint():
         BenchOptions("notaurl")
     with pytest.raises(ValueError, match="^endpoint 'v1/completions': expected a path"):
         BenchOptions("http://127.0.0.1:8000", "v1/completions")
+
+
+def test_validate_against_a_dead_server_says_so_and_fails(tmp_path, capsys):
+    from sim.cli import main
+
+    scenario = tmp_path / "small.toml"
+    scenario.write_text('[cost]\nmodel = "linear"\n[workload]\nnum_requests = 3\n'
+                        'arrival = { process = "poisson", rate = 8.0 }\n'
+                        'prompt_tokens = { dist = "fixed", value = 8 }\n'
+                        'output_tokens = { dist = "fixed", value = 4 }\n')
+    out = tmp_path / "v"
+    assert main(["validate", str(scenario), "--against", "http://127.0.0.1:9", "--out",
+                 str(out), "--quiet"]) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("bench: 0 of 3 requests succeeded; 3 failed:")
+    assert (out / "manifest.json").is_file()

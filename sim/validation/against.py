@@ -22,10 +22,10 @@ from .validate import mode_config, validatable_runs
 
 
 def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "auto",
-                     manifest: dict | None = None) -> str:
+                     manifest: dict | None = None) -> tuple[str, list]:
     """Bench and simulate every distinct workload of `scenario`, write the files to `out_dir`
-    (whole or not at all) and return the printed text: the error table, what the client saw,
-    the headline and where the report is."""
+    (whole or not at all) and return (the printed text: the error table, what the client saw,
+    the headline and where the report is; every request sent, as `RequestResult`s)."""
     from reports.output import output_folder
 
     specs = distinct_runs(validatable_runs(scenario, False, profile, options.progress))
@@ -44,8 +44,9 @@ def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "a
                     f"{max_abs_error(rows):.1f}%")
         _write(scenario, options, benched, list(zip(specs, simulated)), rows, notes, headline,
                folder)
-    return "\n".join([text_table(rows), "", *notes, headline,
+    text = "\n".join([text_table(rows), "", *notes, headline,
                       f"report: {Path(out_dir) / 'report.html'}"])
+    return text, [result for run in benched for result in run.results]
 
 
 def _write(scenario, options, benched, simulated, rows, notes, headline, folder: Path) -> None:
