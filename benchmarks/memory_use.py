@@ -1,10 +1,11 @@
 """What a `servesim run` holds in memory, per request, per replica and per run: the figures
 `sim/memory.py` estimates a scenario's memory with before anything runs.
 
-Each figure is the slope between two whole `servesim run` processes (simulation, tables,
-charts and report: everything the command keeps at its peak) that differ only in one count,
-read from each process's peak resident memory (`ru_maxrss`), so the interpreter and the
-libraries cancel out:
+Each figure is the slope between two whole `servesim run` commands (simulation, tables, charts
+and report: everything the command keeps at its peak) that differ only in one count, so the
+interpreter and the libraries cancel out. A command's memory is the proportional set size (Pss,
+from /proc/PID/smaps_rollup: pages shared after a fork counted once) of its process and the
+chart process it forks, summed and sampled every 100 ms, at its peak:
 
 - per request: the default scenario's workload (lognormal prompts around 128 tokens, outputs of
   16 to 256) served by continuous batching, at a rate it keeps up with and at 1.5x what it
@@ -19,9 +20,10 @@ libraries cancel out:
 from __future__ import annotations
 
 import argparse
-import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -58,17 +60,40 @@ output_tokens = {{ dist = "fixed", value = 8 }}
 
 
 def peak_bytes(text: str, folder: Path) -> int:
-    """The peak resident memory of `servesim run` of a scenario's text, in bytes."""
+    """The peak memory of `servesim run` of a scenario's text and its chart process, in
+    bytes."""
     scenario = folder / "case.toml"
     scenario.write_text(text)
-    pid = os.fork()
-    if pid == 0:  # the child: the command, as a user runs it (its summary table not shown)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-        os.execv(sys.executable, [sys.executable, "-m", "sim.cli", "run", str(scenario),
-                                  "--out", str(folder / "out"), "--quiet", "--jobs", "1"])
-    _, status, usage = os.wait4(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, text
-    return usage.ru_maxrss * 1024  # kilobytes on Linux
+    command = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(scenario), "--out",
+                                str(folder / "out"), "--quiet", "--jobs", "1"],
+                               stdout=subprocess.DEVNULL)
+    peak = 0
+    while command.poll() is None:
+        peak = max(peak, tree_pss(command.pid))
+        time.sleep(0.1)
+    assert command.returncode == 0, text
+    return peak
+
+
+def tree_pss(pid: int) -> int:
+    """Bytes of the proportional set size of a process and its children (0 once gone)."""
+    total = 0
+    for process in (pid, *children(pid)):
+        try:
+            with open(f"/proc/{process}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) * 1024 for line in f
+                              if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            pass
+    return total
+
+
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
 
 
 def slope(make, low: int, high: int) -> float:
@@ -85,18 +110,16 @@ def main() -> None:
     args = parser.parse_args()
     scale = 5 if args.quick else 1
     print(machine_state())
-    figures = {
-        "request, keeping up (4 req/s)": slope(lambda n: WORKLOAD.format(n=n, rate=4.0),
-                                               20_000 // scale, 100_000 // scale),
-        "request, overloaded (6.5 req/s)": slope(lambda n: WORKLOAD.format(n=n, rate=6.5),
-                                                 20_000 // scale, 100_000 // scale),
-        "replica": slope(lambda n: CLUSTER.format(n=n, requests=2 * n),
-                         100 // scale, 1_000 // scale),
-        "run": slope(lambda n: SWEEP.format(values=", ".join(str(1 + i) for i in range(n))),
-                     100 // scale, 1_000 // scale),
+    cases = {
+        "request, keeping up (4 req/s)": (lambda n: WORKLOAD.format(n=n, rate=4.0),
+                                          20_000, 100_000),
+        "request, overloaded (6.5 req/s)": (lambda n: WORKLOAD.format(n=n, rate=6.5),
+                                            20_000, 100_000),
+        "replica": (lambda n: CLUSTER.format(n=n, requests=2 * n), 100, 1_000),
+        "run": (lambda n: SWEEP.format(values=", ".join(str(1 + i) for i in range(n))), 40, 200),
     }
-    for what, value in figures.items():
-        print(f"{what:34s} {value:10,.0f} bytes")
+    for what, (make, low, high) in cases.items():
+        print(f"{what:34s} {slope(make, low // scale, high // scale):10,.0f} bytes", flush=True)
     print(f"sim/memory.py assumes: {REQUEST_BYTES:,} bytes a request, {REPLICA_BYTES:,} a "
           f"replica, {RUN_BYTES:,} a run")
 

@@ -121,7 +121,9 @@ def output_dir(out, name: str, suffix: str = "") -> Path:
     before any work, where the command could not write its folder (`reports.output`)."""
     from reports.output import check_place, is_plain_name
 
-    if out:
+    if out is not None:
+        if not out.strip():
+            raise UsageError("--out: an empty path; give a folder, e.g. --out results")
         path = Path(out)
     elif not is_plain_name(name):
         raise UsageError(f"the scenario's name {name!r} cannot name its output folder (letters, "
@@ -498,8 +500,9 @@ def _run_command(args) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 141  # 128 + SIGPIPE, as a shell tool killed by the closed pipe
     except OSError as exc:  # a file system fault: unwritable, full, a file where a folder goes
-        where = exc.filename or getattr(args, "out_dir", None) or ""
-        return _fail(f"{where}: {exc.strerror or exc}{_kept(args)}", 1)
+        where = exc.filename or getattr(args, "out_dir", None)
+        problem = f"{exc.strerror or exc}{_kept(args)}"
+        return _fail(f"{where}: {problem}" if where else problem, 1)
     except MemoryError:
         return _fail(f"out of memory{_kept(args)}; make the run smaller (fewer requests, "
                      f"variants or sweep points)", 1)

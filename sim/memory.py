@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 
-# benchmarks/memory_use.py: 857 bytes a request (default workload, keeping up) and 903 (at 1.5x
-# overload: more steps, longer queues); 14.7 KB a replica; 36 KB a run (its resolved config,
-# its rows in every table and its points in the charts).
-REQUEST_BYTES = 1_000
-REPLICA_BYTES = 20_000
-RUN_BYTES = 40_000
+# benchmarks/memory_use.py on a 2-core machine (a 5M-iteration Python loop in 0.24 s, load 1.3):
+# 6,012 bytes a request (the default workload, kept up with: many small steps, whose rows, table
+# and timeline cost as much as the requests') and 2,693 at 1.5x overload; 104 KB a replica;
+# 1.46 MB a run (its config, table rows, chart lines and the report's images). Rounded up.
+REQUEST_BYTES = 6_500
+REPLICA_BYTES = 110_000
+RUN_BYTES = 1_500_000
 
 
 def machine_memory_bytes() -> int | None:
