@@ -226,7 +226,7 @@ def test_malformed_json_and_bad_messages_answer_400():
         return malformed, messages
     (status, malformed), (messages_status, messages) = served(test)
     assert status == 400 and "JSON" in malformed["error"]["message"]
-    assert messages_status == 400 and messages["error"]["param"] == "messages[0]"
+    assert messages_status == 400 and messages["error"]["param"] == "messages[0].role"
 
 
 def test_full_queue_answers_429():
