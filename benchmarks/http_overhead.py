@@ -66,7 +66,7 @@ class ServerProcess:
                 "continuous", *(["--set", *sets] if sets else [])]
         self.process = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.PIPE, text=True)
         line = self.process.stderr.readline()
-        if not line.startswith("serving on "):
+        if not (line.startswith("serving ") and ", on http://" in line):
             raise RuntimeError(f"servesim serve did not start: {line}")
         self.url = line.split()[-1]
 

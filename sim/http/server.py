@@ -256,8 +256,11 @@ async def start_server(engine: LLMEngine, model: Model, host: str = "127.0.0.1",
     runner = web.AppRunner(build_app(thread, model), handler_cancellation=True,
                            access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:  # the port is taken, say: leave nothing behind
+        await runner.cleanup()
+        raise
     thread.start()
     bound_host, bound_port = runner.addresses[0][:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
