@@ -41,7 +41,8 @@ class StepOutput:
 
     @property
     def ran(self) -> bool:
-        return not self.plan.is_empty
+        """The step executed (its sequences may all have failed, leaving its plan empty)."""
+        return not self.plan.is_empty or bool(self.failed)
 
 
 @dataclass(frozen=True)

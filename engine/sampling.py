@@ -68,7 +68,7 @@ def apply_temperature(logits, temperature: float) -> np.ndarray:
         out = np.full_like(x, -np.inf)
         np.put_along_axis(out, best, np.take_along_axis(x, best, axis=-1), axis=-1)
         return out
-    t = np.asarray(temperature, dtype=x.dtype)
+    t = np.asarray(min(temperature, float(np.finfo(x.dtype).max)), dtype=x.dtype)  # 1e308: float32
     with np.errstate(over="ignore"):
         scaled = x / t
     if not np.isposinf(scaled).any():

@@ -118,6 +118,16 @@ def test_a_sequence_whose_sampling_fails_is_aborted_and_the_step_stands_for_the_
     engine.scheduler.block_manager.check_invariants()
 
 
+def test_a_step_whose_every_sequence_failed_still_ran(tiny_params):
+    engine = real_engine(tiny_params)
+    bad = sampled("bad")
+    bad.generator = BrokenGenerator()
+    engine.add_request(bad)
+    out = engine.step()
+    assert out.plan.is_empty and out.ran and set(out.failed) == {bad.seq_id}
+    assert not engine.has_unfinished() and engine.scheduler.block_manager.num_used == 0
+
+
 def test_a_recorded_run_raises_on_a_sampling_failure_rather_than_lose_the_request(tiny_params):
     engine = real_engine(tiny_params, RunRecorder(32))
     bad = sampled("bad")

@@ -94,6 +94,13 @@ def test_very_high_temperature_approaches_uniform():
     np.testing.assert_allclose(probs, 1 / 3, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_temperature_past_the_dtype_is_uniform_over_the_unmasked_tokens(dtype):
+    with np.errstate(over="raise", invalid="raise"):
+        probs = stable_softmax(apply_temperature(np.array([3.0, 1.0, -np.inf], dtype), 1e308))
+    np.testing.assert_allclose(probs, [0.5, 0.5, 0.0])
+
+
 def test_temperature_zero_is_the_greedy_limit_with_ties_to_the_lowest_index():
     scaled = apply_temperature(np.array([1.0, 7.0, 3.0, 7.0]), 0)
     np.testing.assert_array_equal(stable_softmax(scaled), [0.0, 1.0, 0.0, 0.0])
