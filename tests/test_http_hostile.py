@@ -12,8 +12,8 @@ import asyncio
 
 import pytest
 
-import engine.model_runner
-from http_support import (PROMPT, assert_recovered, post, post_raw, served, sse_events, until)
+from engine import model_runner
+from http_support import PROMPT, assert_recovered, post, post_raw, served, sse_events, until
 from sim.http.text import Detokenizer
 
 COMPLETE = "/v1/completions"
@@ -242,13 +242,13 @@ MARK = 0.123  # a top_p that makes the injected sampling failure pick this reque
 @pytest.fixture
 def failing_sampling(monkeypatch):
     """Sampling raises for requests whose top_p is MARK, inside the engine's step."""
-    sample = engine.model_runner.sample_token
+    sample = model_runner.sample_token
 
     def sample_or_fail(logits, params, rng):
         if params.top_p == MARK:
             raise FloatingPointError("injected sampling failure")
         return sample(logits, params, rng)
-    monkeypatch.setattr(engine.model_runner, "sample_token", sample_or_fail)
+    monkeypatch.setattr(model_runner, "sample_token", sample_or_fail)
 
 
 def test_a_request_whose_sampling_fails_in_the_engine_fails_alone(failing_sampling):
