@@ -7,8 +7,9 @@ For the default model and a 1-layer model (the default scenario's continuous var
 - request rate: --requests one-token completions, --concurrency at a time, non-streamed: the
   requests/s the server completes, where its own per-request overhead (HTTP, JSON, the hand-off
   between threads) dominates, all the more with the 1-layer model.
-The client runs in this process, the server in its own. The machine's state is printed with the
-figures: the seconds a fixed pure-Python loop takes (its speed) and the load average.
+The client runs in this process, the server in its own; both run BLAS on one thread, as
+`servesim serve` does unless a count is set. The machine's state is printed with the figures:
+the seconds a fixed pure-Python loop takes (its speed) and the load average.
 
     python benchmarks/http_overhead.py
     python benchmarks/http_overhead.py --requests 16 --max-tokens 32   # a quick check
@@ -29,6 +30,10 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from sim.profiling import threads  # noqa: E402  (imports nothing heavy)
+
+threads.apply(threads.DEFAULT_THREADS)  # before NumPy loads: the BLAS threads `serve` runs with
 
 import scenarios  # noqa: E402
 from engine.sequence import Sequence  # noqa: E402
@@ -66,7 +71,7 @@ class ServerProcess:
                 "continuous", *(["--set", *sets] if sets else [])]
         self.process = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.PIPE, text=True)
         line = self.process.stderr.readline()
-        if not line.startswith("serving on "):
+        if not (line.startswith("serving ") and ", on http://" in line):
             raise RuntimeError(f"servesim serve did not start: {line}")
         self.url = line.split()[-1]
 

@@ -8,13 +8,13 @@ nothing real is computed, as in the simulator's cost-model executor) and the ste
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .block_manager import BlockManager
 from .model import normalize_params
-from .model_runner import Workspace, batched_decode_step, build_batch_step_input
+from .model_runner import Workspace, build_batch_step_input, forward_step, sample_tokens
 from .paged_kv_cache import PagedKVStorage
 from .step_plan import StepPlan
 
@@ -22,11 +22,14 @@ from .step_plan import StepPlan
 @dataclass(frozen=True)
 class StepResult:
     """What a step produced: tokens {seq_id: token id} (None in simulation), its duration in
-    seconds and, when asked for, the logits [V] each sampled token was drawn from."""
+    seconds and, when asked for, the logits [V] each sampled token was drawn from. `failed`:
+    {seq_id: exception} for the sequences whose sampling raised (they have no token; the step's
+    other sequences are unaffected, see `LLMEngine.step`)."""
 
     tokens: dict[int, int] | None
     duration_s: float
     logits: dict[int, np.ndarray] | None = None
+    failed: dict[int, Exception] = field(default_factory=dict)
 
 
 class NumpyExecutor:
@@ -51,8 +54,9 @@ class NumpyExecutor:
         self.workspace = Workspace()
 
     def execute(self, plan: StepPlan, *, return_logits: bool = False) -> StepResult:
-        """Compute the plan's tokens' K/V, sample one token per sampling sequence; the whole
-        step is timed with time.perf_counter()."""
+        """Compute the plan's tokens' K/V, sample one token per sampling sequence (a sequence
+        whose sampling raises is listed in `failed` instead); the whole step is timed with
+        time.perf_counter()."""
         t0 = time.perf_counter()
         if plan.swap_out:
             copy_blocks(self.storage, self.host, plan.swap_out)
@@ -62,13 +66,12 @@ class NumpyExecutor:
             return StepResult({}, time.perf_counter() - t0, {} if return_logits else None)
         inp = build_batch_step_input(plan.decodes, self.block_manager, prefills=plan.prefills,
                                      padding_seqs=plan.padding_seqs)
-        tokens, logits = batched_decode_step(self.params, self.storage, inp, self.rng,
-                                             self.workspace)
+        logits = forward_step(self.params, self.storage, inp, self.workspace)  # [S, V]
+        tokens, failed = sample_tokens(inp.sample_seqs, logits, self.rng)
         duration_s = time.perf_counter() - t0
-        if return_logits:
-            return StepResult(tokens, duration_s,
-                              {seq.seq_id: row for seq, row in zip(inp.sample_seqs, logits)})
-        return StepResult(tokens, duration_s)
+        rows = {seq.seq_id: row for seq, row in zip(inp.sample_seqs, logits)} \
+            if return_logits else None
+        return StepResult(tokens, duration_s, rows, failed)
 
 
 def copy_blocks(source: PagedKVStorage, target: PagedKVStorage, pairs) -> None:

@@ -13,7 +13,7 @@ the executor's predicted `duration_s`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,17 +29,20 @@ TIMINGS = ("wall", "executor")
 @dataclass(frozen=True)
 class StepOutput:
     """One engine iteration: its plan, the tokens sampled (seq_id -> id; None in simulation),
-    the sequences that finished, and its start and end on the run's clock."""
+    the sequences that finished, its start and end on the run's clock, and the sequences whose
+    sampling failed (seq_id -> exception; each was aborted, see `LLMEngine.step`)."""
 
     plan: StepPlan
     tokens: dict | None
     finished: list
     start_s: float
     end_s: float
+    failed: dict = field(default_factory=dict)
 
     @property
     def ran(self) -> bool:
-        return not self.plan.is_empty
+        """The step executed (its sequences may all have failed, leaving its plan empty)."""
+        return not self.plan.is_empty or bool(self.failed)
 
 
 @dataclass(frozen=True)
@@ -88,19 +91,17 @@ class LLMEngine:
     def step(self, now_s: float = 0.0) -> StepOutput:
         """Plan, execute and apply one step that starts at `now_s` on the run's clock. An empty
         plan (nothing runnable: idle, or a static batch waiting for its timeout) executes
-        nothing and takes no time; its `plan.idle_until_s` says when to try again."""
+        nothing and takes no time; its `plan.idle_until_s` says when to try again. A sequence
+        whose sampling raised leaves the step aborted (`_drop_failed`); the rest is applied."""
         wall_start = time.perf_counter()
         plan, result = self.start_step(now_s)
         if result is None:
             return StepOutput(plan, None, [], now_s, now_s)
-        if self._wall:
-            finished = self.scheduler.postprocess(plan, result.tokens)
-            end_s = now_s + (time.perf_counter() - wall_start)
-            self._record(plan, finished, now_s, end_s)
-        else:
-            end_s = now_s + result.duration_s
-            finished = self.finish_step(plan, result, now_s, end_s)
-        return StepOutput(plan, result.tokens, finished, now_s, end_s)
+        failed = self._drop_failed(plan, result)
+        finished = self.scheduler.postprocess(plan, result.tokens)
+        end_s = now_s + (time.perf_counter() - wall_start if self._wall else result.duration_s)
+        self._record(plan, finished, now_s, end_s)
+        return StepOutput(plan, result.tokens, finished, now_s, end_s, failed)
 
     def start_step(self, now_s: float):
         """First half of a step, for loops whose clock must advance between the halves (a
@@ -113,6 +114,7 @@ class LLMEngine:
 
     def finish_step(self, plan: StepPlan, result, start_s: float, end_s: float) -> list[Sequence]:
         """Second half: apply the step's tokens, record it; returns the finished sequences."""
+        self._drop_failed(plan, result)
         finished = self.scheduler.postprocess(plan, result.tokens)
         self._record(plan, finished, start_s, end_s)
         return finished
@@ -148,6 +150,26 @@ class LLMEngine:
             for seq in finished:
                 self.recorder.record_request(seq)
         return finished
+
+    def _drop_failed(self, plan: StepPlan, result) -> dict:
+        """Take the sequences whose sampling raised (`StepResult.failed`; an executor that
+        samples nothing, a cost model, has no such field) out of the step before it is applied:
+        each is aborted (its KV blocks freed, finish_reason "error"), so one request's failure
+        is its own. Returns them as {seq_id: exception}. A run that records its requests cannot
+        lose one: with a recorder the first failure raises instead."""
+        failed = getattr(result, "failed", None)
+        if not failed:
+            return {}
+        if self.recorder is not None:
+            raise next(iter(failed.values()))
+        dropped = [seq for seq, _ in plan.prefills if seq.seq_id in failed] + \
+            [seq for seq in plan.decodes if seq.seq_id in failed]
+        plan.prefills = [(seq, n) for seq, n in plan.prefills if seq.seq_id not in failed]
+        plan.decodes = [seq for seq in plan.decodes if seq.seq_id not in failed]
+        for seq in dropped:
+            self.scheduler.abort(seq)
+            seq.finish_reason = "error"
+        return failed
 
     def _record(self, plan: StepPlan, finished: list, start_s: float, end_s: float) -> None:
         if self.recorder is not None:

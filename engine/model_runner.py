@@ -228,13 +228,29 @@ def forward_step(params: dict, storage: PagedKVStorage, inp: StepInput,
     return final_logits(x[inp.sample_rows], params)  # [S, V]
 
 
+def sample_tokens(seqs: list[Sequence], logits: np.ndarray,
+                  rng: np.random.Generator) -> tuple[dict[int, int], dict[int, Exception]]:
+    """One token per sequence from its row of `logits` [S, V], with its own `seq.sampling`
+    (and its own `seq.generator`, when it has one, instead of `rng`). Returns ({seq_id: token},
+    {seq_id: exception}): a sequence whose sampling raises gets no token and its exception
+    instead, so one request's failure leaves the others' tokens standing."""
+    tokens, failed = {}, {}
+    for seq, row in zip(seqs, logits):
+        try:
+            tokens[seq.seq_id] = sample_token(row, seq.sampling,
+                                              rng if seq.generator is None else seq.generator)
+        except Exception as exc:  # handed to the caller, never swallowed
+            failed[seq.seq_id] = exc
+    return tokens, failed
+
+
 def batched_decode_step(params: dict, storage: PagedKVStorage, inp: StepInput,
                         rng: np.random.Generator, ws: Workspace | None = None):
     """One synchronized step for the whole batch: the forward pass, then one token per sampling
-    sequence with its own `seq.sampling` (and its own `seq.generator`, when it has one, instead
-    of `rng`). Returns ({seq_id: token}, logits [S, V])."""
+    sequence (`sample_tokens`). Returns ({seq_id: token}, logits [S, V]); raises the first
+    sampling failure, if any."""
     logits = forward_step(params, storage, inp, ws)  # [S, V]
-    tokens = {seq.seq_id: sample_token(row, seq.sampling,
-                                       rng if seq.generator is None else seq.generator)
-              for seq, row in zip(inp.sample_seqs, logits)}
+    tokens, failed = sample_tokens(inp.sample_seqs, logits, rng)
+    if failed:
+        raise next(iter(failed.values()))
     return tokens, logits

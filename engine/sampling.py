@@ -2,7 +2,8 @@
 
 Every function works over the last axis of a float array (one row of vocabulary logits, or a batch
 of rows) and returns a new array; inputs are never modified. The order used everywhere is
-temperature, top-k, top-p, softmax, sample (`sample_token`), and temperature 0 is greedy.
+temperature, top-k, top-p, softmax, sample (`sample_token`), and a temperature below
+MIN_TEMPERATURE (0 included) is greedy.
 
 Masked-out tokens are -inf logits. A NaN or +inf logit is a caller's bug and raises ValueError,
 as does a row in which every token is masked out.
@@ -16,6 +17,10 @@ from engine.sequence import SamplingParams
 
 PROBS_SUM_TOLERANCE = 1e-4  # float32 softmax rows over ~1e5 tokens still sum within 1e-5 of 1
 TOP_P_ROUNDING = 1e-9  # a prefix whose mass is p up to float64 rounding (0.5 + 0.3) reaches p
+# Below this temperature sampling is greedy (vLLM's threshold): logits / T for a tiny T overflows
+# the engine's float32 logits (T = 1e-40 does; 1e-308 overflows float64 too), and at T = 1e-5 a
+# logit gap of 0.001 already puts the runner-up e^-100 below the top token: greedy is the limit.
+MIN_TEMPERATURE = 1e-5
 
 
 def _as_logits(logits, name: str = "logits") -> np.ndarray:
@@ -49,25 +54,29 @@ def stable_softmax(logits) -> np.ndarray:
 def apply_temperature(logits, temperature: float) -> np.ndarray:
     """Divide logits by the temperature: T < 1 sharpens the distribution, T > 1 flattens it.
 
-    T == 0 is the greedy limit (T -> 0+): every entry of a row except its argmax (ties to the
-    lowest index, as `greedy_select`) becomes -inf, so softmax and sampling after it pick the
-    greedy token with probability 1. T < 0 (or NaN, inf) raises ValueError, and so does a tiny T
-    that overflows the logits' dtype (rather than returning +inf).
+    T < MIN_TEMPERATURE (0 included) is the greedy limit (T -> 0+): every entry of a row except
+    its argmax (ties to the lowest index, as `greedy_select`) becomes -inf, so softmax and
+    sampling after it pick the greedy token with probability 1. When logits / T would overflow
+    the logits' dtype, each row is shifted by its maximum first ((x - max) / T): the same
+    softmax, top-k and top-p, every value finite or -inf. T < 0 (or NaN, inf) raises ValueError.
     """
     x = _as_logits(logits)
     if not np.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature}")
-    if temperature == 0:
+    if temperature < MIN_TEMPERATURE:
         best = np.argmax(x, axis=-1)[..., None]  # [..., 1]
         out = np.full_like(x, -np.inf)
         np.put_along_axis(out, best, np.take_along_axis(x, best, axis=-1), axis=-1)
         return out
+    t = np.asarray(min(temperature, float(np.finfo(x.dtype).max)), dtype=x.dtype)  # 1e308: float32
     with np.errstate(over="ignore"):
-        scaled = x / np.asarray(temperature, dtype=x.dtype)
-    if np.isposinf(scaled).any():
-        raise ValueError(f"logits / temperature {temperature} overflows {x.dtype}; "
-                         "use a larger temperature or float64 logits")
-    return scaled
+        scaled = x / t
+    if not np.isposinf(scaled).any():
+        return scaled
+    row_max = x.max(axis=-1, keepdims=True)  # [..., 1]
+    row_max = np.where(np.isneginf(row_max), 0, row_max)  # an all-masked row stays all -inf
+    with np.errstate(over="ignore"):  # float32 -3e38 - 3e38 is -inf: probability 0, as it is
+        return (x - row_max) / t  # [..., V], at most 0
 
 
 def top_k_filter(logits, k: int) -> np.ndarray:
@@ -149,11 +158,11 @@ def greedy_select(logits):
 
 def sample_token(logits, params: SamplingParams, rng: np.random.Generator) -> int:
     """The next token of one sequence from its logits [V]: temperature, top-k, top-p, softmax,
-    sample; greedy (argmax, no random draw) when params.temperature == 0."""
+    sample; greedy (argmax, no random draw) when params.temperature < MIN_TEMPERATURE."""
     x = _as_logits(logits)
     if x.ndim != 1:
         raise ValueError(f"sample_token takes one row of logits [V], got shape {x.shape}")
-    if params.temperature == 0:
+    if params.temperature < MIN_TEMPERATURE:
         return greedy_select(x)
     x = apply_temperature(x, params.temperature)
     x = top_k_filter(x, params.top_k)

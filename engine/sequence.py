@@ -102,7 +102,8 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.preemptions = 0
         self.reject_reason: str | None = None
-        self.finish_reason: str | None = None  # "stop" (EOS), "length" (max_new_tokens), "abort"
+        # "stop" (EOS), "length" (max_new_tokens), "abort", "error" (its sampling failed)
+        self.finish_reason: str | None = None
         self.admit_order = -1  # set by the scheduler on each admission
         # Step indices (the caller maps them to times): first scheduled, first/last token, finish.
         self.first_scheduled_step: int | None = None

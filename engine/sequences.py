@@ -91,12 +91,15 @@ def init_sequence_state(request: dict, params: dict, *, rng: np.random.Generator
 
 
 def _run(executor: NumpyExecutor, plan: StepPlan) -> dict:
-    """Reserve blocks, execute a one-sequence plan and advance its computed-token count."""
+    """Reserve blocks, execute a one-sequence plan and advance its computed-token count; a
+    sampling failure raises."""
     (seq, n), = plan.prefills or [(plan.decodes[0], 1)]
     executor.block_manager.ensure_capacity(seq.seq_id, seq.num_computed_tokens + n)
-    tokens = executor.execute(plan).tokens
+    result = executor.execute(plan)
+    if result.failed:
+        raise result.failed[seq.seq_id]
     seq.num_computed_tokens += n
-    return tokens
+    return result.tokens
 
 
 def sequence_decode_step(state: dict, params: dict, rng: np.random.Generator | None = None):

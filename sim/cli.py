@@ -252,6 +252,7 @@ def cmd_scenarios(args) -> int:
 
 def cmd_profile(args) -> int:
     model = model_config(args.model or ())
+    check_profile_memory(model)
     from reports.output import check_writable_file
 
     from .profiling.profiler import profile_engine
@@ -278,6 +279,25 @@ def cmd_profile(args) -> int:
              if kept else "and cached for `servesim validate --profile auto`")
     print(f"profile written to {out} ({where}); use it with --set cost.profile={out}")
     return 0
+
+
+def check_profile_memory(model) -> None:
+    """The model's weights and the largest KV cache the profiler serves must fit in memory
+    (`sim.memory`), before either is allocated."""
+    from dataclasses import asdict
+
+    from scenarios import DEFAULTS
+
+    from .memory import check_memory
+    from .profiling.workloads import HELD_OUT, TRAIN
+
+    engine = DEFAULTS["engine"]
+    blocks = max(w.engine.get("num_kv_blocks", engine["num_kv_blocks"]) for w in TRAIN + HELD_OUT)
+    try:
+        check_memory({"mode": "serve", "model": asdict(model), "engine": {
+            "num_kv_blocks": blocks, "block_size": engine["block_size"]}}, 0)
+    except ValueError as exc:
+        raise UsageError(f"--model: {exc}") from None
 
 
 def cmd_validate(args) -> int:
@@ -404,8 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=cmd_bench)
     serve = sub.add_parser("serve", help="serve a scenario's engine behind an OpenAI-compatible "
                                          "HTTP API")
-    serve.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO,
-                       help=f"built-in name or TOML path (default: {DEFAULT_SCENARIO})")
+    serve.add_argument("scenario", nargs="?",
+                       help=f"built-in name or TOML path (default: {DEFAULT_SCENARIO}, its "
+                            f"continuous variant)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on "
                                                            "(default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free)")
@@ -413,7 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a dotted key, e.g. model.n_layers=1 (repeatable; values "
                             "are TOML)")
     serve.add_argument("--variant", metavar="NAME",
-                       help="the scenario variant whose settings are served (default: the first)")
+                       help="the scenario variant whose settings are served (default: the "
+                            "first of a named scenario)")
     serve.add_argument("--max-waiting", type=int, metavar="N",
                        help="answer 429 while N requests wait for admission (default: no limit)")
     serve.set_defaults(func=cmd_serve)
@@ -445,8 +467,10 @@ def _add_parallel(parser, what: str, default: str | None = None) -> None:
 
 def set_threads(args) -> None:
     """Before NumPy loads: the BLAS thread count `profile` measures with (--threads, default 1)
-    and `validate` serves with (its profile's; auto: the default). A count already set in the
-    environment stays. Where NumPy is already loaded (a Python caller), nothing can change."""
+    and `validate` serves with (its profile's; auto: the default). `serve` uses one: its engine
+    steps one batch at a time, and BLAS threads spinning beside it on a shared machine slow
+    every step down severalfold (docs/server/http.md). A count already set in the environment
+    stays. Where NumPy is already loaded (a Python caller), nothing can change."""
     if "numpy" in sys.modules:
         return
     if args.command == "profile":
@@ -454,6 +478,8 @@ def set_threads(args) -> None:
     elif args.command == "validate":
         recorded = None if args.profile == "auto" else threads.recorded(args.profile)
         threads.apply(recorded or threads.DEFAULT_THREADS)
+    elif args.command == "serve":
+        threads.apply(threads.DEFAULT_THREADS)
 
 
 def main(argv=None) -> int:
@@ -529,5 +555,7 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m sim.cli: run the `sim.cli` module the commands import,
+    from sim.cli import main as cli_main  # so that the errors they raise are the ones caught
+
+    sys.exit(cli_main())

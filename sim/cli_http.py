@@ -52,22 +52,29 @@ def bench_options(args, url_flag: str):
                         progress=not args.quiet)
 
 
+SERVE_VARIANT = "continuous"  # what `serve` with no scenario serves: as vLLM, continuous batching
+
+
 def cmd_serve(args) -> int:
     import scenarios
 
+    from .cli import DEFAULT_SCENARIO
     from .http import serve_scenario
 
     if args.max_waiting is not None and args.max_waiting < 1:
         raise UsageError("--max-waiting must be a positive integer")
-    scenario = scenarios.load(args.scenario, args.set or ())
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: must be from 0 to 65535 (0: any free port)")
+    scenario = scenarios.load(args.scenario or DEFAULT_SCENARIO, args.set or ())
     specs = scenario.runs()
-    name = args.variant or specs[0].variant
+    name = args.variant or (specs[0].variant if args.scenario else SERVE_VARIANT)
     spec = next((s for s in specs if s.variant == name), None)
     if spec is None:
         raise UsageError(f"--variant {name}: the scenario's variants are "
                          f"{', '.join(scenario.variant_names)}")
     try:
-        serve_scenario(spec.config, args.host, args.port, args.max_waiting)
+        serve_scenario(spec.config, args.host, args.port, args.max_waiting,
+                       f"{scenario.name} (variant {name})")
     except ValueError as exc:
         raise UsageError(f"{scenario.name}: {exc}") from None
     return 0

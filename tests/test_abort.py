@@ -1,14 +1,18 @@
 """`Scheduler.abort` / `LLMEngine.abort_request`: a request cancelled between steps leaves the
-queue or the running list, its KV blocks (and host swap blocks) are freed, and the others go on."""
+queue or the running list, its KV blocks (and host swap blocks) are freed, and the others go on.
+A sequence whose sampling fails inside a step is aborted the same way (`LLMEngine.step`)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from engine.block_manager import BlockManager
+from engine.executor import NumpyExecutor
 from engine.llm_engine import LLMEngine
+from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import Sequence, SequenceStatus
+from engine.sequence import SamplingParams, Sequence, SequenceStatus
 from engine.swap import SwapSpace
 
 
@@ -71,3 +75,63 @@ def test_only_a_queued_or_running_request_can_be_aborted():
         engine.abort_request(done)
     with pytest.raises(ValueError, match="only a queued or running sequence"):
         engine.abort_request(seq("never-added"))
+
+
+# --- a sequence whose sampling fails -------------------------------------------------------------
+
+
+def real_engine(params: dict, recorder=None) -> LLMEngine:
+    bm = BlockManager(32, 4)
+    scheduler = Scheduler(SchedulerConfig(max_seq_len=64), bm)
+    return LLMEngine(scheduler, NumpyExecutor(params, bm, rng=np.random.default_rng(0)),
+                     recorder)
+
+
+def sampled(request_id: str) -> Sequence:
+    return Sequence(request_id, 6, 5, prompt_token_ids=[1, 2, 3, 4, 5, 6],
+                    sampling=SamplingParams(temperature=1.0))
+
+
+class BrokenGenerator:
+    """A request's generator that is not one: its sampling raises TypeError."""
+
+
+def test_a_sequence_whose_sampling_fails_is_aborted_and_the_step_stands_for_the_rest(
+        tiny_params):
+    engine = real_engine(tiny_params)
+    good, bad, late = sampled("good"), sampled("bad"), sampled("late")
+    bad.generator = BrokenGenerator()
+    for seq_ in (good, bad, late):
+        engine.add_request(seq_)
+    out = engine.step()
+    assert set(out.failed) == {bad.seq_id} and isinstance(out.failed[bad.seq_id], TypeError)
+    assert set(out.tokens) == {good.seq_id, late.seq_id}
+    assert bad.status is SequenceStatus.ABORTED and bad.finish_reason == "error"
+    assert bad not in engine.scheduler.running
+    late.generator = BrokenGenerator()  # fails at a decode step this time
+    out = engine.step()
+    assert set(out.failed) == {late.seq_id} and late.finish_reason == "error"
+    while engine.has_unfinished():
+        assert not engine.step().failed
+    assert good.finish_reason == "length" and len(good.output_token_ids) == 5
+    assert engine.scheduler.block_manager.num_used == 0
+    engine.scheduler.block_manager.check_invariants()
+
+
+def test_a_step_whose_every_sequence_failed_still_ran(tiny_params):
+    engine = real_engine(tiny_params)
+    bad = sampled("bad")
+    bad.generator = BrokenGenerator()
+    engine.add_request(bad)
+    out = engine.step()
+    assert out.plan.is_empty and out.ran and set(out.failed) == {bad.seq_id}
+    assert not engine.has_unfinished() and engine.scheduler.block_manager.num_used == 0
+
+
+def test_a_recorded_run_raises_on_a_sampling_failure_rather_than_lose_the_request(tiny_params):
+    engine = real_engine(tiny_params, RunRecorder(32))
+    bad = sampled("bad")
+    bad.generator = BrokenGenerator()
+    engine.add_request(bad)
+    with pytest.raises(TypeError, match="numpy.random.Generator"):
+        engine.step()

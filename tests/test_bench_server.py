@@ -43,7 +43,7 @@ def server(tmp_path_factory):
     url = None
     while url is None:
         assert time.monotonic() < deadline and process.poll() is None, "the server never started"
-        found = re.search(r"serving on (http://\S+)", log.read_text())
+        found = re.search(r"^serving .*, on (http://\S+)$", log.read_text(), re.M)
         url = found.group(1) if found else time.sleep(0.05)
     yield url
     process.terminate()

@@ -1,13 +1,14 @@
 """The HTTP server (`sim/http`): a real aiohttp server on a free loopback port, over a tiny
 model, spoken to by aiohttp's client: streamed and whole completions and chat completions,
 the OpenAI error shapes, the queue limit, disconnects that free KV blocks, 200 concurrent
-streams, and the `servesim serve` command itself.
+streams, and the `servesim serve` command itself (its banner, BLAS threads, and the port and
+memory checks it makes before serving). Hostile requests: test_http_hostile.py; the bodies
+real clients send: test_http_clients.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import signal
@@ -18,63 +19,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-import scenarios
-from sim.http import engine_for, start_server
+from http_support import PROMPT, TINY, kv_usage, metric, post, served, sse_events
 from sim.http.text import Detokenizer, model_vocab
+from sim.profiling.threads import THREAD_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["model.vocab_size=64", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
-        "model.d_ff=64", "model.max_seq_len=256", "engine.num_kv_blocks=64",
-        "engine.block_size=8"]
-PROMPT = "the quick brown fox"
-
-
-def tiny_config(*sets: str) -> dict:
-    specs = scenarios.load(scenarios.DEFAULT_SCENARIO, [*TINY, *sets]).runs()
-    return next(s for s in specs if s.variant == "continuous").config
-
-
-def served(test, *sets: str, max_waiting: int | None = None):
-    """Run `await test(client, url, engine)` against a fresh server of the tiny model."""
-    async def main():
-        engine, model = engine_for(tiny_config(*sets))
-        server = await start_server(engine, model, max_waiting=max_waiting)
-        try:
-            connector = aiohttp.TCPConnector(limit=0)  # as many connections as requests
-            async with aiohttp.ClientSession(connector=connector) as client:
-                return await test(client, server.url, engine)
-        finally:
-            await server.close()
-    return asyncio.run(main())
-
-
-async def sse_events(response) -> list:
-    """The `data:` payloads of a server-sent event stream, parsed ("[DONE]" kept as is)."""
-    assert response.headers["Content-Type"].startswith("text/event-stream")
-    events = []
-    async for line in response.content:
-        line = line.decode().rstrip("\n")
-        if line:
-            assert line.startswith("data: "), line
-            data = line[len("data: "):]
-            events.append(data if data == "[DONE]" else json.loads(data))
-    return events
-
-
-async def post(client, url: str, body) -> tuple[int, dict]:
-    async with client.post(url, json=body) as response:
-        return response.status, await response.json()
-
-
-def metric(text: str, name: str) -> float:
-    match = re.search(rf"^{re.escape(name)}{{[^}}]*}} (\S+)$", text, re.M)
-    assert match, f"{name} not in /metrics"
-    return float(match.group(1))
-
-
-async def kv_usage(client, url: str) -> float:
-    async with client.get(f"{url}/metrics") as response:
-        return metric(await response.text(), "vllm:kv_cache_usage_perc")
 
 
 # --- completions ---------------------------------------------------------------------------------
@@ -226,7 +175,7 @@ def test_malformed_json_and_bad_messages_answer_400():
         return malformed, messages
     (status, malformed), (messages_status, messages) = served(test)
     assert status == 400 and "JSON" in malformed["error"]["message"]
-    assert messages_status == 400 and messages["error"]["param"] == "messages[0]"
+    assert messages_status == 400 and messages["error"]["param"] == "messages[0].role"
 
 
 def test_full_queue_answers_429():
@@ -297,22 +246,71 @@ def test_200_concurrent_streams_lose_nothing_and_leak_no_block():
 # --- the command ---------------------------------------------------------------------------------
 
 
-def test_serve_command_listens_and_exits_cleanly_on_sigint():
-    argv = [sys.executable, "-m", "sim.cli", "serve", "--port", "0", "--set", *TINY]
-    process = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.PIPE, text=True,
-                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+def serve_command(*args: str, **env: str) -> subprocess.Popen:
+    """`servesim serve ARGS` in a subprocess, with no BLAS thread count set unless given."""
+    environ = {k: v for k, v in os.environ.items() if k not in THREAD_ENV}
+    return subprocess.Popen([sys.executable, "-m", "sim.cli", "serve", *args], cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True,
+                            env=environ | {"PYTHONUNBUFFERED": "1"} | env)
+
+
+def health_of(url: str) -> int:
+    async def health():
+        async with aiohttp.ClientSession() as client, client.get(f"{url}/health") as r:
+            return r.status
+    return asyncio.run(health())
+
+
+def test_serve_command_serves_continuous_batching_on_one_blas_thread_and_says_so():
+    process = serve_command("--port", "0", "--set", *TINY)
     try:
         line = process.stderr.readline()
-        assert line.startswith("serving on http://127.0.0.1:"), line
-        url = line.split()[-1]
-
-        async def health():
-            async with aiohttp.ClientSession() as client, client.get(f"{url}/health") as r:
-                return r.status
-        assert asyncio.run(health()) == 200
+        assert line.startswith(
+            "serving static-vs-continuous (variant continuous): continuous batching, fcfs "
+            "queue, model servesim-char64-L1-d32, 64 KV blocks of 8 tokens, 1 BLAS thread, "
+            "on http://127.0.0.1:"), line
+        assert health_of(line.split()[-1]) == 200
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=20) == 0
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_serve_command_with_a_named_scenario_serves_its_first_variant_and_keeps_a_set_count():
+    process = serve_command("static-vs-continuous", "--port", "0", "--set", *TINY,
+                            OPENBLAS_NUM_THREADS="2")
+    try:
+        line = process.stderr.readline()
+        assert line.startswith("serving static-vs-continuous (variant static): static batching, "
+                               "fcfs queue,"), line
+        assert ", 2 BLAS threads, on http://" in line, line
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=20)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--port", "99999"], "--port 99999: must be from 0 to 65535 (0: any free port)"),
+    (["--port", "0", "--set", *TINY, "engine.num_kv_blocks=100000000000"],
+     "engine.num_kv_blocks: the run would need about"),
+    (["--port", "0", "--set", *TINY, "model.d_model=262144", "model.d_ff=262144"],
+     "model.d_model: the run would need about"),
+])
+def test_serve_command_refuses_a_bad_port_or_a_model_too_big_for_memory_in_one_line(args,
+                                                                                    message):
+    process = serve_command(*args)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 2
+    assert stderr.count("\n") == 1 and message in stderr, stderr
+    assert stderr.startswith("servesim: error: ")
+
+
+def test_profile_refuses_a_model_too_big_for_memory_in_one_line():
+    result = subprocess.run([sys.executable, "-m", "sim.cli", "profile", "--quick", "--model",
+                             "d_model=262144", "d_ff=262144"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith("servesim: error: --model: model.d_model: the run would "
+                                     "need about") and result.stderr.count("\n") == 1

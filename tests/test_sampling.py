@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from engine.sampling import (apply_temperature, greedy_select, sample_from_probs, sample_token,
-                             stable_softmax, top_k_filter, top_p_filter)
+from engine.sampling import (MIN_TEMPERATURE, apply_temperature, greedy_select,
+                             sample_from_probs, sample_token, stable_softmax, top_k_filter,
+                             top_p_filter)
 from engine.sequence import SamplingParams
 
 finite_logits = arrays(np.float64, st.integers(1, 40),
@@ -93,6 +94,13 @@ def test_very_high_temperature_approaches_uniform():
     np.testing.assert_allclose(probs, 1 / 3, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_temperature_past_the_dtype_is_uniform_over_the_unmasked_tokens(dtype):
+    with np.errstate(over="raise", invalid="raise"):
+        probs = stable_softmax(apply_temperature(np.array([3.0, 1.0, -np.inf], dtype), 1e308))
+    np.testing.assert_allclose(probs, [0.5, 0.5, 0.0])
+
+
 def test_temperature_zero_is_the_greedy_limit_with_ties_to_the_lowest_index():
     scaled = apply_temperature(np.array([1.0, 7.0, 3.0, 7.0]), 0)
     np.testing.assert_array_equal(stable_softmax(scaled), [0.0, 1.0, 0.0, 0.0])
@@ -104,9 +112,35 @@ def test_negative_or_non_finite_temperature_raises(temperature):
         apply_temperature(np.array([1.0, 2.0]), temperature)
 
 
-def test_temperature_that_overflows_the_dtype_raises():
-    with pytest.raises(ValueError, match="overflows"):
-        apply_temperature(np.array([1e30, 0.0], np.float32), 1e-10)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("temperature", [1e-308, 5e-324, 1e-40, 1e-10, MIN_TEMPERATURE / 2])
+def test_a_temperature_below_the_minimum_is_greedy(dtype, temperature):
+    logits = np.array([[1.0, 7.0, 3.0, 7.0], [-2.0, 5.0, 5.5, -np.inf]], dtype)
+    with np.errstate(over="raise", invalid="raise"):  # no overflow, no NaN on the way
+        probs = stable_softmax(apply_temperature(logits, temperature))
+    np.testing.assert_array_equal(probs, [[0, 1, 0, 0], [0, 0, 1, 0]])
+    assert probs.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype, big", [(np.float32, 3e38), (np.float64, 1e308)])
+def test_a_temperature_that_would_overflow_the_dtype_keeps_the_distribution(dtype, big):
+    logits = np.array([big, big - big / 1e6, -big, -np.inf], dtype)
+    with np.errstate(over="raise", invalid="raise"):
+        scaled = apply_temperature(logits, MIN_TEMPERATURE)
+        probs = stable_softmax(scaled)
+    assert not np.isposinf(scaled).any() and not np.isnan(scaled).any()
+    np.testing.assert_array_equal(probs, [1, 0, 0, 0])
+    # shifted by the row's maximum: top-k and top-p see the same order and masses
+    np.testing.assert_array_equal(np.argsort(-scaled, kind="stable"), [0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_minimum_temperature_itself_still_samples_by_the_logits(dtype):
+    logits = np.array([0.0, 1e-5, -1.0], dtype)  # a gap of 1e-5 at T = 1e-5: e^-1 apart
+    probs = stable_softmax(apply_temperature(logits, MIN_TEMPERATURE))
+    np.testing.assert_allclose(probs[:2] / probs[:2].sum(), [1 / (1 + np.e), np.e / (1 + np.e)],
+                               rtol=1e-3)
+    assert probs[2] == 0.0
 
 
 def test_temperature_does_not_modify_its_input():
@@ -263,6 +297,17 @@ def test_sample_token_at_temperature_zero_is_greedy_and_draws_nothing(rng):
     logits = np.array([0.3, 2.0, 2.0, -1.0])
     assert sample_token(logits, SamplingParams(temperature=0.0), rng) == 1
     assert rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("temperature", [1e-308, 1e-40, 0.0])
+def test_sample_token_at_a_tiny_temperature_is_greedy_and_draws_nothing(dtype, temperature):
+    rng = np.random.default_rng(5)
+    before = rng.bit_generator.state
+    logits = np.array([0.5, 2.0, 1.9999, -np.inf], dtype)
+    params = SamplingParams(temperature=temperature, top_k=2, top_p=0.5)
+    assert sample_token(logits, params, rng) == 1
+    assert rng.bit_generator.state == before
 
 
 def test_sample_token_with_top_k_one_is_greedy(rng):

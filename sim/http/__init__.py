@@ -1,8 +1,10 @@
 """The OpenAI-compatible HTTP server over the real NumPy engine (`servesim serve`).
 
 `serve.py` builds a scenario's engine and serves it until a signal; `server.py` is the aiohttp
-application; `engine_thread.py` steps the engine on its own thread and hands tokens to the event
-loop; `protocol.py` reads requests and writes responses in the OpenAI shapes; `text.py` turns text into token ids and back (a character
+application; `engine_thread.py` steps the engine on its own thread and hands tokens (and
+failures) to the event loop; `protocol.py` reads requests and writes responses in the OpenAI
+shapes, `messages.py` reads chat messages and their content parts, `errors.py` turns every
+failure into the OpenAI error body; `text.py` turns text into token ids and back (a character
 tokenizer, the chat template, stop strings); `metrics.py` keeps the Prometheus metrics.
 See docs/server/http.md.
 """

@@ -5,34 +5,62 @@ The event loop never steps the engine: it hands new requests and cancellations t
 while there is work and sleeps on a condition when there is none. After each step it hands
 every sampled token to its request's `asyncio.Queue` with one `loop.call_soon_threadsafe`
 call. Only this thread touches the scheduler, so the engine needs no locking of its own.
+
+A failure ends as few requests as it can. A request whose sampling raised was aborted by the
+engine (`LLMEngine.step`) and gets a `RequestFailed` event. A step that raises fails every
+request it touched (all but those still queued untouched, `_recover`), and serving goes on if
+the scheduler then holds nothing of theirs. If it still does, or the thread is stopped, the
+thread ends for good: every request still open gets a `RequestFailed` (503) at once, `submit`
+refuses new ones (`EngineStopped`) and `stopped_reason` says why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from engine.llm_engine import LLMEngine, StepOutput
-from engine.sequence import Sequence
+from engine.sequence import Sequence, SequenceStatus
 
 from .metrics import ServerMetrics
+
+SHUTTING_DOWN = "the server is shutting down"
+_UNTOUCHED = (SequenceStatus.WAITING, SequenceStatus.PREEMPTED)  # queued, holding no KV
 
 
 class QueueFull(Exception):
     """The waiting queue holds `max_waiting` requests already."""
 
 
+class EngineStopped(Exception):
+    """The engine thread has stopped for good; the message says why."""
+
+
+@dataclass(frozen=True)
+class RequestFailed:
+    """The last event of a request the engine could not finish: answered with `status` (500:
+    this request failed; 503: the engine stopped) and `message`."""
+
+    status: int
+    message: str
+
+
 @dataclass
 class Stream:
     """A request in the engine and the queue its events go to: (token id, finish reason or
-    None) per token; (None, "error") when the engine thread failed."""
+    None) per token, or one `RequestFailed`."""
 
     seq: Sequence
     events: asyncio.Queue
     arrival_wall_s: float
     last_token_wall_s: float | None = None
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class EngineThread:
@@ -44,7 +72,7 @@ class EngineThread:
         self.metrics = metrics
         self.loop = loop
         self.max_waiting = max_waiting
-        self.failure: BaseException | None = None
+        self.stopped_reason: str | None = None  # set once, under the lock, when it stops
         self._wake = threading.Condition()
         self._incoming: list[Stream] = []
         self._aborts: list[Sequence] = []
@@ -69,13 +97,16 @@ class EngineThread:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and self.failure is None
+        return self.stopped_reason is None and self._thread.is_alive()
 
     def submit(self, seq: Sequence) -> asyncio.Queue:
         """Queue a request (one that fits the engine: see `Scheduler.rejection_reason`); returns
-        the queue of its token events. Raises QueueFull when `max_waiting` requests wait."""
+        the queue of its events. Raises QueueFull when `max_waiting` requests wait, and
+        EngineStopped once the thread has stopped."""
         stream = Stream(seq, asyncio.Queue(), time.perf_counter())
-        with self._wake:
+        with self._wake:  # the thread stops under this lock: a request is queued or refused
+            if self.stopped_reason is not None or self._stopping:
+                raise EngineStopped(self.stopped_reason or SHUTTING_DOWN)
             waiting = self._num_waiting + len(self._incoming)
             if self.max_waiting is not None and waiting >= self.max_waiting:
                 raise QueueFull(f"the server's queue is full ({waiting} requests waiting)")
@@ -90,28 +121,36 @@ class EngineThread:
             self._aborts.append(seq)
             self._wake.notify()
 
+    # --- the thread --------------------------------------------------------------------------
+
     def _run(self) -> None:
-        out = None
         try:
-            while True:
-                with self._wake:
-                    self._wait_for_work(out)
-                    if self._stopping:
-                        return
-                    incoming, self._incoming = self._incoming, []
-                    self._num_waiting += len(incoming)  # queued until the step says otherwise
-                    aborts, self._aborts = self._aborts, []
-                self._apply(incoming, aborts)
-                out = self.engine.step(self.now_s()) if self.engine.has_unfinished() else None
-                self._publish_state()  # first: a client told it is done finds the gauges so
-                if out is not None and out.ran:
-                    self._deliver(out)
-        except BaseException as exc:  # every request still open is told, then it is reported
-            self.failure = exc
+            self._serve()
+            reason = SHUTTING_DOWN
+        except BaseException as exc:  # the thread ends here, whatever it was: say why
+            reason = f"the engine stopped: {describe(exc)}"
+            print(f"servesim serve: {reason}", file=sys.stderr, flush=True)
+        self._stop_for_good(reason)
+
+    def _serve(self) -> None:
+        """Step until stopped; a failed step is recovered from (`_recover`) or raises."""
+        out = None
+        while True:
             with self._wake:
-                streams = list(self._streams.values()) + self._incoming
-            self.loop.call_soon_threadsafe(_put_all, [(s.events, (None, "error")) for s in streams])
-            raise
+                self._wait_for_work(out)
+                if self._stopping:
+                    return
+                incoming, self._incoming = self._incoming, []
+                self._num_waiting += len(incoming)  # queued until the step says otherwise
+                aborts, self._aborts = self._aborts, []
+            for stream in incoming:  # first: a failure below still finds every request
+                self._streams[stream.seq.seq_id] = stream
+            try:
+                self._apply(incoming, aborts)
+                out = self._step()
+            except Exception as exc:
+                self._recover(exc)
+                out = None
 
     def _wait_for_work(self, out: StepOutput | None) -> None:
         """Under the lock: return once there is news, or a step to run (right away after a
@@ -128,28 +167,69 @@ class EngineThread:
         for stream in incoming:
             accepted = self.engine.add_request(stream.seq)
             assert accepted, "the server checks rejection_reason before submitting"
-            self._streams[stream.seq.seq_id] = stream
             self.metrics.count_prompt(stream.seq.prompt_len)
         for seq in aborts:
             if self._streams.pop(seq.seq_id, None) is not None:
                 self.engine.abort_request(seq)
 
+    def _step(self) -> StepOutput | None:
+        out = self.engine.step(self.now_s()) if self.engine.has_unfinished() else None
+        self._publish_state()  # first: a client told it is done finds the gauges so
+        if out is not None and out.ran:
+            self._deliver(out)
+        return out
+
     def _deliver(self, out: StepOutput) -> None:
-        """Hand the step's tokens to their queues and observe their latencies."""
+        """Hand the step's tokens (and its failed requests' errors) to their queues and
+        observe their latencies."""
         now, batch, ttfts, itls = time.perf_counter(), [], [], []
-        for seq_id, token in out.tokens.items():
-            stream = self._streams[seq_id]
-            if stream.last_token_wall_s is None:
-                ttfts.append(now - stream.arrival_wall_s)
-            else:
-                itls.append(now - stream.last_token_wall_s)
-            stream.last_token_wall_s = now
-            finish_reason = stream.seq.finish_reason if stream.seq.is_finished else None
-            if finish_reason is not None:
-                del self._streams[seq_id]
-            batch.append((stream.events, (token, finish_reason)))
-        self.metrics.observe_step(ttfts, itls, len(batch))
-        self.loop.call_soon_threadsafe(_put_all, batch)
+        try:  # whatever raises, the events of the streams already taken out are posted
+            for seq_id, token in out.tokens.items():
+                stream = self._streams[seq_id]
+                if stream.last_token_wall_s is None:
+                    ttfts.append(now - stream.arrival_wall_s)
+                else:
+                    itls.append(now - stream.last_token_wall_s)
+                stream.last_token_wall_s = now
+                finish_reason = stream.seq.finish_reason if stream.seq.is_finished else None
+                if finish_reason is not None:
+                    del self._streams[seq_id]
+                batch.append((stream.events, (token, finish_reason)))
+            for seq_id, exc in out.failed.items():
+                stream = self._streams.pop(seq_id)
+                batch.append((stream.events, RequestFailed(
+                    500, f"the engine failed on this request: {describe(exc)}")))
+            self.metrics.observe_step(ttfts, itls, len(out.tokens))  # before a client can look
+        finally:
+            self._post(batch)
+
+    def _recover(self, exc: Exception) -> None:
+        """A step (or handing requests to the engine) raised: fail every request it may have
+        touched (all but those queued untouched) and abort those the scheduler still holds.
+        Raises, stopping the thread, when the scheduler is left holding KV blocks or a running
+        sequence: a state the engine cannot be trusted to go on from."""
+        scheduler = self.engine.scheduler
+        touched = [stream for stream in self._streams.values()
+                   if not (stream.seq.status in _UNTOUCHED and stream.seq in scheduler.waiting)]
+        for stream in touched:
+            del self._streams[stream.seq.seq_id]
+        message = f"the engine failed on a step of this request: {describe(exc)}"
+        self._post([(stream.events, RequestFailed(500, message)) for stream in touched])
+        print(f"servesim serve: a step failed ({describe(exc)}); {len(touched)} request(s) "
+              f"failed with it", file=sys.stderr, flush=True)
+        for seq in (stream.seq for stream in touched):
+            if seq.status is SequenceStatus.RUNNING or seq in scheduler.waiting:
+                self.engine.abort_request(seq)
+        _check_holds_nothing(scheduler)
+        self._publish_state()
+
+    def _stop_for_good(self, reason: str) -> None:
+        """Refuse new requests and fail every open one with `reason`."""
+        with self._wake:
+            self.stopped_reason = reason
+            streams = list(self._streams.values()) + self._incoming
+            self._streams, self._incoming = {}, []
+        self._post([(stream.events, RequestFailed(503, reason)) for stream in streams])
 
     def _publish_state(self) -> None:
         scheduler = self.engine.scheduler
@@ -158,6 +238,26 @@ class EngineThread:
             self._num_waiting = len(scheduler.waiting)
             waiting = self._num_waiting + len(self._incoming)
         self.metrics.set_state(len(scheduler.running), waiting, bm.num_used / bm.num_blocks)
+
+    def _post(self, batch: list) -> None:
+        """Put each (queue, event) of `batch` on the event loop, in order, with one call."""
+        if not batch:
+            return
+        try:
+            self.loop.call_soon_threadsafe(_put_all, batch)
+        except RuntimeError:  # the event loop has closed: nobody waits for these any more
+            pass
+
+
+def _check_holds_nothing(scheduler) -> None:
+    """After a failed step's requests were aborted: nothing runs and no block is held."""
+    bm, swap = scheduler.block_manager, scheduler.swap
+    held = {"running sequences": len(scheduler.running), "KV blocks": bm.num_used,
+            "host swap blocks": swap.num_blocks - swap.num_free if swap is not None else 0}
+    left = {what: n for what, n in held.items() if n}
+    if left:
+        raise RuntimeError("after a failed step the scheduler still holds "
+                           + ", ".join(f"{n} {what}" for what, n in left.items()))
 
 
 def _put_all(batch: list) -> None:

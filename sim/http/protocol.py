@@ -1,17 +1,23 @@
 """The OpenAI request and response shapes: `parse_completion` and `parse_chat` read a request
 body into a `GenerationRequest` (or raise `ApiError` naming the field), and the builders write
-responses, stream chunks and errors as the OpenAI API (and vLLM) do.
+responses and stream chunks as the OpenAI API (and vLLM) do.
 
 Fields the engine cannot honour with a value other than their "off" one (`UNSUPPORTED`) are
-refused rather than ignored; fields it knows nothing about (`user`, ...) are ignored.
+refused rather than ignored; fields it knows nothing about (`user`, `metadata`, ...) are
+ignored, as vLLM ignores them. vLLM's own extensions that clients send by default are read:
+`ignore_eos`, `top_k`, `stream_options.continuous_usage_stats` (guidellm).
 """
 
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass
 
 from engine.sequence import SamplingParams
+
+from .errors import ApiError, bad
+from .messages import parse_messages
 
 DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default
 MAX_STOP_STRINGS = 4
@@ -20,32 +26,17 @@ KIND_NAMES = {int: "an integer", float: "a number", bool: "a boolean"}
 UNSUPPORTED = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False),
                "best_of": (None, 1), "suffix": (None, ""), "logit_bias": (None, {}),
                "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
-               "tools": (None, []), "response_format": (None, {"type": "text"})}
-
-
-class ApiError(Exception):
-    """An error answered as {"error": {"message", "type", "param", "code"}} with `status`."""
-
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 error_type: str = "invalid_request_error", code: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.param = param
-        self.error_type = error_type
-        self.code = code
-
-    def body(self) -> dict:
-        return {"error": {"message": str(self), "type": self.error_type, "param": self.param,
-                          "code": self.code}}
-
-
-def bad(param: str, message: str) -> ApiError:
-    return ApiError(400, f"{param}: {message}", param)
+               "tools": (None, []), "tool_choice": (None, "none", "auto"),
+               "functions": (None, []), "function_call": (None, "none", "auto"),
+               "response_format": (None, {"type": "text"}), "modalities": (None, ["text"]),
+               "repetition_penalty": (None, 1), "min_p": (None, 0), "min_tokens": (None, 0),
+               "stop_token_ids": (None, []), "include_stop_str_in_output": (None, False)}
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One validated request: a prompt (text or token ids) and how to generate from it."""
+    """One validated request: a prompt (text or token ids) and how to generate from it.
+    `continuous_usage`: every stream chunk carries the usage so far (with `include_usage`)."""
 
     prompt: str | list[int]
     max_tokens: int
@@ -55,56 +46,65 @@ class GenerationRequest:
     ignore_eos: bool
     stream: bool
     include_usage: bool
+    continuous_usage: bool = False
 
 
 def parse_completion(body, vocab_size: int) -> GenerationRequest:
-    """A /v1/completions body: `prompt` is a string or a list of token ids."""
+    """A /v1/completions body: `prompt` is a string or a list of token ids (or a list holding
+    exactly one of either)."""
     body = _object(body)
     prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
     if isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
         if not all(0 <= t < vocab_size for t in prompt):
             raise bad("prompt", f"token ids must be in [0, {vocab_size})")
     elif not isinstance(prompt, str):
         raise bad("prompt", "must be a string or a non-empty list of token ids (one prompt)")
-    return _generation(body, prompt, "max_tokens")
+    return _generation(body, prompt, _get(body, "max_tokens", int, DEFAULT_MAX_TOKENS),
+                       "max_tokens")
 
 
-def parse_chat(body) -> tuple[list[dict], GenerationRequest]:
-    """A /v1/chat/completions body: its messages ({"role", "content": string}) and request."""
+def parse_chat(body) -> tuple[list[tuple[str, str]], GenerationRequest]:
+    """A /v1/chat/completions body: its messages as (role, text) pairs (`messages.py`) and the
+    request. The output limit is `max_completion_tokens` or, as before it, `max_tokens`."""
     body = _object(body)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise bad("messages", "must be a non-empty list of {role, content} objects")
-    for i, m in enumerate(messages):
-        if not (isinstance(m, dict) and isinstance(m.get("role"), str)
-                and isinstance(m.get("content"), str)):
-            raise bad(f"messages[{i}]", "must be an object with string role and content")
-    limit = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-    return messages, _generation(body, "", limit)
+    messages = parse_messages(body.get("messages"))
+    limits = {field: _get(body, field, int, None)
+              for field in ("max_completion_tokens", "max_tokens")}
+    given = {field: n for field, n in limits.items() if n is not None}
+    if len(set(given.values())) > 1:
+        raise bad("max_completion_tokens", f"{given['max_completion_tokens']} differs from "
+                                           f"max_tokens {given['max_tokens']} (give one of them)")
+    field, limit = next(iter(given.items()), ("max_tokens", DEFAULT_MAX_TOKENS))
+    return messages, _generation(body, "", limit, field)
 
 
-def _generation(body: dict, prompt, max_tokens_field: str) -> GenerationRequest:
+def _generation(body: dict, prompt, max_tokens: int, max_tokens_field: str) -> GenerationRequest:
     for field, off in UNSUPPORTED.items():
         if field in body and body[field] not in off:
             raise bad(field, "is not supported by this server")
-    if body.get("n", 1) != 1:
+    if _get(body, "n", int, 1) != 1:
         raise bad("n", "only n = 1 is supported")
+    if max_tokens < 1:
+        raise bad(max_tokens_field, f"must be at least 1, got {max_tokens}")
     stream = _get(body, "stream", bool, False)
     options = body.get("stream_options")
     if options is not None and not (stream and isinstance(options, dict)):
         raise bad("stream_options", "must be an object, and is only allowed with stream = true")
-    include_usage = _get(options or {}, "include_usage", bool, False, "stream_options.include_usage")
-    max_tokens = _get(body, max_tokens_field, int, DEFAULT_MAX_TOKENS)
-    if max_tokens < 1:
-        raise bad(max_tokens_field, f"must be at least 1, got {max_tokens}")
+    options = options or {}
+    include_usage = _get(options, "include_usage", bool, False, "stream_options.include_usage")
+    continuous = _get(options, "continuous_usage_stats", bool, False,
+                      "stream_options.continuous_usage_stats")
     return GenerationRequest(prompt, max_tokens, _sampling(body), _seed(body), _stop(body),
-                             _get(body, "ignore_eos", bool, False), stream, include_usage)
+                             _get(body, "ignore_eos", bool, False), stream, include_usage,
+                             continuous)
 
 
 def _sampling(body: dict) -> SamplingParams:
     temperature = _get(body, "temperature", float, 1.0)
     if not (math.isfinite(temperature) and temperature >= 0):
-        raise bad("temperature", f"must be a number >= 0 (0 is greedy), got {temperature}")
+        raise bad("temperature", f"must be a finite number >= 0 (0 is greedy), got {temperature}")
     top_p = _get(body, "top_p", float, 1.0)
     if not 0 < top_p <= 1:
         raise bad("top_p", f"must be in (0, 1], got {top_p}")
@@ -132,7 +132,8 @@ def _stop(body: dict) -> tuple[str, ...]:
 
 def _object(body) -> dict:
     if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+        raise ApiError(400, f"the request body must be a JSON object, got "
+                            f"{type(body).__name__ if body is not None else 'null'}")
     return body
 
 
@@ -148,7 +149,7 @@ def _get(body: dict, field: str, kind: type, default, name: str | None = None):
     ok = {int: _is_int(value), bool: isinstance(value, bool),
           float: _is_int(value) or isinstance(value, float)}[kind]
     if not ok:
-        raise bad(name or field, f"must be {KIND_NAMES[kind]}, got {value!r}")
+        raise bad(name or field, f"must be {KIND_NAMES[kind]}, got {reprlib.repr(value)}")
     return kind(value)
 
 

@@ -2,12 +2,14 @@
 weights from the model's seed) behind the HTTP server, until SIGINT or SIGTERM.
 
 The scenario's workload is not used: the requests come from HTTP clients. Sampling draws from
-the scenario seed's "sampling" stream, or from a request's own `seed`.
+the scenario seed's "sampling" stream, or from a request's own `seed`. The model and its KV
+cache are checked against the machine's memory before either is allocated.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 
@@ -21,13 +23,16 @@ from .text import model_vocab
 
 def engine_for(config: dict) -> tuple[LLMEngine, Model]:
     """The real engine of a resolved run config, and the model it serves. A config that has
-    no NumPy model to serve (a hardware model, a cluster) raises ValueError."""
+    no NumPy model to serve (a hardware model, a cluster), or whose model and KV cache would
+    not fit in memory, raises ValueError."""
+    from sim.memory import check_memory
     from sim.runner import build_scheduler, hardware_of
     from sim.workloads.builder import seeded_streams
 
     if hardware_of(config) is not None or config.get("cluster") is not None:
         raise ValueError("serve runs one NumPy engine: a scenario with cost.model = "
                          "\"hardware\" or a [cluster] cannot be served")
+    check_memory(config | {"mode": "serve"}, 0)  # no workload is held, only what serving needs
     model = ModelConfig(**config["model"])
     vocab = model_vocab(model.vocab_size)
     scheduler = build_scheduler(config, model.max_seq_len)
@@ -39,20 +44,38 @@ def engine_for(config: dict) -> tuple[LLMEngine, Model]:
     return LLMEngine(scheduler, executor), Model(model_id, vocab, model.max_seq_len)
 
 
-def serve_scenario(config: dict, host: str, port: int, max_waiting: int | None = None) -> None:
-    """Serve until SIGINT or SIGTERM; "serving on http://HOST:PORT" goes to stderr once the
-    port listens."""
+def describe_served(config: dict, model: Model, blas_threads: str | None) -> str:
+    """What is served, for the banner: batching, queue, model, KV cache and BLAS threads."""
+    scheduler, engine = config["scheduler"], config["engine"]
+    threads = "BLAS threads as BLAS chooses" if blas_threads is None else \
+        f"{blas_threads} BLAS thread{'' if blas_threads == '1' else 's'}"
+    return (f"{scheduler['policy']} batching, {scheduler['queue']} queue, model {model.id}, "
+            f"{engine['num_kv_blocks']} KV blocks of {engine['block_size']} tokens, {threads}")
+
+
+def serve_scenario(config: dict, host: str, port: int, max_waiting: int | None = None,
+                   name: str = "the scenario") -> None:
+    """Serve until SIGINT or SIGTERM. Once the port listens, one line goes to stderr:
+    "serving NAME: <what is served>, on http://HOST:PORT". A port it cannot listen on raises
+    ValueError."""
+    from sim.profiling import threads
+
     engine, model = engine_for(config)
-    asyncio.run(_serve_until_signal(engine, model, host, port, max_waiting))
+    banner = f"serving {name}: {describe_served(config, model, threads.current())}"
+    asyncio.run(_serve_until_signal(engine, model, host, port, max_waiting, banner))
 
 
 async def _serve_until_signal(engine: LLMEngine, model: Model, host: str, port: int,
-                              max_waiting: int | None) -> None:
+                              max_waiting: int | None, banner: str) -> None:
     loop, stop = asyncio.get_running_loop(), asyncio.Event()
+    try:
+        server = await start_server(engine, model, host, port, max_waiting)
+    except OSError as exc:  # in use, not allowed, or no such address
+        why = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or exc
+        raise ValueError(f"cannot listen on {host}:{port}: {why}") from None
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    server = await start_server(engine, model, host, port, max_waiting)
-    print(f"serving on {server.url}", file=sys.stderr, flush=True)
+    print(f"{banner}, on {server.url}", file=sys.stderr, flush=True)
     try:
         await stop.wait()
     finally:

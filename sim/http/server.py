@@ -1,7 +1,8 @@
 """The aiohttp application: OpenAI-compatible completions and chat completions (streamed as
 server-sent events or not), `/v1/models`, `/health` and Prometheus `/metrics`, over an
 `EngineThread`. `start_server` runs it on a loopback or public port inside a running event
-loop; a client that disconnects has its request aborted (handler cancellation is on).
+loop; a client that disconnects has its request aborted (handler cancellation is on). Every
+error is a JSON body for that request alone (`errors.py`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from engine.sequence import Sequence
 from engine.tokenizer import encode_prompt
 
 from . import protocol
-from .engine_thread import EngineThread, QueueFull
+from .engine_thread import EngineStopped, EngineThread, QueueFull, RequestFailed
+from .errors import ApiError, api_errors, as_api_error, bad, sse_error
 from .metrics import ServerMetrics
-from .protocol import ApiError, GenerationRequest
+from .protocol import GenerationRequest
 from .text import Detokenizer, render_chat
 
 
@@ -48,7 +50,7 @@ class Generation:
     def __init__(self, engine: EngineThread, seq: Sequence, gen: GenerationRequest, vocab: dict):
         self.engine = engine
         self.seq = seq
-        self.events = engine.submit(seq)  # raises QueueFull
+        self.events = _submit(engine, seq)
         self.detokenizer = Detokenizer(vocab, gen.stop)
         self.num_tokens = 0
         self.done = False
@@ -56,9 +58,12 @@ class Generation:
     async def pieces(self):
         """Yield (text, finish_reason) per token; the last one has its finish reason."""
         while not self.done:
-            token, finish = await self.events.get()
-            if token is None:
-                raise ApiError(500, "the engine failed", error_type="server_error")
+            event = await self.events.get()
+            if isinstance(event, RequestFailed):
+                self.done = True  # the engine holds nothing of it any more
+                raise ApiError(event.status, event.message, error_type="server_error",
+                               code="engine_stopped" if event.status == 503 else None)
+            token, finish = event
             self.num_tokens += 1
             text = self.detokenizer.push(token)
             if self.detokenizer.stopped:
@@ -75,12 +80,13 @@ class Generation:
             self.engine.abort(self.seq)
 
 
-@web.middleware
-async def api_errors(request, handler):
+def _submit(engine: EngineThread, seq: Sequence):
     try:
-        return await handler(request)
-    except ApiError as exc:
-        return web.json_response(exc.body(), status=exc.status)
+        return engine.submit(seq)
+    except QueueFull as exc:
+        raise ApiError(429, str(exc), error_type="rate_limit_error", code="queue_full") from None
+    except EngineStopped as exc:
+        raise ApiError(503, str(exc), error_type="server_error", code="engine_stopped") from None
 
 
 def build_app(engine: EngineThread, model: Model) -> web.Application:
@@ -116,7 +122,14 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    return web.Response(status=200 if request.app[STATE]["engine"].alive else 503)
+    """200 (empty, as vLLM's) while the engine thread serves; 503 with the reason after it
+    stopped."""
+    engine = request.app[STATE]["engine"]
+    if engine.alive:
+        return web.Response(status=200)
+    reason = engine.stopped_reason or "the engine thread is not running"
+    error = ApiError(503, reason, error_type="server_error", code="engine_stopped")
+    return web.json_response(error.body(), status=503)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -126,9 +139,12 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def _json_body(request: web.Request, model: Model) -> dict:
+    raw = await request.read()
     try:
-        body = json.loads(await request.read())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        body = json.loads(raw)
+    except RecursionError:
+        raise ApiError(400, "the request body is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer too long
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
     if isinstance(body, dict) and body.get("model") not in (None, model.id):
         raise ApiError(404, f"the model {body['model']!r} does not exist (this server serves "
@@ -146,7 +162,7 @@ def new_sequence(engine: EngineThread, model: Model, gen: GenerationRequest,
     reason = engine.engine.scheduler.rejection_reason(seq)
     if reason:
         field = prompt_field if len(ids) >= model.max_seq_len else "max_tokens"
-        raise protocol.bad(field, f"the prompt is {len(ids)} tokens: {reason}")
+        raise bad(field, f"the prompt is {len(ids)} tokens: {reason}")
     if gen.seed is not None:
         seq.generator = np.random.default_rng(gen.seed)
     return seq
@@ -156,10 +172,7 @@ async def _generate(request: web.Request, gen: GenerationRequest, prompt_field: 
                     chat: bool) -> web.StreamResponse:
     engine, model = request.app[STATE]["engine"], request.app[STATE]["model"]
     seq = new_sequence(engine, model, gen, prompt_field)
-    try:
-        generation = Generation(engine, seq, gen, model.vocab)
-    except QueueFull as exc:
-        raise ApiError(429, str(exc), error_type="rate_limit_error", code="queue_full") from None
+    generation = Generation(engine, seq, gen, model.vocab)
     meta = (f"{'chatcmpl' if chat else 'cmpl'}-{seq.request_id}", int(time.time()), model.id)
     try:
         if gen.stream:
@@ -184,24 +197,42 @@ async def _stream(request: web.Request, generation: Generation, gen: GenerationR
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
     await response.prepare(request)
-    kind = "chat.completion.chunk" if chat else "text_completion"
+    try:
+        await _send_events(response, generation, gen, meta, chat)
+        await response.write_eof()
+    except ConnectionResetError:  # the client went away: nobody is left to tell
+        pass
+    return response
 
-    async def send(choices: list, usage: dict | None = None) -> None:
+
+async def _send_events(response: web.StreamResponse, generation: Generation,
+                       gen: GenerationRequest, meta: tuple, chat: bool) -> None:
+    """One chunk per token (chat: after the role's), the usage chunk when asked, [DONE]; a
+    request that fails after its 200 ends with its error event instead (`sse_error`)."""
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    prompt_len = generation.seq.prompt_len
+
+    async def send(choices: list, final: bool = False) -> None:
         chunk = protocol.envelope(*meta, kind, choices)
-        if gen.include_usage:
-            chunk["usage"] = usage
+        if gen.include_usage:  # every chunk: null, or the counts so far (continuous_usage_stats)
+            show = final or gen.continuous_usage
+            chunk["usage"] = protocol.usage(prompt_len, generation.num_tokens) if show else None
         await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
-    if chat:
-        await send([protocol.chat_delta({"role": "assistant", "content": ""}, None)])
-    async for text, finish in generation.pieces():
-        await send([protocol.chat_delta({"content": text}, finish) if chat
-                    else protocol.completion_choice(text, finish)])
-    if gen.include_usage:
-        await send([], protocol.usage(generation.seq.prompt_len, generation.num_tokens))
+    try:
+        if chat:
+            await send([protocol.chat_delta({"role": "assistant", "content": ""}, None)])
+        async for text, finish in generation.pieces():
+            await send([protocol.chat_delta({"content": text}, finish) if chat
+                        else protocol.completion_choice(text, finish)])
+        if gen.include_usage:
+            await send([], final=True)
+    except ConnectionResetError:
+        raise
+    except Exception as exc:  # this request failed after its 200: the stream says so
+        await response.write(sse_error(as_api_error(exc)))
+        return
     await response.write(b"data: [DONE]\n\n")
-    await response.write_eof()
-    return response
 
 
 @dataclass
@@ -225,8 +256,11 @@ async def start_server(engine: LLMEngine, model: Model, host: str = "127.0.0.1",
     runner = web.AppRunner(build_app(thread, model), handler_cancellation=True,
                            access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:  # the port is taken, say: leave nothing behind
+        await runner.cleanup()
+        raise
     thread.start()
     bound_host, bound_port = runner.addresses[0][:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host

@@ -26,10 +26,10 @@ def model_vocab(vocab_size: int) -> dict:
     return build_vocab([ALPHABET[:n_chars]], SPECIAL_TOKENS)
 
 
-def render_chat(messages: list[dict]) -> str:
-    """The chat template: one "{role}: {content}" line per message, then "assistant:" for the
-    reply to follow."""
-    lines = [f"{m['role']}: {m['content']}\n" for m in messages]
+def render_chat(messages: list[tuple[str, str]]) -> str:
+    """The chat template: one "{role}: {text}" line per (role, text) message, then
+    "assistant:" for the reply to follow."""
+    lines = [f"{role}: {text}\n" for role, text in messages]
     return "".join(lines) + "assistant:"
 
 

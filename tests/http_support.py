@@ -1,0 +1,99 @@
+"""What the HTTP server's tests share: a fresh server of a tiny model on a free loopback port
+(`served`), spoken to by aiohttp's client, readers of its answers, and the check that a server
+is healthy again after an abuse (`assert_recovered`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import aiohttp
+
+import scenarios
+from sim.http import engine_for, start_server
+
+TINY = ["model.vocab_size=64", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
+        "model.d_ff=64", "model.max_seq_len=256", "engine.num_kv_blocks=64",
+        "engine.block_size=8"]
+TINY_MODEL_ID = "servesim-char64-L1-d32"
+PROMPT = "the quick brown fox"
+POLLS = 2000  # of 5 ms: how long a test waits for the engine thread to catch up, at most
+
+
+def tiny_config(*sets: str) -> dict:
+    specs = scenarios.load(scenarios.DEFAULT_SCENARIO, [*TINY, *sets]).runs()
+    return next(s for s in specs if s.variant == "continuous").config
+
+
+def served(test, *sets: str, max_waiting: int | None = None):
+    """Run `await test(client, url, engine)` against a fresh server of the tiny model."""
+    async def main():
+        engine, model = engine_for(tiny_config(*sets))
+        server = await start_server(engine, model, max_waiting=max_waiting)
+        try:
+            connector = aiohttp.TCPConnector(limit=0)  # as many connections as requests
+            async with aiohttp.ClientSession(connector=connector) as client:
+                return await test(client, server.url, engine)
+        finally:
+            await server.close()
+    return asyncio.run(main())
+
+
+async def sse_events(response) -> list:
+    """The `data:` payloads of a server-sent event stream, parsed ("[DONE]" kept as is)."""
+    assert response.headers["Content-Type"].startswith("text/event-stream")
+    events = []
+    async for line in response.content:
+        line = line.decode().rstrip("\n")
+        if line:
+            assert line.startswith("data: "), line
+            data = line[len("data: "):]
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+async def post(client, url: str, body) -> tuple[int, dict]:
+    async with client.post(url, json=body) as response:
+        return response.status, await response.json()
+
+
+async def post_raw(client, url: str, data: bytes) -> tuple[int, dict]:
+    """POST bytes as they are; the answer must be JSON, whatever the status."""
+    async with client.post(url, data=data,
+                           headers={"Content-Type": "application/json"}) as response:
+        assert response.content_type == "application/json", await response.text()
+        return response.status, await response.json()
+
+
+def metric(text: str, name: str) -> float:
+    match = re.search(rf"^{re.escape(name)}{{[^}}]*}} (\S+)$", text, re.M)
+    assert match, f"{name} not in /metrics"
+    return float(match.group(1))
+
+
+async def kv_usage(client, url: str) -> float:
+    async with client.get(f"{url}/metrics") as response:
+        return metric(await response.text(), "vllm:kv_cache_usage_perc")
+
+
+async def until(condition) -> None:
+    """Wait, polling, for `condition()` to hold (the engine thread works beside the test)."""
+    for _ in range(POLLS):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    assert condition(), "the engine never got there"
+
+
+async def assert_recovered(client, url: str, engine) -> None:
+    """After an abuse: /health is 200, a normal request completes, and every KV block is free
+    again (none leaked: the free count is back to the whole cache)."""
+    async with client.get(f"{url}/health") as response:
+        assert response.status == 200
+    status, body = await post(client, f"{url}/v1/completions",
+                              {"prompt": PROMPT, "max_tokens": 4, "ignore_eos": True})
+    assert status == 200 and body["usage"]["completion_tokens"] == 4, body
+    bm = engine.scheduler.block_manager
+    await until(lambda: not engine.scheduler.has_unfinished() and bm.num_free == bm.num_blocks)
