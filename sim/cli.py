@@ -288,14 +288,14 @@ def check_profile_memory(model) -> None:
 
     from scenarios import DEFAULTS
 
-    from .memory import check_memory
+    from .memory import check_engine_memory
     from .profiling.workloads import HELD_OUT, TRAIN
 
     engine = DEFAULTS["engine"]
     blocks = max(w.engine.get("num_kv_blocks", engine["num_kv_blocks"]) for w in TRAIN + HELD_OUT)
     try:
-        check_memory({"mode": "serve", "model": asdict(model), "engine": {
-            "num_kv_blocks": blocks, "block_size": engine["block_size"]}}, 0)
+        check_engine_memory({"mode": "serve", "model": asdict(model), "engine": {
+            "num_kv_blocks": blocks, "block_size": engine["block_size"]}}, "profiling")
     except ValueError as exc:
         raise UsageError(f"--model: {exc}") from None
 

@@ -75,6 +75,19 @@ def check_memory(runs: list[tuple[dict, int]]) -> None:
                          f"this machine has {_size(total)}")
 
 
+def check_engine_memory(config: dict, doing: str) -> None:
+    """ValueError naming what asks for the most when one engine of a config (its model and KV
+    cache; no records) would not fit in this machine's memory; `doing` says what for
+    ("serving", "profiling")."""
+    total = machine_memory_bytes()
+    need = run_memory(config, 0)
+    if total is not None and sum(need.values()) > total:
+        key = max(need, key=need.get)
+        raise ValueError(f"{key}: {doing} would need about {_size(sum(need.values()))} of "
+                         f"memory ({', '.join(f'{k} {_size(v)}' for k, v in need.items())}); "
+                         f"this machine has {_size(total)}")
+
+
 def _replicas(config: dict) -> int:
     cluster = config.get("cluster")
     if cluster is None:

@@ -294,9 +294,9 @@ def test_serve_command_with_a_named_scenario_serves_its_first_variant_and_keeps_
 @pytest.mark.parametrize("args, message", [
     (["--port", "99999"], "--port 99999: must be from 0 to 65535 (0: any free port)"),
     (["--port", "0", "--set", *TINY, "engine.num_kv_blocks=100000000000"],
-     "engine.num_kv_blocks: the run would need about"),
+     "engine.num_kv_blocks: serving would need about"),
     (["--port", "0", "--set", *TINY, "model.d_model=262144", "model.d_ff=262144"],
-     "model.d_model: the run would need about"),
+     "model.d_model: serving would need about"),
 ])
 def test_serve_command_refuses_a_bad_port_or_a_model_too_big_for_memory_in_one_line(args,
                                                                                     message):
@@ -312,5 +312,5 @@ def test_profile_refuses_a_model_too_big_for_memory_in_one_line():
                              "d_model=262144", "d_ff=262144"], cwd=ROOT, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 2
-    assert result.stderr.startswith("servesim: error: --model: model.d_model: the run would "
+    assert result.stderr.startswith("servesim: error: --model: model.d_model: profiling would "
                                      "need about") and result.stderr.count("\n") == 1

@@ -17,6 +17,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,39 @@ def test_the_synopsis_and_the_prose_name_only_real_commands_and_flags():
         assert words[1] in helps, line
         for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", line):
             assert flag in helps[words[1]], f"{line}: {flag}"
+
+
+def test_the_serving_example_serves_and_validates_the_same_server(workdir):
+    """The README's `servesim serve ...`, then its `bench` and `validate --against` lines
+    against that server, as written but on a free port, with a tiny model and few requests."""
+    blocks = [text for info, text in BLOCKS if info == "text"]
+    lines = [line for text in blocks for line in text.splitlines()]
+    serve_line = next(line for line in lines if line.startswith("servesim serve kv-pressure"))
+    client_lines = [line for line in lines if line.startswith("servesim bench http") or
+                    line.startswith("servesim validate") and "--against http" in line]
+    serve = shlex.split(re.sub(r"\s+#.*$", "", serve_line).replace("--port 8000", "--port 0"))
+    model = [f"model.{kv}" for kv in TINY]  # as `short` validates (its profile is cached)
+    bin_dir = str(Path(sys.executable).parent)
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    log = workdir / "serve-stderr.txt"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(serve + ["--set", *model], cwd=workdir, env=env,
+                                   stderr=stderr, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None:
+            assert time.monotonic() < deadline and process.poll() is None, log.read_text()
+            found = re.search(r", on (http://\S+)$", log.read_text(), re.M)
+            url = found.group(1) if found else time.sleep(0.05)
+        assert "(variant 128-blocks)" in log.read_text()
+        assert len(client_lines) == 2
+        for line in client_lines:
+            argv = shlex.split(line.replace("http://127.0.0.1:8000", url))
+            argv = [a if a != "100" else "6" for a in argv]  # --num-prompts 100: a few
+            done = run(argv + ["--quiet", "--set", *model, "--out", str(workdir / argv[1])],
+                       workdir)
+            assert done.returncode == 0, f"{line}: {done.stderr[-2000:]}"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

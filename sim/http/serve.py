@@ -25,14 +25,14 @@ def engine_for(config: dict) -> tuple[LLMEngine, Model]:
     """The real engine of a resolved run config, and the model it serves. A config that has
     no NumPy model to serve (a hardware model, a cluster), or whose model and KV cache would
     not fit in memory, raises ValueError."""
-    from sim.memory import check_memory
+    from sim.memory import check_engine_memory
     from sim.runner import build_scheduler, hardware_of
     from sim.workloads.builder import seeded_streams
 
     if hardware_of(config) is not None or config.get("cluster") is not None:
         raise ValueError("serve runs one NumPy engine: a scenario with cost.model = "
                          "\"hardware\" or a [cluster] cannot be served")
-    check_memory(config | {"mode": "serve"}, 0)  # no workload is held, only what serving needs
+    check_engine_memory(config | {"mode": "serve"}, "serving")  # no workload: the engine only
     model = ModelConfig(**config["model"])
     vocab = model_vocab(model.vocab_size)
     scheduler = build_scheduler(config, model.max_seq_len)
