@@ -117,7 +117,8 @@ def test_fast_forward_matches_step_by_step_on_random_servers(tmp_path, blocks, b
     config["seed"] = seed
     config["engine"] |= {"num_kv_blocks": blocks, "block_size": block_size,
                          "max_num_batched_tokens": 512, "max_num_seqs": 8}
-    config["scheduler"] |= {"policy": policy, "queue": queue, "chunked_prefill": chunked,
+    config["scheduler"] |= {"policy": policy, "queue": queue,
+                            "chunked_prefill": chunked and policy == "continuous",
                             "max_batch_size": 5}
     config["workload"]["prompt_tokens"] = {"dist": "uniform", "low": 1, "high": 300}
     assert_same_runs(config)

@@ -222,7 +222,8 @@ def test_random_shared_prefix_workloads_never_leak_double_free_or_share_wrongly(
         workload, block_size, cache_tokens, chunked, policy, fake_executor):
     bm = PrefixCachingBlockManager(max(2, cache_tokens // block_size), block_size)
     config = SchedulerConfig(policy=policy, max_num_seqs=3, max_num_batched_tokens=24,
-                             max_seq_len=40, chunked_prefill=chunked, max_batch_size=3)
+                             max_seq_len=40, chunked_prefill=chunked and policy == "continuous",
+                             max_batch_size=3)
     scheduler = Scheduler(config, bm)
     executor = fake_executor(bm)
     engine = LLMEngine(scheduler, executor, RunRecorder(bm.num_blocks), timing="executor")

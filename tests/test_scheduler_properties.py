@@ -47,7 +47,8 @@ def check_plan(plan, config, bm):
 @given(requests=requests_st, knobs=config_st)
 def test_random_workloads_finish_or_are_rejected_and_free_every_block(requests, knobs, fake_executor):
     config = SchedulerConfig(
-        policy=knobs["policy"], queue=knobs["queue"], chunked_prefill=knobs["chunked_prefill"],
+        policy=knobs["policy"], queue=knobs["queue"],
+        chunked_prefill=knobs["chunked_prefill"] and knobs["policy"] == "continuous",
         max_num_seqs=knobs["max_num_seqs"], max_batch_size=knobs["max_batch_size"],
         max_num_batched_tokens=knobs["max_num_seqs"] + knobs["extra_budget"], max_seq_len=64)
     bm = BlockManager(max(2, knobs["cache_tokens"] // knobs["block_size"]), knobs["block_size"])

@@ -258,7 +258,8 @@ BAD_AT_LOAD = {
     "bad turns table": (('workload.sessions.turns={dist="uniform", low=2}',),
                         "workload.sessions.turns.high: required"),
     "negative system prompt": (("workload.sessions.system_prompt_tokens=-1",),
-                               "workload.sessions.system_prompt_tokens: must be a non-negative"),
+                               "workload.sessions.system_prompt_tokens: must be a whole number "
+                               "of tokens from 0"),
     "negative think time": (("workload.sessions.think_time_s=-1.0",),
                             "workload.sessions.think_time_s: must be a non-negative number"),
     "unknown key": (("workload.sessions.users=3",), "workload.sessions.users: unknown key"),

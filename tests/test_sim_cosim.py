@@ -43,7 +43,7 @@ def test_cosimulation_and_simulation_agree_on_tokens_and_event_order(policy):
     # Every request arrives within a nanosecond, during the first step in both modes, so from
     # then on only the scheduler decides: the two runs must take the very same steps.
     cfg = copy.deepcopy(CONFIG)
-    cfg["scheduler"]["policy"] = policy
+    cfg["scheduler"] |= {"policy": policy, "chunked_prefill": policy == "continuous"}
     real = run_config(cfg)
     cfg["mode"] = "simulate"
     simulated = run_config(cfg)

@@ -39,9 +39,17 @@ def test_serve_mode_runs_the_real_engine_on_the_wall_clock():
     assert rec.num_steps > 0 and len(rec.submit_lag_s) == 12
 
 
-def test_serve_mode_refuses_a_closed_loop():
-    with pytest.raises(ValueError, match="closed_loop' is supported in modes simulate and cosimulate"):
-        run_config(config("serve", arrival={"process": "closed_loop", "concurrency": 2}))
+def test_serve_mode_refuses_a_closed_loop_with_think_time():
+    with pytest.raises(ValueError, match="a closed loop with think time is supported in modes "
+                                         "simulate and cosimulate"):
+        run_config(config("serve", arrival={"process": "closed_loop", "concurrency": 2,
+                                            "think_time_s": 0.5}))
+
+
+def test_serve_mode_serves_a_closed_loop_without_think_time_as_capped_slots():
+    rec = run_config(config("serve", arrival={"process": "closed_loop", "concurrency": 2,
+                                              "think_time_s": 0.0}))
+    assert rec.statuses == ["finished"] * 12
 
 
 def test_live_cost_model_cosimulates():
