@@ -23,6 +23,15 @@ import traceback
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
+class ChartsFailed(RuntimeError):
+    """The chart process could not draw the charts (it ran out of memory, was killed, or its
+    code failed); the message is one line, the worker's traceback is kept in `details`."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
 class ChartWorker:
     """A forked process that draws one report's charts (`charts.make_charts`)."""
 
@@ -62,10 +71,12 @@ class ChartWorker:
             try:
                 ok, value = pickle.load(self._answers)
             except EOFError:
-                ok, value = False, "the chart process ended without an answer"
+                ok, value = False, "the chart process ended without an answer (killed, or out " \
+                                   "of memory)"
         self._reap()
         if not ok:
-            raise RuntimeError(f"drawing the charts failed:\n{value}")
+            last = value.strip().splitlines()[-1] if value.strip() else "no reason given"
+            raise ChartsFailed(f"drawing the charts failed: {last}", value)
         return value
 
     def close(self) -> None:

@@ -513,6 +513,7 @@ def _split_set_values(argv: list[str]) -> list[str]:
 
 def _run_command(args) -> int:
     """The command's status, with the errors it can meet turned into one line."""
+    from reports.chart_worker import ChartsFailed
     from reports.output import OutputError
     from scenarios import ScenarioError
 
@@ -520,8 +521,8 @@ def _run_command(args) -> int:
         return args.func(args)
     except (ScenarioError, UsageError, OutputError) as exc:
         return _fail(str(exc), USAGE_ERROR)
-    except RunFailed as exc:
-        return _fail(str(exc), 1)
+    except (RunFailed, ChartsFailed) as exc:
+        return _fail(f"{exc}{_kept(args) if isinstance(exc, ChartsFailed) else ''}", 1)
     except BrokenPipeError:  # whoever read the output stopped (`| head`): what is written stays
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 141  # 128 + SIGPIPE, as a shell tool killed by the closed pipe

@@ -143,3 +143,19 @@ def test_reports_are_the_same_from_any_working_directory(tmp_path, monkeypatch):
         out = tmp_path / "builtin"
         assert main(["run", builtin, "--num-prompts", "5", "--out", str(out), "--quiet"]) == 0
         assert "(`scenarios/kv-pressure.toml`)" in (out / "report.md").read_text()
+
+
+def test_charts_that_fail_to_draw_are_one_line_and_keep_nothing(tmp_path, capsys, monkeypatch):
+    import reports.charts
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(reports.charts, "make_charts", exhausted)  # in the chart process too
+    scenario = tmp_path / "small.toml"
+    scenario.write_text(SMALL)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 1
+    line, = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("servesim: error: ") and "nothing written" in line
+    assert "MemoryError" in line or "out of memory" in line
+    assert not (tmp_path / "out").exists()
