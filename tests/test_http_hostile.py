@@ -180,8 +180,8 @@ def test_values_at_their_edges_are_served():
 # --- chat content --------------------------------------------------------------------------------
 
 
-def test_content_as_text_parts_is_joined_with_no_separator():
-    parts = [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]
+def test_content_as_text_parts_is_joined_with_newlines_as_vllm_joins_them():
+    parts = [{"type": "text", "text": "hello"}, {"type": "text", "text": "world"}]
     chat = {"messages": [{"role": "system", "content": [{"type": "text", "text": "be brief"}]},
                          {"role": "user", "content": parts, "name": "ann"}],
             "max_completion_tokens": 3, "ignore_eos": True}
@@ -189,12 +189,12 @@ def test_content_as_text_parts_is_joined_with_no_separator():
     async def test(client, url, engine):
         as_parts = await post(client, f"{url}{CHAT}", chat)
         as_text = await post(client, f"{url}{CHAT}", {**chat, "messages": [
-            {"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]})
+            {"role": "system", "content": "be brief"}, {"role": "user", "content": "hello\nworld"}]})
         await assert_recovered(client, url, engine)
         return as_parts, as_text
     (status, as_parts), (_, as_text) = served(test)
     assert status == 200
-    rendered = "system: be brief\nuser: hello world\nassistant:"
+    rendered = "system: be brief\nuser: hello\nworld\nassistant:"
     assert as_parts["usage"]["prompt_tokens"] == as_text["usage"]["prompt_tokens"] \
         == len(rendered) + 1
     assert as_parts["usage"]["completion_tokens"] == 3

@@ -2,8 +2,9 @@
 
 A message is {"role": string, "content": ...} with an optional string `name` (accepted, and
 left out of the prompt as most chat templates leave it). `content` is a string or a non-empty
-list of text parts, {"type": "text", "text": string}, whose texts are joined with no separator
-(as chat templates that walk the parts do); the official client, guidellm and aiperf send either
+list of text parts, {"type": "text", "text": string}, whose texts are joined with "\n" (as vLLM
+joins them for a template that renders string content); the official client, guidellm and
+aiperf send either
 form. Any other part (an image, audio, a file) is refused naming its field: the model reads
 text only. An assistant message's `tool_calls` are refused too: this server has no tools.
 """
@@ -43,7 +44,7 @@ def _content(content, where: str) -> str:
     if not isinstance(content, list) or not content:
         raise bad(where, "must be a string or a non-empty list of text parts "
                          "({\"type\": \"text\", \"text\": string})")
-    return "".join(_text_part(part, f"{where}[{j}]") for j, part in enumerate(content))
+    return "\n".join(_text_part(part, f"{where}[{j}]") for j, part in enumerate(content))
 
 
 def _text_part(part, where: str) -> str:
