@@ -7,7 +7,8 @@ here, so the order of those four calls and the way a step is timed exist once.
 Step time: with `timing="wall"` (real execution) the step lasts what `time.perf_counter()`
 measures around the whole iteration, scheduling and postprocessing included, because that is
 what a client waits for. With `timing="executor"` (a cost model on a simulated clock) it lasts
-the executor's predicted `duration_s`.
+the executor's predicted `duration_s`. A discrete-event loop calls the two halves of a step,
+`start_step` and `finish_step`, with its clock advanced between them.
 """
 
 from __future__ import annotations
@@ -15,9 +16,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from .decode_run import DecodeRun, apply_run, plan_run
 from .records import RunRecorder
 from .scheduler import Scheduler
 from .sequence import Sequence
@@ -43,20 +41,6 @@ class StepOutput:
     def ran(self) -> bool:
         """The step executed (its sequences may all have failed, leaving its plan empty)."""
         return not self.plan.is_empty or bool(self.failed)
-
-
-@dataclass(frozen=True)
-class TimedRun:
-    """The decode steps after a decode-only step (`engine.decode_run`) with their times on the
-    run's clock: step j starts at `start_s[j]` and ends at `end_s[j]` (the next one's start)."""
-
-    run: DecodeRun
-    start_s: np.ndarray  # [K]
-    end_s: np.ndarray  # [K]
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.end_s)
 
 
 class LLMEngine:
@@ -117,38 +101,6 @@ class LLMEngine:
         self._drop_failed(plan, result)
         finished = self.scheduler.postprocess(plan, result.tokens)
         self._record(plan, finished, start_s, end_s)
-        return finished
-
-    def start_run(self, plan: StepPlan, end_s: float, until_s: float,
-                  through_finishes: bool = True) -> TimedRun | None:
-        """After `start_step` gave `plan` (a step that ends at `end_s`, not yet finished): the
-        decode steps after it that repeat it (`engine.decode_run`), as many as start before
-        `until_s` (when something could arrive), timed by the executor's `execute_run`. None
-        when there are none, or the executor cannot predict them (a real one runs every
-        step). `through_finishes`: see `plan_run`."""
-        execute_run = getattr(self.executor, "execute_run", None)
-        if execute_run is None or not end_s < until_s:
-            return None
-        run = plan_run(self.scheduler, plan, through_finishes)
-        if run is None:
-            return None
-        ends = execute_run(run, end_s, until_s)  # [K]
-        if not len(ends):
-            return None
-        return TimedRun(run, np.concatenate(([end_s], ends[:-1])), ends)
-
-    def finish_run(self, timed: TimedRun) -> list[Sequence]:
-        """Apply and record the steps of `timed`, after its plan's own `finish_step`; returns
-        the sequences that finished in them, in the order they did."""
-        run, steps = timed.run, timed.num_steps
-        kv_used, kv_cached, finished = apply_run(self.scheduler, run, steps)
-        if self.recorder is not None:
-            decoding = run.decoding(np.arange(1, steps + 1)) \
-                if run.first_finish < steps else len(run.members)  # [steps], or the same in all
-            self.recorder.record_run(run.plan, timed.start_s, timed.end_s, decoding,
-                                     run.padding(decoding), kv_used, kv_cached)
-            for seq in finished:
-                self.recorder.record_request(seq)
         return finished
 
     def _drop_failed(self, plan: StepPlan, result) -> dict:

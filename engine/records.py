@@ -109,37 +109,33 @@ class RunRecorder:
             self.itl_counts.append(1)
             self.itl_steps.append(plan.step)
 
-    def record_run(self, plan: StepPlan, start_s, end_s, decoding, padding,
-                   kv_blocks_used, kv_blocks_cached) -> None:
-        """Record the decode steps that follow `plan` (`engine.decode_run`), after `plan`
-        itself: [K] NumPy arrays of their start and end times, [K] KV blocks used (any
-        sequence), and the decoding sequences (all of the running ones), padding rows and KV
-        blocks cached of each, as [K] NumPy arrays or as one number for all; the waiting count
-        is `plan`'s, nothing is admitted (no cached tokens), and each step adds one
-        inter-token gap for all of its decodes."""
-        assert plan.step == len(self._end) - 1, "a run follows the step it repeats"
-        k, columns = len(end_s), self._steps
-        columns["step"].extend(array("d", range(plan.step + 1, plan.step + 1 + k)))
-        self._start.frombytes(start_s.tobytes())
-        self._end.frombytes(end_s.tobytes())
-        for name, value in (("num_prefill_tokens", 0), ("num_prefill_seqs", 0),
-                            ("num_decode_seqs", decoding), ("num_padding_seqs", padding),
-                            ("num_running", decoding), ("num_waiting", plan.num_waiting),
-                            ("kv_blocks_used", kv_blocks_used), ("preemptions", 0),
-                            ("cached_tokens", 0), ("kv_blocks_cached", kv_blocks_cached)):
+    def record_steps(self, first_step: int, start_s, end_s, columns: dict,
+                     itl_counts) -> None:
+        """Record K consecutive steps at once, numbered from `first_step` (the next one):
+        [K] NumPy arrays of their start and end times, each step column of `columns` (every
+        STEP_COLUMNS name but step, start_s and end_s) as a [K] array, a list or one number
+        for all, and each step ending one inter-token gap (its duration: it starts where the
+        step before it ended) for `itl_counts` tokens (a [K] array or one number)."""
+        assert first_step == len(self._end), "steps must be recorded in order, each once"
+        k, steps = len(end_s), self._steps
+        steps["step"].extend(array("d", range(first_step, first_step + k)))
+        self._start.frombytes(np.asarray(start_s, dtype=np.float64).tobytes())
+        self._end.frombytes(np.asarray(end_s, dtype=np.float64).tobytes())
+        for name, value in columns.items():
             if isinstance(value, np.ndarray):
-                columns[name].frombytes(value.astype(np.float64).tobytes())
+                steps[name].frombytes(value.astype(np.float64).tobytes())
             elif isinstance(value, list):
-                columns[name].extend(array("d", value))
+                steps[name].extend(array("d", value))
             else:
-                columns[name].extend(array("d", (value,)) * k)
-        self.itl_steps.extend(range(plan.step + 1, plan.step + 1 + k))
-        self.itl_gaps.frombytes((end_s - start_s).tobytes())  # [K] each step's start is the
-        # previous one's end, so its gap from the previous token is its duration
-        if isinstance(decoding, np.ndarray):
-            self.itl_counts.frombytes(decoding.astype(np.int64).tobytes())
+                steps[name].extend(array("d", (value,)) * k)
+        assert all(len(column) == len(self._end) for column in steps.values()), \
+            "every step column is given"
+        self.itl_steps.extend(range(first_step, first_step + k))
+        self.itl_gaps.frombytes((np.asarray(end_s) - np.asarray(start_s)).tobytes())  # [K]
+        if isinstance(itl_counts, np.ndarray):
+            self.itl_counts.frombytes(itl_counts.astype(np.int64).tobytes())
         else:
-            self.itl_counts.extend(array("q", (decoding,)) * k)
+            self.itl_counts.extend(array("q", (itl_counts,)) * k)
 
     def record_request(self, seq: Sequence, status: str | None = None) -> None:
         """Call once per request when it finishes or is rejected (or, with status="unfinished",

@@ -33,6 +33,13 @@ here; the seed's part-6 functions in `continuous_batching.py` are built from the
 
 Every step gets an index; sequences remember the step of their first scheduling, first token,
 last token and finish, so the caller turns indices into times with one table of step times.
+
+The decode half of a step is written once, step by step, behind the seams a faster driver may
+override in a subclass (the simulator's `sim.fastpath` does, for sequences that stop by length
+alone): `reserve_decodes` (give every decoding sequence room for its next KV row),
+`apply_decodes` (count their tokens after the step), `decode_fills` (the blocks they filled,
+for prefix caching), `running_added` / `running_removed` (a sequence joins or leaves the
+running list) and `sync` (bring every count up to date before something outside reads them).
 """
 
 from __future__ import annotations
@@ -46,7 +53,6 @@ from .prefix_cache import block_hashes
 from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
 from .sequence import Sequence, SequenceStatus
-from .steady import SteadyDecoders
 from .step_plan import StepPlan
 from .swap import SwapSpace
 
@@ -77,33 +83,19 @@ class Scheduler:
         self.num_steps = 0
         self.num_preemptions = 0
         self._batch_slots = 0  # static: size of the batch in flight
-        self._victim_key = (
+        # The running list's order (victim order): admission order, or for the priority queue
+        # best priority first, then earlier arrival, then admission.
+        self.running_key = (
             (lambda s: (s.priority, s.arrival_s, s.admit_order))
             if config.queue == "priority" else None
         )
         self._caching = block_manager.prefix_caching  # engine.prefix_cache
         self.prefill_only = False  # disaggregation: release sequences after their first token
-        # Simulated sequences counted in bulk (`count_steady_in_bulk`): the bookkeeping, and the
-        # same object while it is engaged for the step being planned and applied (else None).
-        self._steady_decoders: SteadyDecoders | None = None
-        self.steady: SteadyDecoders | None = None
-
-    def count_steady_in_bulk(self) -> bool:
-        """For simulated sequences only (they stop by length alone): advance the running
-        sequences that decode every step in bulk (`engine.steady`), with the same plans and
-        counts. Applies under continuous batching on an engine that decodes its own sequences,
-        before the first step; returns whether it does."""
-        if self.config.policy != "continuous" or self.prefill_only:
-            return False
-        if self.running or self.num_steps:
-            raise ValueError("steady decoders are counted in bulk from the first step only")
-        self._steady_decoders = SteadyDecoders(self)
-        return True
 
     def sync(self) -> None:
-        """Bring every running sequence's counts up to date (see `count_steady_in_bulk`)."""
-        if self.steady is not None:
-            self.steady.reset()
+        """Bring every running sequence's counts up to date before something outside the
+        scheduler reads them: here they always are; a subclass that counts lazily
+        (`reserve_decodes`, `apply_decodes`) brings them up to date."""
 
     # --- arrivals --------------------------------------------------------------------------------
 
@@ -191,14 +183,7 @@ class Scheduler:
 
     def _schedule_continuous(self, plan: StepPlan) -> None:
         prefilling: list[Sequence] = []
-        bulk = self._steady_decoders
-        if bulk is not None:
-            self.steady = bulk if bulk.engaged_for_step() else None
-        if self.steady is None:
-            plan.decodes = reserve_decode_blocks(self.running, self.block_manager,
-                                                 lambda: self._preempt_last(plan), prefilling)
-        else:
-            plan.decodes = self.steady.reserve(prefilling, lambda: self._preempt_last(plan))
+        plan.decodes = self.reserve_decodes(plan, prefilling)
         budget = self.config.max_num_batched_tokens - len(plan.decodes)
         for seq in prefilling:  # prefills split over earlier steps: their blocks are reserved
             if budget == 0:
@@ -208,10 +193,17 @@ class Scheduler:
             budget -= n
         self._admit(plan, budget, self.config.max_num_seqs)
 
+    def reserve_decodes(self, plan: StepPlan, prefilling: list) -> list[Sequence]:
+        """The running sequences that decode in the step being planned, in running order, each
+        given room for its next KV row (a sequence in need preempts from the back of the
+        running list, `preempt_last`); those still prefilling are appended to `prefilling`."""
+        return reserve_decode_blocks(self.running, self.block_manager,
+                                     lambda: self.preempt_last(plan), prefilling)
+
     def _schedule_static(self, plan: StepPlan, now_s: float) -> None:
         if self.running:  # lockstep decode of the batch in flight
             plan.decodes = reserve_decode_blocks(self.running, self.block_manager,
-                                                 lambda: self._preempt_last(plan))
+                                                 lambda: self.preempt_last(plan))
             plan.padding_seqs = self._batch_slots - len(plan.decodes)
             return
         cfg = self.config
@@ -279,8 +271,6 @@ class Scheduler:
         self._insert_running(seq)
         if left == 1:  # its last token's KV is all it lacks: a decode, as for the running
             plan.decodes.append(seq)
-            if self.steady is not None:
-                self.steady.swapped_in(seq)
         else:
             plan.prefills.append((seq, n))
         return n
@@ -295,20 +285,20 @@ class Scheduler:
 
     def _cache_filled(self, plan: StepPlan) -> None:
         """Register every block this step filled (prefix caching), before any holder lets go."""
-        bm = self.block_manager
-        bs = bm.block_size
+        bs = self.block_manager.block_size
         for seq, n in plan.prefills:
             computed = seq.num_computed_tokens
             if computed // bs > (computed - n) // bs:
                 self.cache_blocks(seq, (computed - n) // bs, computed // bs)
-        if self.steady is not None:
-            for seq, block in self.steady.filled(plan.step):
-                self.cache_blocks(seq, block, block + 1)
-            return
-        for seq in plan.decodes:
-            if not seq.num_computed_tokens % bs:
-                self.cache_blocks(seq, seq.num_computed_tokens // bs - 1,
-                                  seq.num_computed_tokens // bs)
+        for seq, block in self.decode_fills(plan):
+            self.cache_blocks(seq, block, block + 1)
+
+    def decode_fills(self, plan: StepPlan):
+        """(sequence, block index) of every block the step's decodes filled, in plan order
+        (after `apply_decodes`)."""
+        bs = self.block_manager.block_size
+        return [(seq, seq.num_computed_tokens // bs - 1) for seq in plan.decodes
+                if not seq.num_computed_tokens % bs]
 
     def cache_blocks(self, seq: Sequence, first: int, last: int) -> None:
         """Register the sequence's filled blocks first .. last - 1 whose hashes are known."""
@@ -331,19 +321,23 @@ class Scheduler:
         return 0
 
     def _insert_running(self, seq: Sequence) -> None:
-        if self._victim_key is None:
+        if self.running_key is None:
             self.running.append(seq)  # admission order is victim order
-            if self.steady is not None:
-                self.steady.counted.append(seq)
         else:
-            bisect.insort(self.running, seq, key=self._victim_key)
-            if self.steady is not None:  # counted in running order too
-                bisect.insort(self.steady.counted, seq, key=self._victim_key)
+            bisect.insort(self.running, seq, key=self.running_key)
+        self.running_added(seq)
 
-    def _preempt_last(self, plan: StepPlan) -> None:
+    def running_added(self, seq: Sequence) -> None:
+        """`seq` joined the running list (admitted, or readmitted): nothing to do here."""
+
+    def running_removed(self, seq: Sequence) -> None:
+        """`seq` was preempted off the running list: nothing to do here."""
+
+    def preempt_last(self, plan: StepPlan) -> None:
+        """Preempt the last sequence of the running list (the victim order's last) in the step
+        being planned."""
         seq = self.running.pop()
-        if self.steady is not None:  # counted eagerly now; it may be readmitted at once
-            self.steady.counted.remove(seq)
+        self.running_removed(seq)
         plan.swap_out += preempt_sequence(seq, self.block_manager, self.waiting, self.swap)
         plan.preempted.append(seq)
         self.num_preemptions += 1
@@ -357,15 +351,9 @@ class Scheduler:
         for seq, n in plan.prefills:
             seq.num_computed_tokens += n
             if seq.num_computed_tokens == seq.num_tokens:
-                if self._emit(plan, seq, None if tokens is None else tokens[seq.seq_id]):
+                if self.emit(plan, seq, None if tokens is None else tokens[seq.seq_id]):
                     finished.append(seq)
-        if self._steady_decoders is not None and tokens is not None:
-            raise ValueError("steady decoders are counted in bulk for simulated sequences "
-                             "only (no sampled tokens)")
-        if self.steady is not None:
-            self.steady.postprocess(plan, finished)
-        else:
-            self._postprocess_decodes(plan, tokens, finished)
+        self.apply_decodes(plan, tokens, finished)
         if self._caching:
             self._cache_filled(plan)
         if finished:
@@ -374,16 +362,16 @@ class Scheduler:
             self._hand_off(plan)
         return finished
 
-    def _postprocess_decodes(self, plan: StepPlan, tokens, finished: list) -> None:
-        """Apply the step's decodes; the finished sequences are appended to `finished`. The
-        hot loop of a simulation: _emit's common case (a token right after the previous
-        step's), inlined."""
+    def apply_decodes(self, plan: StepPlan, tokens, finished: list) -> None:
+        """Count the step's decodes, one token each (`tokens`: seq_id -> sampled id, None in
+        simulation); append the finished ones to `finished`. The hot loop of a simulation:
+        `emit`'s common case (a token right after the previous step's), inlined."""
         step, previous_step, consecutive = plan.step, plan.step - 1, 0
         for seq in plan.decodes:
             seq.num_computed_tokens += 1
             token = None if tokens is None else tokens[seq.seq_id]
             if seq.last_token_step != previous_step:
-                if self._emit(plan, seq, token):
+                if self.emit(plan, seq, token):
                     finished.append(seq)
                 continue
             consecutive += 1
@@ -422,7 +410,7 @@ class Scheduler:
             self.running = [s for s in self.running if s.status is _RUNNING]
 
     @staticmethod
-    def _emit(plan: StepPlan, seq: Sequence, token: int | None) -> bool:
+    def emit(plan: StepPlan, seq: Sequence, token: int | None) -> bool:
         """Record one sampled token and where its inter-token gap starts; True when done."""
         step, previous = plan.step, seq.last_token_step
         if previous is None:

@@ -71,7 +71,7 @@ class Sequence:
         "sampling", "ignore_eos", "eos_token_id", "status", "preemptions", "reject_reason",
         "admit_order", "finish_reason", "first_scheduled_step", "first_token_step",
         "last_token_step", "finish_step", "block_hashes", "num_cached_tokens", "kv_transfer",
-        "generator", "steady_since",
+        "generator",
     )
 
     def __init__(self, request_id, prompt_len: int, max_new_tokens: int, *,
@@ -123,9 +123,6 @@ class Sequence:
         # A request's own seeded `np.random.Generator` for its sampled tokens (an HTTP
         # request's `seed`); None: the executor's shared one.
         self.generator = None
-        # The step from which the scheduler counts this (simulated) sequence's decodes in bulk
-        # (`engine.steady`): its counts are those from before that step. None: counted eagerly.
-        self.steady_since: int | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -16,12 +16,13 @@ process may feed several engines (a cluster's replicas, `sim.cluster`): each eng
 With prefill/decode disaggregation a prefill replica hands each request off after its first
 token (`SimState.hand_off`) and the router moves its KV to a decode replica.
 
-Fast forward: after a decode-only step, the decode steps that follow it (`engine.decode_run`)
-up to the next event in SimPy's queue (an arrival, a think time ending) are predicted and
-recorded in one go (`LLMEngine.start_run` / `finish_run`) with one timeout; nothing can happen
-between them that the step-by-step loop would see, so the records are the same, to the last bit.
-With it, a scheduler whose executor samples no tokens counts its steady decoders in bulk
-(`engine.steady`): a step costs O(changes) rather than O(batch), with the same plans.
+Fast forward: after a decode-only step, the decode steps that follow it
+(`sim.fastpath.decode_run`) up to the next event in SimPy's queue (an arrival, a think time
+ending) are predicted and recorded in one go (`sim.fastpath.start_run` / `finish_run`) with one
+timeout; nothing can happen between them that the step-by-step loop would see, so the records are
+the same, to the last bit. A simulation's scheduler may also count its steady decoders in bulk
+(`sim.fastpath.SteadyScheduler`, chosen where it is built): a step then costs O(changes) rather
+than O(batch), with the same plans.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from engine.llm_engine import LLMEngine
 from engine.records import RunRecorder
 from engine.sequence import SequenceStatus
 
+from .fastpath import finish_run, start_run
 from .workloads.sessions import REJECTED_EARLIER
 
 
@@ -240,7 +242,7 @@ def engine(env, state: SimState, replica: Replica):
         end_s = start_s + result.duration_s
         if kv_log is not None:
             kv_log.step_started(start_s, plan.kv_blocks_used)
-        run = llm.start_run(plan, end_s, state.run_horizon(env), through_finishes) \
+        run = start_run(llm, plan, end_s, state.run_horizon(env), through_finishes) \
             if state.fast_forward else None
         if run is None:
             yield env.timeout(result.duration_s)
@@ -250,7 +252,7 @@ def engine(env, state: SimState, replica: Replica):
                 kv_log.run_started(run, scheduler.block_manager)
             for delay in delays_to(env.now, float(run.end_s[-1])):
                 yield env.timeout(delay)  # nothing the run depends on happens before its end
-            finished = llm.finish_step(plan, result, start_s, end_s) + llm.finish_run(run)
+            finished = llm.finish_step(plan, result, start_s, end_s) + finish_run(llm, run)
         if kv_log is not None:
             kv_log.step_ended(env.now, scheduler.block_manager.num_used)
         for seq in finished:
@@ -285,32 +287,26 @@ def _idle(env, replica: Replica, until_s: float | None):
 
 def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arrival_s=None,
              closed_loop=None, sessions=None, num_requests: int, progress: bool = False,
-             fast_forward: bool = True, steady: bool | None = None) -> RunRecorder:
+             fast_forward: bool = True) -> RunRecorder:
     """Simulate `num_requests` requests to the end. Give `arrival_s` (open arrivals, [n]
     seconds), `closed_loop` (a `ClosedLoop`) or `sessions` (a `SessionPlan`);
     `make_sequence(index, arrival_s)` builds one. `fast_forward=False` takes every step
-    through the scheduler one at a time, counting every sequence (the same records, slower:
-    for checking the fast paths); `steady` turns the bulk counting of steady decoders on or
-    off on its own (default: as `fast_forward`)."""
+    through the scheduler one at a time (the same records, slower: for checking the fast
+    path)."""
     llm = LLMEngine(scheduler, executor, recorder, timing="executor")
     run_engines(simpy.Environment(), [Replica(llm)], make_sequence, arrival_s=arrival_s,
                 closed_loop=closed_loop, sessions=sessions, num_requests=num_requests,
-                progress=progress, fast_forward=fast_forward, steady=steady)
+                progress=progress, fast_forward=fast_forward)
     return recorder
 
 
 def run_engines(env, replicas: list[Replica], make_sequence, *, arrival_s=None,
                 closed_loop=None, sessions=None, num_requests: int, progress: bool = False,
-                fast_forward: bool = True, router=None, refused=None,
-                steady: bool | None = None) -> None:
+                fast_forward: bool = True, router=None, refused=None) -> None:
     """Simulate the requests (as `run_loop`) on `replicas`, each with its own engine process,
     until every engine is done. `router`: picks each request's replica (see `SimState`);
     `refused`: the recorder of requests never sent (a conversation's turns after a
     rejected one)."""
-    if fast_forward if steady is None else steady:
-        for replica in replicas:
-            if not getattr(replica.engine.executor, "samples_tokens", True):
-                replica.scheduler.count_steady_in_bulk()
     bar = _progress_bar(num_requests) if progress else None
     state = SimState(replicas, make_sequence, bar, fast_forward,
                      closed_loop is not None or sessions is not None, router, refused)

@@ -28,6 +28,7 @@ from engine.swap import SwapSpace
 
 from .costs import CostModelExecutor, cost_model
 from .costs.jitter import SpeedProcess
+from .fastpath import SteadyScheduler
 from .loop import run_loop
 from .memory import check_memory
 from .workloads import (SessionTokens, Workload, build_workload, check_turn_lengths,
@@ -49,10 +50,11 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
     for the machine's speed instead of the seed's own "jitter" stream (another realisation of
     the same machine on the same requests). `fast_forward=False`: every simulated step goes
     through the scheduler one by one, counting every sequence (the same records; for checking
-    the fast paths); `steady`: count steady decoders in bulk (`engine.steady`) or not, whatever
-    `fast_forward` says."""
+    the fast paths); `steady`: count steady decoders in bulk (`sim.fastpath.steady`) or not,
+    whatever `fast_forward` says."""
     mode = run_mode(config)
     streams = seeded_streams(config["seed"])
+    steady = fast_forward if steady is None else steady
     if config.get("cluster") is not None:
         from .cluster import run_cluster
 
@@ -60,7 +62,8 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
                            jitter_rng=jitter_rng, fast_forward=fast_forward, steady=steady)
     workload = build_workload(config["workload"], streams["workload"], base_dir)
     scheduler, executor, model = build_engine(config, mode, streams, cost, jitter_rng,
-                                              keyed=workload.block_keys is not None)
+                                              keyed=workload.block_keys is not None,
+                                              steady=steady)
     recorder = RunRecorder(scheduler.block_manager.num_blocks)
     if mode == "serve" and workload.closed_loop is not None \
             and workload.closed_loop.think_time_s:
@@ -74,8 +77,7 @@ def run_config(config: dict, progress: bool = False, base_dir=None, cost=None,
         return _serve(scheduler, executor, recorder, workload, make)
     return run_loop(scheduler, executor, recorder, make, arrival_s=workload.arrival_s,
                     closed_loop=workload.closed_loop, sessions=workload.sessions,
-                    num_requests=len(workload), progress=progress, fast_forward=fast_forward,
-                    steady=steady)
+                    num_requests=len(workload), progress=progress, fast_forward=fast_forward)
 
 
 def run_mode(config: dict) -> str:
@@ -89,21 +91,22 @@ def run_mode(config: dict) -> str:
 
 
 def build_engine(config: dict, mode: str, streams: dict, cost=None, jitter_rng=None,
-                 keyed: bool = True):
+                 keyed: bool = True, steady: bool = False):
     """(scheduler, executor, NumPy model config or None) of one engine of a resolved config:
     in simulate mode a `CostModelExecutor` (`cost`: instead of the config's cost model;
     `jitter_rng`: instead of the seed's "jitter" stream), else the real `NumpyExecutor`.
     `keyed`: whether the workload gives simulated requests prefix-cache keys; without them no
     block is ever found cached, so a simulation keeps plain block bookkeeping (the same counts
-    and records, less work a block)."""
+    and records, less work a block). `steady`: a simulation's scheduler counts its steady
+    decoders in bulk (`sim.fastpath.SteadyScheduler`; continuous batching only)."""
     hardware = hardware_of(config)
     model = None if hardware is not None else ModelConfig(**config["model"])
-    caching = False if mode == "simulate" and not keyed else None
-    if hardware is None:
-        scheduler = build_scheduler(config, model.max_seq_len, prefix_caching=caching)
-    else:
-        scheduler = build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks,
-                                    prefix_caching=caching)
+    simulated = mode == "simulate"
+    caching = False if simulated and not keyed else None
+    max_seq_len, blocks = (model.max_seq_len, None) if hardware is None else \
+        (hardware.arch.max_seq_len, hardware.kv_blocks)
+    scheduler = build_scheduler(config, max_seq_len, blocks, prefix_caching=caching,
+                                steady=steady and simulated)
     if mode != "simulate":
         return scheduler, _numpy_executor(model, scheduler, streams["sampling"]), model
     cost = cost or build_cost(config, hardware)
@@ -136,21 +139,23 @@ def speed_process(cost_config: dict, cost, rng) -> SpeedProcess | None:
 
 
 def build_scheduler(config: dict, max_seq_len: int, num_kv_blocks: int | None = None,
-                    prefix_caching: bool | None = None) -> Scheduler:
+                    prefix_caching: bool | None = None, steady: bool = False) -> Scheduler:
     """The engine's scheduler and block manager for a resolved config (`num_kv_blocks`: the
     derived count of an "auto" config; `prefix_caching`: instead of the config's
-    `engine.enable_prefix_caching`)."""
+    `engine.enable_prefix_caching`; `steady`: a `sim.fastpath.SteadyScheduler` under
+    continuous batching, for simulated sequences)."""
     engine_cfg = config["engine"]
     if prefix_caching is None:
         prefix_caching = engine_cfg.get("enable_prefix_caching", False)
     block_manager = make_block_manager(num_kv_blocks or engine_cfg["num_kv_blocks"],
                                        engine_cfg["block_size"], prefix_caching)
     swap_blocks = engine_cfg.get("swap_blocks", 0)
-    return Scheduler(SchedulerConfig(
+    scheduler_config = SchedulerConfig(
         max_num_seqs=engine_cfg["max_num_seqs"],
         max_num_batched_tokens=engine_cfg["max_num_batched_tokens"],
-        max_seq_len=max_seq_len, **config["scheduler"]), block_manager,
-        SwapSpace(swap_blocks) if swap_blocks else None)
+        max_seq_len=max_seq_len, **config["scheduler"])
+    kind = SteadyScheduler if steady and scheduler_config.policy == "continuous" else Scheduler
+    return kind(scheduler_config, block_manager, SwapSpace(swap_blocks) if swap_blocks else None)
 
 
 def swap_block_s(config: dict, cost) -> float:

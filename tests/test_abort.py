@@ -57,7 +57,7 @@ def test_abort_swapped_out_releases_its_host_blocks():
     scheduler.add(a)
     plan = scheduler.schedule()
     scheduler.postprocess(plan)
-    scheduler._preempt_last(plan)  # swap it out as a block shortage would
+    scheduler.preempt_last(plan)  # swap it out as a block shortage would
     assert a.status is SequenceStatus.SWAPPED and scheduler.swap.num_free < 32
     scheduler.abort(a)
     assert scheduler.swap.num_free == 32 and not scheduler.has_unfinished()

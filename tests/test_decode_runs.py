@@ -1,5 +1,5 @@
 """Fast forward: the simulator advances a run of decode steps that repeat the last one in one go
-(`engine.decode_run`, `CostModelExecutor.execute_run`, `LLMEngine.start_run`). It must be the
+(`sim.fastpath.decode_run`, `CostModelExecutor.execute_run`, `sim.fastpath.start_run`). It must be the
 step-by-step simulation exactly: the same steps, blocks, tokens, preemptions and times, to the
 last bit, under every policy, queue and cost model."""
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import scenarios
 from engine.block_manager import BlockManager
-from engine.decode_run import apply_run, plan_run
+from sim.fastpath import apply_run, plan_run
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
 from sim.costs import load_profile

@@ -1,4 +1,4 @@
-"""Steady decoders counted in bulk (`engine.steady`): a simulated sequence that decodes every step
+"""Steady decoders counted in bulk (`sim.fastpath.steady`): a simulated sequence that decodes every step
 is not visited until it needs a KV block or finishes, or something reads its counts. The plans,
 blocks, tokens, preemptions, finishes and times must be those of counting every sequence every
 step, to the last bit, alone and with fast forward."""
@@ -9,12 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import engine.steady
+import sim.fastpath.steady
 from engine.block_manager import BlockManager
 from engine.prefix_cache import PrefixCachingBlockManager
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
 from engine.swap import SwapSpace
+from sim.fastpath import SteadyScheduler
 from sim.runner import run_config
 from tests.test_cluster import SESSIONS, cluster_text, load_config
 from tests.test_decode_runs import CASES, LINEAR, config_of, records
@@ -34,8 +35,8 @@ MORE_CASES = CASES | {
 def engage(request, monkeypatch):
     """Bulk counting engaged from the first running sequence on, or engaged at 4 and let go
     below 2 (every count brought up to date), over and over."""
-    monkeypatch.setattr(engine.steady, "ENGAGE_AT", request.param[0])
-    monkeypatch.setattr(engine.steady, "RELEASE_BELOW", request.param[1])
+    monkeypatch.setattr(sim.fastpath.steady, "ENGAGE_AT", request.param[0])
+    monkeypatch.setattr(sim.fastpath.steady, "RELEASE_BELOW", request.param[1])
     return request.param
 
 
@@ -92,17 +93,15 @@ def test_bulk_counting_matches_eager_counting_on_random_servers(tmp_path, blocks
     config["workload"]["prompt_tokens"] = {"dist": "uniform", "low": 1, "high": 300}
     eager = run_config(config, fast_forward=False)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine.steady, "ENGAGE_AT", engage[0])
-        patch.setattr(engine.steady, "RELEASE_BELOW", engage[1])
+        patch.setattr(sim.fastpath.steady, "ENGAGE_AT", engage[0])
+        patch.setattr(sim.fastpath.steady, "RELEASE_BELOW", engage[1])
         assert records(run_config(config, fast_forward=False, steady=True)) == records(eager)
     assert eager.statuses.count("finished") + eager.statuses.count("rejected") == 40
 
 
-def bulk_scheduler(blocks: int = 64, outputs=(40, 40, 50)) -> Scheduler:
-    scheduler = Scheduler(SchedulerConfig(max_num_seqs=8), BlockManager(blocks, 4))
-    assert scheduler.count_steady_in_bulk()
-    bulk = scheduler._steady_decoders
-    bulk.engage_at, bulk.release_below = 1, 0  # even for so few
+def bulk_scheduler(blocks: int = 64, outputs=(40, 40, 50)) -> SteadyScheduler:
+    scheduler = SteadyScheduler(SchedulerConfig(max_num_seqs=8), BlockManager(blocks, 4))
+    scheduler.engage_at, scheduler.release_below = 1, 0  # even for so few
     for i, n in enumerate(outputs):
         scheduler.add(Sequence(i, 6, n, seq_id=100 + i))
     return scheduler
@@ -121,7 +120,7 @@ def test_steady_decoders_are_left_alone_until_their_counts_are_read():
     counts = [(s.num_output_tokens, s.num_computed_tokens, s.last_token_step)
               for s in eager.running]
     assert counts == [(20, 25, 19)] * 3
-    assert not bulk.steady.counted  # all three steady
+    assert not bulk.counted  # all three steady
     assert [s.num_output_tokens for s in bulk.running] == [2] * 3  # as of the step they settled
     assert bulk.block_manager.block_tables[100] == eager.block_manager.block_tables[200]
     bulk.sync()
@@ -133,19 +132,16 @@ def test_steady_decoders_are_left_alone_until_their_counts_are_read():
 
 
 def test_bulk_counting_applies_only_where_every_step_decodes_every_running_sequence():
-    assert not Scheduler(SchedulerConfig(policy="static"), BlockManager(8, 4)) \
-        .count_steady_in_bulk()
-    prefill_only = Scheduler(SchedulerConfig(), BlockManager(8, 4))
-    prefill_only.prefill_only = True
-    assert not prefill_only.count_steady_in_bulk()
+    with pytest.raises(ValueError, match="under continuous batching only"):
+        SteadyScheduler(SchedulerConfig(policy="static"), BlockManager(8, 4))
+    prefill_only = bulk_scheduler()
+    prefill_only.prefill_only = True  # its sequences leave after their first token
+    prefill_only.postprocess(prefill_only.schedule())
+    assert not prefill_only.engaged
     scheduler = bulk_scheduler()
     plan = scheduler.schedule()
     with pytest.raises(ValueError, match="simulated sequences only"):
         scheduler.postprocess(plan, {100: 1, 101: 1, 102: 1})
-    started = bulk_scheduler()
-    started.postprocess(started.schedule())
-    with pytest.raises(ValueError, match="from the first step only"):
-        started.count_steady_in_bulk()
 
 
 def _ids(seqs) -> list[int]:
@@ -167,13 +163,13 @@ def assert_side_by_side(lengths, blocks: int, queue: str = "fcfs", swap: int = 0
 
     def scheduler(bulk: bool) -> Scheduler:
         manager = PrefixCachingBlockManager if caching else BlockManager
-        s = Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=48,
-                                      queue=queue, chunked_prefill=chunked, max_seq_len=128,
-                                      preemption="swap" if swap else "recompute"),
-                      manager(blocks, 4), SwapSpace(swap) if swap else None)
+        s = (SteadyScheduler if bulk else Scheduler)(
+            SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=48, queue=queue,
+                            chunked_prefill=chunked, max_seq_len=128,
+                            preemption="swap" if swap else "recompute"),
+            manager(blocks, 4), SwapSpace(swap) if swap else None)
         if bulk:
-            assert s.count_steady_in_bulk()
-            s._steady_decoders.engage_at, s._steady_decoders.release_below = engage
+            s.engage_at, s.release_below = engage
         return s
 
     def arrive(s: Scheduler, offset: int, step: int) -> None:

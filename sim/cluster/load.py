@@ -5,7 +5,7 @@ kept as step functions of simulated time so the router can read them as they wer
 Outstanding requests change when the router sends one (+1) and when one finishes or is
 rejected (-1). The KV blocks in use change when a step is planned (its allocations) and when
 it ends (the blocks of finished sequences come back). A run of decode steps advanced in one go
-(`LLMEngine.start_run`) is applied only at its end, but an arrival may read a replica in the
+(`sim.fastpath.start_run`) is applied only at its end, but an arrival may read a replica in the
 middle of it: the run's KV use at each of its steps is logged when it starts, from the blocks
 each step allocates (a run in a cluster stops at its first finish, so none come back before
 its end). The log then reads the same as the step-by-step simulation's at every instant.
@@ -48,7 +48,7 @@ class LoadLog:
         self.step_started(end_s, kv_blocks_used)
 
     def run_started(self, timed, block_manager) -> None:
-        """Log the KV use of each step of `timed` (an `LLMEngine.start_run` result whose plan
+        """Log the KV use of each step of `timed` (a `sim.fastpath.start_run` result whose plan
         was just scheduled) at its start: the blocks in use now plus those the run's steps
         allocate up to it (each member one every block_size steps from its `first_block`)."""
         run, steps, size = timed.run, timed.num_steps, block_manager.block_size

@@ -50,11 +50,11 @@ def replica_configs(config: dict) -> list[tuple[str, dict]]:
 class Cluster:
     """The replicas of a config with a `[cluster]`, each with its `LoadLog`, in one SimPy
     environment. Replica 0 runs on the seed's "jitter" stream (or `jitter_rng`), replica i on
-    its i-th child stream; `random` routes with the seed's "router" stream. `keyed`: as
-    `sim.runner.build_engine`'s."""
+    its i-th child stream; `random` routes with the seed's "router" stream. `keyed`, `steady`:
+    as `sim.runner.build_engine`'s."""
 
     def __init__(self, config: dict, mode: str, streams: dict, cost=None, jitter_rng=None,
-                 keyed: bool = True):
+                 keyed: bool = True, steady: bool = False):
         from ..runner import build_engine, hardware_of
 
         configs = replica_configs(config)
@@ -64,7 +64,7 @@ class Cluster:
         for index, ((pool, replica_config), rng) in enumerate(
                 zip(configs, [jitter, *jitter.spawn(len(configs) - 1)])):
             scheduler, executor, self.model = build_engine(replica_config, mode, streams,
-                                                           cost, rng, keyed)
+                                                           cost, rng, keyed, steady)
             scheduler.prefill_only = pool == "prefill"
             recorder = RunRecorder(scheduler.block_manager.num_blocks)
             llm = LLMEngine(scheduler, executor, recorder, timing="executor")
@@ -90,7 +90,7 @@ class Cluster:
         return next((bm for bm in managers if bm.prefix_caching), managers[0])
 
     def run(self, workload, make_sequence, progress: bool = False,
-            fast_forward: bool = True, steady: bool | None = None) -> ClusterRecorder:
+            fast_forward: bool = True) -> ClusterRecorder:
         """Simulate `workload` (`make_sequence(index, arrival_s)` builds a request) to the
         end."""
         bm = self.replicas[0].scheduler.block_manager
@@ -98,7 +98,7 @@ class Cluster:
         run_engines(self.env, self.replicas, make_sequence, arrival_s=workload.arrival_s,
                     closed_loop=workload.closed_loop, sessions=workload.sessions,
                     num_requests=len(workload), progress=progress, fast_forward=fast_forward,
-                    router=self.dispatch, refused=unrouted, steady=steady)
+                    router=self.dispatch, refused=unrouted)
         return ClusterRecorder([r.engine.recorder for r in self.replicas], unrouted,
                                self.prefill_replicas)
 
@@ -111,6 +111,7 @@ def run_cluster(config: dict, mode: str, streams: dict, base_dir=None, *,
     from ..runner import sequence_maker
 
     workload = build_workload(config["workload"], streams["workload"], base_dir)
-    cluster = Cluster(config, mode, streams, cost, jitter_rng, workload.block_keys is not None)
+    cluster = Cluster(config, mode, streams, cost, jitter_rng, workload.block_keys is not None,
+                      fast_forward if steady is None else steady)
     make = sequence_maker(workload, mode, streams, cluster.model, cluster.block_manager())
-    return cluster.run(workload, make, progress, fast_forward, steady)
+    return cluster.run(workload, make, progress, fast_forward)

@@ -1,32 +1,36 @@
-"""Steady decoders: simulated sequences the scheduler advances in bulk instead of one by one.
+"""Steady decoders: a scheduler that counts simulated sequences' decodes in bulk.
 
 A simulated sequence samples no token, so it stops by length alone. Under continuous batching a
 running sequence whose prefill is done decodes in every step until its last token, unless a
 preemption takes it out. While it does, its counts follow from the step index: from the step
-`s` it became steady, before step k it has emitted k - s tokens more than it had at s. So the
-scheduler need not visit it every step. It notes the step in which it next needs a KV block
-(its KV row reaches the end of its last block), with prefix caching the step before (its decode
-fills that block, which is then registered by its hash), and the step of its last token, and
-brings its counts up to date only when it needs a block, finishes, or something outside reads
-them (fast forward, an abort, the end of a run: `Scheduler.sync`). A step then costs
-O(sequences that join, need a block or finish), not O(batch). The bookkeeping pays only for
-large batches: it is engaged while ENGAGE_AT sequences or more run, and let go (every count
-brought up to date) below RELEASE_BELOW.
+`s` it became steady, before step k it has emitted k - s tokens more than it had at s. So
+`SteadyScheduler` need not visit it every step. It notes the step in which it next needs a KV
+block (its KV row reaches the end of its last block), with prefix caching the step before (its
+decode fills that block, which is then registered by its hash), and the step of its last token,
+and brings its counts up to date only when it needs a block, finishes, or something outside
+reads them (fast forward, an abort, the end of a run: `sync`). A step then costs O(sequences
+that join, need a block or finish), not O(batch). The bookkeeping pays only for large batches:
+it is engaged while ENGAGE_AT sequences or more run, and let go (every count brought up to date)
+below RELEASE_BELOW.
 
-Everything else is counted as before, eagerly: new and prefilling sequences, and the first
-decode after a prefill, a swap-in or a preemption (then the sequence becomes steady). A step
-that might run out of free blocks (fewer free than sequences that could ask for one) is
+It is the engine's `Scheduler` with its decode seams overridden (`reserve_decodes`,
+`apply_decodes`, `decode_fills`, `running_added`, `running_removed`, `sync`): everything else,
+admission, preemption, prefix caching, swapping, is the engine's own code. Everything but the
+steady decoders is counted as the engine counts it, eagerly: new and prefilling sequences, and
+the first decode after a prefill, a swap-in or a preemption (then the sequence becomes steady).
+A step that might run out of free blocks (fewer free than sequences that could ask for one) is
 counted eagerly for every sequence, so preemption keeps its exact order. The plans, blocks,
-tokens, finishes and their order are the eager path's, exactly (`tests/test_steady.py`).
+tokens, finishes and their order are the engine's, exactly (`tests/test_steady.py`).
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import insort
 from operator import attrgetter
 
-from .kv_reservation import reserve_decode_blocks
-from .sequence import SequenceStatus
+from engine.scheduler import Scheduler
+from engine.sequence import SequenceStatus
 
 _RUNNING = SequenceStatus.RUNNING
 
@@ -34,43 +38,84 @@ ENGAGE_AT = 32
 RELEASE_BELOW = 16
 
 
-class SteadyDecoders:
-    """The steady-decoder bookkeeping of one `Scheduler` (continuous policy, simulated
-    sequences)."""
+class SteadyScheduler(Scheduler):
+    """The engine's scheduler, counting steady decoders in bulk while enough run (continuous
+    batching; never on a prefill-only engine, whose sequences leave after their first token).
+    For simulated sequences only: a sampled token could end a sequence early."""
 
-    def __init__(self, scheduler):
-        self.scheduler = scheduler
-        self.block_size = scheduler.block_manager.block_size
-        # Running order: admission order (fcfs), else the priority queue's victim order.
-        self.position = scheduler._victim_key or attrgetter("admit_order")
+    def __init__(self, config, block_manager, swap=None):
+        super().__init__(config, block_manager, swap)
+        if config.policy != "continuous":
+            raise ValueError("steady decoders are counted in bulk under continuous batching only")
+        self.block_size = block_manager.block_size
+        self.position = self.running_key or attrgetter("admit_order")  # running order
+        self.since: dict[int, int] = {}  # seq_id -> the step it is steady from (counts lag)
         self.counted: list = []  # running sequences counted eagerly (not steady)
-        self.plain: list = []  # the step's eagerly counted decodes, in plan order
-        self.plain_running = 0  # how many of them come from the running list (then swap-ins)
+        self.plain: list = []  # the step's eagerly counted decodes from the running list
+        self.reserved = 0  # decodes `reserve_decodes` gave (swapped-in ones come after)
         self.block_due: dict[int, dict] = {}  # step -> {seq_id: steady sequence needing a block}
         self.finish_due: dict[int, dict] = {}  # step -> {seq_id: steady sequence finishing}
         self.finish_steps: list[int] = []  # heap of finish_due's steps (with repeats)
         # Prefix caching: steady sequences whose decode fills a block whose hash is known, and
         # the step's eagerly counted decodes that fill one, (sequence, block index) in order.
-        self.caching = scheduler.block_manager.prefix_caching
+        self.caching = block_manager.prefix_caching
         self.fill_due: dict[int, dict] = {}  # step -> {seq_id: steady sequence filling a block}
         self.fills_running: list = []
         self.fills_swapped: list = []
-        self.applied = 0  # steps postprocessed: steady counts are brought up to before this one
-        self.engaged = False
+        self.applied = 0  # steps applied: steady counts are brought up to before this one
+        self.engaged = False  # counting in bulk for the step being planned and applied
         self.engage_at, self.release_below = ENGAGE_AT, RELEASE_BELOW
 
-    def engaged_for_step(self) -> bool:
+    # --- the engine's seams ----------------------------------------------------------------------
+
+    def reserve_decodes(self, plan, prefilling: list) -> list:
+        if not self._engaged_for_step():
+            return super().reserve_decodes(plan, prefilling)
+        decodes = self._reserve(plan, prefilling)
+        self.reserved = len(decodes)
+        return decodes
+
+    def apply_decodes(self, plan, tokens, finished: list) -> None:
+        if tokens is not None:
+            raise ValueError("steady decoders are counted in bulk for simulated sequences "
+                             "only (no sampled tokens)")
+        if self.engaged:
+            self._apply(plan, finished)
+        else:
+            super().apply_decodes(plan, tokens, finished)
+
+    def decode_fills(self, plan):
+        return self._filled(plan.step) if self.engaged else super().decode_fills(plan)
+
+    def running_added(self, seq) -> None:
+        if self.engaged:  # counted eagerly, in running order
+            if self.running_key is None:
+                self.counted.append(seq)
+            else:
+                insort(self.counted, seq, key=self.running_key)
+
+    def running_removed(self, seq) -> None:
+        if self.engaged:  # counted eagerly now; it may be readmitted at once
+            self.counted.remove(seq)
+
+    def sync(self) -> None:
+        if self.engaged:
+            self.reset()
+
+    # --- engaging --------------------------------------------------------------------------------
+
+    def _engaged_for_step(self) -> bool:
         """Whether the step about to be planned counts in bulk: engage or let go by the number
         of running sequences (letting go brings every count up to date)."""
-        running = self.scheduler.running
+        running = self.running
         if self.engaged:
             if len(running) < self.release_below:
                 self.reset()
                 self.engaged = False
-        elif len(running) >= self.engage_at:
+        elif len(running) >= self.engage_at and not self.prefill_only:
             self.engaged = True
             self.counted = list(running)
-            self.applied = self.scheduler.num_steps
+            self.applied = self.num_steps
         return self.engaged
 
     # --- bringing counts up to date --------------------------------------------------------------
@@ -78,41 +123,40 @@ class SteadyDecoders:
     def rebase(self) -> None:
         """Bring every steady sequence's counts up to date (before step `applied`); they stay
         steady."""
-        k = self.applied
-        for seq in self.scheduler.running:
-            since = seq.steady_since
-            if since is not None and since < k:
-                _advance(seq, k - since)
-                seq.steady_since = k
+        k, since = self.applied, self.since
+        for seq in self.running:
+            s = since.get(seq.seq_id)
+            if s is not None and s < k:
+                _advance(seq, k - s, s)
+                since[seq.seq_id] = k
 
     def reset(self) -> None:
         """Bring every count up to date and count every running sequence eagerly again."""
         self.rebase()
-        running = self.scheduler.running
-        for seq in running:
-            seq.steady_since = None
-        self.counted = list(running)
+        self.since.clear()
+        self.counted = list(self.running)
         self.block_due.clear()
         self.finish_due.clear()
         self.finish_steps.clear()
         self.fill_due.clear()
 
     def after_run(self, members, steps: int) -> None:
-        """A run of `steps` decode steps (`engine.decode_run.apply_run`) advanced `members`
-        (steady ones brought up to date before it) by `steps` tokens each, allocating the
-        blocks they needed and retiring those that finished: they are steady from the step after
-        it, and what was due in its steps is done."""
+        """A run of `steps` decode steps (`sim.fastpath.decode_run.apply_run`) advanced
+        `members` (steady ones brought up to date before it) by `steps` tokens each,
+        allocating the blocks they needed and retiring those that finished: they are steady
+        from the step after it, and what was due in its steps is done."""
         end = self.applied + steps
         for table in (self.block_due, self.fill_due, self.finish_due):
             for step in [step for step in table if step < end]:
                 del table[step]
+        since = self.since
         for seq in members:
-            if seq.steady_since is None:
+            if seq.seq_id not in since:
                 continue
             if seq.status is not _RUNNING:  # it finished in the run
-                seq.steady_since = None
+                del since[seq.seq_id]
                 continue
-            seq.steady_since = end
+            since[seq.seq_id] = end
             self._blocks_due(seq, end, self._last_step(seq))
         self.applied = end
 
@@ -125,28 +169,27 @@ class SteadyDecoders:
 
     # --- planning --------------------------------------------------------------------------------
 
-    def reserve(self, prefilling: list, preempt_last) -> list:
-        """`engine.kv_reservation.reserve_decode_blocks` for the step being planned (the same blocks in the same
-        order, the same decodes and prefilling sequences), visiting only the eagerly counted
-        sequences and the steady ones that need a block in it."""
-        scheduler = self.scheduler
-        k, running, bm = self.applied, scheduler.running, scheduler.block_manager
-        assert k == scheduler.num_steps, "steady counts out of step with the scheduler"
+    def _reserve(self, plan, prefilling: list) -> list:
+        """The engine's `reserve_decodes` for the step being planned (the same blocks in the
+        same order, the same decodes and prefilling sequences), visiting only the eagerly
+        counted sequences and the steady ones that need a block in it."""
+        k, running, bm, since = self.applied, self.running, self.block_manager, self.since
+        assert k == self.num_steps, "steady counts out of step with the scheduler"
         visit = [seq for seq in self.counted if seq.status is _RUNNING]
         due = self.block_due.pop(k, None)
-        needing = [seq for seq in due.values() if seq.steady_since is not None] if due else []
+        needing = [seq for seq in due.values() if seq.seq_id in since] if due else []
         if bm.num_free < len(visit) + len(needing):  # it might preempt: count it all eagerly
             self.reset()
-            decodes = reserve_decode_blocks(running, bm, preempt_last, prefilling)
-            self.plain, self.plain_running = list(decodes), len(decodes)
+            decodes = super().reserve_decodes(plan, prefilling)
+            self.plain = list(decodes)
             return decodes
         self.counted = visit
         if needing:
             visit = visit + needing
             visit.sort(key=self.position)
         bs, tables, plain = self.block_size, bm.block_tables, []
-        for seq in visit:  # in running order, as the eager loop allocates
-            if seq.steady_since is not None:
+        for seq in visit:  # in running order, as the engine's loop allocates
+            if seq.seq_id in since:
                 bm.allocate_block(seq.seq_id)
                 last = self._last_step(seq)
                 self._due(self.block_due, k + bs, seq, last)
@@ -160,7 +203,7 @@ class SteadyDecoders:
             if not row % bs and len(tables[seq.seq_id]) * bs <= row:
                 bm.allocate_block(seq.seq_id)
             plain.append(seq)
-        self.plain, self.plain_running = plain, len(plain)
+        self.plain = plain
         if not prefilling:
             return running[:]
         n = len(running) - len(prefilling)
@@ -169,22 +212,21 @@ class SteadyDecoders:
         skip = set(map(id, prefilling))
         return [seq for seq in running if id(seq) not in skip]
 
-    def swapped_in(self, seq) -> None:
-        """A sequence readmitted with its KV computed decodes in this step (eagerly counted)."""
-        self.plain.append(seq)
-
     # --- after the step --------------------------------------------------------------------------
 
-    def postprocess(self, plan, finished: list) -> None:
-        """The decode half of `Scheduler.postprocess`: the eagerly counted decodes one by one,
-        then the steady sequences whose last token this step emits; appends the finished ones to
-        `finished` in plan order (the running list's order, then the swapped-in ones)."""
-        k, emit, plain = plan.step, self.scheduler._emit, self.plain
+    def _apply(self, plan, finished: list) -> None:
+        """The engine's `apply_decodes`: the eagerly counted decodes one by one (those from the
+        running list, then the swapped-in ones), then the steady sequences whose last token
+        this step emits; appends the finished ones to `finished` in plan order (the running
+        list's order, then the swapped-in ones)."""
+        k, emit = plan.step, self.emit
+        plain = self.plain + plan.decodes[self.reserved:]  # then the swapped-in decodes
+        from_running = len(self.plain)
         ended, swapped = [], []
         fills, bs = (self.fills_running, self.fills_swapped) if self.caching else None, \
             self.block_size
         consecutive = len(plan.decodes) - len(plain)  # the steady ones: one token each
-        for i, seq in enumerate(plain):  # `Scheduler.postprocess`'s decode loop
+        for i, seq in enumerate(plain):  # the engine's decode loop
             seq.num_computed_tokens += 1
             if seq.last_token_step == k - 1:
                 consecutive += 1
@@ -194,10 +236,9 @@ class SteadyDecoders:
             else:
                 done = emit(plan, seq, None)
             if fills is not None and not seq.num_computed_tokens % bs:
-                fills[i >= self.plain_running].append(
-                    (seq, seq.num_computed_tokens // bs - 1))
+                fills[i >= from_running].append((seq, seq.num_computed_tokens // bs - 1))
             if done:
-                (ended if i < self.plain_running else swapped).append(seq)
+                (ended if i < from_running else swapped).append(seq)
             else:
                 self._steady_from(seq, k + 1)
         ended += self._finishing(k)
@@ -207,16 +248,17 @@ class SteadyDecoders:
         finished += swapped
         plan.itl_consecutive += consecutive
         self.applied = k + 1
+        since = self.since
         self.counted = [seq for seq in self.counted
-                        if seq.steady_since is None and seq.status is _RUNNING]
+                        if seq.seq_id not in since and seq.status is _RUNNING]
 
-    def filled(self, k: int) -> list:
+    def _filled(self, k: int) -> list:
         """(sequence, block index) of every block step k's decodes filled, in plan order (for
-        prefix caching; call after `postprocess`)."""
+        prefix caching; after `_apply`)."""
         fills, self.fills_running = self.fills_running, []
         due = self.fill_due.pop(k, None)
         if due:
-            tables = self.scheduler.block_manager.block_tables
+            tables = self.block_manager.block_tables
             fills += [(seq, len(tables[seq.seq_id]) - 1) for seq in due.values()
                       if seq.status is _RUNNING]  # the last block: the next row needs a new one
             if len(fills) > 1:
@@ -232,22 +274,22 @@ class SteadyDecoders:
         due = self.finish_due.pop(k, None)
         if not due:
             return []
-        ended = []
+        ended, since = [], self.since
         for seq in due.values():
-            if seq.steady_since is None:
+            s = since.pop(seq.seq_id, None)
+            if s is None:
                 continue
-            _advance(seq, k - seq.steady_since)
+            _advance(seq, k - s, s)
             seq.num_computed_tokens += 1
             seq.num_output_tokens += 1
             seq.last_token_step = k
-            seq.steady_since = None
             assert seq.should_stop(None), "a steady sequence must end by length"
             ended.append(seq)
         return ended
 
     def _steady_from(self, seq, s: int) -> None:
         """Count the sequence in bulk from step s on (its counts are up to date before s)."""
-        seq.steady_since = s
+        self.since[seq.seq_id] = s
         last = self._last_step(seq)
         self._due(self.finish_due, last, seq, last)
         heapq.heappush(self.finish_steps, last)
@@ -257,7 +299,7 @@ class SteadyDecoders:
         """Note the step from s on in which a steady sequence (counts up to date before s) next
         needs a block and, with prefix caching, the one before, whose decode fills its last."""
         row = seq.prompt_len + seq.num_output_tokens - 1  # the KV row step s writes
-        capacity = len(self.scheduler.block_manager.block_tables[seq.seq_id]) * self.block_size
+        capacity = len(self.block_manager.block_tables[seq.seq_id]) * self.block_size
         self._due(self.block_due, s + capacity - row, seq, last)
         if self.caching and capacity > row:  # else step s - 1 filled its last block
             self._fill_due(seq, s + capacity - row - 1, last)
@@ -265,13 +307,12 @@ class SteadyDecoders:
     def _fill_due(self, seq, step: int, last: int) -> None:
         """Note the step whose decode fills the sequence's last block, if its hash is known."""
         hashes = seq.block_hashes
-        if hashes and len(self.scheduler.block_manager.block_tables[seq.seq_id]) <= len(hashes):
+        if hashes and len(self.block_manager.block_tables[seq.seq_id]) <= len(hashes):
             self._due(self.fill_due, step, seq, last)
 
-    @staticmethod
-    def _last_step(seq) -> int:
+    def _last_step(self, seq) -> int:
         """The step of a steady sequence's last token."""
-        return seq.steady_since + seq.max_new_tokens - seq.num_output_tokens - 1
+        return self.since[seq.seq_id] + seq.max_new_tokens - seq.num_output_tokens - 1
 
     @staticmethod
     def _due(table: dict, step: int, seq, last: int) -> None:
@@ -283,9 +324,9 @@ class SteadyDecoders:
                 bucket[seq.seq_id] = seq
 
 
-def _advance(seq, steps: int) -> None:
-    """`steps` more decodes of a steady sequence, one token each."""
+def _advance(seq, steps: int, since: int) -> None:
+    """`steps` more decodes of a sequence steady since step `since`, one token each."""
     if steps:
         seq.num_computed_tokens += steps
         seq.num_output_tokens += steps
-        seq.last_token_step = seq.steady_since + steps - 1
+        seq.last_token_step = since + steps - 1

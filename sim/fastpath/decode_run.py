@@ -14,9 +14,10 @@ finished slot).
 The simulator uses this to advance such a run in one go instead of step by step: `plan_run`
 finds how many steps the run may take (changing nothing), `apply_run` applies a number of them
 (block allocations in the very order the scheduler makes them, block frees at each finish,
-token counts) and returns what the step records need. Only simulated sequences qualify (they
-stop by length alone: no sampled token can end one early). The result is the step-by-step
-path's, exactly: the same steps, blocks, tokens and finishes (`tests/test_decode_runs.py`).
+token counts) through the scheduler's public methods and returns what the step records need.
+Only simulated sequences qualify (they stop by length alone: no sampled token can end one
+early). The result is the step-by-step path's, exactly: the same steps, blocks, tokens and
+finishes (`tests/test_decode_runs.py`).
 
 Repeats are numbered 1, 2, ... after the step they follow (`DecodeRun.plan`). In the counts of
 a sequence before that step is postprocessed (`num_output_tokens` = o), repeat j computes the KV
@@ -32,9 +33,11 @@ from itertools import accumulate
 
 import numpy as np
 
-from .scheduler import Scheduler
-from .sequence import Sequence
-from .step_plan import StepPlan
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+from engine.step_plan import StepPlan
+
+from .steady import SteadyScheduler
 
 # With steady decoders counted in bulk, a run that ends at a finish is only taken when it is at
 # least this long: bringing every count up to date costs a pass over the batch.
@@ -115,8 +118,8 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
     for seq, n in plan.prefills:
         if seq.num_computed_tokens + n != seq.num_tokens:
             return None  # a chunk of a longer prefill (or one stopping a token short)
-    steady = scheduler.steady
-    if steady is not None:  # steady decoders' counts lag (`engine.steady`)
+    steady = _steady(scheduler)
+    if steady is not None:  # steady decoders' counts lag (`sim.fastpath.steady`)
         first = steady.next_finish() - plan.step  # repeats to the first steady finish
         if first < 1 or (first < STEADY_MIN_RUN and (scheduler.waiting or not through_finishes)):
             return None  # a finish in `plan`, or a short run: stepping costs less
@@ -176,8 +179,9 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
     was postprocessed. Returns (KV blocks used and KV blocks cached after each repeat's
     planning, two lists of `steps`, and the sequences that finished, in the order they did)."""
     assert 1 <= steps <= run.max_steps
-    if scheduler.steady is not None:  # the run's plan is postprocessed: every count up to date
-        scheduler.steady.rebase()
+    steady = _steady(scheduler)
+    if steady is not None:  # the run's plan is postprocessed: every count up to date
+        steady.rebase()
     bm, members, step0 = scheduler.block_manager, run.members, run.plan.step
     allocations = _allocations(run.finish, run.first_block, steps, bm.block_size)
     change = [0] * steps  # [steps] blocks used at a repeat's planning, minus at the one before
@@ -227,10 +231,15 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
         if f > steps:
             _advance(seq, steps, step0)
     scheduler.num_steps += steps
-    if scheduler.steady is not None:
-        scheduler.steady.after_run(members, steps)
+    if steady is not None:
+        steady.after_run(members, steps)
     return list(accumulate(change)), _per_repeat(start_cached, cached_planned, cached_after,
                                                  steps), finished
+
+
+def _steady(scheduler: Scheduler) -> SteadyScheduler | None:
+    """The scheduler while it counts steady decoders in bulk (their counts lag), else None."""
+    return scheduler if isinstance(scheduler, SteadyScheduler) and scheduler.engaged else None
 
 
 def _per_repeat(count: int, planned: dict, after: dict, steps: int) -> list[int]:
