@@ -1,6 +1,8 @@
-"""How the code is laid out, checked on its syntax trees: the command line (`sim/cli/`) has no
-import circle (a command imports only the shared modules, never another command; the shared
-modules import no command; nothing else in `sim` imports the command line)."""
+"""How the code is laid out, checked on its syntax trees: no test module imports another (what
+several share is in `tests/helpers/` or `tests/conftest.py`), and the command line
+(`sim/cli/`) has no import circle (a command imports only the shared modules, never another
+command; the shared modules import no command; nothing else in `sim` imports the command
+line)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
 CLI = ROOT / "sim" / "cli"
 CLI_SHARED = {"sim.cli.common", "sim.cli.flags", "sim.cli.client_flags"}
 
@@ -62,3 +65,14 @@ def test_nothing_outside_the_command_line_imports_it():
         if CLI not in path.parents:
             assert not any(name == "sim.cli" or name.startswith("sim.cli.")
                            for name in imported_names(path)), path
+
+
+def test_no_test_module_imports_another():
+    test_modules = {path.stem for path in TESTS.glob("test_*.py")}
+    importers = [*TESTS.glob("test_*.py"), *(TESTS / "helpers").glob("*.py"),
+                 TESTS / "conftest.py"]
+    for path in importers:
+        for name in imported_names(path):
+            parts = name.split(".")
+            top = parts[1] if parts[0] == "tests" and len(parts) > 1 else parts[0]
+            assert top not in test_modules, f"{path.relative_to(ROOT)} imports {name}"
