@@ -149,3 +149,43 @@ def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_p
     printed = capsys.readouterr().out
     assert f"cost.profile={out}" in printed and "held-out step error median 5.0%" in printed
     assert "and cached for `servesim validate --profile auto`" in printed
+
+
+def test_profile_refuses_fewer_than_one_blas_thread(capsys):
+    assert main(["profile", "--threads", "0"]) == 2
+    assert one_error_line(capsys) == "servesim: error: --threads must be a positive integer"
+
+
+def test_every_command_line_is_read_and_its_blas_threads_set_before_numpy_loads(tmp_path):
+    """BLAS reads its thread count once, when NumPy loads: reading any command's arguments
+    loads no NumPy, and each command sets the count it runs with (`profile` --threads,
+    `validate` its profile's, `serve` one; the others leave BLAS alone)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from sim.profiling import threads
+
+    profile = tmp_path / "measured.json"
+    profile.write_text(json.dumps({"fingerprint": {"blas_threads": "3"}}))
+    command_lines = {"run": ["run"], "search": ["search", "s.toml"], "scenarios": ["scenarios"],
+                     "profile": ["profile", "--threads", "2"],
+                     "validate": ["validate", "s.toml", "--profile", str(profile)],
+                     "bench": ["bench", "http://127.0.0.1:8000"], "serve": ["serve"]}
+    code = ("import json, os, sys\n"
+            "from sim.cli import build_parser, set_threads\n"
+            f"names, counts = {threads.THREAD_ENV!r}, {{}}\n"
+            f"for command, argv in {command_lines!r}.items():\n"
+            "    for name in names:\n"
+            "        os.environ.pop(name, None)\n"
+            "    set_threads(build_parser().parse_args(argv))\n"
+            "    counts[command] = [os.environ.get(name) for name in names]\n"
+            "assert 'numpy' not in sys.modules\n"
+            "print(json.dumps(counts))\n")
+    env = {k: v for k, v in os.environ.items() if k not in threads.THREAD_ENV}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    counts = {command: set(values) for command, values in json.loads(done.stdout).items()}
+    assert counts == {"run": {None}, "search": {None}, "scenarios": {None}, "profile": {"2"},
+                      "validate": {"3"}, "bench": {None}, "serve": {"1"}}

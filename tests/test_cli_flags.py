@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from sim.cli import build_parser, load_scenario, main
-from sim.cli_flags import split_set_values
+from sim.cli import build_parser, main
+from sim.cli.common import load_scenario
+from sim.cli.flags import split_set_values
 from sim.workloads import build_workload, seeded_streams
 
 

@@ -12,45 +12,14 @@ import simpy
 
 import reports
 import scenarios
+from helpers.cluster import OPEN, SESSIONS, cluster_text, load_config, run_cluster_of
+from helpers.runs import records
 from scenarios import ScenarioError
-from sim.cluster import Cluster
 from sim.cluster.load import LoadLog
 from sim.cluster.routers import (AFFINITY_SLACK, Load, LeastKv, LeastOutstanding,
                                  PrefixAffinity, RoundRobin)
 from sim.cluster.run import Dispatch
-from sim.runner import run_config, run_mode, sequence_maker
-from sim.workloads import build_workload, seeded_streams
-from tests.test_decode_runs import records
-
-OPEN = """
-[workload]
-num_requests = {n}
-arrival = {{ process = "gamma", rate = {rate}, cv = 3.0 }}
-prompt_tokens = {{ dist = "lognormal", median = 128, sigma = 0.6, min = 4, max = 1024 }}
-output_tokens = {{ dist = "uniform", low = 16, high = 256 }}
-"""
-SESSIONS = """
-[workload]
-arrival = { process = "poisson", rate = 1.0 }
-prompt_tokens = { dist = "uniform", low = 20, high = 120 }
-output_tokens = { dist = "uniform", low = 40, high = 160 }
-[workload.sessions]
-conversations = 30
-turns = { dist = "uniform", low = 2, high = 5 }
-system_prompt_tokens = 256
-think_time_s = 0.5
-"""
-
-
-def load_config(tmp_path, text: str, overrides=()):
-    path = tmp_path / "cluster.toml"
-    path.write_text(text)
-    return scenarios.load(path, overrides).base
-
-
-def cluster_text(replicas: int = 3, router: str = "least_outstanding", extra: str = "",
-                 workload: str = OPEN.format(n=80, rate=9.0)) -> str:
-    return f'[cluster]\nreplicas = {replicas}\nrouter = "{router}"\n{extra}\n' + workload
+from sim.runner import run_config
 
 
 def seq(keys=None):
@@ -112,15 +81,6 @@ def test_a_router_on_old_reports_sends_a_burst_to_one_replica(delay_s, expected)
 
 
 # --- whole runs ----------------------------------------------------------------------------------
-
-
-def run_cluster_of(config, fast_forward: bool = True):
-    """(Cluster, ClusterRecorder) of a resolved config with a [cluster]."""
-    mode, streams = run_mode(config), seeded_streams(config["seed"])
-    cluster = Cluster(config, mode, streams)
-    workload = build_workload(config["workload"], streams["workload"])
-    make = sequence_maker(workload, mode, streams, cluster.model, cluster.block_manager())
-    return cluster, cluster.run(workload, make, fast_forward=fast_forward), len(workload)
 
 
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "least_kv",

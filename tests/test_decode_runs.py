@@ -13,55 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import scenarios
 from engine.block_manager import BlockManager
 from sim.fastpath import apply_run, plan_run
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
+from helpers.runs import CASES, LINEAR, config_of, records
 from sim.costs import load_profile
 from sim.costs.jitter import Jitter
 from sim.runner import run_config
-
-WORKLOAD = """
-[workload]
-num_requests = {n}
-arrival = {{ process = "{process}", rate = {rate} }}
-prompt_tokens = {{ dist = "lognormal", median = 40, sigma = 0.8, max = 400 }}
-output_tokens = {{ dist = "uniform", low = 1, high = 90 }}
-priority = {{ dist = "choice", values = [0, 1, 2] }}
-"""
-LINEAR = '[cost]\nmodel = "linear"\n'
-
-CASES = {
-    "continuous, preemptions": "[engine]\nnum_kv_blocks = 32\n" + LINEAR,
-    "chunked prefill": ("[engine]\nmax_num_batched_tokens = 64\nnum_kv_blocks = 60\n"
-                        "[scheduler]\nchunked_prefill = true\n" + LINEAR),
-    "static with a timeout": ("[engine]\nnum_kv_blocks = 60\n[scheduler]\npolicy = \"static\"\n"
-                              "max_batch_size = 6\nbatch_timeout_s = 0.05\n" + LINEAR),
-    "priority queue, preemptions": ("[engine]\nnum_kv_blocks = 32\n[scheduler]\n"
-                                    "queue = \"priority\"\n" + LINEAR),
-    "fitted profile": "[engine]\nnum_kv_blocks = 80\n",
-    "round costs, constant arrivals": ("[cost]\nmodel = \"linear\"\nstep_overhead_s = 0.25\n"
-                                       "prefill_token_s = 0.0\ndecode_seq_s = 0.0\n"
-                                       "context_token_s = 0.0\n"),
-}
-
-
-def config_of(tmp_path, text: str, n: int = 60, process: str = "poisson", rate: float = 6.0):
-    path = tmp_path / "case.toml"
-    path.write_text(text + WORKLOAD.format(n=n, process=process, rate=rate))
-    return scenarios.load(path).base
-
-
-def records(recorder) -> dict:
-    """Every recorded value, with NaN made comparable."""
-    out = {f"step.{k}": list(v) for k, v in recorder.step_columns().items()
-           if k != "kv_blocks_total"}
-    for name, values in recorder.request_columns().items():
-        out[f"request.{name}"] = ["nan" if isinstance(x, float) and math.isnan(x) else x
-                                  for x in values]
-    out["itl"] = list(zip(recorder.itl_gaps, recorder.itl_counts))
-    return out
 
 
 def assert_same_runs(config, **kwargs):

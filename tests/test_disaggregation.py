@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.cluster import SESSIONS as CLUSTER_SESSIONS, load_config, run_cluster_of
+from helpers.runs import records
 from scenarios import ScenarioError
 from sim.runner import run_config
-from tests.test_cluster import SESSIONS as CLUSTER_SESSIONS, load_config, run_cluster_of
-from tests.test_decode_runs import records
 
 PROMPT, OUTPUT = 100, 5
 TINY_WORKLOAD = f"""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from http_support import TINY_MODEL_ID, served, sse_events
+from helpers.http import TINY_MODEL_ID, served, sse_events
 
 FIXTURES = sorted((Path(__file__).parent / "data" / "clients").glob("*.json"))
 

@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from engine import model_runner
-from http_support import PROMPT, assert_recovered, post, post_raw, served, sse_events, until
+from helpers.http import PROMPT, assert_recovered, post, post_raw, served, sse_events, until
 from sim.http.text import Detokenizer
 
 COMPLETE = "/v1/completions"

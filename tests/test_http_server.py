@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from http_support import PROMPT, TINY, kv_usage, metric, post, served, sse_events
+from helpers.http import PROMPT, TINY, kv_usage, metric, post, served, sse_events
 from sim.http.text import Detokenizer, model_vocab
 from sim.profiling.threads import THREAD_ENV
 

@@ -10,13 +10,13 @@ import pytest
 
 from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
+from helpers.cosim import Recording, Replay
+from helpers.sessions import run_pieces
+from helpers.traces import error, write
 from sim.runner import run_config
 from sim.workloads import load_trace
 from sim.workloads.block_keys import trace_block_keys, trace_token_ids
 from sim.workloads.traces import shipped_trace
-from tests.test_sessions import run_pieces
-from tests.test_sim_cosim import Recording, Replay
-from tests.test_trace_formats import error, write
 
 
 def rows(*requests) -> str:
@@ -88,7 +88,7 @@ TINY = {"vocab_size": 128, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 6
 
 
 def mooncake_config(path) -> dict:
-    from tests.test_sessions import CONFIG
+    from helpers.sessions import CONFIG
 
     cfg = copy.deepcopy(CONFIG)
     cfg["model"] = dict(TINY)

@@ -54,7 +54,7 @@ def test_a_folder_with_a_users_file_is_refused_and_the_file_kept(scenario_file, 
     out.mkdir()
     (out / "important.txt").write_text("x")
     simulated = []
-    monkeypatch.setattr("sim.cli._run_all", lambda *a, **k: simulated.append(1))
+    monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
     assert run(scenario_file, out) == 2
     line = error_line(capsys)
     assert "mydata: the folder holds files servesim did not write (important.txt)" in line
@@ -99,7 +99,7 @@ def test_the_root_and_the_current_folder_are_refused_before_simulating(
         scenario_file, tmp_path, capsys, monkeypatch, place):
     monkeypatch.chdir(tmp_path)
     simulated = []
-    monkeypatch.setattr("sim.cli._run_all", lambda *a, **k: simulated.append(1))
+    monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
     assert run(scenario_file, place) == 2
     assert "cannot be an output folder" in error_line(capsys) and simulated == []
 
@@ -111,7 +111,7 @@ def test_a_read_only_folder_is_refused_before_simulating(scenario_file, tmp_path
     parent = tmp_path / "ro"
     parent.mkdir()
     parent.chmod(0o555)
-    monkeypatch.setattr("sim.cli._run_all", lambda *a, **k: pytest.fail("simulated"))
+    monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: pytest.fail("simulated"))
     assert run(scenario_file, parent / "out") == 1
     assert "Permission denied" in error_line(capsys)
 

@@ -12,36 +12,16 @@ import pytest
 import scenarios
 from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
-from engine.records import STEP_COLUMNS, RunRecorder
+from engine.records import STEP_COLUMNS
+from helpers.cosim import Recording, Replay
+from helpers.sessions import CONFIG, SESSIONS, TINY, run_pieces
 from scenarios import ScenarioError
 from sim.costs import CostModelExecutor, cost_model
-from sim.loop import run_loop
-from sim.runner import build_scheduler, check_scenario, run_config, sequence_factory
+from sim.runner import check_scenario, run_config
 from sim.workloads import build_workload, seeded_streams
 from sim.workloads.arrivals import Poisson
 from sim.workloads.distributions import Uniform
 from sim.workloads.sessions import REJECTED_EARLIER
-from tests.test_sim_cosim import Recording, Replay
-
-TINY = {"vocab_size": 128, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64,
-        "max_seq_len": 512}
-SESSIONS = {"conversations": 6, "turns": {"dist": "uniform", "low": 2, "high": 4},
-            "system_prompt_tokens": 18, "think_time_s": 0.05}
-CONFIG = {
-    "name": "sessions", "description": "", "seed": 5, "mode": "simulate", "model": TINY,
-    "engine": {"block_size": 4, "num_kv_blocks": 120, "max_num_seqs": 8,
-               "max_num_batched_tokens": 48, "enable_prefix_caching": True},
-    "scheduler": {"policy": "continuous", "queue": "fcfs", "chunked_prefill": True,
-                  "max_batch_size": 8, "batch_timeout_s": 0.0},
-    "cost": {"model": "linear", "profile": "default", "step_overhead_s": 1e-3,
-             "prefill_token_s": 1e-4, "decode_seq_s": 1e-4, "context_token_s": 1e-7},
-    "workload": {"num_requests": None, "max_seconds": None, "warmup_s": 0.0,
-                 "arrival": {"process": "poisson", "rate": 40.0},
-                 "prompt_tokens": {"dist": "uniform", "low": 2, "high": 20},
-                 "output_tokens": {"dist": "uniform", "low": 1, "high": 12},
-                 "priority": None, "trace": None, "sessions": SESSIONS},
-    "slo": {"ttft_s": 1.0, "tpot_s": 0.1},
-}
 
 
 def config(**workload) -> dict:
@@ -168,22 +148,6 @@ def test_after_a_rejected_turn_the_later_turns_are_recorded_as_rejected():
 
 
 # --- simulated keys against the real engine's hashes ---------------------------------------------
-
-
-def run_pieces(cfg, executor_for, real: bool):
-    """(records, block manager) of a run built from run_config's pieces with the executor
-    `executor_for(block_manager)`; real: prompts of token ids, else block keys."""
-    model = cfg["model"]
-    scheduler = build_scheduler(cfg, model["max_seq_len"])
-    bm = scheduler.block_manager
-    streams = seeded_streams(cfg["seed"])
-    workload = build_workload(cfg["workload"], streams["workload"])
-    make = sequence_factory(workload, streams["tokens"], model["vocab_size"]) if real else \
-        sequence_factory(workload, block_size=bm.block_size)
-    recorder = run_loop(scheduler, executor_for(bm), RunRecorder(bm.num_blocks), make,
-                        arrival_s=workload.arrival_s, closed_loop=workload.closed_loop,
-                        sessions=workload.sessions, num_requests=len(workload))
-    return recorder, bm
 
 
 @pytest.mark.parametrize("num_kv_blocks, under_pressure", [(40, True), (400, False)])

@@ -6,29 +6,13 @@ import copy
 import numpy as np
 import pytest
 
-from engine.executor import NumpyExecutor, StepResult
+from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
 from engine.records import RunRecorder
+from helpers.cosim import CONFIG, TINY, Recording, Replay
 from sim.loop import run_loop
 from sim.runner import build_scheduler, run_config, sequence_factory
 from sim.workloads import build_workload, seeded_streams
-
-TINY = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64,
-        "max_seq_len": 256}
-CONFIG = {
-    "name": "cosim", "description": "", "seed": 3, "mode": "cosimulate", "model": TINY,
-    "engine": {"block_size": 4, "num_kv_blocks": 40, "max_num_seqs": 8,
-               "max_num_batched_tokens": 32},
-    "scheduler": {"policy": "continuous", "queue": "fcfs", "chunked_prefill": True,
-                  "max_batch_size": 8, "batch_timeout_s": 0.0},
-    "cost": {"model": "linear", "profile": "default", "step_overhead_s": 1e-3,
-             "prefill_token_s": 1e-5, "decode_seq_s": 1e-4, "context_token_s": 1e-7},
-    "workload": {"num_requests": 24, "arrival": {"process": "constant", "rate": 1e9},
-                 "prompt_tokens": {"dist": "uniform", "low": 2, "high": 60},
-                 "output_tokens": {"dist": "uniform", "low": 1, "high": 16},
-                 "priority": None, "trace": None},
-    "slo": {"ttft_s": 1.0, "tpot_s": 0.1},
-}
 
 
 def _order(cols, name):
@@ -58,24 +42,6 @@ def test_cosimulation_and_simulation_agree_on_tokens_and_event_order(policy):
                  "preemptions"):
         assert list(sa[name]) == list(sb[name])
     assert sum(a["preemptions"]) > 0  # the small cache really was under pressure
-
-
-class Recording:
-    def __init__(self, inner):
-        self.inner, self.durations = inner, []
-
-    def execute(self, plan):
-        result = self.inner.execute(plan)
-        self.durations.append(result.duration_s)
-        return result
-
-
-class Replay:
-    def __init__(self, durations):
-        self.durations = iter(durations)
-
-    def execute(self, plan):
-        return StepResult(None, next(self.durations))
 
 
 def _run(executor_for, token_ids: bool):

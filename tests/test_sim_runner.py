@@ -125,7 +125,7 @@ def test_without_prefix_keys_a_simulation_keeps_plain_block_bookkeeping():
     from engine.records import RunRecorder
     from sim.loop import run_loop
     from sim.runner import build_engine, build_workload, seeded_streams, sequence_maker
-    from tests.test_decode_runs import records
+    from helpers.runs import records
 
     cfg = config(num_requests=60, arrival={"process": "poisson", "rate": 500.0},
                  output_tokens={"dist": "uniform", "low": 1, "high": 60})

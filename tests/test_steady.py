@@ -15,10 +15,10 @@ from engine.prefix_cache import PrefixCachingBlockManager
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
 from engine.swap import SwapSpace
+from helpers.cluster import SESSIONS, cluster_text, load_config
+from helpers.runs import CASES, LINEAR, config_of, records
 from sim.fastpath import SteadyScheduler
 from sim.runner import run_config
-from tests.test_cluster import SESSIONS, cluster_text, load_config
-from tests.test_decode_runs import CASES, LINEAR, config_of, records
 
 MORE_CASES = CASES | {
     "swap preemption": ("[engine]\nnum_kv_blocks = 32\nswap_blocks = 40\n[scheduler]\n"

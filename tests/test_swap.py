@@ -20,15 +20,15 @@ from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence, SequenceStatus
 from engine.step_plan import StepPlan
 from engine.swap import SwapSpace
+from helpers.real_engine import Served, assert_same_outputs_and_kv
+from helpers.real_engine import serve_greedy as serve_prefix_greedy
 from sim.costs import CostModelExecutor, LinearCost
 from sim.runner import run_config, swap_block_s
-from tests.test_prefix_cache import Served, assert_same_outputs_and_kv
-from tests.test_prefix_cache import serve_greedy as serve_prefix_greedy
 
 
 def serve_greedy(prompts, num_blocks: int, preemption: str = "recompute", swap_blocks: int = 0,
                  caching: bool = False) -> Served:
-    """`test_prefix_cache.serve_greedy` with ten output tokens a request, four at a time."""
+    """`helpers.real_engine.serve_greedy` with ten output tokens a request, four at a time."""
     return serve_prefix_greedy(prompts, num_blocks, caching=caching, preemption=preemption,
                                swap_blocks=swap_blocks, max_new_tokens=10, max_num_seqs=4)
 
@@ -110,7 +110,7 @@ def test_random_workloads_with_swapping_never_leak_a_gpu_or_host_block(
 # --- the simulator --------------------------------------------------------------------------
 
 def swap_config(mode: str) -> dict:
-    from tests.test_sim_cosim import CONFIG
+    from helpers.cosim import CONFIG
 
     config = copy.deepcopy(CONFIG)
     config["mode"] = mode

@@ -12,24 +12,11 @@ import pytest
 
 import scenarios
 from engine.tokenizer import build_vocab, encode_prompt
+from helpers.traces import error, write
 from scenarios import ScenarioError
 from sim.runner import check_scenario, run_config
 from sim.workloads import build_workload
 from sim.workloads.traces import load_trace
-
-
-def write(tmp_path, name: str, text: str | bytes):
-    path = tmp_path / name
-    path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    return path
-
-
-def error(path, fmt: str, **options) -> str:
-    with pytest.raises(ValueError) as info:
-        load_trace(path, fmt, **options)
-    message = str(info.value)
-    assert message.startswith(f"{path}: ") and "\n" not in message, message
-    return message
 
 
 # --- csv and jsonl --------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ import pytest
 
 import scenarios
 from engine.benchmark import request_metrics, summarize
-from sim.cli import build_parser, load_scenario, main
-from sim.cli_flags import split_set_values
+from sim.cli import build_parser, main
+from sim.cli.common import load_scenario
+from sim.cli.flags import split_set_values
 from sim.runner import run_config
 
 SMALL = ["--num-prompts", "60"]

@@ -1,0 +1,42 @@
+"""The HTTP client's options of `bench` and `validate --against`: its flags and the
+`sim.bench.BenchOptions` they make, with the server's URL and the endpoint checked.
+"""
+
+from __future__ import annotations
+
+from .common import UsageError
+
+
+def add_client_flags(parser) -> None:
+    """The HTTP client's options of `bench` and `validate --against` (`sim.bench`)."""
+    group = parser.add_argument_group("HTTP client (bench, validate --against)")
+    group.add_argument("--endpoint", default="/v1/completions", metavar="PATH",
+                       help="/v1/completions (default) or /v1/chat/completions")
+    group.add_argument("--model", dest="model", metavar="NAME",
+                       help="the model to ask for (default: the first of GET /v1/models)")
+    group.add_argument("--timeout", type=float, metavar="S",
+                       help="seconds a request may take before it counts as failed "
+                            "(default: 600)")
+    group.add_argument("--prompt", choices=("ids", "text"),
+                       help="prompts as token id lists (default for completions) or as "
+                            "calibrated text (default for chat)")
+
+
+def bench_options(args, url_flag: str):
+    """The `sim.bench.BenchOptions` of `bench` (and `validate --against`), the server's URL
+    (given as `url_flag`) and the endpoint checked; --max-concurrency is the scenario's
+    `workload.max_concurrency`, as in `run`."""
+    from ..bench import BenchOptions
+    from ..bench.urls import check_base_url, check_endpoint
+
+    for flag, value, check in ((url_flag, args.url, check_base_url),
+                               ("--endpoint", args.endpoint, check_endpoint)):
+        try:
+            check(value)
+        except ValueError as exc:
+            raise UsageError(f"{flag} {exc}") from None
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError("--timeout must be a positive number of seconds")
+    return BenchOptions(args.url, args.endpoint, args.model,
+                        args.timeout or BenchOptions.timeout_s, prompt=args.prompt,
+                        progress=not args.quiet)

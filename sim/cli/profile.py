@@ -1,0 +1,108 @@
+"""`servesim profile`: serve synthetic workloads on the real NumPy engine, fit the step-cost
+model to its steps and write the profile (`sim.profiling`), measured with a known BLAS thread
+count (`blas_threads`, set before NumPy loads).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..profiling import threads
+from .common import UsageError
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("profile", help="profile the real engine and fit the "
+                                                   "step-cost model")
+    parser.add_argument("--model", nargs="+", metavar="KEY=VALUE",
+                        help="model shape, e.g. d_model=256 n_layers=2 (default: the default "
+                             "model)")
+    parser.add_argument("--out", metavar="FILE", help="profile JSON (default: out/profile.json)")
+    parser.add_argument("--quick", action="store_true",
+                        help="serve a sixth of the requests (under 30 s, a rougher fit)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help=f"BLAS threads to measure with (default: {threads.DEFAULT_THREADS},"
+                             f" or the count set in the environment)")
+    parser.add_argument("--method", choices=("served", "grid"), default="served",
+                        help="fit steps served in the real loop (default), or the isolated "
+                             "grid of the first profiler")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=cmd_profile, blas_threads=blas_threads)
+
+
+def blas_threads(args) -> int:
+    """What the profile is measured with: --threads, or the project's default (one)."""
+    return args.threads or threads.DEFAULT_THREADS
+
+
+def cmd_profile(args) -> int:
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be a positive integer")
+    model = model_config(args.model or ())
+    check_profile_memory(model)
+    from reports.output import check_writable_file
+
+    from ..profiling.profiler import profile_engine
+    from ..profiling.workloads import longest_request
+
+    if args.method == "served" and model.max_seq_len < longest_request():
+        raise UsageError(f"--model max_seq_len: profiling serves requests of up to "
+                         f"{longest_request():,} tokens, so the model's max_seq_len must be at "
+                         f"least that, got {model.max_seq_len}")
+    out = Path(args.out) if args.out else Path("out") / "profile.json"
+    from ..costs.profile_file import is_profile_text
+
+    check_writable_file(out, is_profile_text)  # before minutes of profiling
+    profile = profile_engine(model, out, quick=args.quick, progress=not args.quiet,
+                             method=args.method)
+    held = profile["fit"]["held_out"]
+    print(f"profiled in {profile['machine']['profiling_s']:.0f} s with "
+          f"{profile['fingerprint']['blas_threads']} BLAS thread(s); held-out step error "
+          f"median {100 * held['median_abs_rel_error']:.1f}%")
+    from ..profiling import cache
+
+    kept = args.quick and cache.holds_full(profile["fingerprint_key"])
+    where = ("the full profile cached earlier is kept for `servesim validate --profile auto`"
+             if kept else "and cached for `servesim validate --profile auto`")
+    print(f"profile written to {out} ({where}); use it with --set cost.profile={out}")
+    return 0
+
+
+def check_profile_memory(model) -> None:
+    """The model's weights and the largest KV cache the profiler serves must fit in memory
+    (`sim.memory`), before either is allocated."""
+    from dataclasses import asdict
+
+    from scenarios import DEFAULTS
+
+    from ..memory import check_engine_memory
+    from ..profiling.workloads import HELD_OUT, TRAIN
+
+    engine = DEFAULTS["engine"]
+    blocks = max(w.engine.get("num_kv_blocks", engine["num_kv_blocks"]) for w in TRAIN + HELD_OUT)
+    try:
+        check_engine_memory({"mode": "serve", "model": asdict(model), "engine": {
+            "num_kv_blocks": blocks, "block_size": engine["block_size"]}}, "profiling")
+    except ValueError as exc:
+        raise UsageError(f"--model: {exc}") from None
+
+
+def model_config(pairs):
+    """A ModelConfig from the defaults and KEY=VALUE pairs (--model d_model=256 ...)."""
+    from dataclasses import fields
+
+    from engine.model import ModelConfig
+    from scenarios.overrides import parse_value
+
+    allowed = [f.name for f in fields(ModelConfig)]
+    values = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or key not in allowed:
+            raise UsageError(f"--model {pair}: expected KEY=VALUE with KEY one of "
+                             f"{', '.join(allowed)}")
+        values[key] = parse_value(text)
+    try:
+        return ModelConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--model: {exc}") from None

@@ -1,0 +1,63 @@
+"""`servesim serve`: a scenario's real NumPy engine behind an OpenAI-compatible HTTP API
+(`sim.http`), until Ctrl-C or SIGTERM, with BLAS on one thread unless the environment says
+otherwise (`blas_threads`).
+"""
+
+from __future__ import annotations
+
+from ..profiling import threads
+from .common import DEFAULT_SCENARIO, UsageError
+
+SERVE_VARIANT = "continuous"  # what `serve` with no scenario serves: as vLLM, continuous batching
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("serve", help="serve a scenario's engine behind an "
+                                                 "OpenAI-compatible HTTP API")
+    parser.add_argument("scenario", nargs="?",
+                        help=f"built-in name or TOML path (default: {DEFAULT_SCENARIO}, its "
+                             f"continuous variant)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                                                            "(default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any "
+                                                               "free)")
+    parser.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
+                        help="override a dotted key, e.g. model.n_layers=1 (repeatable; values "
+                             "are TOML)")
+    parser.add_argument("--variant", metavar="NAME",
+                        help="the scenario variant whose settings are served (default: the "
+                             "first of a named scenario)")
+    parser.add_argument("--max-waiting", type=int, metavar="N",
+                        help="answer 429 while N requests wait for admission (default: no "
+                             "limit)")
+    parser.set_defaults(func=cmd_serve, blas_threads=blas_threads)
+
+
+def blas_threads(args) -> int:
+    """One: the engine steps one batch at a time, and BLAS threads spinning beside it on a
+    shared machine slow every step down severalfold (docs/server/http.md)."""
+    return threads.DEFAULT_THREADS
+
+
+def cmd_serve(args) -> int:
+    import scenarios
+
+    from ..http import serve_scenario
+
+    if args.max_waiting is not None and args.max_waiting < 1:
+        raise UsageError("--max-waiting must be a positive integer")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: must be from 0 to 65535 (0: any free port)")
+    scenario = scenarios.load(args.scenario or DEFAULT_SCENARIO, args.set or ())
+    specs = scenario.runs()
+    name = args.variant or (specs[0].variant if args.scenario else SERVE_VARIANT)
+    spec = next((s for s in specs if s.variant == name), None)
+    if spec is None:
+        raise UsageError(f"--variant {name}: the scenario's variants are "
+                         f"{', '.join(scenario.variant_names)}")
+    try:
+        serve_scenario(spec.config, args.host, args.port, args.max_waiting,
+                       f"{scenario.name} (variant {name})")
+    except ValueError as exc:
+        raise UsageError(f"{scenario.name}: {exc}") from None
+    return 0
