@@ -148,14 +148,13 @@ def _value(v) -> str:
     return repr(v)
 
 
-def capacity_rps(config: dict) -> float:
+def capacity_rps(config) -> float:
     """The cost model's maximum sustainable request rate for this config's lengths and policy:
     CAPACITY_REQUESTS requests arriving at once, simulated; completions per second between the
     20th and 80th percentile of completion times."""
-    cfg = copy.deepcopy(config)
-    cfg["mode"] = "simulate"
-    cfg["workload"]["num_requests"] = CAPACITY_REQUESTS
-    cfg["workload"]["arrival"] = {"process": "constant", "rate": 1e9}
+    cfg = config.with_mode("simulate").updated({
+        "workload.num_requests": CAPACITY_REQUESTS,
+        "workload.arrival": {"process": "constant", "rate": 1e9}})
     finish = np.sort(np.asarray(run_config(cfg).request_columns()["finish_s"], float))  # [n]
     lo, hi = int(0.2 * len(finish)), int(0.8 * len(finish))
     return (hi - lo) / (finish[hi] - finish[lo])
@@ -191,7 +190,7 @@ def calibrated_cost(run):
     from sim.costs.calibrate import ScaledCost
 
     config = run.spec.config
-    return ScaledCost(cost_model(config["cost"], config["model"]), run.calibration)
+    return ScaledCost(cost_model(config.cost, config.model), run.calibration)
 
 
 def servings(run, repeats: int) -> list[tuple[dict, float]]:
@@ -201,7 +200,7 @@ def servings(run, repeats: int) -> list[tuple[dict, float]]:
     from sim.profiling.serving import serve_logged
     from sim.validation.steps import speed_ratio, step_rows
 
-    config, slo = run.spec.config, run.spec.config["slo"]
+    config, slo = run.spec.config, run.spec.config.slo.limits()
     cost = calibrated_cost(run)
     out = [(summarize(run.serve, slo), run.speed_ratio)]
     for _ in range(repeats - 1):
@@ -219,11 +218,10 @@ def compare(name: str, run, served: list, jitter_runs: int) -> dict:
     from sim.validation.validate import mode_config
     from sim.costs.calibrate import ScaledCost
 
-    config, slo = run.spec.config, run.spec.config["slo"]
+    config, slo = run.spec.config, run.spec.config.slo.limits()
     summaries = [s for s, _ in served]
     median = median_summary(summaries)
-    jittered_config = mode_config(config, "simulate")
-    jittered_config["cost"]["jitter"] = True
+    jittered_config = mode_config(config, "simulate").updated({"cost.jitter": True})
     jittered = [summarize(run_config(jittered_config, jitter_rng=np.random.default_rng(k)), slo)
                 for k in range(jitter_runs)]
     size = len(summaries)
@@ -262,7 +260,7 @@ def main(args) -> int:
         results = compare(scenario.name, run, served, args.jitter_runs)
         for key, rows in results.items():
             tables.setdefault(key, []).append((scenario.name, rows))
-        n = scenario.base["workload"]["num_requests"]
+        n = scenario.base.workload.num_requests
         stats = ("p50", "p90", "p99") if n >= P99_REQUESTS else ("p50", "p90")
         verdicts.append((scenario.name, target_verdict(results["simulate"], results["spread"],
                                                        stats) if args.repeats > 1 else None))

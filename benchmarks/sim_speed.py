@@ -37,7 +37,6 @@ the load average.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import resource
@@ -45,12 +44,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from engine.benchmark import summarize, weighted_percentile
 from engine.model import ModelConfig
+from scenarios.resolve import resolve
 from sim.runner import run_config
 from sim.workloads.traces import load_trace, shipped_trace
 
@@ -64,7 +65,7 @@ SERVER = {
     "name": "sim-speed", "description": "", "seed": 0, "mode": "simulate",
     "model": {k: v for k, v in vars(ModelConfig()).items() if k != "seed"} | {"max_seq_len": 16384},
     "engine": {"block_size": 16, "num_kv_blocks": 65536, "max_num_seqs": 256,
-               "max_num_batched_tokens": 8192},
+               "max_num_batched_tokens": 8192, "enable_prefix_caching": False},
     "scheduler": {"policy": "continuous", "queue": "fcfs", "chunked_prefill": True,
                   "max_batch_size": 256, "batch_timeout_s": 0.0},
     "cost": {"model": "profile", "profile": "default", "jitter": False, "step_overhead_s": 0.0,
@@ -137,23 +138,22 @@ def _records(recorder) -> list:
 # --- the saturated server --------------------------------------------------------------------------
 
 
-def trace_config(time_scale: float, max_requests=None) -> dict:
-    cfg = copy.deepcopy(SERVER)
-    cfg["workload"] = {"num_requests": None, "arrival": {"process": "trace"}, "prompt_tokens": None,
-                       "output_tokens": None, "priority": None,
-                       "trace": {"path": str(TRACE), "format": "azure", "time_scale": time_scale,
-                                 "max_requests": max_requests}}
-    return cfg
+def server_config(workload: dict):
+    """The saturated server's resolved config serving `workload` (a scenario's table)."""
+    return resolve(SERVER | {"workload": workload}, Path(__file__))
 
 
-def synthetic_config(n: int, rate: float) -> dict:
+def trace_config(time_scale: float, max_requests=None):
+    limit = {} if max_requests is None else {"max_requests": max_requests}
+    return server_config({"trace": {"path": str(TRACE), "format": "azure",
+                                    "time_scale": time_scale} | limit})
+
+
+def synthetic_config(n: int, rate: float):
     trace = load_trace(TRACE)
-    cfg = copy.deepcopy(SERVER)
-    cfg["workload"] = {"num_requests": n, "arrival": {"process": "poisson", "rate": rate},
-                       "prompt_tokens": _lognormal(trace.prompt_tokens),
-                       "output_tokens": _lognormal(trace.output_tokens),
-                       "priority": None, "trace": None}
-    return cfg
+    return server_config({"num_requests": n, "arrival": {"process": "poisson", "rate": rate},
+                          "prompt_tokens": _lognormal(trace.prompt_tokens),
+                          "output_tokens": _lognormal(trace.output_tokens)})
 
 
 def _lognormal(tokens: np.ndarray) -> dict:
@@ -204,15 +204,14 @@ def hardware_vs_profile(repeats: int) -> dict:
     profile (alternated), with steps and requests."""
     import scenarios
 
-    base = scenarios.load("llama3-8b-h100").runs()[1].config  # the continuous variant
-    hardware = copy.deepcopy(base)
-    from sim.runner import resolved_spec
+    from sim.build import resolved_spec
 
-    blocks = resolved_spec(scenarios.load("llama3-8b-h100").runs()[1]).config["engine"][
-        "num_kv_blocks"]
-    profile = copy.deepcopy(base) | {"model": SERVER["model"], "cost": SERVER["cost"]}
-    profile.pop("hardware")
-    profile["engine"] = base["engine"] | {"num_kv_blocks": blocks}
+    spec = scenarios.load("llama3-8b-h100").runs()[1]  # the continuous variant
+    hardware = spec.config
+    blocks = resolved_spec(spec).config.engine.num_kv_blocks
+    server = trace_config(1.0)
+    profile = replace(hardware, model=server.model, cost=server.cost, hardware=None,
+                      engine=replace(hardware.engine, num_kv_blocks=blocks))
     best = {"hardware": float("inf"), "profile": float("inf")}
     steps = {}
     for _ in range(repeats):

@@ -15,35 +15,36 @@ FIELD_OF = {"seed": "seed", "mode": "mode", "cost": "step costs", "model": "mode
             "workload": "workload", "slo": "SLO (goodput)"}
 
 
-def config_rows(config: dict) -> dict[str, str]:
+def config_rows(config) -> dict[str, str]:
     """{setting: description} of one resolved config, in the report's order."""
-    model, engine, slo = config["model"], config["engine"], config["slo"]
+    model, engine, slo = config.model, config.engine, config.slo
     return {
-        "seed": str(config["seed"]),
-        "mode": config["mode"],
+        "seed": str(config.seed),
+        "mode": config.mode,
         "step costs": step_costs(config),
         "model": model_text(model),
-        **({"hardware": hardware_text(config["hardware"]["derived"])}
-           if "derived" in config.get("hardware", {}) else {}),
-        "engine": (f"{engine['num_kv_blocks']:,} KV blocks of {engine['block_size']} tokens"
+        **({"hardware": hardware_text(config.hardware.derived)}
+           if config.hardware is not None and config.hardware.derived else {}),
+        "engine": (f"{engine.num_kv_blocks:,} KV blocks of {engine.block_size} tokens"
                    + (" (derived from the GPU's memory)" if _auto(config) else "")
-                   + f", max_num_seqs {engine['max_num_seqs']}, "
-                   f"max_num_batched_tokens {engine['max_num_batched_tokens']}, prefix caching "
-                   + ("on" if engine.get("enable_prefix_caching") else "off")),
-        "scheduler": scheduler_text(config["scheduler"]),
-        "workload": workload_text(config["workload"]),
+                   + f", max_num_seqs {engine.max_num_seqs}, "
+                   f"max_num_batched_tokens {engine.max_num_batched_tokens}, prefix caching "
+                   + ("on" if engine.enable_prefix_caching else "off")),
+        "scheduler": scheduler_text(config.scheduler),
+        "workload": workload_text(config.workload),
         "SLO (goodput)": slo_text(slo),
     }
 
 
-def model_text(model: dict) -> str:
+def model_text(model) -> str:
     """The model's name (a catalog model) and shape."""
-    shape = (f"vocab {model['vocab_size']}, d_model {model['d_model']}, "
-             f"{model['n_layers']} layers, {model['n_heads']} heads"
-             + (f" ({model['n_kv_heads']} key-value heads)" if "n_kv_heads" in model and
-                model["n_kv_heads"] != model["n_heads"] else "")
-             + f", d_ff {model['d_ff']}, max_seq_len {model['max_seq_len']}")
-    return f"`{model['name']}`: {shape}" if model.get("name") else shape
+    kv_heads, name = getattr(model, "n_kv_heads", None), getattr(model, "name", None)
+    shape = (f"vocab {model.vocab_size}, d_model {model.d_model}, "
+             f"{model.n_layers} layers, {model.n_heads} heads"
+             + (f" ({kv_heads} key-value heads)" if kv_heads not in (None, model.n_heads)
+                else "")
+             + f", d_ff {model.d_ff}, max_seq_len {model.max_seq_len}")
+    return f"`{name}`: {shape}" if name else shape
 
 
 def hardware_text(derived: dict) -> str:
@@ -56,8 +57,8 @@ def hardware_text(derived: dict) -> str:
             f" KiB a token)")
 
 
-def _auto(config: dict) -> bool:
-    return config.get("hardware", {}).get("num_kv_blocks_auto", False)
+def _auto(config) -> bool:
+    return config.hardware is not None and config.hardware.num_kv_blocks_auto
 
 
 def first_runs(specs) -> list:
@@ -119,106 +120,82 @@ def _runs_text(num_runs: int, num_variants: int, swept: bool) -> str:
     return f"{num_runs} ({variants} x {num_runs // num_variants} sweep points)"
 
 
-def scheduler_text(sched: dict) -> str:
+def scheduler_text(sched) -> str:
     """The batching policy with the settings it reads, and the queue order."""
-    queue = ("priority queue (lowest priority value first)" if sched["queue"] == "priority"
+    queue = ("priority queue (lowest priority value first)" if sched.queue == "priority"
              else "first-come-first-served queue")
-    if sched["policy"] == "static":
-        timeout = (f", waits up to {sched['batch_timeout_s']:g} s for a full batch"
-                   if sched["batch_timeout_s"] else "")
-        return f"static batching of up to {sched['max_batch_size']} requests{timeout}; {queue}"
-    chunked = "on" if sched["chunked_prefill"] else "off"
+    if sched.policy == "static":
+        timeout = (f", waits up to {sched.batch_timeout_s:g} s for a full batch"
+                   if sched.batch_timeout_s else "")
+        return f"static batching of up to {sched.max_batch_size} requests{timeout}; {queue}"
+    chunked = "on" if sched.chunked_prefill else "off"
     return f"continuous batching, chunked prefill {chunked}; {queue}"
 
 
-def slo_text(slo: dict) -> str:
+def slo_text(slo) -> str:
     names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
-    limits = [f"{names[key]} <= {value:g} s" for key, value in slo.items()
+    limits = [f"{names[key]} <= {value:g} s" for key, value in slo.limits().items()
               if key in names and value is not None]
     return " and ".join(limits) if limits else "none (every finished request counts)"
 
 
-def step_costs(config: dict) -> str:
-    cost = config["cost"]
-    if config["mode"] != "simulate" or cost["model"] == "live":
+def step_costs(config) -> str:
+    cost = config.cost
+    if config.mode != "simulate" or cost.model == "live":
         return "measured: the real NumPy engine runs every step"
-    if cost["model"] == "hardware":
-        hardware = config["hardware"]
+    if cost.model == "hardware":
+        hardware = config.hardware
         return (f"hardware: roofline of every operator with efficiencies calibrated on measured "
-                f"A100 and H100 kernels, plus {hardware['step_overhead_s'] * 1e3:g} ms a step "
-                f"and {hardware['seq_overhead_s'] * 1e6:g} us a sequence of server overhead")
-    if cost["model"] == "profile":
-        return f"predicted by the fitted profile `{cost['profile']}`"
-    return ("linear: " + ", ".join(f"{name} {cost[name]:g}" for name in
+                f"A100 and H100 kernels, plus {hardware.step_overhead_s * 1e3:g} ms a step "
+                f"and {hardware.seq_overhead_s * 1e6:g} us a sequence of server overhead")
+    if cost.model == "profile":
+        return f"predicted by the fitted profile `{cost.profile}`"
+    return ("linear: " + ", ".join(f"{name} {getattr(cost, name):g}" for name in
                                    ("step_overhead_s", "prefill_token_s", "decode_seq_s",
                                     "context_token_s")))
 
 
-def workload_text(workload: dict) -> str:
+def workload_text(workload) -> str:
     parts = []
-    if workload["trace"] is not None:
-        trace = workload["trace"]
-        limit = (f"first {trace['max_requests']} requests" if trace["max_requests"]
+    arrival = workload.arrival.describe()
+    if workload.trace is not None:
+        trace = workload.trace
+        limit = (f"first {trace.max_requests} requests" if trace.max_requests
                  else "every request")
-        source = f"`{trace['name']}`" if trace.get("name") else f"`{Path(trace['path']).name}`"
-        if "tokenizer" not in trace:  # a timed trace (an untimed one, ShareGPT, has a tokenizer)
-            parts.append(f"trace replay of {source} ({trace['format']} format, {limit}, "
-                         f"inter-arrival gaps x{trace['time_scale']:g})")
+        source = f"`{trace.name}`" if trace.name else f"`{Path(trace.path).name}`"
+        if trace.tokenizer is None:  # a timed trace (an untimed one, ShareGPT, has a tokenizer)
+            parts.append(f"trace replay of {source} ({trace.format} format, {limit}, "
+                         f"inter-arrival gaps x{trace.time_scale:g})")
         else:  # lengths from the file, arrivals from the workload
-            order = "shuffled with the seed" if trace.get("shuffle") else "in file order"
-            parts.append(f"lengths from {source} ({trace['format']} format, {limit} "
-                         f"{order}, tokens counted by `{trace.get('tokenizer')}`), arrivals "
-                         + _arrival(workload["arrival"]))
-        parts += trace.get("notes", [])  # fewer requests than asked for, skipped entries
-    elif workload.get("sessions") is not None:
-        sessions = workload["sessions"]
-        turns = sessions["turns"]
-        turns = length_text(turns) if isinstance(turns, dict) else f"{turns}"
-        system = sessions["system_prompt_tokens"]
-        parts.append(f"{sessions['conversations']} multi-turn conversations starting "
-                     + _arrival(workload["arrival"]).replace(" req/s", "/s"))
+            order = "shuffled with the seed" if trace.shuffle else "in file order"
+            parts.append(f"lengths from {source} ({trace.format} format, {limit} "
+                         f"{order}, tokens counted by `{trace.tokenizer}`), arrivals " + arrival)
+        parts += trace.notes  # fewer requests than asked for, skipped entries
+    elif workload.sessions is not None:
+        sessions = workload.sessions
+        turns = sessions.turns
+        turns = f"{turns}" if isinstance(turns, int) else turns.describe()
+        system = sessions.system_prompt_tokens
+        parts.append(f"{sessions.conversations} multi-turn conversations starting "
+                     + arrival.replace(" req/s", "/s"))
         parts.append(f"turns {turns}, each resending "
                      + (f"a {system}-token system prompt and " if system else "")
-                     + f"the conversation so far, {sessions['think_time_s']:g} s of thinking "
+                     + f"the conversation so far, {sessions.think_time_s:g} s of thinking "
                        f"between a reply and the next turn")
-        parts.append("user messages " + length_text(workload["prompt_tokens"]))
-        parts.append("replies " + length_text(workload["output_tokens"]))
+        parts.append("user messages " + workload.prompt_tokens.describe())
+        parts.append("replies " + workload.output_tokens.describe())
     else:
-        parts.append(f"{workload['num_requests']} requests, arrivals "
-                     + _arrival(workload["arrival"]))
-        parts.append("prompt tokens " + length_text(workload["prompt_tokens"]))
-        parts.append("output tokens " + length_text(workload["output_tokens"]))
-    if workload.get("max_concurrency") is not None:
-        parts.append(f"at most {workload['max_concurrency']} requests in flight (the others "
+        parts.append(f"{workload.num_requests} requests, arrivals " + arrival)
+        parts.append("prompt tokens " + workload.prompt_tokens.describe())
+        parts.append("output tokens " + workload.output_tokens.describe())
+    if workload.max_concurrency is not None:
+        parts.append(f"at most {workload.max_concurrency} requests in flight (the others "
                      f"wait for a slot; latencies start when a request is sent)")
-    if workload["priority"] is not None:
-        p = workload["priority"]
-        pairs = ", ".join(f"{v} (weight {w:g})" for v, w in zip(p["values"], p["weights"]))
+    if workload.priority is not None:
+        p = workload.priority
+        pairs = ", ".join(f"{v} (weight {w:g})" for v, w in zip(p.values, p.weights))
         parts.append(f"priorities {pairs}")
     return "; ".join(parts)
-
-
-def _arrival(arrival: dict) -> str:
-    process = arrival["process"]
-    if process == "burst":
-        return "all at once, at time 0"
-    if process == "closed_loop":
-        return (f"closed loop of {arrival['concurrency']} users "
-                f"(think time {arrival['think_time_s']:g} s)")
-    if process == "gamma":
-        return f"gamma at {arrival['rate']:g} req/s (cv {arrival['cv']:g})"
-    if "rate" in arrival:
-        return f"{process} at {arrival['rate']:g} req/s"
-    return process
-
-
-def length_text(dist: dict) -> str:
-    if dist["dist"] == "fixed":
-        return f"fixed {dist['value']}"
-    if dist["dist"] == "uniform":
-        return f"uniform in [{dist['low']}, {dist['high']}]"
-    return (f"lognormal (median {dist['median']:g}, sigma {dist['sigma']:g}) "
-            f"in [{dist['min']}, {dist['max']}]")
 
 
 def settings_text(settings: dict) -> str:

@@ -84,7 +84,7 @@ def priority_blocks(specs, requests) -> list:
         for priority, group in run.groupby("priority", sort=True):  # lowest value first
             done = group[group["status"] == "finished"]
             row = [str(v) for v in label_values(spec, keys)]
-            row += [spec.config["scheduler"]["queue"], str(priority), str(len(group)),
+            row += [spec.config.scheduler.queue, str(priority), str(len(group)),
                     str(len(done))]
             for column in ("ttft_s", "e2e_s"):
                 pct = latency_percentiles(done[column].to_numpy(dtype=np.float64), (50, 99))

@@ -53,7 +53,7 @@ def key_rows(specs, summaries: list[dict],
 
 def has_slo(config: dict) -> bool:
     """Whether a run's goodput counts against any SLO."""
-    return any(limit is not None for limit in config.get("slo", {}).values())
+    return config.slo.any
 
 
 def _number(value, decimals: int) -> str:

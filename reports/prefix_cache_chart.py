@@ -32,7 +32,7 @@ def caching_runs(results) -> list:
     runs = []
     for spec, recorder in results:
         steps = chart_steps(recorder)  # a cluster's replicas summed
-        if spec.config["engine"].get("enable_prefix_caching") and \
+        if spec.config.engine.enable_prefix_caching and \
                 max(steps["kv_blocks_cached"], default=0) > 0:
             runs.append((spec.label, steps))
     return runs

@@ -24,15 +24,15 @@ def cluster_results(results, summaries=None):
             if isinstance(rec, ClusterRecorder)]
 
 
-def pool_names(config: dict) -> list[str]:
+def pool_names(config) -> list[str]:
     """Each replica's pool name (empty for `cluster.replicas` copies; "prefill" or "decode"
     in a disaggregated cluster)."""
-    cluster = config["cluster"]
-    if "prefill_replicas" in cluster:
-        return ["prefill"] * cluster["prefill_replicas"] + ["decode"] * cluster["decode_replicas"]
-    if "pools" not in cluster:
-        return [""] * cluster["replicas"]
-    return [pool["name"] for pool in cluster["pools"] for _ in range(pool["replicas"])]
+    cluster = config.cluster
+    if cluster.prefill_replicas:
+        return ["prefill"] * cluster.prefill_replicas + ["decode"] * cluster.decode_replicas
+    if not cluster.pools:
+        return [""] * cluster.replicas
+    return [pool.name for pool in cluster.pools for _ in range(pool.replicas)]
 
 
 def replicas_table(results, summaries: list[dict]) -> pd.DataFrame | None:

@@ -117,15 +117,15 @@ def report_blocks(result, labels: list[str], title: str | None, rows: list[dict]
 def _settings_rows(result) -> list[list[str]]:
     settings, scenario = result.settings, result.scenario
     config = result.points[0].spec.config
-    seeds = sorted({point.spec.config["seed"] for point in result.points})
-    rate = settings["rate"]
+    seeds = sorted({point.spec.config.seed for point in result.points})
+    rate = settings.rate
     rows = [["scenario", f"{scenario.name} (`{scenario.source}`)"],
-            ["target", f"{settings['target']:g} of the requests meet every SLO "
+            ["target", f"{settings.target:g} of the requests meet every SLO "
                        f"({config_rows(config)['SLO (goodput)']})"],
             ["arrival rates", f"bisected between {rate['low']:g} and {rate['high']:g} "
                               f"requests/s (geometric midpoints), "
-                              f"`{config['workload']['arrival']['process']}` arrivals"],
-            ["tolerance", f"stop when (failed - met) / failed < {settings['tolerance']:g}"],
+                              f"`{config.workload.arrival.process}` arrivals"],
+            ["tolerance", f"stop when (failed - met) / failed < {settings.tolerance:g}"],
             ["seeds", ", ".join(map(str, seeds)) + " (the same requests at every rate of "
                                                    "a point, their arrival times scaled)"]]
     for key in scenario.sweep:

@@ -93,7 +93,7 @@ def steps_table(results) -> pd.DataFrame:
 
 def run_summaries(results) -> list[dict]:
     """`summarize` of every run, with the run's SLO and warm-up."""
-    return [summarize(recorder, spec.config["slo"], spec.config["workload"].get("warmup_s", 0.0))
+    return [summarize(recorder, spec.config.slo.limits(), spec.config.workload.warmup_s)
             for spec, recorder in results]
 
 

@@ -44,45 +44,38 @@ def vllm_records(results, summaries: list[dict] | None = None,
 def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
     """One run's record: setup and traffic, vLLM's figures and servesim's extras, the run."""
     config = spec.config
-    arrival = config["workload"]["arrival"]
+    arrival = config.workload.arrival
     request_rate, burstiness, max_concurrency = traffic(arrival, recorder)
-    max_concurrency = config["workload"].get("max_concurrency") or max_concurrency
-    setup = {"date": date, "backend": f"servesim-{config['mode']}", "label": spec.label,
-             "model_id": model_id(config["model"]),
+    max_concurrency = config.workload.max_concurrency or max_concurrency
+    setup = {"date": date, "backend": f"servesim-{config.mode}", "label": spec.label,
+             "model_id": model_id(config.model),
              "num_prompts": summary["completed"] + summary["rejected"] + summary["unfinished"],
              "request_rate": request_rate, "burstiness": burstiness,
              "max_concurrency": max_concurrency}
-    std = latency_std(recorder, config["workload"].get("warmup_s", 0.0))
-    run = {"scenario": config["name"], "variant": spec.variant, "sweep": dict(spec.sweep),
-           "seed": config["seed"], "arrival_process": arrival["process"]}
+    std = latency_std(recorder, config.workload.warmup_s)
+    run = {"scenario": config.name, "variant": spec.variant, "sweep": dict(spec.sweep),
+           "seed": config.seed, "arrival_process": arrival.process}
     return setup | vllm_summary(summary, std) | run
 
 
-def traffic(arrival: dict, recorder) -> tuple:
+def traffic(arrival, recorder) -> tuple:
     """(request_rate, burstiness, max_concurrency) of an arrival process, as vLLM writes
-    them."""
-    process = arrival["process"]
-    if process == "closed_loop":
-        return "inf", None, arrival["concurrency"]
-    if process == "burst":
-        return "inf", None, None
-    if process == "trace":
-        arrivals = np.asarray(recorder.request_columns()["arrival_s"], dtype=np.float64)
-        span = float(arrivals.max() - arrivals.min()) if arrivals.size else 0.0
-        return ((arrivals.size - 1) / span if span > 0 else "inf"), None, None
-    shape = {"poisson": 1.0, "constant": "inf"}.get(process)
-    if process == "gamma":
-        shape = 1.0 / arrival["cv"] ** 2
-    return arrival["rate"], shape, None
+    them; a trace's rate is the mean rate of its arrivals."""
+    if arrival.process != "trace":
+        return arrival.traffic()
+    arrivals = np.asarray(recorder.request_columns()["arrival_s"], dtype=np.float64)
+    span = float(arrivals.max() - arrivals.min()) if arrivals.size else 0.0
+    return ((arrivals.size - 1) / span if span > 0 else "inf"), None, None
 
 
-def model_id(model: dict) -> str:
+def model_id(model) -> str:
     """The model's name: its catalog id (a hardware run), else the NumPy engine's shape as a
     name (vLLM names a file after the part after the last '/')."""
-    if model.get("name"):
-        return model["name"]
-    return (f"servesim-numpy-v{model['vocab_size']}-d{model['d_model']}-l{model['n_layers']}"
-            f"-h{model['n_heads']}-ff{model['d_ff']}-ctx{model['max_seq_len']}")
+    name = getattr(model, "name", None)
+    if name:
+        return name
+    return (f"servesim-numpy-v{model.vocab_size}-d{model.d_model}-l{model.n_layers}"
+            f"-h{model.n_heads}-ff{model.d_ff}-ctx{model.max_seq_len}")
 
 
 def summary_json_names(specs) -> list[str]:

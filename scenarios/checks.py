@@ -7,7 +7,7 @@ it into a one-line `ScenarioError` with the file's name. Relative paths (a trace
 file) are looked up in the current directory, then beside the scenario file, then at the
 repository root, and stored absolute when found; a shipped trace's name becomes the absolute
 path of its packaged file. Whether a file exists and loads is checked where the simulator builds
-what it needs from it (`sim.runner.check_scenario`), with the same one-line errors: scenarios
+what it needs from it (`sim.checks.check_scenario`), with the same one-line errors: scenarios
 are data and schema, and never import the simulator.
 """
 
@@ -19,6 +19,7 @@ from .defaults import (DISAGGREGATION_KEYS, GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS,
                        POOL_SECTIONS, SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
                        UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
+from .workload import OPEN_PROCESSES, arrival_of
 from engine.model import ModelConfig
 from engine.scheduler_config import SchedulerConfig
 
@@ -65,11 +66,11 @@ def check_session_parts(workload: dict) -> None:
             raise FieldError(f"workload.{name}", "not allowed with workload.sessions (the "
                                                  "requests are the conversations' turns)")
     process = workload.get("arrival", {}).get("process")
-    if process in ("closed_loop", "trace"):
+    if process is not None and process not in OPEN_PROCESSES:
         raise FieldError("workload.arrival.process",
                          f"{process!r} cannot start the conversations of workload.sessions "
-                         f"(each conversation is its own closed loop); use poisson, gamma, "
-                         f"constant or burst")
+                         f"(each conversation is its own closed loop); use "
+                         f"{', '.join(OPEN_PROCESSES)}")
     for name, what in (("arrival", "the conversations' start"),
                        ("prompt_tokens", "each new user message's length"),
                        ("output_tokens", "each reply's length")):
@@ -131,9 +132,6 @@ def check_config(config: dict, path: Path) -> None:
         _check_engine(config)
     workload = config["workload"]
     check_max_concurrency(workload)
-    for name in ("prompt_tokens", "output_tokens"):
-        if workload[name] is not None:
-            check_length_range(workload[name], f"workload.{name}")
     if workload["trace"] is not None:
         trace = workload["trace"]
         trace["path"] = str(shipped_trace(trace["name"])) if trace.get("name") else \
@@ -226,15 +224,9 @@ def check_horizon(config: dict) -> None:
         n, unit = workload["sessions"]["conversations"], "conversations"
     elif n is None:  # a ShareGPT trace's requests: unless limited, counted where it is read
         n = (workload["trace"] or {}).get("max_requests") or 0
-    if arrival["process"] in ("poisson", "gamma", "constant"):
-        span, key = n / arrival["rate"], "workload.arrival.rate"
-        what = f"{n:,} {unit} at {arrival['rate']:g}/s would span"
-    elif arrival["process"] == "closed_loop":
-        span, key = n * arrival["think_time_s"] / arrival["concurrency"], \
-            "workload.arrival.think_time_s"
-        what = f"{n:,} requests after {arrival['think_time_s']:g} s of thinking would span"
-    else:
-        span, key, what = 0.0, "", ""  # a burst; a trace's span is checked where it is read
+    seconds, name, words = arrival_of(arrival).span(n)
+    span, key = seconds, f"workload.arrival.{name}" if name else ""
+    what = f"{n:,} {unit} {words} would span"
     timeout = config["scheduler"]["batch_timeout_s"]
     for value, where, text in ((span, key, what),
                                (timeout, "scheduler.batch_timeout_s", "a batch timeout of")):
@@ -242,14 +234,6 @@ def check_horizon(config: dict) -> None:
             raise FieldError(where, f"{text} about {value:.3g} s of simulated time; times past "
                                     f"{MAX_TIME_S:.3g} s (136 years) lose sub-microsecond "
                                     f"precision")
-
-
-def check_length_range(dist: dict, key: str) -> None:
-    """A length distribution's bounds in order: uniform low <= high, lognormal min <= max."""
-    low, high = {"uniform": ("low", "high"), "lognormal": ("min", "max")}.get(dist["dist"],
-                                                                              (None, None))
-    if low is not None and dist[low] > dist[high]:
-        raise FieldError("", f"{key}.{low} ({dist[low]}) must be <= {key}.{high} ({dist[high]})")
 
 
 def _check_hardware(config: dict) -> None:

@@ -14,8 +14,6 @@ from engine.scheduler_config import SchedulerConfig
 
 MODES = ("simulate", "cosimulate", "serve")
 COST_MODELS = ("profile", "live", "linear", "hardware")
-ARRIVAL_PROCESSES = ("poisson", "gamma", "constant", "burst", "closed_loop", "trace")
-LENGTH_DISTS = ("fixed", "uniform", "lognormal")
 # Trace formats (docs/sim/traces.md). A ShareGPT file gives lengths but no times: its arrivals
 # come from `workload.arrival`, as in vLLM's benchmark; the others give both.
 TRACE_FORMATS = ("azure", "mooncake", "csv", "jsonl", "sharegpt")
@@ -128,9 +126,8 @@ MAX_TOKENS = 2**31 - 1  # a request's token counts: sums over millions of reques
 GAMMA_CV = (0.01, 10.0)  # beyond 10 the gamma shape (1 / cv^2) is so small that gaps underflow
 MAX_TIME_S = 2.0**32  # about 136 years: simulated times stay below a microsecond's resolution
 
-# Defaults inside the workload's optional parts (the parts themselves have none).
-LOGNORMAL_MIN_TOKENS = 1
-CLOSED_LOOP_THINK_TIME_S = 0.0  # each user sends its next request as soon as one finishes
+# Defaults inside the workload's optional parts (the parts themselves have none; a process's or
+# a distribution's own defaults are its class's, scenarios/workload.py).
 # workload.sessions: no shared system prompt; each turn sent as soon as the last one finishes
 SESSIONS_DEFAULTS = {"system_prompt_tokens": 0, "think_time_s": 0.0}
 TRACE_DEFAULTS = {"name": None, "format": "azure", "time_scale": 1.0, "max_requests": None}

@@ -1,6 +1,6 @@
 """From a parsed scenario table to the resolved run config: every key checked, every default
-filled, every relative path made absolute. The result is the plain nested dict the simulator
-reads (see docs/scenarios/format.md for its shape)."""
+filled, every relative path made absolute. The result is a typed `RunConfig` (`config.py`;
+docs/scenarios/format.md gives its keys)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import copy
 from pathlib import Path
 
 from . import checks
-from .defaults import (CLOSED_LOOP_THINK_TIME_S, CLUSTER_DEFAULTS, DEFAULTS, DISAGGREGATION_DEFAULTS, HARDWARE_DEFAULTS,
-                       LOGNORMAL_MIN_TOKENS, SEARCH_DEFAULTS, SESSIONS_DEFAULTS,
-                       SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS, UNTIMED_TRACE_FORMATS)
+from .config import RunConfig
+from .defaults import (CLUSTER_DEFAULTS, DEFAULTS, DISAGGREGATION_DEFAULTS, HARDWARE_DEFAULTS,
+                       SEARCH_DEFAULTS, SESSIONS_DEFAULTS, SHAREGPT_DEFAULTS, SHIPPED_TRACES,
+                       TRACE_DEFAULTS, UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
 from .overrides import apply, flatten
 from .schema import SCENARIO, check_table
@@ -18,7 +19,7 @@ from .schema import SCENARIO, check_table
 SECTIONS = ("model", "engine", "scheduler", "cost", "slo")
 
 
-def resolve(raw: dict, path: Path) -> dict:
+def resolve(raw: dict, path: Path) -> RunConfig:
     """Validate `raw` (a scenario without its variants and sweep) and return the full config.
     Raises FieldError naming the first bad key."""
     check_table(raw, SCENARIO)
@@ -45,24 +46,21 @@ def resolve(raw: dict, path: Path) -> dict:
     if "cluster" in raw:  # replicas behind a router (sim/cluster/)
         config["cluster"] = _cluster(raw, path)
     checks.check_config(config, path)
-    return config
+    return RunConfig.from_dict(config)
 
 
 def _workload(raw: dict) -> dict:
     checks.check_workload_parts(raw)
     trace = raw.get("trace")
-    priority = raw.get("priority")
-    if priority is not None:
-        priority.setdefault("weights", [1.0] * len(priority["values"]))
     return {
         "num_requests": raw.get("num_requests"),
         "max_seconds": raw.get("max_seconds"),  # None: every request arrives
         "max_concurrency": raw.get("max_concurrency"),  # None: no cap on requests in flight
         "warmup_s": raw.get("warmup_s", 0.0),
-        "arrival": _arrival(raw.get("arrival", {"process": "trace"})),
-        "prompt_tokens": _length(raw.get("prompt_tokens")),
-        "output_tokens": _length(raw.get("output_tokens")),
-        "priority": priority,
+        "arrival": raw.get("arrival", {"process": "trace"}),
+        "prompt_tokens": raw.get("prompt_tokens"),
+        "output_tokens": raw.get("output_tokens"),
+        "priority": raw.get("priority"),
         "trace": None if trace is None else _trace(trace),
         "sessions": _sessions(raw.get("sessions")),
     }
@@ -97,18 +95,8 @@ def _cluster(raw: dict, path: Path) -> dict:
     return cluster
 
 
-def _arrival(arrival: dict) -> dict:
-    if arrival["process"] == "closed_loop":
-        arrival.setdefault("think_time_s", CLOSED_LOOP_THINK_TIME_S)
-    return arrival
-
-
 def _sessions(sessions: dict | None) -> dict | None:
-    if sessions is None:
-        return None
-    if isinstance(sessions["turns"], dict):
-        _length(sessions["turns"])
-    return SESSIONS_DEFAULTS | sessions
+    return None if sessions is None else SESSIONS_DEFAULTS | sessions
 
 
 def _trace(trace: dict) -> dict:
@@ -118,9 +106,3 @@ def _trace(trace: dict) -> dict:
         trace["format"] = SHIPPED_TRACES[trace["name"]][1]
     untimed = trace.get("format", TRACE_DEFAULTS["format"]) in UNTIMED_TRACE_FORMATS
     return TRACE_DEFAULTS | (SHAREGPT_DEFAULTS if untimed else {}) | trace
-
-
-def _length(dist: dict | None) -> dict | None:
-    if dist is not None and dist["dist"] == "lognormal":
-        dist.setdefault("min", LOGNORMAL_MIN_TOKENS)
-    return dist

@@ -9,7 +9,6 @@ variant at each sweep point) before anything runs. Every problem is one `Scenari
 
 from __future__ import annotations
 
-import copy
 import itertools
 import tomllib
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from . import overrides as ov
 from .errors import FieldError, ScenarioError
+from .config import RunConfig
 from .resolve import resolve
 
 BUILTIN_DIR = Path(__file__).resolve().parent
@@ -30,7 +30,7 @@ class RunSpec:
 
     variant: str
     sweep: dict
-    config: dict
+    config: RunConfig
 
     @property
     def label(self) -> str:
@@ -50,12 +50,12 @@ class Scenario:
     description: str
     seed: int
     path: Path
-    base: dict  # the resolved config before variants and sweep
+    base: RunConfig  # the resolved config before variants and sweep
     variants: tuple[Variant, ...]
     sweep: dict  # dotted key -> list of values
     specs: tuple[RunSpec, ...]
     overrides: tuple = ()  # the (key, value) pairs applied to the base, e.g. from --set
-    file_base: dict | None = None  # the base without the overrides (None: it does not resolve)
+    file_base: RunConfig | None = None  # the base without the overrides (None: it does not resolve)
 
     def error(self, problem: str, spec: RunSpec | None = None,
               by_override: bool = False) -> ScenarioError:
@@ -69,8 +69,8 @@ class Scenario:
         return ScenarioError(f"{_display(self.path)}: {where}{problem}")
 
     def runs(self) -> list[RunSpec]:
-        """Every variant at every sweep point (variant-major), each config a fresh copy."""
-        return [RunSpec(s.variant, dict(s.sweep), copy.deepcopy(s.config)) for s in self.specs]
+        """Every variant at every sweep point (variant-major)."""
+        return list(self.specs)
 
     @property
     def source(self) -> str:
@@ -153,7 +153,7 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
             config = _guarded(shown, _where(variant, point),
                               lambda: resolve(_apply_all(variant_raw, point), path))
             specs.append(RunSpec(variant.name, point, config))
-    return Scenario(base["name"], base["description"], base["seed"], path, base,
+    return Scenario(base.name, base.description, base.seed, path, base,
                     tuple(variants), sweep, tuple(specs), pairs, file_base)
 
 
@@ -188,7 +188,7 @@ def _guarded(shown: str, where: str, func, *args):
         raise ScenarioError(f"{shown}: {where}{exc}") from None
 
 
-def _resolved(raw: dict, path: Path) -> tuple[dict | None, str | None]:
+def _resolved(raw: dict, path: Path) -> tuple[RunConfig | None, str | None]:
     """(config, None) when `raw` resolves, else (None, its error)."""
     try:
         return resolve(raw, path), None

@@ -1,100 +1,27 @@
-"""What a scenario file may contain: every key, its type and its allowed values.
-
-A schema is a `Table` of named `Spec`s (leaf values), nested `Table`s and `Tagged` tables (a
-table whose keys depend on one tag, as `dist` in `{dist = "lognormal", median, sigma, ...}`).
-`check_table` walks a parsed TOML table against it and raises a `FieldError` naming the dotted
-key of the first unknown key, wrong type or bad value. Rules that tie several keys together
-(min <= max, files that must exist) live in `checks.py`.
+"""What a scenario file may contain: every key, its type and its allowed values, as a `Table`
+of `Spec`s (`specs.py`, whose `check_table` walks a parsed TOML table against it). The arrival
+processes and length distributions bring their own tables (`workload.py`). Rules that tie
+several keys together (files that must exist, a cluster's pools) live in `checks.py`.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
-from .defaults import (ARRIVAL_PROCESSES, COST_MODELS, DECODE_ROUTERS, GAMMA_CV,
-                       GPU_TABLE_KEYS, HARDWARE_DTYPES, HARDWARE_NORMS, LENGTH_DISTS, MAX_TOKENS,
-                       MAX_TP,
-                       MODES, ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS)
+from .defaults import (COST_MODELS, DECODE_ROUTERS, GPU_TABLE_KEYS, HARDWARE_DTYPES,
+                       HARDWARE_NORMS, MAX_TP, MODES, ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES,
+                       TRACE_FORMATS)
 from .errors import FieldError
 from .overrides import flatten
+from .specs import (BOOL, NON_EMPTY_TEXT, NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT,
+                    POSITIVE_NUMBER, SLO_LIMIT, TEXT, TOKENS_OR_NONE, Spec, Table, check_table,
+                    choice, is_int, is_number)
+from .workload import ARRIVAL_SCHEMA, LENGTH_SCHEMA, PRIORITY_SCHEMA
 from engine.queues import QUEUES
 from engine.scheduler_config import POLICIES, PREEMPTION_MODES
 
 
-@dataclass(frozen=True)
-class Spec:
-    """A leaf value: `allowed` completes "must be ...", `accepts` says whether a value is."""
-
-    allowed: str
-    accepts: Callable[[object], bool]
-
-    def check(self, key: str, value) -> None:
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_MAX:
-            raise FieldError(key, f"must be at most 2^63 - 1 (what NumPy's int64 holds), got "
-                                  f"{value}")
-        if not self.accepts(value):
-            raise FieldError(key, f"must be {self.allowed}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class Table:
-    fields: dict
-    required: tuple = ()
-
-
-@dataclass(frozen=True)
-class Tagged:
-    """A table whose allowed keys depend on the value of its `tag` key."""
-
-    tag: str
-    options: dict = field(default_factory=dict)  # tag value -> Table of the other keys
-
-
-INT_MAX = 2**63 - 1  # the largest integer NumPy's int64 holds
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= INT_MAX
-
-
-def _is_number(v) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
-
-
-def choice(options) -> Spec:
-    return Spec("one of " + ", ".join(options), lambda v: isinstance(v, str) and v in options)
-
-
-POSITIVE_INT = Spec("a positive integer", lambda v: _is_int(v) and v >= 1)
-NON_NEGATIVE_INT = Spec("a non-negative integer", lambda v: _is_int(v) and v >= 0)
-TOKENS = Spec(f"a whole number of tokens from 1 to {MAX_TOKENS:,}",
-              lambda v: _is_int(v) and 1 <= v <= MAX_TOKENS)
-TOKENS_OR_NONE = Spec(f"a whole number of tokens from 0 to {MAX_TOKENS:,}",
-                      lambda v: _is_int(v) and 0 <= v <= MAX_TOKENS)
-POSITIVE_NUMBER = Spec("a positive number", lambda v: _is_number(v) and v > 0)
-NON_NEGATIVE_NUMBER = Spec("a non-negative number", lambda v: _is_number(v) and v >= 0)
-BOOL = Spec("true or false", lambda v: isinstance(v, bool))
-# an SLO's limit in seconds, or false: none on this metric (to turn a default SLO off)
-SLO_LIMIT = Spec("a positive number of seconds, or false (no SLO on this metric)",
-                 lambda v: v is False or _is_number(v) and v > 0)
-TEXT = Spec("a string", lambda v: isinstance(v, str))
-NON_EMPTY_TEXT = Spec("a non-empty string", lambda v: isinstance(v, str) and v.strip() != "")
-INT_LIST = Spec("a non-empty list of integers",
-                lambda v: isinstance(v, list) and len(v) > 0 and all(_is_int(x) for x in v))
-WEIGHT_LIST = Spec("a non-empty list of non-negative numbers",
-                   lambda v: isinstance(v, list) and len(v) > 0
-                   and all(_is_number(x) and x >= 0 for x in v))
-
-LENGTH = Tagged("dist", {
-    "fixed": Table({"value": TOKENS}, required=("value",)),
-    "uniform": Table({"low": TOKENS, "high": TOKENS}, required=("low", "high")),
-    "lognormal": Table({"median": POSITIVE_NUMBER, "sigma": POSITIVE_NUMBER,
-                        "min": TOKENS, "max": TOKENS},
-                       required=("median", "sigma", "max")),
-})
-assert tuple(LENGTH.options) == LENGTH_DISTS
+LENGTH = LENGTH_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -113,26 +40,12 @@ class CountOrLength(Spec):
 SESSIONS = Table({
     "conversations": POSITIVE_INT,
     "turns": CountOrLength("a positive integer or a length distribution table (as "
-                           "workload.prompt_tokens)", lambda v: _is_int(v) and v >= 1),
+                           "workload.prompt_tokens)", lambda v: is_int(v) and v >= 1),
     "system_prompt_tokens": TOKENS_OR_NONE,
     "think_time_s": NON_NEGATIVE_NUMBER,
 }, required=("conversations", "turns"))
 
-_RATE = Table({"rate": POSITIVE_NUMBER}, required=("rate",))
-ARRIVAL = Tagged("process", {
-    "poisson": _RATE,
-    "gamma": Table({"rate": POSITIVE_NUMBER,
-                    "cv": Spec(f"a number from {GAMMA_CV[0]} to {GAMMA_CV[1]} (the gaps' "
-                               f"coefficient of variation)",
-                               lambda v: _is_number(v) and GAMMA_CV[0] <= v <= GAMMA_CV[1])},
-                   required=("rate", "cv")),
-    "constant": _RATE,
-    "burst": Table({}),
-    "closed_loop": Table({"concurrency": POSITIVE_INT, "think_time_s": NON_NEGATIVE_NUMBER},
-                         required=("concurrency",)),
-    "trace": Table({}),
-})
-assert tuple(ARRIVAL.options) == ARRIVAL_PROCESSES
+ARRIVAL = ARRIVAL_SCHEMA
 
 WORKLOAD = Table({
     "num_requests": POSITIVE_INT,
@@ -143,9 +56,7 @@ WORKLOAD = Table({
     "arrival": ARRIVAL,
     "prompt_tokens": LENGTH,
     "output_tokens": LENGTH,
-    "priority": Tagged("dist", {
-        "choice": Table({"values": INT_LIST, "weights": WEIGHT_LIST}, required=("values",)),
-    }),
+    "priority": PRIORITY_SCHEMA,
     # name (a shipped trace) or path (a file) and the keys of its format: checks.py
     "trace": Table({"name": choice(tuple(SHIPPED_TRACES)), "path": NON_EMPTY_TEXT,
                     "format": choice(TRACE_FORMATS), "time_scale": POSITIVE_NUMBER,
@@ -168,19 +79,19 @@ class Grid(Spec):
 
 
 def _is_bracket(v) -> bool:
-    return (isinstance(v, dict) and set(v) == {"low", "high"} and _is_number(v["low"])
-            and _is_number(v["high"]) and 0 < v["low"] < v["high"])
+    return (isinstance(v, dict) and set(v) == {"low", "high"} and is_number(v["low"])
+            and is_number(v["high"]) and 0 < v["low"] < v["high"])
 
 
 # `servesim search` (docs/sim/search.md): the SLO attainment to hold, the bracket of arrival
 # rates to bisect, when to stop, and the configurations to search.
 SEARCH = Table({
     "target": Spec("a number above 0 and at most 1 (the fraction of requests meeting every SLO)",
-                   lambda v: _is_number(v) and 0 < v <= 1),
+                   lambda v: is_number(v) and 0 < v <= 1),
     "rate": Spec("a table { low, high } of arrival rates (requests/s) with 0 < low < high",
                  _is_bracket),
     "tolerance": Spec("a number above 0 and below 1 (stop when (high - low) / high is below it)",
-                      lambda v: _is_number(v) and 0 < v < 1),
+                      lambda v: is_number(v) and 0 < v < 1),
     "grid": Grid("a non-empty table of dotted scenario keys, each a list of values",
                  lambda v: True),
 }, required=("rate",))
@@ -233,17 +144,17 @@ SCENARIO = Table({
     "engine": Table({"block_size": POSITIVE_INT,
                      "num_kv_blocks": Spec('a positive integer, or "auto" (from the GPU\'s '
                                            'memory, with cost.model = "hardware")',
-                                           lambda v: v == "auto" or _is_int(v) and v >= 1),
+                                           lambda v: v == "auto" or is_int(v) and v >= 1),
                      "max_num_seqs": POSITIVE_INT, "max_num_batched_tokens": POSITIVE_INT,
                      "enable_prefix_caching": BOOL, "swap_blocks": NON_NEGATIVE_INT}),
     "hardware": Table({
         "gpu": Spec("a GPU catalog id (e.g. \"h100-sxm\") or a table defining a GPU ("
                     + ", ".join(GPU_TABLE_KEYS) + ")",
                     lambda v: isinstance(v, str) and v.strip() != "" or isinstance(v, dict)),
-        "tp": Spec(f"an integer from 1 to {MAX_TP}", lambda v: _is_int(v) and 1 <= v <= MAX_TP),
+        "tp": Spec(f"an integer from 1 to {MAX_TP}", lambda v: is_int(v) and 1 <= v <= MAX_TP),
         "dtype": choice(HARDWARE_DTYPES),
         "gpu_memory_utilization": Spec("a number above 0 and at most 1",
-                                       lambda v: _is_number(v) and 0 < v <= 1),
+                                       lambda v: is_number(v) and 0 < v <= 1),
         "step_overhead_s": NON_NEGATIVE_NUMBER,
         "seq_overhead_s": NON_NEGATIVE_NUMBER,
         "cost_per_hour": POSITIVE_NUMBER}),  # dollars a GPU-hour, for `servesim search`
@@ -260,45 +171,3 @@ SCENARIO = Table({
     "cluster": CLUSTER,
     "search": SEARCH,
 }, required=("workload",))
-
-
-def check_table(value, schema: Table | Tagged, key: str = "") -> None:
-    """Raise FieldError at the first key of `value` that `schema` does not allow."""
-    if not isinstance(value, dict):
-        raise FieldError(key, f"must be a table, got {value!r}")
-    if isinstance(schema, Tagged):
-        schema, value, key = _select_option(value, schema, key)
-    for name, item in value.items():
-        sub = f"{key}.{name}" if key else name
-        if name not in schema.fields:
-            allowed = ", ".join(schema.fields) or "nothing"
-            raise FieldError(sub, f"unknown key (allowed: {allowed})")
-        spec = schema.fields[name]
-        if isinstance(spec, Spec):
-            spec.check(sub, item)
-        else:
-            check_table(item, spec, sub)
-    for name in schema.required:
-        if name not in value:
-            spec = schema.fields[name]
-            what = spec.allowed if isinstance(spec, Spec) else "a table"
-            raise FieldError(f"{key}.{name}" if key else name, f"required ({what})")
-
-
-def _select_option(value: dict, schema: Tagged, key: str):
-    """The option table chosen by the tag, and the value without its tag."""
-    allowed = ", ".join(schema.options)
-    if schema.tag not in value:
-        raise FieldError(f"{key}.{schema.tag}", f"required (one of {allowed})")
-    tag = value[schema.tag]
-    if not isinstance(tag, str) or tag not in schema.options:
-        raise FieldError(f"{key}.{schema.tag}", f"must be one of {allowed}, got {tag!r}")
-    option = schema.options[tag]
-    fields = {schema.tag: choice(tuple(schema.options))} | option.fields
-    rest = {k: v for k, v in value.items() if k != schema.tag}
-    for name in rest:
-        if name not in option.fields:
-            names = ", ".join(fields)
-            raise FieldError(f"{key}.{name}",
-                             f"unknown key for {schema.tag} = {tag!r} (allowed: {names})")
-    return Table(option.fields, option.required), rest, key

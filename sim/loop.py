@@ -289,7 +289,7 @@ def run_loop(scheduler, executor, recorder: RunRecorder, make_sequence, *, arriv
              closed_loop=None, sessions=None, num_requests: int, progress: bool = False,
              fast_forward: bool = True) -> RunRecorder:
     """Simulate `num_requests` requests to the end. Give `arrival_s` (open arrivals, [n]
-    seconds), `closed_loop` (a `ClosedLoop`) or `sessions` (a `SessionPlan`);
+    seconds), `closed_loop` (`sim.workloads.Slots`) or `sessions` (a `SessionPlan`);
     `make_sequence(index, arrival_s)` builds one. `fast_forward=False` takes every step
     through the scheduler one at a time (the same records, slower: for checking the fast
     path)."""

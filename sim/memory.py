@@ -32,24 +32,27 @@ def machine_memory_bytes() -> int | None:
         return None
 
 
-def run_memory(config: dict, requests: int) -> dict:
+def run_memory(config, requests: int) -> dict:
     """{dotted key: bytes} one run of a resolved config allocates while it runs, by what asks
     for it (its records, which outlive it, are counted by `scenario_memory`)."""
     replicas = _replicas(config)
     need = {"cluster.replicas": replicas * REPLICA_BYTES} if replicas > 1 else {}
-    real = config["mode"] != "simulate" or config["cost"]["model"] == "live"
-    if real:
-        model, engine = config["model"], config["engine"]
-        d, layers = model["d_model"], model["n_layers"]
-        need["engine.num_kv_blocks"] = replicas * 2 * layers * engine["num_kv_blocks"] * \
-            engine["block_size"] * d * 4
-        need["model.d_model"] = replicas * 4 * (
-            2 * model["vocab_size"] * d + model["max_seq_len"] * d
-            + layers * (4 * d * d + 2 * d * model["d_ff"]))
+    if config.mode != "simulate" or config.cost.model == "live":
+        engine = config.engine
+        need |= {key: replicas * size for key, size in
+                 engine_memory(config.model, engine.num_kv_blocks, engine.block_size).items()}
     return need
 
 
-def scenario_memory(runs: list[tuple[dict, int]]) -> dict:
+def engine_memory(model, num_kv_blocks: int, block_size: int) -> dict:
+    """{dotted key: bytes} of one NumPy engine: its float32 KV cache and weights."""
+    d, layers = model.d_model, model.n_layers
+    return {"engine.num_kv_blocks": 2 * layers * num_kv_blocks * block_size * d * 4,
+            "model.d_model": 4 * (2 * model.vocab_size * d + model.max_seq_len * d
+                                  + layers * (4 * d * d + 2 * d * model.d_ff))}
+
+
+def scenario_memory(runs: list[tuple[object, int]]) -> dict:
     """{what asks: bytes} of a command over `runs` ([(resolved config, its requests)]): every
     run's records and config, and the largest run's allocations."""
     need = {"workload.num_requests": sum(requests for _, requests in runs) * REQUEST_BYTES,
@@ -59,7 +62,7 @@ def scenario_memory(runs: list[tuple[dict, int]]) -> dict:
     return need | largest
 
 
-def check_memory(runs: list[tuple[dict, int]]) -> None:
+def check_memory(runs: list[tuple[object, int]]) -> None:
     """ValueError naming what asks for the most when the runs would not fit in this machine's
     memory."""
     total = machine_memory_bytes()
@@ -75,12 +78,12 @@ def check_memory(runs: list[tuple[dict, int]]) -> None:
                          f"this machine has {_size(total)}")
 
 
-def check_engine_memory(config: dict, doing: str) -> None:
-    """ValueError naming what asks for the most when one engine of a config (its model and KV
-    cache; no records) would not fit in this machine's memory; `doing` says what for
-    ("serving", "profiling")."""
+def check_engine_memory(model, num_kv_blocks: int, block_size: int, doing: str) -> None:
+    """ValueError naming what asks for the most when one NumPy engine (its model and KV cache;
+    no records) would not fit in this machine's memory; `doing` says what for ("serving",
+    "profiling")."""
     total = machine_memory_bytes()
-    need = run_memory(config, 0)
+    need = engine_memory(model, num_kv_blocks, block_size)
     if total is not None and sum(need.values()) > total:
         key = max(need, key=need.get)
         raise ValueError(f"{key}: {doing} would need about {_size(sum(need.values()))} of "
@@ -88,15 +91,8 @@ def check_engine_memory(config: dict, doing: str) -> None:
                          f"this machine has {_size(total)}")
 
 
-def _replicas(config: dict) -> int:
-    cluster = config.get("cluster")
-    if cluster is None:
-        return 1
-    if cluster.get("pools"):
-        return sum(pool["replicas"] for pool in cluster["pools"])
-    if cluster.get("prefill_replicas"):
-        return cluster["prefill_replicas"] + cluster["decode_replicas"]
-    return cluster["replicas"]
+def _replicas(config) -> int:
+    return 1 if config.cluster is None else config.cluster.size
 
 
 def _size(n: float) -> str:

@@ -29,7 +29,7 @@ def test_set_takes_only_key_value_words_and_leaves_the_scenario():
     assert split_set_values(["run", "--set", "a=1", "b=2", "kv-pressure", "--quiet"]) == \
         ["run", "--set=a=1", "--set=b=2", "kv-pressure", "--quiet"]
     scenario = loaded("--set", "workload.num_requests=20", "kv-pressure")
-    assert scenario.name == "kv-pressure" and scenario.base["workload"]["num_requests"] == 20
+    assert scenario.name == "kv-pressure" and scenario.base.workload.num_requests == 20
 
 
 @pytest.mark.parametrize("flags, key, expected", [
@@ -51,17 +51,16 @@ def test_set_takes_only_key_value_words_and_leaves_the_scenario():
     (["--warmup-seconds", "5"], "workload.warmup_s", 5.0),
 ])
 def test_each_flag_sets_the_scenario_key_it_stands_for(flags, key, expected):
-    value = loaded("static-vs-continuous", *flags).base
+    value = loaded("static-vs-continuous", *flags).base.to_dict()
     for part in key.split("."):
         value = value[part]
     assert value == expected
 
 
 def test_num_prompts_limits_a_trace_and_sweep_crosses_the_variants():
-    assert loaded("azure-code", "--num-prompts", "30").base["workload"]["trace"][
-        "max_requests"] == 30
-    assert loaded("prefix-caching", "--num-prompts", "7").base["workload"]["sessions"][
-        "conversations"] == 7  # multi-turn sessions: it counts conversations
+    assert loaded("azure-code", "--num-prompts", "30").base.workload.trace.max_requests == 30
+    assert loaded("prefix-caching", "--num-prompts", "7").base.workload.sessions \
+        .conversations == 7  # multi-turn sessions: it counts conversations
     scenario = loaded("static-vs-continuous", "--sweep", "workload.arrival.rate=1,2.5")
     assert [(s.variant, s.sweep) for s in scenario.runs()] == [
         (v, {"workload.arrival.rate": r}) for v in ("static", "continuous") for r in (1, 2.5)]
@@ -69,7 +68,7 @@ def test_num_prompts_limits_a_trace_and_sweep_crosses_the_variants():
 
 def test_a_rate_of_inf_sends_every_request_at_once():
     scenario = loaded("static-vs-continuous", "--request-rate", "inf", "--num-prompts", "5")
-    workload = build_workload(scenario.base["workload"], seeded_streams(0)["workload"])
+    workload = build_workload(scenario.base.workload, seeded_streams(0)["workload"])
     assert np.array_equal(workload.arrival_s, np.zeros(5))
 
 
@@ -83,7 +82,7 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     recorder = run_config(config)
     arrivals = np.asarray(recorder.request_columns()["arrival_s"])  # from the first arrival
     assert 0 < len(arrivals) < 200 and arrivals.max() <= 10
-    assert summarize(recorder, config["slo"], 2.0)["completed"] == int((arrivals >= 2).sum())
+    assert summarize(recorder, config.slo.limits(), 2.0)["completed"] == int((arrivals >= 2).sum())
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -3,11 +3,13 @@ non-negative relative least-squares fit, and profile files."""
 
 import itertools
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from engine.block_manager import BlockManager
+from engine.model import ModelConfig
 from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
@@ -20,11 +22,15 @@ from sim.costs.shape import gathered_keys
 from sim.costs.fitting import error_summary, fit_relative, nnls
 from sim.loop import run_loop
 from sim.profiling.isolated import predict_profile_points
-from sim.runner import sequence_factory
+from sim.build import sequence_factory
 from sim.workloads import build_workload
+from helpers.configs import resolved
 
 MODEL = {"vocab_size": 512, "d_model": 512, "n_layers": 4, "n_heads": 8, "d_ff": 2048,
          "max_seq_len": 4096}
+ONE_REQUEST = {"num_requests": 1, "arrival": {"process": "burst"},
+               "prompt_tokens": {"dist": "fixed", "value": 4},
+               "output_tokens": {"dist": "fixed", "value": 2}}
 
 
 def _seq(seq_id, prompt, outputs=0, computed=0):
@@ -127,7 +133,7 @@ def test_simulated_steps_after_idleness_include_the_wake_cost_and_back_to_back_o
     spec = {"num_requests": 3, "arrival": {"process": "constant", "rate": 10.0},
             "prompt_tokens": {"dist": "fixed", "value": 4},
             "output_tokens": {"dist": "fixed", "value": 2}}
-    workload = build_workload(spec, np.random.default_rng(0))
+    workload = build_workload(resolved({"workload": spec}).workload, np.random.default_rng(0))
     sched = Scheduler(SchedulerConfig(max_seq_len=64), BlockManager(16, 4))
     rec = run_loop(sched, CostModelExecutor(cost), RunRecorder(16), sequence_factory(workload),
                    arrival_s=workload.arrival_s, num_requests=3)
@@ -211,7 +217,7 @@ def test_running_decode_context_equals_the_direct_sum_and_max_under_preemption(p
             "prompt_tokens": {"dist": "uniform", "low": 1, "high": 60},
             "output_tokens": {"dist": "uniform", "low": 1, "high": 40},
             "priority": {"dist": "choice", "values": [0, 1], "weights": [1, 1]}}
-    workload = build_workload(spec, np.random.default_rng(5))
+    workload = build_workload(resolved({"workload": spec}).workload, np.random.default_rng(5))
     executor = CheckedExecutor(LinearCost(1e-3, 1e-4, 1e-4, 1e-6))
     run_loop(sched, executor, RunRecorder(30), sequence_factory(workload),
              arrival_s=workload.arrival_s, num_requests=150)
@@ -277,9 +283,9 @@ def test_shipped_default_profile_is_self_consistent():
 
 def test_profile_for_another_model_is_refused():
     cost = FittedCost((1e-3,) * len(FEATURES), dict(MODEL), source="p.json")
-    check_profile_model(cost, dict(MODEL, max_seq_len=16384))  # max_seq_len does not matter
+    check_profile_model(cost, ModelConfig(**dict(MODEL, max_seq_len=16384)))  # it does not matter
     with pytest.raises(ValueError, match=r"p.json was measured on another model \(d_model 512 vs 256"):
-        check_profile_model(cost, dict(MODEL, d_model=256))
+        check_profile_model(cost, ModelConfig(**dict(MODEL, d_model=256)))
 
 
 def test_unknown_profile_name_lists_the_shipped_ones():
@@ -318,4 +324,4 @@ def test_a_file_that_is_not_a_profile_is_refused_naming_the_file_and_field(tmp_p
 
 def test_live_cost_model_is_not_a_simulated_one():
     with pytest.raises(ValueError, match="cost.model must be one of profile, linear, live"):
-        cost_model({"model": "live"}, MODEL)
+        cost_model(replace(resolved({"workload": ONE_REQUEST}).cost, model="live"), MODEL)

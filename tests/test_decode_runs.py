@@ -54,16 +54,17 @@ def test_fast_forward_is_exact_with_jitter_after_prefill_costs_and_gathered_keys
     assert cost.counts_gathered and cost.after_prefill_steps == 3
     config = config_of(tmp_path, "[engine]\nnum_kv_blocks = 400\n[cost]\njitter = false\n",
                        rate=3.0)
-    config["workload"]["prompt_tokens"] = {"dist": "uniform", "low": 500, "high": 3000}
-    config["cost"]["jitter"] = True
+    config = config.updated({"workload.prompt_tokens": {"dist": "uniform", "low": 500,
+                                                        "high": 3000},
+                             "cost.jitter": True})
     assert_same_runs(config, cost=cost)
 
 
 def test_fast_forward_is_exact_in_a_closed_loop_with_think_time(tmp_path):
     config = config_of(tmp_path, "[engine]\nnum_kv_blocks = 40\n" + LINEAR)
-    config["workload"]["arrival"] = {"process": "closed_loop", "concurrency": 5,
-                                     "think_time_s": 0.03}
-    assert_same_runs(config)
+    assert_same_runs(config.updated({"workload.arrival": {"process": "closed_loop",
+                                                          "concurrency": 5,
+                                                          "think_time_s": 0.03}}))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -73,14 +74,13 @@ def test_fast_forward_is_exact_in_a_closed_loop_with_think_time(tmp_path):
 def test_fast_forward_matches_step_by_step_on_random_servers(tmp_path, blocks, block_size, policy,
                                                              queue, chunked, rate, seed):
     config = config_of(tmp_path, LINEAR, n=30, rate=rate)
-    config["seed"] = seed
-    config["engine"] |= {"num_kv_blocks": blocks, "block_size": block_size,
-                         "max_num_batched_tokens": 512, "max_num_seqs": 8}
-    config["scheduler"] |= {"policy": policy, "queue": queue,
-                            "chunked_prefill": chunked and policy == "continuous",
-                            "max_batch_size": 5}
-    config["workload"]["prompt_tokens"] = {"dist": "uniform", "low": 1, "high": 300}
-    assert_same_runs(config)
+    changes = {"seed": seed, "engine.num_kv_blocks": blocks, "engine.block_size": block_size,
+               "engine.max_num_batched_tokens": 512, "engine.max_num_seqs": 8,
+               "scheduler.policy": policy, "scheduler.queue": queue,
+               "scheduler.chunked_prefill": chunked and policy == "continuous",
+               "scheduler.max_batch_size": 5,
+               "workload.prompt_tokens": {"dist": "uniform", "low": 1, "high": 300}}
+    assert_same_runs(config.updated(changes))
 
 
 # --- the run itself -------------------------------------------------------------------------------

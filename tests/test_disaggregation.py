@@ -61,8 +61,8 @@ def open_text(router="least_outstanding", decode_router="least_kv", cluster="",
 def transfer_s(config) -> float:
     """The tiny case's transfer by hand: the prompt's float32 K and V rows over 1 GB/s, plus
     0.5 s."""
-    model = config["model"]
-    return PROMPT * 2 * model["n_layers"] * model["d_model"] * 4 / 1e9 + 0.5
+    model = config.model
+    return PROMPT * 2 * model.n_layers * model.d_model * 4 / 1e9 + 0.5
 
 
 def test_ttft_is_at_the_prefill_replica_and_the_first_gap_includes_the_transfer(tmp_path):

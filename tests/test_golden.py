@@ -45,7 +45,7 @@ def golden_summary(name: str) -> dict:
     scenario = scenarios.load(name, SHORTEN[name])
     runs = [{"variant": spec.variant, "sweep": spec.sweep,
              "summary": {k: None if isinstance(v, float) and math.isnan(v) else v
-                         for k, v in summarize(recorder, spec.config["slo"]).items()}}
+                         for k, v in summarize(recorder, spec.config.slo.limits()).items()}}
             for spec, recorder in sim.simulate(scenario)]
     return {"scenario": name, "overrides": SHORTEN[name], "runs": runs}
 
@@ -81,7 +81,7 @@ def test_builtin_scenario_reproduces_its_golden_summary(name):
 
 def full_run(name: str) -> dict:
     """{label: (spec, recorder, summary)} of the whole scenario."""
-    return {spec.label: (spec, rec, summarize(rec, spec.config["slo"]))
+    return {spec.label: (spec, rec, summarize(rec, spec.config.slo.limits()))
             for spec, rec in sim.simulate(scenarios.load(name))}
 
 
@@ -140,7 +140,7 @@ def test_continuous_batching_on_an_h100_keeps_up_with_the_real_trace_and_static_
     assert continuous["ttft_p50_s"] < static["ttft_p50_s"] / 20  # static waits for its batch
     assert continuous["e2e_p50_s"] < static["e2e_p50_s"] / 2
     spec = runs["continuous"][0]
-    assert spec.config["engine"]["num_kv_blocks"] > 20_000  # what 80 GB leave after 16 GB
+    assert spec.config.engine.num_kv_blocks > 20_000  # what 80 GB leave after 16 GB
 
 
 def test_four_a100s_serving_llama2_70b_saturate_between_3_and_5_requests_per_second():
@@ -171,7 +171,7 @@ def test_prefix_caching_serves_multi_turn_chat_with_a_fraction_of_the_ttft():
 
 
 def test_the_mooncake_trace_reuses_more_of_its_prefixes_with_more_kv_memory():
-    runs = {(spec.variant, spec.config["hardware"]["tp"]): summary
+    runs = {(spec.variant, spec.config.hardware.tp): summary
             for spec, _, summary in full_run("mooncake-conv").values()}
     hit = {tp: runs["prefix-caching", tp]["prefix_cache_hit_rate"] for tp in (2, 4)}
     assert 0.03 < hit[2] < hit[4] < 0.21  # the trace's own reuse: 21% of prompt tokens

@@ -18,7 +18,8 @@ from sim.costs.hardware.calibration import (MATMULS, calibrate, operator_rows,
                                             read_measured)
 from sim.costs.hardware.catalog import DATA
 from sim.costs.hardware.operators import attention_counts, lm_head_counts, matmul_counts
-from sim.runner import check_scenario, run_config
+from sim.checks import check_scenario
+from sim.runner import run_config
 
 GPU_IDS = ("a100-40gb-sxm", "a100-80gb-sxm", "a100-80gb-pcie", "h100-sxm", "h100-pcie", "h200",
            "l4", "l40s", "a40", "mi300x")
@@ -221,7 +222,7 @@ def test_a_hardware_run_reports_the_model_gpu_and_kv_capacity(tmp_path):
     assert rows["model"].startswith("`meta-llama/Llama-3.1-8B`")
     assert "2 x NVIDIA H100" in rows["hardware"] and "fp16" in rows["hardware"]
     assert "(derived from the GPU's memory)" in rows["engine"]
-    assert spec.config["engine"]["num_kv_blocks"] == recorder.kv_blocks_total
+    assert spec.config.engine.num_kv_blocks == recorder.kv_blocks_total
     columns = recorder.request_columns()
     assert len(columns["finish_s"]) == 200
 

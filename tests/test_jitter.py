@@ -14,7 +14,8 @@ from scenarios import ScenarioError
 from sim.costs.executor import CostModelExecutor
 from sim.costs import load_profile
 from sim.costs.jitter import Jitter, SpeedProcess, fit, lag_covariance
-from sim.runner import check_scenario, run_config
+from sim.checks import check_scenario
+from sim.runner import run_config
 
 KNOWN = Jitter((0.03, 1.0), (0.15, 0.1), 0.05)
 
@@ -81,10 +82,8 @@ def _with_jitter(tmp_path, jitter: Jitter):
 
 def _config(profile, jitter: bool, seed=0):
     base = scenarios.load("static-vs-continuous", [f"seed={seed}"]).runs()[1].config
-    config = copy.deepcopy(base)
-    config["workload"]["num_requests"] = 60
-    config["cost"] |= {"profile": str(profile), "jitter": jitter}
-    return config
+    return base.updated({"workload.num_requests": 60, "cost.profile": str(profile),
+                         "cost.jitter": jitter})
 
 
 def test_cost_jitter_scales_the_steps_reproducibly_and_only_when_on(tmp_path):

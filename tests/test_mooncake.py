@@ -10,6 +10,7 @@ import pytest
 
 from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
+from helpers.configs import resolved
 from helpers.cosim import Recording, Replay
 from helpers.sessions import run_pieces
 from helpers.traces import error, write
@@ -88,14 +89,14 @@ TINY = {"vocab_size": 128, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 6
 
 
 def mooncake_config(path) -> dict:
+    """A small config replaying the mooncake trace at `path` (a dict to change, then
+    `resolved`)."""
     from helpers.sessions import CONFIG
 
     cfg = copy.deepcopy(CONFIG)
     cfg["model"] = dict(TINY)
     cfg["engine"].update(block_size=16, num_kv_blocks=200, max_num_batched_tokens=512)
-    cfg["workload"].update(sessions=None, arrival={"process": "trace"},
-                           trace={"path": str(path), "format": "mooncake", "time_scale": 1.0,
-                                  "max_requests": None, "tokenizer": "char", "shuffle": True})
+    cfg["workload"] = {"trace": {"path": str(path), "format": "mooncake"}}
     return cfg
 
 
@@ -113,7 +114,7 @@ def shared_prefix_trace(tmp_path):
 
 
 def test_simulated_keys_make_the_real_engines_caching_decisions_step_for_step(tmp_path):
-    cfg = mooncake_config(shared_prefix_trace(tmp_path))
+    cfg = resolved(mooncake_config(shared_prefix_trace(tmp_path)))
     params = init_params(ModelConfig(**TINY))
     recording = []
 
@@ -142,9 +143,9 @@ def test_prefix_caching_serves_the_shipped_trace_with_a_lower_ttft():
     cfg["cost"] = {"model": "linear", "step_overhead_s": 2e-3, "prefill_token_s": 2e-5,
                    "decode_seq_s": 1e-4, "context_token_s": 1e-8}
     cfg["workload"]["trace"]["max_requests"] = 1000
-    on = summarize(run_config(cfg))
+    on = summarize(run_config(resolved(cfg)))
     cfg["engine"]["enable_prefix_caching"] = False
-    off = summarize(run_config(cfg))
+    off = summarize(run_config(resolved(cfg)))
     assert 0.2 < on["prefix_cache_hit_rate"] < 0.23 and off["prefix_cache_hit_rate"] == 0.0
     assert on["prefill_tokens_saved"] > 0 and off["prefill_tokens_saved"] == 0
     assert on["ttft_mean_s"] < 0.5 * off["ttft_mean_s"]

@@ -21,6 +21,7 @@ from scenarios.scenario import RunSpec
 from sim.costs import LinearCost
 from sim.costs.executor import CostModelExecutor
 from sim.loop import run_loop
+from helpers.configs import resolved
 
 BLOCK = 4
 COST = LinearCost(step_overhead_s=0.01, prefill_token_s=0.001, decode_seq_s=0.001,
@@ -124,8 +125,11 @@ def test_fast_forwarded_records_equal_the_step_by_step_ones_with_cached_prefixes
 
 
 def spec(caching: bool) -> RunSpec:
+    workload = {"num_requests": 1, "arrival": {"process": "burst"},
+                "prompt_tokens": {"dist": "fixed", "value": 4},
+                "output_tokens": {"dist": "fixed", "value": 2}}
     return RunSpec("cached" if caching else "plain", {},
-                   {"engine": {"enable_prefix_caching": caching}})
+                   resolved({"engine": {"enable_prefix_caching": caching}, "workload": workload}))
 
 
 def test_the_hit_rate_of_a_time_slice_is_cached_over_cached_plus_prefilled_tokens():

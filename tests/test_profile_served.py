@@ -147,7 +147,7 @@ def test_a_profile_then_validate_round_trip_serves_and_simulates_the_same_reques
     scenario.write_text(SCENARIO)
     result = validate(scenario, tmp_path / "out")  # --profile auto: the cached tiny profile
     [run] = result.runs
-    assert run.spec.config["cost"]["profile"] == str(cache.profile_file(profile[1]
+    assert run.spec.config.cost.profile == str(cache.profile_file(profile[1]
                                                                         ["fingerprint_key"]))
     served, simulated = run.serve.request_columns(), run.simulate.request_columns()
     assert served["status"] == simulated["status"] == ["finished"] * 8

@@ -114,7 +114,7 @@ def test_summary_csv_equals_summarize_of_each_run(run):
         for stat in ("mean", "p50", "p90", "p95", "p99", "max"):
             assert f"{name}_{stat}_s" in table.columns
     for (spec, recorder), (_, row) in zip(results, table.iterrows()):
-        expected = summarize(recorder, spec.config["slo"])
+        expected = summarize(recorder, spec.config.slo.limits())
         for key, value in expected.items():
             assert row[key] == pytest.approx(value, rel=1e-8, nan_ok=True), key
 
@@ -279,7 +279,7 @@ def test_summary_text_has_one_row_per_run_in_milliseconds(run):
     lines = reports.summary_text(results).splitlines()
     assert lines[0].split()[:3] == ["variant", "completed", "rejected"]
     assert [line.split()[0] for line in lines[2:]] == ["static", "continuous"]
-    summary = summarize(results[1][1], results[1][0].config["slo"])
+    summary = summarize(results[1][1], results[1][0].config.slo.limits())
     header = lines[0].split("  ")
     cells = lines[3].split()
     titles = [h.strip() for h in header if h.strip()]

@@ -3,14 +3,17 @@ mistake (each naming the file and the dotted key), raised before anything runs."
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
 
 import scenarios
 from engine.model import ModelConfig
-from scenarios import DEFAULTS, ScenarioError
-from sim.runner import check_scenario
+from scenarios import DEFAULTS, RunConfig, ScenarioError
+from scenarios.config import TraceSettings, as_table
+from scenarios.workload import Fixed, Poisson, TraceArrivals
+from sim.checks import check_scenario
 
 WORKLOAD = """
 [workload]
@@ -58,15 +61,15 @@ def test_builtins_include_the_documented_scenarios():
 def test_a_file_with_only_a_workload_gets_every_default(tmp_path):
     scenario = scenarios.load(write(tmp_path, LINEAR + WORKLOAD, "mine.toml"))
     base = scenario.base
-    assert scenario.name == "mine" and base["seed"] == 0 and base["mode"] == "simulate"
+    assert scenario.name == "mine" and base.seed == 0 and base.mode == "simulate"
     model = ModelConfig()
-    assert base["model"] == {k: getattr(model, k) for k in
-                             ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len")}
-    for section in ("engine", "scheduler", "slo"):
-        assert base[section] == DEFAULTS[section]
-    assert base["engine"]["block_size"] == 16
-    assert base["workload"]["prompt_tokens"]["min"] == 1  # lognormal's default lower bound
-    assert base["workload"]["priority"] is None and base["workload"]["trace"] is None
+    assert base.model == model
+    for section in ("engine", "scheduler"):
+        assert as_table(getattr(base, section)) == DEFAULTS[section]
+    assert base.slo.limits() == DEFAULTS["slo"] | {"e2e_s": None}
+    assert base.engine.block_size == 16
+    assert base.workload.prompt_tokens.min == 1  # lognormal's default lower bound
+    assert base.workload.priority is None and base.workload.trace is None
     [run] = scenario.runs()
     assert run.variant == "default" and run.sweep == {} and run.config == base
 
@@ -81,10 +84,10 @@ name = "small-cache"
 set = { engine = { num_kv_blocks = 64 } }
 """
     static, small = scenarios.load(write(tmp_path, text)).runs()
-    assert static.config["scheduler"] == DEFAULTS["scheduler"] | {"policy": "static",
-                                                                  "max_batch_size": 8}
-    assert small.config["engine"] == DEFAULTS["engine"] | {"num_kv_blocks": 64}
-    assert static.config["workload"] == small.config["workload"]
+    assert as_table(static.config.scheduler) == DEFAULTS["scheduler"] | {"policy": "static",
+                                                                         "max_batch_size": 8}
+    assert as_table(small.config.engine) == DEFAULTS["engine"] | {"num_kv_blocks": 64}
+    assert static.config.workload == small.config.workload
 
 
 def test_sweep_is_crossed_with_variants_variant_major(tmp_path):
@@ -100,8 +103,8 @@ set = { "scheduler.queue" = "priority" }
     runs = scenarios.load(write(tmp_path, text)).runs()
     assert [(r.variant, r.sweep["workload.arrival.rate"]) for r in runs] == [
         ("a", 1), ("a", 2.5), ("a", 8), ("b", 1), ("b", 2.5), ("b", 8)]
-    assert [r.config["workload"]["arrival"]["rate"] for r in runs] == [1, 2.5, 8] * 2
-    assert {r.config["scheduler"]["queue"] for r in runs[3:]} == {"priority"}
+    assert [r.config.workload.arrival.rate for r in runs] == [1, 2.5, 8] * 2
+    assert {r.config.scheduler.queue for r in runs[3:]} == {"priority"}
     assert runs[0].label == "a (rate=1)"
 
 
@@ -117,8 +120,8 @@ def test_a_table_naming_its_kind_replaces_the_old_table(tmp_path):
     path = write(tmp_path, LINEAR + WORKLOAD)
     scenario = scenarios.load(path, ['workload.prompt_tokens={dist = "fixed", value = 100}',
                                      "workload.arrival={rate = 9}"])
-    assert scenario.base["workload"]["prompt_tokens"] == {"dist": "fixed", "value": 100}
-    assert scenario.base["workload"]["arrival"] == {"process": "poisson", "rate": 9}  # merged
+    assert scenario.base.workload.prompt_tokens == Fixed(100)
+    assert scenario.base.workload.arrival == Poisson(9)  # merged
 
 
 def test_set_values_are_toml_with_plain_strings_allowed(tmp_path):
@@ -126,10 +129,10 @@ def test_set_values_are_toml_with_plain_strings_allowed(tmp_path):
         "scheduler.policy=\"continuous\"", "scheduler.chunked_prefill=true", "seed=7",
         "slo.ttft_s=0.25", 'description="quoted text"', ("engine.num_kv_blocks", 96)])
     base = scenario.base
-    assert base["scheduler"]["policy"] == "continuous"
-    assert base["scheduler"]["chunked_prefill"] is True
-    assert base["seed"] == 7 and base["slo"]["ttft_s"] == 0.25
-    assert base["description"] == "quoted text" and base["engine"]["num_kv_blocks"] == 96
+    assert base.scheduler.policy == "continuous"
+    assert base.scheduler.chunked_prefill is True
+    assert base.seed == 7 and base.slo.ttft_s == 0.25
+    assert base.description == "quoted text" and base.engine.num_kv_blocks == 96
     assert scenario.overrides[0] == ("scheduler.policy", "continuous")
 
 
@@ -138,50 +141,57 @@ def test_set_changes_the_base_and_variants_still_win(tmp_path):
                                '[[variants]]\nname = "c"\n'
     runs = scenarios.load(write(tmp_path, text), ["scheduler.policy=continuous",
                                                   "workload.num_requests=5"]).runs()
-    assert [r.config["scheduler"]["policy"] for r in runs] == ["static", "continuous"]
-    assert {r.config["workload"]["num_requests"] for r in runs} == {5}
+    assert [r.config.scheduler.policy for r in runs] == ["static", "continuous"]
+    assert {r.config.workload.num_requests for r in runs} == {5}
 
 
 def test_trace_scenario_resolves_its_path_and_replaces_arrivals_and_lengths():
-    workload = scenarios.load("azure-conv").base["workload"]
-    assert Path(workload["trace"]["path"]).is_absolute()
-    assert Path(workload["trace"]["path"]).is_file()
-    assert workload["arrival"] == {"process": "trace"}
-    assert workload["num_requests"] is workload["prompt_tokens"] is None
-    assert workload["trace"]["max_requests"] <= 5000
+    workload = scenarios.load("azure-conv").base.workload
+    assert Path(workload.trace.path).is_absolute()
+    assert Path(workload.trace.path).is_file()
+    assert workload.arrival == TraceArrivals()
+    assert workload.num_requests is workload.prompt_tokens is None
+    assert workload.trace.max_requests <= 5000
 
 
 def test_a_shipped_trace_is_named_and_a_file_of_ones_own_given_by_path(tmp_path):
     named = scenarios.load(write(tmp_path, '[workload]\ntrace = { name = "mooncake-conv" }\n'
-                                 + LINEAR)).base["workload"]["trace"]
-    assert named["format"] == "mooncake"
-    assert Path(named["path"]).name == "mooncake_conversation.jsonl.gz"
+                                 + LINEAR)).base.workload.trace
+    assert named.format == "mooncake"
+    assert Path(named.path).name == "mooncake_conversation.jsonl.gz"
     (tmp_path / "mine.csv.gz").write_bytes(b"")
     own = scenarios.load(write(tmp_path, '[workload]\ntrace = { path = "mine.csv.gz", format = '
-                               '"csv" }\n' + LINEAR, "own.toml")).base["workload"]["trace"]
-    assert own == {"name": None, "path": str(tmp_path / "mine.csv.gz"), "format": "csv",
-                   "time_scale": 1.0, "max_requests": None}
+                               '"csv" }\n' + LINEAR, "own.toml")).base.workload.trace
+    assert own == TraceSettings(name=None, path=str(tmp_path / "mine.csv.gz"), format="csv",
+                                time_scale=1.0, max_requests=None)
 
 
 def test_a_sharegpt_trace_gives_lengths_and_the_arrival_process_gives_times(tmp_path):
     text = ('[workload]\narrival = { process = "poisson", rate = 2.0 }\n'
             'trace = { path = "c.json", format = "sharegpt", max_requests = 50 }\n' + LINEAR)
-    workload = scenarios.load(write(tmp_path, text)).base["workload"]
-    assert workload["arrival"] == {"process": "poisson", "rate": 2.0}
-    assert workload["num_requests"] is None
-    assert {k: workload["trace"][k] for k in ("format", "max_requests", "tokenizer", "shuffle")} \
-        == {"format": "sharegpt", "max_requests": 50, "tokenizer": "char", "shuffle": True}
+    workload = scenarios.load(write(tmp_path, text)).base.workload
+    assert workload.arrival == Poisson(2.0)
+    assert workload.num_requests is None
+    trace = workload.trace
+    assert (trace.format, trace.max_requests, trace.tokenizer, trace.shuffle) == \
+        ("sharegpt", 50, "char", True)
 
 
-def test_runs_are_fresh_copies(tmp_path):
+def test_a_resolved_config_cannot_be_changed_in_place_only_copied(tmp_path):
     scenario = scenarios.load(write(tmp_path, LINEAR + WORKLOAD))
-    scenario.runs()[0].config["engine"]["block_size"] = 1
-    assert scenario.runs()[0].config["engine"]["block_size"] == 16
+    with pytest.raises(FrozenInstanceError):
+        scenario.runs()[0].config.engine.block_size = 1
+    changed = scenario.base.updated({"engine.block_size": 32})
+    assert changed.engine.block_size == 32 and scenario.runs()[0].config.engine.block_size == 16
+    assert RunConfig.from_dict(scenario.base.to_dict()) == scenario.base
 
 
 # --- errors in the file ---------------------------------------------------------------------------
 
 BAD_FILES = {
+    "lognormal without mass": (WORKLOAD.replace("median = 64", "median = 100000"),
+                               "workload.prompt_tokens: lognormal(median=100000, sigma=0.5) puts "
+                               "only"),
     "unknown top key": ("colour = 1\n" + WORKLOAD, "colour: unknown key"),
     "unknown engine key": ("[engine]\nnum_blocks = 3\n" + WORKLOAD,
                            "engine.num_blocks: unknown key (allowed: block_size, num_kv_blocks"),
@@ -263,16 +273,13 @@ def test_a_bad_file_is_one_line_naming_the_file_and_key(tmp_path, case):
 
 # Found where the simulator builds a run (a file it reads, a distribution it draws from): the
 # scenario loader is data and schema only, and the same one-line error comes from
-# `sim.runner.check_scenario`, which every command calls before the first run starts.
+# `sim.checks.check_scenario`, which every command calls before the first run starts.
 BAD_WHEN_BUILT = {
     "missing trace file": ('[workload]\ntrace = { path = "no/such/trace.csv" }\n',
                            "workload.trace.path: file not found: no/such/trace.csv"),
     "unknown profile": ('[cost]\nprofile = "nope"\n' + WORKLOAD, "cost.profile: no shipped profile"),
     "missing profile file": ('[cost]\nprofile = "no/such.json"\n' + WORKLOAD,
                              "cost.profile: file not found: no/such.json"),
-    "lognormal without mass": (WORKLOAD.replace("median = 64", "median = 100000"),
-                               "workload.prompt_tokens: lognormal(median=100000, sigma=0.5) puts "
-                               "only"),
 }
 
 
@@ -333,7 +340,7 @@ def test_a_mistake_of_the_file_is_blamed_on_the_file_even_with_set(tmp_path):
 
 def test_set_can_repair_what_the_file_lacks(tmp_path):
     path = write(tmp_path, '[cost]\nprofile = "nope"\n' + WORKLOAD)
-    assert scenarios.load(path, ["cost.model=linear"]).base["cost"]["model"] == "linear"
+    assert scenarios.load(path, ["cost.model=linear"]).base.cost.model == "linear"
 
 
 def test_an_unknown_scenario_lists_the_builtins():

@@ -18,6 +18,7 @@ from sim.cli import main
 from sim.parallel import Parallel
 from sim.search import AT_LEAST_HIGH, FAILS_AT_LOW, FOUND, PointResult, search, search_scenario
 from sim.search.bisection import bisect_rate
+from helpers.configs import resolved
 
 SERIAL = Parallel(workers=1)
 # One engine slot and one step of 10 ms a request (a prefill that samples the only output
@@ -112,18 +113,27 @@ def test_a_point_meeting_the_target_at_high_is_at_least_high_and_one_failing_low
     assert math.isnan(failing.figures()["capacity"]) and failing.best is None
 
 
+ONE_REQUEST = {"num_requests": 1, "arrival": {"process": "burst"},
+               "prompt_tokens": {"dist": "fixed", "value": 4},
+               "output_tokens": {"dist": "fixed", "value": 2}}
+ON_GPUS = {"cost": {"model": "hardware"}, "model": {"name": "meta-llama/Llama-3.1-8B"},
+           "workload": ONE_REQUEST}
+
+
 def test_gpus_are_tensor_parallel_times_replicas():
-    config = {"hardware": {"tp": 4, "gpu": "h100-sxm"}, "cluster": {"replicas": 3}}
+    config = resolved(ON_GPUS | {"hardware": {"tp": 4, "gpu": "h100-sxm"},
+                                 "cluster": {"replicas": 3}})
     point = PointResult(SimpleNamespace(config=config), ())
     assert point.gpus == 12
     assert point.dollars_per_hour == pytest.approx(12 * 3.24)
-    assert PointResult(SimpleNamespace(config={}), ()).dollars_per_hour is None
+    numpy_engine = resolved({"workload": ONE_REQUEST})
+    assert PointResult(SimpleNamespace(config=numpy_engine), ()).dollars_per_hour is None
 
 
 def test_a_cluster_of_pools_counts_and_prices_each_pools_gpus():
-    config = {"hardware": {"tp": 1, "gpu": "h100-sxm"}, "cluster": {"pools": [
+    config = resolved(ON_GPUS | {"hardware": {"tp": 1, "gpu": "h100-sxm"}, "cluster": {"pools": [
         {"name": "h100", "replicas": 2, "set": {"hardware.tp": 2}},
-        {"name": "l40s", "replicas": 3, "set": {"hardware.gpu": "l40s"}}]}}
+        {"name": "l40s", "replicas": 3, "set": {"hardware.gpu": "l40s"}}]}})
     point = PointResult(SimpleNamespace(config=config), ())
     assert point.gpus == 2 * 2 + 3 * 1
     assert point.dollars_per_hour == pytest.approx(4 * 3.24 + 3 * 1.15)

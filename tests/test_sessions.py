@@ -13,21 +13,26 @@ import scenarios
 from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
 from engine.records import STEP_COLUMNS
+from helpers.configs import resolved
 from helpers.cosim import Recording, Replay
 from helpers.sessions import CONFIG, SESSIONS, TINY, run_pieces
 from scenarios import ScenarioError
 from sim.costs import CostModelExecutor, cost_model
-from sim.runner import check_scenario, run_config
+from sim.checks import check_scenario
+from sim.runner import run_config
+from scenarios.workload import Poisson, Uniform
 from sim.workloads import build_workload, seeded_streams
-from sim.workloads.arrivals import Poisson
-from sim.workloads.distributions import Uniform
 from sim.workloads.sessions import REJECTED_EARLIER
 
 
-def config(**workload) -> dict:
+def config(engine: dict | None = None, **workload):
     cfg = copy.deepcopy(CONFIG)
     cfg["workload"].update(copy.deepcopy(workload))
-    return cfg
+    cfg["engine"].update(engine or {})
+    return resolved(cfg)
+
+
+WORKLOAD = config().workload
 
 
 def mean_ttft_s(recorder) -> float:
@@ -39,7 +44,7 @@ def mean_ttft_s(recorder) -> float:
 
 
 def test_each_turn_prompt_grows_by_the_previous_message_and_reply():
-    workload = build_workload(CONFIG["workload"], np.random.default_rng(1))
+    workload = build_workload(WORKLOAD, np.random.default_rng(1))
     plan = workload.sessions
     for c in range(plan.num_conversations):
         turns = plan.requests(c)
@@ -54,7 +59,7 @@ def test_each_turn_prompt_grows_by_the_previous_message_and_reply():
 
 
 def test_draw_order_is_starts_then_turns_then_messages_then_replies():
-    plan = build_workload(CONFIG["workload"], np.random.default_rng(7)).sessions
+    plan = build_workload(WORKLOAD, np.random.default_rng(7)).sessions
     rng = np.random.default_rng(7)
     starts = Poisson(40.0).times(rng, 6)
     turns = Uniform(2, 4).sample(rng, 6)
@@ -67,7 +72,7 @@ def test_draw_order_is_starts_then_turns_then_messages_then_replies():
 
 
 def test_block_keys_share_the_system_prompt_and_extend_the_previous_turn():
-    plan = build_workload(CONFIG["workload"], np.random.default_rng(1)).sessions
+    plan = build_workload(WORKLOAD, np.random.default_rng(1)).sessions
     bs = 4
     keys = [plan.block_keys(i, bs) for i in range(plan.offset[-1])]
     system_blocks = 18 // bs
@@ -81,8 +86,8 @@ def test_block_keys_share_the_system_prompt_and_extend_the_previous_turn():
 
 
 def test_max_seconds_keeps_whole_the_conversations_that_start_within_it():
-    full = build_workload(CONFIG["workload"], np.random.default_rng(2)).sessions
-    cut = build_workload(dict(CONFIG["workload"], max_seconds=0.08),
+    full = build_workload(WORKLOAD, np.random.default_rng(2)).sessions
+    cut = build_workload(config(max_seconds=0.08).workload,
                          np.random.default_rng(2)).sessions
     kept = int(np.sum(full.start_s <= full.start_s[0] + 0.08))
     assert 0 < kept < full.num_conversations
@@ -100,7 +105,7 @@ def test_the_same_seed_gives_the_same_requests():
 def test_each_turn_is_sent_think_time_after_the_previous_one_finished():
     recorder = run_config(config())
     cols = recorder.request_columns()
-    plan = build_workload(CONFIG["workload"], seeded_streams(5)["workload"]).sessions
+    plan = build_workload(WORKLOAD, seeded_streams(5)["workload"]).sessions
     arrival, finish = np.array(cols["arrival_s"]), np.array(cols["finish_s"])
     order = np.argsort(cols["request_id"])
     arrival, finish = arrival[order], finish[order]
@@ -124,17 +129,16 @@ def test_fast_forward_gives_the_same_records_as_stepping_one_by_one():
 def test_prefix_caching_lowers_the_mean_time_to_first_token():
     cfg = config(sessions=dict(SESSIONS, system_prompt_tokens=200))
     cached = run_config(cfg)
-    cfg["engine"]["enable_prefix_caching"] = False
-    uncached = run_config(cfg)
+    uncached = run_config(cfg.updated({"engine.enable_prefix_caching": False}))
     assert sum(cached.step_columns()["cached_tokens"]) > 0
     assert mean_ttft_s(cached) < 0.8 * mean_ttft_s(uncached)
 
 
 def test_after_a_rejected_turn_the_later_turns_are_recorded_as_rejected():
-    cfg = config(sessions=dict(SESSIONS, turns=6))
-    cfg["engine"]["num_kv_blocks"] = 24  # 96 tokens: later turns outgrow the cache
+    cfg = config(sessions=dict(SESSIONS, turns=6),
+                 engine={"num_kv_blocks": 24})  # 96 tokens: later turns outgrow the cache
     recorder = run_config(cfg)
-    plan = build_workload(cfg["workload"], seeded_streams(5)["workload"]).sessions
+    plan = build_workload(cfg.workload, seeded_streams(5)["workload"]).sessions
     assert sorted(recorder.request_ids) == list(range(6 * 6))
     status = dict(zip(recorder.request_ids, recorder.statuses))
     reasons = recorder.reject_reasons
@@ -158,8 +162,8 @@ def test_simulated_block_keys_make_the_real_engines_caching_decisions_step_for_s
     pressure (cached blocks evicted, sequences preempted) and with every block kept."""
     cfg = config(sessions=dict(SESSIONS, conversations=8),
                  arrival={"process": "poisson", "rate": 400.0},
-                 output_tokens={"dist": "uniform", "low": 8, "high": 24})
-    cfg["engine"]["num_kv_blocks"] = num_kv_blocks
+                 output_tokens={"dist": "uniform", "low": 8, "high": 24},
+                 engine={"num_kv_blocks": num_kv_blocks})
     params = init_params(ModelConfig(**TINY))
     recording = []
 
@@ -183,9 +187,9 @@ def test_simulated_block_keys_make_the_real_engines_caching_decisions_step_for_s
 
 
 def test_no_kv_block_leaks_with_rejections_and_preemptions():
-    cfg = config(sessions=dict(SESSIONS, conversations=12, turns=6))
-    cfg["engine"]["num_kv_blocks"] = 30
-    cost = cost_model(cfg["cost"], TINY)
+    cfg = config(sessions=dict(SESSIONS, conversations=12, turns=6),
+                 engine={"num_kv_blocks": 30})
+    cost = cost_model(cfg.cost, cfg.model)
     recorder, bm = run_pieces(cfg, lambda bm: CostModelExecutor(cost, None, bm.block_size), real=False)
     assert "rejected" in recorder.statuses and sum(recorder.step_columns()["preemptions"]) > 0
     bm.check_invariants()
@@ -227,6 +231,8 @@ BAD_AT_LOAD = {
     "negative think time": (("workload.sessions.think_time_s=-1.0",),
                             "workload.sessions.think_time_s: must be a non-negative number"),
     "unknown key": (("workload.sessions.users=3",), "workload.sessions.users: unknown key"),
+    "turns range": (('workload.sessions.turns={dist="uniform", low=5, high=2}',),
+                    "workload.sessions.turns.low (5) must be <= workload.sessions.turns.high"),
 }
 
 
@@ -247,8 +253,6 @@ def test_a_bad_sessions_workload_is_refused_at_load_in_one_line(tmp_path, case):
 BAD_WHEN_CHECKED = {
     "serve": (('mode="serve"',), "workload.sessions is supported in modes simulate and "
                                  "cosimulate only"),
-    "turns range": (('workload.sessions.turns={dist="uniform", low=5, high=2}',),
-                    "workload.sessions.turns.low (5) must be <= workload.sessions.turns.high"),
 }
 
 
@@ -274,5 +278,4 @@ def test_the_turn_past_max_seq_len_is_named_with_what_to_lower(tmp_path):
 def test_a_good_sessions_scenario_passes_every_check(tmp_path):
     scenario = scenarios.load(write(tmp_path, TOML))
     check_scenario(scenario)
-    assert scenario.base["workload"]["sessions"]["turns"] == {"dist": "uniform", "low": 2,
-                                                              "high": 8}
+    assert scenario.base.workload.sessions.turns == Uniform(2, 8)

@@ -80,8 +80,8 @@ def test_the_package_data_installs_every_shipped_file():
 
 def test_built_in_trace_scenarios_name_shipped_traces():
     for name in ("azure-conv", "azure-code"):
-        trace = scenarios.load(name).base["workload"]["trace"]
-        assert trace["name"] == name and Path(trace["path"]) == shipped_trace(name)
+        trace = scenarios.load(name).base.workload.trace
+        assert trace.name == name and Path(trace.path) == shipped_trace(name)
 
 
 def test_no_code_reads_the_trace_folder_beside_the_repository():
@@ -98,7 +98,7 @@ import scenarios, sim
 assert sim.__file__.startswith(sys.argv[1]), sim.__file__
 for name in ("azure-conv", "azure-code"):
     scenario = scenarios.load(name, ["workload.trace.max_requests=30"])
-    assert scenario.base["workload"]["trace"]["path"].startswith(sys.argv[1])
+    assert scenario.base.workload.trace.path.startswith(sys.argv[1])
     runs = sim.simulate(scenario)
     print(name, [len(recorder.request_columns()["arrival_s"]) for _, recorder in runs])
 """

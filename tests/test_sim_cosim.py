@@ -9,9 +9,11 @@ import pytest
 from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
 from engine.records import RunRecorder
+from helpers.configs import resolved
 from helpers.cosim import CONFIG, TINY, Recording, Replay
 from sim.loop import run_loop
-from sim.runner import build_scheduler, run_config, sequence_factory
+from sim.build import build_scheduler, sequence_factory
+from sim.runner import run_config
 from sim.workloads import build_workload, seeded_streams
 
 
@@ -28,9 +30,8 @@ def test_cosimulation_and_simulation_agree_on_tokens_and_event_order(policy):
     # then on only the scheduler decides: the two runs must take the very same steps.
     cfg = copy.deepcopy(CONFIG)
     cfg["scheduler"] |= {"policy": policy, "chunked_prefill": policy == "continuous"}
-    real = run_config(cfg)
-    cfg["mode"] = "simulate"
-    simulated = run_config(cfg)
+    real = run_config(resolved(cfg))
+    simulated = run_config(resolved(cfg).with_mode("simulate"))
     a, b = real.request_columns(), simulated.request_columns()
     by_id = lambda cols, name: dict(zip(cols["request_id"], cols[name]))
     for name in ("prompt_tokens", "output_tokens", "preemptions", "status"):
@@ -45,12 +46,13 @@ def test_cosimulation_and_simulation_agree_on_tokens_and_event_order(policy):
 
 
 def _run(executor_for, token_ids: bool):
-    cfg = CONFIG
-    sched = build_scheduler(cfg, ModelConfig(**TINY).max_seq_len)
+    cfg = copy.deepcopy(CONFIG)
+    cfg["workload"] |= {"num_requests": 60, "arrival": {"process": "poisson", "rate": 400.0}}
+    cfg = resolved(cfg)
+    sched = build_scheduler(cfg, cfg.model.max_seq_len)
     bm = sched.block_manager
-    streams = seeded_streams(cfg["seed"])
-    spec = dict(cfg["workload"], num_requests=60, arrival={"process": "poisson", "rate": 400.0})
-    workload = build_workload(spec, streams["workload"])
+    streams = seeded_streams(cfg.seed)
+    workload = build_workload(cfg.workload, streams["workload"])
     make = sequence_factory(workload, streams["tokens"] if token_ids else None, TINY["vocab_size"])
     executor = executor_for(bm)
     rec = run_loop(sched, executor, RunRecorder(bm.num_blocks), make,
@@ -71,7 +73,7 @@ def test_simulation_fed_the_measured_step_times_reproduces_cosimulation_exactly(
 
 
 def test_cosimulation_clock_advances_by_measured_step_times():
-    rec = run_config(CONFIG)
+    rec = run_config(resolved(CONFIG))
     steps = rec.step_columns()
     durations = np.subtract(steps["end_s"], steps["start_s"])
     assert np.all(durations > 0)

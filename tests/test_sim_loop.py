@@ -13,8 +13,10 @@ from engine.records import RunRecorder
 from sim.costs.executor import CostModelExecutor
 from sim.costs import LinearCost
 from sim.loop import run_loop
-from sim.runner import build_scheduler, run_config, sequence_factory
+from sim.build import build_scheduler, sequence_factory
+from sim.runner import run_config
 from sim.workloads import build_workload
+from helpers.configs import resolved
 
 LINEAR = {"model": "linear", "profile": "default", "step_overhead_s": 0.001,
           "prefill_token_s": 1e-4, "decode_seq_s": 5e-4, "context_token_s": 1e-6}
@@ -23,7 +25,7 @@ BASE = {
     "model": {"vocab_size": 512, "d_model": 512, "n_layers": 4, "n_heads": 8, "d_ff": 2048,
               "max_seq_len": 4096},
     "engine": {"block_size": 16, "num_kv_blocks": 512, "max_num_seqs": 32,
-               "max_num_batched_tokens": 2048},
+               "max_num_batched_tokens": 2048, "enable_prefix_caching": False},
     "scheduler": {"policy": "continuous", "queue": "fcfs", "chunked_prefill": False,
                   "max_batch_size": 16, "batch_timeout_s": 0.0},
     "cost": LINEAR,
@@ -42,7 +44,7 @@ def config(**sections):
             cfg[name].update(values)
         else:
             cfg[name] = values
-    return cfg
+    return resolved(cfg)
 
 
 def fixed(n):
@@ -108,9 +110,9 @@ def test_closed_loop_users_send_the_next_request_when_the_last_one_ends(think_ti
 
 def _run_direct(cfg):
     """run_config's pieces, kept so the test can look at the block manager afterwards."""
-    sched = build_scheduler(cfg, ModelConfig(**cfg["model"]).max_seq_len)
+    sched = build_scheduler(cfg, cfg.model.max_seq_len)
     bm = sched.block_manager
-    workload = build_workload(cfg["workload"], np.random.default_rng(cfg["seed"]))
+    workload = build_workload(cfg.workload, np.random.default_rng(cfg.seed))
     rec = run_loop(sched, CostModelExecutor(LinearCost(**{k: v for k, v in LINEAR.items()
                                                           if k.endswith("_s")})),
                    RunRecorder(bm.num_blocks), sequence_factory(workload),
@@ -149,14 +151,14 @@ def test_every_request_ends_finished_or_rejected_and_every_block_comes_back(
 
 
 def _wanted_outputs(cfg):
-    w = build_workload(cfg["workload"], np.random.default_rng(cfg["seed"]))
+    w = build_workload(cfg.workload, np.random.default_rng(cfg.seed))
     return w.output_tokens.tolist()
 
 
 def test_the_same_seed_gives_byte_identical_records():
     cfg = config(engine={"num_kv_blocks": 40}, workload={"num_requests": 300},
                  scheduler={"chunked_prefill": True})
-    a, b = run_config(cfg), run_config(copy.deepcopy(cfg))
+    a, b = run_config(cfg), run_config(cfg)
     assert _bytes(a) == _bytes(b)
     assert _bytes(a) != _bytes(run_config(config(seed=1, engine={"num_kv_blocks": 40},
                                                  workload={"num_requests": 300},

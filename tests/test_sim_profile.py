@@ -18,6 +18,7 @@ from sim.profiling.fit import design_matrix, knots_for
 from sim.profiling.wake import AFTER_STEPS, AFTER_TOKENS
 from sim.profiling.grid import ShapeSpec, build_plan, grid_shapes, held_out_shapes, release
 from sim.runner import run_config
+from helpers.configs import resolved
 
 TINY = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64,
         "max_seq_len": 2048}
@@ -91,12 +92,12 @@ def test_simulation_runs_on_a_profile_given_by_path(profile):
                         "output_tokens": {"dist": "fixed", "value": 8},
                         "priority": None, "trace": None},
            "slo": {"ttft_s": 1.0, "tpot_s": 0.1}}
-    rec = run_config(cfg)
+    rec = run_config(resolved(cfg))
     assert rec.statuses == ["finished"] * 30
     other = copy.deepcopy(cfg)
     other["model"] = dict(TINY, d_model=64)
     with pytest.raises(ValueError, match="was measured on another model"):
-        run_config(other)
+        run_config(resolved(other))
 
 
 def test_built_plans_have_the_shape_they_were_built_from():

@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 
 import sim
+from dataclasses import replace
+
+from helpers.configs import resolved
 from sim.runner import run_config
 
 TINY = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64,
@@ -13,7 +16,7 @@ TINY = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64
 CONFIG = {
     "name": "r", "description": "", "seed": 0, "mode": "simulate", "model": TINY,
     "engine": {"block_size": 8, "num_kv_blocks": 64, "max_num_seqs": 8,
-               "max_num_batched_tokens": 128},
+               "max_num_batched_tokens": 128, "enable_prefix_caching": False},
     "scheduler": {"policy": "continuous", "queue": "fcfs", "chunked_prefill": False,
                   "max_batch_size": 8, "batch_timeout_s": 0.0},
     "cost": {"model": "linear", "profile": "default", "step_overhead_s": 1e-3,
@@ -26,11 +29,12 @@ CONFIG = {
 }
 
 
-def config(mode="simulate", **workload):
+def config(mode="simulate", engine: dict | None = None, **workload):
     cfg = copy.deepcopy(CONFIG)
     cfg["mode"] = mode
     cfg["workload"].update(workload)
-    return cfg
+    cfg["engine"].update(engine or {})
+    return resolved(cfg)
 
 
 def test_serve_mode_runs_the_real_engine_on_the_wall_clock():
@@ -54,8 +58,7 @@ def test_serve_mode_serves_a_closed_loop_without_think_time_as_capped_slots():
 
 def test_live_cost_model_cosimulates():
     cfg = config()
-    cfg["cost"]["model"] = "live"
-    rec = run_config(cfg)
+    rec = run_config(replace(cfg, cost=replace(cfg.cost, model="live")))
     linear = run_config(config())
     arrivals = lambda r: sorted(zip(r.request_columns()["request_id"],
                                     r.request_columns()["arrival_s"]))
@@ -66,7 +69,7 @@ def test_live_cost_model_cosimulates():
 
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="mode must be one of simulate, cosimulate, serve"):
-        run_config(config("fast"))
+        run_config(replace(config(), mode="fast"))
 
 
 def test_same_seed_same_arrivals_and_lengths_in_every_mode():
@@ -124,18 +127,19 @@ def test_without_prefix_keys_a_simulation_keeps_plain_block_bookkeeping():
     block manager, bit for bit (under preemption too)."""
     from engine.records import RunRecorder
     from sim.loop import run_loop
-    from sim.runner import build_engine, build_workload, seeded_streams, sequence_maker
+    from sim.build import build_server, sequence_maker
+    from sim.workloads import build_workload, seeded_streams
     from helpers.runs import records
 
     cfg = config(num_requests=60, arrival={"process": "poisson", "rate": 500.0},
-                 output_tokens={"dist": "uniform", "low": 1, "high": 60})
-    cfg["engine"] |= {"enable_prefix_caching": True, "num_kv_blocks": 16}
+                 output_tokens={"dist": "uniform", "low": 1, "high": 60},
+                 engine={"enable_prefix_caching": True, "num_kv_blocks": 16})
 
     def run(keyed: bool):
-        streams = seeded_streams(cfg["seed"])
-        workload = build_workload(cfg["workload"], streams["workload"])
+        streams = seeded_streams(cfg.seed)
+        workload = build_workload(cfg.workload, streams["workload"])
         assert workload.block_keys is None
-        scheduler, executor, model = build_engine(cfg, "simulate", streams, keyed=keyed)
+        scheduler, executor, model = build_server(cfg, "simulate", streams, keyed=keyed)
         assert scheduler.block_manager.prefix_caching is keyed
         recorder = RunRecorder(scheduler.block_manager.num_blocks)
         make = sequence_maker(workload, "simulate", streams, model, scheduler.block_manager)

@@ -8,6 +8,7 @@ import pytest
 
 from sim.workloads.traces import load_trace, resolve_path, shipped_trace
 from sim.workloads import build_workload
+from helpers.configs import resolved
 
 CONV = shipped_trace("azure-conv")
 CODE = shipped_trace("azure-code")
@@ -103,7 +104,7 @@ def test_trace_workload_takes_lengths_from_the_trace_and_draws_priorities():
             "output_tokens": None, "priority": {"dist": "choice", "values": [0, 1],
                                                 "weights": [1, 1]},
             "trace": {"path": str(CODE), "format": "azure", "time_scale": 2.0, "max_requests": 100}}
-    w = build_workload(spec, np.random.default_rng(0))
+    w = build_workload(resolved({"workload": spec}).workload, np.random.default_rng(0))
     trace = load_trace(CODE, time_scale=2.0, max_requests=100)
     assert np.array_equal(w.prompt_tokens, trace.prompt_tokens)
     assert np.array_equal(w.arrival_s, trace.arrival_s)

@@ -62,9 +62,8 @@ def test_bulk_counting_records_exactly_the_eager_simulation(tmp_path, case, enga
 
 def test_bulk_counting_is_exact_in_closed_loops_clusters_and_disaggregation(tmp_path, engage):
     config = config_of(tmp_path, "[engine]\nnum_kv_blocks = 40\n" + LINEAR)
-    config["workload"]["arrival"] = {"process": "closed_loop", "concurrency": 5,
-                                     "think_time_s": 0.03}
-    assert_same_three_ways(config)
+    assert_same_three_ways(config.updated({"workload.arrival": {
+        "process": "closed_loop", "concurrency": 5, "think_time_s": 0.03}}))
     extra = "[engine]\nnum_kv_blocks = 96"
     assert_same_three_ways(load_config(tmp_path, cluster_text(extra=extra)))
     assert_same_three_ways(load_config(tmp_path, cluster_text(extra=extra, workload=SESSIONS)))
@@ -83,14 +82,13 @@ def test_bulk_counting_is_exact_in_closed_loops_clusters_and_disaggregation(tmp_
 def test_bulk_counting_matches_eager_counting_on_random_servers(tmp_path, blocks, block_size,
                                                                 queue, chunked, swap, budget,
                                                                 rate, seed, engage):
-    config = config_of(tmp_path, LINEAR, n=40, rate=rate)
-    config["seed"] = seed
-    config["engine"] |= {"num_kv_blocks": blocks, "block_size": block_size,
-                         "max_num_batched_tokens": budget, "max_num_seqs": 8,
-                         "swap_blocks": swap}
-    config["scheduler"] |= {"queue": queue, "chunked_prefill": chunked or budget < 300,
-                            "preemption": "swap" if swap else "recompute"}
-    config["workload"]["prompt_tokens"] = {"dist": "uniform", "low": 1, "high": 300}
+    config = config_of(tmp_path, LINEAR, n=40, rate=rate).updated({
+        "seed": seed, "engine.num_kv_blocks": blocks, "engine.block_size": block_size,
+        "engine.max_num_batched_tokens": budget, "engine.max_num_seqs": 8,
+        "engine.swap_blocks": swap, "scheduler.queue": queue,
+        "scheduler.chunked_prefill": chunked or budget < 300,
+        "scheduler.preemption": "swap" if swap else "recompute",
+        "workload.prompt_tokens": {"dist": "uniform", "low": 1, "high": 300}})
     eager = run_config(config, fast_forward=False)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sim.fastpath.steady, "ENGAGE_AT", engage[0])

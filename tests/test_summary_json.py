@@ -15,6 +15,7 @@ import scenarios
 import sim
 from engine.benchmark import request_metrics, summarize
 from reports.vllm_json import summary_json_names, traffic
+from scenarios.workload import Burst, ClosedLoop, Constant, Poisson, TraceArrivals
 
 SCENARIO = """
 name = "json-case"
@@ -73,7 +74,7 @@ def test_the_figures_are_summarizes_in_milliseconds(single):
     results, out = single
     record = json.loads((out / "summary.json").read_text())
     spec, recorder = results[0]
-    summary = summarize(recorder, spec.config["slo"])
+    summary = summarize(recorder, spec.config.slo.limits())
     assert record["completed"] == summary["completed"] > 0
     assert record["failed"] == summary["rejected"] + summary["unfinished"] > 0
     assert record["num_prompts"] == 30 == record["completed"] + record["failed"]
@@ -119,12 +120,11 @@ def test_traffic_keys_of_every_arrival_process():
         def request_columns(self):
             return {"arrival_s": [0.0, 1.0, 4.0]}
 
-    assert traffic({"process": "poisson", "rate": 3.0}, None) == (3.0, 1.0, None)
-    assert traffic({"process": "constant", "rate": 2.0}, None) == (2.0, "inf", None)
-    assert traffic({"process": "burst"}, None) == ("inf", None, None)
-    assert traffic({"process": "closed_loop", "concurrency": 8, "think_time_s": 0.0},
-                   None) == ("inf", None, 8)
-    assert traffic({"process": "trace"}, Trace()) == (0.5, None, None)  # 2 gaps in 4 s
+    assert traffic(Poisson(3.0), None) == (3.0, 1.0, None)
+    assert traffic(Constant(2.0), None) == (2.0, "inf", None)
+    assert traffic(Burst(), None) == ("inf", None, None)
+    assert traffic(ClosedLoop(8, 0.0), None) == ("inf", None, 8)
+    assert traffic(TraceArrivals(), Trace()) == (0.5, None, None)  # 2 gaps in 4 s
 
 
 def test_several_runs_write_one_file_each_named_after_the_run(tmp_path):

@@ -23,7 +23,8 @@ from engine.swap import SwapSpace
 from helpers.real_engine import Served, assert_same_outputs_and_kv
 from helpers.real_engine import serve_greedy as serve_prefix_greedy
 from sim.costs import CostModelExecutor, LinearCost
-from sim.runner import run_config, swap_block_s
+from sim.build import swap_block_s
+from sim.runner import run_config
 
 
 def serve_greedy(prompts, num_blocks: int, preemption: str = "recompute", swap_blocks: int = 0,
@@ -109,7 +110,8 @@ def test_random_workloads_with_swapping_never_leak_a_gpu_or_host_block(
 
 # --- the simulator --------------------------------------------------------------------------
 
-def swap_config(mode: str) -> dict:
+def swap_config(mode: str):
+    from helpers.configs import resolved
     from helpers.cosim import CONFIG
 
     config = copy.deepcopy(CONFIG)
@@ -117,7 +119,7 @@ def swap_config(mode: str) -> dict:
     config["scheduler"]["preemption"] = "swap"
     config["engine"]["swap_blocks"] = 40
     config["cost"]["swap_bandwidth_gbs"] = 1e-3  # 8 KiB blocks: 8.2 ms a copy, plain to see
-    return config
+    return resolved(config)
 
 
 def test_simulation_and_cosimulation_swap_the_same_blocks_step_for_step():

@@ -14,9 +14,11 @@ import scenarios
 from engine.tokenizer import build_vocab, encode_prompt
 from helpers.traces import error, write
 from scenarios import ScenarioError
-from sim.runner import check_scenario, run_config
+from sim.checks import check_scenario
+from sim.runner import run_config
 from sim.workloads import build_workload
 from sim.workloads.traces import load_trace
+from helpers.configs import resolved
 
 
 # --- csv and jsonl --------------------------------------------------------------------------------
@@ -211,11 +213,10 @@ def test_sharegpt_has_no_times_to_scale(tmp_path):
 # --- a ShareGPT workload and scenario ------------------------------------------------------------
 
 
-def sharegpt_spec(path, arrival, **trace) -> dict:
-    return {"num_requests": None, "arrival": arrival, "prompt_tokens": None,
-            "output_tokens": None, "priority": None,
-            "trace": {"path": str(path), "format": "sharegpt", "max_requests": None,
-                      "tokenizer": "char", "shuffle": True} | trace}
+def sharegpt_spec(path, arrival, **trace):
+    """The resolved workload of a ShareGPT file at `path` with these arrivals."""
+    return resolved({"workload": {
+        "arrival": arrival, "trace": {"path": str(path), "format": "sharegpt"} | trace}}).workload
 
 
 def test_a_sharegpt_workload_draws_the_shuffle_then_the_arrivals(tmp_path):
@@ -253,7 +254,7 @@ def test_a_sharegpt_scenario_runs_with_vllm_style_arrivals(tmp_path):
     assert set(columns["prompt_tokens"]) <= set(range(10, 40))
     from reports.describe import workload_text
 
-    assert workload_text(scenario.base["workload"]) == (
+    assert workload_text(scenario.base.workload) == (
         "lengths from `chats.json.gz` (sharegpt format, first 12 requests shuffled with the "
         "seed, tokens counted by `char`), arrivals poisson at 5 req/s")
 

@@ -17,6 +17,7 @@ from sim.cli import build_parser, main
 from sim.cli.common import load_scenario
 from sim.cli.flags import split_set_values
 from sim.runner import run_config
+from scenarios.workload import Burst
 
 SMALL = ["--num-prompts", "60"]
 
@@ -40,13 +41,13 @@ def in_flight_peak(recorder) -> int:
 def test_goodput_counts_only_the_slos_it_names():
     scenario = loaded("kv-pressure", "--variant", "128-blocks", "--goodput", "e2el:60000")
     config = scenario.runs()[0].config
-    assert config["slo"] == {"ttft_s": None, "tpot_s": None, "e2e_s": 60.0}
+    assert config.slo.limits() == {"ttft_s": None, "tpot_s": None, "e2e_s": 60.0}
     recorder = run_config(config)
-    summary = summarize(recorder, config["slo"])
+    summary = summarize(recorder, config.slo.limits())
     cols = recorder.request_columns()
     e2e = request_metrics(cols)["e2e_s"][np.asarray(cols["status"]) == "finished"]
     assert summary["goodput"] == pytest.approx((e2e <= 60.0).sum() / summary["duration_s"])
-    with_defaults = summarize(recorder, scenarios.load("kv-pressure").base["slo"])
+    with_defaults = summarize(recorder, scenarios.load("kv-pressure").base.slo.limits())
     assert with_defaults["goodput"] < summary["goodput"]  # the default TTFT SLO no longer counts
 
 
@@ -56,13 +57,14 @@ def test_a_slo_can_be_turned_off_in_a_scenario(tmp_path):
                     'arrival = { process = "poisson", rate = 1.0 }\n'
                     'prompt_tokens = { dist = "fixed", value = 8 }\n'
                     'output_tokens = { dist = "fixed", value = 4 }\n')
-    assert scenarios.load(path).base["slo"] == {"ttft_s": None, "tpot_s": 0.2}
+    assert scenarios.load(path).base.slo.limits() == {"ttft_s": None, "tpot_s": 0.2,
+                                                      "e2e_s": None}
 
 
 def test_rate_inf_with_max_concurrency_is_a_closed_loop_of_that_many_users():
     capped = loaded("static-vs-continuous", *SMALL, "--request-rate", "inf",
                     "--max-concurrency", "8").runs()[1].config
-    assert capped["workload"]["arrival"] == {"process": "burst"}
+    assert capped.workload.arrival == Burst()
     users = loaded("static-vs-continuous", *SMALL, "--set",
                    'workload.arrival={process="closed_loop",concurrency=8}').runs()[1].config
     a, b = run_config(capped), run_config(users)
@@ -102,16 +104,16 @@ def test_max_concurrency_is_recorded_in_summary_json_and_the_report(tmp_path):
 def test_serving_in_real_time_keeps_the_cap():
     from engine.records import RunRecorder
     from engine.server import serve
-    from sim.runner import build_engine, sequence_factory
+    from sim.build import build_server, sequence_factory
     from sim.workloads import build_workload, seeded_streams
 
     config = loaded("static-vs-continuous", "--num-prompts", "12", "--request-rate", "inf",
                     "--max-concurrency", "3", "--set", "mode=\"serve\"", "model.d_model=32",
                     "model.n_layers=1", "model.n_heads=2", "model.d_ff=64",
                     "workload.output_tokens={dist=\"fixed\",value=4}").runs()[1].config
-    streams = seeded_streams(config["seed"])
-    workload = build_workload(config["workload"], streams["workload"])
-    scheduler, executor, model = build_engine(config, "serve", streams)
+    streams = seeded_streams(config.seed)
+    workload = build_workload(config.workload, streams["workload"])
+    scheduler, executor, model = build_server(config, "serve", streams)
     make = sequence_factory(workload, streams["tokens"], model.vocab_size)
     requests = [make(i, 0.0) for i in range(len(workload))]
     recorder = serve(scheduler, executor, requests, RunRecorder(512), max_in_flight=3)

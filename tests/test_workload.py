@@ -1,14 +1,17 @@
 """Workload generation: arrival processes and length/priority distributions match their stated
-statistics, respect their bounds, truncate by redrawing, and are deterministic per seed."""
+statistics, respect their bounds, truncate by redrawing, and are deterministic per seed; a bad
+table is refused naming its key (each class's own table and checks)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from sim.workloads.arrivals import ClosedLoop, Constant, Gamma, Poisson, arrival_process
-from sim.workloads.distributions import (Choice, Fixed, LogNormal, Uniform, length_dist,
-                               priority_dist)
+from helpers.configs import resolved
+from scenarios.specs import check_table
+from scenarios.workload import (ARRIVAL_SCHEMA, LENGTH_SCHEMA, PRIORITY_SCHEMA, Choice,
+                                ClosedLoop, Constant, Fixed, Gamma, LogNormal, Poisson, Uniform,
+                                arrival_of, length_of, priority_of)
 from sim.workloads import build_workload, seeded_streams
 
 N = 200_000
@@ -16,6 +19,21 @@ N = 200_000
 
 def rng(seed=0):
     return np.random.default_rng(seed)
+
+
+def arrival_process(table: dict):
+    check_table(table, ARRIVAL_SCHEMA, "workload.arrival")
+    return arrival_of(table)
+
+
+def length_dist(table: dict, key: str):
+    check_table(table, LENGTH_SCHEMA, key)
+    return length_of(table, key)
+
+
+def priority_dist(table: dict):
+    check_table(table, PRIORITY_SCHEMA, "workload.priority")
+    return priority_of(table)
 
 
 def gaps(times):
@@ -54,12 +72,12 @@ def test_arrival_times_are_non_decreasing():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ({"process": "poisson", "rate": 0}, "workload.arrival.rate must be a positive number"),
+    ({"process": "poisson", "rate": 0}, "workload.arrival.rate: must be a positive number"),
     ({"process": "gamma", "rate": 1.0}, "workload.arrival.cv: required"),
     ({"process": "constant", "rate": 1, "cv": 2}, "workload.arrival.cv: unknown key"),
-    ({"process": "closed_loop", "concurrency": 0}, "concurrency must be a positive integer"),
-    ({"process": "closed_loop", "concurrency": 2, "think_time_s": -1}, "think_time_s must be"),
-    ({"process": "bursty"}, "workload.arrival.process must be one of poisson, gamma"),
+    ({"process": "closed_loop", "concurrency": 0}, "concurrency: must be a positive integer"),
+    ({"process": "closed_loop", "concurrency": 2, "think_time_s": -1}, "think_time_s: must be"),
+    ({"process": "bursty"}, "workload.arrival.process: must be one of poisson, gamma"),
     ({"process": "burst", "rate": 2}, "workload.arrival.rate: unknown key"),
 ])
 def test_bad_arrival_tables_are_refused_naming_the_key(spec, message):
@@ -67,9 +85,18 @@ def test_bad_arrival_tables_are_refused_naming_the_key(spec, message):
         arrival_process(spec)
 
 
-def test_closed_loop_table_builds_a_closed_loop():
+def test_closed_loop_table_builds_a_closed_loop_with_its_defaults():
     loop = arrival_process({"process": "closed_loop", "concurrency": 4, "think_time_s": 0.5})
-    assert loop == ClosedLoop(4, 0.5, key="workload.arrival")
+    assert loop == ClosedLoop(4, 0.5)
+    assert arrival_process({"process": "closed_loop", "concurrency": 4}).think_time_s == 0.0
+
+
+def test_each_process_describes_itself_and_its_span_in_one_line():
+    assert Gamma(2.0, 3.0).describe() == "gamma at 2 req/s (cv 3)"
+    assert Poisson(4.0).span(100) == (25.0, "rate", "at 4/s")
+    assert ClosedLoop(4, 2.0).span(100)[0] == 50.0
+    assert Gamma(2.0, 0.5).traffic() == (2.0, 4.0, None)  # vLLM's burstiness is the shape
+    assert Constant(1.0).at(3.0) == Constant(3.0)
 
 
 # --- lengths -------------------------------------------------------------------------------------
@@ -108,10 +135,10 @@ def test_lognormal_truncates_by_redrawing_not_clipping():
 
 def test_lognormal_refuses_a_range_that_would_take_forever_to_redraw():
     with pytest.raises(ValueError, match=r"workload.prompt_tokens: lognormal.*widen the range"):
-        LogNormal(median=10, sigma=0.1, min=1000, max=2000, key="workload.prompt_tokens")
+        LogNormal(median=10, sigma=0.1, min=1000, max=2000).check("workload.prompt_tokens")
     # The median inside [min, max] is not enough: a wide sigma over a tiny range also fails.
     with pytest.raises(ValueError, match=r"k: lognormal\(median=100, sigma=5.0\) puts only"):
-        LogNormal(median=100, sigma=5.0, min=100, max=100, key="k")
+        LogNormal(median=100, sigma=5.0, min=100, max=100).check("k")
 
 
 def test_lognormal_acceptance_matches_the_sampled_fraction():
@@ -122,9 +149,9 @@ def test_lognormal_acceptance_matches_the_sampled_fraction():
 
 @pytest.mark.parametrize("spec, message", [
     ({"dist": "uniform", "low": 5, "high": 4}, r"x.low \(5\) must be <= x.high \(4\)"),
-    ({"dist": "fixed", "value": 0}, "x.value must be an integer >= 1"),
-    ({"dist": "lognormal", "median": 10, "sigma": 1, "max": 20}, "x.min: required"),
-    ({"dist": "normal", "mean": 3}, "x.dist must be one of fixed, uniform, lognormal"),
+    ({"dist": "fixed", "value": 0}, "x.value: must be a whole number of tokens from 1"),
+    ({"dist": "lognormal", "median": 10, "sigma": 1}, "x.max: required"),
+    ({"dist": "normal", "mean": 3}, "x.dist: must be one of fixed, uniform, lognormal"),
     ({"dist": "fixed", "value": 3, "low": 1}, "x.low: unknown key for dist = 'fixed'"),
 ])
 def test_bad_length_tables_are_refused_naming_the_key(spec, message):
@@ -147,7 +174,7 @@ def test_priority_weights_default_to_equal():
 
 
 def test_priority_weights_must_match_the_values():
-    with pytest.raises(ValueError, match="workload.priority.weights must have one weight per value"):
+    with pytest.raises(ValueError, match="workload.priority.weights: must have one weight per"):
         priority_dist({"dist": "choice", "values": [0, 1], "weights": [1.0]})
 
 
@@ -156,23 +183,27 @@ def test_priority_weights_must_match_the_values():
 SPEC = {"num_requests": 500, "arrival": {"process": "gamma", "rate": 3.0, "cv": 2.0},
         "prompt_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.8, "min": 4, "max": 900},
         "output_tokens": {"dist": "uniform", "low": 1, "high": 64},
-        "priority": {"dist": "choice", "values": [0, 1], "weights": [1, 3]}, "trace": None}
+        "priority": {"dist": "choice", "values": [0, 1], "weights": [1, 3]}}
+
+
+def settings(workload: dict):
+    return resolved({"workload": workload}).workload
 
 
 def test_same_seed_gives_the_same_workload():
-    a = build_workload(SPEC, seeded_streams(7)["workload"])
-    b = build_workload(SPEC, seeded_streams(7)["workload"])
+    a = build_workload(settings(SPEC), seeded_streams(7)["workload"])
+    b = build_workload(settings(SPEC), seeded_streams(7)["workload"])
     for name in ("arrival_s", "prompt_tokens", "output_tokens", "priority"):
         assert np.array_equal(getattr(a, name), getattr(b, name))
-    c = build_workload(SPEC, seeded_streams(8)["workload"])
+    c = build_workload(settings(SPEC), seeded_streams(8)["workload"])
     assert not np.array_equal(a.prompt_tokens, c.prompt_tokens)
 
 
 def test_draw_order_is_arrivals_then_prompts_then_outputs_then_priorities():
-    w = build_workload(SPEC, rng(11))
+    w = build_workload(settings(SPEC), rng(11))
     r = rng(11)
     assert np.array_equal(w.arrival_s, Gamma(3.0, 2.0).times(r, 500))
-    assert np.array_equal(w.prompt_tokens, LogNormal(100, 0.8, 4, 900).sample(r, 500))
+    assert np.array_equal(w.prompt_tokens, LogNormal(100, 0.8, min=4, max=900).sample(r, 500))
     assert np.array_equal(w.output_tokens, Uniform(1, 64).sample(r, 500))
     assert np.array_equal(w.priority, Choice((0, 1), (1, 3)).sample(r, 500))
 
@@ -180,17 +211,17 @@ def test_draw_order_is_arrivals_then_prompts_then_outputs_then_priorities():
 def test_token_and_sampling_streams_are_independent_of_the_workload_stream():
     streams = seeded_streams(3)
     streams["tokens"].integers(0, 100, size=10_000)  # a cosimulation draws token ids ...
-    w = build_workload(SPEC, streams["workload"])  # ... and the workload does not change
-    assert np.array_equal(w.prompt_tokens, build_workload(SPEC, seeded_streams(3)["workload"]).prompt_tokens)
+    w = build_workload(settings(SPEC), streams["workload"])  # ... and the workload does not change
+    assert np.array_equal(w.prompt_tokens, build_workload(settings(SPEC), seeded_streams(3)["workload"]).prompt_tokens)
 
 
 def test_closed_loop_workload_has_lengths_but_no_arrival_times():
     spec = dict(SPEC, arrival={"process": "closed_loop", "concurrency": 8})
-    w = build_workload(spec, rng())
+    w = build_workload(settings(spec), rng())
     assert w.arrival_s is None and w.closed_loop.concurrency == 8 and len(w) == 500
 
 
 def test_missing_lengths_without_a_trace_are_an_error():
     spec = dict(SPEC, output_tokens=None)
-    with pytest.raises(ValueError, match="workload.output_tokens is required unless workload.trace"):
-        build_workload(spec, rng())
+    with pytest.raises(ValueError, match="workload.output_tokens: required .* unless workload.trace"):
+        settings(spec)

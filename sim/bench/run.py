@@ -15,9 +15,7 @@ sent as every request at once with at most C in flight.
 from __future__ import annotations
 
 import asyncio
-import copy
 import csv
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -75,8 +73,7 @@ def distinct_runs(specs) -> list:
     """The runs of `specs` with a distinct (workload, seed), in order."""
     seen, runs = set(), []
     for spec in specs:
-        key = json.dumps([spec.config["workload"], spec.config["seed"]], sort_keys=True,
-                         default=str)
+        key = (spec.config.workload, spec.config.seed)  # frozen settings: hashable
         if key not in seen:
             seen.add(key)
             runs.append(spec)
@@ -91,8 +88,8 @@ def bench_runs(scenario, options: BenchOptions) -> list[BenchRun]:
 def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
     """Send one run's workload; its spec is returned in mode "bench"."""
     config = spec.config
-    streams = seeded_streams(config["seed"])
-    workload = build_workload(config["workload"], streams["workload"], base_dir)
+    streams = seeded_streams(config.seed)
+    workload = build_workload(config.workload, streams["workload"], base_dir)
     if workload.sessions is not None:
         raise ValueError("workload.sessions: bench sends arrival times given up front; a "
                          "conversation's turns are not supported")
@@ -110,9 +107,7 @@ def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
                 enumerate(zip(arrivals, workload.prompt_tokens, workload.output_tokens))]
     results, notes = asyncio.run(_send_all(options, requests, workload.prompt_tokens,
                                            streams["tokens"], concurrency, spec.label))
-    bench_config = copy.deepcopy(config)
-    bench_config["mode"] = "bench"
-    return BenchRun(replace(spec, config=bench_config), BenchRecorder(results), results,
+    return BenchRun(replace(spec, config=config.with_mode("bench")), BenchRecorder(results), results,
                     notes + [token_check(results)], max_in_flight(results))
 
 
@@ -214,7 +209,7 @@ def write_bench_report(scenario, runs: list[BenchRun], options: BenchOptions, fo
     import reports
 
     results = [(run.spec, run.recorder) for run in runs]
-    moded = replace(scenario, base=dict(scenario.base, mode="bench"))
+    moded = replace(scenario, base=scenario.base.with_mode("bench"))
     files = reports.write_report(moded, results, folder, remote=remote_text(options, runs))
     extra = write_request_csv(runs, Path(folder) / "bench_requests.csv")
     return replace(files, files=files.files + (extra,))

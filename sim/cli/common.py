@@ -43,8 +43,8 @@ def load_scenario(args):
 
     sets = list(args.set or ())
 
-    def workload_of(pairs) -> dict:
-        return scenarios.load(args.scenario, sets + pairs).base["workload"]
+    def workload_of(pairs):
+        return scenarios.load(args.scenario, sets + pairs).base.workload
 
     try:
         pairs, sweep, flags = flag_overrides(args, workload_of)

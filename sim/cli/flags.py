@@ -60,7 +60,7 @@ def add_workload_flags(parser) -> None:
 
 def flag_overrides(args, workload_of) -> tuple[list, dict, dict]:
     """([(dotted key, value)], {dotted key: [values]}, {dotted key: the flag that set it}):
-    what the flags stand for. `workload_of(pairs)` is the resolved `workload` table of the
+    what the flags stand for. `workload_of(pairs)` is the resolved workload settings of the
     scenario with those overrides (which key --num-prompts sets, whether arrivals come from a
     trace)."""
     pairs, flags = [], {}
@@ -75,7 +75,7 @@ def flag_overrides(args, workload_of) -> tuple[list, dict, dict]:
     if rate is not None:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
     if args.max_concurrency is not None:
-        if rate is None and workload_of(pairs)["trace"] is None:
+        if rate is None and workload_of(pairs).trace is None:
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
     if args.num_prompts is not None:
@@ -100,12 +100,12 @@ def arrival_of(rate: float, burst: float | None) -> dict:
     return {"process": "poisson", "rate": rate}
 
 
-def count_key(workload: dict) -> str:
+def count_key(workload) -> str:
     """The dotted key --num-prompts sets: the request count, a trace's max_requests, or the
     number of conversations."""
-    if workload["trace"] is not None:
+    if workload.trace is not None:
         return "workload.trace.max_requests"
-    if workload.get("sessions") is not None:
+    if workload.sessions is not None:
         return "workload.sessions.conversations"
     return "workload.num_requests"
 

@@ -71,8 +71,6 @@ def cmd_profile(args) -> int:
 def check_profile_memory(model) -> None:
     """The model's weights and the largest KV cache the profiler serves must fit in memory
     (`sim.memory`), before either is allocated."""
-    from dataclasses import asdict
-
     from scenarios import DEFAULTS
 
     from ..memory import check_engine_memory
@@ -81,8 +79,7 @@ def check_profile_memory(model) -> None:
     engine = DEFAULTS["engine"]
     blocks = max(w.engine.get("num_kv_blocks", engine["num_kv_blocks"]) for w in TRAIN + HELD_OUT)
     try:
-        check_engine_memory({"mode": "serve", "model": asdict(model), "engine": {
-            "num_kv_blocks": blocks, "block_size": engine["block_size"]}}, "profiling")
+        check_engine_memory(model, blocks, engine["block_size"], "profiling")
     except ValueError as exc:
         raise UsageError(f"--model: {exc}") from None
 

@@ -26,7 +26,8 @@ def cmd_run(args) -> int:
     import reports
     from reports.output import output_folder
 
-    from ..runner import check_scenario, run_notes
+    from ..checks import check_scenario
+    from ..runner import run_notes
     from ..validation.machine import note_foreign_profiles
 
     scenario = load_scenario(args)
@@ -54,10 +55,11 @@ def cmd_run(args) -> int:
 
 
 def _run_all(scenario, parallel, show: bool) -> list:
-    """[(RunSpec, RunRecorder)] of every run (the spec as run: `runner.resolved_spec`), in
+    """[(RunSpec, RunRecorder)] of every run (the spec as run: `sim.build.resolved_spec`), in
     `Scenario.runs()` order however they ran; RunFailed when one cannot finish."""
     from ..parallel import run_config_job, run_jobs
-    from ..runner import resolved_spec, run_config
+    from ..build import resolved_spec
+    from ..runner import run_config
 
     runs = scenario.runs()
     if parallel.ray or parallel.worker_count(len(runs)) > 1:

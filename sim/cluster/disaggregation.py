@@ -39,22 +39,26 @@ class KvLink:
         return tokens * self.bytes_per_token / (self.bandwidth_gbps * 1e9) + self.latency_s
 
 
-def kv_link(config: dict, hardware=None) -> KvLink:
+def kv_link(config, hardware=None) -> KvLink:
     """The KV link of a resolved config: with cost.model "hardware" (`hardware`: its
     `HardwareSetup`) the GPU's interconnect and KV bytes per token per GPU, else the NumPy
     engine's float32 K and V rows over `KV_TRANSFER_GBPS`; `cluster.kv_transfer_gbps` and
     `kv_transfer_latency_s` override either."""
     if hardware is None:
-        model = config["model"]
-        per_token = 2 * model["n_layers"] * model["d_model"] * 4  # K and V, float32
+        model = config.model
+        per_token = 2 * model.n_layers * model.d_model * 4  # K and V, float32
         bandwidth, latency = KV_TRANSFER_GBPS, KV_TRANSFER_LATENCY_S
     else:
         per_token = hardware.plan.kv_bytes_per_token
         bandwidth = hardware.gpu.interconnect_bandwidth_gbs
         latency = hardware.gpu.interconnect_latency_us * 1e-6
-    cluster = config["cluster"]
-    return KvLink(per_token, cluster.get("kv_transfer_gbps", bandwidth),
-                  cluster.get("kv_transfer_latency_s", latency))
+    cluster = config.cluster
+    return KvLink(per_token, _given(cluster.kv_transfer_gbps, bandwidth),
+                  _given(cluster.kv_transfer_latency_s, latency))
+
+
+def _given(value, default):
+    return default if value is None else value
 
 
 class Disaggregation(Dispatch):

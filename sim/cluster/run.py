@@ -12,14 +12,13 @@ the others decode, and a `Disaggregation` moves each request's KV from one to th
 
 from __future__ import annotations
 
-import copy
-
 import simpy
 
 from engine.llm_engine import LLMEngine
 from engine.records import ClusterRecorder, RunRecorder
-from scenarios.overrides import apply
+from scenarios import RunConfig
 
+from ..build import build_server, hardware_of, sequence_maker
 from ..loop import Replica, run_engines
 from ..workloads import build_workload
 from .disaggregation import Disaggregation, kv_link
@@ -28,22 +27,19 @@ from .load import LoadLog
 from .routers import make_router
 
 
-def replica_configs(config: dict) -> list[tuple[str, dict]]:
+def replica_configs(config: RunConfig) -> list[tuple[str, RunConfig]]:
     """(pool name, config) of each replica: `cluster.replicas` copies of the config (pool
     name empty), each pool's replicas with its `set` applied, pool after pool, or the
     prefill replicas' copies ("prefill") then the decode replicas' ("decode")."""
-    cluster = config["cluster"]
-    if "prefill_replicas" in cluster:
-        return [("prefill", config)] * cluster["prefill_replicas"] + \
-            [("decode", config)] * cluster["decode_replicas"]
-    if "pools" not in cluster:
-        return [("", config)] * cluster["replicas"]
+    cluster = config.cluster
+    if cluster.prefill_replicas:
+        return [("prefill", config)] * cluster.prefill_replicas + \
+            [("decode", config)] * cluster.decode_replicas
+    if not cluster.pools:
+        return [("", config)] * cluster.replicas
     replicas = []
-    for pool in cluster["pools"]:
-        pool_config = copy.deepcopy(config)
-        for key, value in pool["set"].items():
-            pool_config = apply(pool_config, key, value)
-        replicas += [(pool["name"], pool_config)] * pool["replicas"]
+    for pool in cluster.pools:
+        replicas += [(pool.name, config.updated(pool.set))] * pool.replicas
     return replicas
 
 
@@ -51,37 +47,35 @@ class Cluster:
     """The replicas of a config with a `[cluster]`, each with its `LoadLog`, in one SimPy
     environment. Replica 0 runs on the seed's "jitter" stream (or `jitter_rng`), replica i on
     its i-th child stream; `random` routes with the seed's "router" stream. `keyed`, `steady`:
-    as `sim.runner.build_engine`'s."""
+    as `sim.build.build_server`'s."""
 
-    def __init__(self, config: dict, mode: str, streams: dict, cost=None, jitter_rng=None,
+    def __init__(self, config: RunConfig, mode: str, streams: dict, cost=None, jitter_rng=None,
                  keyed: bool = True, steady: bool = False):
-        from ..runner import build_engine, hardware_of
-
         configs = replica_configs(config)
         jitter = jitter_rng or streams["jitter"]
         self.env = simpy.Environment()
         self.replicas = []
         for index, ((pool, replica_config), rng) in enumerate(
                 zip(configs, [jitter, *jitter.spawn(len(configs) - 1)])):
-            scheduler, executor, self.model = build_engine(replica_config, mode, streams,
+            scheduler, executor, self.model = build_server(replica_config, mode, streams,
                                                            cost, rng, keyed, steady)
             scheduler.prefill_only = pool == "prefill"
             recorder = RunRecorder(scheduler.block_manager.num_blocks)
             llm = LLMEngine(scheduler, executor, recorder, timing="executor")
             self.replicas.append(Replica(llm, index, LoadLog(scheduler.block_manager.num_blocks)))
-        cluster = config["cluster"]
-        self.prefill_replicas = cluster.get("prefill_replicas", 0)
+        cluster = config.cluster
+        self.prefill_replicas = cluster.prefill_replicas
         if not self.prefill_replicas:
             self.dispatch = Dispatch(self.env, self.replicas, make_router(
-                cluster["router"], len(configs), streams["router"]), cluster["report_delay_s"])
+                cluster.router, len(configs), streams["router"]), cluster.report_delay_s)
             return
         prefill, decode = (self.replicas[:self.prefill_replicas],
                            self.replicas[self.prefill_replicas:])
         self.dispatch = Disaggregation(
             self.env, prefill, decode,
-            make_router(cluster["router"], len(prefill), streams["router"]),
-            make_router(cluster["decode_router"], len(decode), streams["router"]),
-            cluster["report_delay_s"], kv_link(config, hardware_of(config)))
+            make_router(cluster.router, len(prefill), streams["router"]),
+            make_router(cluster.decode_router, len(decode), streams["router"]),
+            cluster.report_delay_s, kv_link(config, hardware_of(config)))
 
     def block_manager(self):
         """A block manager of the cluster's, one that caches prefixes if any does (requests
@@ -103,14 +97,12 @@ class Cluster:
                                self.prefill_replicas)
 
 
-def run_cluster(config: dict, mode: str, streams: dict, base_dir=None, *,
+def run_cluster(config: RunConfig, mode: str, streams: dict, base_dir=None, *,
                 progress: bool = False, cost=None, jitter_rng=None,
                 fast_forward: bool = True, steady: bool | None = None) -> ClusterRecorder:
     """Simulate a config with a `[cluster]` to the end (`sim.runner.run_config`'s
     arguments)."""
-    from ..runner import sequence_maker
-
-    workload = build_workload(config["workload"], streams["workload"], base_dir)
+    workload = build_workload(config.workload, streams["workload"], base_dir)
     cluster = Cluster(config, mode, streams, cost, jitter_rng, workload.block_keys is not None,
                       fast_forward if steady is None else steady)
     make = sequence_maker(workload, mode, streams, cluster.model, cluster.block_manager())

@@ -24,13 +24,14 @@ __all__ = ["COUNTS", "FEATURES", "CostModelExecutor", "FittedCost", "LINEAR_FIEL
            "profile_path", "shape_of"]
 
 
-def cost_model(cost: dict, model: dict):
-    """The cost model a resolved `cost` table selects ("profile" or "linear")."""
-    kind = cost.get("model")
+def cost_model(cost, model):
+    """The cost model a resolved config's cost settings select ("profile" or "linear"), for
+    the NumPy engine's `model`."""
+    kind = cost.model
     if kind == "linear":
-        return LinearCost(**{name: cost.get(name) for name in LINEAR_FIELDS})
+        return LinearCost(**{name: getattr(cost, name) for name in LINEAR_FIELDS})
     if kind == "profile":
-        fitted = load_profile(cost.get("profile", "default"))
+        fitted = load_profile(cost.profile)
         check_profile_model(fitted, model)
         return fitted
     raise ValueError(f"cost.model must be one of profile, linear, live (live runs the real "

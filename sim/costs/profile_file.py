@@ -144,12 +144,13 @@ def cost_model_dict(cost: FittedCost) -> dict:
     return table
 
 
-def check_profile_model(cost: FittedCost, model: dict) -> None:
-    """A profile predicts the costs of the model it was measured on; refuse any other shape
-    (max_seq_len and seed do not change a step's cost)."""
+def check_profile_model(cost: FittedCost, model) -> None:
+    """A profile predicts the costs of the model it was measured on (an
+    `engine.model.ModelConfig`); refuse any other shape (max_seq_len and seed do not change a
+    step's cost)."""
     keys = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff")
-    diff = [f"{k} {cost.model.get(k)} vs {model.get(k)}" for k in keys
-            if cost.model.get(k) != model.get(k)]
+    diff = [f"{k} {cost.model.get(k)} vs {getattr(model, k)}" for k in keys
+            if cost.model.get(k) != getattr(model, k)]
     if diff:
         raise ValueError(f"cost.profile: {cost.source} was measured on another model "
                          f"({'; '.join(diff)}, profile vs scenario); profile this model with "

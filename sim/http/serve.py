@@ -13,47 +13,42 @@ import os
 import signal
 import sys
 
-from engine.executor import NumpyExecutor
 from engine.llm_engine import LLMEngine
-from engine.model import ModelConfig, init_params
 
 from .server import Model, start_server
 from .text import model_vocab
 
 
-def engine_for(config: dict) -> tuple[LLMEngine, Model]:
+def engine_for(config) -> tuple[LLMEngine, Model]:
     """The real engine of a resolved run config, and the model it serves. A config that has
     no NumPy model to serve (a hardware model, a cluster), or whose model and KV cache would
     not fit in memory, raises ValueError."""
+    from sim.build import build_server, hardware_of
     from sim.memory import check_engine_memory
-    from sim.runner import build_scheduler, hardware_of
     from sim.workloads.builder import seeded_streams
 
-    if hardware_of(config) is not None or config.get("cluster") is not None:
+    if hardware_of(config) is not None or config.cluster is not None:
         raise ValueError("serve runs one NumPy engine: a scenario with cost.model = "
                          "\"hardware\" or a [cluster] cannot be served")
-    check_engine_memory(config | {"mode": "serve"}, "serving")  # no workload: the engine only
-    model = ModelConfig(**config["model"])
+    engine = config.engine
+    check_engine_memory(config.model, engine.num_kv_blocks, engine.block_size, "serving")
+    scheduler, executor, model = build_server(config.with_mode("serve"), "serve",
+                                              seeded_streams(config.seed))
     vocab = model_vocab(model.vocab_size)
-    scheduler = build_scheduler(config, model.max_seq_len)
-    swap = scheduler.swap
-    executor = NumpyExecutor(init_params(model), scheduler.block_manager,
-                             rng=seeded_streams(config["seed"])["sampling"],
-                             swap_blocks=swap.num_blocks if swap is not None else 0)
     model_id = f"servesim-char{model.vocab_size}-L{model.n_layers}-d{model.d_model}"
     return LLMEngine(scheduler, executor), Model(model_id, vocab, model.max_seq_len)
 
 
-def describe_served(config: dict, model: Model, blas_threads: str | None) -> str:
+def describe_served(config, model: Model, blas_threads: str | None) -> str:
     """What is served, for the banner: batching, queue, model, KV cache and BLAS threads."""
-    scheduler, engine = config["scheduler"], config["engine"]
+    scheduler, engine = config.scheduler, config.engine
     threads = "BLAS threads as BLAS chooses" if blas_threads is None else \
         f"{blas_threads} BLAS thread{'' if blas_threads == '1' else 's'}"
-    return (f"{scheduler['policy']} batching, {scheduler['queue']} queue, model {model.id}, "
-            f"{engine['num_kv_blocks']} KV blocks of {engine['block_size']} tokens, {threads}")
+    return (f"{scheduler.policy} batching, {scheduler.queue} queue, model {model.id}, "
+            f"{engine.num_kv_blocks} KV blocks of {engine.block_size} tokens, {threads}")
 
 
-def serve_scenario(config: dict, host: str, port: int, max_waiting: int | None = None,
+def serve_scenario(config, host: str, port: int, max_waiting: int | None = None,
                    name: str = "the scenario") -> None:
     """Serve until SIGINT or SIGTERM. Once the port listens, one line goes to stderr:
     "serving NAME: <what is served>, on http://HOST:PORT". A port it cannot listen on raises

@@ -15,12 +15,11 @@ import numpy as np
 
 from engine.block_manager import BlockManager
 from engine.executor import NumpyExecutor
-from engine.model import ModelConfig, init_params
 from engine.records import RunRecorder
 from engine.server import serve
 
+from ..build import build_server, sequence_factory
 from ..costs.shape import shape_of
-from ..runner import build_scheduler, sequence_factory
 from ..workloads import build_workload, seeded_streams
 from .grid import ShapeSpec, build_plan, release
 
@@ -46,23 +45,20 @@ class StepLog:
         return result
 
 
-def serve_logged(config: dict, base_dir=None, before_serving=None,
+def serve_logged(config, base_dir=None, before_serving=None,
                  params: dict | None = None, progress=None) -> tuple[RunRecorder, StepLog]:
     """Serve a resolved config (its mode is ignored) in real time; returns the recorder and the
     log of step shapes. `before_serving(executor)` runs once the server is warm, just before
     the first request (a calibration). `params`: the model's weights, when already built.
     `progress`: passed to `engine.server.serve` (a progress bar's callback)."""
-    model = ModelConfig(**config["model"])
-    scheduler = build_scheduler(config, model.max_seq_len)
-    block_manager = scheduler.block_manager
-    recorder = RunRecorder(block_manager.num_blocks)
-    streams = seeded_streams(config["seed"])
-    workload = build_workload(config["workload"], streams["workload"], base_dir)
+    streams = seeded_streams(config.seed)
+    workload = build_workload(config.workload, streams["workload"], base_dir)
     if workload.closed_loop is not None:
         raise ValueError("serving replays arrival times given up front; "
                          "workload.arrival.process = 'closed_loop' has none")
-    executor = NumpyExecutor(params if params is not None else init_params(model),
-                             block_manager, rng=streams["sampling"])
+    scheduler, executor, model = build_server(config, "serve", streams, params=params)
+    block_manager = scheduler.block_manager
+    recorder = RunRecorder(block_manager.num_blocks)
     warm_up(executor, block_manager, model.vocab_size)
     make = sequence_factory(workload, streams["tokens"], model.vocab_size)
     requests = [make(i, float(t)) for i, t in enumerate(workload.arrival_s.tolist())]

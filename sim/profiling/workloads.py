@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from scenarios import DEFAULTS
+from scenarios import DEFAULTS, RunConfig
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class ProfilingWorkload:
     workload: dict  # a resolved workload table (num_requests, arrival, lengths)
     seed: int
 
-    def config(self, model: dict, quick: bool = False) -> dict:
+    def config(self, model: dict, quick: bool = False) -> RunConfig:
         """The resolved config that serves this workload on `model` ({ModelConfig fields})."""
         config = copy.deepcopy({key: DEFAULTS[key] for key in
                                 ("engine", "scheduler", "cost", "slo")})
@@ -43,9 +43,9 @@ class ProfilingWorkload:
             raise ValueError(f"profiling workload {self.name}: requests of up to {longest} "
                              f"tokens need model.max_seq_len >= {longest}")
         model = {k: v for k, v in model.items() if k != "seed"}
-        return config | {"name": f"profile-{self.name}", "description": "", "seed": self.seed,
-                         "mode": "serve", "model": model,
-                         "workload": workload | {"priority": None, "trace": None}}
+        return RunConfig.from_dict(config | {
+            "name": f"profile-{self.name}", "description": "", "seed": self.seed,
+            "mode": "serve", "model": model, "workload": workload})
 
 
 QUICK_SHARE = 6  # a quick profile serves 1/6 of each workload's requests

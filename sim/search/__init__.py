@@ -19,12 +19,13 @@ from pathlib import Path
 
 import scenarios
 
+from scenarios.workload import RATE_PROCESSES
+
+from ..build import resolved_spec
+from ..checks import check_scenario
 from ..parallel import Parallel, run_jobs
-from ..runner import check_scenario, resolved_spec
 from .probe import RATE_KEY, PointJob, Probe, search_point, slo_attainment
 from .result import AT_LEAST_HIGH, FAILS_AT_LOW, FOUND, PointResult, SearchResult
-
-RATE_PROCESSES = ("poisson", "gamma", "constant")
 
 __all__ = ["AT_LEAST_HIGH", "FAILS_AT_LOW", "FOUND", "PointResult", "Probe", "SearchResult",
            "search", "search_scenario", "slo_attainment"]
@@ -32,8 +33,8 @@ __all__ = ["AT_LEAST_HIGH", "FAILS_AT_LOW", "FOUND", "PointResult", "Probe", "Se
 
 def search_scenario(scenario) -> scenarios.Scenario:
     """`scenario` with its search grid crossed into its sweep, every point checked to run
-    (`runner.check_scenario`); a one-line ScenarioError when it cannot be searched."""
-    settings = scenario.base.get("search")
+    (`sim.checks.check_scenario`); a one-line ScenarioError when it cannot be searched."""
+    settings = scenario.base.search
     if settings is None:
         raise scenario.error("search: servesim search needs a [search] table, at least "
                              "rate = { low = ..., high = ... } (docs/sim/search.md)")
@@ -41,7 +42,7 @@ def search_scenario(scenario) -> scenarios.Scenario:
         if any(key.split(".")[0] == "search" for key in variant.set):
             raise scenario.error(f"variant {variant.name!r}: a variant cannot set search "
                                  f"keys; the search's settings are the scenario's")
-    grid = settings.get("grid", {})
+    grid = settings.grid
     for key in [*scenario.sweep, *grid]:
         if key == RATE_KEY or key.split(".")[0] == "search":
             where = "search.grid" if key in grid else "sweep"
@@ -49,11 +50,11 @@ def search_scenario(scenario) -> scenarios.Scenario:
                                  f"sets {RATE_KEY} and reads [search] itself)")
     gridded = scenarios.load(scenario.path, scenario.overrides, sweep=scenario.sweep | grid)
     for spec in gridded.specs:
-        process = spec.config["workload"]["arrival"]["process"]
-        if process not in RATE_PROCESSES:
+        process = spec.config.workload.arrival
+        if not process.at_rate:
             raise gridded.error(f"workload.arrival.process: the search varies {RATE_KEY}, so "
                                 f"arrivals must come at a rate ({', '.join(RATE_PROCESSES)}), "
-                                f"got {process!r}", spec)
+                                f"got {process.process!r}", spec)
     check_scenario(gridded)
     return gridded
 
@@ -61,11 +62,11 @@ def search_scenario(scenario) -> scenarios.Scenario:
 def search(scenario, parallel: Parallel = Parallel(), done=None) -> SearchResult:
     """Search every run of `scenario` (from `search_scenario`); `done(index, probes)` as each
     point's bisection ends (in the order they end)."""
-    settings = scenario.base["search"]
+    settings = scenario.base.search
     base_dir = Path(scenario.path).parent
     specs = scenario.runs()
-    jobs = [PointJob(spec.config, base_dir, settings["target"], settings["rate"]["low"],
-                     settings["rate"]["high"], settings["tolerance"]) for spec in specs]
+    jobs = [PointJob(spec.config, base_dir, settings.target, settings.rate["low"],
+                     settings.rate["high"], settings.tolerance) for spec in specs]
     probes = run_jobs(search_point, jobs, parallel, done)
     return SearchResult(scenario, settings, tuple(PointResult(resolved_spec(spec), found)
                                                   for spec, found in zip(specs, probes)))

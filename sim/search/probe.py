@@ -8,15 +8,16 @@ unfinished request counts against it.
 
 from __future__ import annotations
 
-import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from engine.benchmark import meets_slo, request_metrics, summarize
+
+from scenarios import RunConfig
 
 from ..runner import run_config
 from .bisection import bisect_rate
@@ -39,7 +40,7 @@ class Probe:
 class PointJob:
     """What a worker needs to search one point (a module-level job for `sim.parallel`)."""
 
-    config: dict
+    config: RunConfig
     base_dir: Path | None
     target: float
     low: float
@@ -53,13 +54,13 @@ def search_point(job: PointJob) -> tuple[Probe, ...]:
     return tuple(bisect_rate(probe, job.low, job.high, job.tolerance))
 
 
-def run_probe(config: dict, base_dir, target: float, rate: float) -> Probe:
+def run_probe(config: RunConfig, base_dir, target: float, rate: float) -> Probe:
     """Simulate `config` at arrival rate `rate` (same seed, so the same requests at every
     rate, their arrival times scaled) and measure it against `target`."""
-    config = copy.deepcopy(config)
-    config["workload"]["arrival"]["rate"] = rate
+    workload = config.workload
+    config = replace(config, workload=replace(workload, arrival=workload.arrival.at(rate)))
     recorder = run_config(config, base_dir=base_dir)
-    slo, warmup_s = config["slo"], config["workload"]["warmup_s"]
+    slo, warmup_s = config.slo.limits(), workload.warmup_s
     summary = summarize(recorder, slo, warmup_s)
     attainment = slo_attainment(recorder, slo, warmup_s)
     return Probe(rate, attainment, attainment >= target, summary["goodput"],

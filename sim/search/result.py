@@ -42,7 +42,8 @@ class PointResult:
     @property
     def gpus(self) -> int:
         """GPUs of every replica (each pool's own `hardware.tp`)."""
-        return sum(hardware.get("tp", 1) for hardware in _replica_hardware(self.spec.config))
+        return sum(hardware.tp if hardware else 1
+                   for hardware in _replica_hardware(self.spec.config))
 
     @property
     def dollars_per_hour(self) -> float | None:
@@ -52,7 +53,7 @@ class PointResult:
             price = cost_per_hour(hardware) if hardware else None
             if price is None:
                 return None
-            total += price * hardware.get("tp", 1)
+            total += price * hardware.tp
         return total
 
     def figures(self) -> dict:
@@ -71,14 +72,14 @@ class PointResult:
                 "probes": len(self.probes)}
 
 
-def _replica_hardware(config: dict) -> list[dict]:
-    """The `[hardware]` table of each replica of a config: one without `[cluster]`, each
-    replica's (a pool's settings applied) with it."""
-    if config.get("cluster") is None:
-        return [config.get("hardware") or {}]
+def _replica_hardware(config) -> list:
+    """The hardware settings of each replica of a config (None: the NumPy engine): one
+    without `[cluster]`, each replica's (a pool's settings applied) with it."""
+    if config.cluster is None:
+        return [config.hardware]
     from ..cluster.run import replica_configs
 
-    return [replica.get("hardware") or {} for _, replica in replica_configs(config)]
+    return [replica.hardware for _, replica in replica_configs(config)]
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "a
                      for spec in specs]
         rows = [row for run, sim in zip(benched, simulated)
                 for row in error_rows(run.spec.label, summarize(run.recorder,
-                                                                run.spec.config["slo"]),
-                                      summarize(sim, run.spec.config["slo"]))]
+                                                                run.spec.config.slo.limits()),
+                                      summarize(sim, run.spec.config.slo.limits()))]
         notes = [f"{run.spec.label}: " + "; ".join(run.notes) for run in benched]
         headline = (f"max |error| over p50/p90/p99 of TTFT, TPOT, E2E: "
                     f"{max_abs_error(rows):.1f}%")

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from scenarios import ScenarioError
+from scenarios.config import as_table
 
 from ..costs import profile_path
 from ..profiling import cache
@@ -63,11 +64,11 @@ def note_foreign_profiles(scenario) -> list[str]:
     time it is used on this one."""
     notes, seen = [], set()
     for spec in scenario.runs():
-        cost, model = spec.config["cost"], spec.config["model"]
-        if cost["model"] != "profile" or cost["profile"] in seen:
+        cost, model = spec.config.cost, as_table(spec.config.model)
+        if cost.model != "profile" or cost.profile in seen:
             continue
-        seen.add(cost["profile"])
-        path = profile_path(cost["profile"])
+        seen.add(cost.profile)
+        path = profile_path(cost.profile)
         measured = _fingerprint_of(path)
         here = fingerprint(model)
         diff = ["it records no fingerprint"] if measured is None else \

@@ -24,7 +24,6 @@ machine's overall speed while serving.
 
 from __future__ import annotations
 
-import copy
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,12 +32,15 @@ import scenarios
 from engine.records import RunRecorder
 from engine.benchmark import summarize
 from scenarios import ScenarioError
+from scenarios.config import as_table
+from scenarios.workload import ClosedLoop
 
 from ..costs import cost_model as build_cost_model
 from ..costs.calibrate import ScaledCost, reference_of
 from ..profiling.reference import measure_speed
 from ..profiling.serving import serve_logged
-from ..runner import check_scenario, run_config
+from ..checks import check_scenario
+from ..runner import run_config
 from .machine import check_profile, profile_for
 from .steps import (speed_ratio, step_error_summary, step_rows,
                                write_steps_csv)
@@ -147,21 +149,27 @@ def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool) ->
     """The scenario's runs, each with this machine's profile where it uses one; everything
     that cannot be compared is refused first, as one line."""
     specs = scenario.runs()
-    for spec in specs:
+    for i, spec in enumerate(specs):
         check_validatable(scenario, spec, calibrate=False)
-        if spec.config["cost"]["model"] == "profile" and profile != "auto":
+        if spec.config.cost.model == "profile" and profile != "auto":
             where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
-            spec.config["cost"]["profile"] = str(check_profile(profile, spec.config["model"],
-                                                               where))
+            specs[i] = _with_profile(spec, check_profile(profile, as_table(spec.config.model),
+                                                         where))
     if profile == "auto":
-        for spec in specs:  # this machine's profile (profiled first, the first time)
-            if spec.config["cost"]["model"] == "profile":
-                spec.config["cost"]["profile"] = str(profile_for(spec.config["model"],
-                                                                 progress))
+        for i, spec in enumerate(specs):  # this machine's profile (profiled first, the first time)
+            if spec.config.cost.model == "profile":
+                specs[i] = _with_profile(spec, profile_for(as_table(spec.config.model),
+                                                           progress))
     check_scenario(scenario, specs)
     for spec in specs:
         check_validatable(scenario, spec, calibrate)
     return specs
+
+
+def _with_profile(spec, profile: Path):
+    """A run whose cost model reads `profile`."""
+    config = spec.config
+    return replace(spec, config=replace(config, cost=replace(config.cost, profile=str(profile))))
 
 
 def _validate_runs(scenario, specs, out_dir, progress: bool, calibrate: bool,
@@ -174,7 +182,7 @@ def _validate_runs(scenario, specs, out_dir, progress: bool, calibrate: bool,
     runs = []
     for index, spec in enumerate(specs, start=1):
         if progress:
-            count = spec.config["workload"].get("num_requests") or "the trace's"
+            count = spec.config.workload.num_requests or "the trace's"
             print(f"[{index}/{len(specs)}] {scenario.name}: {spec.label}: serving {count} "
                   f"requests in real time", file=sys.stderr)
         runs.append(validate_run(spec, base_dir, calibrate, progress))
@@ -210,28 +218,26 @@ def check_validatable(scenario, spec, calibrate: bool = False) -> None:
     validate), a closed loop with think time (serving sends requests at their arrival times or
     as slots free) and a calibration without a profiled reference step."""
     where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
-    model = spec.config["cost"].get("model")
+    model = spec.config.cost.model
     if model not in VALIDATED_COST_MODELS:
         raise ScenarioError(f"{where}cost.model: validate compares a cost model with serving, "
                             f"so it must be one of {', '.join(VALIDATED_COST_MODELS)}, got {model!r}")
-    arrival = spec.config["workload"].get("arrival") or {}
-    if arrival.get("process") == "closed_loop" and arrival.get("think_time_s"):
+    arrival = spec.config.workload.arrival
+    if isinstance(arrival, ClosedLoop) and arrival.think_time_s:
         raise ScenarioError(f"{where}workload.arrival.think_time_s: validate serves requests "
                             f"at their arrival times or as slots free; a closed loop with "
                             f"think time is not served (set it to 0, or use "
                             f"workload.max_concurrency)")
     if calibrate:
         try:
-            reference_of(build_cost_model(spec.config["cost"], spec.config["model"]))
+            reference_of(build_cost_model(spec.config.cost, spec.config.model))
         except ValueError as exc:
             raise ScenarioError(f"{where}cost: {exc}") from None
 
 
-def mode_config(config: dict, mode: str) -> dict:
-    """A copy of a resolved config in another mode."""
-    config = copy.deepcopy(config)
-    config["mode"] = mode
-    return config
+def mode_config(config, mode: str):
+    """A resolved config in another mode."""
+    return config.with_mode(mode)
 
 
 def validate_run(spec, base_dir=None, calibrate: bool = False,
@@ -239,11 +245,11 @@ def validate_run(spec, base_dir=None, calibrate: bool = False,
     """Serve, then simulate, one run; compare them. With `calibrate`, the machine's speed is
     measured just before serving and the simulation's cost model scaled by it. `progress`: a
     progress bar while serving, on a terminal."""
-    cost = build_cost_model(spec.config["cost"], spec.config["model"])
+    cost = build_cost_model(spec.config.cost, spec.config.model)
     speeds = []
 
     def calibration(executor):
-        speeds.append(measure_speed(executor.params, spec.config["model"]["vocab_size"],
+        speeds.append(measure_speed(executor.params, spec.config.model.vocab_size,
                                     reference_of(cost)))
 
     bar = ServingBar(spec.label) if progress else None
@@ -260,7 +266,7 @@ def validate_run(spec, base_dir=None, calibrate: bool = False,
     steps = step_rows(spec.label, served, log, cost)
     ratio = speed_ratio(steps)
     scaled = run_config(simulate_config, base_dir=base_dir, cost=ScaledCost(cost, ratio))
-    slo = spec.config["slo"]
+    slo = spec.config.slo.limits()
     served_summary = summarize(served, slo)
     errors = error_rows(spec.label, served_summary, summarize(simulated, slo))
     normalized = error_rows(spec.label, served_summary, summarize(scaled, slo))

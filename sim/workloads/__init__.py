@@ -1,19 +1,20 @@
 """Workloads: what the simulated server is asked to serve. Every request's arrival time,
-prompt and output lengths and priority, built from a resolved `workload` table before the run.
+prompt and output lengths and priority, built from a resolved config's workload before the run.
+The arrival processes and length distributions are the scenario's own classes
+(`scenarios.workload`); this package draws from them.
 
-- `arrivals.py`: open arrival processes (poisson, gamma, constant) and the closed loop;
-- `distributions.py`: length and priority distributions;
+- `arrivals.py`: `Slots`, the requests sent as earlier ones finish (a closed loop's users, or
+  an open process behind a cap on requests in flight);
 - `traces/`: traces read from files (azure, mooncake, csv, jsonl, sharegpt), and the shipped ones;
 - `sessions.py`: multi-turn chat sessions (conversations whose turns grow a shared prefix);
 - `builder.py`: `build_workload(spec, rng)` and `seeded_streams(seed)`.
 """
 
-from .arrivals import ClosedLoop, arrival_process
+from .arrivals import Slots
 from .builder import STREAMS, Workload, build_workload, check_workload, seeded_streams
-from .distributions import length_dist, priority_dist
 from .sessions import SessionPlan, SessionTokens, check_turn_lengths
 from .traces import Trace, load_trace
 
-__all__ = ["ClosedLoop", "STREAMS", "SessionPlan", "SessionTokens", "Trace", "Workload",
-           "arrival_process", "build_workload", "check_turn_lengths", "check_workload",
-           "length_dist", "load_trace", "priority_dist", "seeded_streams"]
+__all__ = ["STREAMS", "SessionPlan", "SessionTokens", "Slots", "Trace", "Workload",
+           "build_workload", "check_turn_lengths", "check_workload", "load_trace",
+           "seeded_streams"]

@@ -1,5 +1,5 @@
 """A workload: every request's arrival time, prompt and output lengths and priority, built from
-the config's `workload` table before the run starts.
+the config's `workload` settings (`scenarios.config.WorkloadSettings`) before the run starts.
 
 All random values come from one `np.random.Generator` in a fixed order: arrival gaps, then
 prompt lengths, then output lengths, then priorities. The same seed therefore gives the same
@@ -23,11 +23,13 @@ from typing import Callable
 
 import numpy as np
 
-from scenarios.defaults import MAX_TIME_S, UNTIMED_TRACE_FORMATS
-from .arrivals import ClosedLoop, arrival_process
+from scenarios.config import TraceSettings, WorkloadSettings
+from scenarios.defaults import MAX_TIME_S
+from scenarios.workload import ClosedLoop
+
+from .arrivals import Slots
 from .block_keys import trace_block_keys, trace_token_ids
-from .distributions import length_dist, priority_dist
-from .sessions import SessionPlan, plan_sessions, sessions_of
+from .sessions import SessionPlan, plan_sessions
 from .traces import load_trace
 
 
@@ -37,7 +39,7 @@ class Workload:
     output_tokens: np.ndarray  # [n] int64
     priority: np.ndarray  # [n] int64 (all 0 without a priority distribution)
     arrival_s: np.ndarray | None  # [n] float64 seconds, non-decreasing; None when sent in a loop
-    closed_loop: ClosedLoop | None = None
+    closed_loop: Slots | None = None  # sent as users' (or client slots') requests finish
     sessions: SessionPlan | None = None  # multi-turn conversations (sessions.py)
     # (index, block_size) -> the prefix-cache keys of request index's full KV blocks, for a
     # simulated run (no token ids); None: the workload has none
@@ -67,12 +69,11 @@ def seeded_streams(seed: int) -> dict[str, np.random.Generator]:
     return {name: np.random.default_rng(child) for name, child in zip(STREAMS, children)}
 
 
-def build_workload(spec: dict, rng: np.random.Generator, base_dir=None) -> Workload:
-    """The requests described by a resolved `workload` table (see docs/sim/workloads.md); with
+def build_workload(spec: WorkloadSettings, rng: np.random.Generator, base_dir=None) -> Workload:
+    """The requests described by a resolved config's workload (see docs/sim/workloads.md); with
     `max_seconds`, those that arrive within it of the first (a closed loop's users stop
     sending then; the conversations of sessions that start within it are kept whole)."""
-    return _capped(_until(_build(spec, rng, base_dir), spec.get("max_seconds")),
-                   spec.get("max_concurrency"))
+    return _capped(_until(_build(spec, rng, base_dir), spec.max_seconds), spec.max_concurrency)
 
 
 def _capped(workload: Workload, max_concurrency: int | None) -> Workload:
@@ -80,8 +81,7 @@ def _capped(workload: Workload, max_concurrency: int | None) -> Workload:
     sending the next request at its arrival time or once its last one is done."""
     if max_concurrency is None or workload.arrival_s is None:
         return workload
-    slots = ClosedLoop(max_concurrency, key="workload.max_concurrency",
-                       arrival_s=workload.arrival_s)
+    slots = Slots(max_concurrency, arrival_s=workload.arrival_s)
     return replace(workload, arrival_s=None, closed_loop=slots)
 
 
@@ -103,29 +103,26 @@ def _until(workload: Workload, max_seconds: float | None) -> Workload:
                    arrival_s=workload.arrival_s[:n])
 
 
-def _build(spec: dict, rng: np.random.Generator, base_dir) -> Workload:
-    if spec.get("sessions") is not None:
+def _build(spec: WorkloadSettings, rng: np.random.Generator, base_dir) -> Workload:
+    if spec.sessions is not None:
         plan = plan_sessions(spec, rng)
         return _session_workload(plan, _priorities(spec, rng, len(plan.prompt_tokens)))
-    trace = spec.get("trace")
-    if trace is not None:
-        return _from_trace(spec, trace, rng, base_dir)
-    n = spec.get("num_requests")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"workload.num_requests must be a positive integer, got {n!r}")
-    arrival = spec.get("arrival")
-    if isinstance(arrival, dict) and arrival.get("process") == "trace":
-        raise ValueError("workload.trace is required when workload.arrival.process = 'trace'")
-    process = arrival_process(arrival or {}, "workload.arrival")
-    closed = isinstance(process, ClosedLoop)
-    for name in ("prompt_tokens", "output_tokens"):
-        if spec.get(name) is None:
-            raise ValueError(f"workload.{name} is required unless workload.trace is given")
-    arrival_s = None if closed else process.times(rng, n)
-    prompts = length_dist(spec["prompt_tokens"], "workload.prompt_tokens").sample(rng, n)
-    outputs = length_dist(spec["output_tokens"], "workload.output_tokens").sample(rng, n)
-    return Workload(prompts, outputs, _priorities(spec, rng, n), arrival_s,
-                    process if closed else None)
+    if spec.trace is not None:
+        return _from_trace(spec, spec.trace, rng, base_dir)
+    n = spec.num_requests
+    arrival_s, slots = _arrivals(spec, rng, n)
+    prompts = spec.prompt_tokens.sample(rng, n)
+    outputs = spec.output_tokens.sample(rng, n)
+    return Workload(prompts, outputs, _priorities(spec, rng, n), arrival_s, slots)
+
+
+def _arrivals(spec: WorkloadSettings, rng: np.random.Generator, n: int):
+    """(arrival times, None) of an open process's n requests, or (None, a closed loop's
+    users)."""
+    process = spec.arrival
+    if isinstance(process, ClosedLoop):
+        return None, Slots(process.concurrency, process.think_time_s)
+    return process.times(rng, n), None
 
 
 def _session_workload(plan: SessionPlan, priority: np.ndarray) -> Workload:
@@ -135,48 +132,29 @@ def _session_workload(plan: SessionPlan, priority: np.ndarray) -> Workload:
                     sessions=plan, block_keys=plan.block_keys)
 
 
-def check_workload(spec: dict, base_dir=None) -> None:
-    """Build what a resolved `workload` table describes without drawing anything, so that what
-    `build_workload` would refuse (a lognormal range that holds almost no mass, a trace file
-    that is not there) is refused before any run starts; raises ValueError or
-    FileNotFoundError with the dotted key (or the trace file's name and line)."""
-    if spec.get("sessions") is not None:
-        sessions_of(spec)
-    if spec["trace"] is None:
-        arrival_process(spec["arrival"], "workload.arrival")
-        for name in ("prompt_tokens", "output_tokens"):
-            length_dist(spec[name], f"workload.{name}")
-    else:  # read whole now (and kept): a bad row fails here, before any run starts
-        loaded = _load_trace(spec["trace"], base_dir)
+def check_workload(spec: WorkloadSettings, base_dir=None) -> None:
+    """Read what a resolved config's workload needs from files (its trace, read whole now and
+    kept: a bad row fails here, before any run starts) and check the span of a lengths-only
+    trace's arrivals; raises ValueError or FileNotFoundError with the dotted key (or the trace
+    file's name and line)."""
+    if spec.trace is not None:
+        loaded = _load_trace(spec.trace, base_dir)
         if loaded.arrival_s is None:  # lengths only: the arrival process gives the times
-            _check_span(arrival_process(spec["arrival"], "workload.arrival"), len(loaded))
-    if spec["priority"] is not None:
-        priority_dist(spec["priority"], "workload.priority")
+            _check_span(spec.arrival, len(loaded))
 
 
-def _from_trace(spec: dict, trace: dict, rng: np.random.Generator, base_dir) -> Workload:
-    if "path" not in trace:
-        raise ValueError("workload.trace.path is required")
-    untimed = trace.get("format", "azure") in UNTIMED_TRACE_FORMATS
-    process = (spec.get("arrival") or {}).get("process", "trace")
-    if untimed and process == "trace":
-        raise ValueError(f"workload.arrival is required with a {trace['format']} trace, which "
-                         f"gives lengths but no arrival times")
-    if not untimed and process != "trace":
-        raise ValueError(f"workload.arrival.process must be 'trace' with workload.trace, "
-                         f"got {process!r}")
-    loaded = _load_trace(trace, base_dir, rng if trace.get("shuffle", True) else None)
+def _from_trace(spec: WorkloadSettings, trace: TraceSettings, rng: np.random.Generator,
+                base_dir) -> Workload:
+    loaded = _load_trace(trace, base_dir, rng if trace.shuffle else None)
     n = len(loaded)
-    if not untimed:
+    if loaded.arrival_s is not None:
         shared = {} if loaded.prefix_blocks is None else _shared_prefixes(loaded)
         return Workload(loaded.prompt_tokens, loaded.output_tokens, _priorities(spec, rng, n),
                         loaded.arrival_s, **shared)
-    arrivals = arrival_process(spec["arrival"], "workload.arrival")
-    _check_span(arrivals, n)
-    closed = isinstance(arrivals, ClosedLoop)
-    arrival_s = None if closed else arrivals.times(rng, n)
+    _check_span(spec.arrival, n)
+    arrival_s, slots = _arrivals(spec, rng, n)
     return Workload(loaded.prompt_tokens, loaded.output_tokens, _priorities(spec, rng, n),
-                    arrival_s, arrivals if closed else None)
+                    arrival_s, slots)
 
 
 def _shared_prefixes(trace) -> dict:
@@ -195,28 +173,23 @@ def _shared_prefixes(trace) -> dict:
     return {"block_keys": keys, "prompt_ids": prompt_ids}
 
 
-def _load_trace(trace: dict, base_dir, rng=None):
-    """The requests of a resolved `trace` table; `rng` shuffles a lengths-only trace."""
-    return load_trace(trace["path"], trace.get("format", "azure"), trace.get("time_scale", 1.0),
-                      trace.get("max_requests"), base_dir,
-                      tokenizer=trace.get("tokenizer", "char"), rng=rng)
+def _load_trace(trace: TraceSettings, base_dir, rng=None):
+    """The requests of a resolved trace; `rng` shuffles a lengths-only trace."""
+    return load_trace(trace.path, trace.format, trace.time_scale, trace.max_requests, base_dir,
+                      tokenizer=trace.tokenizer, rng=rng)
 
 
 def _check_span(arrivals, n: int) -> None:
     """The arrivals of a trace's n requests stay where times keep microsecond precision (as
     `scenarios.checks.check_horizon` checks when the count is known before reading)."""
-    if isinstance(arrivals, ClosedLoop):
-        span, key = n * arrivals.think_time_s / arrivals.concurrency, "think_time_s"
-    else:
-        rate = getattr(arrivals, "rate", None)  # a burst has none: every request at 0
-        span, key = (0.0 if rate is None else n / rate), "rate"
+    span, key, _ = arrivals.span(n)
     if span > MAX_TIME_S:
         raise ValueError(f"workload.arrival.{key}: the trace's {n:,} requests would span about "
                          f"{span:.3g} s of simulated time; times past {MAX_TIME_S:.3g} s (136 "
                          f"years) lose sub-microsecond precision")
 
 
-def _priorities(spec: dict, rng: np.random.Generator, n: int) -> np.ndarray:
-    if spec.get("priority") is None:
+def _priorities(spec: WorkloadSettings, rng: np.random.Generator, n: int) -> np.ndarray:
+    if spec.priority is None:
         return np.zeros(n, dtype=np.int64)
-    return priority_dist(spec["priority"]).sample(rng, n)
+    return spec.priority.sample(rng, n)

@@ -24,59 +24,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from engine.sequence import SequenceStatus
-from .arrivals import arrival_process
-from .distributions import Fixed, length_dist
+from scenarios.config import WorkloadSettings
+from scenarios.workload import Fixed
 
 KEY = "workload.sessions"
-KEYS = ("conversations", "turns", "system_prompt_tokens", "think_time_s")
+
 SYSTEM_BLOCK, CONVERSATION_BLOCK = 1, 2  # the first element of a simulated block's key
 REJECTED_EARLIER = "an earlier turn of its conversation was rejected"
-
-
-@dataclass(frozen=True)
-class Sessions:
-    """The `workload.sessions` table: how many conversations, their turns and think time."""
-
-    conversations: int
-    turns: object  # a length distribution (distributions.py) of turns per conversation
-    system_prompt_tokens: int = 0
-    think_time_s: float = 0.0
-
-    def __post_init__(self):
-        n = self.conversations
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"{KEY}.conversations must be a positive integer, got {n!r}")
-        s = self.system_prompt_tokens
-        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
-            raise ValueError(f"{KEY}.system_prompt_tokens must be an integer >= 0, got {s!r}")
-        t = self.think_time_s
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf"):
-            raise ValueError(f"{KEY}.think_time_s must be a number >= 0, got {t!r}")
-
-
-def sessions_of(spec: dict) -> Sessions:
-    """The `Sessions` of a resolved `workload` table that has them, its other keys checked:
-    conversations start by an open process, and the turns give the requests (not
-    num_requests, not a trace)."""
-    for name in ("num_requests", "trace"):
-        if spec.get(name) is not None:
-            raise ValueError(f"workload.{name}: not allowed with {KEY} (the requests are the "
-                             f"conversations' turns)")
-    process = (spec.get("arrival") or {}).get("process")
-    if process in ("closed_loop", "trace"):
-        raise ValueError(f"workload.arrival.process: {process!r} cannot start the conversations "
-                         f"of {KEY} (each conversation is its own closed loop); use poisson, "
-                         f"gamma, constant or burst")
-    table = spec["sessions"]
-    unknown = [name for name in table if name not in KEYS]
-    if unknown:
-        raise ValueError(f"{KEY}.{unknown[0]}: unknown key (allowed: {', '.join(KEYS)})")
-    if "turns" not in table:
-        raise ValueError(f"{KEY}.turns: required (an integer or a length distribution)")
-    turns = table["turns"]
-    turns = length_dist(turns, f"{KEY}.turns") if isinstance(turns, dict) else \
-        Fixed(turns, key=f"{KEY}.turns")
-    return Sessions(**(table | {"turns": turns}))
 
 
 @dataclass(frozen=True)
@@ -122,16 +76,16 @@ class SessionPlan:
             [hash((CONVERSATION_BLOCK, conversation, j)) for j in range(shared, blocks)]
 
 
-def plan_sessions(spec: dict, rng: np.random.Generator) -> SessionPlan:
-    """The conversations of a resolved `workload` table with `sessions` (draw order: module)."""
-    sessions = sessions_of(spec)
+def plan_sessions(spec: WorkloadSettings, rng: np.random.Generator) -> SessionPlan:
+    """The conversations of a resolved workload with `sessions` (draw order: module)."""
+    sessions = spec.sessions
+    turns = sessions.turns if not isinstance(sessions.turns, int) else Fixed(sessions.turns)
     n_conv = int(sessions.conversations)
-    start_s = arrival_process(spec["arrival"], "workload.arrival").times(rng, n_conv)  # [N]
-    turns = sessions.turns.sample(rng, n_conv)  # [N]
-    offset = np.concatenate(([0], np.cumsum(turns))).astype(np.int64)  # [N + 1]
+    start_s = spec.arrival.times(rng, n_conv)  # [N]
+    offset = np.concatenate(([0], np.cumsum(turns.sample(rng, n_conv)))).astype(np.int64)
     n = int(offset[-1])
-    message = length_dist(spec["prompt_tokens"], "workload.prompt_tokens").sample(rng, n)
-    output = length_dist(spec["output_tokens"], "workload.output_tokens").sample(rng, n)
+    message = spec.prompt_tokens.sample(rng, n)
+    output = spec.output_tokens.sample(rng, n)
     prompt = _prompt_tokens(offset, message, output, sessions.system_prompt_tokens)
     return SessionPlan(start_s, offset, message, output, prompt,
                        int(sessions.system_prompt_tokens), float(sessions.think_time_s))

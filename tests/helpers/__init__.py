@@ -1,6 +1,7 @@
 """What several test modules share, one module per subject; a test module imports from here,
 never from another test module (`tests/test_layout.py` checks it).
 
+- `configs.py`: a config written as a nested dict, resolved as a scenario file is;
 - `runs.py`: every value a run recorded, comparable, and the fast-forward test servers;
 - `cluster.py`: cluster scenarios from TOML text and a whole cluster run;
 - `cosim.py`: a small cosimulated config, and executors that record and replay step times;

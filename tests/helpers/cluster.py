@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import scenarios
 from sim.cluster import Cluster
-from sim.runner import run_mode, sequence_maker
+from sim.build import run_mode, sequence_maker
 from sim.workloads import build_workload, seeded_streams
 
 OPEN = """
@@ -41,8 +41,8 @@ def cluster_text(replicas: int = 3, router: str = "least_outstanding", extra: st
 
 def run_cluster_of(config, fast_forward: bool = True):
     """(Cluster, ClusterRecorder) of a resolved config with a [cluster]."""
-    mode, streams = run_mode(config), seeded_streams(config["seed"])
+    mode, streams = run_mode(config), seeded_streams(config.seed)
     cluster = Cluster(config, mode, streams)
-    workload = build_workload(config["workload"], streams["workload"])
+    workload = build_workload(config.workload, streams["workload"])
     make = sequence_maker(workload, mode, streams, cluster.model, cluster.block_manager())
     return cluster, cluster.run(workload, make, fast_forward=fast_forward), len(workload)

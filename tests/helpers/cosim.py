@@ -8,7 +8,7 @@ TINY = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64
 CONFIG = {
     "name": "cosim", "description": "", "seed": 3, "mode": "cosimulate", "model": TINY,
     "engine": {"block_size": 4, "num_kv_blocks": 40, "max_num_seqs": 8,
-               "max_num_batched_tokens": 32},
+               "max_num_batched_tokens": 32, "enable_prefix_caching": False},
     "scheduler": {"policy": "continuous", "queue": "fcfs", "chunked_prefill": True,
                   "max_batch_size": 8, "batch_timeout_s": 0.0},
     "cost": {"model": "linear", "profile": "default", "step_overhead_s": 1e-3,

@@ -191,13 +191,13 @@ def _is_number_above(value, bound: float) -> bool:
         math.isfinite(value) and value > bound
 
 
-def cost_per_hour(hardware: dict) -> float | None:
-    """Dollars a GPU-hour of a resolved `[hardware]` table: its `cost_per_hour`, else the
-    catalog's assumed price for its GPU (data/gpus.toml says where each comes from); None for
-    a GPU the scenario defines, or a catalog GPU without a price."""
-    if "cost_per_hour" in hardware:
-        return float(hardware["cost_per_hour"])
-    gpu = hardware.get("gpu")
+def cost_per_hour(hardware) -> float | None:
+    """Dollars a GPU-hour of a resolved config's hardware settings: its `cost_per_hour`, else
+    the catalog's assumed price for its GPU (data/gpus.toml says where each comes from); None
+    for a GPU the scenario defines, or a catalog GPU without a price."""
+    if hardware.cost_per_hour is not None:
+        return float(hardware.cost_per_hour)
+    gpu = hardware.gpu
     if not isinstance(gpu, str):
         return None
     return gpus().get(gpu.lower(), {}).get("cost_per_hour")

@@ -44,20 +44,21 @@ class HardwareSetup:
                 "kv_blocks": self.kv_blocks, "kv_tokens": self.kv_blocks * self.block_size}
 
 
-def hardware_setup(config: dict) -> HardwareSetup:
-    """The hardware of a resolved config whose cost.model is "hardware"."""
-    hardware, engine = config["hardware"], config["engine"]
-    arch = model_architecture(config["model"])
-    gpu = gpu_spec(hardware["gpu"])
-    tp, dtype = hardware["tp"], hardware["dtype"]
+def hardware_setup(config) -> HardwareSetup:
+    """The hardware of a resolved config (`scenarios.RunConfig`) whose cost.model is
+    "hardware"."""
+    hardware, engine = config.hardware, config.engine
+    arch = model_architecture(config.model.given())
+    gpu = gpu_spec(hardware.gpu)
+    tp, dtype = hardware.tp, hardware.dtype
     arch.check_tp(tp)
     gpu.peak_flops(dtype)  # the GPU computes in this dtype
     size = DTYPE_BYTES[dtype]
 
     def plan_for(degree: int) -> MemoryPlan:
-        return memory_plan(arch, gpu.memory_bytes, hardware["gpu_memory_utilization"], degree,
-                           size, size, engine["block_size"], engine["max_num_batched_tokens"],
-                           engine["max_num_seqs"])
+        return memory_plan(arch, gpu.memory_bytes, hardware.gpu_memory_utilization, degree,
+                           size, size, engine.block_size, engine.max_num_batched_tokens,
+                           engine.max_num_seqs)
 
     plan = plan_for(tp)
     if plan.kv_blocks < 1:
@@ -70,21 +71,21 @@ def hardware_setup(config: dict) -> HardwareSetup:
             f"GiB of weights, {plan.activations / GIB:.1f} GiB of activations, "
             f"{plan.non_torch / GIB:.1f} GiB outside the allocator) and "
             f"{gpu.memory_gib:g} GiB x gpu_memory_utilization "
-            f"{hardware['gpu_memory_utilization']:g} = {plan.usable / GIB:.1f} GiB is usable; "
+            f"{hardware.gpu_memory_utilization:g} = {plan.usable / GIB:.1f} GiB is usable; "
             f"{hint}")
-    blocks = engine["num_kv_blocks"]
+    blocks = engine.num_kv_blocks
     if blocks == "auto":
         blocks = plan.kv_blocks
     elif blocks > plan.kv_blocks:
-        need = blocks * engine["block_size"] * plan.kv_bytes_per_token / GIB
+        need = blocks * engine.block_size * plan.kv_bytes_per_token / GIB
         raise ValueError(f"engine.num_kv_blocks: {blocks:,} blocks need {need:.1f} GiB of KV "
                          f"cache per GPU; {gpu.id} at tp = {tp} has {plan.kv_bytes / GIB:.1f} "
                          f"GiB left after the weights and activations ({plan.kv_blocks:,} "
                          f"blocks: use \"auto\")")
-    tokens = blocks * engine["block_size"]
+    tokens = blocks * engine.block_size
     if arch.max_seq_len > tokens:
         raise ValueError(f"model.max_seq_len: {arch.name}'s {arch.max_seq_len:,} tokens are more "
                          f"than the KV cache holds on {gpu.id} at tp = {tp} ({tokens:,} tokens); "
                          f"set model.max_seq_len to at most {tokens:,} (as vLLM's "
                          f"--max-model-len) or use more GPUs")
-    return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine["block_size"])
+    return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine.block_size)

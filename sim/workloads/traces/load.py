@@ -64,15 +64,15 @@ def load_trace(path, trace_format: str = "azure", time_scale: float = 1.0,
     return replace(trace, arrival_s=trace.arrival_s * time_scale)
 
 
-def trace_notes(trace_config: dict, base_dir=None) -> list[str]:
+def trace_notes(trace_config, base_dir=None) -> list[str]:
     """What a run of a resolved `workload.trace` table should say of its file: fewer requests
     than `max_requests` asked for (every one is sent), and entries that hold no request."""
-    trace = load_trace(trace_config["path"], trace_config["format"],
-                       trace_config["time_scale"], trace_config["max_requests"], base_dir,
-                       tokenizer=trace_config.get("tokenizer", "char"))
-    name = trace_config.get("name") or Path(trace_config["path"]).name
+    trace = load_trace(trace_config.path, trace_config.format, trace_config.time_scale,
+                       trace_config.max_requests, base_dir,
+                       tokenizer=trace_config.tokenizer)
+    name = trace_config.name or Path(trace_config.path).name
     notes = []
-    wanted = trace_config["max_requests"]
+    wanted = trace_config.max_requests
     if wanted is not None and len(trace) < wanted:
         notes.append(f"{name} holds {len(trace):,} requests, fewer than the {wanted:,} asked "
                      f"for (workload.trace.max_requests, --num-prompts): all {len(trace):,} "

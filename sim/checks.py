@@ -1,0 +1,88 @@
+"""Checking a config before running it: everything a run would build from files and
+distributions (the workload, its trace file, the cost model, the jitter, the hardware), and
+that every run of a command fits in memory together, so that a problem is one line before any
+run starts, placed in the scenario file, an override or a variant (docs/architecture.md,
+"From a scenario file to a chart")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scenarios import RunConfig
+
+from .build import build_cost, build_scheduler, hardware_of, speed_process
+from .memory import check_memory
+from .workloads import build_workload, check_turn_lengths, check_workload, load_trace, \
+    seeded_streams
+
+SERVE_SESSIONS = ("workload.sessions is supported in modes simulate and cosimulate only (serve "
+                  "replays arrival times given up front; a conversation sends each turn when "
+                  "the last one finishes)")
+
+
+def check_config(config: RunConfig, base_dir=None) -> int:
+    """Build what a resolved config's run needs from files and distributions (the workload's
+    trace file, the cost model, the jitter) without running it, and check that the run fits in
+    memory; raises ValueError or FileNotFoundError naming the dotted key. Returns how many
+    requests the run sends."""
+    workload = config.workload
+    check_workload(workload, base_dir)
+    trace = workload.trace
+    if workload.sessions is not None:
+        requests = _check_sessions(config)
+    elif trace is None:
+        requests = workload.num_requests
+    else:
+        requests = len(load_trace(trace.path, trace.format, trace.time_scale,
+                                  trace.max_requests, base_dir))  # read once, by check_workload
+    check_memory([(config, requests)])
+    hardware = hardware_of(config)
+    if hardware is not None:
+        build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks)
+    elif config.mode == "simulate" and config.cost.model != "live":
+        speed_process(config.cost, build_cost(config), None)
+    return requests
+
+
+def _check_sessions(config: RunConfig) -> int:
+    """Refuse sessions in serve mode, or a conversation whose last turn passes the model's
+    max_seq_len (the turns the seed draws); returns how many requests (turns) there are."""
+    if config.mode == "serve":
+        raise ValueError(SERVE_SESSIONS)
+    hardware = hardware_of(config)
+    max_seq_len = config.model.max_seq_len if hardware is None else hardware.arch.max_seq_len
+    workload = build_workload(config.workload, seeded_streams(config.seed)["workload"])
+    check_turn_lengths(workload.sessions, max_seq_len)
+    return len(workload)
+
+
+def check_scenario(scenario, specs=None) -> None:
+    """Check the base config and every run of a loaded scenario (`check_config`), and that all
+    the runs' records fit in memory together; the first problem is a one-line `ScenarioError`
+    placed in the file, an override or a variant at a sweep point, as the scenario loader
+    places its own. `specs`: check these runs (the scenario's, changed by the caller) instead
+    of the base and the scenario's runs."""
+    base_dir = Path(scenario.path).parent
+    problem = None if specs is not None else _problem(scenario.base, base_dir)[0]
+    if problem is not None:
+        by_override = bool(scenario.overrides) and (
+            scenario.file_base is None or _problem(scenario.file_base, base_dir)[0] != problem)
+        raise scenario.error(problem, by_override=by_override)
+    runs = []
+    for spec in scenario.specs if specs is None else specs:
+        problem, requests = _problem(spec.config, base_dir)
+        if problem is not None:
+            raise scenario.error(problem, spec)
+        runs.append((spec.config, requests))
+    try:
+        check_memory(runs)
+    except ValueError as exc:
+        raise scenario.error(str(exc), by_override=bool(scenario.overrides)) from None
+
+
+def _problem(config: RunConfig, base_dir) -> tuple[str | None, int]:
+    """(what is wrong with a config, or None; how many requests its run sends)."""
+    try:
+        return None, check_config(config, base_dir)
+    except (ValueError, FileNotFoundError) as exc:
+        return str(exc), 0
