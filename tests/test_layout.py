@@ -76,3 +76,83 @@ def test_no_test_module_imports_another():
             parts = name.split(".")
             top = parts[1] if parts[0] == "tests" and len(parts) > 1 else parts[0]
             assert top not in test_modules, f"{path.relative_to(ROOT)} imports {name}"
+
+
+# --- the packages' import graph (docs/architecture.md, "Packages and their imports") ----------
+
+PACKAGES = ("engine", "scenarios", "reports", "sim")
+MAY_IMPORT = {"engine": set(), "scenarios": {"engine"}, "reports": {"engine", "scenarios"},
+              "sim": {"engine", "scenarios", "reports"}}
+
+
+def module_graph() -> dict[str, set[str]]:
+    """{module: the project modules it imports}, over every module of the four packages (an
+    import inside a function counts: a circle broken only by importing late is still one)."""
+    files = {module_name(path): path for package in PACKAGES
+             for path in (ROOT / package).rglob("*.py")}
+    return {name: project_imports(path, files) - {name} for name, path in files.items()}
+
+
+def project_imports(path: Path, files) -> set[str]:
+    """The modules of `files` a file imports: `from package import module` imports that
+    module, `from package import name` the package's `__init__`."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            found |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base
+                      for alias in node.names}
+    return found & set(files)
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_import_graph_has_no_circle():
+    assert circles(module_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_each_package_imports_only_the_packages_below_it():
+    for module, imported in module_graph().items():
+        package = module.split(".")[0]
+        for name in imported:
+            assert name.split(".")[0] in MAY_IMPORT[package] | {package}, f"{module} -> {name}"
