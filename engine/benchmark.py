@@ -1,4 +1,5 @@
-"""Serving metrics: the one implementation of ARCHITECTURE section 8 (vLLM's conventions).
+"""Serving metrics: the one implementation of the definitions in docs/benchmark/metrics.md
+(vLLM's conventions).
 
 - TTFT = first token - arrival; E2E = finish - arrival; queue = first scheduled - arrival.
 - TPOT = (E2E - TTFT) / (output tokens - 1), per request; undefined (NaN) for one output token
@@ -198,7 +199,7 @@ def _defined(name: str, values: np.ndarray) -> np.ndarray:
 
 
 def summarize(recorder: RunRecorder, slo: dict | None = None, warmup_s: float = 0.0) -> dict:
-    """The summary figures of one run (summary.csv's columns, ARCHITECTURE section 7).
+    """The summary figures of one run (summary.csv's columns, docs/reports/files.md).
     `warmup_s`: the requests that arrive before it are served but not counted, nor are the
     inter-token gaps of steps that end before it, and throughputs divide by the time from it
     to the last finish. `unfinished` also counts the requests a benchmarked server failed

@@ -1,4 +1,4 @@
-"""Write every output file of a run (ARCHITECTURE section 7) into one directory:
+"""Write every output file of a run (docs/reports/files.md) into one directory:
 requests.csv, steps.csv, summary.csv, replicas.csv (cluster runs only), each run's vLLM-layout summary (`summary.json` for one
 run, `summary-<run>.json` for each of several; vllm_json.py), the PNG charts, report.md and
 report.html.

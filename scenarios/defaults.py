@@ -61,7 +61,7 @@ DEFAULTS = {
         # 2-core cloud VM for 4-64 blocks of the default model (cost.model "hardware" uses the
         # GPU's host link instead, hardware.gpu's host_bandwidth_gbs).
         "swap_bandwidth_gbs": 10.0,
-        # Coefficients of the `linear` cost model (ARCHITECTURE section 5), used only when
+        # Coefficients of the `linear` cost model (docs/sim/cost_models.md), used only when
         # model = "linear"; the values are of the order the default profile measures.
         "step_overhead_s": 0.003,
         "prefill_token_s": 0.0004,

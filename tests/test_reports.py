@@ -1,4 +1,4 @@
-"""Reports: every file of ARCHITECTURE section 7 with its columns, figures equal to the engine's
+"""Reports: every file of docs/reports/files.md with its columns, figures equal to the engine's
 metric functions, charts embedded in a self-contained HTML page, rejected requests listed with
 their reasons, and byte-identical files for the same seed."""
 

@@ -1,4 +1,4 @@
-"""`LinearCost`: the explicit what-if cost model of ARCHITECTURE section 5,
+"""`LinearCost`: the explicit what-if cost model (docs/sim/cost_models.md, "`linear`"),
 
     step_s = step_overhead_s + prefill_token_s * prefill_tokens + decode_seq_s * decode_seqs
              + context_token_s * decode_context,
