@@ -150,9 +150,10 @@ def step_costs(config) -> str:
                 f"and {hardware.seq_overhead_s * 1e6:g} us a sequence of server overhead")
     if cost.model == "profile":
         return f"predicted by the fitted profile `{cost.profile}`"
-    return ("linear: " + ", ".join(f"{name} {getattr(cost, name):g}" for name in
-                                   ("step_overhead_s", "prefill_token_s", "decode_seq_s",
-                                    "context_token_s")))
+    coefficients = {"step_overhead_s": cost.step_overhead_s,
+                    "prefill_token_s": cost.prefill_token_s, "decode_seq_s": cost.decode_seq_s,
+                    "context_token_s": cost.context_token_s}
+    return "linear: " + ", ".join(f"{name} {value:g}" for name, value in coefficients.items())
 
 
 def workload_text(workload) -> str:

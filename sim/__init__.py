@@ -9,10 +9,11 @@ replay, step-cost models fitted to the real engine, and the profiler that fits t
 
 import importlib
 
-_HOMES = {"CostModelExecutor": "costs", "FittedCost": "costs", "LinearCost": "costs",
-          "load_profile": "costs", "run_config": "runner", "simulate": "runner",
-          "Workload": "workloads", "build_workload": "workloads", "seeded_streams": "workloads",
-          "HardwareCost": "costs.hardware", "layer_op_times": "costs.hardware"}
+_HOMES = {"CostModel": "costs", "CostModelExecutor": "costs", "FittedCost": "costs",
+          "LinearCost": "costs", "load_profile": "costs", "run_config": "runner",
+          "simulate": "runner", "Workload": "workloads", "build_workload": "workloads",
+          "seeded_streams": "workloads", "HardwareCost": "costs.hardware",
+          "layer_op_times": "costs.hardware"}
 
 
 def __getattr__(name):
@@ -23,6 +24,6 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CostModelExecutor", "FittedCost", "HardwareCost", "LinearCost", "Workload",
-           "build_workload", "layer_op_times", "load_profile", "run_config", "seeded_streams",
-           "simulate"]
+__all__ = ["CostModel", "CostModelExecutor", "FittedCost", "HardwareCost", "LinearCost",
+           "Workload", "build_workload", "layer_op_times", "load_profile", "run_config",
+           "seeded_streams", "simulate"]

@@ -110,22 +110,21 @@ def speed_process(cost_config: CostSettings, cost, rng) -> SpeedProcess | None:
     """The machine's speed process when `cost.jitter` is on (the profile's measured jitter)."""
     if not cost_config.jitter:
         return None
-    jitter = getattr(cost, "jitter", None)
-    if jitter is None:
-        source = getattr(cost, "source", cost_config.model)
+    if cost.jitter is None:
         raise ValueError(f"cost.jitter = true needs a profile with a jitter measurement; "
-                         f"{source} has none (profile again with `servesim profile`, or set "
-                         f"cost.jitter = false)")
-    return SpeedProcess(jitter, rng)
+                         f"{cost.source} has none (profile again with `servesim profile`, or "
+                         f"set cost.jitter = false)")
+    return SpeedProcess(cost.jitter, rng)
 
 
 def swap_block_s(config: RunConfig, cost) -> float:
-    """Simulated seconds to copy one KV block to or from host memory (swap preemption): over
-    the GPU's host link for a hardware cost model, else a memcpy of the NumPy engine's float32
-    block at cost.swap_bandwidth_gbs."""
+    """Simulated seconds to copy one KV block to or from host memory (swap preemption): the
+    cost model's own (a hardware model's: over the GPU's host link), else a memcpy of the NumPy
+    engine's float32 block at cost.swap_bandwidth_gbs."""
     block_size = config.engine.block_size
-    if hasattr(cost, "swap_block_s"):
-        return cost.swap_block_s(block_size)
+    own = cost.swap_block_s(block_size)
+    if own is not None:
+        return own
     model = config.model
     block_bytes = 2 * model.n_layers * block_size * model.d_model * 4  # K and V
     return block_bytes / (config.cost.swap_bandwidth_gbs * 1e9)

@@ -91,13 +91,13 @@ def test_fitted_cost_is_the_rows_cost_plus_the_dot_product_of_features_and_coeff
     coefficients = (0.003, 4e-5, 1e-4, 1e-8, 2e-7, 5e-4, 1e-6, 3e-7, 3e-4, 2e-8, 1e-4)
     shape = shape_of(_plan(), 16, 64)
     linear = float(np.dot(coefficients, feature_vector(shape)))
-    assert FittedCost(coefficients, MODEL).predict_shape(shape) == pytest.approx(linear)
+    assert FittedCost(coefficients, MODEL).step_time(shape) == pytest.approx(linear)
     rows = FittedCost(coefficients, MODEL, row_knots=(1, 16, 64), row_costs=(1e-3, 2e-3, 5e-3),
                       row_tails=(1e-4, 2e-4, 4e-4))
     # 54 rows: between the knots 16 and 64, and 54 = 0b110110 has bits 1 and 2 set
     expected = 2e-3 + 3e-3 * (54 - 16) / 48 + 2e-4 + 4e-4
     assert rows.rows_cost(54) == pytest.approx(expected)
-    assert rows.predict_shape(shape) == pytest.approx(linear + expected)
+    assert rows.step_time(shape) == pytest.approx(linear + expected)
 
 
 def test_rows_cost_hits_every_knot_interpolates_between_and_extends_the_last_segment():
@@ -277,7 +277,7 @@ def test_shipped_default_profile_is_self_consistent():
     assert held["steps"] > 300 and 0 < held["median_abs_rel_error"] < held["p90_abs_rel_error"]
     cost = load_profile("default")
     assert cost.reference_s > 0 and cost.jitter is not None and cost.wake_cost(1.0) > 0
-    assert cost.predict_shape(StepShape(decode_seqs=1, decode_context=100, sampled_seqs=1,
+    assert cost.step_time(StepShape(decode_seqs=1, decode_context=100, sampled_seqs=1,
                                         decode_span=100, decoding=1)) > 0
 
 

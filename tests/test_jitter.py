@@ -12,7 +12,7 @@ import pytest
 import scenarios
 from scenarios import ScenarioError
 from sim.costs.executor import CostModelExecutor
-from sim.costs import load_profile
+from sim.costs import CostModel, load_profile
 from sim.costs.jitter import Jitter, SpeedProcess, fit, lag_covariance
 from sim.checks import check_scenario
 from sim.runner import run_config
@@ -101,8 +101,8 @@ def test_cost_jitter_scales_the_steps_reproducibly_and_only_when_on(tmp_path):
 
 
 def test_jitter_factor_multiplies_the_predicted_step_including_the_wake_cost():
-    class Cost:
-        def predict(self, *counts):
+    class Cost(CostModel):
+        def step_time(self, shape):
             return 0.01
 
         def wake_cost(self, idle_s):

@@ -10,7 +10,7 @@ import pytest
 
 from engine.block_manager import BlockManager
 from sim.costs.jitter import Jitter
-from sim.costs import COUNTS, FEATURES, LinearCost, StepShape, load_profile, shape_of
+from sim.costs import FEATURES, LinearCost, StepShape, load_profile, shape_of
 from sim.costs.fitted import ROW_TAILS
 from sim.profiling.isolated import executor_cost, predict_profile_points
 from sim.profiling.profiler import profile_engine
@@ -140,8 +140,7 @@ def test_the_design_matrix_is_what_the_fitted_cost_computes():
                  "tails_s": dict(zip(ROW_TAILS, rng.random(3)))}}})
     params = np.concatenate([cost.row_costs, cost.row_tails, cost.coefficients[1:]])
     assert design_matrix(shapes, knots) @ params == pytest.approx(
-        [cost.predict(*s.counts()) for s in shapes])
-    assert [s.counts() for s in shapes] == [tuple(getattr(s, c) for c in COUNTS) for s in shapes]
+        [cost.step_time(s) for s in shapes])
 
 
 def test_a_chunk_followed_by_more_prompt_samples_nothing():
@@ -168,8 +167,8 @@ def test_profile_records_its_reference_time_and_calibration_compares_the_machine
                           reference_of(cost), seconds=0.3)
     assert 0.2 < speed < 5  # the same machine: not orders of magnitude off
     shape = StepShape(prefill_tokens=32, prefill_seqs=1, decode_seqs=8, decode_context=1024)
-    assert ScaledCost(cost, speed).predict_shape(shape) == pytest.approx(
-        speed * cost.predict_shape(shape))
+    assert ScaledCost(cost, speed).step_time(shape) == pytest.approx(
+        speed * cost.step_time(shape))
     assert reference_of(load_profile("default")) > 0  # the shipped profile records one too
     with pytest.raises(ValueError, match="records no reference step time"):
         reference_of(LinearCost(0.003, 1e-4, 1e-4, 1e-6))

@@ -132,10 +132,11 @@ def test_simulation_and_cosimulation_swap_the_same_blocks_step_for_step():
 
 def test_the_simulator_charges_each_swapped_block_at_the_host_bandwidth():
     config = swap_config("simulate")
-    block_s = swap_block_s(config, None)
+    cost = LinearCost(0.0, 1e-5, 1e-4, 0.0)  # a cost model with no swap time of its own
+    block_s = swap_block_s(config, cost)
     assert block_s == pytest.approx(2 * 2 * 4 * 32 * 4 / 1e6)  # K+V, 2 layers, 4 x 32 floats
-    executor = CostModelExecutor(LinearCost(0.0, 1e-5, 1e-4, 0.0), None, 4, block_s)
-    plain = CostModelExecutor(LinearCost(0.0, 1e-5, 1e-4, 0.0), None, 4)
+    executor = CostModelExecutor(cost, None, 4, block_s)
+    plain = CostModelExecutor(cost, None, 4)
     seq = Sequence("a", 8, 4)
     plan = StepPlan(step=0, prefills=[(seq, 8)], swap_out=[(1, 0), (2, 1)], swap_in=[(0, 3)])
     assert executor.execute(plan).duration_s - plain.execute(plan).duration_s == \

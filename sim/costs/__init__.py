@@ -1,6 +1,8 @@
 """Step-cost models: how long an engine step takes, predicted from the shape of its `StepPlan`
 (`shape.StepShape`), and the executor that runs a simulation on them.
 
+- `CostModel` (`model.py`): what every cost model provides, `step_time(shape)`, and the optional
+  hooks (wake-up, after-prefill and swap costs, jitter, reference step) with their defaults;
 - `LinearCost` (`linear.py`): explicit coefficients, for what-if studies and analytic checks;
 - `FittedCost` (`fitted.py`): measured on the real engine by `sim.profiling` and read from a
   profile file (`profile_file.py`);
@@ -16,22 +18,23 @@ from __future__ import annotations
 from .executor import CostModelExecutor
 from .fitted import FEATURES, FittedCost
 from .linear import LINEAR_FIELDS, LinearCost
+from .model import CostModel
 from .profile_file import check_profile_model, load_profile, profile_path
 from .shape import COUNTS, StepShape, shape_of
 
-__all__ = ["COUNTS", "FEATURES", "CostModelExecutor", "FittedCost", "LINEAR_FIELDS",
-           "LinearCost", "StepShape", "check_profile_model", "cost_model", "load_profile",
-           "profile_path", "shape_of"]
+__all__ = ["COUNTS", "FEATURES", "CostModel", "CostModelExecutor", "FittedCost",
+           "LINEAR_FIELDS", "LinearCost", "StepShape", "check_profile_model", "cost_model",
+           "load_profile", "profile_path", "shape_of"]
 
 
-def cost_model(cost, model):
+def cost_model(settings, model) -> CostModel:
     """The cost model a resolved config's cost settings select ("profile" or "linear"), for
     the NumPy engine's `model`."""
-    kind = cost.model
+    kind = settings.model
     if kind == "linear":
-        return LinearCost(**{name: getattr(cost, name) for name in LINEAR_FIELDS})
+        return LinearCost(**{name: getattr(settings, name) for name in LINEAR_FIELDS})
     if kind == "profile":
-        fitted = load_profile(cost.profile)
+        fitted = load_profile(settings.profile)
         check_profile_model(fitted, model)
         return fitted
     raise ValueError(f"cost.model must be one of profile, linear, live (live runs the real "

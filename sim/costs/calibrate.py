@@ -12,38 +12,39 @@ by the served steps' own speed ratio.
 
 from __future__ import annotations
 
+from .model import CostModel
+from .shape import StepShape
 
-def reference_of(cost) -> float:
+
+def reference_of(cost: CostModel) -> float:
     """The profile's reference time, or a clear error for a model without one."""
-    reference = getattr(cost, "reference_s", None)
-    if reference is None:
-        source = getattr(cost, "source", "the cost model")
-        raise ValueError(f"calibrate: {source} records no reference step time (a linear cost "
-                         f"model, or a profile written before calibration existed); profile "
+    if cost.reference_s is None:
+        raise ValueError(f"calibrate: {cost.source} records no reference step time (a linear "
+                         f"cost model, or a profile written before calibration existed); profile "
                          f"again with `servesim profile`")
-    return reference
+    return cost.reference_s
 
 
-class ScaledCost:
-    """A cost model whose every prediction (and wake-up cost) is multiplied by `factor`; the
-    inner model's jitter, if any, is kept (it multiplies on top)."""
+class ScaledCost(CostModel):
+    """A cost model whose every step time (wake-up and after-prefill costs included) is
+    multiplied by `factor`. The inner model's jitter is kept (it multiplies on top), and so
+    are its source, model, gathered-keys counting and swap time; it has no reference step of
+    its own (`reference_s` None: calibrate the inner model)."""
 
-    def __init__(self, cost, factor: float):
+    def __init__(self, cost: CostModel, factor: float):
         self.cost, self.factor = cost, factor
-        self.jitter = getattr(cost, "jitter", None)
-        self.source = getattr(cost, "source", "cost model")
-        self.model = getattr(cost, "model", None)
-        self.counts_gathered = getattr(cost, "counts_gathered", False)
-        inner = getattr(cost, "wake_cost", None)
-        if inner is not None:
-            self.wake_cost = lambda idle_s: factor * inner(idle_s)
-        after = getattr(cost, "after_prefill_cost", None)
-        if after is not None:
-            self.after_prefill_cost = lambda tokens, k: factor * after(tokens, k)
-            self.after_prefill_steps = getattr(cost, "after_prefill_steps", 0)
+        self.jitter, self.source, self.model = cost.jitter, cost.source, cost.model
+        self.counts_gathered = cost.counts_gathered
+        self.after_prefill_steps = cost.after_prefill_steps
 
-    def predict(self, *counts) -> float:
-        return self.factor * self.cost.predict(*counts)
+    def step_time(self, shape: StepShape):
+        return self.factor * self.cost.step_time(shape)
 
-    def predict_shape(self, shape) -> float:
-        return self.predict(*shape.counts())
+    def wake_cost(self, idle_s: float) -> float:
+        return self.factor * self.cost.wake_cost(idle_s)
+
+    def after_prefill_cost(self, tokens: int, k: int) -> float:
+        return self.factor * self.cost.after_prefill_cost(tokens, k)
+
+    def swap_block_s(self, block_size: int) -> float | None:
+        return self.cost.swap_block_s(block_size)

@@ -4,10 +4,10 @@ the scheduler only counts them).
 
 Its cost per step is O(number of prefill chunks), not O(batch): the decoding sequences' context
 sum and maximum are running totals (`DecodeContext`). A run of steps that repeat a decode-only
-step (`engine.decode_run`) is predicted in one vectorized pass (`execute_run`): each cost model's
-`predict` takes arrays for the counts that change from step to step and evaluates the same
-expression, operation for operation, so every duration is the one `execute` would give, to the
-last bit.
+step (`engine.decode_run`) is predicted in one vectorized pass (`execute_run`): the cost model's
+`step_time` gets a `StepShape` whose counts that change from step to step are arrays and
+evaluates the same expression, operation for operation, so every duration is the one `execute`
+would give, to the last bit.
 """
 
 from __future__ import annotations
@@ -17,18 +17,20 @@ import numpy as np
 from engine.executor import StepResult
 
 from .decode_context import DecodeContext
-from .shape import (gather_group, gathered_keys, gathered_keys_repeated, prefill_counts,
-                    slot_bytes)
+from .model import CostModel
+from .shape import (StepShape, gather_group, gathered_keys, gathered_keys_repeated,
+                    prefill_counts, slot_bytes)
 
 RUN_CHUNK = 32  # steps of a run predicted at first (then 4x more each time, while needed)
 
 
 class CostModelExecutor:
-    """Executor protocol (`execute(plan) -> StepResult`) backed by a cost model. The simulation
-    loop calls `after_idle(idle_s)` when the engine wakes up from an idle wait; the next step
-    then also pays the cost model's `wake_cost(idle_s)` (a model without one: nothing). The steps
-    after one with prefill chunks pay its `after_prefill_cost(tokens, k)` (the k-th after it,
-    until the next prefill or idle wait; a model without one: nothing). With a
+    """Executor protocol (`execute(plan) -> StepResult`) backed by a cost model (a
+    `sim.costs.model.CostModel`). The simulation loop calls `after_idle(idle_s)` when the
+    engine wakes up from an idle wait; the next step then also pays the cost model's
+    `wake_cost(idle_s)`. The steps after one with prefill chunks pay its
+    `after_prefill_cost(tokens, k)` (the k-th after it, up to its `after_prefill_steps`, until
+    the next prefill or idle wait). With a
     `speed` (`sim.costs.jitter.SpeedProcess`) every step's time is multiplied by the machine's speed
     factor at its start (the time since the previous step's start is its duration plus the
     idle time reported in between). `block_size` is the KV cache's: with it the keys decode
@@ -38,26 +40,29 @@ class CostModelExecutor:
 
     samples_tokens = False  # its sequences stop by length alone
 
-    def __init__(self, cost_model, speed=None, block_size: int = 16, swap_block_s: float = 0.0):
+    def __init__(self, cost_model: CostModel, speed=None, block_size: int = 16,
+                 swap_block_s: float = 0.0):
+        if not isinstance(cost_model, CostModel):
+            raise TypeError(f"a cost model subclasses sim.costs.CostModel (step_time(shape) and "
+                            f"optional hooks with defaults), got {type(cost_model).__name__}")
         self.cost_model = cost_model
         self.speed = speed
         self.block_size = block_size
         self.swap_block_s = swap_block_s
-        self._slot_bytes = slot_bytes(cost_model.model) \
-            if getattr(cost_model, "counts_gathered", False) else 0
+        self._slot_bytes = slot_bytes(cost_model.model) if cost_model.counts_gathered else 0
         self._context = DecodeContext(block_size)
-        self._predict = cost_model.predict
-        self._wake_cost = getattr(cost_model, "wake_cost", None)
+        self._step_time = cost_model.step_time
+        self._wake_cost = cost_model.wake_cost
         self._wake_s = 0.0
-        self._after_cost = getattr(cost_model, "after_prefill_cost", None)
-        self._after_steps = getattr(cost_model, "after_prefill_steps", 0)  # how many pay it
+        self._after_cost = cost_model.after_prefill_cost
+        self._after_steps = cost_model.after_prefill_steps  # how many steps pay it (0: none)
         self._after_tokens = 0  # prefill tokens of the last step with prefill chunks
         self._after_k = 0  # steps since it
         self._since_start_s = 0.0  # since the previous step's start (duration + idle)
 
     def after_idle(self, idle_s: float) -> None:
         """The engine was idle for `idle_s` seconds before the step it is about to plan."""
-        self._wake_s = self._wake_cost(idle_s) if self._wake_cost is not None else 0.0
+        self._wake_s = self._wake_cost(idle_s)
         self._after_tokens = 0  # the wake-up cost is measured from a settled, idle engine
         self._since_start_s += idle_s
 
@@ -66,17 +71,18 @@ class CostModelExecutor:
         decodes, running = len(plan.decodes), self._context
         decode_context = running.update(plan)
         gathered = self._gathered(plan, running.max_context) if decodes else 0
-        duration = self._predict(tokens, attention, len(plan.prefills), decodes, decode_context,
-                                 plan.padding_seqs, sampled + decodes, context,
-                                 decodes * running.max_context, gathered,
-                                 int(decodes > 0), square) + self._wake_s
+        # StepShape's fields in their order (positional: half the time of keywords, every step)
+        shape = StepShape(tokens, attention, len(plan.prefills), decodes, decode_context,
+                          plan.padding_seqs, sampled + decodes, context,
+                          decodes * running.max_context, gathered, int(decodes > 0), square)
+        duration = self._step_time(shape) + self._wake_s
         self._wake_s = 0.0
         if plan.swap_out or plan.swap_in:
             duration += (len(plan.swap_out) + len(plan.swap_in)) * self.swap_block_s
         if self._after_tokens:
             self._after_k += 1
             duration += self._after_cost(self._after_tokens, self._after_k)
-        if tokens and self._after_cost is not None:
+        if tokens and self._after_steps:
             self._after_tokens, self._after_k = tokens, 0
         if self.speed is not None:
             duration *= self.speed.factor(self._since_start_s)
@@ -120,10 +126,11 @@ class CostModelExecutor:
             gone = run.finished_before(repeats)  # [S]
         decoding = len(run.members) - gone  # [S] or a number
         duration = np.empty(len(repeats))  # [S]
-        duration[:] = self._predict(0, 0, 0, decoding, offsets[0][gone] + steps * decoding,
-                                    run.padding(decoding), decoding, 0,
-                                    decoding * (offsets[1][gone] + steps),
-                                    self._gathered_run(run, first, last), 1, 0)
+        duration[:] = self._step_time(StepShape(
+            decode_seqs=decoding, decode_context=offsets[0][gone] + steps * decoding,
+            padding_seqs=run.padding(decoding), sampled_seqs=decoding,
+            decode_span=decoding * (offsets[1][gone] + steps),
+            decode_gathered=self._gathered_run(run, first, last), decoding=1))
         self._add_after_prefill(duration, first)
         if self.speed is not None:
             self._scale_by_speed(duration, start_s, until_s)
@@ -163,7 +170,7 @@ class CostModelExecutor:
         return gathered
 
     def _gathered(self, plan, max_context: int) -> int:
-        """Keys decode attention gathers (`cost_model.gathered_keys`); 0 for a cost model that
+        """Keys decode attention gathers (`shape.gathered_keys`); 0 for a cost model that
         does not count them. O(1) when the batch is one group or every sequence is a group of
         its own (then each gathers its own blocks: the running block total), else O(batch)."""
         bs, width = self.block_size, self._slot_bytes

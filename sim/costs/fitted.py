@@ -17,11 +17,13 @@ machine's `jitter` (`sim.costs.jitter`), which the simulator applies when `cost.
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
 from .jitter import Jitter
+from .model import CostModel
 from .shape import StepShape
 
 # The fitted model's linear features, in coefficient order; "step" is the per-step constant.
@@ -35,19 +37,22 @@ ROW_TAILS = ("rows_tail_1", "rows_tail_2", "rows_tail_4")  # rows % 2, rows // 2
 MAX_COST_S = 3600.0  # no coefficient, row cost or extra cost of a step is an hour or more
 
 
+_SHAPE_FEATURES = attrgetter(*FEATURES[1:])  # a shape's fields FEATURES[1:], as a tuple
+
+
 def feature_vector(shape: StepShape) -> tuple:
     """A shape's linear features in FEATURES order ("step" is 1)."""
-    return (1,) + tuple(getattr(shape, name) for name in FEATURES[1:])
+    return (1,) + _SHAPE_FEATURES(shape)
 
 
 @dataclass(frozen=True)
-class FittedCost:
+class FittedCost(CostModel):
     """rows_cost(rows) + sum_i coefficients[i] * feature_i (seconds, FEATURES order). Without
     row knots the rows cost is 0 (a purely linear model). `model` is the model config the
     profile was measured on."""
 
     coefficients: tuple
-    model: dict
+    model: dict = field()  # required (`CostModel.model`'s None is no default here)
     source: str = "profile"
     row_knots: tuple = ()  # increasing row counts >= 1
     row_costs: tuple = ()  # seconds at each knot
@@ -148,16 +153,16 @@ class FittedCost:
         """Whether predictions depend on decode_gathered (a profile that lacks it: no)."""
         return self.coefficients[FEATURES.index("decode_gathered")] > 0
 
-    def predict(self, prefill_tokens, prefill_attention, prefill_seqs, decode_seqs,
-                decode_context, padding_seqs, sampled_seqs, prefill_context,
-                decode_span, decode_gathered, decoding, prefill_square=0) -> float:
+    def step_time(self, shape: StepShape):
+        """rows_cost(rows) + "step", then each feature's term added in FEATURES order (always
+        this order: the sum, rounding included, is the one every profile was checked with).
+        Written out rather than looped over FEATURES: it runs every simulated step, and the
+        loop takes half as long again; `feature_vector` is the loop, and a test checks both
+        give the same."""
         c0, c_sampled, c_chunk, c_att, c_pctx, c_dec, c_ctx, c_span, c_pad, c_gath, c_decoding = \
-            self.coefficients
-        return (self.rows_cost(prefill_tokens + decode_seqs + padding_seqs)
-                + c0 + c_sampled * sampled_seqs + c_chunk * prefill_seqs
-                + c_att * prefill_attention + c_pctx * prefill_context + c_dec * decode_seqs
-                + c_ctx * decode_context + c_span * decode_span + c_pad * padding_seqs
-                + c_gath * decode_gathered + c_decoding * decoding)
-
-    def predict_shape(self, shape: StepShape) -> float:
-        return self.predict(*shape.counts())
+            self.coefficients  # FEATURES order
+        s = shape
+        return (self.rows_cost(s.rows) + c0 + c_sampled * s.sampled_seqs + c_chunk * s.prefill_seqs
+                + c_att * s.prefill_attention + c_pctx * s.prefill_context
+                + c_dec * s.decode_seqs + c_ctx * s.decode_context + c_span * s.decode_span
+                + c_pad * s.padding_seqs + c_gath * s.decode_gathered + c_decoding * s.decoding)

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .model import CostModel
 from .shape import StepShape
 
 LINEAR_FIELDS = ("step_overhead_s", "prefill_token_s", "decode_seq_s", "context_token_s")
 
 
 @dataclass(frozen=True)
-class LinearCost:
+class LinearCost(CostModel):
+    """The four coefficients (seconds, and seconds per unit of each count); no optional hook."""
+
+    source = "the linear cost model"
+
     step_overhead_s: float
     prefill_token_s: float
     decode_seq_s: float
@@ -28,10 +33,7 @@ class LinearCost:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"cost.{name} must be a number >= 0, got {value!r}")
 
-    def predict(self, prefill_tokens, prefill_attention, prefill_seqs, decode_seqs,
-                decode_context, padding_seqs, *_) -> float:
-        return (self.step_overhead_s + self.prefill_token_s * prefill_tokens
-                + self.decode_seq_s * decode_seqs + self.context_token_s * decode_context)
-
-    def predict_shape(self, shape: StepShape) -> float:
-        return self.predict(*shape.counts())
+    def step_time(self, shape: StepShape):
+        return (self.step_overhead_s + self.prefill_token_s * shape.prefill_tokens
+                + self.decode_seq_s * shape.decode_seqs
+                + self.context_token_s * shape.decode_context)

@@ -13,12 +13,14 @@ chunks' squared lengths (`prefill_square`: with `prefill_attention`, the causal 
 n * c + n * (n + 1) / 2 a GPU kernel does).
 
 `shape_of(plan)` counts a plan directly, in O(batch); `CostModelExecutor` keeps the decode sums
-as running totals instead, so a simulated step costs O(prefill chunks).
+as running totals instead, so a simulated step costs O(prefill chunks). A cost model's
+`step_time(shape)` (`sim.costs.model.CostModel`) reads these fields by name; for a run of steps
+predicted at once, some of them are arrays of one length (one element per step).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,9 +29,10 @@ from engine.model_runner import GATHER_GROUP_BYTES, decode_groups
 KV_ITEMSIZE = 4  # bytes of one stored key element (float32)
 
 
-@dataclass(frozen=True)
-class StepShape:
-    """The counts a step's cost depends on (`COUNTS` order is `predict`'s argument order)."""
+class StepShape(NamedTuple):
+    """The counts a step's cost depends on: numbers, or for a run of steps arrays of one length
+    (with numbers for the counts every step shares). A named tuple: immutable, and cheap to
+    build once a simulated step."""
 
     prefill_tokens: int = 0
     prefill_attention: int = 0  # sum over chunks of n * (tokens before the chunk + n)
@@ -49,12 +52,8 @@ class StepShape:
         """Rows through every weight matmul: prefill tokens, decodes and padding rows."""
         return self.prefill_tokens + self.decode_seqs + self.padding_seqs
 
-    def counts(self) -> tuple:
-        return tuple(getattr(self, name) for name in COUNTS)
 
-
-
-COUNTS = tuple(f.name for f in fields(StepShape))
+COUNTS = StepShape._fields  # the counts' names, in field order
 
 
 def prefill_counts(prefills) -> tuple[int, int, int, int, int]:
@@ -122,7 +121,10 @@ def shape_of(plan, block_size: int, slot_bytes: int) -> StepShape:
     tokens, attention, context, sampled, square = prefill_counts(plan.prefills)
     contexts = [seq.num_tokens for seq in plan.decodes]
     decodes = len(contexts)
-    return StepShape(tokens, attention, len(plan.prefills), decodes, sum(contexts),
-                     plan.padding_seqs, sampled + decodes, context,
-                     decodes * max(contexts) if contexts else 0,
-                     gathered_keys(contexts, block_size, slot_bytes), int(decodes > 0), square)
+    return StepShape(prefill_tokens=tokens, prefill_attention=attention,
+                     prefill_seqs=len(plan.prefills), decode_seqs=decodes,
+                     decode_context=sum(contexts), padding_seqs=plan.padding_seqs,
+                     sampled_seqs=sampled + decodes, prefill_context=context,
+                     decode_span=decodes * max(contexts) if contexts else 0,
+                     decode_gathered=gathered_keys(contexts, block_size, slot_bytes),
+                     decoding=int(decodes > 0), prefill_square=square)

@@ -115,11 +115,11 @@ def _run(executor, shape, rng, model: ModelConfig) -> tuple[float, StepShape]:
 
 
 def _predict(cost: FittedCost, shapes: list) -> np.ndarray:
-    return np.array([cost.predict_shape(s) for s in shapes])
+    return np.array([cost.step_time(s) for s in shapes])
 
 
 def _point(split: str, shape: StepShape, seconds: float) -> dict:
-    return {"split": split, **dict(zip(COUNTS, shape.counts())), "measured_s": float(seconds)}
+    return {"split": split, **shape._asdict(), "measured_s": float(seconds)}
 
 
 def executor_cost(profile: dict) -> FittedCost:
@@ -138,7 +138,7 @@ def predict_profile_points(profile: dict) -> np.ndarray:
     """Predicted executor seconds of every grid point of a profile dict (the fit's errors)."""
     cost = executor_cost(profile)
     points = [dict.fromkeys(LATER_FEATURES, 0) | p for p in profile["grid"]]
-    return np.array([cost.predict(*(p[c] for c in COUNTS)) for p in points])
+    return np.array([cost.step_time(StepShape(**{c: p[c] for c in COUNTS})) for p in points])
 
 
 def _bar(total: int, progress: bool):

@@ -162,15 +162,11 @@ def _with_wake(cost: FittedCost, steps: ServedSteps, predicted: np.ndarray) -> F
 def predict_served(cost, steps: ServedSteps) -> np.ndarray:
     """[S] what the simulator charges each served step: the cost model on its shape, plus its
     after-prefill cost and, after an idle wait, its wake-up cost (which the lag is part of)."""
-    after = getattr(cost, "after_prefill_cost", None)
-    wake = getattr(cost, "wake_cost", None)
-    out = np.array([cost.predict_shape(s) for s in steps.shapes])
+    out = np.array([cost.step_time(s) for s in steps.shapes])
     for i in np.flatnonzero(steps.after_k):
-        if after is not None:
-            out[i] += after(int(steps.after_tokens[i]), int(steps.after_k[i]))
+        out[i] += cost.after_prefill_cost(int(steps.after_tokens[i]), int(steps.after_k[i]))
     for i in np.flatnonzero(steps.woke):
-        if wake is not None:
-            out[i] += wake(float(steps.idle_s[i]))
+        out[i] += cost.wake_cost(float(steps.idle_s[i]))
     return out
 
 

@@ -55,25 +55,22 @@ def step_rows(variant: str, recorder, log, cost_model) -> list[dict]:
     served = np.asarray(reqs["status"], dtype=object) != "rejected"  # rejected never queue
     busy = busy_after(end, np.asarray(reqs["arrival_s"])[served],
                       np.asarray(reqs["finish_s"])[served])
-    wake = getattr(cost_model, "wake_cost", None)
-    after = getattr(cost_model, "after_prefill_cost", None)
     rows, last_prefill, since = [], 0, 0
     for k, shape in enumerate(log.shapes):
         measured = float(end[k] - start[k])
         cycle = float(start[k + 1] - start[k]) if k + 1 < len(start) and busy[k] else math.nan
-        predicted = float(cost_model.predict_shape(shape))
+        predicted = float(cost_model.step_time(shape))
         if k and not busy[k - 1]:  # the server slept before this step
             last_prefill = 0
-            if wake is not None:
-                predicted += wake(float(start[k] - end[k - 1]))
-        if last_prefill and after is not None:
+            predicted += cost_model.wake_cost(float(start[k] - end[k - 1]))
+        if last_prefill:
             since += 1
-            predicted += after(last_prefill, since)
+            predicted += cost_model.after_prefill_cost(last_prefill, since)
         if shape.prefill_tokens:
             last_prefill, since = shape.prefill_tokens, 0
         reference = measured if math.isnan(cycle) else cycle
         rows.append({"variant": variant, "step": k,
-                     **dict(zip(COUNTS, shape.counts())),
+                     **shape._asdict(),
                      "executor_s": log.executor_s[k], "measured_s": measured, "cycle_s": cycle,
                      "predicted_s": predicted,
                      "error_pct": 100.0 * (predicted - reference) / reference})

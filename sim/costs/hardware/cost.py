@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model import CostModel
+from ..shape import StepShape
 from .operators import (ADDS_PER_LAYER, ELEMENTWISE, embedding_bytes, elementwise_bytes,
                         lm_head_counts, matmul_counts)
 from .setup import HardwareSetup
@@ -25,8 +27,10 @@ STEP_OVERHEAD_S = 1.0e-3  # the server's own time a step (scheduling, inputs, sa
 SEQ_OVERHEAD_S = 10e-6  # and per sequence in the batch (an assumption; hardware.* overrides it)
 
 
-class HardwareCost:
-    counts_gathered = False  # decode attention reads each sequence's own keys (paged kernels)
+class HardwareCost(CostModel):
+    """The roofline cost model (module docstring) of a `HardwareSetup`; its swap time is a
+    block over the GPU's host link. Decode attention reads each sequence's own keys (paged
+    kernels), so it does not count gathered keys."""
 
     def __init__(self, setup: HardwareSetup, step_overhead_s: float = STEP_OVERHEAD_S,
                  seq_overhead_s: float = SEQ_OVERHEAD_S, efficiency=None):
@@ -97,49 +101,40 @@ class HardwareCost:
             self._grow(size)
 
     # --- the cost -----------------------------------------------------------------------------
-    def predict(self, prefill_tokens, prefill_attention, prefill_seqs, decode_seqs,
-                decode_context, padding_seqs, sampled_seqs, prefill_context, decode_span,
-                decode_gathered, decoding, prefill_square=0):
-        rows = prefill_tokens + decode_seqs + padding_seqs
-        if isinstance(rows, np.ndarray) or isinstance(decode_context, np.ndarray):
-            return self._predict_arrays(prefill_tokens, prefill_attention, prefill_seqs,
-                                        decode_seqs, decode_context, padding_seqs,
-                                        sampled_seqs, prefill_context, prefill_square)
-        self._fit(max(rows, sampled_seqs))
-        time = self.step_overhead_s + self.seq_overhead_s * (prefill_seqs + decode_seqs)
-        time = time + self._rows_list[rows] + self._head_list[sampled_seqs]  # as on arrays
-        if prefill_tokens:
-            causal = prefill_attention - (prefill_square - prefill_tokens) / 2 \
-                if self.arch.flash_attention else prefill_attention
+    def step_time(self, shape: StepShape):
+        rows = shape.rows
+        if isinstance(rows, np.ndarray) or isinstance(shape.decode_context, np.ndarray):
+            return self._step_time_arrays(shape)
+        sampled, tokens, decodes = shape.sampled_seqs, shape.prefill_tokens, shape.decode_seqs
+        self._fit(max(rows, sampled))
+        time = self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs + decodes)
+        time = time + self._rows_list[rows] + self._head_list[sampled]  # as on arrays
+        if tokens:
+            causal = shape.prefill_attention - (shape.prefill_square - tokens) / 2 \
+                if self.arch.flash_attention else shape.prefill_attention
             time += self._attn_launch_s + max(
-                self._flop_s * causal / self._compute_list[prefill_tokens],
-                self._q_bytes_s * prefill_tokens
-                + self._kv_bytes_s * (prefill_context + prefill_tokens))
-        if decode_seqs:
+                self._flop_s * causal / self._compute_list[tokens],
+                self._q_bytes_s * tokens + self._kv_bytes_s * (shape.prefill_context + tokens))
+        if decodes:
             time += self._attn_launch_s + max(
-                self._flop_s * decode_context / self._top_compute,
-                self._q_bytes_s * decode_seqs + self._kv_bytes_s * decode_context)
+                self._flop_s * shape.decode_context / self._top_compute,
+                self._q_bytes_s * decodes + self._kv_bytes_s * shape.decode_context)
         return time
 
-    def _predict_arrays(self, prefill_tokens, prefill_attention, prefill_seqs, decode_seqs,
-                        decode_context, padding_seqs, sampled_seqs, prefill_context,
-                        prefill_square):
-        """`predict` on arrays, operation for operation (decode-only runs: no prefill)."""
-        shape = np.broadcast(prefill_tokens, decode_seqs, decode_context, padding_seqs,
-                             sampled_seqs).shape
-        rows = np.broadcast_to(np.asarray(prefill_tokens + decode_seqs + padding_seqs), shape)
-        sampled = np.broadcast_to(np.asarray(sampled_seqs), shape)
-        decodes = np.broadcast_to(np.asarray(decode_seqs), shape)
-        context = np.broadcast_to(np.asarray(decode_context), shape)
-        if np.any(np.asarray(prefill_tokens)):
+    def _step_time_arrays(self, shape: StepShape) -> np.ndarray:
+        """`step_time` on arrays, operation for operation (decode-only runs: no prefill)."""
+        if np.any(np.asarray(shape.prefill_tokens)):
             raise ValueError("HardwareCost predicts arrays of decode-only steps")
+        size = np.broadcast(shape.prefill_tokens, shape.decode_seqs, shape.decode_context,
+                            shape.padding_seqs, shape.sampled_seqs).shape
+        rows = np.broadcast_to(np.asarray(shape.rows), size)
+        sampled = np.broadcast_to(np.asarray(shape.sampled_seqs), size)
+        decodes = np.broadcast_to(np.asarray(shape.decode_seqs), size)
+        context = np.broadcast_to(np.asarray(shape.decode_context), size)
         self._fit(int(max(rows.max(initial=0), sampled.max(initial=0))))
-        time = self.step_overhead_s + self.seq_overhead_s * (prefill_seqs + decodes)
+        time = self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs + decodes)
         time = time + self._rows[rows] + self._head[sampled]
         attention = self._attn_launch_s + np.maximum(
             self._flop_s * context / self._top_compute,
             self._q_bytes_s * decodes + self._kv_bytes_s * context)
         return np.where(decodes > 0, time + attention, time)
-
-    def predict_shape(self, shape) -> float:
-        return self.predict(*shape.counts())
