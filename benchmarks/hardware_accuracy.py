@@ -1,5 +1,18 @@
-"""The hardware cost model against measurements: the GPUs it is calibrated on, and the NumPy
-engine on this machine.
+"""The hardware cost model against measurements: the silicon-measured kernel tables, the GPUs
+the roofline is calibrated on, and the NumPy engine on this machine.
+
+0. The measured kernel tables (servesim[gpu], `sim/costs/hardware/kernels.py`), for every GPU
+   that has them, under vLLM's newest collection: each kernel's points with every other point in
+   the token dimension held out, (a) the held-out points predicted by interpolating the others
+   (log-log, as the model does) and (b) the same points predicted by the roofline; median and
+   p90 of |predicted - measured| / measured per GPU and operator family (GEMM in bf16 and fp8,
+   decode and prefill attention, MoE experts, the custom all-reduce).
+0c. End to end (`--only serving`): servesim against real-GPU serving measured by NVIDIA and
+   shipped with the tables (`systems/silicon_sample.csv` of aiconfigurator-core: vLLM runs of
+   fixed input/output lengths at a fixed client concurrency, with their mean TTFT and TPOT):
+   each dense-model run of a catalog model on a catalog GPU is simulated as a closed loop of that
+   many users, with vLLM V1's defaults for a GPU of 70 GiB or more (1,024 sequences, 8,192
+   tokens a step, chunked prefill), and the first wave of requests left out of the means.
 
 1. Refit the efficiencies to the shipped measurements (`sim.costs.hardware.calibration`) and say
    whether the fit equals the shipped `calibration.json`.
@@ -15,7 +28,8 @@ engine on this machine.
    loop's measured per-step and per-sequence costs (docs/validation/fidelity.md, causes 4-5).
 
     python benchmarks/hardware_accuracy.py               # about 3 minutes (2 more to profile)
-    python benchmarks/hardware_accuracy.py --no-engine   # the GPU part alone, seconds
+    python benchmarks/hardware_accuracy.py --no-engine   # the GPU parts alone
+    python benchmarks/hardware_accuracy.py --only tables # part 0 alone
 """
 
 from __future__ import annotations
@@ -44,6 +58,241 @@ def errors_text(errors: np.ndarray) -> str:
     a = np.abs(errors)
     return (f"{100 * np.median(a):6.1f}% {100 * np.quantile(a, 0.9):7.1f}% "
             f"{100 * errors.mean():+8.1f}%")
+
+
+def tables_part() -> None:
+    """Part 0: held-out interpolation error beside the roofline's, per GPU and family."""
+    from sim.costs.hardware import kernels
+
+    if kernels.data_root() is None:
+        print("the measured kernel tables need servesim[gpu] (pip install 'servesim[gpu]')")
+        return
+    print(f"{'gpu':14s} {'family':22s} {'points':>7s} {'interp median':>14s} {'p90':>7s} "
+          f"{'roofline median':>16s} {'p90':>7s}")
+    for gpu in kernels.SYSTEMS:
+        tables = kernels.KernelTables(gpu, "vllm")
+        for family, (interp, roof) in held_out_errors(tables).items():
+            print(f"{gpu:14s} {family:22s} {len(interp):7d} "
+                  f"{100 * np.median(interp):13.1f}% {100 * np.quantile(interp, 0.9):6.1f}% "
+                  + (f"{100 * np.median(roof):15.1f}% {100 * np.quantile(roof, 0.9):6.1f}%"
+                     if len(roof) else f"{'n/a':>16s} {'':>7s}"))
+    print(f"\n(interpolation: every other measured point in the token dimension predicted from "
+          f"the rest; roofline: the datasheet peaks with the fitted efficiencies, where the GPU "
+          f"is in the catalog; vLLM {'/'.join(sorted({kernels.versions(g, 'vllm')[-1] for g in kernels.SYSTEMS}))})")
+
+
+def held_out_errors(tables) -> dict:
+    """{family: (|interpolation errors|, |roofline errors|)} of one GPU's tables."""
+    from sim.costs.hardware import gpu_spec
+    from sim.costs.hardware import kernels
+
+    try:
+        gpu = gpu_spec(tables.gpu)
+    except ValueError:
+        gpu = None  # not in the catalog: no roofline to compare
+    out = {}
+    for dtype in ("bf16", "fp8"):
+        path = tables._table_path("gemm", "gemm_perf.parquet")
+        shapes = kernels._gemm_curves(path, kernels.GEMM_DTYPES[dtype])
+        if shapes is None:
+            continue
+        table = kernels._cached_table(path)
+        table = table[table["gemm_dtype"] == kernels.GEMM_DTYPES[dtype]]
+        kernel = table["kernel_source"].value_counts().index[0]
+        table = table[table["kernel_source"] == kernel]
+        interp, roof = [], []
+        for (n, k), rows in table.groupby(["n", "k"]):
+            m, ms = rows["m"].to_numpy(float), rows["latency"].to_numpy() * 1e-3
+            order = np.argsort(m)
+            m, ms = m[order], ms[order]
+            interp.append(_held_out(m, ms))
+            if gpu is not None and dtype in gpu.peak_tflops:
+                size = 1 if dtype == "fp8" else 2
+                flops, nbytes = 2 * m * n * k, (n * k * size + m * (n + k) * 2)
+                from sim.costs.hardware.timing import matmul_time
+
+                pred = matmul_time(flops, nbytes, m, gpu.peak_flops(dtype), gpu.bandwidth,
+                                   gpu.efficiency())
+                roof.append(np.abs(pred[1::2] / ms[1::2] - 1))
+        out[f"gemm {dtype}"] = (np.concatenate(interp), np.concatenate(roof) if roof else [])
+    for decode, name in ((True, "decode attention"), (False, "prefill attention")):
+        file = "generation_attention_perf.parquet" if decode else "context_attention_perf.parquet"
+        path = tables._table_path("attention", file)
+        table = kernels._cached_table(path)
+        window = table["window_size"] if "window_size" in table else 0
+        table = table[(window == 0) & (table["kv_cache_dtype"] == "bfloat16")
+                      & (table["head_dim"] == 128)]
+        kernel = table["kernel_source"].value_counts().index[0]
+        table = table[table["kernel_source"] == kernel]
+        interp, roof = [], []
+        for (heads, kv, batch), rows in table.groupby(["num_heads", "num_key_value_heads",
+                                                      "batch_size"]):
+            length = (rows["step"] + 1 if decode else rows["isl"]).to_numpy(float)
+            order = np.argsort(length)
+            length, ms = length[order], rows["latency"].to_numpy()[order] * 1e-3
+            if len(length) < 3:
+                continue
+            interp.append(_held_out(length, ms))
+            if gpu is not None:
+                roof.append(np.abs(_attention_roofline(gpu, heads, kv, batch, length, decode)
+                                   [1::2] / ms[1::2] - 1))
+        out[name] = (np.concatenate(interp), np.concatenate(roof) if roof else [])
+    path = tables._table_path("moe", "moe_perf.parquet")
+    if path is not None:
+        table = kernels._cached_table(path)
+        table = table[(table["moe_dtype"] == "bfloat16")
+                      & (table["distribution"] == kernels.MOE_DISTRIBUTION)]
+        interp = [_held_out(*_sorted(rows["num_tokens"], rows["latency"]))
+                  for _, rows in table.groupby(["hidden_size", "inter_size", "topk",
+                                                "num_experts", "moe_tp_size", "moe_ep_size",
+                                                "kernel_source"]) if len(rows) >= 3]
+        if interp:
+            out["moe experts bf16"] = (np.concatenate(interp), [])
+    path = tables._table_path("comm", "custom_allreduce_perf.parquet")
+    if path is not None:
+        table = kernels._cached_table(path)
+        interp, roof = [], []
+        flavour = "backend" if "backend" in table else "implementation"
+        for (gpus, _), rows in table.groupby(["num_gpus", flavour]):
+            size, ms = _sorted(rows["message_size"], rows["latency"])
+            interp.append(_held_out(size, ms))
+            ring = gpu.all_reduce(int(gpus)) if gpu is not None else None
+            if ring is not None:
+                roof.append(np.abs(ring.time(size * 2, int(gpus))[1::2] / ms[1::2] - 1))
+        out["all-reduce"] = (np.concatenate(interp), np.concatenate(roof) if roof else [])
+    return out
+
+
+def _sorted(sizes, latencies):
+    sizes = np.asarray(sizes, dtype=float)
+    order = np.argsort(sizes)
+    return sizes[order], np.asarray(latencies, dtype=float)[order] * 1e-3
+
+
+def _held_out(sizes: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """|error| of the odd-index points predicted from the even-index ones (`kernels.Curve`)."""
+    from sim.costs.hardware.kernels import Curve
+
+    kept = Curve(sizes[0::2], seconds[0::2] * 1e3)
+    predicted = np.exp(kept.log_at(np.log(sizes[1::2]))) * 1e-3
+    return np.abs(predicted / seconds[1::2] - 1)
+
+
+def _attention_roofline(gpu, heads, kv, batch, length, decode: bool) -> np.ndarray:
+    """One layer's attention by the hardware model's roofline (`cost.py`), 16-bit, head dim
+    128."""
+    eff, hd = gpu.efficiency(), 128
+    peak, bandwidth = gpu.peak_flops("bf16"), gpu.bandwidth
+    q, kvd = heads * hd, kv * hd
+    if decode:
+        flops = 4 * q * batch * length
+        nbytes = 2 * batch * q * 2 + 2 * kvd * batch * length * 2
+        return eff.launch_s + np.maximum(flops / (peak * eff.compute[-1]),
+                                         nbytes / (bandwidth * eff.memory))
+    tokens = batch * length
+    flops = 4 * q * batch * length * (length + 1) / 2
+    nbytes = 2 * tokens * q * 2 + 2 * kvd * tokens * 2
+    return eff.launch_s + np.maximum(flops / (peak * eff.compute_at(tokens)),
+                                     nbytes / (bandwidth * eff.memory))
+
+
+SILICON_MODELS = {"nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B",
+                  "meta-llama/Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
+                  "Qwen/Qwen3-32B": "Qwen/Qwen3-32B"}
+SILICON_DTYPES = {"fp8": "fp8", "fp4": "nvfp4", "bf16": "bf16"}
+SILICON_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200"}
+
+
+def serving_part(limit: int | None = None) -> None:
+    """Part 0c: end-to-end TTFT and TPOT against the package's measured vLLM runs."""
+    rows = silicon_rows()
+    if rows is None:
+        print("the measured serving runs need servesim[gpu] (pip install 'servesim[gpu]')")
+        return
+    if limit:
+        rows = rows.iloc[::max(len(rows) // limit, 1)]
+    print(f"{'gpu':9s} {'model':26s} {'dtype':5s} {'tp':>2s} {'isl/osl':>10s} {'users':>5s} "
+          f"{'TTFT ms':>8s} {'sim':>8s} {'err':>7s} {'TPOT ms':>8s} {'sim':>7s} {'err':>7s}")
+    errors = {"ttft": [], "tpot": []}
+    for row in rows.itertuples():
+        simulated = simulate_row(row)
+        if simulated is None:
+            continue
+        ttft, tpot = simulated
+        e_ttft = ttft / row.silicon_ttft_ms - 1
+        e_tpot = tpot / row.silicon_tpot_ms - 1
+        errors["ttft"].append(e_ttft)
+        errors["tpot"].append(e_tpot)
+        print(f"{SILICON_GPUS[row.system]:9s} {SILICON_MODELS[row.model_path][-26:]:26s} "
+              f"{row.precision:5s} {int(row.tp_size):2d} {f'{row.isl}/{row.osl}':>10s} "
+              f"{int(row.batch_size):5d} {row.silicon_ttft_ms:8.1f} {ttft:8.1f} "
+              f"{100 * e_ttft:+6.1f}% {row.silicon_tpot_ms:8.2f} {tpot:7.2f} "
+              f"{100 * e_tpot:+6.1f}%", flush=True)
+    for name, values in errors.items():
+        if values:
+            a = np.abs(values)
+            print(f"{name.upper()}: {len(a)} runs, median |error| {100 * np.median(a):.1f}%, "
+                  f"p90 {100 * np.quantile(a, 0.9):.1f}%, mean signed {100 * np.mean(values):+.1f}%")
+
+
+def silicon_rows():
+    """The package's measured aggregated vLLM runs that servesim can simulate (dense catalog
+    models on catalog GPUs, no pipeline or attention data parallelism), or None."""
+    import importlib.util
+
+    import pandas as pd
+
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None:
+        return None
+    path = os.path.join(os.path.dirname(spec.origin), "systems", "silicon_sample.csv")
+    rows = pd.read_csv(path)
+    from sim.costs.hardware import gpus
+
+    known = set(gpus())
+    keep = ((rows["mode"] == "agg") & (rows["backend"] == "vllm")
+            & rows["model_path"].isin(list(SILICON_MODELS))
+            & rows["system"].map(lambda s: SILICON_GPUS.get(s) in known)
+            & rows["precision"].isin(list(SILICON_DTYPES))
+            & (rows["pp_size"].fillna(1) == 1) & (rows["attention_dp_size"].fillna(1) <= 1))
+    return rows[keep].sort_values(["system", "model_path", "precision", "tp_size", "isl", "osl",
+                                   "batch_size"])
+
+
+def simulate_row(row):
+    """(mean TTFT ms, mean TPOT ms) servesim predicts for one measured run, leaving out the
+    first wave of requests (its users all start at once); None when it cannot run."""
+    from pathlib import Path
+
+    from scenarios.resolve import resolve
+    from sim.runner import run_config
+
+    users = int(row.batch_size)
+    table = {"name": f"silicon-{row.id}", "seed": 0,
+             "model": {"name": SILICON_MODELS[row.model_path],
+                       "max_seq_len": int(row.isl + row.osl)},
+             "hardware": {"gpu": SILICON_GPUS[row.system], "tp": int(row.tp_size),
+                          "dtype": SILICON_DTYPES[row.precision], "framework": "vllm"},
+             "cost": {"model": "hardware"},
+             "engine": {"max_num_seqs": 1024, "max_num_batched_tokens": 8192},
+             "scheduler": {"chunked_prefill": True},
+             "workload": {"num_requests": 4 * users,
+                          "arrival": {"process": "closed_loop", "concurrency": users},
+                          "prompt_tokens": {"dist": "fixed", "value": int(row.isl)},
+                          "output_tokens": {"dist": "fixed", "value": int(row.osl)}}}
+    try:
+        recorder = run_config(resolve(table, Path(__file__)))
+    except ValueError as exc:
+        print(f"skipped {row.system} {row.model_path} tp {row.tp_size}: {exc}")
+        return None
+    columns = recorder.request_columns()
+    arrival = np.asarray(columns["arrival_s"], float)
+    first = np.asarray(columns["first_token_s"], float)
+    finish = np.asarray(columns["finish_s"], float)
+    later = np.argsort(arrival)[users:]  # after the first wave
+    ttft = (first - arrival)[later]
+    tpot = ((finish - first) / (int(row.osl) - 1))[later] if row.osl > 1 else ttft * 0
+    return 1e3 * float(np.nanmean(ttft)), 1e3 * float(np.nanmean(tpot))
 
 
 def gpu_part() -> None:
@@ -144,10 +393,24 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--no-engine", action="store_true",
                         help="only the GPU measurements (no serving on this machine)")
+    parser.add_argument("--only", choices=("tables", "serving", "calibration", "engine"),
+                        action="append", help="run only this part (repeatable)")
+    parser.add_argument("--runs", type=int, default=None,
+                        help="end to end: at most about this many of the measured runs")
     args = parser.parse_args(argv)
+    parts = set(args.only or ("tables", "serving", "calibration", "engine"))
+    if args.no_engine:
+        parts.discard("engine")
     calibration()  # the shipped file reads
-    gpu_part()
-    if not args.no_engine:
+    if "tables" in parts:
+        tables_part()
+        print()
+    if "serving" in parts:
+        serving_part(args.runs)
+        print()
+    if "calibration" in parts:
+        gpu_part()
+    if "engine" in parts:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         engine_part()
     return 0

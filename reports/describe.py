@@ -48,13 +48,27 @@ def model_text(model) -> str:
 
 
 def hardware_text(derived: dict) -> str:
-    """The GPU, tensor parallelism, dtype and the memory per GPU (`hardware.derived`)."""
+    """The GPU, tensor parallelism, dtype, the memory per GPU (`hardware.derived`) and where the
+    operators' times come from."""
     parallel = ", tensor parallel" if derived["tp"] > 1 else ""
     return (f"{derived['tp']} x {derived['gpu_name']} (`{derived['gpu']}`){parallel}, "
             f"{derived['dtype']}; per GPU: {derived['weights_gib_per_gpu']:.1f} GiB of "
             f"weights, {derived['kv_gib_per_gpu']:.1f} GiB of KV cache "
             f"({derived['kv_tokens']:,} tokens, {derived['kv_bytes_per_token_per_gpu'] / 1024:g}"
-            f" KiB a token)")
+            f" KiB a token); {kernels_text(derived)}")
+
+
+def kernels_text(derived: dict) -> str:
+    """Which operators were costed from measured kernels and which by the roofline."""
+    sources = derived.get("kernel_sources") or {}
+    measured = [op for op, source in sources.items() if source == "measured"]
+    if not measured:
+        return "every operator costed by the roofline"
+    roofline = [op for op, source in sources.items() if source != "measured"]
+    return (f"{derived['kernels']}: " + ", ".join(f"`{op}`" for op in measured)
+            + (", roofline for " + ", ".join(f"`{op}`" for op in roofline) if roofline else "")
+            + "; norms, rotary embedding, activation, residual adds and embedding by the "
+              "roofline")
 
 
 def _auto(config) -> bool:
@@ -145,8 +159,11 @@ def step_costs(config) -> str:
         return "measured: the real NumPy engine runs every step"
     if cost.model == "hardware":
         hardware = config.hardware
-        return (f"hardware: roofline of every operator with efficiencies calibrated on measured "
-                f"A100 and H100 kernels, plus {hardware.step_overhead_s * 1e3:g} ms a step "
+        kernels = "measured kernels where the tables have them, else the roofline" \
+            if hardware.derived and hardware.derived.get("kernel_sources") else \
+            "roofline of every operator with efficiencies calibrated on measured A100 and " \
+            "H100 kernels"
+        return (f"hardware: {kernels}, plus {hardware.step_overhead_s * 1e3:g} ms a step "
                 f"and {hardware.seq_overhead_s * 1e6:g} us a sequence of server overhead")
     if cost.model == "profile":
         return f"predicted by the fitted profile `{cost.profile}`"

@@ -99,6 +99,9 @@ class HardwareSettings:
     gpu_memory_utilization: float
     step_overhead_s: float
     seq_overhead_s: float
+    framework: str = "vllm"  # whose measured kernels: vllm, sglang or trtllm
+    framework_version: str | None = None  # None: the newest the tables have
+    kernels: str | None = None  # "measured", "roofline"; None: measured where tables exist
     cost_per_hour: float | None = None  # dollars a GPU-hour (None: the catalog's)
     # What the hardware came to, filled in for reports (`sim.build.resolved_spec`)
     derived: dict | None = None

@@ -89,7 +89,12 @@ HARDWARE_DEFAULTS = {
     "gpu_memory_utilization": 0.9,  # vLLM's default
     "step_overhead_s": 1.0e-3,  # the server's own time a step (an assumption: measure yours)
     "seq_overhead_s": 10e-6,  # and per sequence of the batch
+    "framework": "vllm",  # whose measured kernels cost the step (sim/costs/hardware/kernels.py)
 }
+FRAMEWORKS = ("vllm", "sglang", "trtllm")
+# "measured": the silicon-measured kernel tables (servesim[gpu]), the roofline for what they
+# lack; "roofline": the roofline alone. Unset: measured where tables exist for the GPU.
+KERNEL_SOURCES = ("measured", "roofline")
 GPU_TABLE_KEYS = ("name", "memory_gib", "memory_bandwidth_gbs", "peak_tflops",
                   "interconnect_bandwidth_gbs", "interconnect_latency_us", "measured",
                   "interconnect", "host_bandwidth_gbs")

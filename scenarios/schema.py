@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .defaults import (COST_MODELS, DECODE_ROUTERS, GPU_TABLE_KEYS, HARDWARE_DTYPES,
-                       HARDWARE_NORMS, MAX_TP, MODES, ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES,
-                       TRACE_FORMATS)
+from .defaults import (COST_MODELS, DECODE_ROUTERS, FRAMEWORKS, GPU_TABLE_KEYS, HARDWARE_DTYPES,
+                       HARDWARE_NORMS, KERNEL_SOURCES, MAX_TP, MODES, ROUTERS,
+                       SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS)
 from .errors import FieldError
 from .overrides import flatten
 from .specs import (BOOL, NON_EMPTY_TEXT, NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT,
@@ -157,7 +157,12 @@ SCENARIO = Table({
                                        lambda v: is_number(v) and 0 < v <= 1),
         "step_overhead_s": NON_NEGATIVE_NUMBER,
         "seq_overhead_s": NON_NEGATIVE_NUMBER,
-        "cost_per_hour": POSITIVE_NUMBER}),  # dollars a GPU-hour, for `servesim search`
+        "cost_per_hour": POSITIVE_NUMBER,  # dollars a GPU-hour, for `servesim search`
+        # whose measured kernels, and which version of them (checked against the tables when
+        # the hardware is built: sim/costs/hardware/kernels.py)
+        "framework": choice(FRAMEWORKS),
+        "framework_version": NON_EMPTY_TEXT,
+        "kernels": choice(KERNEL_SOURCES)}),
     "scheduler": Table({"policy": choice(POLICIES), "queue": choice(tuple(QUEUES)),
                         "chunked_prefill": BOOL, "max_batch_size": POSITIVE_INT,
                         "batch_timeout_s": NON_NEGATIVE_NUMBER,

@@ -7,6 +7,7 @@ distributions declare their tables themselves (`workload.py`)."""
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -54,8 +55,25 @@ def is_number(v) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
 
 
+@dataclass(frozen=True)
+class Choice(Spec):
+    """One of a few strings; a near miss is named (`dtype = "bf61"`: did you mean 'bf16'?)."""
+
+    options: tuple = ()
+
+    def check(self, key: str, value) -> None:
+        if isinstance(value, str) and value in self.options:
+            return
+        near = difflib.get_close_matches(value, self.options, n=1) \
+            if isinstance(value, str) else []
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise FieldError(key, f"must be {self.allowed}, got {value!r}{hint}")
+
+
 def choice(options) -> Spec:
-    return Spec("one of " + ", ".join(options), lambda v: isinstance(v, str) and v in options)
+    options = tuple(options)
+    return Choice("one of " + ", ".join(options), lambda v: isinstance(v, str) and v in options,
+                  options)
 
 
 POSITIVE_INT = Spec("a positive integer", lambda v: is_int(v) and v >= 1)

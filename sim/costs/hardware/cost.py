@@ -1,4 +1,6 @@
-"""`HardwareCost`: a step's time on a real GPU, from the roofline of every operator.
+"""`HardwareCost`: a step's time on a real GPU, from silicon-measured kernel times where the
+tables have them (`measured.py`: every weight matmul, the LM head, the all-reduces, prefill and
+decode attention) and the roofline of every other operator, and of any the tables miss.
 
     step_s = cpu_overhead + layers x (linear and elementwise operators of T rows
                                       + 2 all-reduces of T x d_model with tp > 1
@@ -14,12 +16,15 @@ duration is bit for bit the one the step alone would give.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..model import CostModel
 from ..shape import StepShape
 from .operators import (ADDS_PER_LAYER, ELEMENTWISE, embedding_bytes, elementwise_bytes,
                         lm_head_counts, matmul_counts)
+from .measured import MeasuredOps, say_once
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time
 
@@ -42,7 +47,10 @@ class HardwareCost(CostModel):
         self.eff = efficiency or setup.gpu.efficiency()
         self.all_reduce = setup.gpu.all_reduce(setup.tp)
         self.step_overhead_s, self.seq_overhead_s = step_overhead_s, seq_overhead_s
-        self.source = f"hardware: {self.arch.name} on {self.gpu.id} x {self.tp} ({setup.dtype})"
+        self.measured: MeasuredOps | None = setup.kernels
+        kernels = self.measured.describe() if self.measured else "roofline"
+        self.source = (f"hardware: {self.arch.name} on {self.gpu.id} x {self.tp} "
+                       f"({setup.dtype}; {kernels})")
         self.model = {"max_seq_len": self.arch.max_seq_len}
         self._rows = np.zeros(0)  # seconds of the T-dependent part, by T
         self._rows_list: list = []
@@ -74,24 +82,44 @@ class HardwareCost(CostModel):
         t = np.arange(size, dtype=np.float64)  # [size]
         arch, tp, w = self.arch, self.tp, self.setup.weight_bytes
         layer = np.zeros(size)
-        for flops, wb, ab in matmul_counts(arch, tp, t, w, self.setup.act_bytes).values():
-            layer += matmul_time(flops, wb + ab, t, self.peak, self.bandwidth, self.eff)
+        for op, (flops, wb, ab) in matmul_counts(arch, tp, t, w, self.setup.act_bytes).items():
+            layer += self._matmul(op, flops, wb + ab, t)
         moved = elementwise_bytes(arch, tp, t, self.setup.act_bytes)
         for op in ELEMENTWISE:
             repeats = ADDS_PER_LAYER if op == "add" else 1
             layer += repeats * elementwise_time(op, moved[op], self.bandwidth, self.eff)
         if self.all_reduce is not None:
-            layer += 2 * self.all_reduce.time(t * arch.d_model * self.setup.act_bytes, self.tp)
+            roof = self.all_reduce.time(t * arch.d_model * self.setup.act_bytes, self.tp)
+            layer += 2 * self._measured_or(roof, self.measured and self.measured.all_reduce(t),
+                                           "all_reduce")
         rows = arch.n_layers * layer + elementwise_time(
             "emb", embedding_bytes(arch, t, self.setup.act_bytes), self.bandwidth, self.eff)
         rows[0] = 0.0
         flops, wb, ab = lm_head_counts(arch, tp, t, w, self.setup.act_bytes)
-        head = matmul_time(flops, wb + ab, t, self.peak, self.bandwidth, self.eff)
+        head = self._matmul("lm_head", flops, wb + ab, t)
         head[0] = 0.0
         self._rows, self._rows_list = rows, rows.tolist()
         self._head, self._head_list = head, head.tolist()
         self._compute = self.eff.compute_at(np.maximum(t, 1))
         self._compute_list = self._compute.tolist()
+
+    def _matmul(self, op: str, flops, nbytes, t):
+        """Seconds of matmul `op` for each row count of `t`: measured where the tables reach,
+        the roofline elsewhere."""
+        roof = matmul_time(flops, nbytes, t, self.peak, self.bandwidth, self.eff)
+        return self._measured_or(roof, self.measured and self.measured.matmul(op, t), op)
+
+    def _measured_or(self, roof, measured, op: str):
+        """`measured` where it is a time, `roof` where it is NaN (out of the tables' reach; the
+        run says so once) or where there is no measured time at all."""
+        if measured is None:
+            return roof
+        missing = np.isnan(measured)
+        if missing[1:].any():  # row count 0 is never a step
+            say_once(f"note: {self.source}: {op} beyond {int(missing[1:].argmax()) + 1} rows "
+                     f"is past the measured tables' reach (2x their range); costed by the "
+                     f"roofline there")
+        return np.where(missing, roof, measured)
 
     def _fit(self, largest: int) -> None:
         if largest >= len(self._rows_list):
@@ -112,14 +140,28 @@ class HardwareCost(CostModel):
         if tokens:
             causal = shape.prefill_attention - (shape.prefill_square - tokens) / 2 \
                 if self.arch.flash_attention else shape.prefill_attention
-            time += self._attn_launch_s + max(
+            measured = self._prefill_measured(shape.prefill_seqs, causal)
+            time += measured if measured == measured else self._attn_launch_s + max(
                 self._flop_s * causal / self._compute_list[tokens],
                 self._q_bytes_s * tokens + self._kv_bytes_s * (shape.prefill_context + tokens))
         if decodes:
-            time += self._attn_launch_s + max(
+            measured = self._decode_measured(decodes, shape.decode_context)
+            time += measured if measured == measured else self._attn_launch_s + max(
                 self._flop_s * shape.decode_context / self._top_compute,
                 self._q_bytes_s * decodes + self._kv_bytes_s * shape.decode_context)
         return time
+
+    def _prefill_measured(self, chunks: int, causal: float) -> float:
+        """Seconds of every layer's measured prefill attention (NaN: the roofline's)."""
+        if self.measured is None:
+            return math.nan
+        return self.arch.n_layers * self.measured.prefill_attention(chunks, causal)
+
+    def _decode_measured(self, decodes: int, context: int) -> float:
+        """Seconds of every layer's measured decode attention (NaN: the roofline's)."""
+        if self.measured is None:
+            return math.nan
+        return self.arch.n_layers * self.measured.decode_attention(decodes, context)
 
     def _step_time_arrays(self, shape: StepShape) -> np.ndarray:
         """`step_time` on arrays, operation for operation (decode-only runs: no prefill)."""
@@ -137,4 +179,8 @@ class HardwareCost(CostModel):
         attention = self._attn_launch_s + np.maximum(
             self._flop_s * context / self._top_compute,
             self._q_bytes_s * decodes + self._kv_bytes_s * context)
+        if self.measured is not None:  # step by step, as `step_time` looks each one up
+            measured = np.array([self._decode_measured(d, c) if d else math.nan for d, c in
+                                 zip(decodes.tolist(), context.tolist())], dtype=np.float64)
+            attention = np.where(np.isnan(measured), attention, measured)
         return np.where(decodes > 0, time + attention, time)

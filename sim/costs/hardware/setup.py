@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from .architecture import DTYPE_BYTES, Architecture
 from .catalog import Gpu, gpu_spec, model_architecture
+from .kernels import KernelTables, TablesMiss
+from .measured import MeasuredOps, say_once
 from .memory import GIB, MemoryPlan, memory_plan, smallest_tp
 
 
@@ -21,6 +23,7 @@ class HardwareSetup:
     plan: MemoryPlan
     kv_blocks: int  # engine.num_kv_blocks: derived ("auto") or given
     block_size: int
+    kernels: MeasuredOps | None = None  # the measured kernel tables' operators (None: roofline)
 
     @property
     def weight_bytes(self) -> float:
@@ -41,7 +44,9 @@ class HardwareSetup:
                 "activations_gib_per_gpu": plan.activations / GIB,
                 "kv_gib_per_gpu": self.kv_blocks * self.block_size * plan.kv_bytes_per_token
                 / GIB, "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token,
-                "kv_blocks": self.kv_blocks, "kv_tokens": self.kv_blocks * self.block_size}
+                "kv_blocks": self.kv_blocks, "kv_tokens": self.kv_blocks * self.block_size,
+                "kernels": self.kernels.describe() if self.kernels else "roofline",
+                "kernel_sources": self.kernels.sources() if self.kernels else {}}
 
 
 def hardware_setup(config) -> HardwareSetup:
@@ -88,4 +93,23 @@ def hardware_setup(config) -> HardwareSetup:
                          f"than the KV cache holds on {gpu.id} at tp = {tp} ({tokens:,} tokens); "
                          f"set model.max_seq_len to at most {tokens:,} (as vLLM's "
                          f"--max-model-len) or use more GPUs")
-    return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine.block_size)
+    return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine.block_size,
+                         measured_ops(hardware, arch, gpu, tp, dtype))
+
+
+def measured_ops(hardware, arch, gpu, tp: int, dtype: str) -> MeasuredOps | None:
+    """The measured kernel tables' operators of `hardware.kernels` (unset: measured where the
+    GPU has tables and servesim[gpu] is installed, else the roofline, said once); a version or
+    a GPU the tables do not have is a one-line ValueError naming the key."""
+    if hardware.kernels == "roofline":
+        return None
+    try:
+        tables = KernelTables(gpu.id, hardware.framework, hardware.framework_version)
+    except TablesMiss as exc:
+        if hardware.kernels == "measured" or hardware.framework_version is not None:
+            raise ValueError(f"hardware.kernels: {exc}") from None
+        say_once(f"note: {exc}; the hardware model costs every operator by the roofline "
+                 f"(hardware.kernels = \"roofline\" says so without this note)")
+        return None
+    kv_dtype = "bf16" if dtype in ("fp8", "nvfp4") else dtype  # vLLM's "auto" KV dtype
+    return MeasuredOps(arch, tp, dtype, kv_dtype, tables)

@@ -1,0 +1,372 @@
+"""Silicon-measured kernel times: the latency tables of NVIDIA's `aiconfigurator-core` package
+(Apache-2.0; the optional extra `servesim[gpu]`), read directly with pandas.
+
+The package measured, on each GPU and under each serving framework's version, the kernels a
+transformer step runs: GEMMs by (m, n, k, dtype), context (prefill) attention by (batch, input
+length, heads, key-value heads, head dim, KV dtype), generation (decode) attention by (batch,
+KV length, ...), mixture-of-experts layers by (tokens, hidden, expert width, top-k, experts,
+TP, EP, dtype) and custom all-reduces by (elements, GPUs). Its files lie under
+`aiconfigurator_core/systems/data/<system>/<family>/<framework>/<version>/*.parquet`, latencies
+in milliseconds.
+
+They are read directly rather than through the package's own estimator because servesim must
+know, for every operator it costs, whether the time is measured, interpolated between measured
+points or beyond them: the estimator extrapolates past its grid without limit and without
+saying so. Here a time is:
+- interpolated between measured points, piecewise linear in log(latency) against log(size) in
+  the token dimension (tokens, batch, KV length, elements: a power law between neighbours) and
+  log-bilinear in a GEMM's (n, k) between measured shapes;
+- extrapolated by the end segment's power law up to `MAX_REACH` (2x) past the measured range;
+- NaN beyond that (element by element: a run of steps is costed exactly as its steps one by
+  one), and `None` for a shape, dtype or kernel the tables do not have: the caller then costs
+  that operator (or that step's operator) by the roofline, and says so once.
+
+A framework version names a complete collection (GEMM and attention tables); each operator
+family is read from the newest version not newer than it that has its table, as the package
+fills older versions in.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+from bisect import bisect_right
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+FRAMEWORKS = ("vllm", "sglang", "trtllm")
+# servesim GPU ids with tables -> the package's system folder
+SYSTEMS = {"a100-80gb-sxm": "a100_sxm", "h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm",
+           "b200": "b200_sxm", "gb200": "gb200", "b300": "b300_sxm", "gb300": "gb300",
+           "l40s": "l40s", "rtx-pro-6000": "rtx_pro_6000_server"}
+# servesim dtypes -> the tables' spellings (16-bit kernels were measured in bfloat16)
+GEMM_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
+KV_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8"}
+MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
+MAX_REACH = 2.0  # times past the measured range that a power-law extrapolation may go
+# vLLM captures CUDA graphs for batches up to 512 tokens by default: an all-reduce in a step
+# of more tokens runs eagerly (`backend` vllm_graph / vllm_eager, sglang_graph / _eager)
+GRAPH_TOKENS = 512
+MOE_DISTRIBUTION = "power_law_1.01"  # the routing skew the package assumes for serving
+
+
+class TablesMiss(ValueError):
+    """A request the measured tables cannot answer (no such GPU, framework or version)."""
+
+
+def data_root() -> Path | None:
+    """The package's data folder, or None without `servesim[gpu]`."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or spec.origin is None:
+        return None
+    root = Path(spec.origin).parent / "systems" / "data"
+    return root if root.is_dir() else None
+
+
+def version_key(version: str) -> tuple:
+    """Order of versions: 1.3.0rc20 < 1.3.0 < 0.5.6.post2 sorted by number, rc before the
+    release, post after."""
+    key = []
+    for part in re.findall(r"\d+|[a-z]+", version):
+        key.append((0, int(part)) if part.isdigit() else ({"rc": -2, "dev": -3}.get(part, -1)
+                                                          if part != "post" else 1, 0))
+    return tuple(key)
+
+
+def versions(gpu: str, framework: str, root: Path | None = None) -> list[str]:
+    """The framework versions with a complete collection (GEMM and attention) for a GPU,
+    oldest first; empty where there are none."""
+    root = root or data_root()
+    system = SYSTEMS.get(gpu)
+    if root is None or system is None:
+        return []
+    gemm = _version_dirs(root / system / "gemm" / framework)
+    attention = set(_version_dirs(root / system / "attention" / framework))
+    return [v for v in gemm if v in attention]
+
+
+def _version_dirs(folder: Path) -> list[str]:
+    if not folder.is_dir():
+        return []
+    return sorted((p.name for p in folder.iterdir() if p.is_dir()), key=version_key)
+
+
+def _read(path: Path):
+    import pandas as pd  # pandas reads parquet through pyarrow, which servesim[gpu] brings
+
+    return pd.read_parquet(path)
+
+
+class KernelTables:
+    """The measured kernel times of one GPU under one framework version (module docstring);
+    every method answers seconds (a number or an array like its size argument) or None."""
+
+    def __init__(self, gpu: str, framework: str = "vllm", version: str | None = None,
+                 root: Path | None = None):
+        self.root = root or data_root()
+        if self.root is None:
+            raise TablesMiss("measured kernel tables need the optional extra servesim[gpu] "
+                             "(pip install 'servesim[gpu]')")
+        if framework not in FRAMEWORKS:
+            raise TablesMiss(f"hardware.framework must be one of {', '.join(FRAMEWORKS)}, got "
+                             f"{framework!r}")
+        if gpu not in SYSTEMS:
+            raise TablesMiss(f"no measured kernel tables for GPU {gpu!r} (tables exist for "
+                             f"{', '.join(SYSTEMS)})")
+        known = versions(gpu, framework, self.root)
+        if not known:
+            raise TablesMiss(f"no measured {framework} tables for {gpu}")
+        if version is None:
+            version = known[-1]
+        elif version not in known:
+            raise TablesMiss(f"hardware.framework_version: {framework} tables for {gpu} exist "
+                             f"for version {', '.join(known)}, not {version!r}")
+        self.gpu, self.framework, self.version = gpu, framework, version
+        self.system = SYSTEMS[gpu]
+
+    def describe(self) -> str:
+        return f"{self.framework} {self.version} kernels measured on {self.gpu}"
+
+    # --- GEMM -------------------------------------------------------------------------------
+    def gemm(self, m, n: int, k: int, dtype: str):
+        """Seconds of an (m x k) @ (k x n) GEMM in `dtype` (servesim's spelling) for m tokens
+        (a number or an array; NaN where m is out of reach); None: no measured shape near
+        (n, k)."""
+        table = self._gemm_shapes(GEMM_DTYPES.get(dtype, dtype))
+        if table is None:
+            return None
+        ns, ks, curves = table
+        n_side, k_side = _bracket(ns, n), _bracket(ks, k)
+        if n_side is None or k_side is None:
+            return None
+        logm = np.log(np.asarray(m, dtype=np.float64))
+        total = 0.0
+        for ni, nw in n_side:
+            for ki, kw in k_side:
+                curve = curves.get((ns[ni], ks[ki]))
+                if curve is None:
+                    return None
+                total = total + nw * kw * curve.log_at(logm)
+        return np.exp(total) * 1e-3
+
+    def _gemm_shapes(self, dtype: str):
+        return _gemm_curves(self._table_path("gemm", "gemm_perf.parquet"), dtype)
+
+    def _table_path(self, family: str, name: str, framework: str | None = None) -> str | None:
+        folder = self.root / self.system / family / (framework or self.framework)
+        limit = version_key(self.version)
+        for version in reversed(_version_dirs(folder)):
+            path = folder / version / name
+            if version_key(version) <= limit and path.is_file():
+                return str(path)
+        return None
+
+    # --- attention --------------------------------------------------------------------------
+    def decode_grid(self, heads: int, kv_heads: int, head_dim: int, kv_dtype: str,
+                    window: int = 0) -> "Grid | None":
+        """Decode attention of one layer over (batch, KV length per sequence), `heads` and
+        `kv_heads` per GPU; None: not measured for these heads or this KV dtype."""
+        return _attention_grid(self._table_path("attention", "generation_attention_perf.parquet"),
+                               heads, kv_heads, head_dim, KV_DTYPES.get(kv_dtype, kv_dtype),
+                               window, decode=True)
+
+    def prefill_grid(self, heads: int, kv_heads: int, head_dim: int, kv_dtype: str,
+                     window: int = 0) -> "Grid | None":
+        """Prefill attention of one layer over (batch, prompt length: causal, from the start)."""
+        return _attention_grid(self._table_path("attention", "context_attention_perf.parquet"),
+                               heads, kv_heads, head_dim, KV_DTYPES.get(kv_dtype, kv_dtype),
+                               window, decode=False)
+
+    # --- mixture of experts -----------------------------------------------------------------
+    def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int, ep: int,
+            dtype: str):
+        """Seconds of one MoE layer's experts for `tokens` tokens (before routing)."""
+        curve = _moe_curve(self._table_path("moe", "moe_perf.parquet"),
+                           MOE_DTYPES.get(dtype, dtype), hidden, inter, topk, experts, tp, ep)
+        if curve is None:
+            return None
+        value = curve.log_at(np.log(np.asarray(tokens, dtype=np.float64)))
+        return None if value is None else np.exp(value) * 1e-3
+
+    # --- communication ----------------------------------------------------------------------
+    def all_reduce(self, tokens, hidden: int, gpus: int):
+        """Seconds of an all-reduce of `tokens` x `hidden` 16-bit activations over `gpus`
+        GPUs (the framework's custom all-reduce; in a CUDA graph up to `GRAPH_TOKENS` tokens,
+        eager above where the tables have both); None: not measured for `gpus` GPUs."""
+        tokens = np.asarray(tokens, dtype=np.float64)
+        if gpus <= 1:
+            return 0.0 * tokens
+        path = self._table_path("comm", "custom_allreduce_perf.parquet")
+        graph = _all_reduce_curve(path, gpus, graph=True)
+        if graph is None:
+            return None
+        eager = _all_reduce_curve(path, gpus, graph=False) or graph
+        logs = np.log(np.maximum(tokens, 1.0) * hidden)
+        out = np.where(tokens <= GRAPH_TOKENS, graph.log_at(logs), eager.log_at(logs))
+        return np.exp(out) * 1e-3
+
+
+class Curve:
+    """Measured (size, latency) points of one kernel shape, as log-log segments."""
+
+    def __init__(self, sizes, latencies):
+        order = np.argsort(sizes)
+        self.x = np.log(np.asarray(sizes, dtype=np.float64)[order])
+        self.y = np.log(np.maximum(np.asarray(latencies, dtype=np.float64)[order], 1e-9))
+        self.low, self.high = self.x[0] - math.log(MAX_REACH), self.x[-1] + math.log(MAX_REACH)
+        self._x, self._y = self.x.tolist(), self.y.tolist()
+
+    def log_at_one(self, logx: float) -> float:
+        """`log_at` of one size, in plain Python (a step's attention: no array overhead)."""
+        x, y = self._x, self._y
+        if not self.low <= logx <= self.high:
+            return math.nan
+        if len(x) == 1:
+            return y[0]
+        i = min(max(bisect_right(x, logx) - 1, 0), len(x) - 2)
+        return y[i] + (logx - x[i]) * ((y[i + 1] - y[i]) / (x[i + 1] - x[i]))
+
+    def log_at(self, logx) -> np.ndarray:
+        """log latency at log size (number or array), by the measured points' power laws;
+        NaN more than `MAX_REACH` past the measured range."""
+        logx = np.asarray(logx, dtype=np.float64)
+        x, y = self.x, self.y
+        if len(x) == 1:
+            out = np.full(logx.shape, y[0])
+        else:
+            below = y[0] + (logx - x[0]) * ((y[1] - y[0]) / (x[1] - x[0]))
+            above = y[-1] + (logx - x[-1]) * ((y[-1] - y[-2]) / (x[-1] - x[-2]))
+            out = np.where(logx < x[0], below,
+                           np.where(logx > x[-1], above, np.interp(logx, x, y)))
+        return np.where((logx < self.low) | (logx > self.high), np.nan, out)
+
+
+class Grid:
+    """A kernel measured over (batch, length): one `Curve` over length per measured batch,
+    blended log-linearly between the two measured batches around the batch asked for (the
+    grid is truncated where batch x length grows large, so each batch has its own range).
+    Evaluated in plain Python one (batch, length) at a time, so that a run of steps gets, to
+    the last bit, what its steps one by one get."""
+
+    def __init__(self, batches: list, curves: list):
+        self.logb = [math.log(b) for b in batches]
+        self.curves = curves
+        self.reach = math.log(MAX_REACH)
+
+    def at_one(self, batch: float, length: float) -> float:
+        """Seconds at one (batch, length), NaN out of reach."""
+        logb, logl = math.log(batch), math.log(max(length, 1.0))
+        points = self.logb
+        if not points[0] - self.reach <= logb <= points[-1] + self.reach:
+            return math.nan
+        if len(points) == 1:
+            return math.exp(self.curves[0].log_at_one(logl)) * 1e-3
+        i = min(max(bisect_right(points, logb) - 1, 0), len(points) - 2)
+        w = (logb - points[i]) / (points[i + 1] - points[i])
+        lo = self.curves[i].log_at_one(logl)
+        value = lo if w == 0.0 else (1.0 - w) * lo + w * self.curves[i + 1].log_at_one(logl)
+        return math.exp(value) * 1e-3
+
+    def at(self, batch, length):
+        """`at_one` of each (batch, length) (numbers or arrays, broadcast)."""
+        b, length = np.broadcast_arrays(np.asarray(batch, dtype=np.float64),
+                                        np.asarray(length, dtype=np.float64))
+        if b.ndim == 0:
+            return self.at_one(float(b), float(length))
+        return np.array([self.at_one(x, y) for x, y in zip(b.ravel().tolist(),
+                                                            length.ravel().tolist())],
+                        dtype=np.float64).reshape(b.shape)
+
+
+def _bracket(points: list, value: float):
+    """[(index, weight)] of the log-linear blend of `value` between the measured `points`:
+    itself when measured, else its two neighbours (the last two up to `MAX_REACH` past either
+    end); None beyond."""
+    if value in points:
+        return [(points.index(value), 1.0)]
+    if len(points) < 2 or not points[0] / MAX_REACH <= value <= points[-1] * MAX_REACH:
+        return None
+    i = min(max(bisect_right(points, value) - 1, 0), len(points) - 2)
+    w = (math.log(value) - math.log(points[i])) / (math.log(points[i + 1]) - math.log(points[i]))
+    return [(i, 1.0 - w), (i + 1, w)]
+
+
+@lru_cache(maxsize=32)
+def _cached_table(path: str):
+    return _read(Path(path))
+
+
+@lru_cache(maxsize=32)
+def _gemm_curves(path: str | None, dtype: str):
+    """(sorted n values, sorted k values, {(n, k): Curve over m}) of one dtype's GEMMs."""
+    if path is None:
+        return None
+    table = _cached_table(path)
+    table = table[table["gemm_dtype"] == dtype]
+    if table.empty:
+        return None
+    kernel = table["kernel_source"].value_counts().index[0]  # the default kernel: most rows
+    table = table[table["kernel_source"] == kernel]
+    curves = {(int(n), int(k)): Curve(group["m"].to_numpy(), group["latency"].to_numpy())
+              for (n, k), group in table.groupby(["n", "k"])}
+    return (sorted({n for n, _ in curves}), sorted({k for _, k in curves}), curves)
+
+
+@lru_cache(maxsize=64)
+def _attention_grid(path: str | None, heads: int, kv_heads: int, head_dim: int, kv_dtype: str,
+                    window: int, decode: bool) -> Grid | None:
+    if path is None:
+        return None
+    table = _cached_table(path)
+    window_size = table["window_size"] if "window_size" in table else 0  # older: no windows
+    table = table[(table["num_heads"] == heads) & (table["num_key_value_heads"] == kv_heads)
+                  & (table["head_dim"] == head_dim) & (table["kv_cache_dtype"] == kv_dtype)
+                  & (window_size == window)]
+    if "attn_dtype" in table and not decode:
+        table = table[table["attn_dtype"] == "bfloat16"]
+    if table.empty:
+        return None
+    kernel = table["kernel_source"].value_counts().index[0]
+    table = table[table["kernel_source"] == kernel]
+    length = table["step"] + 1 if decode else table["isl"]
+    batches, curves = [], []
+    for batch, rows in table.assign(length=length).groupby("batch_size"):
+        batches.append(float(batch))
+        curves.append(Curve(rows["length"].to_numpy(), rows["latency"].to_numpy()))
+    return Grid(batches, curves)
+
+
+@lru_cache(maxsize=64)
+def _moe_curve(path: str | None, dtype: str, hidden: int, inter: int, topk: int, experts: int,
+               tp: int, ep: int) -> Curve | None:
+    if path is None:
+        return None
+    table = _cached_table(path)
+    table = table[(table["moe_dtype"] == dtype) & (table["hidden_size"] == hidden)
+                  & (table["inter_size"] == inter) & (table["topk"] == topk)
+                  & (table["num_experts"] == experts) & (table["moe_tp_size"] == tp)
+                  & (table["moe_ep_size"] == ep)
+                  & (table["distribution"] == MOE_DISTRIBUTION)]
+    if table.empty:
+        return None
+    kernel = table["kernel_source"].value_counts().index[0]
+    table = table[table["kernel_source"] == kernel]
+    return Curve(table["num_tokens"].to_numpy(), table["latency"].to_numpy())
+
+
+@lru_cache(maxsize=32)
+def _all_reduce_curve(path: str | None, gpus: int, graph: bool) -> Curve | None:
+    if path is None:
+        return None
+    table = _cached_table(path)
+    table = table[table["num_gpus"] == gpus]
+    if "backend" in table:
+        table = table[table["backend"].str.endswith("_graph" if graph else "_eager")]
+    elif not graph:
+        return None  # one implementation (TensorRT-LLM): the graph curve serves every step
+    if table.empty:
+        return None
+    return Curve(table["message_size"].to_numpy(), table["latency"].to_numpy())
