@@ -200,7 +200,7 @@ SILICON_MODELS = {"nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B",
                   "meta-llama/Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
                   "Qwen/Qwen3-32B": "Qwen/Qwen3-32B"}
 SILICON_DTYPES = {"fp8": "fp8", "fp4": "nvfp4", "bf16": "bf16"}
-SILICON_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200"}
+SILICON_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 
 
 def serving_part(limit: int | None = None) -> None:

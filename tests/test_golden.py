@@ -149,7 +149,7 @@ def test_four_a100s_serving_llama2_70b_saturate_between_3_and_5_requests_per_sec
     achieved = [s["request_throughput"] for s in summaries]
     assert ttft[4] < 2 * ttft[0]  # 3 requests/s: still near the floor
     assert ttft[-1] > 50 * ttft[0]  # 5 requests/s: the queue grows for the whole run
-    assert achieved[-1] < 1.05 * achieved[-2] and achieved[-1] < 5.0
+    assert achieved[-2] > 0.95 * 4.0 and achieved[-1] < 0.95 * 5.0  # keeps up to 4, not 5
 
 
 def test_gpus_rank_by_memory_bandwidth_and_the_l40s_falls_behind():

@@ -52,6 +52,7 @@ class HardwareCost(CostModel):
         self.source = (f"hardware: {self.arch.name} on {self.gpu.id} x {self.tp} "
                        f"({setup.dtype}; {kernels})")
         self.model = {"max_seq_len": self.arch.max_seq_len}
+        self._beyond: dict = {}  # operator -> rows past which its tables do not reach
         self._rows = np.zeros(0)  # seconds of the T-dependent part, by T
         self._rows_list: list = []
         self._head = np.zeros(0)  # seconds of the LM head, by rows sampled
@@ -98,6 +99,7 @@ class HardwareCost(CostModel):
         flops, wb, ab = lm_head_counts(arch, tp, t, w, self.setup.act_bytes)
         head = self._matmul("lm_head", flops, wb + ab, t)
         head[0] = 0.0
+        self._say_beyond()
         self._rows, self._rows_list = rows, rows.tolist()
         self._head, self._head_list = head, head.tolist()
         self._compute = self.eff.compute_at(np.maximum(t, 1))
@@ -116,10 +118,16 @@ class HardwareCost(CostModel):
             return roof
         missing = np.isnan(measured)
         if missing[1:].any():  # row count 0 is never a step
-            say_once(f"note: {self.source}: {op} beyond {int(missing[1:].argmax()) + 1} rows "
-                     f"is past the measured tables' reach (2x their range); costed by the "
-                     f"roofline there")
+            self._beyond[op] = int(missing[1:].argmax())  # rows of the last measured reach
         return np.where(missing, roof, measured)
+
+    def _say_beyond(self) -> None:
+        """One note for the operators whose measured tables a step's rows outgrew."""
+        if self._beyond:
+            rows = min(self._beyond.values())
+            say_once(f"note: {self.source}: steps of more than {rows:,} rows are past the "
+                     f"measured tables' reach (2x their range) for "
+                     f"{', '.join(sorted(self._beyond))}; costed by the roofline there")
 
     def _fit(self, largest: int) -> None:
         if largest >= len(self._rows_list):

@@ -39,7 +39,7 @@ import numpy as np
 
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 # servesim GPU ids with tables -> the package's system folder
-SYSTEMS = {"a100-80gb-sxm": "a100_sxm", "h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm",
+SYSTEMS = {"a100-80gb-sxm": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm",
            "b200": "b200_sxm", "gb200": "gb200", "b300": "b300_sxm", "gb300": "gb300",
            "l40s": "l40s", "rtx-pro-6000": "rtx_pro_6000_server"}
 # servesim dtypes -> the tables' spellings (16-bit kernels were measured in bfloat16)
@@ -67,13 +67,14 @@ def data_root() -> Path | None:
 
 
 def version_key(version: str) -> tuple:
-    """Order of versions: 1.3.0rc20 < 1.3.0 < 0.5.6.post2 sorted by number, rc before the
-    release, post after."""
-    key = []
-    for part in re.findall(r"\d+|[a-z]+", version):
-        key.append((0, int(part)) if part.isdigit() else ({"rc": -2, "dev": -3}.get(part, -1)
-                                                          if part != "post" else 1, 0))
-    return tuple(key)
+    """Order of versions, as packaging orders them: 0.5.6.post2 < 0.5.10, 1.3.0rc20 < 1.3.0rc23
+    < 1.3.0 (a release candidate before its release, a post-release after)."""
+    match = re.match(r"(\d+(?:\.\d+)*)\.?([a-z]*)(\d*)", version)
+    if match is None:
+        return ((), 0, 0)
+    numbers = tuple(int(part) for part in match.group(1).split("."))
+    rank = {"dev": -3, "a": -2, "b": -2, "rc": -1, "": 0, "post": 1}.get(match.group(2), 0)
+    return (numbers, rank, int(match.group(3) or 0))
 
 
 def versions(gpu: str, framework: str, root: Path | None = None) -> list[str]:

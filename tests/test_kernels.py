@@ -1,0 +1,177 @@
+"""The measured kernel tables (servesim[gpu]): a measured point is returned as measured, points
+between are interpolated as power laws, nothing is extrapolated past 2x the measured range, a
+run of steps is costed as its steps one by one, and what the tables lack falls back to the
+roofline with one note; the scenario keys are refused in one line when wrong."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("aiconfigurator_core")
+
+import scenarios  # noqa: E402
+from helpers.configs import resolved  # noqa: E402
+from scenarios import ScenarioError  # noqa: E402
+from sim.costs.hardware import layer_op_times  # noqa: E402
+from sim.costs.hardware import kernels as K  # noqa: E402
+from sim.costs.hardware.kernels import Curve, KernelTables, TablesMiss  # noqa: E402
+from sim.build import build_cost  # noqa: E402
+from sim.runner import run_config  # noqa: E402
+
+H200 = KernelTables("h200")
+
+
+def test_a_measured_point_is_the_tables_own_value():
+    # the rows of h200_sxm/.../vllm/0.24.0: GEMM 256 x 4096 x 4096 bf16, decode attention of 64
+    # sequences of 1,024 keys (32 heads, 8 KV heads, head dim 128), prefill of 4,096 tokens,
+    # the 8-GPU graph all-reduce of 256 x 4096 elements
+    assert H200.gemm(256, 4096, 4096, "bf16") == pytest.approx(0.017475555340449016e-3, rel=1e-12)
+    assert H200.decode_grid(32, 8, 128, "bf16").at_one(64, 1024) == \
+        pytest.approx(0.08070399860541026e-3, rel=1e-12)
+    assert H200.prefill_grid(32, 8, 128, "bf16").at_one(1, 4096) == \
+        pytest.approx(0.267685333887736e-3, rel=1e-12)
+    assert float(H200.all_reduce(256, 4096, 8)) == pytest.approx(0.018106e-3, rel=1e-3)
+    assert float(H200.moe(256, 2048, 768, 8, 128, 1, 1, "bf16")) == \
+        pytest.approx(0.35790719985961916e-3, rel=1e-12)
+
+
+def test_between_points_a_power_law_and_beyond_twice_the_range_nothing():
+    curve = Curve([10.0, 100.0, 1000.0], [1.0, 4.0, 64.0])  # slopes 0.602 and 1.204 per decade
+    at = lambda x: math.exp(curve.log_at_one(math.log(x)))
+    assert at(100.0) == pytest.approx(4.0) and at(math.sqrt(10 * 100)) == pytest.approx(2.0)
+    assert at(2000.0) == pytest.approx(64.0 * 2 ** (math.log(16) / math.log(10)))  # extended
+    assert math.isnan(curve.log_at_one(math.log(2001.0)))  # past 2x: not extrapolated
+    assert math.isnan(curve.log_at_one(math.log(4.9)))
+    values = np.exp(curve.log_at(np.log([10.0, 31.6227766, 2001.0])))
+    assert values[0] == pytest.approx(1.0) and math.isnan(values[2])
+
+
+def test_a_gemm_between_measured_shapes_lies_between_its_neighbours():
+    low, high = H200.gemm(512, 16384, 4096, "bf16"), H200.gemm(512, 51200, 4096, "bf16")
+    assert low < H200.gemm(512, 28672, 4096, "bf16") < high
+    assert H200.gemm(512, 300_000, 4096, "bf16") is None  # n past 2x the largest measured
+
+
+def test_the_array_path_is_the_steps_one_by_one_bit_for_bit():
+    grid = H200.decode_grid(32, 8, 128, "bf16")
+    batch = np.array([1, 3, 64, 100, 700, 3000])
+    length = np.array([17.0, 2000.5, 1024.0, 1500.0, 333.3, 50.0])
+    together = grid.at(batch, length)
+    one_by_one = [grid.at_one(float(b), float(n)) for b, n in zip(batch, length)]
+    assert np.array_equal(np.isnan(together), np.isnan(one_by_one))
+    finite = ~np.isnan(together)
+    assert np.array_equal(together[finite], np.array(one_by_one)[finite])
+
+
+def test_framework_and_version_choose_the_tables_and_a_wrong_one_is_one_line():
+    assert KernelTables("h100-sxm", "trtllm").version == "1.3.0rc20"
+    assert KernelTables("a100-80gb-sxm").version == "0.14.0"
+    with pytest.raises(TablesMiss, match="exist for version 0.24.0, not '0.9'"):
+        KernelTables("h100-sxm", "vllm", "0.9")
+    with pytest.raises(TablesMiss, match="no measured kernel tables for GPU 'a40'"):
+        KernelTables("a40")
+    assert K.version_key("1.3.0rc20") < K.version_key("1.3.0rc23") < K.version_key("1.3.0")
+    assert K.version_key("0.5.6.post2") < K.version_key("0.5.10")
+
+
+HARDWARE = """
+[model]
+name = "meta-llama/Llama-3.1-8B"
+max_seq_len = 8192
+[hardware]
+gpu = "{gpu}"
+{extra}
+[cost]
+model = "hardware"
+[workload]
+num_requests = 40
+arrival = {{ process = "poisson", rate = 20.0 }}
+prompt_tokens = {{ dist = "uniform", low = 100, high = 2000 }}
+output_tokens = {{ dist = "uniform", low = 10, high = 300 }}
+"""
+
+
+def load(tmp_path, gpu="h100-sxm", extra=""):
+    path = tmp_path / "gpu.toml"
+    path.write_text(HARDWARE.format(gpu=gpu, extra=extra))
+    return scenarios.load(path)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('framework = "vlm"', "hardware.framework: must be one of vllm, sglang, trtllm, got 'vlm' "
+                          "(did you mean 'vllm'?)"),
+    ('kernels = "measure"', "hardware.kernels: must be one of measured, roofline, got "
+                            "'measure' (did you mean 'measured'?)"),
+])
+def test_a_bad_kernel_key_is_one_line_naming_the_nearest_value(tmp_path, extra, message):
+    with pytest.raises(ScenarioError) as info:
+        load(tmp_path, extra=extra)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_version_or_gpu_without_tables_is_refused_when_measured_is_asked_for(tmp_path):
+    from sim.build import hardware_of
+
+    with pytest.raises(ValueError, match="hardware.kernels: hardware.framework_version: vllm "
+                                         "tables for h100-sxm exist for version 0.24.0"):
+        hardware_of(load(tmp_path, extra='framework_version = "0.1"').base)
+    with pytest.raises(ValueError, match="hardware.kernels: no measured kernel tables for GPU "
+                                         "'a40'"):
+        hardware_of(load(tmp_path, "a40", 'kernels = "measured"').base)
+
+
+def test_a_gpu_without_tables_is_the_roofline_and_says_so_once(tmp_path, capsys):
+    from sim.costs.hardware import measured
+
+    measured._SAID.clear()
+    config = load(tmp_path, "a40").base
+    run_config(config)
+    run_config(config)
+    err = capsys.readouterr().err
+    assert err.count("no measured kernel tables for GPU 'a40'") == 1
+    assert "roofline" in build_cost(config).source
+
+
+def test_measured_kernels_change_the_steps_and_roofline_restores_them(tmp_path):
+    measured = build_cost(load(tmp_path).base)
+    roofline = build_cost(load(tmp_path, extra='kernels = "roofline"').base)
+    assert "vllm 0.24.0 kernels measured on h100-sxm" in measured.source
+    sources = measured.setup.kernels.sources()
+    assert set(sources.values()) == {"measured"} and "decode_attention" in sources
+    assert roofline.setup.kernels is None
+    fast = layer_op_times("meta-llama/Llama-3.1-8B", "h100-sxm", 1, 512)["mlp_up_proj"]
+    slow = layer_op_times("meta-llama/Llama-3.1-8B", "h100-sxm", 1, 512,
+                          kernels="roofline")["mlp_up_proj"]
+    assert fast < 0.8 * slow  # measured H100 GEMMs run well ahead of the 2023 roofline
+
+
+def test_a_measured_run_fast_forwarded_is_the_run_step_by_step(tmp_path):
+    from helpers.runs import records
+
+    config = load(tmp_path, "h200").base
+    assert records(run_config(config)) == records(run_config(config, fast_forward=False))
+
+
+def test_the_report_names_the_kernels_and_which_operators_were_measured(tmp_path):
+    from reports.describe import config_rows
+    from sim.build import resolved_spec
+
+    spec = resolved_spec(load(tmp_path).runs()[0])
+    rows = config_rows(spec.config)
+    assert "vllm 0.24.0 kernels measured on h100-sxm: `attn_pre_proj`" in rows["hardware"]
+    assert "norms, rotary embedding, activation, residual adds and embedding by the roofline" \
+        in rows["hardware"]
+    assert "measured kernels where the tables have them" in rows["step costs"]
+
+
+def test_without_the_tables_the_unset_default_is_the_roofline(tmp_path, monkeypatch):
+    monkeypatch.setattr(K, "data_root", lambda: None)
+    config = resolved({"model": {"name": "meta-llama/Llama-3.1-8B", "max_seq_len": 4096},
+                       "hardware": {"gpu": "h100-sxm"}, "cost": {"model": "hardware"},
+                       "workload": {"num_requests": 2, "arrival": {"process": "burst"},
+                                    "prompt_tokens": {"dist": "fixed", "value": 8},
+                                    "output_tokens": {"dist": "fixed", "value": 2}}})
+    assert build_cost(config).setup.kernels is None
