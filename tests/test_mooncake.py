@@ -114,7 +114,11 @@ def shared_prefix_trace(tmp_path):
 
 
 def test_simulated_keys_make_the_real_engines_caching_decisions_step_for_step(tmp_path):
-    cfg = resolved(mooncake_config(shared_prefix_trace(tmp_path)))
+    # arrivals 2 s apart (the trace's 40 ms x 50): each turn finds its conversation's earlier
+    # turns done and cached however fast this machine runs the real engine's steps
+    table = mooncake_config(shared_prefix_trace(tmp_path))
+    table["workload"]["trace"]["time_scale"] = 50.0
+    cfg = resolved(table)
     params = init_params(ModelConfig(**TINY))
     recording = []
 
