@@ -6,7 +6,8 @@ parallel all-reduces, and the KV capacity the GPU's memory leaves (`memory.py`),
 and GPUs of the catalogs (`catalog.py`, `data/`). docs/sim/hardware.md has the formulas, the
 sources and the measured error.
 
-`layer_op_times(model, gpu, tp, num_tokens, dtype="fp16")` gives one layer's operator times.
+`layer_op_times(model, gpu, tp, num_tokens, dtype="fp16", ep=1)` gives one layer's operator
+times.
 """
 
 from __future__ import annotations
@@ -15,36 +16,35 @@ import numpy as np
 
 from .architecture import DTYPE_BYTES, Architecture, engine_architecture
 from .catalog import Gpu, gpu_spec, gpus, model_architecture, models
-from .cost import HardwareCost
+from .cost import HardwareCost, operator_times
 from .memory import ACT_BYTES
-from .operators import elementwise_bytes, matmul_counts
 from .setup import HardwareSetup, hardware_setup
-from .timing import elementwise_time, matmul_time
 
 __all__ = ["Architecture", "Gpu", "HardwareCost", "HardwareSetup", "engine_architecture",
            "gpu_spec", "gpus", "hardware_setup", "layer_op_times", "model_architecture",
            "models"]
 
 
-def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16") -> dict:
+def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int = 1) -> dict:
     """One transformer layer's operator times in seconds on one of `tp` GPUs, for a batch of
     `num_tokens` tokens (a number or an array), keyed by the operator names of the published
     measurements (`attn_pre_proj`, `attn_post_proj`, `mlp_up_proj`, `mlp_act`, `mlp_down_proj`,
-    `input_layernorm`, `post_attention_layernorm`, `add`, and `attn_rope`). `model`: a catalog
+    `input_layernorm`, `post_attention_layernorm`, `add`, and `attn_rope`) and, for a model with
+    experts or latent attention, its own (`moe_router`, `moe_up_proj`, `moe_act`,
+    `moe_down_proj`, `shared_*`, `mla_*`; docs/sim/hardware.md); a model with experts and dense
+    layers has both a dense layer's `mlp_*` and an expert layer's `moe_*`. `model`: a catalog
     id or a dict of architecture keys (`n_layers, d_model, n_heads, n_kv_heads, d_ff,
-    gated_mlp, vocab_size, max_seq_len`); `gpu`: a catalog id (or a GPU table)."""
+    gated_mlp, vocab_size, max_seq_len`, ...; or `config`, a config.json); `gpu`: a catalog id
+    (or a GPU table); `ep`: expert parallelism, 1 or `tp`."""
     arch = model_architecture({"name": model} if isinstance(model, str) else dict(model))
     device = gpu_spec(gpu)
     arch.check_tp(tp)
+    arch.check_ep(ep, tp)
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
-    peak, bandwidth, eff = device.peak_flops(dtype), device.bandwidth, device.efficiency()
     tokens = np.asarray(num_tokens, dtype=np.float64)
-    times = {op: matmul_time(flops, wb + ab, tokens, peak, bandwidth, eff)
-             for op, (flops, wb, ab) in matmul_counts(arch, tp, tokens, DTYPE_BYTES[dtype],
-                                                      ACT_BYTES).items()}
-    moved = elementwise_bytes(arch, tp, tokens, ACT_BYTES)
-    times |= {op: elementwise_time(op, moved[op], bandwidth, eff) for op in moved}
+    times = operator_times(arch, tp, ep, tokens, DTYPE_BYTES[dtype], ACT_BYTES,
+                           device.peak_flops(dtype), device.bandwidth, device.efficiency())
     if np.ndim(num_tokens) == 0:
         return {op: float(t) for op, t in times.items()}
     return times

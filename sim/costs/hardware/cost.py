@@ -1,30 +1,72 @@
 """`HardwareCost`: a step's time on a real GPU, from the roofline of every operator.
 
     step_s = cpu_overhead + layers x (linear and elementwise operators of T rows
-                                      + 2 all-reduces of T x d_model with tp > 1
-                                      + prefill attention + decode attention)
+                                      + 2 all-reduces of T x d_model with tp > 1)
+             + prefill attention + decode attention (each layer's)
              + embedding(T) + LM head(rows that sample)
 
-with T = prefill tokens + decodes + padding rows. The part that depends on T alone (every
+with T = prefill tokens + decodes + padding rows. A model with experts has two kinds of layer,
+dense-MLP and mixture-of-experts, each costed with its own operators; a model with sliding
+windows has two kinds of attention, full and windowed. The part that depends on T alone (every
 weight matmul, every elementwise kernel, the all-reduces, the embedding) is tabulated per T the
-first time a T is seen, so a step costs a table lookup and the two attention terms; a run of
+first time a T is seen, so a step costs a table lookup and the attention terms; a run of
 decode-only steps (`CostModelExecutor.execute_run`) is the same arithmetic on arrays, so every
 duration is bit for bit the one the step alone would give.
+
+A sliding layer's attention is charged at most `sliding_window` keys a query: decode attends
+min(keys, decodes x window) keys and prefill does min(causal work, tokens x window) and reads
+min(context, tokens + chunks x window) cached keys, from the step's totals. This is exact when
+every sequence is past the window or none is, and an upper bound otherwise.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..model import CostModel
 from ..shape import StepShape
-from .operators import (ADDS_PER_LAYER, ELEMENTWISE, embedding_bytes, elementwise_bytes,
-                        lm_head_counts, matmul_counts)
+from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
+                        elementwise_bytes, expert_counts, layers_of, lm_head_counts,
+                        matmul_counts)
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time
 
 STEP_OVERHEAD_S = 1.0e-3  # the server's own time a step (scheduling, inputs, sampling, outputs)
 SEQ_OVERHEAD_S = 10e-6  # and per sequence in the batch (an assumption; hardware.* overrides it)
+
+
+def operator_times(arch, tp: int, ep: int, tokens, weight_bytes: float, act_bytes: float,
+                   peak: float, bandwidth: float, eff) -> dict:
+    """{operator: seconds} of one layer's operators on one GPU for `tokens` rows (a number or
+    an array): the matmuls, then the elementwise kernels (`operators.py` names them). An
+    elementwise kernel that was not measured takes the efficiency of the one it is timed as
+    (`TIMED_AS`)."""
+    times = {op: matmul_time(flops, wb + ab, tokens, peak, bandwidth, eff)
+             for op, (flops, wb, ab) in matmul_counts(arch, tp, tokens, weight_bytes,
+                                                      act_bytes).items()}
+    times |= {op: matmul_time(flops, wb + ab, rows, peak, bandwidth, eff)
+              for op, (flops, wb, ab, rows) in expert_counts(arch, tp, ep, tokens, weight_bytes,
+                                                             act_bytes).items()}
+    moved = elementwise_bytes(arch, tp, tokens, act_bytes, ep)
+    times |= {op: elementwise_time(TIMED_AS.get(op, op), nbytes, bandwidth, eff)
+              for op, nbytes in moved.items()}
+    return times
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Seconds of one kind of attention (prefill or decode) in a group of layers (all, full or
+    sliding), per unit of each count: FLOPs per query-key pair / peak (to divide by the compute
+    efficiency), a query's activations and a key's cache bytes / bandwidth; `window` keys a
+    query attends to at most (0: every key)."""
+
+    launch_s: float
+    flop_s: float
+    query_s: float
+    key_s: float
+    window: int = 0
 
 
 class HardwareCost(CostModel):
@@ -51,16 +93,22 @@ class HardwareCost(CostModel):
         self._compute = np.zeros(0)  # matmul compute efficiency, by tokens
         self._compute_list: list = []
         self._grow(1024)
-        layers, q = self.arch.n_layers, self.arch.q_dim // self.tp
-        kv = self.arch.kv_heads_per_gpu(self.tp) * self.arch.hd
-        kv_bytes = setup.weight_bytes
-        # attention per step, all layers: FLOPs and bytes per unit of each count
-        self._flop_s = layers * 4 * q / self.peak  # x causal work / compute efficiency
-        self._q_bytes_s = (layers * 2 * q * self.setup.act_bytes
-                           / (self.bandwidth * self.eff.memory))
-        self._kv_bytes_s = layers * 2 * kv * kv_bytes / (self.bandwidth * self.eff.memory)
-        self._attn_launch_s = layers * self.eff.launch_s
+        self._prefill = self._attention("prefill")
+        self._decode = self._attention("decode")
         self._top_compute = self.eff.compute[-1]
+
+    def _attention(self, kind: str) -> tuple:
+        """The `Attention` of each group of layers: the full ones, then the sliding ones."""
+        flops, queries, keys = attention_shapes(self.arch, self.tp)[kind]
+        memory = self.bandwidth * self.eff.memory
+        groups = []
+        for layers, window in ((self.arch.full_layers, 0),
+                               (self.arch.sliding_layers, self.arch.sliding_window)):
+            if layers:
+                groups.append(Attention(layers * self.eff.launch_s, layers * flops / self.peak,
+                                        layers * queries * self.setup.act_bytes / memory,
+                                        layers * keys * self.setup.kv_bytes / memory, window))
+        return tuple(groups)
 
     def swap_block_s(self, block_size: int) -> float:
         """Seconds to copy one KV block between GPU and host memory (swap preemption): every
@@ -73,16 +121,19 @@ class HardwareCost(CostModel):
         """Tabulate T = 0 .. size - 1."""
         t = np.arange(size, dtype=np.float64)  # [size]
         arch, tp, w = self.arch, self.tp, self.setup.weight_bytes
-        layer = np.zeros(size)
-        for flops, wb, ab in matmul_counts(arch, tp, t, w, self.setup.act_bytes).values():
-            layer += matmul_time(flops, wb + ab, t, self.peak, self.bandwidth, self.eff)
-        moved = elementwise_bytes(arch, tp, t, self.setup.act_bytes)
-        for op in ELEMENTWISE:
+        counts = {"dense": arch.dense_layers, "moe": arch.moe_layers}
+        layer = {kind: np.zeros(size) for kind, n in counts.items() if n}  # one layer's seconds
+        for op, seconds in operator_times(arch, tp, self.setup.ep, t, w, self.setup.act_bytes,
+                                          self.peak, self.bandwidth, self.eff).items():
             repeats = ADDS_PER_LAYER if op == "add" else 1
-            layer += repeats * elementwise_time(op, moved[op], self.bandwidth, self.eff)
+            for kind in layers_of(op):
+                if kind in layer:
+                    layer[kind] += repeats * seconds
         if self.all_reduce is not None:
-            layer += 2 * self.all_reduce.time(t * arch.d_model * self.setup.act_bytes, self.tp)
-        rows = arch.n_layers * layer + elementwise_time(
+            reduce = 2 * self.all_reduce.time(t * arch.d_model * self.setup.act_bytes, self.tp)
+            for kind in layer:
+                layer[kind] += reduce
+        rows = sum(counts[kind] * seconds for kind, seconds in layer.items()) + elementwise_time(
             "emb", embedding_bytes(arch, t, self.setup.act_bytes), self.bandwidth, self.eff)
         rows[0] = 0.0
         flops, wb, ab = lm_head_counts(arch, tp, t, w, self.setup.act_bytes)
@@ -112,13 +163,22 @@ class HardwareCost(CostModel):
         if tokens:
             causal = shape.prefill_attention - (shape.prefill_square - tokens) / 2 \
                 if self.arch.flash_attention else shape.prefill_attention
-            time += self._attn_launch_s + max(
-                self._flop_s * causal / self._compute_list[tokens],
-                self._q_bytes_s * tokens + self._kv_bytes_s * (shape.prefill_context + tokens))
+            compute = self._compute_list[tokens]
+            for group in self._prefill:
+                work, context = causal, shape.prefill_context
+                if group.window:
+                    work = min(work, tokens * group.window)
+                    context = min(context, tokens + shape.prefill_seqs * group.window)
+                time += group.launch_s + max(group.flop_s * work / compute,
+                                             group.query_s * tokens
+                                             + group.key_s * (context + tokens))
         if decodes:
-            time += self._attn_launch_s + max(
-                self._flop_s * shape.decode_context / self._top_compute,
-                self._q_bytes_s * decodes + self._kv_bytes_s * shape.decode_context)
+            for group in self._decode:
+                keys = shape.decode_context
+                if group.window:
+                    keys = min(keys, decodes * group.window)
+                time += group.launch_s + max(group.flop_s * keys / self._top_compute,
+                                             group.query_s * decodes + group.key_s * keys)
         return time
 
     def _step_time_arrays(self, shape: StepShape) -> np.ndarray:
@@ -134,7 +194,10 @@ class HardwareCost(CostModel):
         self._fit(int(max(rows.max(initial=0), sampled.max(initial=0))))
         time = self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs + decodes)
         time = time + self._rows[rows] + self._head[sampled]
-        attention = self._attn_launch_s + np.maximum(
-            self._flop_s * context / self._top_compute,
-            self._q_bytes_s * decodes + self._kv_bytes_s * context)
-        return np.where(decodes > 0, time + attention, time)
+        attended = time
+        for group in self._decode:
+            keys = np.minimum(context, decodes * group.window) if group.window else context
+            attended = attended + (group.launch_s + np.maximum(
+                group.flop_s * keys / self._top_compute,
+                group.query_s * decodes + group.key_s * keys))
+        return np.where(decodes > 0, attended, time)
