@@ -6,9 +6,9 @@ time, in their own words. Each check raises `FieldError(dotted_key, problem)`; t
 it into a one-line `ScenarioError` with the file's name. Relative paths (a trace, a profile
 file, a model's config.json) are looked up in the current directory, then beside the scenario
 file, then at the repository root, and stored absolute when found; a shipped trace's name
-becomes the absolute path of its packaged file. Whether a file exists and loads is checked where the simulator builds
-what it needs from it (`sim.checks.check_scenario`), with the same one-line errors: scenarios
-are data and schema, and never import the simulator.
+becomes the absolute path of its packaged file. Whether a file exists and loads is checked
+where the simulator builds what it needs from it (`sim.checks.check_scenario`), with the same
+one-line errors: scenarios are data and schema, and never import the simulator.
 """
 
 from __future__ import annotations
