@@ -259,6 +259,11 @@ def test_expert_parallelism_changes_no_weight_but_the_activations(tmp_path):
      "model.moe_d_ff is a mixture-of-experts key: give model.n_experts too"),
     ({"model": 'name = "meta-llama/Llama-3.1-8B"\nsliding_window = 4096'},
      "model.sliding_window and model.sliding_layers come together"),
+    ({"model": 'name = "Qwen/Qwen3-30B-A3B"\nshared_d_ff = 1024'},
+     "model.shared_d_ff is the shared experts' width: give model.n_shared_experts too"),
+    ({"model": 'name = "deepseek-ai/DeepSeek-V3"\nhead_dim = 128', "tp": 8,
+      "hardware": 'dtype = "fp8"', "gpu": "h200"},
+     "model.head_dim is not used with latent attention"),
 ])
 def test_what_cannot_run_is_refused_in_one_line(tmp_path, kwargs, message):
     assert message in refusal(tmp_path, **kwargs)
@@ -285,7 +290,8 @@ CONFIGS = {
         "tie_word_embeddings": False, "n_routed_experts": 256, "num_experts_per_tok": 8,
         "moe_intermediate_size": 2048, "n_shared_experts": 1, "first_k_dense_replace": 3,
         "moe_layer_freq": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1},
+        "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
+        "head_dim": 64},  # as recent transformers write it (= qk_rope_head_dim)
     "openai/gpt-oss-120b": {
         "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 36, "hidden_size": 2880,
         "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,

@@ -115,6 +115,9 @@ class Architecture:
         if not self.moe_d_ff:
             raise ValueError("model.moe_d_ff (an expert's MLP width) must be a positive "
                              "integer with model.n_experts")
+        if self.shared_d_ff and not self.n_shared_experts:
+            raise ValueError("model.shared_d_ff is the shared experts' width: give "
+                             "model.n_shared_experts too")
         if self.n_dense_layers >= self.n_layers:
             raise ValueError(f"model.n_dense_layers must be below model.n_layers "
                              f"({self.n_layers}), got {self.n_dense_layers}")
@@ -130,6 +133,9 @@ class Architecture:
             if not getattr(self, f):
                 raise ValueError(f"model.{f} must be a positive integer with "
                                  f"model.kv_lora_rank")
+        if self.head_dim:
+            raise ValueError("model.head_dim is not used with latent attention (its heads are "
+                             "qk_nope_head_dim + qk_rope_head_dim wide): leave it out")
 
     def _check_window(self) -> None:
         if bool(self.sliding_window) != bool(self.sliding_layers):

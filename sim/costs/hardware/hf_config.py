@@ -174,6 +174,7 @@ def _qwen3_moe(c: _Config) -> dict:
 
 def _deepseek_v3(c: _Config) -> dict:
     keys = _dense(c) | _experts(c, "n_routed_experts", "moe_intermediate_size")
+    keys.pop("head_dim", None)  # some copies write qk_rope_head_dim there; the heads are MLA's
     first, every = c.int("first_k_dense_replace", 0, minimum=0), c.int("moe_layer_freq", 1)
     sparse = sum(1 for i in range(keys["n_layers"]) if i >= first and i % every == 0)
     return keys | {"n_shared_experts": c.int("n_shared_experts", 0, minimum=0),
