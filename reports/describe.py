@@ -37,22 +37,36 @@ def config_rows(config) -> dict[str, str]:
 
 
 def model_text(model) -> str:
-    """The model's name (a catalog model) and shape."""
+    """The model's name (a catalog model) and shape: its experts, latent attention and
+    sliding window where it has them."""
     kv_heads, name = getattr(model, "n_kv_heads", None), getattr(model, "name", None)
+
+    def get(key: str):  # keys only a hardware model has
+        return getattr(model, key, None)
+
     shape = (f"vocab {model.vocab_size}, d_model {model.d_model}, "
              f"{model.n_layers} layers, {model.n_heads} heads"
              + (f" ({kv_heads} key-value heads)" if kv_heads not in (None, model.n_heads)
-                else "")
-             + f", d_ff {model.d_ff}, max_seq_len {model.max_seq_len}")
+                and not get("kv_lora_rank") else "")
+             + (f", latent attention (kv_lora_rank {get('kv_lora_rank')})"
+                if get("kv_lora_rank") else "")
+             + f", d_ff {model.d_ff}"
+             + (f", {get('n_experts')} experts of width {get('moe_d_ff')}, "
+                f"{get('experts_per_token')} a token" if get("n_experts") else "")
+             + (f", {get('sliding_layers')} layers with a {get('sliding_window')}-token window"
+                if get("sliding_window") else "")
+             + f", max_seq_len {model.max_seq_len}")
     return f"`{name}`: {shape}" if name else shape
 
 
 def hardware_text(derived: dict) -> str:
-    """The GPU, tensor parallelism, dtype, the memory per GPU (`hardware.derived`) and where the
-    operators' times come from."""
-    parallel = ", tensor parallel" if derived["tp"] > 1 else ""
+    """The GPU, tensor and expert parallelism, dtypes, the memory per GPU (`hardware.derived`)
+    and where the operators' times come from."""
+    parallel = (", tensor parallel" if derived["tp"] > 1 else "") + \
+        (", expert parallel" if derived["ep"] > 1 else "")
     return (f"{derived['tp']} x {derived['gpu_name']} (`{derived['gpu']}`){parallel}, "
-            f"{derived['dtype']}; per GPU: {derived['weights_gib_per_gpu']:.1f} GiB of "
+            f"{derived['dtype']} weights, {derived['kv_dtype']} KV cache; per GPU: "
+            f"{derived['weights_gib_per_gpu']:.1f} GiB of "
             f"weights, {derived['kv_gib_per_gpu']:.1f} GiB of KV cache "
             f"({derived['kv_tokens']:,} tokens, {derived['kv_bytes_per_token_per_gpu'] / 1024:g}"
             f" KiB a token); {kernels_text(derived)}")

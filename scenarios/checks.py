@@ -4,11 +4,11 @@ The engine's config dataclasses are built from the resolved config here, so thei
 (d_model divisible by n_heads, a token budget that holds max_num_seqs decodes) apply at load
 time, in their own words. Each check raises `FieldError(dotted_key, problem)`; the loader turns
 it into a one-line `ScenarioError` with the file's name. Relative paths (a trace, a profile
-file) are looked up in the current directory, then beside the scenario file, then at the
-repository root, and stored absolute when found; a shipped trace's name becomes the absolute
-path of its packaged file. Whether a file exists and loads is checked where the simulator builds
-what it needs from it (`sim.checks.check_scenario`), with the same one-line errors: scenarios
-are data and schema, and never import the simulator.
+file, a model's config.json) are looked up in the current directory, then beside the scenario
+file, then at the repository root, and stored absolute when found; a shipped trace's name
+becomes the absolute path of its packaged file. Whether a file exists and loads is checked
+where the simulator builds what it needs from it (`sim.checks.check_scenario`), with the same
+one-line errors: scenarios are data and schema, and never import the simulator.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def shipped_trace(name: str) -> Path:
 def check_config(config: dict, path: Path) -> None:
     """Cross-key rules of a resolved config; makes its relative file paths absolute."""
     if config["cost"]["model"] == "hardware":
-        _check_hardware(config)
+        _check_hardware(config, path)
     else:
         _check_not_hardware(config)
         _check_model(config["model"])
@@ -236,9 +236,10 @@ def check_horizon(config: dict) -> None:
                                     f"precision")
 
 
-def _check_hardware(config: dict) -> None:
-    """A real model on a real GPU: simulated only, a GPU named, the model named or defined
-    (the catalogs and what fits are the simulator's to check: sim.costs.hardware)."""
+def _check_hardware(config: dict, path: Path) -> None:
+    """A real model on a real GPU: simulated only, a GPU named, expert parallelism 1 or tp, the
+    model named, read from a config.json (its path made absolute) or defined (the catalogs, the
+    file and what fits are the simulator's to check: sim.costs.hardware)."""
     if config["mode"] != "simulate":
         raise FieldError("mode", f"cost.model = 'hardware' simulates a GPU; mode must be "
                                  f"'simulate', got {config['mode']!r}")
@@ -254,14 +255,26 @@ def _check_hardware(config: dict) -> None:
     if config["cost"].get("jitter"):
         raise FieldError("cost.jitter", "measures this machine's speed swings; it applies to "
                                         "cost.model = 'profile' only")
+    hardware = config["hardware"]
+    if hardware["ep"] not in (1, hardware["tp"]):
+        raise FieldError("hardware.ep", f"must be 1 (experts split by tensor parallelism) or "
+                                        f"hardware.tp = {hardware['tp']} (whole experts across "
+                                        f"the GPUs; one engine is one data-parallel rank), got "
+                                        f"{hardware['ep']}")
     model = config["model"]
-    if "name" not in model:
+    if "name" in model and "config" in model:
+        raise FieldError("model.config", "give model.name (a catalog id) or model.config (a "
+                                         "config.json), not both")
+    if "config" in model:
+        model["config"] = find_file(model["config"], path)
+    elif "name" not in model:
         missing = [k for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size",
                                "max_seq_len") if k not in model]
         if missing:
             raise FieldError(f"model.{missing[0]}",
                              "required with cost.model = 'hardware' unless model.name names "
-                             "a catalog model (missing: " + ", ".join(missing) + ")")
+                             "a catalog model or model.config a config.json (missing: "
+                             + ", ".join(missing) + ")")
 
 
 def _check_not_hardware(config: dict) -> None:

@@ -25,10 +25,12 @@ from .workload import ArrivalProcess, Choice, LengthDist, arrival_of, length_of,
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The model of a hardware cost model: a catalog model (`name`) and the keys that define
-    or change its shape (None: the catalog's value)."""
+    """The model of a hardware cost model: a catalog model (`name`) or a config.json
+    (`config`) and the keys that define or change its shape (None: the catalog's or the
+    file's value)."""
 
     name: str | None = None
+    config: str | None = None  # a Hugging Face config.json (absolute once resolved)
     n_layers: int | None = None
     d_model: int | None = None
     n_heads: int | None = None
@@ -42,6 +44,19 @@ class ModelSpec:
     norm: str | None = None
     qkv_bias: bool | None = None
     parallel_attn_mlp: bool | None = None
+    n_experts: int | None = None
+    experts_per_token: int | None = None
+    moe_d_ff: int | None = None
+    n_shared_experts: int | None = None
+    shared_d_ff: int | None = None
+    n_dense_layers: int | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    sliding_window: int | None = None
+    sliding_layers: int | None = None
 
     def given(self) -> dict:
         """The keys the scenario gave (what the catalog's model is changed by)."""
@@ -103,6 +118,8 @@ class HardwareSettings:
     framework_version: str | None = None  # None: the newest the tables have
     kernels: str | None = None  # "measured", "roofline"; None: measured where tables exist
     cost_per_hour: float | None = None  # dollars a GPU-hour (None: the catalog's)
+    ep: int = 1  # expert parallelism: 1 or tp
+    kv_dtype: str = "auto"  # the KV cache's dtype ("auto": vLLM's, the activations')
     # What the hardware came to, filled in for reports (`sim.build.resolved_spec`)
     derived: dict | None = None
     num_kv_blocks_auto: bool = False

@@ -77,15 +77,32 @@ DEFAULTS = {
 # cost.model = "hardware": a real model on a real GPU (sim/costs/hardware/). Its [model] table
 # names a catalog model (or defines one with these keys), and engine.num_kv_blocks defaults to
 # "auto": what the GPU's memory leaves after the weights, as vLLM derives it.
-HARDWARE_MODEL_KEYS = ("name", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
+# `config` reads them from a Hugging Face config.json instead (sim/costs/hardware/hf_config.py).
+# The optional parts of an architecture, each off at 0: mixture of experts, multi-head latent
+# attention, sliding-window attention (sim/costs/hardware/architecture.py).
+MOE_MODEL_KEYS = ("n_experts", "experts_per_token", "moe_d_ff", "n_shared_experts",
+                  "shared_d_ff", "n_dense_layers")
+MLA_MODEL_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                  "v_head_dim")
+WINDOW_MODEL_KEYS = ("sliding_window", "sliding_layers")
+HARDWARE_MODEL_KEYS = ("name", "config", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
                        "gated_mlp", "vocab_size", "max_seq_len", "head_dim", "tie_embeddings",
-                       "norm", "qkv_bias", "parallel_attn_mlp")
-HARDWARE_DTYPES = ("fp16", "bf16", "fp8")
+                       "norm", "qkv_bias", "parallel_attn_mlp", *MOE_MODEL_KEYS,
+                       *MLA_MODEL_KEYS, *WINDOW_MODEL_KEYS)
+# Weights: fp8 and nvfp4 (4-bit NVFP4, Blackwell GPUs only) run with 16-bit activations.
+HARDWARE_DTYPES = ("fp16", "bf16", "fp8", "nvfp4")
+# The KV cache: "auto" is vLLM's --kv-cache-dtype auto, the model's activation dtype (the
+# weights' for fp16 and bf16, bf16 under fp8 or nvfp4 weights).
+KV_DTYPES = ("auto", "fp16", "bf16", "fp8")
 HARDWARE_NORMS = ("rmsnorm", "layernorm")
 MAX_TP = 8
 HARDWARE_DEFAULTS = {
     "tp": 1,
+    # vLLM's expert parallelism spans tp x data-parallel GPUs; one engine has one data-parallel
+    # rank, so experts are split by tensor parallelism (1) or whole across the tp GPUs (tp)
+    "ep": 1,
     "dtype": "fp16",
+    "kv_dtype": "auto",
     "gpu_memory_utilization": 0.9,  # vLLM's default
     "step_overhead_s": 1.0e-3,  # the server's own time a step (an assumption: measure yours)
     "seq_overhead_s": 10e-6,  # and per sequence of the batch

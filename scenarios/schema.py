@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .defaults import (COST_MODELS, DECODE_ROUTERS, FRAMEWORKS, GPU_TABLE_KEYS, HARDWARE_DTYPES,
-                       HARDWARE_NORMS, KERNEL_SOURCES, MAX_TP, MODES, ROUTERS,
-                       SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS)
+                       HARDWARE_NORMS, KERNEL_SOURCES, KV_DTYPES, MAX_TP, MLA_MODEL_KEYS, MODES,
+                       MOE_MODEL_KEYS, ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES,
+                       TRACE_FORMATS, WINDOW_MODEL_KEYS)
 from .errors import FieldError
 from .overrides import flatten
 from .specs import (BOOL, NON_EMPTY_TEXT, NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT,
@@ -140,7 +141,11 @@ SCENARIO = Table({
                    # cost.model = "hardware" only (checks.py): a catalog model or its shape
                    | {"name": NON_EMPTY_TEXT, "n_kv_heads": POSITIVE_INT, "head_dim": POSITIVE_INT,
                       "gated_mlp": BOOL, "tie_embeddings": BOOL, "norm": choice(HARDWARE_NORMS),
-                      "qkv_bias": BOOL, "parallel_attn_mlp": BOOL}),
+                      "qkv_bias": BOOL, "parallel_attn_mlp": BOOL,
+                      "config": NON_EMPTY_TEXT}  # a Hugging Face config.json
+                   # experts, latent attention, sliding windows: 0 is off (architecture.py)
+                   | {name: NON_NEGATIVE_INT for name in
+                      (*MOE_MODEL_KEYS, *MLA_MODEL_KEYS, *WINDOW_MODEL_KEYS)}),
     "engine": Table({"block_size": POSITIVE_INT,
                      "num_kv_blocks": Spec('a positive integer, or "auto" (from the GPU\'s '
                                            'memory, with cost.model = "hardware")',
@@ -152,7 +157,10 @@ SCENARIO = Table({
                     + ", ".join(GPU_TABLE_KEYS) + ")",
                     lambda v: isinstance(v, str) and v.strip() != "" or isinstance(v, dict)),
         "tp": Spec(f"an integer from 1 to {MAX_TP}", lambda v: is_int(v) and 1 <= v <= MAX_TP),
+        "ep": Spec(f"an integer from 1 to {MAX_TP} (1, or hardware.tp)",
+                   lambda v: is_int(v) and 1 <= v <= MAX_TP),
         "dtype": choice(HARDWARE_DTYPES),
+        "kv_dtype": choice(KV_DTYPES),
         "gpu_memory_utilization": Spec("a number above 0 and at most 1",
                                        lambda v: is_number(v) and 0 < v <= 1),
         "step_overhead_s": NON_NEGATIVE_NUMBER,

@@ -155,6 +155,7 @@ def resolved_spec(spec):
     came to (`hardware.derived`: the model, GPU, memory and the KV blocks "auto" gave); with a
     trace, what its file held that a user should know (`workload.trace.notes`)."""
     from scenarios.config import ModelSpec
+    from scenarios.defaults import MLA_MODEL_KEYS, MOE_MODEL_KEYS, WINDOW_MODEL_KEYS
 
     from .workloads.traces import trace_notes
 
@@ -171,9 +172,11 @@ def resolved_spec(spec):
         arch = hardware.arch
         config = replace(
             config, engine=replace(config.engine, num_kv_blocks=hardware.kv_blocks),
-            model=ModelSpec(name=arch.name, **{k: getattr(arch, k) for k in (
-                "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size",
-                "max_seq_len")}),
+            model=ModelSpec(name=arch.name, config=config.model.config, **{
+                k: getattr(arch, k) for k in ("n_layers", "d_model", "n_heads", "n_kv_heads",
+                                              "d_ff", "vocab_size", "max_seq_len")},
+                **{k: getattr(arch, k) for k in (*MOE_MODEL_KEYS, *MLA_MODEL_KEYS,
+                                                 *WINDOW_MODEL_KEYS) if getattr(arch, k)}),
             hardware=replace(config.hardware, derived=hardware.describe(),
                              num_kv_blocks_auto=spec.config.engine.num_kv_blocks == "auto"))
     return replace(spec, config=config)

@@ -1,20 +1,47 @@
 """A transformer's architecture as the hardware cost model needs it: its shapes, its parameter
-count, and its bytes per GPU under tensor parallelism.
+count, and its bytes per GPU under tensor and expert parallelism.
 
 `Architecture` holds the keys of a Hugging Face `config.json` that set the cost of serving
 (layers, widths, heads and key-value heads for grouped-query attention, the MLP's width and
-whether it is gated) and the engine's own `ModelConfig` keys where they exist. Tensor
-parallelism (`tp` GPUs) splits the query heads, the MLP's columns and the vocabulary across the
-GPUs; key-value heads are split too, or replicated when there are fewer of them than GPUs (as
-vLLM does), so a GPU always holds at least one.
+whether it is gated) and the engine's own `ModelConfig` keys where they exist, and three
+optional parts, each off at its zero default:
+
+- **Mixture of experts** (`n_experts` > 0): the MLP of a layer is `n_experts` routed experts of
+  width `moe_d_ff`, of which a router picks `experts_per_token` for each token, beside
+  `n_shared_experts` experts of width `shared_d_ff` (default `moe_d_ff`) that every token
+  goes through; `n_dense_layers` layers keep a dense MLP of width `d_ff` instead (DeepSeek's
+  `first_k_dense_replace`; their place in the stack does not change the cost).
+- **Multi-head latent attention** (`kv_lora_rank` > 0, DeepSeek-V2/V3): keys and values are
+  projected down to one latent of `kv_lora_rank` values per token (and queries to
+  `q_lora_rank`, 0: no query compression), then up per head: `qk_nope_head_dim` +
+  `qk_rope_head_dim` for queries and keys, `v_head_dim` for values. The KV cache holds the
+  latent and the shared rotary key, `kv_lora_rank + qk_rope_head_dim` values a token a layer.
+- **Sliding-window attention** (`sliding_window` > 0): `sliding_layers` of the `n_layers` layers
+  attend to at most the last `sliding_window` tokens (gpt-oss: 18 of 36 layers, 128 tokens;
+  Mistral-7B-v0.1: all 32, 4,096), the others to every token.
+
+Tensor parallelism (`tp` GPUs) splits the query heads, the MLP's columns and the vocabulary
+across the GPUs; key-value heads are split too, or replicated when there are fewer of them than
+GPUs (as vLLM does), so a GPU always holds at least one. Multi-head latent attention splits the
+heads but not the latent: every GPU holds the down projections and caches the whole latent, as
+vLLM does. Experts are split by columns across the `tp` GPUs (expert parallelism `ep` = 1) or,
+with `ep` = tp, whole experts across the GPUs (vLLM's expert parallelism with one data-parallel
+rank); the router and the shared experts are replicated and tensor-parallel respectively.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+# Bytes of a weight (or KV-cache) element. NVFP4 stores 4-bit values with one fp8 scale per 16
+# of them (and one fp32 scale per tensor, negligible): 0.5 + 1/16 bytes.
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625}
 NORMS = ("rmsnorm", "layernorm")
+MOE_KEYS = ("experts_per_token", "moe_d_ff", "n_shared_experts", "shared_d_ff",
+            "n_dense_layers")
+MLA_KEYS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+OPTIONAL_INTS = ("head_dim", "n_experts", *MOE_KEYS, "kv_lora_rank", *MLA_KEYS,
+                 "sliding_window", "sliding_layers")
 
 
 @dataclass(frozen=True)
@@ -32,6 +59,22 @@ class Architecture:
     norm: str = "rmsnorm"
     qkv_bias: bool = False
     parallel_attn_mlp: bool = False  # attention and MLP read the same normed input (phi-2)
+    # mixture of experts (n_experts = 0: a dense model)
+    n_experts: int = 0  # routed experts a layer
+    experts_per_token: int = 0  # top-k
+    moe_d_ff: int = 0  # a routed expert's MLP width
+    n_shared_experts: int = 0  # experts every token goes through
+    shared_d_ff: int = 0  # a shared expert's width (0: moe_d_ff)
+    n_dense_layers: int = 0  # layers with a dense MLP of width d_ff instead of experts
+    # multi-head latent attention (kv_lora_rank = 0: grouped-query attention)
+    q_lora_rank: int = 0  # 0: queries projected directly from d_model
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # sliding-window attention (sliding_window = 0: every layer attends to every token)
+    sliding_window: int = 0  # tokens a sliding layer attends to
+    sliding_layers: int = 0  # how many of the layers slide
     fused_qkv: bool = True  # one QKV matmul reading its input once (else three, as the engine)
     rope: bool = True  # rotary position embedding applied to queries and keys
     flash_attention: bool = True  # prefill attention skips the masked half (else computes it)
@@ -43,18 +86,99 @@ class Architecture:
             value = getattr(self, f)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"model.{f} must be a positive integer, got {value!r}")
+        for f in OPTIONAL_INTS:
+            value = getattr(self, f)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"model.{f} must be an integer >= 0, got {value!r}")
         if not self.head_dim and self.d_model % self.n_heads:
             raise ValueError(f"model.d_model ({self.d_model}) must be divisible by "
                              f"model.n_heads ({self.n_heads}), or give model.head_dim")
-        if self.n_heads % self.n_kv_heads:
+        if not self.is_mla and self.n_heads % self.n_kv_heads:
             raise ValueError(f"model.n_kv_heads ({self.n_kv_heads}) must divide model.n_heads "
                              f"({self.n_heads})")
         if self.norm not in NORMS:
             raise ValueError(f"model.norm must be one of {', '.join(NORMS)}, got {self.norm!r}")
+        self._check_experts()
+        self._check_latent_attention()
+        self._check_window()
+
+    def _check_experts(self) -> None:
+        if not self.n_experts:
+            given = [k for k in MOE_KEYS if getattr(self, k)]
+            if given:
+                raise ValueError(f"model.{given[0]} is a mixture-of-experts key: give "
+                                 f"model.n_experts too")
+            return
+        if not 1 <= self.experts_per_token <= self.n_experts:
+            raise ValueError(f"model.experts_per_token must be from 1 to model.n_experts "
+                             f"({self.n_experts}), got {self.experts_per_token}")
+        if not self.moe_d_ff:
+            raise ValueError("model.moe_d_ff (an expert's MLP width) must be a positive "
+                             "integer with model.n_experts")
+        if self.shared_d_ff and not self.n_shared_experts:
+            raise ValueError("model.shared_d_ff is the shared experts' width: give "
+                             "model.n_shared_experts too")
+        if self.n_dense_layers >= self.n_layers:
+            raise ValueError(f"model.n_dense_layers must be below model.n_layers "
+                             f"({self.n_layers}), got {self.n_dense_layers}")
+
+    def _check_latent_attention(self) -> None:
+        if not self.kv_lora_rank:
+            given = [k for k in MLA_KEYS if getattr(self, k)]
+            if given:
+                raise ValueError(f"model.{given[0]} is a multi-head latent attention key: give "
+                                 f"model.kv_lora_rank too")
+            return
+        for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if not getattr(self, f):
+                raise ValueError(f"model.{f} must be a positive integer with "
+                                 f"model.kv_lora_rank")
+        if self.head_dim:
+            raise ValueError("model.head_dim is not used with latent attention (its heads are "
+                             "qk_nope_head_dim + qk_rope_head_dim wide): leave it out")
+
+    def _check_window(self) -> None:
+        if bool(self.sliding_window) != bool(self.sliding_layers):
+            raise ValueError("model.sliding_window and model.sliding_layers come together "
+                             "(tokens a sliding layer attends to, and how many layers slide)")
+        if self.sliding_layers > self.n_layers:
+            raise ValueError(f"model.sliding_layers must be at most model.n_layers "
+                             f"({self.n_layers}), got {self.sliding_layers}")
+
+    # --- shapes -------------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is experts."""
+        return self.n_layers - self.n_dense_layers if self.is_moe else 0
+
+    @property
+    def dense_layers(self) -> int:
+        """Layers with a dense MLP of width d_ff."""
+        return self.n_layers - self.moe_layers
+
+    @property
+    def full_layers(self) -> int:
+        """Layers that attend to every token (not sliding)."""
+        return self.n_layers - self.sliding_layers
+
+    @property
+    def shared_ff(self) -> int:
+        """The shared experts' total width (one MLP of it, as vLLM runs them)."""
+        return self.n_shared_experts * (self.shared_d_ff or self.moe_d_ff)
 
     @property
     def hd(self) -> int:
-        """Head dimension."""
+        """Head dimension (multi-head latent attention: of queries and keys)."""
+        if self.is_mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.head_dim or self.d_model // self.n_heads
 
     @property
@@ -65,10 +189,22 @@ class Architecture:
     def kv_dim(self) -> int:
         return self.n_kv_heads * self.hd
 
+    @property
+    def o_dim(self) -> int:
+        """Width of the attention output (what the output projection reads)."""
+        return self.n_heads * (self.v_head_dim if self.is_mla else self.hd)
+
+    @property
+    def latent_dim(self) -> int:
+        """Values a token caches per layer with multi-head latent attention."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
     def splits(self, tp: int) -> bool:
         """Whether tensor parallelism of degree `tp` splits the query heads evenly and the
         key-value heads evenly or replicates them whole (tp a multiple of them)."""
-        return not self.n_heads % tp and not (self.n_kv_heads % tp and tp % self.n_kv_heads)
+        if self.n_heads % tp:
+            return False
+        return self.is_mla or not (self.n_kv_heads % tp and tp % self.n_kv_heads)
 
     def check_tp(self, tp: int) -> None:
         """ValueError naming the valid degrees unless `splits(tp)`."""
@@ -78,51 +214,135 @@ class Architecture:
             raise ValueError(f"hardware.tp = {tp} does not divide the model's {self.n_heads} "
                              f"attention heads; use one of "
                              f"{', '.join(str(t) for t in valid_tps(self))}")
-        if self.n_kv_heads % tp and tp % self.n_kv_heads:
-            raise ValueError(f"hardware.tp = {tp} neither divides the model's "
-                             f"{self.n_kv_heads} key-value heads nor is a multiple of them; use "
-                             f"one of {', '.join(str(t) for t in valid_tps(self))}")
+        raise ValueError(f"hardware.tp = {tp} neither divides the model's "
+                         f"{self.n_kv_heads} key-value heads nor is a multiple of them; use "
+                         f"one of {', '.join(str(t) for t in valid_tps(self))}")
+
+    def check_ep(self, ep: int, tp: int) -> None:
+        """ValueError unless expert parallelism `ep` is 1, or `tp` on a model with experts."""
+        if ep == 1:
+            return
+        if not self.is_moe:
+            raise ValueError(f"hardware.ep = {ep}: {self.name or 'the model'} has no experts; "
+                             f"use hardware.ep = 1")
+        if ep != tp:
+            raise ValueError(f"hardware.ep must be 1 (experts split by tensor parallelism) or "
+                             f"hardware.tp = {tp} (whole experts across the GPUs), got {ep}")
 
     def kv_heads_per_gpu(self, tp: int) -> int:
         return max(self.n_kv_heads // tp, 1)
 
-    def layer_parameters(self) -> int:
-        """Parameters of one transformer layer (weights, biases, norms)."""
+    def experts_per_gpu(self, ep: int) -> int:
+        """Routed experts the most loaded GPU holds whole (all of them with ep = 1)."""
+        return -(-self.n_experts // ep)
+
+    # --- parameters ---------------------------------------------------------------------------
+    def attention_parameters(self) -> int:
+        """Parameters of one layer's attention (projections, biases, latent norms)."""
         d = self.d_model
+        if self.is_mla:
+            q_in = self.q_lora_rank or d
+            return (d * (self.q_lora_rank + self.latent_dim) + q_in * self.q_dim
+                    + self.kv_lora_rank * self.n_heads * (self.qk_nope_head_dim
+                                                          + self.v_head_dim)
+                    + self.o_dim * d + self.q_lora_rank + self.kv_lora_rank)
         attention = d * (self.q_dim + 2 * self.kv_dim) + self.q_dim * d
         if self.qkv_bias:
             attention += self.q_dim + 2 * self.kv_dim
-        mlp = (3 if self.gated_mlp else 2) * d * self.d_ff
-        if not self.gated_mlp:  # plain MLPs (phi-2) carry biases
-            mlp += self.d_ff + d
-        norms = (1 if self.parallel_attn_mlp else 2) * d * (2 if self.norm == "layernorm" else 1)
-        return attention + mlp + norms
+        return attention
+
+    def mlp_parameters(self, width: int) -> int:
+        """Parameters of one MLP of `width` (a plain MLP carries biases, as phi-2's)."""
+        mlp = (3 if self.gated_mlp else 2) * self.d_model * width
+        if not self.gated_mlp:
+            mlp += width + self.d_model
+        return mlp
+
+    def norm_parameters(self) -> int:
+        """Parameters of one layer's norms."""
+        return (1 if self.parallel_attn_mlp else 2) * self.d_model * \
+            (2 if self.norm == "layernorm" else 1)
+
+    def layer_parameters(self) -> int:
+        """Parameters of one dense transformer layer (weights, biases, norms)."""
+        return self.attention_parameters() + self.mlp_parameters(self.d_ff) + \
+            self.norm_parameters()
+
+    def moe_layer_parameters(self) -> int:
+        """Parameters of one mixture-of-experts layer: attention, router, routed and shared
+        experts, norms."""
+        return (self.attention_parameters() + self.d_model * self.n_experts
+                + self.n_experts * self.mlp_parameters(self.moe_d_ff)
+                + (self.mlp_parameters(self.shared_ff) if self.shared_ff else 0)
+                + self.norm_parameters())
 
     def parameters(self) -> int:
         """Every parameter: embedding, layers, final norm, LM head (unless tied)."""
         embedding = self.vocab_size * self.d_model
         head = 0 if self.tie_embeddings else self.vocab_size * self.d_model
         final_norm = self.d_model * (2 if self.norm == "layernorm" else 1)
-        return embedding + self.n_layers * self.layer_parameters() + final_norm + head
+        layers = self.dense_layers * self.layer_parameters()
+        if self.is_moe:
+            layers += self.moe_layers * self.moe_layer_parameters()
+        return embedding + layers + final_norm + head
 
-    def weight_bytes_per_gpu(self, tp: int, dtype_bytes: float) -> float:
+    def active_parameters(self) -> int:
+        """Parameters a token goes through: all but the routed experts it is not sent to."""
+        idle = self.n_experts - self.experts_per_token
+        return self.parameters() - self.moe_layers * idle * self.mlp_parameters(self.moe_d_ff)
+
+    # --- bytes per GPU ------------------------------------------------------------------------
+    def _attention_weights_per_gpu(self, tp: int) -> int:
+        d = self.d_model
+        if self.is_mla:
+            heads = self.n_heads // tp
+            q_in = self.q_lora_rank or d
+            return (d * (self.q_lora_rank + self.latent_dim)  # down projections, replicated
+                    + q_in * heads * self.hd
+                    + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+                    + heads * self.v_head_dim * d)
+        kv_local = self.kv_heads_per_gpu(tp) * self.hd
+        return d * (self.q_dim // tp + 2 * kv_local) + self.q_dim // tp * d
+
+    def _moe_weights_per_gpu(self, tp: int, ep: int) -> float:
+        """A mixture-of-experts layer's MLP on one GPU: the router (replicated), its share of
+        the routed experts (whole experts with ep > 1, else a 1/tp slice of every one) and a
+        1/tp slice of the shared experts."""
+        expert = (3 if self.gated_mlp else 2) * self.d_model * self.moe_d_ff
+        routed = self.experts_per_gpu(ep) * expert if ep > 1 else self.n_experts * expert / tp
+        shared = (3 if self.gated_mlp else 2) * self.d_model * self.shared_ff / tp
+        return self.d_model * self.n_experts + routed + shared
+
+    def weight_bytes_per_gpu(self, tp: int, dtype_bytes: float, ep: int = 1) -> float:
         """Weight bytes one GPU holds: its shard of every layer and of the vocabulary (embedding
         and LM head are split by vocabulary, as vLLM does), the norms whole."""
-        d, kv_local = self.d_model, self.kv_heads_per_gpu(tp) * self.hd
-        layer = (d * (self.q_dim // tp + 2 * kv_local) + self.q_dim // tp * d
-                 + (3 if self.gated_mlp else 2) * d * self.d_ff / tp)
-        vocab = self.vocab_size * d * (1 if self.tie_embeddings else 2) / tp
-        return (self.n_layers * layer + vocab) * dtype_bytes
+        attention = self._attention_weights_per_gpu(tp)
+        layers = self.dense_layers * (attention + (3 if self.gated_mlp else 2) * self.d_model
+                                      * self.d_ff / tp)
+        if self.is_moe:
+            layers += self.moe_layers * (attention + self._moe_weights_per_gpu(tp, ep))
+        vocab = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2) / tp
+        return (layers + vocab) * dtype_bytes
 
     def kv_bytes_per_token(self, tp: int, dtype_bytes: float) -> float:
-        """KV-cache bytes one token takes on one GPU: keys and values in every layer, for the
-        GPU's key-value heads (2 x layers x kv_heads x head_dim x bytes / tp)."""
+        """KV-cache bytes one token takes on one GPU in every layer: keys and values of the
+        GPU's key-value heads (2 x layers x kv_heads x head_dim x bytes / tp), or with
+        multi-head latent attention the latent and rotary key, whole on every GPU (layers x
+        (kv_lora_rank + qk_rope_head_dim) x bytes)."""
+        if self.is_mla:
+            return self.n_layers * self.latent_dim * dtype_bytes
         return 2 * self.n_layers * self.kv_heads_per_gpu(tp) * self.hd * dtype_bytes
 
 
 def valid_tps(arch: Architecture, limit: int = 8) -> list[int]:
     """The tensor-parallel degrees from 1 to `limit` that `check_tp` accepts."""
     return [tp for tp in range(1, limit + 1) if arch.splits(tp)]
+
+
+def expected_experts(n_experts: int, top_k: int, tokens):
+    """Expected distinct experts `tokens` tokens route to, each picking `top_k` of `n_experts`
+    uniformly: n_experts x (1 - (1 - top_k / n_experts) ^ tokens) (a number or an array)."""
+    return n_experts * (1 - (1 - top_k / n_experts) ** tokens)
 
 
 ARCHITECTURE_KEYS = tuple(f.name for f in fields(Architecture))

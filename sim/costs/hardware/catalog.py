@@ -2,8 +2,9 @@
 source) and the fitted calibration (`data/calibration.json`), read once.
 
 `model_architecture(table)` turns a scenario's `[model]` table into an `Architecture`: a
-catalog `name` (a Hugging Face id; its keys may be overridden, e.g. a shorter `max_seq_len`, as
-vLLM's `--max-model-len`), or every key given explicitly. `gpu_spec(value)` turns `hardware.gpu`
+catalog `name` (a Hugging Face id) or a Hugging Face `config.json` (`config`, `hf_config.py`),
+whose keys may be overridden (e.g. a shorter `max_seq_len`, as vLLM's `--max-model-len`), or
+every key given explicitly. `gpu_spec(value)` turns `hardware.gpu`
 into a `Gpu`: a catalog id, or a table defining one. Unknown names are refused naming the
 nearest catalog ids.
 """
@@ -19,12 +20,14 @@ from functools import lru_cache
 from pathlib import Path
 
 from .architecture import ARCHITECTURE_KEYS, Architecture
+from .hf_config import config_architecture
 from .timing import AllReduce, Efficiency
 
 DATA = Path(__file__).resolve().parent / "data"
 MODEL_KEYS = tuple(k for k in ARCHITECTURE_KEYS
                    if k not in ("fused_qkv", "rope", "flash_attention", "name"))
-CATALOG_ONLY = ("params", "source", "params_source", "note")  # catalog keys not in a scenario
+CATALOG_ONLY = ("params", "active_params", "source", "params_source",
+                "note")  # catalog keys not in a scenario
 
 
 @lru_cache(maxsize=None)
@@ -59,23 +62,35 @@ def nearest(name: str, options, n: int = 3) -> str:
 
 
 def model_architecture(table: dict) -> Architecture:
-    """The architecture a `[model]` table names or defines (ValueError naming the key)."""
-    name = table.get("name")
+    """The architecture a `[model]` table names, reads from a config.json or defines
+    (ValueError naming the key)."""
+    name, config = table.get("name"), table.get("config")
     given = {k: v for k, v in table.items() if k in MODEL_KEYS}
+    if name is not None and config is not None:
+        raise ValueError("model.config: give model.name (a catalog id) or model.config (a "
+                         "config.json), not both")
+    if config is not None:
+        base = config_architecture(str(config))
+        try:
+            return Architecture(**(base | given))
+        except ValueError as exc:  # the file's shape, changed by the keys given beside it
+            raise ValueError(f"model.config: {config}: {exc}") from None
     if name is not None:
         catalog = models()
         match = next((k for k in catalog if k.lower() == str(name).lower()), None)
         if match is None:
             raise ValueError(f"model.name: unknown model {name!r} ({nearest(str(name), catalog)}"
-                             f"; or define it with n_layers, d_model, n_heads, n_kv_heads, d_ff, "
-                             f"vocab_size, max_seq_len)")
+                             f"; or give model.config, a config.json, or define it with "
+                             f"n_layers, d_model, n_heads, n_kv_heads, d_ff, vocab_size, "
+                             f"max_seq_len)")
         base = {k: v for k, v in catalog[match].items() if k in MODEL_KEYS}
         return Architecture(**(base | given), name=match)
     missing = [k for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_seq_len")
                if k not in given]
     if missing:
-        raise ValueError(f"model: with cost.model = 'hardware', give model.name (a catalog id) "
-                         f"or the architecture; missing {', '.join(missing)}")
+        raise ValueError(f"model: with cost.model = 'hardware', give model.name (a catalog id), "
+                         f"model.config (a config.json) or the architecture; missing "
+                         f"{', '.join(missing)}")
     given.setdefault("n_kv_heads", given["n_heads"])
     return Architecture(**given, name="custom")
 
@@ -107,7 +122,8 @@ class Gpu:
     def peak_flops(self, dtype: str) -> float:
         if dtype not in self.peak_tflops:
             raise ValueError(f"hardware.dtype: {self.id} has no {dtype} tensor cores "
-                             f"(it has {', '.join(self.peak_tflops)})")
+                             f"(it has {', '.join(self.peak_tflops)}; {dtype} runs on "
+                             f"{', '.join(gpus_with(dtype)) or 'no catalog GPU'})")
         return self.peak_tflops[dtype] * 1e12
 
     def efficiency(self) -> Efficiency:
@@ -128,6 +144,11 @@ class Gpu:
         ratio = self.interconnect_bandwidth_gbs / gpus()[measured["catalog_id"]][
             "interconnect_bandwidth_gbs"]
         return AllReduce(self.interconnect_latency_us * 1e-6, bus * ratio)
+
+
+def gpus_with(dtype: str) -> list[str]:
+    """The catalog GPUs with tensor cores for `dtype` (a peak for it)."""
+    return [gpu_id for gpu_id, table in gpus().items() if dtype in table["peak_tflops"]]
 
 
 GPU_KEYS = tuple(f.name for f in fields(Gpu) if f.name != "id")

@@ -1,35 +1,78 @@
 """`HardwareCost`: a step's time on a real GPU, from silicon-measured kernel times where the
-tables have them (`measured.py`: every weight matmul, the LM head, the all-reduces, prefill and
-decode attention) and the roofline of every other operator, and of any the tables miss.
+GPU's tables have them (`measured.py`: the weight matmuls, the fused MoE kernel, the LM head, the
+all-reduces, prefill and decode attention) and the roofline of every other operator, and of any
+the tables miss or do not reach.
 
     step_s = cpu_overhead + layers x (linear and elementwise operators of T rows
-                                      + 2 all-reduces of T x d_model with tp > 1
-                                      + prefill attention + decode attention)
+                                      + 2 all-reduces of T x d_model with tp > 1)
+             + prefill attention + decode attention (each layer's)
              + embedding(T) + LM head(rows that sample)
 
-with T = prefill tokens + decodes + padding rows. The part that depends on T alone (every
+with T = prefill tokens + decodes + padding rows. A model with experts has two kinds of layer,
+dense-MLP and mixture-of-experts, each costed with its own operators; a model with sliding
+windows has two kinds of attention, full and windowed. The part that depends on T alone (every
 weight matmul, every elementwise kernel, the all-reduces, the embedding) is tabulated per T the
-first time a T is seen, so a step costs a table lookup and the two attention terms; a run of
+first time a T is seen, so a step costs a table lookup and the attention terms; a run of
 decode-only steps (`CostModelExecutor.execute_run`) is the same arithmetic on arrays, so every
 duration is bit for bit the one the step alone would give.
+
+A sliding layer's attention is charged at most `sliding_window` keys a query: decode attends
+min(keys, decodes x window) keys and prefill does min(causal work, tokens x window) and reads
+min(context, tokens + chunks x window) cached keys, from the step's totals. This is exact when
+every sequence is past the window or none is, and an upper bound otherwise.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..model import CostModel
 from ..shape import StepShape
-from .operators import (ADDS_PER_LAYER, ELEMENTWISE, embedding_bytes, elementwise_bytes,
-                        lm_head_counts, matmul_counts)
+from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
+                        elementwise_bytes, expert_counts, layers_of, lm_head_counts,
+                        matmul_counts)
 from .measured import MeasuredOps, say_once
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time
 
 STEP_OVERHEAD_S = 1.0e-3  # the server's own time a step (scheduling, inputs, sampling, outputs)
 SEQ_OVERHEAD_S = 10e-6  # and per sequence in the batch (an assumption; hardware.* overrides it)
+
+
+def operator_times(arch, tp: int, ep: int, tokens, weight_bytes: float, act_bytes: float,
+                   peak: float, bandwidth: float, eff) -> dict:
+    """{operator: seconds} of one layer's operators on one GPU for `tokens` rows (a number or
+    an array): the matmuls, then the elementwise kernels (`operators.py` names them). An
+    elementwise kernel that was not measured takes the efficiency of the one it is timed as
+    (`TIMED_AS`)."""
+    times = {op: matmul_time(flops, wb + ab, tokens, peak, bandwidth, eff)
+             for op, (flops, wb, ab) in matmul_counts(arch, tp, tokens, weight_bytes,
+                                                      act_bytes).items()}
+    times |= {op: matmul_time(flops, wb + ab, rows, peak, bandwidth, eff)
+              for op, (flops, wb, ab, rows) in expert_counts(arch, tp, ep, tokens, weight_bytes,
+                                                             act_bytes).items()}
+    moved = elementwise_bytes(arch, tp, tokens, act_bytes, ep)
+    times |= {op: elementwise_time(TIMED_AS.get(op, op), nbytes, bandwidth, eff)
+              for op, nbytes in moved.items()}
+    return times
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Seconds of one kind of attention (prefill or decode) in a group of layers (all, full or
+    sliding), per unit of each count: FLOPs per query-key pair / peak (to divide by the compute
+    efficiency), a query's activations and a key's cache bytes / bandwidth; `window` keys a
+    query attends to at most (0: every key)."""
+
+    launch_s: float
+    flop_s: float
+    query_s: float
+    key_s: float
+    window: int = 0
+    layers: int = 0  # how many layers (a measured kernel's time is per layer)
 
 
 class HardwareCost(CostModel):
@@ -52,7 +95,6 @@ class HardwareCost(CostModel):
         self.source = (f"hardware: {self.arch.name} on {self.gpu.id} x {self.tp} "
                        f"({setup.dtype}; {kernels})")
         self.model = {"max_seq_len": self.arch.max_seq_len}
-        self._beyond: dict = {}  # operator -> rows past which its tables do not reach
         self._rows = np.zeros(0)  # seconds of the T-dependent part, by T
         self._rows_list: list = []
         self._head = np.zeros(0)  # seconds of the LM head, by rows sampled
@@ -60,16 +102,23 @@ class HardwareCost(CostModel):
         self._compute = np.zeros(0)  # matmul compute efficiency, by tokens
         self._compute_list: list = []
         self._grow(1024)
-        layers, q = self.arch.n_layers, self.arch.q_dim // self.tp
-        kv = self.arch.kv_heads_per_gpu(self.tp) * self.arch.hd
-        kv_bytes = setup.weight_bytes
-        # attention per step, all layers: FLOPs and bytes per unit of each count
-        self._flop_s = layers * 4 * q / self.peak  # x causal work / compute efficiency
-        self._q_bytes_s = (layers * 2 * q * self.setup.act_bytes
-                           / (self.bandwidth * self.eff.memory))
-        self._kv_bytes_s = layers * 2 * kv * kv_bytes / (self.bandwidth * self.eff.memory)
-        self._attn_launch_s = layers * self.eff.launch_s
+        self._prefill = self._attention("prefill")
+        self._decode = self._attention("decode")
         self._top_compute = self.eff.compute[-1]
+
+    def _attention(self, kind: str) -> tuple:
+        """The `Attention` of each group of layers: the full ones, then the sliding ones."""
+        flops, queries, keys = attention_shapes(self.arch, self.tp)[kind]
+        memory = self.bandwidth * self.eff.memory
+        groups = []
+        for layers, window in ((self.arch.full_layers, 0),
+                               (self.arch.sliding_layers, self.arch.sliding_window)):
+            if layers:
+                groups.append(Attention(layers * self.eff.launch_s, layers * flops / self.peak,
+                                        layers * queries * self.setup.act_bytes / memory,
+                                        layers * keys * self.setup.kv_bytes / memory, window,
+                                        layers))
+        return tuple(groups)
 
     def swap_block_s(self, block_size: int) -> float:
         """Seconds to copy one KV block between GPU and host memory (swap preemption): every
@@ -82,52 +131,41 @@ class HardwareCost(CostModel):
         """Tabulate T = 0 .. size - 1."""
         t = np.arange(size, dtype=np.float64)  # [size]
         arch, tp, w = self.arch, self.tp, self.setup.weight_bytes
-        layer = np.zeros(size)
-        for op, (flops, wb, ab) in matmul_counts(arch, tp, t, w, self.setup.act_bytes).items():
-            layer += self._matmul(op, flops, wb + ab, t)
-        moved = elementwise_bytes(arch, tp, t, self.setup.act_bytes)
-        for op in ELEMENTWISE:
+        counts = {"dense": arch.dense_layers, "moe": arch.moe_layers}
+        layer = {kind: np.zeros(size) for kind, n in counts.items() if n}  # one layer's seconds
+        times = operator_times(arch, tp, self.setup.ep, t, w, self.setup.act_bytes, self.peak,
+                               self.bandwidth, self.eff)
+        beyond: dict = {}
+        if self.measured is not None:
+            times, beyond = self.measured.layer_times(times, t)
+        for op, seconds in times.items():
             repeats = ADDS_PER_LAYER if op == "add" else 1
-            layer += repeats * elementwise_time(op, moved[op], self.bandwidth, self.eff)
+            for kind in layers_of(op):
+                if kind in layer:
+                    layer[kind] += repeats * seconds
         if self.all_reduce is not None:
-            roof = self.all_reduce.time(t * arch.d_model * self.setup.act_bytes, self.tp)
-            layer += 2 * self._measured_or(roof, self.measured and self.measured.all_reduce(t),
-                                           "all_reduce")
-        rows = arch.n_layers * layer + elementwise_time(
+            reduce = self.all_reduce.time(t * arch.d_model * self.setup.act_bytes, self.tp)
+            if self.measured is not None:
+                reduce = self.measured.all_reduce(reduce, t, beyond)
+            reduce = 2 * reduce
+            for kind in layer:
+                layer[kind] += reduce
+        rows = sum(counts[kind] * seconds for kind, seconds in layer.items()) + elementwise_time(
             "emb", embedding_bytes(arch, t, self.setup.act_bytes), self.bandwidth, self.eff)
         rows[0] = 0.0
         flops, wb, ab = lm_head_counts(arch, tp, t, w, self.setup.act_bytes)
-        head = self._matmul("lm_head", flops, wb + ab, t)
+        head = matmul_time(flops, wb + ab, t, self.peak, self.bandwidth, self.eff)
+        if self.measured is not None:
+            head = self.measured.lm_head(head, t, beyond)
         head[0] = 0.0
-        self._say_beyond()
+        if beyond:
+            say_once(f"note: {self.source}: steps of more than {min(beyond.values()):,} rows "
+                     f"are past the measured tables' reach (2x their range) for "
+                     f"{', '.join(sorted(beyond))}; costed by the roofline there")
         self._rows, self._rows_list = rows, rows.tolist()
         self._head, self._head_list = head, head.tolist()
         self._compute = self.eff.compute_at(np.maximum(t, 1))
         self._compute_list = self._compute.tolist()
-
-    def _matmul(self, op: str, flops, nbytes, t):
-        """Seconds of matmul `op` for each row count of `t`: measured where the tables reach,
-        the roofline elsewhere."""
-        roof = matmul_time(flops, nbytes, t, self.peak, self.bandwidth, self.eff)
-        return self._measured_or(roof, self.measured and self.measured.matmul(op, t), op)
-
-    def _measured_or(self, roof, measured, op: str):
-        """`measured` where it is a time, `roof` where it is NaN (out of the tables' reach; the
-        run says so once) or where there is no measured time at all."""
-        if measured is None:
-            return roof
-        missing = np.isnan(measured)
-        if missing[1:].any():  # row count 0 is never a step
-            self._beyond[op] = int(missing[1:].argmax())  # rows of the last measured reach
-        return np.where(missing, roof, measured)
-
-    def _say_beyond(self) -> None:
-        """One note for the operators whose measured tables a step's rows outgrew."""
-        if self._beyond:
-            rows = min(self._beyond.values())
-            say_once(f"note: {self.source}: steps of more than {rows:,} rows are past the "
-                     f"measured tables' reach (2x their range) for "
-                     f"{', '.join(sorted(self._beyond))}; costed by the roofline there")
 
     def _fit(self, largest: int) -> None:
         if largest >= len(self._rows_list):
@@ -148,28 +186,43 @@ class HardwareCost(CostModel):
         if tokens:
             causal = shape.prefill_attention - (shape.prefill_square - tokens) / 2 \
                 if self.arch.flash_attention else shape.prefill_attention
-            measured = self._prefill_measured(shape.prefill_seqs, causal)
-            time += measured if measured == measured else self._attn_launch_s + max(
-                self._flop_s * causal / self._compute_list[tokens],
-                self._q_bytes_s * tokens + self._kv_bytes_s * (shape.prefill_context + tokens))
+            compute = self._compute_list[tokens]
+            for group in self._prefill:
+                measured = self._measured_prefill(group, shape.prefill_seqs, causal)
+                if measured == measured:  # a number, not NaN
+                    time += measured
+                    continue
+                work, context = causal, shape.prefill_context
+                if group.window:
+                    work = min(work, tokens * group.window)
+                    context = min(context, tokens + shape.prefill_seqs * group.window)
+                time += group.launch_s + max(group.flop_s * work / compute,
+                                             group.query_s * tokens
+                                             + group.key_s * (context + tokens))
         if decodes:
-            measured = self._decode_measured(decodes, shape.decode_context)
-            time += measured if measured == measured else self._attn_launch_s + max(
-                self._flop_s * shape.decode_context / self._top_compute,
-                self._q_bytes_s * decodes + self._kv_bytes_s * shape.decode_context)
+            for group in self._decode:
+                time += self._decode_group(group, decodes, shape.decode_context)
         return time
 
-    def _prefill_measured(self, chunks: int, causal: float) -> float:
-        """Seconds of every layer's measured prefill attention (NaN: the roofline's)."""
-        if self.measured is None:
-            return math.nan
-        return self.arch.n_layers * self.measured.prefill_attention(chunks, causal)
+    def _decode_group(self, group: Attention, decodes: int, context: int) -> float:
+        """Seconds of a group of layers' decode attention: measured where the tables reach,
+        else the roofline (the same for a step alone and in a run: `_step_time_arrays`)."""
+        measured = self._measured_decode(group, decodes, context)
+        if measured == measured:
+            return measured
+        keys = min(context, decodes * group.window) if group.window else context
+        return group.launch_s + max(group.flop_s * keys / self._top_compute,
+                                    group.query_s * decodes + group.key_s * keys)
 
-    def _decode_measured(self, decodes: int, context: int) -> float:
-        """Seconds of every layer's measured decode attention (NaN: the roofline's)."""
+    def _measured_prefill(self, group: Attention, chunks: int, causal: float) -> float:
         if self.measured is None:
             return math.nan
-        return self.arch.n_layers * self.measured.decode_attention(decodes, context)
+        return group.layers * self.measured.prefill_attention(group.window, chunks, causal)
+
+    def _measured_decode(self, group: Attention, decodes: int, context: int) -> float:
+        if self.measured is None:
+            return math.nan
+        return group.layers * self.measured.decode_attention(group.window, decodes, context)
 
     def _step_time_arrays(self, shape: StepShape) -> np.ndarray:
         """`step_time` on arrays, operation for operation (decode-only runs: no prefill)."""
@@ -184,11 +237,15 @@ class HardwareCost(CostModel):
         self._fit(int(max(rows.max(initial=0), sampled.max(initial=0))))
         time = self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs + decodes)
         time = time + self._rows[rows] + self._head[sampled]
-        attention = self._attn_launch_s + np.maximum(
-            self._flop_s * context / self._top_compute,
-            self._q_bytes_s * decodes + self._kv_bytes_s * context)
-        if self.measured is not None:  # step by step, as `step_time` looks each one up
-            measured = np.array([self._decode_measured(d, c) if d else math.nan for d, c in
-                                 zip(decodes.tolist(), context.tolist())], dtype=np.float64)
-            attention = np.where(np.isnan(measured), attention, measured)
-        return np.where(decodes > 0, time + attention, time)
+        attended = time
+        for group in self._decode:
+            if self.measured is not None:  # step by step, as `step_time` costs each one
+                attention = np.array([self._decode_group(group, d, c) if d else 0.0 for d, c in
+                                      zip(decodes.tolist(), context.tolist())], dtype=np.float64)
+            else:
+                keys = np.minimum(context, decodes * group.window) if group.window else context
+                attention = group.launch_s + np.maximum(
+                    group.flop_s * keys / self._top_compute,
+                    group.query_s * decodes + group.key_s * keys)
+            attended = attended + attention
+        return np.where(decodes > 0, attended, time)

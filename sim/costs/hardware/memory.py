@@ -44,27 +44,40 @@ class MemoryPlan:
         return self.weights + self.activations + self.non_torch
 
 
-def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int) -> float:
+def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int,
+                     ep: int = 1) -> float:
     """Peak activation memory of a forward pass of `max_tokens` tokens: the residual stream,
-    the widest intermediate (QKV or the MLP's up projection, this GPU's shard) and its output,
-    and `max_seqs` rows of fp32 logits."""
-    qkv = arch.q_dim // tp + 2 * arch.kv_heads_per_gpu(tp) * arch.hd
-    up = (2 if arch.gated_mlp else 1) * arch.d_ff // tp
-    hidden = max_tokens * (2 * arch.d_model + 2 * max(qkv, up)) * ACT_BYTES
+    the widest intermediate (QKV or the latent attention's projections, the MLP's up
+    projection, the routed experts' up projections of a token's k pairs; this GPU's shard) and
+    its output, and `max_seqs` rows of fp32 logits."""
+    gated = 2 if arch.gated_mlp else 1
+    if arch.is_mla:
+        heads = arch.n_heads // tp
+        widths = [arch.q_lora_rank + arch.latent_dim, heads * arch.hd,
+                  heads * (arch.qk_nope_head_dim + arch.v_head_dim)]
+    else:
+        widths = [arch.q_dim // tp + 2 * arch.kv_heads_per_gpu(tp) * arch.hd]
+    if arch.dense_layers:
+        widths.append(gated * arch.d_ff // tp)
+    if arch.is_moe:
+        widths.append(arch.experts_per_token * gated * arch.moe_d_ff // (1 if ep > 1 else tp))
+        widths.append(gated * arch.shared_ff // tp)
+    hidden = max_tokens * (2 * arch.d_model + 2 * max(widths)) * ACT_BYTES
     return hidden + max_seqs * arch.vocab_size * 4
 
 
 def memory_plan(arch: Architecture, memory_bytes: float, utilization: float, tp: int,
                 weight_bytes: float, kv_bytes: float, block_size: int, max_tokens: int,
-                max_seqs: int) -> MemoryPlan:
-    return MemoryPlan(memory_bytes * utilization, arch.weight_bytes_per_gpu(tp, weight_bytes),
-                      activation_bytes(arch, tp, max_tokens, max_seqs), NON_TORCH_BYTES,
+                max_seqs: int, ep: int = 1) -> MemoryPlan:
+    return MemoryPlan(memory_bytes * utilization,
+                      arch.weight_bytes_per_gpu(tp, weight_bytes, ep),
+                      activation_bytes(arch, tp, max_tokens, max_seqs, ep), NON_TORCH_BYTES,
                       arch.kv_bytes_per_token(tp, kv_bytes), block_size)
 
 
 def smallest_tp(arch: Architecture, plan_for) -> int | None:
     """The smallest valid tensor-parallel degree (up to 8) whose plan holds at least one KV
-    block; `plan_for(tp)` gives the plan."""
+    block; `plan_for(tp)` gives the plan (with expert parallelism, at ep = tp)."""
     for tp in valid_tps(arch):
         if plan_for(tp).kv_blocks >= 1:
             return tp

@@ -22,30 +22,85 @@ being n c + n (n + 1) / 2 (a kernel that skips masked blocks, as FlashAttention;
 one that computes every score and masks, as the NumPy engine); decode attention 4 q x (keys attended) FLOPs and reads every key and
 value it attends to. Once a step: the embedding lookup (`emb`), the LM head (a matmul d -> V / tp
 for the rows that sample), and, with tp > 1, two all-reduces of T x d activations a layer.
+
+A mixture-of-experts layer replaces the MLP by `moe_router` (a matmul d -> n_experts, whole on
+every GPU), the routed experts `moe_up_proj`, `moe_act`, `moe_down_proj` and the shared experts
+`shared_up_proj`, `shared_act`, `shared_down_proj` (an MLP of their total width, split by tp).
+The T tokens make T k token-expert pairs (k = experts_per_token); a GPU computes its share of
+them (all of them on a 1/tp slice of each expert with ep = 1; those of its n_experts / ep whole
+experts with ep = tp) and reads the weights of the experts the pairs touch: of E experts, T
+tokens each picking k at random touch E (1 - (1 - k / E)^T) on average (`expected_experts`),
+so a decode of few tokens reads few experts and a long prefill all of them. Its matmuls run at
+the compute efficiency of their rows per expert. The model's leading dense layers keep the
+`mlp_*` operators.
+
+Multi-head latent attention replaces `attn_pre_proj` by `mla_down_proj` (d -> q_lora_rank +
+kv_lora_rank + rope, whole on every GPU, as vLLM replicates it), `mla_q_up_proj` (-> the GPU's
+heads x (nope + rope)) and `mla_kv_up_proj` (kv_lora_rank -> heads x (nope + v): the keys and
+values of prefill tokens; in decode vLLM absorbs these weights into the query and the output,
+the same FLOPs and weights), with the two latent RMSNorms `mla_norm` and rotary embedding on the
+rope part only. Prefill attention runs on the up-projected heads (2 (nope + rope) + 2 v FLOPs a
+head a query-key pair), decode attention on the latent (2 (kv_lora_rank + rope) + 2
+kv_lora_rank), both reading kv_lora_rank + rope cached values a key.
 """
 
 from __future__ import annotations
 
-from .architecture import Architecture
+import numpy as np
+
+from .architecture import Architecture, expected_experts
 
 MATMULS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEMENTWISE = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
 LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
              "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
 ADDS_PER_LAYER = 2  # the residual adds after attention and after the MLP
+# Operators of the dense-MLP layers only, and of the mixture-of-experts layers only; every other
+# operator runs in every layer.
+DENSE_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
+# (`moe_experts`: the measured fused kernel in place of the routed experts' three, measured.py)
+MOE_OPS = ("moe_router", "moe_up_proj", "moe_down_proj", "moe_experts", "shared_up_proj",
+           "shared_down_proj", "moe_act", "shared_act")
+# The measured elementwise operator (ELEMENTWISE) whose efficiency an unmeasured one takes.
+TIMED_AS = {"mla_norm": "input_layernorm", "moe_act": "mlp_act", "shared_act": "mlp_act"}
 
 
 def matmul_shapes(arch: Architecture, tp: int) -> dict:
-    """{matmul: (inputs read per row, weight elements, outputs written per row)} on one GPU."""
-    d, q = arch.d_model, arch.q_dim // tp
+    """{matmul: (inputs read per row, weight elements, outputs written per row)} on one GPU:
+    every matmul of T rows but the routed experts (`expert_counts`)."""
+    d = arch.d_model
+    shapes = _attention_matmuls(arch, tp)
+    o = arch.o_dim // tp
+    shapes["attn_post_proj"] = (o, o * d, d)
+    if arch.dense_layers:
+        shapes |= _mlp_matmuls(arch, "mlp", arch.d_ff // tp)
+    if arch.is_moe:
+        shapes["moe_router"] = (d, d * arch.n_experts, arch.n_experts)
+        if arch.shared_ff:
+            shapes |= _mlp_matmuls(arch, "shared", arch.shared_ff // tp)
+    return shapes
+
+
+def _attention_matmuls(arch: Architecture, tp: int) -> dict:
+    d = arch.d_model
+    if arch.is_mla:
+        heads = arch.n_heads // tp
+        down = arch.q_lora_rank + arch.latent_dim
+        q_in, q_out = arch.q_lora_rank or d, heads * arch.hd
+        kv_up = heads * (arch.qk_nope_head_dim + arch.v_head_dim)
+        return {"mla_down_proj": (d, d * down, down),
+                "mla_q_up_proj": (q_in, q_in * q_out, q_out),
+                "mla_kv_up_proj": (arch.kv_lora_rank, arch.kv_lora_rank * kv_up, kv_up)}
+    q = arch.q_dim // tp
     kv = arch.kv_heads_per_gpu(tp) * arch.hd
-    ff = arch.d_ff // tp
-    up = (2 if arch.gated_mlp else 1) * ff
     qkv = q + 2 * kv
-    return {"attn_pre_proj": (d * (1 if arch.fused_qkv else 3), d * qkv, qkv),
-            "attn_post_proj": (q, q * d, d),
-            "mlp_up_proj": (d, d * up, up),
-            "mlp_down_proj": (ff, ff * d, d)}
+    return {"attn_pre_proj": (d * (1 if arch.fused_qkv else 3), d * qkv, qkv)}
+
+
+def _mlp_matmuls(arch: Architecture, prefix: str, ff: int) -> dict:
+    """An MLP of width `ff` on one GPU: `<prefix>_up_proj` and `<prefix>_down_proj`."""
+    d, up = arch.d_model, (2 if arch.gated_mlp else 1) * ff
+    return {f"{prefix}_up_proj": (d, d * up, up), f"{prefix}_down_proj": (ff, ff * d, d)}
 
 
 def matmul_counts(arch: Architecture, tp: int, tokens, weight_bytes: float,
@@ -59,17 +114,71 @@ def matmul_counts(arch: Architecture, tp: int, tokens, weight_bytes: float,
     return out
 
 
-def elementwise_bytes(arch: Architecture, tp: int, tokens, act_bytes: float) -> dict:
+def expert_split(arch: Architecture, tp: int, ep: int, tokens) -> tuple:
+    """(token-expert pairs one GPU computes, experts of its own they touch, an expert's width
+    on it) for `tokens` rows: the most loaded GPU's share, routing spread evenly."""
+    local = arch.experts_per_gpu(ep) if ep > 1 else arch.n_experts
+    share = local / arch.n_experts
+    pairs = tokens * arch.experts_per_token * share
+    touched = expected_experts(arch.n_experts, arch.experts_per_token, tokens) * share
+    return pairs, touched, arch.moe_d_ff // (1 if ep > 1 else tp)
+
+
+def expert_counts(arch: Architecture, tp: int, ep: int, tokens, weight_bytes: float,
+                  act_bytes: float) -> dict:
+    """{routed-expert matmul: (FLOPs, weight bytes, activation bytes, rows per expert)} for
+    `tokens` rows (a number or an array); empty for a dense model."""
+    if not arch.is_moe:
+        return {}
+    pairs, touched, ff = expert_split(arch, tp, ep, tokens)
+    rows = pairs / np.where(touched > 0, touched, 1)
+    out = {}
+    for name, (read, weights, written) in _mlp_matmuls(arch, "moe", ff).items():
+        out[name] = (2 * pairs * weights, touched * weights * weight_bytes,
+                     pairs * (read + written) * act_bytes, rows)
+    return out
+
+
+def elementwise_bytes(arch: Architecture, tp: int, tokens, act_bytes: float,
+                      ep: int = 1) -> dict:
     """{elementwise operator: bytes read and written} for `tokens` rows."""
-    d, q = arch.d_model, arch.q_dim // tp
-    kv = arch.kv_heads_per_gpu(tp) * arch.hd
-    ff = arch.d_ff // tp
+    d = arch.d_model
     norm = 2 * tokens * d * act_bytes + d * act_bytes
-    return {"input_layernorm": norm,
-            "post_attention_layernorm": 0 * norm if arch.parallel_attn_mlp else norm,
-            "attn_rope": 2 * tokens * (q + kv) * act_bytes if arch.rope else 0 * norm,
-            "mlp_act": (3 if arch.gated_mlp else 2) * tokens * ff * act_bytes,
-            "add": 3 * tokens * d * act_bytes}
+    moved = {"input_layernorm": norm,
+             "post_attention_layernorm": 0 * norm if arch.parallel_attn_mlp else norm,
+             "attn_rope": _rope_bytes(arch, tp, tokens, act_bytes) if arch.rope else 0 * norm}
+    gated = 3 if arch.gated_mlp else 2
+    if arch.dense_layers:
+        moved["mlp_act"] = gated * tokens * (arch.d_ff // tp) * act_bytes
+    moved["add"] = 3 * tokens * d * act_bytes
+    if arch.is_mla:
+        latents = arch.q_lora_rank + arch.kv_lora_rank
+        moved["mla_norm"] = 2 * tokens * latents * act_bytes + latents * act_bytes
+    if arch.is_moe:
+        pairs, _, ff = expert_split(arch, tp, ep, tokens)
+        moved["moe_act"] = gated * pairs * ff * act_bytes
+        if arch.shared_ff:
+            moved["shared_act"] = gated * tokens * (arch.shared_ff // tp) * act_bytes
+    return moved
+
+
+def _rope_bytes(arch: Architecture, tp: int, tokens, act_bytes: float):
+    """Rotary embedding reads and writes the queries and keys (latent attention: their rope
+    part, the key's shared by every head)."""
+    if arch.is_mla:
+        return 2 * tokens * (arch.n_heads // tp + 1) * arch.qk_rope_head_dim * act_bytes
+    q = arch.q_dim // tp
+    kv = arch.kv_heads_per_gpu(tp) * arch.hd
+    return 2 * tokens * (q + kv) * act_bytes
+
+
+def layers_of(op: str) -> tuple:
+    """The kinds of layer ("dense", "moe") an operator runs in."""
+    if op in DENSE_OPS:
+        return ("dense",)
+    if op in MOE_OPS:
+        return ("moe",)
+    return ("dense", "moe")
 
 
 def lm_head_counts(arch: Architecture, tp: int, rows, weight_bytes: float,
@@ -85,20 +194,33 @@ def embedding_bytes(arch: Architecture, tokens, act_bytes: float):
     return 2 * tokens * arch.d_model * act_bytes
 
 
+def attention_shapes(arch: Architecture, tp: int) -> dict:
+    """{"prefill", "decode": (FLOPs a query-key pair, activation elements a query reads and
+    writes, cache elements a key)} of one layer's attention on one GPU."""
+    if arch.is_mla:
+        heads, latent = arch.n_heads // tp, arch.latent_dim
+        v, rank = arch.v_head_dim, arch.kv_lora_rank
+        return {"prefill": (heads * (2 * arch.hd + 2 * v), heads * (arch.hd + v), latent),
+                "decode": (heads * (2 * latent + 2 * rank), heads * (latent + rank), latent)}
+    q = arch.q_dim // tp
+    kv = arch.kv_heads_per_gpu(tp) * arch.hd
+    return {"prefill": (4 * q, 2 * q, 2 * kv), "decode": (4 * q, 2 * q, 2 * kv)}
+
+
 def attention_counts(arch: Architecture, tp: int, prefill_tokens, prefill_attention,
                      prefill_square, prefill_context, decode_seqs, decode_context,
                      kv_bytes: float, act_bytes: float) -> tuple:
-    """((prefill FLOPs, prefill bytes), (decode FLOPs, decode bytes)) of one layer's attention on
-    one GPU. Prefill: causal work n c + n (n + 1) / 2 per chunk (`prefill_attention` counts
-    n (c + n), `prefill_square` n n), its queries and outputs, and the keys and values of its
-    context; decode: every key and value attended, read once."""
-    q = arch.q_dim // tp
-    kv = arch.kv_heads_per_gpu(tp) * arch.hd
+    """((prefill FLOPs, prefill bytes), (decode FLOPs, decode bytes)) of one full-attention
+    layer on one GPU. Prefill: causal work n c + n (n + 1) / 2 per chunk (`prefill_attention`
+    counts n (c + n), `prefill_square` n n), its queries and outputs, and the keys and values
+    of its context; decode: every key and value attended, read once."""
+    shapes = attention_shapes(arch, tp)
     causal = prefill_attention - (prefill_square - prefill_tokens) / 2 \
         if arch.flash_attention else prefill_attention
-    prefill = (4 * q * causal,
-               2 * prefill_tokens * q * act_bytes
-               + 2 * kv * (prefill_context + prefill_tokens) * kv_bytes)
-    decode = (4 * q * decode_context,
-              2 * decode_seqs * q * act_bytes + 2 * kv * decode_context * kv_bytes)
+    flops, queries, keys = shapes["prefill"]
+    prefill = (flops * causal, prefill_tokens * queries * act_bytes
+               + keys * (prefill_context + prefill_tokens) * kv_bytes)
+    flops, queries, keys = shapes["decode"]
+    decode = (flops * decode_context, decode_seqs * queries * act_bytes
+              + keys * decode_context * kv_bytes)
     return prefill, decode

@@ -1,6 +1,7 @@
 """From a resolved scenario config to the hardware a run simulates: the model's architecture,
-the GPU, tensor parallelism, dtype, the memory plan and the KV blocks it leaves
-(`engine.num_kv_blocks = "auto"`), every problem a one-line ValueError naming the key.
+the GPU, tensor and expert parallelism, the weights' and the KV cache's dtypes, the memory plan
+and the KV blocks it leaves (`engine.num_kv_blocks = "auto"`), every problem a one-line
+ValueError naming the key.
 """
 
 from __future__ import annotations
@@ -8,10 +9,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .architecture import DTYPE_BYTES, Architecture
-from .catalog import Gpu, gpu_spec, model_architecture
+from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
 from .kernels import KernelTables, TablesMiss
 from .measured import MeasuredOps, say_once
 from .memory import GIB, MemoryPlan, memory_plan, smallest_tp
+
+# Dtypes whose activations (and KV cache, by default) are the weights' own; the others (fp8,
+# nvfp4 weights) run with 16-bit activations and, as vLLM's --kv-cache-dtype auto, a bf16 cache.
+NATIVE_DTYPES = ("fp32", "fp16", "bf16")
+
+
+def kv_cache_dtype(dtype: str, kv_dtype: str = "auto") -> str:
+    """The KV cache's dtype: `kv_dtype`, or for "auto" the model's activation dtype (the
+    weights' for fp32, fp16 and bf16; bf16 under fp8 or nvfp4 weights, as vLLM's "auto" takes
+    the checkpoint's bf16 dtype)."""
+    if kv_dtype != "auto":
+        return kv_dtype
+    return dtype if dtype in NATIVE_DTYPES else "bf16"
 
 
 @dataclass(frozen=True)
@@ -23,6 +37,8 @@ class HardwareSetup:
     plan: MemoryPlan
     kv_blocks: int  # engine.num_kv_blocks: derived ("auto") or given
     block_size: int
+    ep: int = 1  # expert parallelism: 1 or tp
+    kv_dtype: str = "auto"
     kernels: MeasuredOps | None = None  # the measured kernel tables' operators (None: roofline)
 
     @property
@@ -30,17 +46,25 @@ class HardwareSetup:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def kv_bytes(self) -> float:
+        """Bytes of a cached key or value element."""
+        return DTYPE_BYTES[kv_cache_dtype(self.dtype, self.kv_dtype)]
+
+    @property
     def act_bytes(self) -> float:
-        """Bytes of an activation element: fp16/bf16 on a GPU (fp8 models included), fp32 for
-        an fp32 model (the NumPy engine)."""
+        """Bytes of an activation element: fp16/bf16 on a GPU (fp8 and nvfp4 models included),
+        fp32 for an fp32 model (the NumPy engine)."""
         return 4 if self.dtype == "fp32" else 2
 
     def describe(self) -> dict:
-        """What a report says of the hardware: the model, GPU, TP, dtype and memory."""
+        """What a report says of the hardware: the model, GPU, parallelism, dtypes and
+        memory."""
         plan = self.plan
         return {"model": self.arch.name, "parameters": self.arch.parameters(),
-                "gpu": self.gpu.id, "gpu_name": self.gpu.name, "tp": self.tp,
-                "dtype": self.dtype, "weights_gib_per_gpu": plan.weights / GIB,
+                "active_parameters": self.arch.active_parameters(),
+                "gpu": self.gpu.id, "gpu_name": self.gpu.name, "tp": self.tp, "ep": self.ep,
+                "dtype": self.dtype, "kv_dtype": kv_cache_dtype(self.dtype, self.kv_dtype),
+                "weights_gib_per_gpu": plan.weights / GIB,
                 "activations_gib_per_gpu": plan.activations / GIB,
                 "kv_gib_per_gpu": self.kv_blocks * self.block_size * plan.kv_bytes_per_token
                 / GIB, "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token,
@@ -55,21 +79,29 @@ def hardware_setup(config) -> HardwareSetup:
     hardware, engine = config.hardware, config.engine
     arch = model_architecture(config.model.given())
     gpu = gpu_spec(hardware.gpu)
-    tp, dtype = hardware.tp, hardware.dtype
+    tp, ep, dtype = hardware.tp, hardware.ep, hardware.dtype
     arch.check_tp(tp)
+    arch.check_ep(ep, tp)
     gpu.peak_flops(dtype)  # the GPU computes in this dtype
-    size = DTYPE_BYTES[dtype]
+    kv_dtype = kv_cache_dtype(dtype, hardware.kv_dtype)
+    if kv_dtype == "fp8" and "fp8" not in gpu.peak_tflops:
+        raise ValueError(f"hardware.kv_dtype: an fp8 KV cache needs a GPU with fp8 support; "
+                         f"{gpu.id} has none (use fp16 or bf16, or one of "
+                         f"{', '.join(gpus_with('fp8'))})")
+    size, kv_size = DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype]
 
     def plan_for(degree: int) -> MemoryPlan:
         return memory_plan(arch, gpu.memory_bytes, hardware.gpu_memory_utilization, degree,
-                           size, size, engine.block_size, engine.max_num_batched_tokens,
-                           engine.max_num_seqs)
+                           size, kv_size, engine.block_size, engine.max_num_batched_tokens,
+                           engine.max_num_seqs, ep=degree if ep > 1 else 1)
 
     plan = plan_for(tp)
     if plan.kv_blocks < 1:
         fits = smallest_tp(arch, plan_for)
-        hint = (f"the smallest tensor parallelism that fits is hardware.tp = {fits}" if fits
-                else "no tensor parallelism up to 8 fits: use a GPU with more memory or fp8")
+        degree = f"hardware.tp = hardware.ep = {fits}" if ep > 1 else f"hardware.tp = {fits}"
+        hint = (f"the smallest tensor parallelism that fits is {degree}" if fits
+                else "no tensor parallelism up to 8 fits: use a GPU with more memory or a "
+                     "smaller dtype (fp8, nvfp4)")
         raise ValueError(
             f"hardware: {arch.name} does not fit on {gpu.id} at tp = {tp} ({dtype}): it needs "
             f"{plan.needed / GIB:.1f} GiB per GPU before any KV cache ({plan.weights / GIB:.1f} "
@@ -93,11 +125,11 @@ def hardware_setup(config) -> HardwareSetup:
                          f"than the KV cache holds on {gpu.id} at tp = {tp} ({tokens:,} tokens); "
                          f"set model.max_seq_len to at most {tokens:,} (as vLLM's "
                          f"--max-model-len) or use more GPUs")
-    return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine.block_size,
-                         measured_ops(hardware, arch, gpu, tp, dtype))
+    return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine.block_size, ep,
+                         hardware.kv_dtype, measured_ops(hardware, arch, gpu, tp, dtype, ep))
 
 
-def measured_ops(hardware, arch, gpu, tp: int, dtype: str) -> MeasuredOps | None:
+def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredOps | None:
     """The measured kernel tables' operators of `hardware.kernels` (unset: measured where the
     GPU has tables and servesim[gpu] is installed, else the roofline, said once); a version or
     a GPU the tables do not have is a one-line ValueError naming the key."""
@@ -111,5 +143,4 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str) -> MeasuredOps | None
         say_once(f"note: {exc}; the hardware model costs every operator by the roofline "
                  f"(hardware.kernels = \"roofline\" says so without this note)")
         return None
-    kv_dtype = "bf16" if dtype in ("fp8", "nvfp4") else dtype  # vLLM's "auto" KV dtype
-    return MeasuredOps(arch, tp, dtype, kv_dtype, tables)
+    return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype, hardware.kv_dtype), tables, ep)

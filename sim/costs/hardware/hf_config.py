@@ -1,0 +1,207 @@
+"""A model's architecture from its Hugging Face `config.json` (`model.config`).
+
+`config_architecture(path)` reads the file and returns the `Architecture` keys it sets, keyed as
+`Architecture` names them, for the model classes in `READERS` (`architectures[0]` of the file):
+dense Llama, Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 (text), and mixture-of-experts Mixtral,
+Qwen3-MoE, DeepSeek-V3 (with multi-head latent attention) and gpt-oss. What the cost model does
+not read (rotary scaling, logit soft-capping, quantization settings, a multi-token-prediction
+module) is left out; biases beyond q, k and v, the per-head query and key norms of Qwen3 and
+Gemma 3, and gpt-oss's attention sinks are left out too (under 0.1% of any model's parameters).
+Every problem is one ValueError naming `model.config`, the file and what is allowed or missing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def config_architecture(path: str) -> dict:
+    """The architecture keys (and `name`) of the config.json at `path`."""
+    config = _read(path)
+    names = config.get("architectures")
+    if not isinstance(names, list) or not names or not isinstance(names[0], str):
+        raise ValueError(f"model.config: {path}: no \"architectures\" list naming the model "
+                         f"class (one of {', '.join(READERS)})")
+    reader = READERS.get(names[0])
+    if reader is None:
+        raise ValueError(f"model.config: {path}: architecture {names[0]!r} is not supported "
+                         f"(supported: {', '.join(READERS)}; or define the model with "
+                         f"model.n_layers, d_model, ...)")
+    keys = reader(_Config(config, path, names[0]))
+    name = config.get("_name_or_path")
+    return keys | {"name": name if isinstance(name, str) and name else str(path)}
+
+
+def _read(path: str) -> dict:
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"model.config: file not found: {path} (looked in the current "
+                                f"directory, beside the scenario and at the repository root)")
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"model.config: {path} is not JSON ({exc.msg} at line "
+                         f"{exc.lineno})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"model.config: {path} cannot be read ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"model.config: {path} must hold a JSON object (a Hugging Face "
+                         f"config.json)")
+    return config
+
+
+class _Config:
+    """A config.json's values, each checked as it is read."""
+
+    def __init__(self, table: dict, path: str, architecture: str):
+        self.table, self.path, self.architecture = table, path, architecture
+
+    def int(self, key: str, default=None, minimum: int = 1) -> int:
+        """An integer >= `minimum`; `default` when the key is absent or null (None: the key
+        is required)."""
+        value = self.table.get(key)
+        if value is None:
+            if default is None:
+                raise ValueError(f"model.config: {self.path}: missing {key!r} (a "
+                                 f"{self.architecture} config.json has it)")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"model.config: {self.path}: {key} must be an integer >= "
+                             f"{minimum}, got {value!r}")
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.table.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ValueError(f"model.config: {self.path}: {key} must be true or false, got "
+                             f"{value!r}")
+        return value
+
+    def list(self, key: str) -> list | None:
+        value = self.table.get(key)
+        if value is not None and not isinstance(value, list):
+            raise ValueError(f"model.config: {self.path}: {key} must be a list, got {value!r}")
+        return value
+
+
+def _dense(c: _Config, tie: bool = False) -> dict:
+    """The keys every model class shares (a gated MLP, RMSNorm, rotary embedding)."""
+    n_heads = c.int("num_attention_heads")
+    keys = {"n_layers": c.int("num_hidden_layers"), "d_model": c.int("hidden_size"),
+            "n_heads": n_heads, "n_kv_heads": c.int("num_key_value_heads", n_heads),
+            "d_ff": c.int("intermediate_size"), "vocab_size": c.int("vocab_size"),
+            "max_seq_len": c.int("max_position_embeddings"),
+            "tie_embeddings": c.bool("tie_word_embeddings", tie), "gated_mlp": True,
+            "norm": "rmsnorm"}
+    head_dim = c.int("head_dim", 0, minimum=0)
+    if head_dim:
+        keys["head_dim"] = head_dim
+    return keys
+
+
+def _window(c: _Config, n_layers: int, default_sliding) -> dict:
+    """`sliding_window` and `sliding_layers`: the layers `layer_types` marks
+    "sliding_attention", else `default_sliding(n_layers)` of them, when the config has a
+    window."""
+    window = c.int("sliding_window", 0, minimum=0)
+    if not window:
+        return {}
+    types = c.list("layer_types")
+    sliding = types.count("sliding_attention") if types is not None else \
+        default_sliding(n_layers)
+    return {"sliding_window": window, "sliding_layers": sliding} if sliding else {}
+
+
+def _llama(c: _Config) -> dict:
+    return _dense(c) | {"qkv_bias": c.bool("attention_bias", False)}
+
+
+def _mistral(c: _Config) -> dict:
+    keys = _dense(c)
+    return keys | _window(c, keys["n_layers"], lambda n: n)  # every layer slides
+
+
+def _qwen_window(c: _Config, n_layers: int) -> dict:
+    """Qwen2/Qwen3: with use_sliding_window, the layers from max_window_layers on slide."""
+    if not c.bool("use_sliding_window", False):
+        return {}
+    first = c.int("max_window_layers", n_layers, minimum=0)
+    return _window(c, n_layers, lambda n: max(n - first, 0))
+
+
+def _qwen2(c: _Config) -> dict:
+    keys = _dense(c) | {"qkv_bias": True}  # Qwen2's q, k and v projections carry biases
+    return keys | _qwen_window(c, keys["n_layers"])
+
+
+def _qwen3(c: _Config) -> dict:
+    keys = _dense(c) | {"qkv_bias": c.bool("attention_bias", False)}
+    return keys | _qwen_window(c, keys["n_layers"])
+
+
+def _gemma2(c: _Config) -> dict:
+    keys = _dense(c, tie=True)  # even layers slide, odd ones attend to every token
+    return keys | _window(c, keys["n_layers"], lambda n: (n + 1) // 2)
+
+
+def _gemma3(c: _Config) -> dict:
+    keys = _dense(c, tie=True)  # every `sliding_window_pattern`-th layer attends to all
+    pattern = c.int("sliding_window_pattern", 6)
+    return keys | _window(c, keys["n_layers"], lambda n: n - n // pattern)
+
+
+def _experts(c: _Config, n_experts: str, width: str) -> dict:
+    return {"n_experts": c.int(n_experts), "experts_per_token": c.int("num_experts_per_tok"),
+            "moe_d_ff": c.int(width)}
+
+
+def _mixtral(c: _Config) -> dict:
+    keys = _mistral(c)
+    return keys | _experts(c, "num_local_experts", "intermediate_size")
+
+
+def _qwen3_moe(c: _Config) -> dict:
+    keys = _qwen3(c) | _experts(c, "num_experts", "moe_intermediate_size")
+    dense_only = c.list("mlp_only_layers") or []
+    step = c.int("decoder_sparse_step", 1)
+    sparse = sum(1 for i in range(keys["n_layers"])
+                 if i not in dense_only and (i + 1) % step == 0)
+    return keys | {"n_dense_layers": keys["n_layers"] - sparse}
+
+
+def _deepseek_v3(c: _Config) -> dict:
+    keys = _dense(c) | _experts(c, "n_routed_experts", "moe_intermediate_size")
+    keys.pop("head_dim", None)  # some copies write qk_rope_head_dim there; the heads are MLA's
+    first, every = c.int("first_k_dense_replace", 0, minimum=0), c.int("moe_layer_freq", 1)
+    sparse = sum(1 for i in range(keys["n_layers"]) if i >= first and i % every == 0)
+    return keys | {"n_shared_experts": c.int("n_shared_experts", 0, minimum=0),
+                   "n_dense_layers": keys["n_layers"] - sparse,
+                   "q_lora_rank": c.int("q_lora_rank", 0, minimum=0),
+                   "kv_lora_rank": c.int("kv_lora_rank"),
+                   "qk_nope_head_dim": c.int("qk_nope_head_dim"),
+                   "qk_rope_head_dim": c.int("qk_rope_head_dim"),
+                   "v_head_dim": c.int("v_head_dim")}
+
+
+def _gpt_oss(c: _Config) -> dict:
+    keys = _dense(c) | {"qkv_bias": c.bool("attention_bias", True)}
+    keys |= _experts(c, "num_local_experts", "intermediate_size")
+    return keys | _window(c, keys["n_layers"], lambda n: (n + 1) // 2)  # alternating
+
+
+# The model classes read, by `architectures[0]`.
+READERS = {
+    "LlamaForCausalLM": _llama,
+    "MistralForCausalLM": _mistral,
+    "Qwen2ForCausalLM": _qwen2,
+    "Qwen3ForCausalLM": _qwen3,
+    "Gemma2ForCausalLM": _gemma2,
+    "Gemma3ForCausalLM": _gemma3,
+    "MixtralForCausalLM": _mixtral,
+    "Qwen3MoeForCausalLM": _qwen3_moe,
+    "DeepseekV3ForCausalLM": _deepseek_v3,
+    "GptOssForCausalLM": _gpt_oss,
+}

@@ -1,0 +1,402 @@
+"""The hardware cost model's models and GPUs of 2026: mixture-of-experts, latent-attention and
+sliding-window architectures with their published parameter counts, weight and KV bytes by hand,
+Blackwell GPUs and nvfp4, the KV cache's dtype, expert parallelism as vLLM allows it, a model
+read from its config.json, and one-line refusals of what cannot run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import scenarios
+import sim
+from scenarios import ScenarioError
+from sim.checks import check_scenario
+from sim.costs.hardware import (HardwareCost, gpu_spec, gpus, hardware_setup, layer_op_times,
+                                model_architecture, models)
+from sim.costs.hardware.architecture import expected_experts
+from sim.costs.hardware.catalog import MODEL_KEYS
+from sim.costs.hardware.operators import attention_shapes, expert_counts
+from sim.costs.shape import StepShape
+from sim.runner import run_config
+
+NEW_MODELS = ("meta-llama/Llama-3.1-405B", "meta-llama/Llama-3.3-70B-Instruct", "Qwen/Qwen3-8B",
+              "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B",
+              "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x22B-v0.1",
+              "deepseek-ai/DeepSeek-V3", "openai/gpt-oss-120b")
+BLACKWELL = ("b200", "gb200", "b300", "gb300", "rtx-pro-6000")
+GIB = 2**30
+
+
+def scenario(tmp_path, model='name = "meta-llama/Llama-3.1-8B"', gpu="h100-sxm", tp=1,
+             hardware="", max_seq_len=4096, requests=4):
+    path = tmp_path / "s.toml"
+    path.write_text(f'[model]\n{model}\nmax_seq_len = {max_seq_len}\n[hardware]\ngpu = "{gpu}"\n'
+                    f'tp = {tp}\n{hardware}\n[cost]\nmodel = "hardware"\n[engine]\n'
+                    f'max_num_seqs = 64\nmax_num_batched_tokens = 4096\n[workload]\n'
+                    f'num_requests = {requests}\narrival = {{ process = "poisson", rate = 4.0 }}\n'
+                    f'prompt_tokens = {{ dist = "uniform", low = 100, high = 1500 }}\n'
+                    f'output_tokens = {{ dist = "uniform", low = 10, high = 100 }}\n')
+    return path
+
+
+def setup_of(tmp_path, **kwargs):
+    return hardware_setup(scenarios.load(scenario(tmp_path, **kwargs)).base)
+
+
+def refusal(tmp_path, **kwargs) -> str:
+    """The one-line error loading and checking the scenario gives."""
+    path = scenario(tmp_path, **kwargs)
+    with pytest.raises(ScenarioError) as info:
+        check_scenario(scenarios.load(path))
+    text = str(info.value)
+    assert "\n" not in text and text.startswith(f"{path}: ")
+    return text
+
+
+# --- catalogs ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NEW_MODELS)
+def test_every_new_catalog_model_has_its_published_total_and_active_parameters(name):
+    table, arch = models()[name], model_architecture({"name": name})
+    assert arch.parameters() == pytest.approx(table["params"], rel=0.02)
+    if "active_params" in table:
+        assert arch.is_moe
+        assert arch.active_parameters() == pytest.approx(table["active_params"], rel=0.02)
+    else:
+        assert arch.active_parameters() == arch.parameters()
+    assert table["source"].startswith("https://huggingface.co/") and table["params_source"]
+
+
+def test_the_published_counts_the_brief_names():
+    billions = {name: model_architecture({"name": name}).parameters() / 1e9
+                for name in ("deepseek-ai/DeepSeek-V3", "mistralai/Mixtral-8x7B-v0.1",
+                             "Qwen/Qwen3-30B-A3B", "openai/gpt-oss-120b")}
+    assert billions == pytest.approx({"deepseek-ai/DeepSeek-V3": 671,
+                                      "mistralai/Mixtral-8x7B-v0.1": 46.7,
+                                      "Qwen/Qwen3-30B-A3B": 30.5,
+                                      "openai/gpt-oss-120b": 117}, rel=0.01)
+
+
+def test_blackwell_gpus_have_dense_peaks_nvfp4_and_sources():
+    for gpu_id in BLACKWELL:
+        gpu, table = gpu_spec(gpu_id), gpus()[gpu_id]
+        assert gpu.peak_flops("fp8") == 2 * gpu.peak_flops("bf16")
+        assert gpu.peak_flops("nvfp4") >= 2 * gpu.peak_flops("fp8")
+        assert table["source"] and table["measured"] in ("a100", "h100")
+        assert gpu.memory_gib >= 96 and gpu.bandwidth > 1e12
+    assert [g for g, t in gpus().items() if "nvfp4" in t["peak_tflops"]] == list(BLACKWELL)
+
+
+# --- architectures: bytes by hand -------------------------------------------------------------
+
+def test_latent_attention_caches_the_latent_whole_on_every_gpu():
+    v3 = model_architecture({"name": "deepseek-ai/DeepSeek-V3"})
+    for tp in (1, 8):
+        assert v3.kv_bytes_per_token(tp, 2) == 61 * (512 + 64) * 2  # not split across GPUs
+    llama = model_architecture({"name": "meta-llama/Llama-3.1-70B"})
+    assert llama.kv_bytes_per_token(2, 2) == 2 * 80 * (8 // 2) * 128 * 2
+    oss = model_architecture({"name": "openai/gpt-oss-120b"})
+    assert oss.kv_bytes_per_token(8, 1) == 2 * 36 * 1 * 64  # one of the 8 KV heads a GPU
+
+
+def test_expert_weights_split_by_tp_or_whole_by_ep_and_the_rest_as_dense():
+    mixtral = model_architecture({"name": "mistralai/Mixtral-8x7B-v0.1"})
+    d, ff, experts = 4096, 14336, 8
+    attention = d * (4096 // 2 + 2 * 4 * 128) + 4096 // 2 * d
+    moe = d * experts + experts * 3 * d * ff / 2
+    vocab = 32000 * d * 2 / 2
+    assert mixtral.weight_bytes_per_gpu(2, 2) == (32 * (attention + moe) + vocab) * 2
+    assert mixtral.weight_bytes_per_gpu(2, 2, ep=2) == mixtral.weight_bytes_per_gpu(2, 2)
+    assert mixtral.experts_per_gpu(8) == 1 and mixtral.experts_per_gpu(3) == 3  # uneven: most
+    v3 = model_architecture({"name": "deepseek-ai/DeepSeek-V3"})
+    assert v3.moe_layers == 58 and v3.dense_layers == 3 and v3.shared_ff == 2048
+    # fp8 weights over 8 GPUs: about 671 GB, an eighth each (the latent down projections and the
+    # router are whole on every GPU)
+    assert v3.weight_bytes_per_gpu(8, 1) == pytest.approx(671e9 / 8, rel=0.02)
+
+
+def test_dense_models_keep_their_architecture():
+    llama = model_architecture({"name": "meta-llama/Llama-3.1-8B"})
+    assert not llama.is_moe and not llama.is_mla and llama.full_layers == 32
+    assert llama.dense_layers == 32 and llama.moe_layers == 0
+
+
+# --- the roofline operators -------------------------------------------------------------------
+
+def test_routed_experts_read_the_experts_a_batch_touches():
+    mixtral = model_architecture({"name": "mistralai/Mixtral-8x7B-v0.1"})
+    expert_up = 4096 * 2 * 14336 // 2  # a 1/tp slice of one expert's gate and up matrices
+    one = expert_counts(mixtral, 2, 1, np.array([1.0, 4.0, 1e4]), 2, 2)["moe_up_proj"]
+    flops, weight_bytes, _, rows = one
+    assert weight_bytes[0] == pytest.approx(2 * expert_up * 2)  # one token: its 2 experts
+    assert weight_bytes[1] == pytest.approx(expected_experts(8, 2, 4) * expert_up * 2)
+    assert weight_bytes[2] == pytest.approx(8 * expert_up * 2)  # many tokens: every expert
+    assert np.all(flops == 2 * np.array([1.0, 4.0, 1e4]) * 2 * expert_up)
+    whole = expert_counts(mixtral, 2, 2, np.array([1.0, 4.0, 1e4]), 2, 2)["moe_up_proj"]
+    assert np.allclose(whole[0], flops) and np.allclose(whole[1], weight_bytes)  # same share
+    assert rows[2] == pytest.approx(1e4 * 2 / 8)  # token-expert pairs per expert
+
+
+def test_layer_op_times_name_the_expert_and_latent_operators():
+    mixtral = layer_op_times("mistralai/Mixtral-8x7B-v0.1", "h100-sxm", 2, 64, "bf16")
+    assert {"moe_router", "moe_up_proj", "moe_act", "moe_down_proj"} <= set(mixtral)
+    assert not {"mlp_up_proj", "shared_up_proj"} & set(mixtral)  # no dense layer, no shared
+    v3 = layer_op_times("deepseek-ai/DeepSeek-V3", "h200", 8, 64, "fp8", ep=8)
+    assert {"mla_down_proj", "mla_q_up_proj", "mla_kv_up_proj", "mla_norm", "attn_post_proj",
+            "mlp_up_proj", "shared_up_proj", "shared_act", "moe_up_proj"} <= set(v3)
+    assert "attn_pre_proj" not in v3
+    assert all(isinstance(t, float) and t > 0 for t in v3.values())
+    with pytest.raises(ValueError, match="hardware.ep = 2: meta-llama/Llama-3.1-8B has no "
+                                         "experts"):
+        layer_op_times("meta-llama/Llama-3.1-8B", "h100-sxm", 2, 8, ep=2)
+
+
+def test_latent_attention_decodes_over_the_latent_and_prefills_over_the_heads():
+    v3 = model_architecture({"name": "deepseek-ai/DeepSeek-V3"})
+    shapes = attention_shapes(v3, 8)
+    assert shapes["decode"] == (16 * (2 * 576 + 2 * 512), 16 * (576 + 512), 576)
+    assert shapes["prefill"] == (16 * (2 * 192 + 2 * 128), 16 * (192 + 128), 576)
+
+
+def test_a_sliding_window_caps_the_keys_a_decode_attends(tmp_path):
+    windowed = HardwareCost(setup_of(tmp_path, model='name = "openai/gpt-oss-120b"', tp=2,
+                                     hardware='dtype = "fp8"', max_seq_len=131072))
+    full = HardwareCost(setup_of(tmp_path, model='name = "openai/gpt-oss-120b"\n'
+                                                 'sliding_window = 0\nsliding_layers = 0',
+                                 tp=2, hardware='dtype = "fp8"', max_seq_len=131072))
+
+    def decode(cost, context):
+        return cost.step_time(StepShape(decode_seqs=8, decode_context=8 * context,
+                                        sampled_seqs=8, decoding=1))
+
+    assert decode(windowed, 100) == pytest.approx(decode(full, 100), rel=1e-12)  # in the window
+    long_w, long_f = decode(windowed, 100_000), decode(full, 100_000)
+    assert long_w < long_f
+    # half the layers read 128 keys a sequence instead of 100,000: about half the attention
+    attention_f = long_f - decode(full, 1)
+    attention_w = long_w - decode(windowed, 1)
+    assert attention_w == pytest.approx(attention_f / 2, rel=0.01)
+
+
+def test_an_expert_run_with_windows_decodes_bit_for_bit_in_runs(tmp_path):
+    config = scenarios.load(scenario(tmp_path, model='name = "openai/gpt-oss-120b"', tp=2,
+                                     hardware='ep = 2\ndtype = "fp8"', requests=60)).base
+    fast = run_config(config)
+    slow = run_config(config, fast_forward=False)
+    assert fast.request_columns() == slow.request_columns()
+    assert fast.step_columns() == slow.step_columns()
+
+
+# --- dtypes and memory ------------------------------------------------------------------------
+
+def test_the_kv_cache_dtype_defaults_to_the_activations_and_fp8_doubles_the_blocks(tmp_path):
+    def setup(hardware):
+        return setup_of(tmp_path, model='name = "meta-llama/Llama-3.1-70B"', tp=2,
+                        hardware=hardware)
+
+    bf16, fp8 = setup('dtype = "bf16"'), setup('dtype = "bf16"\nkv_dtype = "fp8"')
+    assert bf16.plan.kv_bytes_per_token == 2 * fp8.plan.kv_bytes_per_token == 163840
+    assert fp8.kv_blocks in (2 * bf16.kv_blocks, 2 * bf16.kv_blocks + 1)
+    auto = setup('dtype = "fp8"')  # vLLM's auto: the checkpoint's bf16, not the weights' fp8
+    assert auto.kv_bytes == 2 and auto.describe()["kv_dtype"] == "bf16"
+    assert auto.plan.weights == pytest.approx(bf16.plan.weights / 2)
+
+
+def test_nvfp4_weights_take_half_a_byte_and_a_scale_per_16(tmp_path):
+    nvfp4 = setup_of(tmp_path, model='name = "meta-llama/Llama-3.1-70B"', gpu="b200",
+                     hardware='dtype = "nvfp4"')
+    bf16 = setup_of(tmp_path, model='name = "meta-llama/Llama-3.1-70B"', gpu="b200",
+                    hardware='dtype = "bf16"')
+    assert nvfp4.plan.weights == pytest.approx(bf16.plan.weights * (0.5 + 1 / 16) / 2)
+    assert nvfp4.kv_bytes == 2 and HardwareCost(nvfp4).peak == 9000e12
+
+
+def test_deepseek_v3_fits_eight_h200_in_fp8_and_not_eight_h100_in_fp16(tmp_path):
+    v3 = 'name = "deepseek-ai/DeepSeek-V3"'
+    h200 = setup_of(tmp_path, model=v3, gpu="h200", tp=8, hardware='dtype = "fp8"')
+    assert 8 * h200.plan.weights == pytest.approx(671e9, rel=0.02)
+    assert h200.kv_blocks > 0 and h200.plan.kv_bytes_per_token == 61 * 576 * 2
+    assert "does not fit on h100-sxm at tp = 8 (fp16)" in refusal(
+        tmp_path, model=v3, tp=8, hardware='dtype = "fp16"')
+    assert "no tensor parallelism up to 8 fits" in refusal(tmp_path, model=v3, tp=8)
+
+
+def test_expert_parallelism_changes_no_weight_but_the_activations(tmp_path):
+    def setup(ep):
+        return setup_of(tmp_path, model='name = "Qwen/Qwen3-30B-A3B"', tp=2,
+                        hardware=f"ep = {ep}")
+
+    split, whole = setup(1), setup(2)
+    assert split.plan.weights == whole.plan.weights
+    assert whole.plan.activations > split.plan.activations  # k whole-width experts a token
+    assert whole.describe()["ep"] == 2
+
+
+# --- refusals: one line naming the key --------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"model": 'name = "Qwen/Qwen3-30B-A3B"', "tp": 4, "hardware": "ep = 2"},
+     "hardware.ep: must be 1 (experts split by tensor parallelism) or hardware.tp = 4"),
+    ({"tp": 2, "hardware": "ep = 2"},
+     "hardware.ep = 2: meta-llama/Llama-3.1-8B has no experts; use hardware.ep = 1"),
+    ({"hardware": 'dtype = "nvfp4"'},
+     "hardware.dtype: h100-sxm has no nvfp4 tensor cores (it has fp16, bf16, fp8; nvfp4 runs "
+     "on b200, gb200, b300, gb300, rtx-pro-6000)"),
+    ({"gpu": "a100-80gb-sxm", "hardware": 'kv_dtype = "fp8"'},
+     "hardware.kv_dtype: an fp8 KV cache needs a GPU with fp8 support; a100-80gb-sxm has none "
+     "(use fp16 or bf16, or one of h100-sxm"),
+    ({"hardware": 'kv_dtype = "int8"'}, "hardware.kv_dtype: must be one of auto, fp16, bf16, "
+                                        "fp8"),
+    ({"hardware": 'dtype = "fp4"'}, "hardware.dtype: must be one of fp16, bf16, fp8, nvfp4"),
+    ({"model": 'name = "meta-llama/Llama-3.1-8B"\nconfig = "c.json"'},
+     "model.config: give model.name (a catalog id) or model.config (a config.json), not both"),
+    ({"model": 'name = "Qwen/Qwen3-30B-A3B"\nexperts_per_token = 200'},
+     "model.experts_per_token must be from 1 to model.n_experts (128), got 200"),
+    ({"model": 'name = "meta-llama/Llama-3.1-8B"\nmoe_d_ff = 1024'},
+     "model.moe_d_ff is a mixture-of-experts key: give model.n_experts too"),
+    ({"model": 'name = "meta-llama/Llama-3.1-8B"\nsliding_window = 4096'},
+     "model.sliding_window and model.sliding_layers come together"),
+    ({"model": 'name = "Qwen/Qwen3-30B-A3B"\nshared_d_ff = 1024'},
+     "model.shared_d_ff is the shared experts' width: give model.n_shared_experts too"),
+    ({"model": 'name = "deepseek-ai/DeepSeek-V3"\nhead_dim = 128', "tp": 8,
+      "hardware": 'dtype = "fp8"', "gpu": "h200"},
+     "model.head_dim is not used with latent attention"),
+])
+def test_what_cannot_run_is_refused_in_one_line(tmp_path, kwargs, message):
+    assert message in refusal(tmp_path, **kwargs)
+
+
+def test_model_keys_of_experts_are_refused_without_the_hardware_model(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('[model]\nn_experts = 8\n[workload]\nnum_requests = 4\narrival = { process '
+                    '= "poisson", rate = 1.0 }\nprompt_tokens = { dist = "fixed", value = 8 }\n'
+                    'output_tokens = { dist = "fixed", value = 8 }\n')
+    with pytest.raises(ScenarioError, match="model.n_experts: only with cost.model = "
+                                            "'hardware'"):
+        scenarios.load(path)
+
+
+# --- a model from its config.json -------------------------------------------------------------
+
+# The keys of each model's published config.json that the reader uses (values as published).
+CONFIGS = {
+    "deepseek-ai/DeepSeek-V3": {
+        "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 61,
+        "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
+        "intermediate_size": 18432, "vocab_size": 129280, "max_position_embeddings": 163840,
+        "tie_word_embeddings": False, "n_routed_experts": 256, "num_experts_per_tok": 8,
+        "moe_intermediate_size": 2048, "n_shared_experts": 1, "first_k_dense_replace": 3,
+        "moe_layer_freq": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
+        "head_dim": 64},  # as recent transformers write it (= qk_rope_head_dim)
+    "openai/gpt-oss-120b": {
+        "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 36, "hidden_size": 2880,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+        "intermediate_size": 2880, "vocab_size": 201088, "max_position_embeddings": 131072,
+        "tie_word_embeddings": False, "attention_bias": True, "num_local_experts": 128,
+        "num_experts_per_tok": 4, "experts_per_token": 4, "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 18},
+    "Qwen/Qwen3-30B-A3B": {
+        "architectures": ["Qwen3MoeForCausalLM"], "num_hidden_layers": 48, "hidden_size": 2048,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "intermediate_size": 6144, "vocab_size": 151936, "max_position_embeddings": 40960,
+        "tie_word_embeddings": False, "attention_bias": False, "num_experts": 128,
+        "num_experts_per_tok": 8, "moe_intermediate_size": 768, "mlp_only_layers": [],
+        "decoder_sparse_step": 1, "use_sliding_window": False, "sliding_window": None,
+        "max_window_layers": 48},
+    "mistralai/Mixtral-8x7B-v0.1": {
+        "architectures": ["MixtralForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+        "vocab_size": 32000, "max_position_embeddings": 32768, "tie_word_embeddings": False,
+        "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": None},
+    "meta-llama/Llama-3.1-405B": {
+        "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 126, "hidden_size": 16384,
+        "num_attention_heads": 128, "num_key_value_heads": 8, "intermediate_size": 53248,
+        "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": False,
+        "attention_bias": False, "mlp_bias": False},
+    "Qwen/Qwen3-32B": {
+        "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 64, "hidden_size": 5120,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+        "intermediate_size": 25600, "vocab_size": 151936, "max_position_embeddings": 40960,
+        "tie_word_embeddings": False, "attention_bias": False, "use_sliding_window": False,
+        "sliding_window": None, "max_window_layers": 64},
+    "mistralai/Mistral-7B-v0.1": {
+        "architectures": ["MistralForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+        "vocab_size": 32000, "max_position_embeddings": 32768, "tie_word_embeddings": False,
+        "sliding_window": 4096},
+}
+
+
+def write_config(tmp_path, table, name="config.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(table))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_a_config_json_reads_as_the_catalog_model(tmp_path, name):
+    arch = model_architecture({"config": write_config(tmp_path, CONFIGS[name])})
+    catalog = model_architecture({"name": name})
+    assert {k: getattr(arch, k) for k in MODEL_KEYS} == \
+        {k: getattr(catalog, k) for k in MODEL_KEYS}
+
+
+@pytest.mark.parametrize("table, window, sliding", [
+    ({"architectures": ["Gemma2ForCausalLM"], "sliding_window": 4096}, 4096, 21),
+    ({"architectures": ["Gemma3ForCausalLM"], "sliding_window": 1024}, 1024, 35),
+    ({"architectures": ["Gemma3ForCausalLM"], "sliding_window": 512,
+      "layer_types": ["sliding_attention"] * 40 + ["full_attention"] * 2}, 512, 40),
+    ({"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": True, "sliding_window": 4096,
+      "max_window_layers": 28}, 4096, 14),
+    ({"architectures": ["Qwen2ForCausalLM"], "sliding_window": 4096}, 0, 0),  # not in use
+])
+def test_sliding_layers_from_a_config(tmp_path, table, window, sliding):
+    shape = {"num_hidden_layers": 42, "hidden_size": 2304, "num_attention_heads": 8,
+             "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 9216,
+             "vocab_size": 256000, "max_position_embeddings": 8192}
+    arch = model_architecture({"config": write_config(tmp_path, shape | table)})
+    assert (arch.sliding_window, arch.sliding_layers) == (window, sliding)
+    assert arch.tie_embeddings == table["architectures"][0].startswith("Gemma")
+    assert arch.qkv_bias == table["architectures"][0].startswith("Qwen2")
+
+
+def test_a_config_json_model_runs_and_keys_beside_it_change_it(tmp_path):
+    write_config(tmp_path, CONFIGS["Qwen/Qwen3-30B-A3B"] | {
+        "_name_or_path": "Qwen/Qwen3-30B-A3B"}, "qwen.json")
+    setup = setup_of(tmp_path, model='config = "qwen.json"', tp=2, max_seq_len=8192)
+    assert setup.arch.name == "Qwen/Qwen3-30B-A3B" and setup.arch.max_seq_len == 8192
+    assert setup.arch.n_experts == 128
+    [(spec, recorder)] = sim.simulate(scenarios.load(
+        scenario(tmp_path, model='config = "qwen.json"', tp=2, hardware="ep = 2",
+                 requests=20)))
+    model = spec.config.model  # as run: the file (absolute) and the shape it read
+    assert model.n_experts == 128 and model.config == str(tmp_path / "qwen.json")
+    assert len(recorder.request_columns()["finish_s"]) == 20
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "model.config: file not found: missing.json"),
+    ("{not json", "is not JSON (Expecting property name enclosed in double quotes at line 1)"),
+    ("[1, 2]", "must hold a JSON object (a Hugging Face config.json)"),
+    ('{"hidden_size": 8}', 'no "architectures" list naming the model class (one of '
+                           'LlamaForCausalLM, MistralForCausalLM'),
+    ('{"architectures": ["BertModel"]}', "architecture 'BertModel' is not supported "
+                                         "(supported: LlamaForCausalLM"),
+    (json.dumps({k: v for k, v in CONFIGS["mistralai/Mixtral-8x7B-v0.1"].items()
+                 if k != "num_local_experts"}),
+     "missing 'num_local_experts' (a MixtralForCausalLM config.json has it)"),
+    (json.dumps(CONFIGS["meta-llama/Llama-3.1-405B"] | {"hidden_size": "16384"}),
+     "hidden_size must be an integer >= 1, got '16384'"),
+    (json.dumps(CONFIGS["meta-llama/Llama-3.1-405B"] | {"num_key_value_heads": 7}),
+     "model.n_kv_heads (7) must divide model.n_heads (128)"),
+])
+def test_a_bad_config_json_is_one_line_naming_model_config(tmp_path, content, message):
+    name = "missing.json" if content is None else "bad.json"
+    if content is not None:
+        (tmp_path / name).write_text(content)
+    text = refusal(tmp_path, model=f'config = "{name}"')
+    assert "model.config: " in text and message in text and "Traceback" not in text
