@@ -141,10 +141,14 @@ def test_routed_experts_read_the_experts_a_batch_touches():
 
 
 def test_layer_op_times_name_the_expert_and_latent_operators():
-    mixtral = layer_op_times("mistralai/Mixtral-8x7B-v0.1", "h100-sxm", 2, 64, "bf16")
+    mixtral = layer_op_times("mistralai/Mixtral-8x7B-v0.1", "h100-sxm", 2, 64, "bf16",
+                             kernels="roofline")
     assert {"moe_router", "moe_up_proj", "moe_act", "moe_down_proj"} <= set(mixtral)
     assert not {"mlp_up_proj", "shared_up_proj"} & set(mixtral)  # no dense layer, no shared
-    v3 = layer_op_times("deepseek-ai/DeepSeek-V3", "h200", 8, 64, "fp8", ep=8)
+    measured = layer_op_times("mistralai/Mixtral-8x7B-v0.1", "h100-sxm", 2, 64, "bf16")
+    assert "moe_experts" in measured and "moe_up_proj" not in measured  # the fused kernel
+    v3 = layer_op_times("deepseek-ai/DeepSeek-V3", "h200", 8, 64, "fp8", ep=8,
+                        kernels="roofline")
     assert {"mla_down_proj", "mla_q_up_proj", "mla_kv_up_proj", "mla_norm", "attn_post_proj",
             "mlp_up_proj", "shared_up_proj", "shared_act", "moe_up_proj"} <= set(v3)
     assert "attn_pre_proj" not in v3
@@ -162,11 +166,12 @@ def test_latent_attention_decodes_over_the_latent_and_prefills_over_the_heads():
 
 
 def test_a_sliding_window_caps_the_keys_a_decode_attends(tmp_path):
+    roofline = 'dtype = "fp8"\nkernels = "roofline"'  # the roofline's window (tables: their own)
     windowed = HardwareCost(setup_of(tmp_path, model='name = "openai/gpt-oss-120b"', tp=2,
-                                     hardware='dtype = "fp8"', max_seq_len=131072))
+                                     hardware=roofline, max_seq_len=131072))
     full = HardwareCost(setup_of(tmp_path, model='name = "openai/gpt-oss-120b"\n'
                                                  'sliding_window = 0\nsliding_layers = 0',
-                                 tp=2, hardware='dtype = "fp8"', max_seq_len=131072))
+                                 tp=2, hardware=roofline, max_seq_len=131072))
 
     def decode(cost, context):
         return cost.step_time(StepShape(decode_seqs=8, decode_context=8 * context,

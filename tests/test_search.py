@@ -190,8 +190,8 @@ def test_a_shortened_capacity_search_reproduces_its_figures():
     rows = search(search_scenario(scenario), SERIAL).rows()
     assert [(r["status"], r["probes"]) for r in rows] == [
         (AT_LEAST_HIGH, 2), (AT_LEAST_HIGH, 2), (FOUND, 9), (FOUND, 9)]
-    expected = [(64.0, 17.790748775969774), (64.0, 23.22339943724761),
-                (13.024219374858781, 4.793533240140098), (18.319554310908867, 6.966051683529337)]
+    expected = [(64.0, 18.411587320709124), (64.0, 25.221479151106646),
+                (9.988807817513639, 4.31168131098206), (18.319554310908867, 7.5680293143629)]
     for row, (rate, goodput) in zip(rows, expected):
         assert row["capacity"] == pytest.approx(rate, rel=1e-9)
         assert row["measured_goodput"] == pytest.approx(goodput, rel=1e-9)
