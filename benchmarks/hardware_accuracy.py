@@ -10,9 +10,10 @@ the roofline is calibrated on, and the NumPy engine on this machine.
 0c. End to end (`--only serving`): servesim against real-GPU serving measured by NVIDIA and
    shipped with the tables (`systems/silicon_sample.csv` of aiconfigurator-core: vLLM runs of
    fixed input/output lengths at a fixed client concurrency, with their mean TTFT and TPOT):
-   each dense-model run of a catalog model on a catalog GPU is simulated as a closed loop of that
-   many users, with vLLM V1's defaults for a GPU of 70 GiB or more (1,024 sequences, 8,192
-   tokens a step, chunked prefill), and the first wave of requests left out of the means.
+   each dense-model run of a catalog model on a catalog GPU is simulated with that many requests
+   in flight, its users ramping up over one request's time, with vLLM V1's defaults for a GPU of
+   70 GiB or more (1,024 sequences, 8,192 tokens a step, chunked prefill), and the first two
+   rounds of requests left out of the means.
 
 1. Refit the efficiencies to the shipped measurements (`sim.costs.hardware.calibration`) and say
    whether the fit equals the shipped `calibration.json`.
@@ -175,7 +176,8 @@ def _held_out(sizes: np.ndarray, seconds: np.ndarray) -> np.ndarray:
 
     kept = Curve(sizes[0::2], seconds[0::2] * 1e3)
     predicted = np.exp(kept.log_at(np.log(sizes[1::2]))) * 1e-3
-    return np.abs(predicted / seconds[1::2] - 1)
+    errors = np.abs(predicted / seconds[1::2] - 1)
+    return errors[np.isfinite(errors)]  # a last point 2x past the kept ones: not extrapolated
 
 
 def _attention_roofline(gpu, heads, kv, batch, length, decode: bool) -> np.ndarray:
@@ -260,27 +262,35 @@ def silicon_rows():
 
 
 def simulate_row(row):
-    """(mean TTFT ms, mean TPOT ms) servesim predicts for one measured run, leaving out the
-    first wave of requests (its users all start at once); None when it cannot run."""
+    """(mean TTFT ms, mean TPOT ms) servesim predicts for one measured run, or None when it
+    cannot run. The client keeps `users` requests in flight; its users start one after another
+    over one request's time, as a benchmark client ramps up (all at once, users of equal
+    lengths would stay in lockstep, every prefill together, which no real run keeps up), and the
+    first two rounds of requests are left out of the means."""
     from pathlib import Path
 
     from scenarios.resolve import resolve
     from sim.runner import run_config
 
-    users = int(row.batch_size)
+    users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
     table = {"name": f"silicon-{row.id}", "seed": 0,
-             "model": {"name": SILICON_MODELS[row.model_path],
-                       "max_seq_len": int(row.isl + row.osl)},
+             "model": {"name": SILICON_MODELS[row.model_path], "max_seq_len": isl + osl},
              "hardware": {"gpu": SILICON_GPUS[row.system], "tp": int(row.tp_size),
                           "dtype": SILICON_DTYPES[row.precision], "framework": "vllm"},
              "cost": {"model": "hardware"},
              "engine": {"max_num_seqs": 1024, "max_num_batched_tokens": 8192},
              "scheduler": {"chunked_prefill": True},
-             "workload": {"num_requests": 4 * users,
+             "workload": {"num_requests": 2 * users,
                           "arrival": {"process": "closed_loop", "concurrency": users},
-                          "prompt_tokens": {"dist": "fixed", "value": int(row.isl)},
-                          "output_tokens": {"dist": "fixed", "value": int(row.osl)}}}
+                          "prompt_tokens": {"dist": "fixed", "value": isl},
+                          "output_tokens": {"dist": "fixed", "value": osl}}}
     try:
+        lockstep = run_config(resolve(table, Path(__file__)))  # a request's time, roughly
+        columns = lockstep.request_columns()
+        duration = float(np.nanmean(np.subtract(columns["finish_s"], columns["arrival_s"])))
+        table["workload"] = table["workload"] | {
+            "num_requests": 6 * users, "max_concurrency": users,
+            "arrival": {"process": "constant", "rate": users / duration}}
         recorder = run_config(resolve(table, Path(__file__)))
     except ValueError as exc:
         print(f"skipped {row.system} {row.model_path} tp {row.tp_size}: {exc}")
@@ -289,9 +299,9 @@ def simulate_row(row):
     arrival = np.asarray(columns["arrival_s"], float)
     first = np.asarray(columns["first_token_s"], float)
     finish = np.asarray(columns["finish_s"], float)
-    later = np.argsort(arrival)[users:]  # after the first wave
+    later = np.argsort(arrival)[2 * users:]  # after the ramp and the first round
     ttft = (first - arrival)[later]
-    tpot = ((finish - first) / (int(row.osl) - 1))[later] if row.osl > 1 else ttft * 0
+    tpot = ((finish - first) / (osl - 1))[later] if osl > 1 else ttft * 0
     return 1e3 * float(np.nanmean(ttft)), 1e3 * float(np.nanmean(tpot))
 
 

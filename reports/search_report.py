@@ -24,7 +24,8 @@ STATUS_TEXT = {"found": "found", "at_least_high": "at least high",
 SHOWN = (("capacity req/s", "capacity", 2), ("attainment", "attainment", 3),
          ("measured goodput req/s", "measured_goodput", 2), ("GPUs", "gpus", 0),
          ("capacity/GPU", "capacity_per_gpu", 2), ("$/h", "dollars_per_hour", 2),
-         ("capacity per $/h", "capacity_per_dollar_hour", 3))
+         ("capacity per $/h", "capacity_per_dollar_hour", 3),
+         ("$ per M output tokens", "dollars_per_million_tokens", 2))
 
 
 def write_search_report(result, out_dir) -> list[Path]:

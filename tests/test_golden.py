@@ -18,6 +18,7 @@ import pytest
 import scenarios
 import sim
 from engine.benchmark import latency_percentiles, request_metrics, summarize
+from sim.build import resolved_spec
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 # Overrides that keep each golden run small (the full scenarios are exercised below).
@@ -37,6 +38,9 @@ SHORTEN = {
     "router-compare": ["workload.sessions.conversations=40"],
     "capacity-search": ["workload.num_requests=100"],
     "pd-disaggregation": ["workload.num_requests=120"],
+    "fp8-kv": ["workload.num_requests=60"],
+    "gpu-generations": ["workload.num_requests=60"],
+    "moe-deepseek-h200": ["workload.num_requests=60"],
 }
 
 
@@ -199,3 +203,39 @@ def test_splitting_prefill_from_decode_cuts_the_inter_token_tail_and_costs_ttft(
     assert split["itl_p99_s"] < colocated["itl_p99_s"] / 3  # no prefill chunk in a decode step
     assert split["tpot_p99_s"] < 0.85 * colocated["tpot_p99_s"]
     assert split["ttft_p99_s"] > 1.1 * colocated["ttft_p99_s"]  # half the GPUs prefill
+
+
+def test_an_fp8_kv_cache_holds_twice_the_tokens_and_keeps_up_where_bf16_falls_behind():
+    runs = full_run("fp8-kv")
+    (bf16_spec, _, bf16), (fp8_spec, _, fp8) = runs["bf16-kv"], runs["fp8-kv"]
+    blocks = [resolved_spec(spec).config.engine.num_kv_blocks for spec in (bf16_spec, fp8_spec)]
+    assert abs(blocks[1] - 2 * blocks[0]) <= 2  # one byte an element instead of two
+    assert bf16["preemptions"] > 0 == fp8["preemptions"]
+    assert bf16["request_throughput"] < 0.95 * 0.9 < 0.98 * 0.9 < fp8["request_throughput"]
+    assert fp8["ttft_p99_s"] < bf16["ttft_p50_s"] / 5  # bf16's queue grows for the whole run
+
+
+def test_deepseek_v3_fits_eight_h200s_and_its_measured_experts_favour_tensor_parallelism():
+    runs = full_run("moe-deepseek-h200")
+    (tp_spec, _, tp), (ep_spec, _, ep) = runs["tp8"], runs["tp8-ep8"]
+    derived = resolved_spec(tp_spec).config.hardware.derived
+    assert derived["kernel_sources"]["moe_experts"] == "measured"
+    assert derived["kv_tokens"] > 500_000 and derived["weights_gib_per_gpu"] < 100
+    assert tp["completed"] == ep["completed"] == 800
+    # vLLM 0.24's measured fused-MoE kernels on H200: the TP-split Triton kernel beats the
+    # expert-parallel CUTLASS one at these batches, so every token comes out sooner
+    assert tp["tpot_p50_s"] < 0.9 * ep["tpot_p50_s"]
+    assert tp["ttft_p99_s"] < ep["ttft_p99_s"]
+
+
+def test_newer_gpu_generations_serve_more_at_the_slo_and_the_b200_costs_least_a_token():
+    from sim.parallel import Parallel
+    from sim.search import search, search_scenario
+
+    result = search(search_scenario(scenarios.load("gpu-generations")), Parallel())
+    rows = {point.spec.variant: row for point, row in zip(result.points, result.rows())}
+    capacity_per_gpu = {name: row["capacity_per_gpu"] for name, row in rows.items()}
+    hopper = (capacity_per_gpu["h100"], capacity_per_gpu["h200"])
+    assert capacity_per_gpu["a100"] < min(hopper) <= max(hopper) < capacity_per_gpu["b200"]
+    dollars = {name: row["dollars_per_million_tokens"] for name, row in rows.items()}
+    assert min(dollars, key=dollars.get) == "b200" and max(dollars, key=dollars.get) == "a100"

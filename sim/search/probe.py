@@ -32,6 +32,7 @@ class Probe:
     meets: bool  # attainment >= the target
     goodput: float  # requests/s that met every SLO (summary.csv's goodput)
     throughput: float  # requests completed per second
+    output_throughput: float  # output tokens per second
     ttft_p90_s: float
     tpot_p90_s: float
 
@@ -64,7 +65,8 @@ def run_probe(config: RunConfig, base_dir, target: float, rate: float) -> Probe:
     summary = summarize(recorder, slo, warmup_s)
     attainment = slo_attainment(recorder, slo, warmup_s)
     return Probe(rate, attainment, attainment >= target, summary["goodput"],
-                 summary["request_throughput"], summary["ttft_p90_s"], summary["tpot_p90_s"])
+                 summary["request_throughput"], summary["output_throughput"],
+                 summary["ttft_p90_s"], summary["tpot_p90_s"])
 
 
 def slo_attainment(recorder, slo: dict, warmup_s: float = 0.0) -> float:

@@ -67,6 +67,9 @@ class PointResult:
                 "capacity_per_gpu": capacity / self.gpus,
                 "dollars_per_hour": math.nan if cost is None else cost,
                 "capacity_per_dollar_hour": math.nan if cost is None else capacity / cost,
+                # what a million output tokens cost served at the capacity
+                "dollars_per_million_tokens": math.nan if cost is None or not best else
+                cost / (best.output_throughput * 3600) * 1e6,
                 "ttft_p90_s": best.ttft_p90_s if best else math.nan,
                 "tpot_p90_s": best.tpot_p90_s if best else math.nan,
                 "probes": len(self.probes)}
