@@ -143,12 +143,19 @@ def held_out_errors(tables) -> dict:
         table = kernels._cached_table(path)
         table = table[(table["moe_dtype"] == "bfloat16")
                       & (table["distribution"] == kernels.MOE_DISTRIBUTION)]
-        interp = [_held_out(*_sorted(rows["num_tokens"], rows["latency"]))
-                  for _, rows in table.groupby(["hidden_size", "inter_size", "topk",
-                                                "num_experts", "moe_tp_size", "moe_ep_size",
-                                                "kernel_source"]) if len(rows) >= 3]
+        interp, roof = [], []
+        for shape, rows in table.groupby(["hidden_size", "inter_size", "topk", "num_experts",
+                                          "moe_tp_size", "moe_ep_size", "kernel_source"]):
+            if len(rows) < 3:
+                continue
+            tokens, seconds = _sorted(rows["num_tokens"], rows["latency"])
+            interp.append(_held_out(tokens, seconds))
+            if gpu is not None:
+                roof.append(np.abs(_experts_roofline(gpu, *shape[:6], tokens)[1::2]
+                                   / seconds[1::2] - 1))
         if interp:
-            out["moe experts bf16"] = (np.concatenate(interp), [])
+            out["moe experts bf16"] = (np.concatenate(interp),
+                                       np.concatenate(roof) if roof else [])
     path = tables._table_path("comm", "custom_allreduce_perf.parquet")
     if path is not None:
         table = kernels._cached_table(path)
@@ -178,6 +185,22 @@ def _held_out(sizes: np.ndarray, seconds: np.ndarray) -> np.ndarray:
     predicted = np.exp(kept.log_at(np.log(sizes[1::2]))) * 1e-3
     errors = np.abs(predicted / seconds[1::2] - 1)
     return errors[np.isfinite(errors)]  # a last point 2x past the kept ones: not extrapolated
+
+
+def _experts_roofline(gpu, hidden, inter, topk, experts, tp, ep, tokens) -> np.ndarray:
+    """One mixture-of-experts layer's routed experts (gate and up, activation, down) by the
+    hardware model's roofline, 16-bit, with the table's TP x EP split (`operators.py`)."""
+    from sim.costs.hardware.architecture import Architecture
+    from sim.costs.hardware.cost import operator_times
+
+    gpus = max(int(tp), int(ep))
+    arch = Architecture(n_layers=1, d_model=int(hidden), n_heads=gpus, n_kv_heads=gpus,
+                        d_ff=int(inter), vocab_size=gpus, max_seq_len=2, head_dim=1,
+                        n_experts=int(experts), experts_per_token=int(topk),
+                        moe_d_ff=int(inter))
+    times = operator_times(arch, gpus, int(ep), tokens, 2, 2, gpu.peak_flops("bf16"),
+                           gpu.bandwidth, gpu.efficiency())
+    return times["moe_up_proj"] + times["moe_act"] + times["moe_down_proj"]
 
 
 def _attention_roofline(gpu, heads, kv, batch, length, decode: bool) -> np.ndarray:
