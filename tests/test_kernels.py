@@ -115,8 +115,8 @@ def test_a_bad_kernel_key_is_one_line_naming_the_nearest_value(tmp_path, extra, 
 def test_a_version_or_gpu_without_tables_is_refused_when_measured_is_asked_for(tmp_path):
     from sim.build import hardware_of
 
-    with pytest.raises(ValueError, match="hardware.kernels: hardware.framework_version: vllm "
-                                         "tables for h100-sxm exist for version 0.24.0"):
+    with pytest.raises(ValueError, match="^hardware.framework_version: vllm tables for "
+                                         "h100-sxm exist for version 0.24.0, not '0.1'$"):
         hardware_of(load(tmp_path, extra='framework_version = "0.1"').base)
     with pytest.raises(ValueError, match="hardware.kernels: no measured kernel tables for GPU "
                                          "'a40'"):

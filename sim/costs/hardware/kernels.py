@@ -54,7 +54,12 @@ MOE_DISTRIBUTION = "power_law_1.01"  # the routing skew the package assumes for 
 
 
 class TablesMiss(ValueError):
-    """A request the measured tables cannot answer (no such GPU, framework or version)."""
+    """A request the measured tables cannot answer (no such GPU, framework or version), and
+    the scenario key it is about."""
+
+    def __init__(self, problem: str, key: str = "hardware.kernels"):
+        super().__init__(problem)
+        self.key = key
 
 
 def data_root() -> Path | None:
@@ -112,8 +117,8 @@ class KernelTables:
             raise TablesMiss("measured kernel tables need the optional extra servesim[gpu] "
                              "(pip install 'servesim[gpu]')")
         if framework not in FRAMEWORKS:
-            raise TablesMiss(f"hardware.framework must be one of {', '.join(FRAMEWORKS)}, got "
-                             f"{framework!r}")
+            raise TablesMiss(f"must be one of {', '.join(FRAMEWORKS)}, got {framework!r}",
+                             "hardware.framework")
         if gpu not in SYSTEMS:
             raise TablesMiss(f"no measured kernel tables for GPU {gpu!r} (tables exist for "
                              f"{', '.join(SYSTEMS)})")
@@ -123,8 +128,8 @@ class KernelTables:
         if version is None:
             version = known[-1]
         elif version not in known:
-            raise TablesMiss(f"hardware.framework_version: {framework} tables for {gpu} exist "
-                             f"for version {', '.join(known)}, not {version!r}")
+            raise TablesMiss(f"{framework} tables for {gpu} exist for version "
+                             f"{', '.join(known)}, not {version!r}", "hardware.framework_version")
         self.gpu, self.framework, self.version = gpu, framework, version
         self.system = SYSTEMS[gpu]
 

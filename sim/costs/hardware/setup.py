@@ -139,7 +139,7 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
         tables = KernelTables(gpu.id, hardware.framework, hardware.framework_version)
     except TablesMiss as exc:
         if hardware.kernels == "measured" or hardware.framework_version is not None:
-            raise ValueError(f"hardware.kernels: {exc}") from None
+            raise ValueError(f"{exc.key}: {exc}") from None
         say_once(f"note: {exc}; the hardware model costs every operator by the roofline "
                  f"(hardware.kernels = \"roofline\" says so without this note)")
         return None
