@@ -14,6 +14,13 @@ the roofline is calibrated on, and the NumPy engine on this machine.
    in flight, its users ramping up over one request's time, with vLLM V1's defaults for a GPU of
    70 GiB or more (1,024 sequences, 8,192 tokens a step, chunked prefill), and the first two
    rounds of requests left out of the means.
+0d. Maximum throughput (`--only trtllm`): servesim against TensorRT-LLM's own performance page
+   (NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md, the v1.0 release's:
+   `trtllm-bench throughput`, every request at once, 3,000 requests (30,000 at 128/128) of
+   fixed lengths, NVIDIA's ModelOpt FP8/FP4 checkpoints, whose KV cache is fp8, 95% of the free
+   memory for it), with the TensorRT-LLM tables, 2,048 sequences and 8,192 tokens a step: output
+   tokens per second, once with servesim's default server overheads (1 ms a step, 10 us a
+   sequence) and once with 0.5 ms a step and none a sequence (a C++ runtime's).
 
 1. Refit the efficiencies to the shipped measurements (`sim.costs.hardware.calibration`) and say
    whether the fit equals the shipped `calibration.json`.
@@ -328,6 +335,55 @@ def simulate_row(row):
     return 1e3 * float(np.nanmean(ttft)), 1e3 * float(np.nanmean(tpot))
 
 
+# TensorRT-LLM's perf-overview (v1.0): model, GPU, TP, dtype, ISL, OSL, output tokens/s
+TRTLLM_PAGE = [("meta-llama/Llama-3.1-8B", "h200", 1, "fp8", 1000, 1000, 17744),
+               ("meta-llama/Llama-3.1-8B", "h100-sxm", 1, "fp8", 1000, 1000, 15220),
+               ("meta-llama/Llama-3.1-8B", "h200", 1, "fp8", 2048, 128, 3538),
+               ("meta-llama/Llama-3.1-8B", "h200", 1, "fp8", 128, 128, 27911),
+               ("meta-llama/Llama-3.3-70B-Instruct", "h200", 1, "fp8", 1000, 1000, 2909),
+               ("meta-llama/Llama-3.3-70B-Instruct", "h100-sxm", 2, "fp8", 1000, 1000, 4205),
+               ("meta-llama/Llama-3.3-70B-Instruct", "b200", 1, "nvfp4", 1000, 1000, 7007),
+               ("Qwen/Qwen3-235B-A22B", "h200", 8, "fp8", 1000, 1000, 23789),
+               ("Qwen/Qwen3-30B-A3B", "b200", 1, "nvfp4", 1000, 1000, 25828)]
+OVERHEADS = {"default": (1e-3, 10e-6), "C++ runtime": (0.5e-3, 0.0)}
+
+
+def trtllm_part() -> None:
+    """Part 0d: maximum output throughput against TensorRT-LLM's performance page."""
+    from pathlib import Path
+
+    from engine.benchmark import summarize
+    from scenarios.resolve import resolve
+    from sim.runner import run_config
+
+    print(f"{'model':34s} {'gpu':9s} {'tp':>2s} {'dtype':5s} {'isl/osl':>10s} {'page':>7s} "
+          + " ".join(f"{name:>20s}" for name in OVERHEADS))
+    errors = {name: [] for name in OVERHEADS}
+    for model, gpu, tp, dtype, isl, osl, published in TRTLLM_PAGE:
+        cells = []
+        for name, (step_s, seq_s) in OVERHEADS.items():
+            table = {"name": "trtllm-page", "model": {"name": model, "max_seq_len": isl + osl},
+                     "hardware": {"gpu": gpu, "tp": tp, "dtype": dtype, "kv_dtype": "fp8",
+                                  "framework": "trtllm", "gpu_memory_utilization": 0.95,
+                                  "step_overhead_s": step_s, "seq_overhead_s": seq_s},
+                     "cost": {"model": "hardware"},
+                     "engine": {"max_num_seqs": 2048, "max_num_batched_tokens": 8192},
+                     "scheduler": {"chunked_prefill": True},
+                     "workload": {"num_requests": 30000 if isl == 128 else 3000,
+                                  "arrival": {"process": "burst"},
+                                  "prompt_tokens": {"dist": "fixed", "value": isl},
+                                  "output_tokens": {"dist": "fixed", "value": osl}}}
+            tokens_s = summarize(run_config(resolve(table, Path(__file__))))["output_throughput"]
+            errors[name].append(tokens_s / published - 1)
+            cells.append(f"{tokens_s:9,.0f} ({100 * errors[name][-1]:+6.1f}%)")
+        print(f"{model:34s} {gpu:9s} {tp:2d} {dtype:5s} {f'{isl}/{osl}':>10s} {published:7,d} "
+              + " ".join(f"{c:>20s}" for c in cells), flush=True)
+    for name, values in errors.items():
+        a = np.abs(values)
+        print(f"{name} overheads: median |error| {100 * np.median(a):.1f}%, "
+              f"mean signed {100 * np.mean(values):+.1f}%")
+
+
 def gpu_part() -> None:
     fitted = json.loads(json.dumps(calibrate()))
     same = fitted == json.loads((DATA / "calibration.json").read_text())
@@ -426,12 +482,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--no-engine", action="store_true",
                         help="only the GPU measurements (no serving on this machine)")
-    parser.add_argument("--only", choices=("tables", "serving", "calibration", "engine"),
+    parser.add_argument("--only", choices=("tables", "serving", "trtllm", "calibration",
+                                           "engine"),
                         action="append", help="run only this part (repeatable)")
     parser.add_argument("--runs", type=int, default=None,
                         help="end to end: at most about this many of the measured runs")
     args = parser.parse_args(argv)
-    parts = set(args.only or ("tables", "serving", "calibration", "engine"))
+    parts = set(args.only or ("tables", "serving", "trtllm", "calibration", "engine"))
     if args.no_engine:
         parts.discard("engine")
     calibration()  # the shipped file reads
@@ -440,6 +497,9 @@ def main(argv=None) -> int:
         print()
     if "serving" in parts:
         serving_part(args.runs)
+        print()
+    if "trtllm" in parts:
+        trtllm_part()
         print()
     if "calibration" in parts:
         gpu_part()
