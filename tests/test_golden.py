@@ -219,7 +219,8 @@ def test_deepseek_v3_fits_eight_h200s_and_its_measured_experts_favour_tensor_par
     runs = full_run("moe-deepseek-h200")
     (tp_spec, _, tp), (ep_spec, _, ep) = runs["tp8"], runs["tp8-ep8"]
     derived = resolved_spec(tp_spec).config.hardware.derived
-    assert derived["kernel_sources"]["moe_experts"] == "measured"
+    assert {derived["kernel_sources"][op] for op in ("moe_experts", "decode_attention",
+                                                     "mla_down_proj")} == {"measured"}
     assert derived["kv_tokens"] > 500_000 and derived["weights_gib_per_gpu"] < 100
     assert tp["completed"] == ep["completed"] == 800
     # vLLM 0.24's measured fused-MoE kernels on H200: the TP-split Triton kernel beats the

@@ -175,3 +175,19 @@ def test_without_the_tables_the_unset_default_is_the_roofline(tmp_path, monkeypa
                                     "prompt_tokens": {"dist": "fixed", "value": 8},
                                     "output_tokens": {"dist": "fixed", "value": 2}}})
     assert build_cost(config).setup.kernels is None
+
+
+def test_deepseeks_latent_attention_is_measured_as_one_block():
+    from sim.costs.hardware import model_architecture
+    from sim.costs.hardware.measured import EXPERT_OPS, MLA_BLOCK_OPS, MeasuredOps
+
+    arch = model_architecture({"name": "deepseek-ai/DeepSeek-V3"})
+    ops = MeasuredOps(arch, 8, "fp8", "bf16", H200)
+    assert ops.mla_block and ops.sources()["decode_attention"] == "measured"
+    roofline = {op: np.ones(4) for op in (*MLA_BLOCK_OPS, *EXPERT_OPS, "mlp_up_proj")}
+    times, _ = ops.layer_times(roofline, np.arange(4.0))
+    assert set(times) == {"mlp_up_proj", "moe_experts"}  # the block: in its step time
+    # the vLLM 0.24 table's rows: 64 sequences of 2,048 keys; one prompt of 4,096 tokens
+    assert ops.decode_attention(0, 64, 64 * 2048) == pytest.approx(
+        H200.mla_grid(arch.name, 16, "bf16", "fp8_block", True).at_one(64, 2048))
+    assert 0 < ops.prefill_attention(0, 1, 4096 * 4097 / 2) < 1e-2

@@ -34,7 +34,7 @@ from ..shape import StepShape
 from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
                         elementwise_bytes, expert_counts, layers_of, lm_head_counts,
                         matmul_counts)
-from .measured import MeasuredOps, say_once
+from .measured import MLA_BLOCK_OPS, MeasuredOps, say_once
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time
 
@@ -95,6 +95,7 @@ class HardwareCost(CostModel):
         self.source = (f"hardware: {self.arch.name} on {self.gpu.id} x {self.tp} "
                        f"({setup.dtype}; {kernels})")
         self.model = {"max_seq_len": self.arch.max_seq_len}
+        self._block_list: list = []  # a measured latent block's projections, by T (roofline)
         self._rows = np.zeros(0)  # seconds of the T-dependent part, by T
         self._rows_list: list = []
         self._head = np.zeros(0)  # seconds of the LM head, by rows sampled
@@ -137,6 +138,9 @@ class HardwareCost(CostModel):
                                self.bandwidth, self.eff)
         beyond: dict = {}
         if self.measured is not None:
+            if self.measured.mla_block:  # the block's projections, should a step fall back
+                block = sum(times[op] for op in MLA_BLOCK_OPS if op in times) * arch.n_layers
+                self._block_list = block.tolist()
             times, beyond = self.measured.layer_times(times, t)
         for op, seconds in times.items():
             repeats = ADDS_PER_LAYER if op == "add" else 1
@@ -192,6 +196,7 @@ class HardwareCost(CostModel):
                 if measured == measured:  # a number, not NaN
                     time += measured
                     continue
+                time += self._block_rows(tokens)
                 work, context = causal, shape.prefill_context
                 if group.window:
                     work = min(work, tokens * group.window)
@@ -211,8 +216,17 @@ class HardwareCost(CostModel):
         if measured == measured:
             return measured
         keys = min(context, decodes * group.window) if group.window else context
-        return group.launch_s + max(group.flop_s * keys / self._top_compute,
-                                    group.query_s * decodes + group.key_s * keys)
+        return self._block_rows(decodes) + group.launch_s + max(
+            group.flop_s * keys / self._top_compute, group.query_s * decodes + group.key_s * keys)
+
+    def _block_rows(self, rows: int) -> float:
+        """The roofline's seconds of a measured latent-attention block's projections for `rows`
+        rows, all layers: what a step past the block's tables adds to its attention (0 without
+        such a block)."""
+        if self.measured is None or not self.measured.mla_block:
+            return 0.0
+        self._fit(rows)
+        return self._block_list[rows]
 
     def _measured_prefill(self, group: Attention, chunks: int, causal: float) -> float:
         if self.measured is None:

@@ -186,6 +186,16 @@ class KernelTables:
                                heads, kv_heads, head_dim, KV_DTYPES.get(kv_dtype, kv_dtype),
                                window, decode=False)
 
+    def mla_grid(self, model: str, heads: int, kv_dtype: str, gemm_dtype: str,
+                 decode: bool) -> "Grid | None":
+        """A whole multi-head latent attention block of one layer (its down and up projections,
+        attention over the latent and the output projection) of `model` (the package measured
+        DeepSeek-V3's), `heads` per GPU, over (batch, prompt length) or (batch, KV length)."""
+        name = "mla_generation_module_perf.parquet" if decode else \
+            "mla_context_module_perf.parquet"
+        return _mla_grid(self._table_path("mla", name), model, heads,
+                         KV_DTYPES.get(kv_dtype, kv_dtype), gemm_dtype, decode)
+
     # --- mixture of experts -----------------------------------------------------------------
     def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int, ep: int,
             dtype: str):
@@ -338,6 +348,30 @@ def _attention_grid(path: str | None, heads: int, kv_heads: int, head_dim: int, 
     kernel = table["kernel_source"].value_counts().index[0]
     table = table[table["kernel_source"] == kernel]
     length = table["step"] + 1 if decode else table["isl"]
+    batches, curves = [], []
+    for batch, rows in table.assign(length=length).groupby("batch_size"):
+        batches.append(float(batch))
+        curves.append(Curve(rows["length"].to_numpy(), rows["latency"].to_numpy()))
+    return Grid(batches, curves)
+
+
+@lru_cache(maxsize=16)
+def _mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtype: str,
+              decode: bool) -> Grid | None:
+    if path is None:
+        return None
+    table = _cached_table(path)
+    table = table[(table["model"] == model) & (table["num_heads"] == heads)
+                  & (table["kv_cache_dtype"] == kv_dtype) & (table["gemm_type"] == gemm_dtype)
+                  & (table["mla_dtype"] == "bfloat16")]
+    if table.empty:
+        return None
+    # the kernel measured most often, and another's points where it has none (vLLM's MLA
+    # backends were each measured over part of the lengths)
+    order = table["kernel_source"].value_counts().index
+    table = table.assign(rank=table["kernel_source"].map({k: i for i, k in enumerate(order)}))
+    table = table.sort_values("rank").drop_duplicates(["batch_size", "isl", "step"])
+    length = table["step"] if decode else table["isl"]  # the KV length, or the prompt's
     batches, curves = [], []
     for batch, rows in table.assign(length=length).groupby("batch_size"):
         batches.append(float(batch))

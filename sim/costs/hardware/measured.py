@@ -10,10 +10,12 @@ the tables of `kernels.py`:
   routing, with its TP and EP sizes: TP x 1 with `ep` = 1, 1 x EP with `ep` = tp);
 - the two all-reduces of a layer onto the framework's custom all-reduce;
 - prefill and decode attention of each group of layers (full, or sliding with its window) onto
-  the context and generation attention kernels of the GPU's heads.
+  the context and generation attention kernels of the GPU's heads;
+- a latent-attention layer (DeepSeek-V3), where the package measured it, as one block: its
+  projections, norms, attention and output projection from the context and generation MLA
+  module tables, per step (`mla_block`).
 The elementwise kernels (norms, rotary embedding, activation, residual adds, embedding lookup)
-have no tables and stay on the roofline, as in the package's own estimator; so do latent
-attention's attention kernels (measured only as a whole DeepSeek block, not used), and any
+have no tables and stay on the roofline, as in the package's own estimator; so does any
 operator whose shape, dtype or head count the tables lack. `sources()` says, operator by
 operator, where each time comes from, for the report.
 
@@ -38,7 +40,11 @@ MEASURED, ROOFLINE = "measured", "roofline"
 EXPERT_OPS = ("moe_up_proj", "moe_act", "moe_down_proj")  # what the fused MoE kernel runs
 # The tables' GEMM and MoE dtypes to try for a servesim dtype, in order (DeepSeek's fp8 is
 # block-scaled; the MoE tables of its shape have only that)
-DTYPE_CHAIN = {"fp8": ("fp8", "fp8_block")}
+DTYPE_CHAIN = {"fp8": ("fp8", "fp8_block"), "fp16": ("bfloat16",), "bf16": ("bfloat16",)}
+# What DeepSeek's measured latent-attention block runs besides attention: its projections, the
+# latents' norms and the output projection (in `mla_block` steps, costed with the attention)
+MLA_BLOCK_OPS = ("mla_down_proj", "mla_q_up_proj", "mla_kv_up_proj", "mla_norm",
+                 "attn_post_proj")
 _SAID: set = set()
 
 
@@ -66,15 +72,23 @@ class MeasuredOps:
             if arch.is_moe else None
         self._ar_known = tp <= 1 or tables.all_reduce(probe, arch.d_model, tp) is not None
         self._grids = {}
-        if not arch.is_mla:  # latent attention's kernels are not in the attention tables
+        self.mla_block = False  # the latent attention block measured whole (MLA_BLOCK_OPS)
+        if arch.is_mla:  # measured only as DeepSeek's whole block
+            gemm = self._first(lambda d: tables.mla_grid(arch.name, arch.n_heads // tp,
+                                                         kv_dtype, d, False), dtype)
+            grids = (tables.mla_grid(arch.name, arch.n_heads // tp, kv_dtype, gemm, False),
+                     tables.mla_grid(arch.name, arch.n_heads // tp, kv_dtype, gemm, True)) \
+                if gemm else (None, None)
+            if None not in grids:
+                self._grids[0], self.mla_block = grids, True
+        else:
             heads, kv_heads = arch.q_dim // tp // arch.hd, arch.kv_heads_per_gpu(tp)
             for window in {0, arch.sliding_window}:
                 self._grids[window] = (
                     tables.prefill_grid(heads, kv_heads, arch.hd, kv_dtype, window),
                     tables.decode_grid(heads, kv_heads, arch.hd, kv_dtype, window))
 
-    @staticmethod
-    def _first(lookup, dtype: str):
+    def _first(self, lookup, dtype: str):
         """The first of the dtype's table spellings the lookup finds (None: none)."""
         for candidate in DTYPE_CHAIN.get(dtype, (dtype,)):
             if lookup(candidate) is not None:
@@ -95,6 +109,8 @@ class MeasuredOps:
         decode = bool(self._grids) and all(g[1] is not None for g in self._grids.values())
         out["prefill_attention"] = MEASURED if prefill else ROOFLINE
         out["decode_attention"] = MEASURED if decode else ROOFLINE
+        if self.mla_block:  # projections measured with the attention, as one block
+            out |= {op: MEASURED for op in MLA_BLOCK_OPS if op in out or op == "mla_norm"}
         return out
 
     # --- what depends on the step's rows ----------------------------------------------------
@@ -109,6 +125,9 @@ class MeasuredOps:
             if op in times and dtype is not None:
                 n, k = self.gemms[op]
                 times[op] = _merge(times[op], self.tables.gemm(rows, n, k, dtype), op, beyond)
+        if self.mla_block:  # in the block's per-step time instead (`prefill_attention`)
+            for op in MLA_BLOCK_OPS:
+                times.pop(op, None)
         if self._moe_dtype is not None:
             fused = sum(times.pop(op) for op in EXPERT_OPS)
             times["moe_experts"] = _merge(fused, self._moe(rows, self._moe_dtype),
