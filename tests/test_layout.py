@@ -20,22 +20,29 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_names(path: Path) -> set[str]:
-    """Every module a file imports (and every `module.name` of a `from module import name`,
-    which may be a module too), relative imports resolved."""
+def imports(path: Path):
+    """(module, [names]) of each import statement of a file: `import a.b` is ("a.b", []),
+    `from x import y, z` is (x, ["y", "z"]) with a relative x resolved."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
+            for alias in node.names:
+                yield alias.name, []
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parent = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1])
                 base = f"{parent}.{base}" if base else parent
-            names.add(base)
-            names |= {f"{base}.{alias.name}" for alias in node.names}
+            yield base, [alias.name for alias in node.names]
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module a file imports (and every `module.name` of a `from module import name`,
+    which may be a module too), relative imports resolved."""
+    names = set()
+    for base, members in imports(path):
+        names |= {base} | {f"{base}.{member}" for member in members}
     return names
 
 
@@ -96,19 +103,9 @@ def module_graph() -> dict[str, set[str]]:
 def project_imports(path: Path, files) -> set[str]:
     """The modules of `files` a file imports: `from package import module` imports that
     module, `from package import name` the package's `__init__`."""
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
-            found |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base
-                      for alias in node.names}
+    for base, members in imports(path):
+        found |= {f"{base}.{m}" if f"{base}.{m}" in files else base for m in members} or {base}
     return found & set(files)
 
 
