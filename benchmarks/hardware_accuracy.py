@@ -91,8 +91,8 @@ def tables_part() -> None:
 
 def held_out_errors(tables) -> dict:
     """{family: (|interpolation errors|, |roofline errors|)} of one GPU's tables."""
-    from sim.costs.hardware import gpu_spec
-    from sim.costs.hardware import kernels
+    from sim.costs.hardware import gpu_spec, kernels
+    from sim.costs.hardware.timing import matmul_time
 
     try:
         gpu = gpu_spec(tables.gpu)
@@ -117,8 +117,6 @@ def held_out_errors(tables) -> dict:
             if gpu is not None and dtype in gpu.peak_tflops:
                 size = 1 if dtype == "fp8" else 2
                 flops, nbytes = 2 * m * n * k, (n * k * size + m * (n + k) * 2)
-                from sim.costs.hardware.timing import matmul_time
-
                 pred = matmul_time(flops, nbytes, m, gpu.peak_flops(dtype), gpu.bandwidth,
                                    gpu.efficiency())
                 roof.append(np.abs(pred[1::2] / ms[1::2] - 1))
@@ -129,12 +127,10 @@ def held_out_errors(tables) -> dict:
         table = kernels._cached_table(path)
         window = table["window_size"] if "window_size" in table else 0
         table = table[(window == 0) & (table["kv_cache_dtype"] == "bfloat16")
-                      & (table["head_dim"] == 128)]
-        kernel = table["kernel_source"].value_counts().index[0]
-        table = table[table["kernel_source"] == kernel]
+                      & (table["head_dim"] == 128) & (table["attn_dtype"] == "bfloat16")]
         interp, roof = [], []
-        for (heads, kv, batch), rows in table.groupby(["num_heads", "num_key_value_heads",
-                                                      "batch_size"]):
+        for (heads, kv, batch, _), rows in table.groupby(["num_heads", "num_key_value_heads",
+                                                         "batch_size", "kernel_source"]):
             length = (rows["step"] + 1 if decode else rows["isl"]).to_numpy(float)
             order = np.argsort(length)
             length, ms = length[order], rows["latency"].to_numpy()[order] * 1e-3
@@ -148,11 +144,11 @@ def held_out_errors(tables) -> dict:
     path = tables._table_path("moe", "moe_perf.parquet")
     if path is not None:
         table = kernels._cached_table(path)
-        table = table[(table["moe_dtype"] == "bfloat16")
-                      & (table["distribution"] == kernels.MOE_DISTRIBUTION)]
+        table = table[table["moe_dtype"] == "bfloat16"]
         interp, roof = [], []
         for shape, rows in table.groupby(["hidden_size", "inter_size", "topk", "num_experts",
-                                          "moe_tp_size", "moe_ep_size", "kernel_source"]):
+                                          "moe_tp_size", "moe_ep_size", "kernel_source",
+                                          "distribution"]):
             if len(rows) < 3:
                 continue
             tokens, seconds = _sorted(rows["num_tokens"], rows["latency"])

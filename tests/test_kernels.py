@@ -34,7 +34,7 @@ def test_a_measured_point_is_the_tables_own_value():
     assert H200.prefill_grid(32, 8, 128, "bf16").at_one(1, 4096) == \
         pytest.approx(0.267685333887736e-3, rel=1e-12)
     assert float(H200.all_reduce(256, 4096, 8)) == pytest.approx(0.018106e-3, rel=1e-3)
-    assert float(H200.moe(256, 2048, 768, 8, 128, 1, 1, "bf16")) == \
+    assert float(H200.moe(256, 2048, 768, 8, 128, 1, 1, "bf16", "power_law_1.01")) == \
         pytest.approx(0.35790719985961916e-3, rel=1e-12)
 
 
@@ -55,15 +55,19 @@ def test_a_gemm_between_measured_shapes_lies_between_its_neighbours():
     assert H200.gemm(512, 300_000, 4096, "bf16") is None  # n past 2x the largest measured
 
 
-def test_the_array_path_is_the_steps_one_by_one_bit_for_bit():
-    grid = H200.decode_grid(32, 8, 128, "bf16")
-    batch = np.array([1, 3, 64, 100, 700, 3000])
-    length = np.array([17.0, 2000.5, 1024.0, 1500.0, 333.3, 50.0])
-    together = grid.at(batch, length)
-    one_by_one = [grid.at_one(float(b), float(n)) for b, n in zip(batch, length)]
-    assert np.array_equal(np.isnan(together), np.isnan(one_by_one))
-    finite = ~np.isnan(together)
-    assert np.array_equal(together[finite], np.array(one_by_one)[finite])
+def test_a_run_of_decode_steps_costs_what_its_steps_do_one_by_one_bit_for_bit(tmp_path):
+    """Arrays of decode-only steps (a fast-forwarded run) against the same steps alone, some
+    within the tables' reach and some past it (5,000 sequences: the roofline's there)."""
+    from sim.costs.shape import StepShape
+
+    cost = build_cost(load(tmp_path, "h200").base)
+    decodes = np.array([1, 3, 64, 100, 700, 5000])
+    context = decodes * np.array([17, 2000, 1024, 1500, 333, 50])
+    shape = lambda d, c: StepShape(decode_seqs=d, decode_context=c, sampled_seqs=d, decoding=1,
+                                   decode_span=c, decode_gathered=0)
+    together = cost.step_time(shape(decodes, context))
+    one_by_one = [cost.step_time(shape(int(d), int(c))) for d, c in zip(decodes, context)]
+    assert together.tolist() == one_by_one
 
 
 def test_framework_and_version_choose_the_tables_and_a_wrong_one_is_one_line():
@@ -187,7 +191,23 @@ def test_deepseeks_latent_attention_is_measured_as_one_block():
     roofline = {op: np.ones(4) for op in (*MLA_BLOCK_OPS, *EXPERT_OPS, "mlp_up_proj")}
     times, _ = ops.layer_times(roofline, np.arange(4.0))
     assert set(times) == {"mlp_up_proj", "moe_experts"}  # the block: in its step time
+    assert ops.distribution == "power_law_1.01"  # the package's skew for DeepSeek's experts
     # the vLLM 0.24 table's rows: 64 sequences of 2,048 keys; one prompt of 4,096 tokens
     assert ops.decode_attention(0, 64, 64 * 2048) == pytest.approx(
         H200.mla_grid(arch.name, 16, "bf16", "fp8_block", True).at_one(64, 2048))
-    assert 0 < ops.prefill_attention(0, 1, 4096 * 4097 / 2) < 1e-2
+    assert 0 < ops.prefill_attention(0, 1, 4096 * 4097 / 2, 4096) < 1e-2
+
+
+def test_the_router_and_lm_head_are_bf16_and_a_window_caps_a_chunks_work():
+    from sim.costs.hardware import model_architecture
+    from sim.costs.hardware.measured import MeasuredOps, prompt_length
+
+    ops = MeasuredOps(model_architecture({"name": "Qwen/Qwen3-30B-A3B"}), 1, "fp8", "bf16",
+                      H200)
+    assert ops._gemm_dtype["moe_router"] == "bfloat16" and ops._gemm_dtype["lm_head"] is None
+    assert ops._gemm_dtype["attn_pre_proj"] == "fp8" and ops.distribution == "power_law_1.2"
+    llama = MeasuredOps(model_architecture({"name": "meta-llama/Llama-3.1-8B"}), 1, "fp8",
+                        "bf16", H200)
+    assert llama._gemm_dtype["lm_head"] == "bfloat16"  # Qwen's 151,936-row head: past reach
+    assert prompt_length(10 * 11 / 2) == pytest.approx(10.0)
+    assert prompt_length(128 * 129 / 2 + 100 * 128, window=128) == pytest.approx(228.0)

@@ -76,8 +76,9 @@ class Attention:
 
 
 class HardwareCost(CostModel):
-    """The roofline cost model (module docstring) of a `HardwareSetup`; its swap time is a
-    block over the GPU's host link. Decode attention reads each sequence's own keys (paged
+    """The hardware cost model (module docstring) of a `HardwareSetup`: measured kernels where
+    its tables have them, the roofline elsewhere; its swap time is a block over the GPU's host
+    link. Decode attention reads each sequence's own keys (paged
     kernels), so it does not count gathered keys."""
 
     def __init__(self, setup: HardwareSetup, step_overhead_s: float = STEP_OVERHEAD_S,
@@ -94,6 +95,8 @@ class HardwareCost(CostModel):
         kernels = self.measured.describe() if self.measured else "roofline"
         self.source = (f"hardware: {self.arch.name} on {self.gpu.id} x {self.tp} "
                        f"({setup.dtype}; {kernels})")
+        if self.measured is not None:
+            self.measured.say_roofline(self.source)
         self.model = {"max_seq_len": self.arch.max_seq_len}
         self._block_list: list = []  # a measured latent block's projections, by T (roofline)
         self._rows = np.zeros(0)  # seconds of the T-dependent part, by T
@@ -139,7 +142,8 @@ class HardwareCost(CostModel):
         beyond: dict = {}
         if self.measured is not None:
             if self.measured.mla_block:  # the block's projections, should a step fall back
-                block = sum(times[op] for op in MLA_BLOCK_OPS if op in times) * arch.n_layers
+                block = sum(times[op] for op in (*MLA_BLOCK_OPS, "attn_rope")
+                            if op in times) * arch.n_layers
                 self._block_list = block.tolist()
             times, beyond = self.measured.layer_times(times, t)
         for op, seconds in times.items():
@@ -192,11 +196,11 @@ class HardwareCost(CostModel):
                 if self.arch.flash_attention else shape.prefill_attention
             compute = self._compute_list[tokens]
             for group in self._prefill:
-                measured = self._measured_prefill(group, shape.prefill_seqs, causal)
+                measured = self._measured_prefill(group, shape.prefill_seqs, causal, tokens)
                 if measured == measured:  # a number, not NaN
                     time += measured
                     continue
-                time += self._block_rows(tokens)
+                time += self._block_projections(tokens)
                 work, context = causal, shape.prefill_context
                 if group.window:
                     work = min(work, tokens * group.window)
@@ -216,10 +220,10 @@ class HardwareCost(CostModel):
         if measured == measured:
             return measured
         keys = min(context, decodes * group.window) if group.window else context
-        return self._block_rows(decodes) + group.launch_s + max(
+        return self._block_projections(decodes) + group.launch_s + max(
             group.flop_s * keys / self._top_compute, group.query_s * decodes + group.key_s * keys)
 
-    def _block_rows(self, rows: int) -> float:
+    def _block_projections(self, rows: int) -> float:
         """The roofline's seconds of a measured latent-attention block's projections for `rows`
         rows, all layers: what a step past the block's tables adds to its attention (0 without
         such a block)."""
@@ -228,15 +232,26 @@ class HardwareCost(CostModel):
         self._fit(rows)
         return self._block_list[rows]
 
-    def _measured_prefill(self, group: Attention, chunks: int, causal: float) -> float:
+    def _measured_prefill(self, group: Attention, chunks: int, causal: float,
+                          tokens: int) -> float:
         if self.measured is None:
             return math.nan
-        return group.layers * self.measured.prefill_attention(group.window, chunks, causal)
+        seconds = self.measured.prefill_attention(group.window, chunks, causal, tokens)
+        if seconds != seconds and self.measured.sources()["prefill_attention"] == "measured":
+            self._say_past_reach("prefill attention")
+        return group.layers * seconds
 
     def _measured_decode(self, group: Attention, decodes: int, context: int) -> float:
         if self.measured is None:
             return math.nan
-        return group.layers * self.measured.decode_attention(group.window, decodes, context)
+        seconds = self.measured.decode_attention(group.window, decodes, context)
+        if seconds != seconds and self.measured.sources()["decode_attention"] == "measured":
+            self._say_past_reach("decode attention")
+        return group.layers * seconds
+
+    def _say_past_reach(self, what: str) -> None:
+        say_once(f"note: {self.source}: {what} of some steps is past the measured tables' "
+                 f"reach (2x their range of batch or length); costed by the roofline there")
 
     def _step_time_arrays(self, shape: StepShape) -> np.ndarray:
         """`step_time` on arrays, operation for operation (decode-only runs: no prefill)."""

@@ -50,7 +50,6 @@ MAX_REACH = 2.0  # times past the measured range that a power-law extrapolation 
 # vLLM captures CUDA graphs for batches up to 512 tokens by default: an all-reduce in a step
 # of more tokens runs eagerly (`backend` vllm_graph / vllm_eager, sglang_graph / _eager)
 GRAPH_TOKENS = 512
-MOE_DISTRIBUTION = "power_law_1.01"  # the routing skew the package assumes for serving
 
 
 class TablesMiss(ValueError):
@@ -198,14 +197,15 @@ class KernelTables:
 
     # --- mixture of experts -----------------------------------------------------------------
     def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int, ep: int,
-            dtype: str):
-        """Seconds of one MoE layer's experts for `tokens` tokens (before routing)."""
+            dtype: str, distribution: str = "power_law_1.2"):
+        """Seconds of one MoE layer's experts for `tokens` tokens (before routing), their
+        routing skewed as `distribution` ("balanced", "power_law_1.01", "power_law_1.2")."""
         curve = _moe_curve(self._table_path("moe", "moe_perf.parquet"),
-                           MOE_DTYPES.get(dtype, dtype), hidden, inter, topk, experts, tp, ep)
+                           MOE_DTYPES.get(dtype, dtype), hidden, inter, topk, experts, tp, ep,
+                           distribution)
         if curve is None:
             return None
-        value = curve.log_at(np.log(np.asarray(tokens, dtype=np.float64)))
-        return None if value is None else np.exp(value) * 1e-3
+        return np.exp(curve.log_at(np.log(np.asarray(tokens, dtype=np.float64)))) * 1e-3
 
     # --- communication ----------------------------------------------------------------------
     def all_reduce(self, tokens, hidden: int, gpus: int):
@@ -213,8 +213,6 @@ class KernelTables:
         GPUs (the framework's custom all-reduce; in a CUDA graph up to `GRAPH_TOKENS` tokens,
         eager above where the tables have both); None: not measured for `gpus` GPUs."""
         tokens = np.asarray(tokens, dtype=np.float64)
-        if gpus <= 1:
-            return 0.0 * tokens
         path = self._table_path("comm", "custom_allreduce_perf.parquet")
         graph = _all_reduce_curve(path, gpus, graph=True)
         if graph is None:
@@ -283,18 +281,13 @@ class Grid:
         i = min(max(bisect_right(points, logb) - 1, 0), len(points) - 2)
         w = (logb - points[i]) / (points[i + 1] - points[i])
         lo = self.curves[i].log_at_one(logl)
-        value = lo if w == 0.0 else (1.0 - w) * lo + w * self.curves[i + 1].log_at_one(logl)
+        if w == 0.0:  # a measured batch: its own curve alone
+            value = lo
+        elif w == 1.0:
+            value = self.curves[i + 1].log_at_one(logl)
+        else:
+            value = (1.0 - w) * lo + w * self.curves[i + 1].log_at_one(logl)
         return math.exp(value) * 1e-3
-
-    def at(self, batch, length):
-        """`at_one` of each (batch, length) (numbers or arrays, broadcast)."""
-        b, length = np.broadcast_arrays(np.asarray(batch, dtype=np.float64),
-                                        np.asarray(length, dtype=np.float64))
-        if b.ndim == 0:
-            return self.at_one(float(b), float(length))
-        return np.array([self.at_one(x, y) for x, y in zip(b.ravel().tolist(),
-                                                            length.ravel().tolist())],
-                        dtype=np.float64).reshape(b.shape)
 
 
 def _bracket(points: list, value: float):
@@ -381,7 +374,7 @@ def _mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtyp
 
 @lru_cache(maxsize=64)
 def _moe_curve(path: str | None, dtype: str, hidden: int, inter: int, topk: int, experts: int,
-               tp: int, ep: int) -> Curve | None:
+               tp: int, ep: int, distribution: str) -> Curve | None:
     if path is None:
         return None
     table = _cached_table(path)
@@ -389,7 +382,7 @@ def _moe_curve(path: str | None, dtype: str, hidden: int, inter: int, topk: int,
                   & (table["inter_size"] == inter) & (table["topk"] == topk)
                   & (table["num_experts"] == experts) & (table["moe_tp_size"] == tp)
                   & (table["moe_ep_size"] == ep)
-                  & (table["distribution"] == MOE_DISTRIBUTION)]
+                  & (table["distribution"] == distribution)]
     if table.empty:
         return None
     kernel = table["kernel_source"].value_counts().index[0]

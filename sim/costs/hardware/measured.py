@@ -4,10 +4,13 @@
 the tables of `kernels.py`:
 - every weight matmul of a layer (the attention projections, a dense MLP's, the router's, the
   shared experts', latent attention's) and the LM head onto a GEMM of its shape on one GPU
-  (m = the step's rows, n and k after tensor parallelism);
+  (m = the step's rows, n and k after tensor parallelism), the router and the LM head in bf16
+  whatever the weights' dtype, as servers run them;
 - a mixture-of-experts layer's routed experts onto the framework's fused MoE kernel
   (`moe_experts`: gate and up, activation and down in one kernel, for the layer's tokens before
-  routing, with its TP and EP sizes: TP x 1 with `ep` = 1, 1 x EP with `ep` = tp);
+  routing, with its TP and EP sizes: TP x 1 with `ep` = 1, 1 x EP with `ep` = tp), measured
+  with the routing skew the package assumes for the model (a power law of exponent 1.01 for
+  DeepSeek, 1.2 for the others: aiconfigurator's `sdk/models`);
 - the two all-reduces of a layer onto the framework's custom all-reduce;
 - prefill and decode attention of each group of layers (full, or sliding with its window) onto
   the context and generation attention kernels of the GPU's heads;
@@ -38,13 +41,16 @@ from .operators import matmul_shapes
 
 MEASURED, ROOFLINE = "measured", "roofline"
 EXPERT_OPS = ("moe_up_proj", "moe_act", "moe_down_proj")  # what the fused MoE kernel runs
-# The tables' GEMM and MoE dtypes to try for a servesim dtype, in order (DeepSeek's fp8 is
-# block-scaled; the MoE tables of its shape have only that)
+# The tables' GEMM and MoE dtypes to try for a servesim dtype, in order, operator by operator:
+# fp8 is per-tensor scaled where that was measured, else block-scaled (DeepSeek's experts and
+# MLA block were measured only so), so one model may mix the two
 DTYPE_CHAIN = {"fp8": ("fp8", "fp8_block"), "fp16": ("bfloat16",), "bf16": ("bfloat16",)}
 # What DeepSeek's measured latent-attention block runs besides attention: its projections, the
 # latents' norms and the output projection (in `mla_block` steps, costed with the attention)
 MLA_BLOCK_OPS = ("mla_down_proj", "mla_q_up_proj", "mla_kv_up_proj", "mla_norm",
                  "attn_post_proj")
+# Matmuls servers run in bf16 whatever the weights' dtype (the package times them so too)
+BF16_OPS = ("moe_router", "lm_head")
 _SAID: set = set()
 
 
@@ -63,24 +69,32 @@ class MeasuredOps:
                  tables: KernelTables, ep: int = 1):
         self.arch, self.tp, self.ep, self.tables = arch, tp, ep, tables
         probe = np.asarray([1.0])
-        self.gemms = {op: (written, read) for op, (read, _, written)
+        # (n, k) of each matmul on one GPU: its outputs, and its weights over them
+        self.gemms = {op: (written, weights // written) for op, (_, weights, written)
                       in matmul_shapes(arch, tp).items()}
         self.gemms["lm_head"] = (-(-arch.vocab_size // tp), arch.d_model)
-        self._gemm_dtype = {op: self._first(lambda d: tables.gemm(probe, n, k, d), dtype)
-                            for op, (n, k) in self.gemms.items()}
+        self.distribution = "power_law_1.01" if arch.is_mla else "power_law_1.2"
+        self._gemm_dtype = {op: self._first(lambda d: tables.gemm(probe, n, k, d),
+                                            "bf16" if op in BF16_OPS else dtype)
+                            for op, (n, k) in self.gemms.items()
+                            if not (op in MLA_BLOCK_OPS and arch.is_mla)}
         self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype) \
             if arch.is_moe else None
         self._ar_known = tp <= 1 or tables.all_reduce(probe, arch.d_model, tp) is not None
         self._grids = {}
         self.mla_block = False  # the latent attention block measured whole (MLA_BLOCK_OPS)
         if arch.is_mla:  # measured only as DeepSeek's whole block
-            gemm = self._first(lambda d: tables.mla_grid(arch.name, arch.n_heads // tp,
-                                                         kv_dtype, d, False), dtype)
-            grids = (tables.mla_grid(arch.name, arch.n_heads // tp, kv_dtype, gemm, False),
-                     tables.mla_grid(arch.name, arch.n_heads // tp, kv_dtype, gemm, True)) \
-                if gemm else (None, None)
-            if None not in grids:
-                self._grids[0], self.mla_block = grids, True
+            heads = arch.n_heads // tp
+            gemm = self._first(lambda d: tables.mla_grid(arch.name, heads, kv_dtype, d, False),
+                               dtype)
+            decode = tables.mla_grid(arch.name, heads, kv_dtype, gemm, True) if gemm else None
+            if decode is not None:
+                prefill = tables.mla_grid(arch.name, heads, kv_dtype, gemm, False)
+                self._grids[0], self.mla_block = (prefill, decode), True
+            else:  # its projections from the GEMM tables, its attention the roofline's
+                self._gemm_dtype |= {
+                    op: self._first(lambda d: tables.gemm(probe, n, k, d), dtype)
+                    for op, (n, k) in self.gemms.items() if op in MLA_BLOCK_OPS}
         else:
             heads, kv_heads = arch.q_dim // tp // arch.hd, arch.kv_heads_per_gpu(tp)
             for window in {0, arch.sliding_window}:
@@ -109,9 +123,16 @@ class MeasuredOps:
         decode = bool(self._grids) and all(g[1] is not None for g in self._grids.values())
         out["prefill_attention"] = MEASURED if prefill else ROOFLINE
         out["decode_attention"] = MEASURED if decode else ROOFLINE
-        if self.mla_block:  # projections measured with the attention, as one block
-            out |= {op: MEASURED for op in MLA_BLOCK_OPS if op in out or op == "mla_norm"}
+        if self.mla_block:  # measured with the attention, as one block
+            out |= {op: MEASURED for op in (*MLA_BLOCK_OPS, "attn_rope")}
         return out
+
+    def say_roofline(self, source: str) -> None:
+        """One note naming the operators the tables do not have, said once."""
+        missing = [op for op, where in self.sources().items() if where == ROOFLINE]
+        if missing:
+            say_once(f"note: {source}: the measured tables have no {', '.join(missing)} of "
+                     f"this model and GPU; costed by the roofline")
 
     # --- what depends on the step's rows ----------------------------------------------------
     def layer_times(self, roofline: dict, tokens) -> tuple[dict, dict]:
@@ -121,13 +142,13 @@ class MeasuredOps:
         mixture-of-experts layer's routed experts become `moe_experts`."""
         times, beyond = dict(roofline), {}
         rows = np.maximum(tokens, 1.0)
+        if self.mla_block:  # in the block's per-step time instead (`prefill_attention`)
+            for op in (*MLA_BLOCK_OPS, "attn_rope"):
+                times.pop(op, None)
         for op, dtype in self._gemm_dtype.items():
-            if op in times and dtype is not None:
+            if op in times and op != "lm_head" and dtype is not None:
                 n, k = self.gemms[op]
                 times[op] = _merge(times[op], self.tables.gemm(rows, n, k, dtype), op, beyond)
-        if self.mla_block:  # in the block's per-step time instead (`prefill_attention`)
-            for op in MLA_BLOCK_OPS:
-                times.pop(op, None)
         if self._moe_dtype is not None:
             fused = sum(times.pop(op) for op in EXPERT_OPS)
             times["moe_experts"] = _merge(fused, self._moe(rows, self._moe_dtype),
@@ -135,6 +156,7 @@ class MeasuredOps:
         return times, beyond
 
     def lm_head(self, roofline, tokens, beyond: dict):
+        """Seconds of the LM head for `tokens` sampling rows (in bf16, as servers run it)."""
         dtype = self._gemm_dtype["lm_head"]
         if dtype is None:
             return roofline
@@ -143,6 +165,7 @@ class MeasuredOps:
                       "lm_head", beyond)
 
     def all_reduce(self, roofline, tokens, beyond: dict):
+        """Seconds of one all-reduce of `tokens` rows of activations over the GPUs."""
         if self.tp <= 1 or not self._ar_known:
             return roofline
         measured = self.tables.all_reduce(np.maximum(tokens, 1.0), self.arch.d_model, self.tp)
@@ -152,18 +175,20 @@ class MeasuredOps:
         arch = self.arch
         moe_tp, moe_ep = (self.tp, 1) if self.ep == 1 else (1, self.ep)
         return self.tables.moe(tokens, arch.d_model, arch.moe_d_ff, arch.experts_per_token,
-                               arch.n_experts, moe_tp, moe_ep, dtype)
+                               arch.n_experts, moe_tp, moe_ep, dtype, self.distribution)
 
     # --- attention, per step ----------------------------------------------------------------
-    def prefill_attention(self, window: int, chunks: float, causal: float) -> float:
-        """Seconds of one layer's prefill attention (its `window`, 0: full): `chunks` chunks
-        doing `causal` work in all (NaN: out of reach or not measured)."""
+    def prefill_attention(self, window: int, chunks: float, causal: float,
+                          tokens: float) -> float:
+        """Seconds of one layer's prefill attention (its `window`, 0: full): `chunks` chunks of
+        `tokens` in all doing `causal` work (NaN: out of reach or not measured), looked up as
+        fresh prompts of the length whose work is the mean chunk's."""
         grid = self._grids.get(window, (None, None))[0]
         if grid is None:
             return math.nan
-        per_chunk = causal / chunks
-        length = (math.sqrt(8.0 * per_chunk + 1.0) - 1.0) / 2.0  # n (n + 1) / 2 = per_chunk
-        return grid.at_one(chunks, length)
+        if window:  # a query attends to at most `window` keys
+            causal = min(causal, tokens * window)
+        return grid.at_one(chunks, prompt_length(causal / chunks, window))
 
     def decode_attention(self, window: int, decodes: float, context: float) -> float:
         """Seconds of one layer's decode attention: `decodes` sequences attending to `context`
@@ -172,6 +197,14 @@ class MeasuredOps:
         if grid is None:
             return math.nan
         return grid.at_one(decodes, context / decodes)
+
+
+def prompt_length(work: float, window: int = 0) -> float:
+    """The length L of a fresh prompt whose causal attention work is `work`: L (L + 1) / 2, or
+    under a window w, w (w + 1) / 2 + (L - w) w once L passes it."""
+    if window and work > window * (window + 1) / 2:
+        return window + (work - window * (window + 1) / 2) / window
+    return (math.sqrt(8.0 * work + 1.0) - 1.0) / 2.0
 
 
 def _merge(roofline, measured, op: str, beyond: dict):
