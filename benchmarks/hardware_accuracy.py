@@ -435,7 +435,6 @@ def engine_part() -> None:
     from sim.costs.hardware.operators import ELEMENTWISE
     from sim.costs.hardware.timing import Efficiency
     from sim.profiling.served import ServedSteps, served_steps, step_errors
-    from sim.profiling.serving import serve_logged
     from sim.profiling.workloads import HELD_OUT
     from sim.validation.machine import profile_for
 

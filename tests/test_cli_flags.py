@@ -3,7 +3,6 @@ for; `--set` never swallows the scenario after it; every mistake in a flag is on
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest

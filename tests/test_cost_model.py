@@ -15,13 +15,12 @@ from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
 from engine.step_plan import StepPlan
 from sim.costs.executor import CostModelExecutor, DecodeContext
-from sim.costs import (COUNTS, FEATURES, FittedCost, LinearCost, StepShape, check_profile_model,
+from sim.costs import (FEATURES, FittedCost, LinearCost, StepShape, check_profile_model,
                        cost_model, load_profile, shape_of)
-from sim.costs.fitted import LATER_FEATURES, feature_vector
+from sim.costs.fitted import feature_vector
 from sim.costs.shape import gathered_keys
 from sim.costs.fitting import error_summary, fit_relative, nnls
 from sim.loop import run_loop
-from sim.profiling.isolated import predict_profile_points
 from sim.build import sequence_factory
 from sim.workloads import build_workload
 from helpers.configs import resolved

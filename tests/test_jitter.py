@@ -2,7 +2,6 @@
 documented statistics whatever the step size, and `cost.jitter` scales a simulation's steps
 reproducibly (and only when asked)."""
 
-import copy
 import json
 import math
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine.model import ModelConfig
 from engine.records import RunRecorder
 from sim.costs.executor import CostModelExecutor
 from sim.costs import LinearCost

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
