@@ -81,8 +81,8 @@ def kernels_text(derived: dict) -> str:
     roofline = [op for op, source in sources.items() if source != "measured"]
     return (f"{derived['kernels']}: " + ", ".join(f"`{op}`" for op in measured)
             + (", roofline for " + ", ".join(f"`{op}`" for op in roofline) if roofline else "")
-            + "; norms, rotary embedding, activation, residual adds and embedding by the "
-              "roofline")
+            + "; the other elementwise kernels (norms, rotary embedding, activation, "
+              "residual adds, embedding) by the roofline")
 
 
 def _auto(config) -> bool:
