@@ -17,7 +17,8 @@ from helpers.configs import resolved  # noqa: E402
 from scenarios import ScenarioError  # noqa: E402
 from sim.costs.hardware import layer_op_times  # noqa: E402
 from sim.costs.hardware import kernels as K  # noqa: E402
-from sim.costs.hardware.kernels import Curve, KernelTables, TablesMiss  # noqa: E402
+from sim.costs.hardware.interpolation import Curve  # noqa: E402
+from sim.costs.hardware.kernels import KernelTables, TablesMiss  # noqa: E402
 from sim.build import build_cost  # noqa: E402
 from sim.runner import run_config  # noqa: E402
 

@@ -237,7 +237,7 @@ class HardwareCost(CostModel):
         if self.measured is None:
             return math.nan
         seconds = self.measured.prefill_attention(group.window, chunks, causal, tokens)
-        if seconds != seconds and self.measured.sources()["prefill_attention"] == "measured":
+        if seconds != seconds and self.measured.is_measured("prefill_attention"):
             self._say_past_reach("prefill attention")
         return group.layers * seconds
 
@@ -245,7 +245,7 @@ class HardwareCost(CostModel):
         if self.measured is None:
             return math.nan
         seconds = self.measured.decode_attention(group.window, decodes, context)
-        if seconds != seconds and self.measured.sources()["decode_attention"] == "measured":
+        if seconds != seconds and self.measured.is_measured("decode_attention"):
             self._say_past_reach("decode attention")
         return group.layers * seconds
 

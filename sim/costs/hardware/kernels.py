@@ -16,7 +16,8 @@ saying so. Here a time is:
 - interpolated between measured points, piecewise linear in log(latency) against log(size) in
   the token dimension (tokens, batch, KV length, elements: a power law between neighbours) and
   log-bilinear in a GEMM's (n, k) between measured shapes;
-- extrapolated by the end segment's power law up to `MAX_REACH` (2x) past the measured range;
+- extrapolated by the end segment's power law up to 2x past the measured range
+  (`interpolation.MAX_REACH`);
 - NaN beyond that (element by element: a run of steps is costed exactly as its steps one by
   one), and `None` for a shape, dtype or kernel the tables do not have: the caller then costs
   that operator (or that step's operator) by the roofline, and says so once.
@@ -29,13 +30,13 @@ fills older versions in.
 from __future__ import annotations
 
 import importlib.util
-import math
 import re
-from bisect import bisect_right
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from .interpolation import Curve, Grid, bracket
 
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 # servesim GPU ids with tables -> the package's system folder
@@ -46,7 +47,6 @@ SYSTEMS = {"a100-80gb-sxm": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sx
 GEMM_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
 KV_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8"}
 MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
-MAX_REACH = 2.0  # times past the measured range that a power-law extrapolation may go
 # vLLM captures CUDA graphs for batches up to 512 tokens by default: an all-reduce in a step
 # of more tokens runs eagerly (`backend` vllm_graph / vllm_eager, sglang_graph / _eager)
 GRAPH_TOKENS = 512
@@ -144,7 +144,7 @@ class KernelTables:
         if table is None:
             return None
         ns, ks, curves = table
-        n_side, k_side = _bracket(ns, n), _bracket(ks, k)
+        n_side, k_side = bracket(ns, n), bracket(ks, k)
         if n_side is None or k_side is None:
             return None
         logm = np.log(np.asarray(m, dtype=np.float64))
@@ -171,7 +171,7 @@ class KernelTables:
 
     # --- attention --------------------------------------------------------------------------
     def decode_grid(self, heads: int, kv_heads: int, head_dim: int, kv_dtype: str,
-                    window: int = 0) -> "Grid | None":
+                    window: int = 0) -> Grid | None:
         """Decode attention of one layer over (batch, KV length per sequence), `heads` and
         `kv_heads` per GPU; None: not measured for these heads or this KV dtype."""
         return _attention_grid(self._table_path("attention", "generation_attention_perf.parquet"),
@@ -179,14 +179,14 @@ class KernelTables:
                                window, decode=True)
 
     def prefill_grid(self, heads: int, kv_heads: int, head_dim: int, kv_dtype: str,
-                     window: int = 0) -> "Grid | None":
+                     window: int = 0) -> Grid | None:
         """Prefill attention of one layer over (batch, prompt length: causal, from the start)."""
         return _attention_grid(self._table_path("attention", "context_attention_perf.parquet"),
                                heads, kv_heads, head_dim, KV_DTYPES.get(kv_dtype, kv_dtype),
                                window, decode=False)
 
     def mla_grid(self, model: str, heads: int, kv_dtype: str, gemm_dtype: str,
-                 decode: bool) -> "Grid | None":
+                 decode: bool) -> Grid | None:
         """A whole multi-head latent attention block of one layer (its down and up projections,
         attention over the latent and the output projection) of `model` (the package measured
         DeepSeek-V3's), `heads` per GPU, over (batch, prompt length) or (batch, KV length)."""
@@ -223,89 +223,23 @@ class KernelTables:
         return np.exp(out) * 1e-3
 
 
-class Curve:
-    """Measured (size, latency) points of one kernel shape, as log-log segments."""
-
-    def __init__(self, sizes, latencies):
-        order = np.argsort(sizes)
-        self.x = np.log(np.asarray(sizes, dtype=np.float64)[order])
-        self.y = np.log(np.maximum(np.asarray(latencies, dtype=np.float64)[order], 1e-9))
-        self.low, self.high = self.x[0] - math.log(MAX_REACH), self.x[-1] + math.log(MAX_REACH)
-        self._x, self._y = self.x.tolist(), self.y.tolist()
-
-    def log_at_one(self, logx: float) -> float:
-        """`log_at` of one size, in plain Python (a step's attention: no array overhead)."""
-        x, y = self._x, self._y
-        if not self.low <= logx <= self.high:
-            return math.nan
-        if len(x) == 1:
-            return y[0]
-        i = min(max(bisect_right(x, logx) - 1, 0), len(x) - 2)
-        return y[i] + (logx - x[i]) * ((y[i + 1] - y[i]) / (x[i + 1] - x[i]))
-
-    def log_at(self, logx) -> np.ndarray:
-        """log latency at log size (number or array), by the measured points' power laws;
-        NaN more than `MAX_REACH` past the measured range."""
-        logx = np.asarray(logx, dtype=np.float64)
-        x, y = self.x, self.y
-        if len(x) == 1:
-            out = np.full(logx.shape, y[0])
-        else:
-            below = y[0] + (logx - x[0]) * ((y[1] - y[0]) / (x[1] - x[0]))
-            above = y[-1] + (logx - x[-1]) * ((y[-1] - y[-2]) / (x[-1] - x[-2]))
-            out = np.where(logx < x[0], below,
-                           np.where(logx > x[-1], above, np.interp(logx, x, y)))
-        return np.where((logx < self.low) | (logx > self.high), np.nan, out)
-
-
-class Grid:
-    """A kernel measured over (batch, length): one `Curve` over length per measured batch,
-    blended log-linearly between the two measured batches around the batch asked for (the
-    grid is truncated where batch x length grows large, so each batch has its own range).
-    Evaluated in plain Python one (batch, length) at a time, so that a run of steps gets, to
-    the last bit, what its steps one by one get."""
-
-    def __init__(self, batches: list, curves: list):
-        self.logb = [math.log(b) for b in batches]
-        self.curves = curves
-        self.reach = math.log(MAX_REACH)
-
-    def at_one(self, batch: float, length: float) -> float:
-        """Seconds at one (batch, length), NaN out of reach."""
-        logb, logl = math.log(batch), math.log(max(length, 1.0))
-        points = self.logb
-        if not points[0] - self.reach <= logb <= points[-1] + self.reach:
-            return math.nan
-        if len(points) == 1:
-            return math.exp(self.curves[0].log_at_one(logl)) * 1e-3
-        i = min(max(bisect_right(points, logb) - 1, 0), len(points) - 2)
-        w = (logb - points[i]) / (points[i + 1] - points[i])
-        lo = self.curves[i].log_at_one(logl)
-        if w == 0.0:  # a measured batch: its own curve alone
-            value = lo
-        elif w == 1.0:
-            value = self.curves[i + 1].log_at_one(logl)
-        else:
-            value = (1.0 - w) * lo + w * self.curves[i + 1].log_at_one(logl)
-        return math.exp(value) * 1e-3
-
-
-def _bracket(points: list, value: float):
-    """[(index, weight)] of the log-linear blend of `value` between the measured `points`:
-    itself when measured, else its two neighbours (the last two up to `MAX_REACH` past either
-    end); None beyond."""
-    if value in points:
-        return [(points.index(value), 1.0)]
-    if len(points) < 2 or not points[0] / MAX_REACH <= value <= points[-1] * MAX_REACH:
-        return None
-    i = min(max(bisect_right(points, value) - 1, 0), len(points) - 2)
-    w = (math.log(value) - math.log(points[i])) / (math.log(points[i + 1]) - math.log(points[i]))
-    return [(i, 1.0 - w), (i + 1, w)]
-
-
 @lru_cache(maxsize=32)
 def _cached_table(path: str):
     return _read(Path(path))
+
+
+def _default_kernel(table):
+    """The rows of the kernel measured most often: the framework's default implementation."""
+    return table[table["kernel_source"] == table["kernel_source"].value_counts().index[0]]
+
+
+def _grid_by_batch(table, length) -> Grid:
+    """A `Grid` of the table's latencies: one curve over `length` per measured batch size."""
+    batches, curves = [], []
+    for batch, rows in table.assign(length=length).groupby("batch_size"):
+        batches.append(float(batch))
+        curves.append(Curve(rows["length"].to_numpy(), rows["latency"].to_numpy()))
+    return Grid(batches, curves)
 
 
 @lru_cache(maxsize=32)
@@ -317,8 +251,7 @@ def _gemm_curves(path: str | None, dtype: str):
     table = table[table["gemm_dtype"] == dtype]
     if table.empty:
         return None
-    kernel = table["kernel_source"].value_counts().index[0]  # the default kernel: most rows
-    table = table[table["kernel_source"] == kernel]
+    table = _default_kernel(table)
     curves = {(int(n), int(k)): Curve(group["m"].to_numpy(), group["latency"].to_numpy())
               for (n, k), group in table.groupby(["n", "k"])}
     return (sorted({n for n, _ in curves}), sorted({k for _, k in curves}), curves)
@@ -338,14 +271,9 @@ def _attention_grid(path: str | None, heads: int, kv_heads: int, head_dim: int, 
         table = table[table["attn_dtype"] == "bfloat16"]
     if table.empty:
         return None
-    kernel = table["kernel_source"].value_counts().index[0]
-    table = table[table["kernel_source"] == kernel]
+    table = _default_kernel(table)
     length = table["step"] + 1 if decode else table["isl"]
-    batches, curves = [], []
-    for batch, rows in table.assign(length=length).groupby("batch_size"):
-        batches.append(float(batch))
-        curves.append(Curve(rows["length"].to_numpy(), rows["latency"].to_numpy()))
-    return Grid(batches, curves)
+    return _grid_by_batch(table, length)
 
 
 @lru_cache(maxsize=16)
@@ -365,11 +293,7 @@ def _mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtyp
     table = table.assign(rank=table["kernel_source"].map({k: i for i, k in enumerate(order)}))
     table = table.sort_values("rank").drop_duplicates(["batch_size", "isl", "step"])
     length = table["step"] if decode else table["isl"]  # the KV length, or the prompt's
-    batches, curves = [], []
-    for batch, rows in table.assign(length=length).groupby("batch_size"):
-        batches.append(float(batch))
-        curves.append(Curve(rows["length"].to_numpy(), rows["latency"].to_numpy()))
-    return Grid(batches, curves)
+    return _grid_by_batch(table, length)
 
 
 @lru_cache(maxsize=64)
@@ -385,8 +309,7 @@ def _moe_curve(path: str | None, dtype: str, hidden: int, inter: int, topk: int,
                   & (table["distribution"] == distribution)]
     if table.empty:
         return None
-    kernel = table["kernel_source"].value_counts().index[0]
-    table = table[table["kernel_source"] == kernel]
+    table = _default_kernel(table)
     return Curve(table["num_tokens"].to_numpy(), table["latency"].to_numpy())
 
 

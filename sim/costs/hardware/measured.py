@@ -101,6 +101,7 @@ class MeasuredOps:
                 self._grids[window] = (
                     tables.prefill_grid(heads, kv_heads, arch.hd, kv_dtype, window),
                     tables.decode_grid(heads, kv_heads, arch.hd, kv_dtype, window))
+        self._sources = self._find_sources()
 
     def _first(self, lookup, dtype: str):
         """The first of the dtype's table spellings the lookup finds (None: none)."""
@@ -114,6 +115,13 @@ class MeasuredOps:
 
     def sources(self) -> dict:
         """{operator: "measured" or "roofline"} of every operator the tables could cost."""
+        return dict(self._sources)
+
+    def is_measured(self, op: str) -> bool:
+        """Whether the tables have `op` of this model and GPU (`sources`)."""
+        return self._sources.get(op) == MEASURED
+
+    def _find_sources(self) -> dict:
         out = {op: MEASURED if known else ROOFLINE for op, known in self._gemm_dtype.items()}
         if self.arch.is_moe:
             out["moe_experts"] = MEASURED if self._moe_dtype else ROOFLINE

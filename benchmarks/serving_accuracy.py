@@ -1,0 +1,203 @@
+"""servesim end to end against real-GPU serving that NVIDIA measured and published, through
+the hardware cost model with the silicon-measured kernel tables (servesim[gpu]). Also parts 0c
+and 0d of `benchmarks/hardware_accuracy.py`.
+
+Serving (`--only serving`): servesim against real-GPU serving measured by NVIDIA and
+shipped with the tables (`systems/silicon_sample.csv` of aiconfigurator-core: vLLM runs of
+fixed input/output lengths at a fixed client concurrency, with their mean TTFT and TPOT):
+each dense-model run of a catalog model on a catalog GPU is simulated with that many requests
+in flight, its users ramping up over one request's time, with vLLM V1's defaults for a GPU of
+70 GiB or more (1,024 sequences, 8,192 tokens a step, chunked prefill), and the first two
+rounds of requests left out of the means.
+
+Maximum throughput (`--only trtllm`): servesim against TensorRT-LLM's own performance page
+(NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md, the v1.0 release's:
+`trtllm-bench throughput`, every request at once, 3,000 requests (30,000 at 128/128) of
+fixed lengths, NVIDIA's ModelOpt FP8/FP4 checkpoints, whose KV cache is fp8, 95% of the free
+memory for it), with the TensorRT-LLM tables, 2,048 sequences and 8,192 tokens a step: output
+tokens per second, once with servesim's default server overheads (1 ms a step, 10 us a
+sequence) and once with 0.5 ms a step and none a sequence (a C++ runtime's).
+
+    python benchmarks/serving_accuracy.py                 # about 3 minutes
+    python benchmarks/serving_accuracy.py --only serving  # about 1 minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+SILICON_MODELS = {"nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B",
+                  "meta-llama/Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
+                  "Qwen/Qwen3-32B": "Qwen/Qwen3-32B"}
+SILICON_DTYPES = {"fp8": "fp8", "fp4": "nvfp4", "bf16": "bf16"}
+SILICON_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
+
+
+def serving_part(limit: int | None = None) -> None:
+    """Part 0c: end-to-end TTFT and TPOT against the package's measured vLLM runs."""
+    rows = silicon_rows()
+    if rows is None:
+        print("the measured serving runs need servesim[gpu] (pip install 'servesim[gpu]')")
+        return
+    if limit:
+        rows = rows.iloc[::max(len(rows) // limit, 1)]
+    print(f"{'gpu':9s} {'model':26s} {'dtype':5s} {'tp':>2s} {'isl/osl':>10s} {'users':>5s} "
+          f"{'TTFT ms':>8s} {'sim':>8s} {'err':>7s} {'TPOT ms':>8s} {'sim':>7s} {'err':>7s}")
+    errors = {"ttft": [], "tpot": []}
+    for row in rows.itertuples():
+        simulated = simulate_row(row)
+        if simulated is None:
+            continue
+        ttft, tpot = simulated
+        e_ttft = ttft / row.silicon_ttft_ms - 1
+        e_tpot = tpot / row.silicon_tpot_ms - 1
+        errors["ttft"].append(e_ttft)
+        errors["tpot"].append(e_tpot)
+        print(f"{SILICON_GPUS[row.system]:9s} {SILICON_MODELS[row.model_path][-26:]:26s} "
+              f"{row.precision:5s} {int(row.tp_size):2d} {f'{row.isl}/{row.osl}':>10s} "
+              f"{int(row.batch_size):5d} {row.silicon_ttft_ms:8.1f} {ttft:8.1f} "
+              f"{100 * e_ttft:+6.1f}% {row.silicon_tpot_ms:8.2f} {tpot:7.2f} "
+              f"{100 * e_tpot:+6.1f}%", flush=True)
+    for name, values in errors.items():
+        if values:
+            a = np.abs(values)
+            print(f"{name.upper()}: {len(a)} runs, median |error| {100 * np.median(a):.1f}%, "
+                  f"p90 {100 * np.quantile(a, 0.9):.1f}%, mean signed {100 * np.mean(values):+.1f}%")
+
+
+def silicon_rows():
+    """The package's measured aggregated vLLM runs that servesim can simulate (dense catalog
+    models on catalog GPUs, no pipeline or attention data parallelism), or None."""
+    import importlib.util
+
+    import pandas as pd
+
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None:
+        return None
+    path = os.path.join(os.path.dirname(spec.origin), "systems", "silicon_sample.csv")
+    rows = pd.read_csv(path)
+    from sim.costs.hardware import gpus
+
+    known = set(gpus())
+    keep = ((rows["mode"] == "agg") & (rows["backend"] == "vllm")
+            & rows["model_path"].isin(list(SILICON_MODELS))
+            & rows["system"].map(lambda s: SILICON_GPUS.get(s) in known)
+            & rows["precision"].isin(list(SILICON_DTYPES))
+            & (rows["pp_size"].fillna(1) == 1) & (rows["attention_dp_size"].fillna(1) <= 1))
+    return rows[keep].sort_values(["system", "model_path", "precision", "tp_size", "isl", "osl",
+                                   "batch_size"])
+
+
+def simulate_row(row):
+    """(mean TTFT ms, mean TPOT ms) servesim predicts for one measured run, or None when it
+    cannot run. The client keeps `users` requests in flight; its users start one after another
+    over one request's time, as a benchmark client ramps up (all at once, users of equal
+    lengths would stay in lockstep, every prefill together, which no real run keeps up), and the
+    first two rounds of requests are left out of the means."""
+    from scenarios.resolve import resolve
+    from sim.runner import run_config
+
+    users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
+    table = {"name": f"silicon-{row.id}", "seed": 0,
+             "model": {"name": SILICON_MODELS[row.model_path], "max_seq_len": isl + osl},
+             "hardware": {"gpu": SILICON_GPUS[row.system], "tp": int(row.tp_size),
+                          "dtype": SILICON_DTYPES[row.precision], "framework": "vllm"},
+             "cost": {"model": "hardware"},
+             "engine": {"max_num_seqs": 1024, "max_num_batched_tokens": 8192},
+             "scheduler": {"chunked_prefill": True},
+             "workload": {"num_requests": 2 * users,
+                          "arrival": {"process": "closed_loop", "concurrency": users},
+                          "prompt_tokens": {"dist": "fixed", "value": isl},
+                          "output_tokens": {"dist": "fixed", "value": osl}}}
+    try:
+        lockstep = run_config(resolve(table, Path(__file__)))  # a request's time, roughly
+        columns = lockstep.request_columns()
+        duration = float(np.nanmean(np.subtract(columns["finish_s"], columns["arrival_s"])))
+        table["workload"] = table["workload"] | {
+            "num_requests": 6 * users, "max_concurrency": users,
+            "arrival": {"process": "constant", "rate": users / duration}}
+        recorder = run_config(resolve(table, Path(__file__)))
+    except ValueError as exc:
+        print(f"skipped {row.system} {row.model_path} tp {row.tp_size}: {exc}")
+        return None
+    columns = recorder.request_columns()
+    arrival = np.asarray(columns["arrival_s"], float)
+    first = np.asarray(columns["first_token_s"], float)
+    finish = np.asarray(columns["finish_s"], float)
+    later = np.argsort(arrival)[2 * users:]  # after the ramp and the first round
+    ttft = (first - arrival)[later]
+    tpot = ((finish - first) / (osl - 1))[later] if osl > 1 else ttft * 0
+    return 1e3 * float(np.nanmean(ttft)), 1e3 * float(np.nanmean(tpot))
+
+
+# TensorRT-LLM's perf-overview (v1.0): model, GPU, TP, dtype, ISL, OSL, output tokens/s
+TRTLLM_PAGE = [("meta-llama/Llama-3.1-8B", "h200", 1, "fp8", 1000, 1000, 17744),
+               ("meta-llama/Llama-3.1-8B", "h100-sxm", 1, "fp8", 1000, 1000, 15220),
+               ("meta-llama/Llama-3.1-8B", "h200", 1, "fp8", 2048, 128, 3538),
+               ("meta-llama/Llama-3.1-8B", "h200", 1, "fp8", 128, 128, 27911),
+               ("meta-llama/Llama-3.3-70B-Instruct", "h200", 1, "fp8", 1000, 1000, 2909),
+               ("meta-llama/Llama-3.3-70B-Instruct", "h100-sxm", 2, "fp8", 1000, 1000, 4205),
+               ("meta-llama/Llama-3.3-70B-Instruct", "b200", 1, "nvfp4", 1000, 1000, 7007),
+               ("Qwen/Qwen3-235B-A22B", "h200", 8, "fp8", 1000, 1000, 23789),
+               ("Qwen/Qwen3-30B-A3B", "b200", 1, "nvfp4", 1000, 1000, 25828)]
+OVERHEADS = {"default": (1e-3, 10e-6), "C++ runtime": (0.5e-3, 0.0)}
+
+
+def trtllm_part() -> None:
+    """Part 0d: maximum output throughput against TensorRT-LLM's performance page."""
+    from engine.benchmark import summarize
+    from scenarios.resolve import resolve
+    from sim.runner import run_config
+
+    print(f"{'model':34s} {'gpu':9s} {'tp':>2s} {'dtype':5s} {'isl/osl':>10s} {'page':>7s} "
+          + " ".join(f"{name:>20s}" for name in OVERHEADS))
+    errors = {name: [] for name in OVERHEADS}
+    for model, gpu, tp, dtype, isl, osl, published in TRTLLM_PAGE:
+        cells = []
+        for name, (step_s, seq_s) in OVERHEADS.items():
+            table = {"name": "trtllm-page", "model": {"name": model, "max_seq_len": isl + osl},
+                     "hardware": {"gpu": gpu, "tp": tp, "dtype": dtype, "kv_dtype": "fp8",
+                                  "framework": "trtllm", "gpu_memory_utilization": 0.95,
+                                  "step_overhead_s": step_s, "seq_overhead_s": seq_s},
+                     "cost": {"model": "hardware"},
+                     "engine": {"max_num_seqs": 2048, "max_num_batched_tokens": 8192},
+                     "scheduler": {"chunked_prefill": True},
+                     "workload": {"num_requests": 30000 if isl == 128 else 3000,
+                                  "arrival": {"process": "burst"},
+                                  "prompt_tokens": {"dist": "fixed", "value": isl},
+                                  "output_tokens": {"dist": "fixed", "value": osl}}}
+            tokens_s = summarize(run_config(resolve(table, Path(__file__))))["output_throughput"]
+            errors[name].append(tokens_s / published - 1)
+            cells.append(f"{tokens_s:9,.0f} ({100 * errors[name][-1]:+6.1f}%)")
+        print(f"{model:34s} {gpu:9s} {tp:2d} {dtype:5s} {f'{isl}/{osl}':>10s} {published:7,d} "
+              + " ".join(f"{c:>20s}" for c in cells), flush=True)
+    for name, values in errors.items():
+        a = np.abs(values)
+        print(f"{name} overheads: median |error| {100 * np.median(a):.1f}%, "
+              f"mean signed {100 * np.mean(values):+.1f}%")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", choices=("serving", "trtllm"), action="append",
+                        help="run only this part (repeatable)")
+    parser.add_argument("--runs", type=int, default=None,
+                        help="serving: at most about this many of the measured runs")
+    args = parser.parse_args(argv)
+    parts = args.only or ("serving", "trtllm")
+    if "serving" in parts:
+        serving_part(args.runs)
+        print()
+    if "trtllm" in parts:
+        trtllm_part()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
