@@ -64,8 +64,10 @@ def hardware_text(derived: dict) -> str:
     and where the operators' times come from."""
     parallel = (", tensor parallel" if derived["tp"] > 1 else "") + \
         (", expert parallel" if derived["ep"] > 1 else "")
+    scheme = derived.get("activation_scheme")
+    scales = f" ({scheme} activation scales)" if scheme else ""
     return (f"{derived['tp']} x {derived['gpu_name']} (`{derived['gpu']}`){parallel}, "
-            f"{derived['dtype']} weights, {derived['kv_dtype']} KV cache; per GPU: "
+            f"{derived['dtype']} weights{scales}, {derived['kv_dtype']} KV cache; per GPU: "
             f"{derived['weights_gib_per_gpu']:.1f} GiB of "
             f"weights, {derived['kv_gib_per_gpu']:.1f} GiB of KV cache "
             f"({derived['kv_tokens']:,} tokens, {derived['kv_bytes_per_token_per_gpu'] / 1024:g}"

@@ -120,6 +120,7 @@ class HardwareSettings:
     cost_per_hour: float | None = None  # dollars a GPU-hour (None: the catalog's)
     ep: int = 1  # expert parallelism: 1 or tp
     kv_dtype: str = "auto"  # the KV cache's dtype ("auto": vLLM's, the activations')
+    activation_scheme: str = "static"  # an fp8 checkpoint's activation scales: static, dynamic
     # What the hardware came to, filled in for reports (`sim.build.resolved_spec`)
     derived: dict | None = None
     num_kv_blocks_auto: bool = False

@@ -94,6 +94,7 @@ HARDWARE_DTYPES = ("fp16", "bf16", "fp8", "nvfp4")
 # The KV cache: "auto" is vLLM's --kv-cache-dtype auto, the model's activation dtype (the
 # weights' for fp16 and bf16, bf16 under fp8 or nvfp4 weights).
 KV_DTYPES = ("auto", "fp16", "bf16", "fp8")
+ACTIVATION_SCHEMES = ("static", "dynamic")
 HARDWARE_NORMS = ("rmsnorm", "layernorm")
 MAX_TP = 8
 HARDWARE_DEFAULTS = {
@@ -103,6 +104,9 @@ HARDWARE_DEFAULTS = {
     "ep": 1,
     "dtype": "fp16",
     "kv_dtype": "auto",
+    # an fp8 (per-tensor) checkpoint's activation scales: "static" (fixed in the checkpoint, as
+    # NVIDIA's ModelOpt FP8 checkpoints) or "dynamic" (computed at every GEMM)
+    "activation_scheme": "static",
     "gpu_memory_utilization": 0.9,  # vLLM's default
     "step_overhead_s": 1.0e-3,  # the server's own time a step (an assumption: measure yours)
     "seq_overhead_s": 10e-6,  # and per sequence of the batch

@@ -20,6 +20,7 @@ from sim.costs.hardware import kernels as K  # noqa: E402
 from sim.costs.hardware.interpolation import Curve  # noqa: E402
 from sim.costs.hardware.kernels import KernelTables, TablesMiss  # noqa: E402
 from sim.build import build_cost  # noqa: E402
+from sim.costs.shape import StepShape  # noqa: E402
 from sim.runner import run_config  # noqa: E402
 
 H200 = KernelTables("h200")
@@ -212,3 +213,65 @@ def test_the_router_and_lm_head_are_bf16_and_a_window_caps_a_chunks_work():
     assert llama._gemm_dtype["lm_head"] == "bfloat16"  # Qwen's 151,936-row head: past reach
     assert prompt_length(10 * 11 / 2) == pytest.approx(10.0)
     assert prompt_length(128 * 129 / 2 + 100 * 128, window=128) == pytest.approx(228.0)
+
+
+def test_static_activation_scales_take_off_the_scale_computation_the_tables_measured():
+    """TensorRT-LLM's fp8 GEMMs were measured quantizing their activations dynamically (its
+    Linear got no input scale), vLLM's with static scales: a static checkpoint's GEMM is the
+    TensorRT-LLM time less its own measured scale computation, a dynamic one the vLLM time plus
+    vLLM's; SGLang measured no difference."""
+    m = np.array([4.0, 64.0, 1024.0])
+    trtllm, vllm, sglang = (KernelTables("h200", fw) for fw in ("trtllm", "vllm", "sglang"))
+    for tables in (trtllm, vllm):
+        extra = tables.activation_scale_time(m, 8192)
+        static = tables.gemm(m, 12288, 8192, "fp8", "static")
+        dynamic = tables.gemm(m, 12288, 8192, "fp8", "dynamic")
+        np.testing.assert_allclose(dynamic - static, extra, rtol=1e-12)
+        assert np.all(extra > 0)
+    # TensorRT-LLM's dynamic time is its table's own; vLLM's static time is its table's own
+    measured_trt = np.exp(trtllm._gemm_shapes("fp8")[2][(12288, 8192)].log_at(np.log(m))) * 1e-3
+    np.testing.assert_allclose(trtllm.gemm(m, 12288, 8192, "fp8", "dynamic"), measured_trt)
+    np.testing.assert_allclose(vllm.gemm(m, 12288, 8192, "fp8"), vllm.gemm(m, 12288, 8192, "fp8",
+                                                                          "static"))
+    # at a few tokens the two frameworks' static GEMMs agree (the same cuBLAS-class kernels),
+    # where the tables as measured differ by TensorRT-LLM's scale computation (~7 us)
+    np.testing.assert_allclose(trtllm.gemm(4.0, 12288, 8192, "fp8"),
+                               vllm.gemm(4.0, 12288, 8192, "fp8"), rtol=0.05)
+    assert trtllm.gemm(4.0, 12288, 8192, "fp8", "dynamic") > 1.2 * vllm.gemm(4.0, 12288, 8192,
+                                                                             "fp8")
+    np.testing.assert_array_equal(sglang.gemm(m, 12288, 8192, "fp8", "static"),
+                                  sglang.gemm(m, 12288, 8192, "fp8", "dynamic"))
+    # block-scaled and 16-bit GEMMs have no such choice
+    assert trtllm.gemm(64.0, 12288, 8192, "bf16", "static") == \
+        trtllm.gemm(64.0, 12288, 8192, "bf16", "dynamic")
+
+
+def test_every_measured_static_fp8_gemm_stays_positive():
+    """Taking the scale computation off never leaves a GEMM of no time, on any GPU's tables."""
+    for gpu in ("h100-sxm", "h200", "b200", "gb200", "b300", "gb300", "l40s", "rtx-pro-6000"):
+        tables = KernelTables(gpu, "trtllm")
+        shapes = tables._gemm_shapes("fp8")
+        if shapes is None:
+            continue
+        for (n, k), curve in shapes[2].items():
+            m = np.exp(curve.x)
+            static = tables.gemm(m, n, k, "fp8", "static")
+            assert np.all(static > 0), (gpu, n, k)
+
+
+def test_the_activation_scheme_reaches_the_step_and_dynamic_needs_fp8(tmp_path):
+    from sim.build import hardware_of
+
+    def step(scheme):
+        config = load(tmp_path, "h200", f'framework = "trtllm"\ndtype = "fp8"\n'
+                                         f'activation_scheme = "{scheme}"')
+        return build_cost(config.base).step_time(StepShape(decode_seqs=4, sampled_seqs=4,
+                                                           decode_context=4096, decoding=1))
+
+    assert step("static") < step("dynamic")
+    with pytest.raises(ScenarioError, match="hardware.activation_scheme: must be one of static, "
+                                            "dynamic, got 'dynamc' \\(did you mean 'dynamic'"):
+        load(tmp_path, extra='activation_scheme = "dynamc"')
+    with pytest.raises(ValueError, match='^hardware.activation_scheme: "dynamic" applies to fp8 '
+                                         'weights \\(hardware.dtype = "fp8"\\), not bf16$'):
+        hardware_of(load(tmp_path, extra='dtype = "bf16"\nactivation_scheme = "dynamic"').base)

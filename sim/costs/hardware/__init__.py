@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scenarios.defaults import KERNEL_SOURCES
+from scenarios.defaults import ACTIVATION_SCHEMES, KERNEL_SOURCES
 
 from .architecture import DTYPE_BYTES, Architecture, engine_architecture
 from .catalog import Gpu, gpu_spec, gpus, model_architecture, models
@@ -32,7 +32,8 @@ __all__ = ["Architecture", "Gpu", "HardwareCost", "HardwareSetup", "engine_archi
 
 
 def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int = 1,
-                   kernels=None, framework: str = "vllm") -> dict:
+                   kernels=None, framework: str = "vllm",
+                   activation_scheme: str = "static") -> dict:
     """One transformer layer's operator times in seconds on one of `tp` GPUs, for a batch of
     `num_tokens` tokens (a number or an array), keyed by the operator names of the published
     measurements (`attn_pre_proj`, `attn_post_proj`, `mlp_up_proj`, `mlp_act`, `mlp_down_proj`,
@@ -45,7 +46,8 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     (or a GPU table); `ep`: expert parallelism, 1 or `tp`. `kernels`: "measured" (the operators
     of `framework`'s newest measured tables for the GPU, the roofline where they do not reach;
     a model with experts then has the fused kernel's `moe_experts` in place of `moe_up_proj`,
-    `moe_act` and `moe_down_proj`), "roofline", or None: measured where the GPU has tables."""
+    `moe_act` and `moe_down_proj`), "roofline", or None: measured where the GPU has tables.
+    `activation_scheme`: an fp8 checkpoint's activation scales, "static" or "dynamic"."""
     arch = model_architecture({"name": model} if isinstance(model, str) else dict(model))
     device = gpu_spec(gpu)
     arch.check_tp(tp)
@@ -58,7 +60,10 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     tokens = np.asarray(num_tokens, dtype=np.float64)
     times = operator_times(arch, tp, ep, tokens, DTYPE_BYTES[dtype], ACT_BYTES,
                            device.peak_flops(dtype), device.bandwidth, device.efficiency())
-    measured = _measured_ops(arch, device, tp, ep, dtype, kernels, framework)
+    if activation_scheme not in ACTIVATION_SCHEMES:
+        raise ValueError(f"activation_scheme must be one of {', '.join(ACTIVATION_SCHEMES)}, "
+                         f"got {activation_scheme!r}")
+    measured = _measured_ops(arch, device, tp, ep, dtype, kernels, framework, activation_scheme)
     if measured is not None:
         times, _ = measured.layer_times(times, np.atleast_1d(tokens))
         times = {op: t.reshape(tokens.shape) for op, t in times.items()}
@@ -67,7 +72,8 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     return times
 
 
-def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework: str):
+def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework: str,
+                  activations: str):
     """The measured operators `kernels` asks for (None: the roofline)."""
     if kernels == "roofline":
         return None
@@ -77,4 +83,4 @@ def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework
         if kernels == "measured":
             raise
         return None
-    return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype), tables, ep)
+    return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype), tables, ep, activations)

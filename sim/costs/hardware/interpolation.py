@@ -48,6 +48,26 @@ class Curve:
         return np.where((logx < self.low) | (logx > self.high), np.nan, out)
 
 
+class Difference:
+    """A measured difference of two kernels' times (one minus the other) at measured sizes,
+    piecewise linear in time against log size: a difference may be zero or, by noise, slightly
+    negative, which a log-log `Curve` cannot hold. NaN more than `MAX_REACH` past the measured
+    range."""
+
+    def __init__(self, sizes, seconds):
+        order = np.argsort(sizes)
+        self.x = np.log(np.asarray(sizes, dtype=np.float64)[order])
+        self.y = np.asarray(seconds, dtype=np.float64)[order]
+        self.low, self.high = self.x[0] - math.log(MAX_REACH), self.x[-1] + math.log(MAX_REACH)
+
+    def at(self, logx) -> np.ndarray:
+        """The difference at log size (number or array): interpolated between measured sizes,
+        the nearest end's value up to `MAX_REACH` past them, NaN beyond."""
+        logx = np.asarray(logx, dtype=np.float64)
+        out = np.interp(logx, self.x, self.y)
+        return np.where((logx < self.low) | (logx > self.high), np.nan, out)
+
+
 class Grid:
     """A kernel measured over (batch, length): one `Curve` over length per measured batch,
     blended log-linearly between the two measured batches around the batch asked for (the

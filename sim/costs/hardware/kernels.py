@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .interpolation import Curve, Grid, bracket
+from .interpolation import Curve, Difference, Grid, bracket
 
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 # servesim GPU ids with tables -> the package's system folder
@@ -47,6 +47,14 @@ SYSTEMS = {"a100-80gb-sxm": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sx
 GEMM_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
 KV_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8"}
 MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
+# An fp8 (per-tensor) GEMM quantizes its activations with a scale fixed in the checkpoint
+# ("static", as NVIDIA's ModelOpt FP8 checkpoints ship) or computed from them at every call
+# ("dynamic"). The scheme each framework's GEMM tables were measured with (the package's
+# collectors: vLLM's sets activation_scheme = "static"; TensorRT-LLM's Linear gets no input
+# scale and so quantizes dynamically; SGLang's quantizes per token), and each framework's
+# `quantize` tables time the difference, dynamic minus static.
+ACTIVATION_SCHEMES = ("static", "dynamic")
+MEASURED_ACTIVATIONS = {"vllm": "static", "sglang": "dynamic", "trtllm": "dynamic"}
 # vLLM captures CUDA graphs for batches up to 512 tokens by default: an all-reduce in a step
 # of more tokens runs eagerly (`backend` vllm_graph / vllm_eager, sglang_graph / _eager)
 GRAPH_TOKENS = 512
@@ -136,11 +144,15 @@ class KernelTables:
         return f"{self.framework} {self.version} kernels measured on {self.gpu}"
 
     # --- GEMM -------------------------------------------------------------------------------
-    def gemm(self, m, n: int, k: int, dtype: str):
+    def gemm(self, m, n: int, k: int, dtype: str, activations: str = "static"):
         """Seconds of an (m x k) @ (k x n) GEMM in `dtype` (servesim's spelling) for m tokens
         (a number or an array; NaN where m is out of reach); None: no measured shape near
-        (n, k)."""
-        table = self._gemm_shapes(GEMM_DTYPES.get(dtype, dtype))
+        (n, k). An fp8 (per-tensor) GEMM's time is that of its `activations` scheme: the
+        measured one, plus or minus the framework's measured scale computation where the
+        tables were measured with the other (`activation_scale_time`; as measured where the
+        framework has no such table)."""
+        dtype = GEMM_DTYPES.get(dtype, dtype)
+        table = self._gemm_shapes(dtype)
         if table is None:
             return None
         ns, ks, curves = table
@@ -155,7 +167,26 @@ class KernelTables:
                 if curve is None:
                     return None
                 total = total + nw * kw * curve.log_at(logm)
-        return np.exp(total) * 1e-3
+        seconds = np.exp(total) * 1e-3
+        if dtype == "fp8" and activations != MEASURED_ACTIVATIONS[self.framework]:
+            extra = self.activation_scale_time(m, k)
+            if extra is not None:
+                seconds = seconds + extra if activations == "dynamic" else seconds - extra
+        return seconds
+
+    def activation_scale_time(self, m, k: int):
+        """Seconds that computing an fp8 activation scale adds to quantizing m rows of width k
+        (dynamic minus static quantization, as the framework measured it); None: the tables
+        have no such measurement near k."""
+        table = _scale_differences(self._table_path("quantize", "computescale_perf.parquet"))
+        if table is None:
+            return None
+        ks, differences = table
+        side = bracket(ks, k)
+        if side is None:
+            return None
+        logm = np.log(np.asarray(m, dtype=np.float64))
+        return sum(w * differences[ks[i]].at(logm) for i, w in side) * 1e-3
 
     def _gemm_shapes(self, dtype: str):
         return _gemm_curves(self._table_path("gemm", "gemm_perf.parquet"), dtype)
@@ -255,6 +286,20 @@ def _gemm_curves(path: str | None, dtype: str):
     curves = {(int(n), int(k)): Curve(group["m"].to_numpy(), group["latency"].to_numpy())
               for (n, k), group in table.groupby(["n", "k"])}
     return (sorted({n for n, _ in curves}), sorted({k for _, k in curves}), curves)
+
+
+@lru_cache(maxsize=32)
+def _scale_differences(path: str | None):
+    """(sorted k values, {k: Difference over m}) of the fp8 activation-scale times."""
+    if path is None:
+        return None
+    table = _cached_table(path)
+    table = table[table["quant_dtype"] == "fp8"]
+    if table.empty:
+        return None
+    differences = {int(k): Difference(group["m"].to_numpy(), group["latency"].to_numpy())
+                   for k, group in table.groupby("k")}
+    return sorted(differences), differences
 
 
 @lru_cache(maxsize=64)

@@ -1,11 +1,12 @@
 """Which of a step's operators the measured kernel tables cost, and their times.
 
-`MeasuredOps(arch, tp, dtype, kv_dtype, tables, ep)` maps the hardware model's operators onto
-the tables of `kernels.py`:
+`MeasuredOps(arch, tp, dtype, kv_dtype, tables, ep, activations)` maps the hardware model's
+operators onto the tables of `kernels.py`:
 - every weight matmul of a layer (the attention projections, a dense MLP's, the router's, the
   shared experts', latent attention's) and the LM head onto a GEMM of its shape on one GPU
   (m = the step's rows, n and k after tensor parallelism), the router and the LM head in bf16
-  whatever the weights' dtype, as servers run them;
+  whatever the weights' dtype, as servers run them; fp8 (per-tensor) GEMMs with the checkpoint's
+  activation scheme (`activations`: "static" or "dynamic" scales, `kernels.MEASURED_ACTIVATIONS`);
 - a mixture-of-experts layer's routed experts onto the framework's fused MoE kernel
   (`moe_experts`: gate and up, activation and down in one kernel, for the layer's tokens before
   routing, with its TP and EP sizes: TP x 1 with `ep` = 1, 1 x EP with `ep` = tp), measured
@@ -36,7 +37,7 @@ import sys
 import numpy as np
 
 from .architecture import Architecture
-from .kernels import KernelTables
+from .kernels import MEASURED_ACTIVATIONS, KernelTables
 from .operators import matmul_shapes
 
 MEASURED, ROOFLINE = "measured", "roofline"
@@ -66,8 +67,9 @@ class MeasuredOps:
     """The measured times of one model's operators on one GPU (module docstring)."""
 
     def __init__(self, arch: Architecture, tp: int, dtype: str, kv_dtype: str,
-                 tables: KernelTables, ep: int = 1):
+                 tables: KernelTables, ep: int = 1, activations: str = "static"):
         self.arch, self.tp, self.ep, self.tables = arch, tp, ep, tables
+        self.activations = activations
         probe = np.asarray([1.0])
         # (n, k) of each matmul on one GPU: its outputs, and its weights over them
         self.gemms = {op: (written, weights // written) for op, (_, weights, written)
@@ -102,6 +104,9 @@ class MeasuredOps:
                     tables.prefill_grid(heads, kv_heads, arch.hd, kv_dtype, window),
                     tables.decode_grid(heads, kv_heads, arch.hd, kv_dtype, window))
         self._sources = self._find_sources()
+        self._scales_known = ("fp8" not in self._gemm_dtype.values()
+                              or activations == MEASURED_ACTIVATIONS[tables.framework]
+                              or tables.activation_scale_time(probe, arch.d_model) is not None)
 
     def _first(self, lookup, dtype: str):
         """The first of the dtype's table spellings the lookup finds (None: none)."""
@@ -141,6 +146,11 @@ class MeasuredOps:
         if missing:
             say_once(f"note: {source}: the measured tables have no {', '.join(missing)} of "
                      f"this model and GPU; costed by the roofline")
+        if not self._scales_known:
+            measured = MEASURED_ACTIVATIONS[self.tables.framework]
+            say_once(f"note: {source}: the measured tables do not time fp8 activation scales; "
+                     f"fp8 GEMMs are costed with {measured} scales, as measured, not "
+                     f"{self.activations}")
 
     # --- what depends on the step's rows ----------------------------------------------------
     def layer_times(self, roofline: dict, tokens) -> tuple[dict, dict]:
@@ -156,7 +166,8 @@ class MeasuredOps:
         for op, dtype in self._gemm_dtype.items():
             if op in times and op != "lm_head" and dtype is not None:
                 n, k = self.gemms[op]
-                times[op] = _merge(times[op], self.tables.gemm(rows, n, k, dtype), op, beyond)
+                times[op] = _merge(times[op], self.tables.gemm(rows, n, k, dtype,
+                                                               self.activations), op, beyond)
         if self._moe_dtype is not None:
             fused = sum(times.pop(op) for op in EXPERT_OPS)
             times["moe_experts"] = _merge(fused, self._moe(rows, self._moe_dtype),

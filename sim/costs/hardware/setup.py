@@ -64,6 +64,9 @@ class HardwareSetup:
                 "active_parameters": self.arch.active_parameters(),
                 "gpu": self.gpu.id, "gpu_name": self.gpu.name, "tp": self.tp, "ep": self.ep,
                 "dtype": self.dtype, "kv_dtype": kv_cache_dtype(self.dtype, self.kv_dtype),
+                # what the measured fp8 GEMMs were costed with (the roofline has no such choice)
+                "activation_scheme": self.kernels.activations
+                if self.kernels is not None and self.dtype == "fp8" else None,
                 "weights_gib_per_gpu": plan.weights / GIB,
                 "activations_gib_per_gpu": plan.activations / GIB,
                 "kv_gib_per_gpu": self.kv_blocks * self.block_size * plan.kv_bytes_per_token
@@ -88,6 +91,9 @@ def hardware_setup(config) -> HardwareSetup:
         raise ValueError(f"hardware.kv_dtype: an fp8 KV cache needs a GPU with fp8 support; "
                          f"{gpu.id} has none (use fp16 or bf16, or one of "
                          f"{', '.join(gpus_with('fp8'))})")
+    if hardware.activation_scheme == "dynamic" and dtype != "fp8":
+        raise ValueError(f"hardware.activation_scheme: \"dynamic\" applies to fp8 weights "
+                         f"(hardware.dtype = \"fp8\"), not {dtype}")
     size, kv_size = DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype]
 
     def plan_for(degree: int) -> MemoryPlan:
@@ -143,4 +149,5 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
         say_once(f"note: {exc}; the hardware model costs every operator by the roofline "
                  f"(hardware.kernels = \"roofline\" says so without this note)")
         return None
-    return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype, hardware.kv_dtype), tables, ep)
+    return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype, hardware.kv_dtype), tables, ep,
+                       hardware.activation_scheme)
