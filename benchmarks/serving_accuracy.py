@@ -3,12 +3,12 @@ the hardware cost model with the silicon-measured kernel tables (servesim[gpu]).
 and 0d of `benchmarks/hardware_accuracy.py`.
 
 Serving (`--only serving`): servesim against real-GPU serving measured by NVIDIA and
-shipped with the tables (`systems/silicon_sample.csv` of aiconfigurator-core: vLLM runs of
-fixed input/output lengths at a fixed client concurrency, with their mean TTFT and TPOT):
-each dense-model run of a catalog model on a catalog GPU is simulated with that many requests
-in flight, its users ramping up over one request's time, with vLLM V1's defaults for a GPU of
-70 GiB or more (1,024 sequences, 8,192 tokens a step, chunked prefill), and the first two
-rounds of requests left out of the means.
+shipped with the tables (`systems/silicon_sample.csv` of aiconfigurator-core: runs of nominal
+input/output lengths at a fixed client concurrency, with their mean TTFT and TPOT), the runs of
+dense catalog models on catalog GPUs. The Llama-70B runs of vLLM and TensorRT-LLM are
+InferenceMAX's (`silicon_rows`) and are simulated with its client and server flags
+(`simulate_inferencemax`); the others, whose client is not recorded, with that many requests in
+flight, users ramping up over one request's time and vLLM V1's defaults (`simulate_row`).
 
 Maximum throughput (`--only trtllm`): servesim against TensorRT-LLM's own performance page
 (NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md, the v1.0 release's:
@@ -18,8 +18,8 @@ memory for it), with the TensorRT-LLM tables, 2,048 sequences and 8,192 tokens a
 tokens per second, once with servesim's default server overheads (1 ms a step, 10 us a
 sequence) and once with 0.5 ms a step and none a sequence (a C++ runtime's).
 
-    python benchmarks/serving_accuracy.py                 # about 3 minutes
-    python benchmarks/serving_accuracy.py --only serving  # about 1 minute
+    python benchmarks/serving_accuracy.py                 # about 2 minutes
+    python benchmarks/serving_accuracy.py --only serving  # about 1.5 minutes
 """
 
 from __future__ import annotations
@@ -39,40 +39,89 @@ SILICON_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 
 
 def serving_part(limit: int | None = None) -> None:
-    """Part 0c: end-to-end TTFT and TPOT against the package's measured vLLM runs."""
-    rows = silicon_rows()
-    if rows is None:
+    """Part 0c: end-to-end TTFT and TPOT against the package's measured serving runs."""
+    runs = silicon_rows()
+    if runs is None:
         print("the measured serving runs need servesim[gpu] (pip install 'servesim[gpu]')")
         return
+    inferencemax, others = runs
     if limit:
-        rows = rows.iloc[::max(len(rows) // limit, 1)]
-    print(f"{'gpu':9s} {'model':26s} {'dtype':5s} {'tp':>2s} {'isl/osl':>10s} {'users':>5s} "
-          f"{'TTFT ms':>8s} {'sim':>8s} {'err':>7s} {'TPOT ms':>8s} {'sim':>7s} {'err':>7s}")
-    errors = {"ttft": [], "tpot": []}
+        inferencemax = inferencemax.iloc[::max(len(inferencemax) // limit, 1)]
+        others = others.iloc[::max(len(others) // limit, 1)]
+    print("InferenceMAX's Llama-3.3-70B runs (its client and server flags of 2025-10-29):")
+    errors = compare(inferencemax, simulate_inferencemax, inferencemax_group)
+    modelled = [e for group, e in errors.items() if BATCH_WAIT not in group[-1]]
+    if modelled and len(modelled) < len(errors):
+        print(f"all but the batch-wait runs ({sum(len(e['ttft']) for e in modelled)}): "
+              f"TTFT {summary(sum((e['ttft'] for e in modelled), []))}; "
+              f"TPOT {summary(sum((e['tpot'] for e in modelled), []))}")
+    print("\nThe other runs (client not recorded; users ramping up over one request's time):")
+    compare(others, simulate_row, lambda row: (row.backend, SILICON_GPUS[row.system],
+                                               row.precision))
+
+
+BATCH_WAIT = "held prefills (batch wait, not modelled)"
+
+
+def inferencemax_group(row) -> tuple:
+    """(backend, GPU, dtype, note): InferenceMAX's TensorRT-LLM servers at 1,024/1,024 below TP
+    8 held new prefills for a fuller batch (`batch_wait_timeout_iters: 20`,
+    `batch_wait_max_tokens_ratio: 0.9`), which servesim's scheduler does not do."""
+    held = row.backend == "trtllm" and row.isl == row.osl == 1024 and row.tp_size < 8
+    return (row.backend, SILICON_GPUS[row.system], row.precision, BATCH_WAIT if held else "")
+
+
+def compare(rows, simulate, group_of) -> dict:
+    """Print servesim against each measured run, then median and p90 |error| per group
+    (`group_of(row)`, a tuple) and over all runs; returns {group: {"ttft": [...], "tpot":
+    [...]}} of relative errors."""
+    print(f"{'backend':7s} {'gpu':9s} {'model':26s} {'dtype':5s} {'tp':>2s} {'isl/osl':>10s} "
+          f"{'users':>5s} {'TTFT ms':>8s} {'sim':>8s} {'err':>7s} {'TPOT ms':>8s} {'sim':>7s} "
+          f"{'err':>7s}")
+    errors: dict[tuple, dict[str, list]] = {}
     for row in rows.itertuples():
-        simulated = simulate_row(row)
+        simulated = simulate(row)
         if simulated is None:
             continue
         ttft, tpot = simulated
         e_ttft = ttft / row.silicon_ttft_ms - 1
         e_tpot = tpot / row.silicon_tpot_ms - 1
-        errors["ttft"].append(e_ttft)
-        errors["tpot"].append(e_tpot)
-        print(f"{SILICON_GPUS[row.system]:9s} {SILICON_MODELS[row.model_path][-26:]:26s} "
-              f"{row.precision:5s} {int(row.tp_size):2d} {f'{row.isl}/{row.osl}':>10s} "
-              f"{int(row.batch_size):5d} {row.silicon_ttft_ms:8.1f} {ttft:8.1f} "
-              f"{100 * e_ttft:+6.1f}% {row.silicon_tpot_ms:8.2f} {tpot:7.2f} "
-              f"{100 * e_tpot:+6.1f}%", flush=True)
-    for name, values in errors.items():
-        if values:
-            a = np.abs(values)
-            print(f"{name.upper()}: {len(a)} runs, median |error| {100 * np.median(a):.1f}%, "
-                  f"p90 {100 * np.quantile(a, 0.9):.1f}%, mean signed {100 * np.mean(values):+.1f}%")
+        group = errors.setdefault(group_of(row), {"ttft": [], "tpot": []})
+        group["ttft"].append(e_ttft)
+        group["tpot"].append(e_tpot)
+        print(f"{row.backend:7s} {SILICON_GPUS[row.system]:9s} "
+              f"{SILICON_MODELS[row.model_path][-26:]:26s} {row.precision:5s} "
+              f"{int(row.tp_size):2d} {f'{row.isl}/{row.osl}':>10s} {int(row.batch_size):5d} "
+              f"{row.silicon_ttft_ms:8.1f} {ttft:8.1f} {100 * e_ttft:+6.1f}% "
+              f"{row.silicon_tpot_ms:8.2f} {tpot:7.2f} {100 * e_tpot:+6.1f}%", flush=True)
+    everything = {"ttft": [], "tpot": []}
+    for group, values in sorted(errors.items()):
+        for name in everything:
+            everything[name] += values[name]
+        print(f"{' '.join(part for part in group if part)} ({len(values['ttft'])} runs): "
+              f"TTFT {summary(values['ttft'])}; TPOT {summary(values['tpot'])}")
+    if everything["ttft"]:
+        print(f"all {len(everything['ttft'])} runs: TTFT {summary(everything['ttft'])}; "
+              f"TPOT {summary(everything['tpot'])}")
+    return errors
+
+
+def summary(errors: list) -> str:
+    """Median / p90 |error| and the mean signed error of relative errors."""
+    a = np.abs(errors)
+    return (f"median {100 * np.median(a):.1f}%, p90 {100 * np.quantile(a, 0.9):.1f}%, "
+            f"mean signed {100 * np.mean(errors):+.1f}%")
 
 
 def silicon_rows():
-    """The package's measured aggregated vLLM runs that servesim can simulate (dense catalog
-    models on catalog GPUs, no pipeline or attention data parallelism), or None."""
+    """(InferenceMAX's runs, the others): the package's measured aggregated runs that servesim
+    can simulate (dense catalog models on catalog GPUs, no pipeline or attention data
+    parallelism), or None without the package.
+
+    The Llama-70B runs of vLLM and TensorRT-LLM are InferenceMAX's (SemiAnalysis): their
+    matrix is its matrix of 2025-10-29, their measurement date (ISL/OSL 1,024/1,024,
+    1,024/8,192 and 8,192/1,024; 4 to 64 users under vLLM, 4 to 128 under TensorRT-LLM; TP 2 to
+    8 on the H100, 1 to 8 elsewhere)."""
     import importlib.util
 
     import pandas as pd
@@ -85,13 +134,60 @@ def silicon_rows():
     from sim.costs.hardware import gpus
 
     known = set(gpus())
-    keep = ((rows["mode"] == "agg") & (rows["backend"] == "vllm")
-            & rows["model_path"].isin(list(SILICON_MODELS))
+    keep = ((rows["mode"] == "agg") & rows["model_path"].isin(list(SILICON_MODELS))
             & rows["system"].map(lambda s: SILICON_GPUS.get(s) in known)
             & rows["precision"].isin(list(SILICON_DTYPES))
             & (rows["pp_size"].fillna(1) == 1) & (rows["attention_dp_size"].fillna(1) <= 1))
-    return rows[keep].sort_values(["system", "model_path", "precision", "tp_size", "isl", "osl",
-                                   "batch_size"])
+    rows = rows[keep].sort_values(["backend", "system", "model_path", "precision", "tp_size",
+                                   "isl", "osl", "batch_size"])
+    inferencemax = (rows["silicon_data_source"].str.contains("model=Llama-3.1-70B", regex=False)
+                    & rows["backend"].isin(["vllm", "trtllm"]))
+    return rows[inferencemax], rows[~inferencemax & (rows["backend"] == "vllm")]
+
+
+def simulate_inferencemax(row):
+    """(mean TTFT ms, mean TPOT ms) servesim predicts for one of InferenceMAX's runs.
+
+    Its client (vLLM's benchmark_serving.py as forked in kimbochen/bench_serving) sends 10 x
+    users prompts with `--request-rate inf --max-concurrency users --ignore-eos`, input and
+    output lengths drawn uniformly between 0.8 x and 1 x the nominal ones
+    (`--random-range-ratio 0.8`), and averages over every request. Its servers (the
+    benchmarks/70b_*.sh scripts of that day): vLLM 0.10.2 with an fp8 KV cache, 8,192 tokens a
+    step, chunked prefill, async scheduling, no prefix caching, 90% of the memory and as many
+    sequences as users (512 on the B200); TensorRT-LLM 1.1.0rc2 with an fp8 KV cache, 16,384
+    tokens a step, no chunked prefill, no block reuse, up to 2,048 sequences (trtllm-serve's
+    default). Not modelled: TensorRT-LLM's batch wait at 1,024/1,024 below TP 8 (it holds
+    prefills up to 20 steps for a fuller batch)."""
+    from scenarios.resolve import resolve
+    from sim.runner import run_config
+
+    users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
+    gpu = SILICON_GPUS[row.system]
+    vllm = row.backend == "vllm"
+    if vllm:
+        engine = {"max_num_seqs": 512 if gpu == "b200" else users, "max_num_batched_tokens": 8192}
+    else:
+        engine = {"max_num_seqs": 2048, "max_num_batched_tokens": 16384}
+    table = {"name": f"inferencemax-{row.id}", "seed": 0,
+             "model": {"name": "meta-llama/Llama-3.3-70B-Instruct", "max_seq_len": isl + osl},
+             "hardware": {"gpu": gpu, "tp": int(row.tp_size),
+                          "dtype": SILICON_DTYPES[row.precision], "kv_dtype": "fp8",
+                          "framework": row.backend, "gpu_memory_utilization": 0.9},
+             "cost": {"model": "hardware"},
+             "engine": engine,
+             "scheduler": {"chunked_prefill": vllm},
+             "workload": {"num_requests": 10 * users, "max_concurrency": users,
+                          "arrival": {"process": "burst"},
+                          "prompt_tokens": {"dist": "uniform", "low": int(0.8 * isl), "high": isl},
+                          "output_tokens": {"dist": "uniform", "low": int(0.8 * osl),
+                                            "high": osl}}}
+    recorder = run_config(resolve(table, Path(__file__)))
+    columns = recorder.request_columns()
+    first = np.asarray(columns["first_token_s"], float)
+    ttft = first - np.asarray(columns["arrival_s"], float)
+    tpot = ((np.asarray(columns["finish_s"], float) - first)
+            / (np.asarray(columns["output_tokens"], float) - 1))
+    return 1e3 * float(np.mean(ttft)), 1e3 * float(np.mean(tpot))
 
 
 def simulate_row(row):
