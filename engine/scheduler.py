@@ -129,8 +129,10 @@ class Scheduler:
             return (f"prompt ({seq.prompt_len}) + max_new_tokens ({seq.max_new_tokens}) "
                     f"exceeds max_seq_len ({cfg.max_seq_len})")
         peak_blocks = blocks_needed(total - 1, bm.block_size)  # the last token's KV is never stored
-        if peak_blocks > bm.num_blocks:
-            return f"needs {peak_blocks} KV blocks, the cache has {bm.num_blocks}"
+        ranks = cfg.data_parallel_size
+        if peak_blocks > bm.num_blocks // ranks:
+            cache = "the cache" if ranks == 1 else "a data-parallel rank's cache"
+            return f"needs {peak_blocks} KV blocks, {cache} has {bm.num_blocks // ranks}"
         if (cfg.policy == "continuous" and not cfg.chunked_prefill
                 and seq.prompt_len > cfg.max_num_batched_tokens):
             return (f"prompt ({seq.prompt_len}) exceeds max_num_batched_tokens "
@@ -182,16 +184,17 @@ class Scheduler:
         return plan
 
     def _schedule_continuous(self, plan: StepPlan) -> None:
+        cfg = self.config
         prefilling: list[Sequence] = []
         plan.decodes = self.reserve_decodes(plan, prefilling)
-        budget = self.config.max_num_batched_tokens - len(plan.decodes)
+        budget = cfg.max_num_batched_tokens * cfg.data_parallel_size - len(plan.decodes)
         for seq in prefilling:  # prefills split over earlier steps: their blocks are reserved
             if budget == 0:
                 break
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget, cfg.max_num_batched_tokens)
             plan.prefills.append((seq, n))
             budget -= n
-        self._admit(plan, budget, self.config.max_num_seqs)
+        self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
 
     def reserve_decodes(self, plan: StepPlan, prefilling: list) -> list[Sequence]:
         """The running sequences that decode in the step being planned, in running order, each
@@ -310,10 +313,13 @@ class Scheduler:
         bm.cache_filled(bm.block_tables[seq.seq_id][first:last], hashes[first:last])
 
     def _first_chunk(self, n_tokens: int, budget: int | None) -> int:
-        """Tokens to prefill in the admission step; 0: wait for a step with more budget."""
+        """Tokens to prefill in the admission step; 0: wait for a step with more budget. A
+        sequence prefills at most one data-parallel rank's budget in a step."""
+        cfg = self.config
+        if budget is not None and cfg.data_parallel_size > 1:
+            budget = min(budget, cfg.max_num_batched_tokens)
         if budget is None or n_tokens <= budget:
             return n_tokens
-        cfg = self.config
         # Prompts longer than the budget were rejected unless chunked prefill is on; a
         # recomputation longer than the whole budget is always split, or it could never run.
         if cfg.chunked_prefill or n_tokens > cfg.max_num_batched_tokens:

@@ -27,6 +27,10 @@ class SchedulerConfig:
     batch_timeout_s: float = 0.0  # static: wait this long for a full batch (0: start at once)
     max_seq_len: int = 4096  # prompt + output limit, from the model
     preemption: str = "recompute"  # or "swap": victims' KV to host memory and back
+    # Attention data-parallel ranks planned as one pool (continuous batching): every limit
+    # above and the block manager's blocks are one rank's, times this many in all, and a
+    # sequence stays within one rank's (its prefill chunk, its KV blocks)
+    data_parallel_size: int = 1
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -40,13 +44,17 @@ class SchedulerConfig:
         if not isinstance(self.chunked_prefill, bool):
             raise ValueError(f"scheduler.chunked_prefill must be true or false, "
                              f"got {self.chunked_prefill!r}")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_batch_size", "max_seq_len"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_batch_size", "max_seq_len",
+                     "data_parallel_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         timeout = self.batch_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
             raise ValueError(f"scheduler.batch_timeout_s must be a number >= 0, got {timeout!r}")
+        if self.policy == "static" and self.data_parallel_size > 1:
+            raise ValueError("hardware.dp: attention data parallelism runs under continuous "
+                             "batching (set scheduler.policy = 'continuous')")
         if self.policy == "static" and self.chunked_prefill:
             raise ValueError("scheduler.chunked_prefill: static batching prefills each batch "
                              "whole; chunked prefill is for continuous batching (set "

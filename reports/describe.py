@@ -64,9 +64,13 @@ def hardware_text(derived: dict) -> str:
     and where the operators' times come from."""
     parallel = (", tensor parallel" if derived["tp"] > 1 else "") + \
         (", expert parallel" if derived["ep"] > 1 else "")
+    ranks = derived.get("dp", 1)
+    if ranks > 1:  # attention data parallelism: each rank its own requests and KV cache
+        parallel += f", {ranks} attention data-parallel ranks of {derived['tp']}"
+    gpus = derived["tp"] * ranks
     scheme = derived.get("activation_scheme")
     scales = f" ({scheme} activation scales)" if scheme else ""
-    return (f"{derived['tp']} x {derived['gpu_name']} (`{derived['gpu']}`){parallel}, "
+    return (f"{gpus} x {derived['gpu_name']} (`{derived['gpu']}`){parallel}, "
             f"{derived['dtype']} weights{scales}, {derived['kv_dtype']} KV cache; per GPU: "
             f"{derived['weights_gib_per_gpu']:.1f} GiB of "
             f"weights, {derived['kv_gib_per_gpu']:.1f} GiB of KV cache "

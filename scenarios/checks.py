@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .defaults import (DISAGGREGATION_KEYS, GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS, MAX_TIME_S,
-                       POOL_SECTIONS, SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
+from .defaults import (DISAGGREGATION_KEYS, GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS, MAX_GPUS,
+                       MAX_TIME_S, POOL_SECTIONS, SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
                        UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
 from .workload import OPEN_PROCESSES, arrival_of
@@ -237,7 +237,8 @@ def check_horizon(config: dict) -> None:
 
 
 def _check_hardware(config: dict, path: Path) -> None:
-    """A real model on a real GPU: simulated only, a GPU named, expert parallelism 1 or tp, the
+    """A real model on a real GPU: simulated only, a GPU named, at most a node's GPUs, expert
+    parallelism 1 or every GPU (tp x dp), the
     model named, read from a config.json (its path made absolute) or defined (the catalogs, the
     file and what fits are the simulator's to check: sim.costs.hardware)."""
     if config["mode"] != "simulate":
@@ -256,11 +257,16 @@ def _check_hardware(config: dict, path: Path) -> None:
         raise FieldError("cost.jitter", "measures this machine's speed swings; it applies to "
                                         "cost.model = 'profile' only")
     hardware = config["hardware"]
-    if hardware["ep"] not in (1, hardware["tp"]):
+    tp, dp = hardware["tp"], hardware.get("dp", 1)
+    if tp * dp > MAX_GPUS:
+        raise FieldError("hardware.dp", f"{dp} data-parallel ranks of hardware.tp = {tp} GPUs "
+                                        f"make {tp * dp}; at most {MAX_GPUS} (one node)")
+    if hardware["ep"] not in (1, tp * dp):
+        every = (f"hardware.tp = {tp} (whole experts across the GPUs; one engine is one "
+                 f"data-parallel rank)" if dp == 1 else
+                 f"hardware.tp x hardware.dp = {tp * dp} (whole experts across the GPUs)")
         raise FieldError("hardware.ep", f"must be 1 (experts split by tensor parallelism) or "
-                                        f"hardware.tp = {hardware['tp']} (whole experts across "
-                                        f"the GPUs; one engine is one data-parallel rank), got "
-                                        f"{hardware['ep']}")
+                                        f"{every}, got {hardware['ep']}")
     model = config["model"]
     if "name" in model and "config" in model:
         raise FieldError("model.config", "give model.name (a catalog id) or model.config (a "

@@ -118,7 +118,8 @@ class HardwareSettings:
     framework_version: str | None = None  # None: the newest the tables have
     kernels: str | None = None  # "measured", "roofline"; None: measured where tables exist
     cost_per_hour: float | None = None  # dollars a GPU-hour (None: the catalog's)
-    ep: int = 1  # expert parallelism: 1 or tp
+    ep: int = 1  # expert parallelism: 1 or tp x dp
+    dp: int = 1  # attention data-parallel ranks (models with experts), tp GPUs each
     kv_dtype: str = "auto"  # the KV cache's dtype ("auto": vLLM's, the activations')
     activation_scheme: str = "static"  # an fp8 checkpoint's activation scales: static, dynamic
     # What the hardware came to, filled in for reports (`sim.build.resolved_spec`)

@@ -97,11 +97,16 @@ KV_DTYPES = ("auto", "fp16", "bf16", "fp8")
 ACTIVATION_SCHEMES = ("static", "dynamic")
 HARDWARE_NORMS = ("rmsnorm", "layernorm")
 MAX_TP = 8
+MAX_GPUS = 8  # tp x dp: one node (servesim costs no network between nodes)
 HARDWARE_DEFAULTS = {
     "tp": 1,
     # vLLM's expert parallelism spans tp x data-parallel GPUs; one engine has one data-parallel
     # rank, so experts are split by tensor parallelism (1) or whole across the tp GPUs (tp)
     "ep": 1,
+    # attention data parallelism (vLLM's --data-parallel-size with --enable-expert-parallel,
+    # TensorRT-LLM's enable_attention_dp, SGLang's --enable-dp-attention): dp ranks of tp GPUs,
+    # each attending over its own requests, the experts across all dp x tp GPUs
+    "dp": 1,
     "dtype": "fp16",
     "kv_dtype": "auto",
     # an fp8 (per-tensor) checkpoint's activation scales: "static" (fixed in the checkpoint, as

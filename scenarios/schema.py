@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .defaults import (ACTIVATION_SCHEMES, COST_MODELS, DECODE_ROUTERS, FRAMEWORKS,
                        GPU_TABLE_KEYS, HARDWARE_DTYPES, HARDWARE_NORMS, KERNEL_SOURCES, KV_DTYPES,
-                       MAX_TP, MLA_MODEL_KEYS, MODES, MOE_MODEL_KEYS, ROUTERS,
+                       MAX_GPUS, MAX_TP, MLA_MODEL_KEYS, MODES, MOE_MODEL_KEYS, ROUTERS,
                        SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS, WINDOW_MODEL_KEYS)
 from .errors import FieldError
 from .overrides import flatten
@@ -157,8 +157,10 @@ SCENARIO = Table({
                     + ", ".join(GPU_TABLE_KEYS) + ")",
                     lambda v: isinstance(v, str) and v.strip() != "" or isinstance(v, dict)),
         "tp": Spec(f"an integer from 1 to {MAX_TP}", lambda v: is_int(v) and 1 <= v <= MAX_TP),
-        "ep": Spec(f"an integer from 1 to {MAX_TP} (1, or hardware.tp)",
-                   lambda v: is_int(v) and 1 <= v <= MAX_TP),
+        "ep": Spec(f"an integer from 1 to {MAX_GPUS} (1, or hardware.tp x hardware.dp)",
+                   lambda v: is_int(v) and 1 <= v <= MAX_GPUS),
+        "dp": Spec(f"an integer from 1 to {MAX_GPUS} (attention data-parallel ranks)",
+                   lambda v: is_int(v) and 1 <= v <= MAX_GPUS),
         "dtype": choice(HARDWARE_DTYPES),
         "kv_dtype": choice(KV_DTYPES),
         "activation_scheme": choice(ACTIVATION_SCHEMES),

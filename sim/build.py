@@ -65,7 +65,7 @@ def build_server(config: RunConfig, mode: str, streams: dict, cost=None, jitter_
     simulated = mode == "simulate"
     caching = False if simulated and not keyed else None
     max_seq_len, blocks = (model.max_seq_len, None) if hardware is None else \
-        (hardware.arch.max_seq_len, hardware.kv_blocks)
+        (hardware.arch.max_seq_len, hardware.kv_blocks * hardware.dp)  # every rank's blocks
     scheduler = build_scheduler(config, max_seq_len, blocks, prefix_caching=caching,
                                 steady=steady and simulated)
     if mode != "simulate":
@@ -90,6 +90,8 @@ def build_scheduler(config: RunConfig, max_seq_len: int, num_kv_blocks: int | No
     block_manager = make_block_manager(num_kv_blocks or engine.num_kv_blocks, engine.block_size,
                                        prefix_caching)
     scheduler_config = config.scheduler.engine_config(engine, max_seq_len)
+    if config.on_hardware and config.hardware.dp > 1:  # the ranks' limits, pooled
+        scheduler_config = replace(scheduler_config, data_parallel_size=config.hardware.dp)
     kind = SteadyScheduler if steady and scheduler_config.policy == "continuous" else Scheduler
     swap = SwapSpace(engine.swap_blocks) if engine.swap_blocks else None
     return kind(scheduler_config, block_manager, swap)

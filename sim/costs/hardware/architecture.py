@@ -218,16 +218,24 @@ class Architecture:
                          f"{self.n_kv_heads} key-value heads nor is a multiple of them; use "
                          f"one of {', '.join(str(t) for t in valid_tps(self))}")
 
-    def check_ep(self, ep: int, tp: int) -> None:
-        """ValueError unless expert parallelism `ep` is 1, or `tp` on a model with experts."""
+    def check_ep(self, ep: int, tp: int, dp: int = 1) -> None:
+        """ValueError unless expert parallelism `ep` is 1, or every GPU (`tp` x `dp`) on a
+        model with experts; and unless attention data parallelism `dp` is 1 or on a model with
+        experts (a dense model's ranks would be independent replicas)."""
+        if dp > 1 and not self.is_moe:
+            raise ValueError(f"hardware.dp = {dp}: {self.name or 'the model'} has no experts, "
+                             f"so its data-parallel ranks would never meet; run them as "
+                             f"replicas (cluster.replicas) with hardware.dp = 1")
         if ep == 1:
             return
         if not self.is_moe:
             raise ValueError(f"hardware.ep = {ep}: {self.name or 'the model'} has no experts; "
                              f"use hardware.ep = 1")
-        if ep != tp:
+        if ep != tp * dp:
+            every = (f"hardware.tp = {tp}" if dp == 1
+                     else f"hardware.tp x hardware.dp = {tp * dp}")
             raise ValueError(f"hardware.ep must be 1 (experts split by tensor parallelism) or "
-                             f"hardware.tp = {tp} (whole experts across the GPUs), got {ep}")
+                             f"{every} (whole experts across the GPUs), got {ep}")
 
     def kv_heads_per_gpu(self, tp: int) -> int:
         return max(self.n_kv_heads // tp, 1)
@@ -304,23 +312,28 @@ class Architecture:
         kv_local = self.kv_heads_per_gpu(tp) * self.hd
         return d * (self.q_dim // tp + 2 * kv_local) + self.q_dim // tp * d
 
-    def _moe_weights_per_gpu(self, tp: int, ep: int) -> float:
+    def _moe_weights_per_gpu(self, tp: int, ep: int, dp: int = 1) -> float:
         """A mixture-of-experts layer's MLP on one GPU: the router (replicated), its share of
-        the routed experts (whole experts with ep > 1, else a 1/tp slice of every one) and a
-        1/tp slice of the shared experts."""
+        the routed experts (whole experts with ep > 1, else a 1/(tp x dp) slice of every one:
+        the experts span every GPU) and a 1/tp slice of the shared experts (a data-parallel
+        rank's)."""
         expert = (3 if self.gated_mlp else 2) * self.d_model * self.moe_d_ff
-        routed = self.experts_per_gpu(ep) * expert if ep > 1 else self.n_experts * expert / tp
+        routed = self.experts_per_gpu(ep) * expert if ep > 1 else \
+            self.n_experts * expert / (tp * dp)
         shared = (3 if self.gated_mlp else 2) * self.d_model * self.shared_ff / tp
         return self.d_model * self.n_experts + routed + shared
 
-    def weight_bytes_per_gpu(self, tp: int, dtype_bytes: float, ep: int = 1) -> float:
+    def weight_bytes_per_gpu(self, tp: int, dtype_bytes: float, ep: int = 1,
+                             dp: int = 1) -> float:
         """Weight bytes one GPU holds: its shard of every layer and of the vocabulary (embedding
-        and LM head are split by vocabulary, as vLLM does), the norms whole."""
+        and LM head are split by vocabulary, as vLLM does), the norms whole; with attention
+        data parallelism every rank holds the non-expert weights and the experts span all
+        `tp` x `dp` GPUs."""
         attention = self._attention_weights_per_gpu(tp)
         layers = self.dense_layers * (attention + (3 if self.gated_mlp else 2) * self.d_model
                                       * self.d_ff / tp)
         if self.is_moe:
-            layers += self.moe_layers * (attention + self._moe_weights_per_gpu(tp, ep))
+            layers += self.moe_layers * (attention + self._moe_weights_per_gpu(tp, ep, dp))
         vocab = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2) / tp
         return (layers + vocab) * dtype_bytes
 

@@ -16,6 +16,14 @@ first time a T is seen, so a step costs a table lookup and the attention terms; 
 decode-only steps (`CostModelExecutor.execute_run`) is the same arithmetic on arrays, so every
 duration is bit for bit the one the step alone would give.
 
+With attention data parallelism (`hardware.dp` ranks of tp GPUs, a model with experts) every
+rank attends over its own requests and the experts take every rank's tokens, the ranks
+stepping together: a step costs its most loaded rank (its ceil(1/dp) share of the step's decodes
+and of its prefill chunks, `rank_shape`) through every operator but the routed experts, and the
+routed experts of all T rows across the tp x dp GPUs, with the exchange of those rows around
+them (an all-gather before and a reduce-scatter after: costed as one all-reduce of T x d_model
+over the tp x dp GPUs) in place of the rank's second all-reduce of an expert layer.
+
 A sliding layer's attention is charged at most `sliding_window` keys a query: decode attends
 min(keys, decodes x window) keys and prefill does min(causal work, tokens x window) and reads
 min(context, tokens + chunks x window) cached keys, from the step's totals. This is exact when
@@ -34,10 +42,12 @@ from ..shape import StepShape
 from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
                         elementwise_bytes, expert_counts, layers_of, lm_head_counts,
                         matmul_counts)
-from .measured import MLA_BLOCK_OPS, MeasuredOps, say_once
+from .measured import EXPERT_OPS, MLA_BLOCK_OPS, MeasuredOps, say_once
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time
 
+# The routed experts' operators (the roofline's three, or the measured fused kernel)
+ROUTED_OPS = (*EXPERT_OPS, "moe_experts")
 STEP_OVERHEAD_S = 1.0e-3  # the server's own time a step (scheduling, inputs, sampling, outputs)
 SEQ_OVERHEAD_S = 10e-6  # and per sequence in the batch (an assumption; hardware.* overrides it)
 
@@ -90,10 +100,14 @@ class HardwareCost(CostModel):
         self.bandwidth = setup.gpu.bandwidth
         self.eff = efficiency or setup.gpu.efficiency()
         self.all_reduce = setup.gpu.all_reduce(setup.tp)
+        self.dp = setup.dp  # attention data-parallel ranks (module docstring)
+        self.exchange = setup.gpu.all_reduce(setup.tp * setup.dp) if setup.dp > 1 else None
         self.step_overhead_s, self.seq_overhead_s = step_overhead_s, seq_overhead_s
         self.measured: MeasuredOps | None = setup.kernels
         kernels = self.measured.describe() if self.measured else "roofline"
-        self.source = (f"hardware: {self.arch.name} on {self.gpu.id} x {self.tp} "
+        gpus = f"{self.tp}" if setup.dp == 1 else \
+            f"{self.tp * setup.dp} ({setup.dp} data-parallel ranks of {self.tp})"
+        self.source = (f"hardware: {self.arch.name} on {self.gpu.id} x {gpus} "
                        f"({setup.dtype}; {kernels})")
         if self.measured is not None:
             self.measured.say_roofline(self.source)
@@ -103,6 +117,10 @@ class HardwareCost(CostModel):
         self._rows_list: list = []
         self._head = np.zeros(0)  # seconds of the LM head, by rows sampled
         self._head_list: list = []
+        # with dp > 1: `_rows` is one rank's part, by its rows, and this the routed experts'
+        # and their exchange, by every rank's rows
+        self._experts = np.zeros(0)
+        self._experts_list: list = []
         self._compute = np.zeros(0)  # matmul compute efficiency, by tokens
         self._compute_list: list = []
         self._grow(1024)
@@ -146,7 +164,10 @@ class HardwareCost(CostModel):
                             if op in times) * arch.n_layers
                 self._block_list = block.tolist()
             times, beyond = self.measured.layer_times(times, t)
+        ranks = self.dp > 1  # the routed experts and their exchange: `_grow_experts`
         for op, seconds in times.items():
+            if ranks and op in ROUTED_OPS:
+                continue
             repeats = ADDS_PER_LAYER if op == "add" else 1
             for kind in layers_of(op):
                 if kind in layer:
@@ -155,9 +176,9 @@ class HardwareCost(CostModel):
             reduce = self.all_reduce.time(t * arch.d_model * self.setup.act_bytes, self.tp)
             if self.measured is not None:
                 reduce = self.measured.all_reduce(reduce, t, beyond)
-            reduce = 2 * reduce
-            for kind in layer:
-                layer[kind] += reduce
+            one, reduce = reduce, 2 * reduce
+            for kind in layer:  # with ranks, an expert layer's second is the exchange
+                layer[kind] += one if ranks and kind == "moe" else reduce
         rows = sum(counts[kind] * seconds for kind, seconds in layer.items()) + elementwise_time(
             "emb", embedding_bytes(arch, t, self.setup.act_bytes), self.bandwidth, self.eff)
         rows[0] = 0.0
@@ -175,6 +196,28 @@ class HardwareCost(CostModel):
         self._compute = self.eff.compute_at(np.maximum(t, 1))
         self._compute_list = self._compute.tolist()
 
+    def _grow_experts(self, size: int) -> None:
+        """Tabulate, for T = 0 .. size - 1 rows of every data-parallel rank, the routed
+        experts across every GPU and their exchange (module docstring)."""
+        t = np.arange(size, dtype=np.float64)  # [size]
+        arch, act, spread = self.arch, self.setup.act_bytes, self.tp * self.dp
+        times = operator_times(arch, spread, self.setup.ep, t, self.setup.weight_bytes, act,
+                               self.peak, self.bandwidth, self.eff)
+        beyond: dict = {}
+        if self.measured is not None:
+            times, beyond = self.measured.layer_times(times, t, ROUTED_OPS)
+        exchange = self.exchange.time(t * arch.d_model * act, spread)
+        if self.measured is not None:
+            exchange = self.measured.exchange(exchange, t, beyond)
+        routed = sum(seconds for op, seconds in times.items() if op in ROUTED_OPS)
+        experts = arch.moe_layers * (routed + exchange)
+        experts[0] = 0.0
+        if beyond:
+            say_once(f"note: {self.source}: steps of more than {min(beyond.values()):,} rows "
+                     f"(every rank's) are past the measured tables' reach (2x their range) for "
+                     f"{', '.join(sorted(beyond))}; costed by the roofline there")
+        self._experts, self._experts_list = experts, experts.tolist()
+
     def _fit(self, largest: int) -> None:
         if largest >= len(self._rows_list):
             size = len(self._rows_list)
@@ -182,11 +225,30 @@ class HardwareCost(CostModel):
                 size *= 2
             self._grow(size)
 
+    def _fit_experts(self, largest: int) -> None:
+        if largest >= len(self._experts_list):
+            size = max(len(self._experts_list), 1024)
+            while size <= largest:
+                size *= 2
+            self._grow_experts(size)
+
     # --- the cost -----------------------------------------------------------------------------
     def step_time(self, shape: StepShape):
         rows = shape.rows
         if isinstance(rows, np.ndarray) or isinstance(shape.decode_context, np.ndarray):
+            if self.dp > 1:
+                self._fit_experts(int(np.max(rows, initial=0)))
+                return self._step_time_arrays(rank_shape(shape, self.dp)) + self._experts[rows]
             return self._step_time_arrays(shape)
+        if self.dp > 1:
+            self._fit_experts(rows)
+            return self._rank_step_time(rank_shape(shape, self.dp)) + self._experts_list[rows]
+        return self._rank_step_time(shape)
+
+    def _rank_step_time(self, shape: StepShape) -> float:
+        """A step's time through every operator `_rows` holds, of `shape` (one rank's with
+        dp > 1)."""
+        rows = shape.rows
         sampled, tokens, decodes = shape.sampled_seqs, shape.prefill_tokens, shape.decode_seqs
         self._fit(max(rows, sampled))
         time = self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs + decodes)
@@ -278,3 +340,32 @@ class HardwareCost(CostModel):
                     group.query_s * decodes + group.key_s * keys)
             attended = attended + attention
         return np.where(decodes > 0, attended, time)
+
+
+def rank_shape(shape: StepShape, dp: int) -> StepShape:
+    """The most loaded of `dp` data-parallel ranks' share of a step (numbers, or arrays of a
+    decode-only run): ceil(1/dp) of its decodes, with their share of the keys attended, and
+    ceil(1/dp) of its prefill chunks, with their share of the tokens (rounded up) and of the
+    attention work; its padding and sampled rows likewise."""
+    decodes = shape.decode_seqs
+    ranks_decodes = -(-decodes // dp)
+    if isinstance(decodes, np.ndarray):
+        context = np.where(decodes > 0, shape.decode_context * ranks_decodes
+                           / np.maximum(decodes, 1), 0)
+        span = np.where(decodes > 0, shape.decode_span * ranks_decodes
+                        / np.maximum(decodes, 1), 0)
+    else:
+        context = shape.decode_context * ranks_decodes / decodes if decodes else 0
+        span = shape.decode_span * ranks_decodes / decodes if decodes else 0
+    chunks = shape.prefill_seqs
+    share = -(-chunks // dp) / chunks if chunks else 0.0
+    return StepShape(prefill_tokens=math.ceil(shape.prefill_tokens * share),
+                     prefill_attention=shape.prefill_attention * share,
+                     prefill_seqs=-(-chunks // dp),
+                     decode_seqs=ranks_decodes, decode_context=context,
+                     padding_seqs=-(-shape.padding_seqs // dp),
+                     sampled_seqs=-(-shape.sampled_seqs // dp),
+                     prefill_context=shape.prefill_context * share,
+                     decode_span=span, decode_gathered=shape.decode_gathered,
+                     decoding=shape.decoding,
+                     prefill_square=shape.prefill_square * share)

@@ -9,7 +9,8 @@ operators onto the tables of `kernels.py`:
   activation scheme (`activations`: "static" or "dynamic" scales, `kernels.MEASURED_ACTIVATIONS`);
 - a mixture-of-experts layer's routed experts onto the framework's fused MoE kernel
   (`moe_experts`: gate and up, activation and down in one kernel, for the layer's tokens before
-  routing, with its TP and EP sizes: TP x 1 with `ep` = 1, 1 x EP with `ep` = tp), measured
+  routing, every data-parallel rank's, with its TP and EP sizes over the experts' GPUs (tp x
+  dp): TP x 1 with `ep` = 1, 1 x EP with `ep` = tp x dp), measured
   with the routing skew the package assumes for the model (a power law of exponent 1.01 for
   DeepSeek, 1.2 for the others: aiconfigurator's `sdk/models`);
 - the two all-reduces of a layer onto the framework's custom all-reduce;
@@ -67,9 +68,10 @@ class MeasuredOps:
     """The measured times of one model's operators on one GPU (module docstring)."""
 
     def __init__(self, arch: Architecture, tp: int, dtype: str, kv_dtype: str,
-                 tables: KernelTables, ep: int = 1, activations: str = "static"):
+                 tables: KernelTables, ep: int = 1, activations: str = "static", dp: int = 1):
         self.arch, self.tp, self.ep, self.tables = arch, tp, ep, tables
         self.activations = activations
+        self.experts_gpus = tp * dp  # the experts span every data-parallel rank's GPUs
         probe = np.asarray([1.0])
         # (n, k) of each matmul on one GPU: its outputs, and its weights over them
         self.gemms = {op: (written, weights // written) for op, (_, weights, written)
@@ -83,6 +85,8 @@ class MeasuredOps:
         self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype) \
             if arch.is_moe else None
         self._ar_known = tp <= 1 or tables.all_reduce(probe, arch.d_model, tp) is not None
+        self._exchange_known = dp > 1 and \
+            tables.all_reduce(probe, arch.d_model, self.experts_gpus) is not None
         self._grids = {}
         self.mla_block = False  # the latent attention block measured whole (MLA_BLOCK_OPS)
         if arch.is_mla:  # measured only as DeepSeek's whole block
@@ -132,6 +136,8 @@ class MeasuredOps:
             out["moe_experts"] = MEASURED if self._moe_dtype else ROOFLINE
         if self.tp > 1:
             out["all_reduce"] = MEASURED if self._ar_known else ROOFLINE
+        if self.experts_gpus > self.tp:
+            out["expert_exchange"] = MEASURED if self._exchange_known else ROOFLINE
         prefill = bool(self._grids) and all(g[0] is not None for g in self._grids.values())
         decode = bool(self._grids) and all(g[1] is not None for g in self._grids.values())
         out["prefill_attention"] = MEASURED if prefill else ROOFLINE
@@ -153,11 +159,14 @@ class MeasuredOps:
                      f"{self.activations}")
 
     # --- what depends on the step's rows ----------------------------------------------------
-    def layer_times(self, roofline: dict, tokens) -> tuple[dict, dict]:
+    def layer_times(self, roofline: dict, tokens, only=None) -> tuple[dict, dict]:
         """(one layer's operator times with the measured ones in place, {operator: the rows
         past which its tables do not reach}) for `tokens` rows (an array): each operator the
         tables have takes their time where they reach and keeps the roofline's elsewhere; a
-        mixture-of-experts layer's routed experts become `moe_experts`."""
+        mixture-of-experts layer's routed experts become `moe_experts`. `only`: the operators
+        wanted (the others are left out)."""
+        if only is not None:
+            roofline = {op: t for op, t in roofline.items() if op in only}
         times, beyond = dict(roofline), {}
         rows = np.maximum(tokens, 1.0)
         if self.mla_block:  # in the block's per-step time instead (`prefill_attention`)
@@ -190,9 +199,19 @@ class MeasuredOps:
         measured = self.tables.all_reduce(np.maximum(tokens, 1.0), self.arch.d_model, self.tp)
         return _merge(roofline, measured, "all_reduce", beyond)
 
+    def exchange(self, roofline, tokens, beyond: dict):
+        """Seconds of the routed experts' exchange of `tokens` rows across the experts' GPUs
+        (data-parallel ranks: an all-gather before them and a reduce-scatter after, the bytes
+        of one all-reduce, timed as the framework's all-reduce over that many GPUs)."""
+        if not self._exchange_known:
+            return roofline
+        measured = self.tables.all_reduce(np.maximum(tokens, 1.0), self.arch.d_model,
+                                          self.experts_gpus)
+        return _merge(roofline, measured, "expert_exchange", beyond)
+
     def _moe(self, tokens, dtype: str):
         arch = self.arch
-        moe_tp, moe_ep = (self.tp, 1) if self.ep == 1 else (1, self.ep)
+        moe_tp, moe_ep = (self.experts_gpus, 1) if self.ep == 1 else (1, self.ep)
         return self.tables.moe(tokens, arch.d_model, arch.moe_d_ff, arch.experts_per_token,
                                arch.n_experts, moe_tp, moe_ep, dtype, self.distribution)
 

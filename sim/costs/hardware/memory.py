@@ -45,11 +45,12 @@ class MemoryPlan:
 
 
 def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int,
-                     ep: int = 1) -> float:
+                     ep: int = 1, dp: int = 1) -> float:
     """Peak activation memory of a forward pass of `max_tokens` tokens: the residual stream,
     the widest intermediate (QKV or the latent attention's projections, the MLP's up
     projection, the routed experts' up projections of a token's k pairs; this GPU's shard) and
-    its output, and `max_seqs` rows of fp32 logits."""
+    its output, and `max_seqs` rows of fp32 logits. With attention data parallelism the
+    routed experts take every rank's tokens (`dp` x `max_tokens`)."""
     gated = 2 if arch.gated_mlp else 1
     if arch.is_mla:
         heads = arch.n_heads // tp
@@ -60,7 +61,8 @@ def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int
     if arch.dense_layers:
         widths.append(gated * arch.d_ff // tp)
     if arch.is_moe:
-        widths.append(arch.experts_per_token * gated * arch.moe_d_ff // (1 if ep > 1 else tp))
+        widths.append(dp * arch.experts_per_token * gated * arch.moe_d_ff
+                      // (1 if ep > 1 else tp * dp))
         widths.append(gated * arch.shared_ff // tp)
     hidden = max_tokens * (2 * arch.d_model + 2 * max(widths)) * ACT_BYTES
     return hidden + max_seqs * arch.vocab_size * 4
@@ -68,10 +70,11 @@ def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int
 
 def memory_plan(arch: Architecture, memory_bytes: float, utilization: float, tp: int,
                 weight_bytes: float, kv_bytes: float, block_size: int, max_tokens: int,
-                max_seqs: int, ep: int = 1) -> MemoryPlan:
+                max_seqs: int, ep: int = 1, dp: int = 1) -> MemoryPlan:
+    """One GPU's plan (of one data-parallel rank: `max_tokens` and `max_seqs` are a rank's)."""
     return MemoryPlan(memory_bytes * utilization,
-                      arch.weight_bytes_per_gpu(tp, weight_bytes, ep),
-                      activation_bytes(arch, tp, max_tokens, max_seqs, ep), NON_TORCH_BYTES,
+                      arch.weight_bytes_per_gpu(tp, weight_bytes, ep, dp),
+                      activation_bytes(arch, tp, max_tokens, max_seqs, ep, dp), NON_TORCH_BYTES,
                       arch.kv_bytes_per_token(tp, kv_bytes), block_size)
 
 

@@ -37,9 +37,10 @@ class HardwareSetup:
     plan: MemoryPlan
     kv_blocks: int  # engine.num_kv_blocks: derived ("auto") or given
     block_size: int
-    ep: int = 1  # expert parallelism: 1 or tp
+    ep: int = 1  # expert parallelism: 1 or tp x dp
     kv_dtype: str = "auto"
     kernels: MeasuredOps | None = None  # the measured kernel tables' operators (None: roofline)
+    dp: int = 1  # attention data-parallel ranks of tp GPUs each (kv_blocks: one rank's)
 
     @property
     def weight_bytes(self) -> float:
@@ -63,6 +64,7 @@ class HardwareSetup:
         return {"model": self.arch.name, "parameters": self.arch.parameters(),
                 "active_parameters": self.arch.active_parameters(),
                 "gpu": self.gpu.id, "gpu_name": self.gpu.name, "tp": self.tp, "ep": self.ep,
+                "dp": self.dp,
                 "dtype": self.dtype, "kv_dtype": kv_cache_dtype(self.dtype, self.kv_dtype),
                 # what the measured fp8 GEMMs were costed with (the roofline has no such choice)
                 "activation_scheme": self.kernels.activations
@@ -82,9 +84,9 @@ def hardware_setup(config) -> HardwareSetup:
     hardware, engine = config.hardware, config.engine
     arch = model_architecture(config.model.given())
     gpu = gpu_spec(hardware.gpu)
-    tp, ep, dtype = hardware.tp, hardware.ep, hardware.dtype
+    tp, ep, dp, dtype = hardware.tp, hardware.ep, hardware.dp, hardware.dtype
     arch.check_tp(tp)
-    arch.check_ep(ep, tp)
+    arch.check_ep(ep, tp, dp)
     gpu.peak_flops(dtype)  # the GPU computes in this dtype
     kv_dtype = kv_cache_dtype(dtype, hardware.kv_dtype)
     if kv_dtype == "fp8" and "fp8" not in gpu.peak_tflops:
@@ -99,7 +101,7 @@ def hardware_setup(config) -> HardwareSetup:
     def plan_for(degree: int) -> MemoryPlan:
         return memory_plan(arch, gpu.memory_bytes, hardware.gpu_memory_utilization, degree,
                            size, kv_size, engine.block_size, engine.max_num_batched_tokens,
-                           engine.max_num_seqs, ep=degree if ep > 1 else 1)
+                           engine.max_num_seqs, ep=degree * dp if ep > 1 else 1, dp=dp)
 
     plan = plan_for(tp)
     if plan.kv_blocks < 1:
@@ -132,7 +134,7 @@ def hardware_setup(config) -> HardwareSetup:
                          f"set model.max_seq_len to at most {tokens:,} (as vLLM's "
                          f"--max-model-len) or use more GPUs")
     return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine.block_size, ep,
-                         hardware.kv_dtype, measured_ops(hardware, arch, gpu, tp, dtype, ep))
+                         hardware.kv_dtype, measured_ops(hardware, arch, gpu, tp, dtype, ep), dp)
 
 
 def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredOps | None:
@@ -150,4 +152,4 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
                  f"(hardware.kernels = \"roofline\" says so without this note)")
         return None
     return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype, hardware.kv_dtype), tables, ep,
-                       hardware.activation_scheme)
+                       hardware.activation_scheme, hardware.dp)
