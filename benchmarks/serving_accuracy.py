@@ -232,16 +232,22 @@ def simulate_row(row):
     return 1e3 * float(np.nanmean(ttft)), 1e3 * float(np.nanmean(tpot))
 
 
-# TensorRT-LLM's perf-overview (v1.0): model, GPU, TP, dtype, ISL, OSL, output tokens/s
-TRTLLM_PAGE = [("meta-llama/Llama-3.1-8B", "h200", 1, "fp8", 1000, 1000, 17744),
-               ("meta-llama/Llama-3.1-8B", "h100-sxm", 1, "fp8", 1000, 1000, 15220),
-               ("meta-llama/Llama-3.1-8B", "h200", 1, "fp8", 2048, 128, 3538),
-               ("meta-llama/Llama-3.1-8B", "h200", 1, "fp8", 128, 128, 27911),
-               ("meta-llama/Llama-3.3-70B-Instruct", "h200", 1, "fp8", 1000, 1000, 2909),
-               ("meta-llama/Llama-3.3-70B-Instruct", "h100-sxm", 2, "fp8", 1000, 1000, 4205),
-               ("meta-llama/Llama-3.3-70B-Instruct", "b200", 1, "nvfp4", 1000, 1000, 7007),
-               ("Qwen/Qwen3-235B-A22B", "h200", 8, "fp8", 1000, 1000, 23789),
-               ("Qwen/Qwen3-30B-A3B", "b200", 1, "nvfp4", 1000, 1000, 25828)]
+# TensorRT-LLM's perf-overview (v1.0): model, GPU, (TP, DP, EP), dtype, ISL, OSL, output tokens/s.
+# Its mixtures of experts ran `--tp 8 --ep 8` with `enable_attention_dp: true`: eight
+# attention data-parallel ranks of one GPU, the experts whole across the eight.
+TRTLLM_PAGE = [("meta-llama/Llama-3.1-8B", "h200", (1, 1, 1), "fp8", 1000, 1000, 17744),
+               ("meta-llama/Llama-3.1-8B", "h100-sxm", (1, 1, 1), "fp8", 1000, 1000, 15220),
+               ("meta-llama/Llama-3.1-8B", "h200", (1, 1, 1), "fp8", 2048, 128, 3538),
+               ("meta-llama/Llama-3.1-8B", "h200", (1, 1, 1), "fp8", 128, 128, 27911),
+               ("meta-llama/Llama-3.3-70B-Instruct", "h200", (1, 1, 1), "fp8", 1000, 1000, 2909),
+               ("meta-llama/Llama-3.3-70B-Instruct", "h100-sxm", (2, 1, 1), "fp8", 1000, 1000,
+                4205),
+               ("meta-llama/Llama-3.3-70B-Instruct", "b200", (1, 1, 1), "nvfp4", 1000, 1000,
+                7007),
+               ("Qwen/Qwen3-235B-A22B", "h200", (1, 8, 8), "fp8", 1000, 1000, 23789),
+               ("Qwen/Qwen3-235B-A22B", "h100-sxm", (1, 8, 8), "fp8", 1000, 1000, 14898),
+               ("Qwen/Qwen3-235B-A22B", "b200", (1, 8, 8), "nvfp4", 1000, 1000, 42391),
+               ("Qwen/Qwen3-30B-A3B", "b200", (1, 1, 1), "nvfp4", 1000, 1000, 25828)]
 OVERHEADS = {"default": (1e-3, 10e-6), "C++ runtime": (0.5e-3, 0.0)}
 
 
@@ -251,14 +257,15 @@ def trtllm_part() -> None:
     from scenarios.resolve import resolve
     from sim.runner import run_config
 
-    print(f"{'model':34s} {'gpu':9s} {'tp':>2s} {'dtype':5s} {'isl/osl':>10s} {'page':>7s} "
+    print(f"{'model':34s} {'gpu':9s} {'tp.dp.ep':>8s} {'dtype':5s} {'isl/osl':>10s} {'page':>7s} "
           + " ".join(f"{name:>20s}" for name in OVERHEADS))
     errors = {name: [] for name in OVERHEADS}
-    for model, gpu, tp, dtype, isl, osl, published in TRTLLM_PAGE:
+    for model, gpu, (tp, dp, ep), dtype, isl, osl, published in TRTLLM_PAGE:
         cells = []
         for name, (step_s, seq_s) in OVERHEADS.items():
             table = {"name": "trtllm-page", "model": {"name": model, "max_seq_len": isl + osl},
-                     "hardware": {"gpu": gpu, "tp": tp, "dtype": dtype, "kv_dtype": "fp8",
+                     "hardware": {"gpu": gpu, "tp": tp, "dp": dp, "ep": ep, "dtype": dtype,
+                                  "kv_dtype": "fp8",
                                   "framework": "trtllm", "gpu_memory_utilization": 0.95,
                                   "step_overhead_s": step_s, "seq_overhead_s": seq_s},
                      "cost": {"model": "hardware"},
@@ -271,7 +278,8 @@ def trtllm_part() -> None:
             tokens_s = summarize(run_config(resolve(table, Path(__file__))))["output_throughput"]
             errors[name].append(tokens_s / published - 1)
             cells.append(f"{tokens_s:9,.0f} ({100 * errors[name][-1]:+6.1f}%)")
-        print(f"{model:34s} {gpu:9s} {tp:2d} {dtype:5s} {f'{isl}/{osl}':>10s} {published:7,d} "
+        print(f"{model:34s} {gpu:9s} {f'{tp}.{dp}.{ep}':>8s} {dtype:5s} {f'{isl}/{osl}':>10s} "
+              f"{published:7,d} "
               + " ".join(f"{c:>20s}" for c in cells), flush=True)
     for name, values in errors.items():
         a = np.abs(values)

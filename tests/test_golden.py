@@ -83,10 +83,10 @@ def test_builtin_scenario_reproduces_its_golden_summary(name):
 # --- each built-in shows what it says (full size) -------------------------------------------------
 
 
-def full_run(name: str) -> dict:
-    """{label: (spec, recorder, summary)} of the whole scenario."""
+def full_run(name: str, overrides=()) -> dict:
+    """{label: (spec, recorder, summary)} of the whole scenario (with `overrides`)."""
     return {spec.label: (spec, rec, summarize(rec, spec.config.slo.limits()))
-            for spec, rec in sim.simulate(scenarios.load(name))}
+            for spec, rec in sim.simulate(scenarios.load(name, list(overrides)))}
 
 
 def test_continuous_batching_beats_static_at_the_default_load():
@@ -215,9 +215,9 @@ def test_an_fp8_kv_cache_holds_twice_the_tokens_and_keeps_up_where_bf16_falls_be
     assert fp8["ttft_p99_s"] < bf16["ttft_p50_s"] / 5  # bf16's queue grows for the whole run
 
 
-def test_deepseek_v3_fits_eight_h200s_and_its_measured_experts_favour_tensor_parallelism():
+def test_deepseek_v3_on_eight_h200s_by_tensor_expert_and_attention_data_parallelism():
     runs = full_run("moe-deepseek-h200")
-    (tp_spec, _, tp), (_, _, ep) = runs["tp8"], runs["tp8-ep8"]
+    (tp_spec, _, tp), (_, _, ep), (dp_spec, _, dp) = runs["tp8"], runs["tp8-ep8"], runs["dp8-ep8"]
     derived = resolved_spec(tp_spec).config.hardware.derived
     assert {derived["kernel_sources"][op] for op in ("moe_experts", "decode_attention",
                                                      "mla_down_proj")} == {"measured"}
@@ -227,6 +227,18 @@ def test_deepseek_v3_fits_eight_h200s_and_its_measured_experts_favour_tensor_par
     # expert-parallel CUTLASS one at these batches, so every token comes out sooner
     assert tp["tpot_p50_s"] < 0.9 * ep["tpot_p50_s"]
     assert tp["ttft_p99_s"] < ep["ttft_p99_s"]
+    # eight ranks of one GPU each cache their own sequences' latents, where TP 8 caches each
+    # sequence's on all eight GPUs
+    ranks = resolved_spec(dp_spec).config.hardware.derived
+    assert ranks["dp"] == 8 and 8 * ranks["kv_tokens"] > 4 * derived["kv_tokens"]
+    # at 4 requests a second every layout keeps up and TP 8's tokens come soonest (a rank
+    # attends and runs its dense layers on one GPU)
+    assert dp["completed"] == 800 and tp["tpot_p50_s"] < 0.8 * dp["tpot_p50_s"]
+    # at 8 a second TP 8 falls behind, where the ranks keep their queues short
+    busy = {label: summary for label, (_, _, summary)
+            in full_run("moe-deepseek-h200", ["workload.arrival.rate=8"]).items()}
+    assert busy["tp8"]["ttft_p50_s"] > 5 * busy["dp8-ep8"]["ttft_p50_s"]
+    assert busy["dp8-ep8"]["request_throughput"] > busy["tp8"]["request_throughput"]
 
 
 def test_newer_gpu_generations_serve_more_at_the_slo_and_the_b200_costs_least_a_token():
