@@ -49,26 +49,23 @@ def serving_part(limit: int | None = None) -> None:
         inferencemax = inferencemax.iloc[::max(len(inferencemax) // limit, 1)]
         others = others.iloc[::max(len(others) // limit, 1)]
     print("InferenceMAX's Llama-3.3-70B runs (its client and server flags of 2025-10-29):")
-    errors = compare(inferencemax, simulate_inferencemax, inferencemax_group)
-    modelled = [e for group, e in errors.items() if BATCH_WAIT not in group[-1]]
-    if modelled and len(modelled) < len(errors):
-        print(f"all but the batch-wait runs ({sum(len(e['ttft']) for e in modelled)}): "
-              f"TTFT {summary(sum((e['ttft'] for e in modelled), []))}; "
-              f"TPOT {summary(sum((e['tpot'] for e in modelled), []))}")
+    compare(inferencemax, simulate_inferencemax, inferencemax_group)
     print("\nThe other runs (client not recorded; users ramping up over one request's time):")
     compare(others, simulate_row, lambda row: (row.backend, SILICON_GPUS[row.system],
                                                row.precision))
 
 
-BATCH_WAIT = "held prefills (batch wait, not modelled)"
+def batch_waits(row) -> bool:
+    """Whether InferenceMAX's server held new prefills for a fuller batch: its TensorRT-LLM
+    servers at 1,024/1,024 below TP 8 (`batch_wait_timeout_iters: 20`,
+    `batch_wait_max_tokens_ratio: 0.9`)."""
+    return row.backend == "trtllm" and row.isl == row.osl == 1024 and row.tp_size < 8
 
 
 def inferencemax_group(row) -> tuple:
-    """(backend, GPU, dtype, note): InferenceMAX's TensorRT-LLM servers at 1,024/1,024 below TP
-    8 held new prefills for a fuller batch (`batch_wait_timeout_iters: 20`,
-    `batch_wait_max_tokens_ratio: 0.9`), which servesim's scheduler does not do."""
-    held = row.backend == "trtllm" and row.isl == row.osl == 1024 and row.tp_size < 8
-    return (row.backend, SILICON_GPUS[row.system], row.precision, BATCH_WAIT if held else "")
+    """(backend, GPU, dtype, note): the runs with held prefills apart."""
+    return (row.backend, SILICON_GPUS[row.system], row.precision,
+            "held prefills (batch wait)" if batch_waits(row) else "")
 
 
 def compare(rows, simulate, group_of) -> dict:
@@ -156,8 +153,8 @@ def simulate_inferencemax(row):
     step, chunked prefill, async scheduling, no prefix caching, 90% of the memory and as many
     sequences as users (512 on the B200); TensorRT-LLM 1.1.0rc2 with an fp8 KV cache, 16,384
     tokens a step, no chunked prefill, no block reuse, up to 2,048 sequences (trtllm-serve's
-    default). Not modelled: TensorRT-LLM's batch wait at 1,024/1,024 below TP 8 (it holds
-    prefills up to 20 steps for a fuller batch)."""
+    default), at 1,024/1,024 below TP 8 holding new prefills up to 20 steps while they and the
+    decodes fill less than 90% of a step's tokens (`batch_waits`)."""
     from scenarios.resolve import resolve
     from sim.runner import run_config
 
@@ -175,7 +172,9 @@ def simulate_inferencemax(row):
                           "framework": row.backend, "gpu_memory_utilization": 0.9},
              "cost": {"model": "hardware"},
              "engine": engine,
-             "scheduler": {"chunked_prefill": vllm},
+             "scheduler": {"chunked_prefill": vllm} | (
+                 {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+                 if batch_waits(row) else {}),
              "workload": {"num_requests": 10 * users, "max_concurrency": users,
                           "arrival": {"process": "burst"},
                           "prompt_tokens": {"dist": "uniform", "low": int(0.8 * isl), "high": isl},

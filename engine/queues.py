@@ -55,6 +55,10 @@ class FcfsQueue:
     def __iter__(self):
         return iter(self._items)
 
+    def head(self, k: int):
+        """The first `k` in queue order (or all, when fewer wait)."""
+        return itertools.islice(self._items, k)
+
 
 class PriorityQueue:
     """Lower priority value first; a preempted sequence keeps its original priority and arrival,
@@ -85,6 +89,10 @@ class PriorityQueue:
     def __iter__(self):
         """Queue order (sorts a copy: for reports and tests, not for the step loop)."""
         return (entry[-1] for entry in sorted(self._heap, key=lambda e: e[:3]))
+
+    def head(self, k: int):
+        """The first `k` in queue order (or all, when fewer wait)."""
+        return (entry[-1] for entry in heapq.nsmallest(k, self._heap, key=lambda e: e[:3]))
 
 
 QUEUES = {"fcfs": FcfsQueue, "priority": PriorityQueue}

@@ -91,6 +91,10 @@ class Scheduler:
         )
         self._caching = block_manager.prefix_caching  # engine.prefix_cache
         self.prefill_only = False  # disaggregation: release sequences after their first token
+        # batch waiting: steps that have held prefills back in a row, and whether the step just
+        # planned did (`_hold_prefills`)
+        self.batch_waited = 0
+        self.holding = False
 
     def sync(self) -> None:
         """Bring every running sequence's counts up to date before something outside the
@@ -188,6 +192,10 @@ class Scheduler:
         prefilling: list[Sequence] = []
         plan.decodes = self.reserve_decodes(plan, prefilling)
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size - len(plan.decodes)
+        self.holding = cfg.batch_wait_timeout_iters > 0 and \
+            self._hold_prefills(plan.decodes, prefilling, budget)
+        if self.holding:
+            return
         for seq in prefilling:  # prefills split over earlier steps: their blocks are reserved
             if budget == 0:
                 break
@@ -195,6 +203,49 @@ class Scheduler:
             plan.prefills.append((seq, n))
             budget -= n
         self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
+
+    def _hold_prefills(self, decodes: list, prefilling: list, budget: int) -> bool:
+        """TensorRT-LLM's batch waiting: whether this step holds its prefills back. Only a step
+        with decodes and prefills asks; it stops holding (and resets the count) once the prefills
+        it would run and the decodes fill `batch_wait_max_tokens_ratio` of the token budget or
+        `batch_wait_timeout_iters` steps have held them, else holds and counts one more."""
+        if not decodes:
+            return False
+        tokens = self._prefill_preview(prefilling, budget)
+        if not tokens:
+            return False
+        cfg = self.config
+        budget_tokens = cfg.max_num_batched_tokens * cfg.data_parallel_size
+        if (self.batch_waited >= cfg.batch_wait_timeout_iters
+                or tokens + len(decodes) >= cfg.batch_wait_max_tokens_ratio * budget_tokens):
+            self.batch_waited = 0
+            return False
+        self.batch_waited += 1
+        return True
+
+    def _prefill_preview(self, prefilling: list, budget: int) -> int:
+        """The prefill tokens this step would schedule (changing nothing): the chunks of the
+        prefills under way, then the queue's head as `_admit` would take it (prefix-cache hits
+        not taken off)."""
+        cfg, bm = self.config, self.block_manager
+        tokens = 0
+        for seq in prefilling:
+            if budget == 0:
+                return tokens
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget, cfg.max_num_batched_tokens)
+            tokens, budget = tokens + n, budget - n
+        slots = cfg.max_num_seqs * cfg.data_parallel_size - len(self.running)
+        blocks = 0
+        for seq in self.waiting.head(max(slots, 0)):
+            if budget == 0:
+                break
+            left = seq.num_tokens - seq.num_computed_tokens
+            n = 1 if seq.status in _RESUMING and left == 1 else self._first_chunk(left, budget)
+            blocks += blocks_needed(seq.num_tokens, bm.block_size)
+            if not n or not has_free_capacity(bm, blocks):
+                break
+            tokens, budget = tokens + n, budget - n
+        return tokens
 
     def reserve_decodes(self, plan: StepPlan, prefilling: list) -> list[Sequence]:
         """The running sequences that decode in the step being planned, in running order, each

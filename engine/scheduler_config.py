@@ -31,6 +31,11 @@ class SchedulerConfig:
     # above and the block manager's blocks are one rank's, times this many in all, and a
     # sequence stays within one rank's (its prefill chunk, its KV blocks)
     data_parallel_size: int = 1
+    # TensorRT-LLM's batch waiting (continuous batching): while sequences decode, hold new
+    # prefills back until they and the decodes fill this share of a step's token budget or
+    # this many steps have held them (0: never hold)
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -52,6 +57,17 @@ class SchedulerConfig:
         timeout = self.batch_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
             raise ValueError(f"scheduler.batch_timeout_s must be a number >= 0, got {timeout!r}")
+        iters, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio
+        if isinstance(iters, bool) or not isinstance(iters, int) or iters < 0:
+            raise ValueError(f"scheduler.batch_wait_timeout_iters must be an integer >= 0, "
+                             f"got {iters!r}")
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise ValueError(f"scheduler.batch_wait_max_tokens_ratio must be a number from 0 to "
+                             f"1, got {ratio!r}")
+        if self.policy == "static" and (iters or ratio):
+            raise ValueError("scheduler.batch_wait_timeout_iters: batch waiting holds prefills "
+                             "under continuous batching; static batching waits by "
+                             "scheduler.batch_timeout_s")
         if self.policy == "static" and self.data_parallel_size > 1:
             raise ValueError("hardware.dp: attention data parallelism runs under continuous "
                              "batching (set scheduler.policy = 'continuous')")

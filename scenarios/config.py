@@ -85,6 +85,8 @@ class SchedulerSettings:
     max_batch_size: int
     batch_timeout_s: float
     preemption: str
+    batch_wait_timeout_iters: int = 0  # TensorRT-LLM's batch waiting (engine.scheduler_config)
+    batch_wait_max_tokens_ratio: float = 0.0
 
     def engine_config(self, engine: EngineSettings, max_seq_len: int) -> SchedulerConfig:
         """The engine's `SchedulerConfig` of these settings and the engine's limits."""

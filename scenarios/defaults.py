@@ -50,6 +50,10 @@ DEFAULTS = {
         "max_batch_size": _SCHED["max_batch_size"],
         "batch_timeout_s": _SCHED["batch_timeout_s"],
         "preemption": _SCHED["preemption"],  # recompute, as vLLM's V1 engine always does
+        # TensorRT-LLM's batch waiting: hold new prefills while sequences decode, up to this
+        # many steps or until they fill this share of the token budget (0: never hold)
+        "batch_wait_timeout_iters": _SCHED["batch_wait_timeout_iters"],
+        "batch_wait_max_tokens_ratio": _SCHED["batch_wait_max_tokens_ratio"],
     },
     "cost": {
         "model": "profile",

@@ -177,7 +177,11 @@ SCENARIO = Table({
     "scheduler": Table({"policy": choice(POLICIES), "queue": choice(tuple(QUEUES)),
                         "chunked_prefill": BOOL, "max_batch_size": POSITIVE_INT,
                         "batch_timeout_s": NON_NEGATIVE_NUMBER,
-                        "preemption": choice(PREEMPTION_MODES)}),
+                        "preemption": choice(PREEMPTION_MODES),
+                        "batch_wait_timeout_iters": NON_NEGATIVE_INT,
+                        "batch_wait_max_tokens_ratio": Spec("a number from 0 to 1",
+                                                            lambda v: is_number(v)
+                                                            and 0 <= v <= 1)}),
     "cost": Table({"model": choice(COST_MODELS), "profile": NON_EMPTY_TEXT, "jitter": BOOL,
                    "swap_bandwidth_gbs": POSITIVE_NUMBER}
                   | {name: NON_NEGATIVE_NUMBER for name in

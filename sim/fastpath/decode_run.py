@@ -109,6 +109,8 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
     request)."""
     if scheduler.prefill_only:
         return None  # its sequences leave after their first token
+    if scheduler.holding:
+        return None  # prefills held back (batch waiting) run within a few steps
     members = scheduler.running
     static = scheduler.config.policy == "static"
     if plan.preempted or not members or \

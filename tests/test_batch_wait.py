@@ -1,0 +1,129 @@
+"""TensorRT-LLM's batch waiting (`scheduler.batch_wait_timeout_iters`,
+`batch_wait_max_tokens_ratio`): while sequences decode, new prefills are held back until they and
+the decodes fill the given share of the step's token budget or the given number of steps have
+held them; an engine with nothing decoding never holds. A simulation fast-forwarded holds
+exactly as step by step."""
+
+from __future__ import annotations
+
+import pytest
+
+import scenarios
+from engine.block_manager import BlockManager
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import Sequence
+from helpers.runs import records
+from scenarios import ScenarioError
+from sim.runner import run_config
+
+
+def make(iters=3, ratio=0.5, budget=64, queue="fcfs"):
+    config = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=budget, queue=queue,
+                             batch_wait_timeout_iters=iters, batch_wait_max_tokens_ratio=ratio)
+    return Scheduler(config, BlockManager(256, 4))
+
+
+def advance(scheduler, plan):
+    scheduler.postprocess(plan)
+
+
+def decoding(scheduler):
+    """Start one sequence and take it into decoding (an idle engine never holds)."""
+    scheduler.add(Sequence("a", 8, 100))
+    plan = scheduler.schedule()
+    assert [n for _, n in plan.prefills] == [8]
+    advance(scheduler, plan)
+
+
+@pytest.mark.parametrize("queue", ["fcfs", "priority"])
+def test_prefills_wait_a_few_steps_while_sequences_decode(queue):
+    scheduler = make(queue=queue)
+    decoding(scheduler)
+    scheduler.add(Sequence("b", 10, 5))
+    held, prefilled = [], []
+    for _ in range(5):
+        plan = scheduler.schedule()
+        held.append(scheduler.holding)
+        prefilled.append([n for _, n in plan.prefills])
+        assert plan.decodes[0].request_id == "a"
+        advance(scheduler, plan)
+    assert held == [True, True, True, False, False]  # three steps held, then admitted
+    assert prefilled == [[], [], [], [10], []]
+
+
+def test_enough_waiting_tokens_end_the_wait_at_once():
+    scheduler = make(iters=20, ratio=0.5)
+    decoding(scheduler)
+    scheduler.add(Sequence("b", 20, 5))
+    plan = scheduler.schedule()
+    assert not plan.prefills and scheduler.holding  # 20 + 1 < 32
+    advance(scheduler, plan)
+    scheduler.add(Sequence("c", 12, 5))
+    plan = scheduler.schedule()
+    assert [n for _, n in plan.prefills] == [20, 12]  # 33 >= 32
+    assert not scheduler.holding and scheduler.batch_waited == 0
+
+
+def test_without_batch_waiting_prefills_join_the_next_step():
+    scheduler = make(iters=0, ratio=0.9)
+    decoding(scheduler)
+    scheduler.add(Sequence("b", 10, 5))
+    assert [n for _, n in scheduler.schedule().prefills] == [10]
+
+
+def test_bad_batch_wait_values_are_refused_naming_the_field():
+    with pytest.raises(ValueError, match="scheduler.batch_wait_timeout_iters must be an "
+                                         "integer >= 0, got -1"):
+        SchedulerConfig(batch_wait_timeout_iters=-1)
+    with pytest.raises(ValueError, match="scheduler.batch_wait_max_tokens_ratio must be a "
+                                         "number from 0 to 1, got 1.5"):
+        SchedulerConfig(batch_wait_max_tokens_ratio=1.5)
+    with pytest.raises(ValueError, match="static batching waits by scheduler.batch_timeout_s"):
+        SchedulerConfig(policy="static", batch_wait_timeout_iters=4)
+
+
+SCENARIO = """
+[model]
+name = "meta-llama/Llama-3.1-8B"
+max_seq_len = 4096
+[hardware]
+gpu = "h100-sxm"
+kernels = "roofline"
+[cost]
+model = "hardware"
+[engine]
+max_num_seqs = 64
+max_num_batched_tokens = 4096
+[scheduler]
+{scheduler}
+[workload]
+num_requests = 200
+arrival = {{ process = "poisson", rate = 30.0 }}
+prompt_tokens = {{ dist = "uniform", low = 200, high = 1200 }}
+output_tokens = {{ dist = "uniform", low = 50, high = 300 }}
+"""
+
+
+def load(tmp_path, scheduler):
+    path = tmp_path / "s.toml"
+    path.write_text(SCENARIO.format(scheduler=scheduler))
+    return scenarios.load(path).base
+
+
+def test_a_held_run_fast_forwarded_is_the_run_step_by_step_and_waits_longer(tmp_path):
+    config = load(tmp_path, "batch_wait_timeout_iters = 20\nbatch_wait_max_tokens_ratio = 0.9")
+    fast, slow = run_config(config), run_config(config, fast_forward=False)
+    assert records(fast) == records(slow)
+    plain = run_config(load(tmp_path, ""))
+    columns, plain_columns = fast.request_columns(), plain.request_columns()
+    ttft = sum(f - a for f, a in zip(columns["first_token_s"], columns["arrival_s"]))
+    plain_ttft = sum(f - a for f, a in zip(plain_columns["first_token_s"],
+                                           plain_columns["arrival_s"]))
+    assert ttft > 1.5 * plain_ttft  # prefills held back behind the decodes
+
+
+def test_a_bad_batch_wait_key_is_one_line(tmp_path):
+    with pytest.raises(ScenarioError) as info:
+        load(tmp_path, "batch_wait_max_tokens_ratio = 2")
+    assert "scheduler.batch_wait_max_tokens_ratio: must be a number from 0 to 1" in \
+        str(info.value) and "\n" not in str(info.value)
