@@ -94,7 +94,7 @@ HARDWARE_MODEL_KEYS = ("name", "config", "n_layers", "d_model", "n_heads", "n_kv
                        "norm", "qkv_bias", "parallel_attn_mlp", *MOE_MODEL_KEYS,
                        *MLA_MODEL_KEYS, *WINDOW_MODEL_KEYS)
 # Weights: fp8 and nvfp4 (4-bit NVFP4, Blackwell GPUs only) run with 16-bit activations.
-HARDWARE_DTYPES = ("fp16", "bf16", "fp8", "nvfp4")
+HARDWARE_DTYPES = ("fp16", "bf16", "fp8", "nvfp4", "mxfp4")
 # The KV cache: "auto" is vLLM's --kv-cache-dtype auto, the model's activation dtype (the
 # weights' for fp16 and bf16, bf16 under fp8 or nvfp4 weights).
 KV_DTYPES = ("auto", "fp16", "bf16", "fp8")

@@ -405,3 +405,23 @@ def test_a_bad_config_json_is_one_line_naming_model_config(tmp_path, content, me
         (tmp_path / name).write_text(content)
     text = refusal(tmp_path, model=f'config = "{name}"')
     assert "model.config: " in text and message in text and "Traceback" not in text
+
+
+def test_gpt_oss_in_mxfp4_fits_one_80_gb_gpu_and_reads_the_mxfp4_expert_tables(tmp_path):
+    """gpt-oss ships its routed experts in MXFP4 (4.25 bits a weight) and the rest in bf16:
+    about 65 GB, which one 80 GB GPU holds; the experts are costed from the fused MoE kernel
+    measured with MXFP4 weights and bf16 activations, the other matmuls in bf16."""
+    oss = 'name = "openai/gpt-oss-120b"'
+    setup = setup_of(tmp_path, model=oss, hardware='dtype = "mxfp4"')
+    assert setup.plan.weights == pytest.approx(65.2e9, rel=0.01) and setup.kv_blocks > 0
+    assert setup.expert_bytes == 4.25 / 8 and setup.weight_bytes == 2
+    assert "does not fit on h100-sxm at tp = 1 (bf16)" in refusal(
+        tmp_path, model=oss, hardware='dtype = "bf16"')
+    cost = HardwareCost(setup)
+    assert cost.measured._moe_dtype == "w4a16_mxfp4" and cost.measured.is_measured("moe_experts")
+    assert cost.peak == gpu_spec("h100-sxm").peak_flops("bf16")
+    roofline = {d: layer_op_times("openai/gpt-oss-120b", "h100-sxm", 1, 8, d,
+                                  kernels="roofline")["moe_up_proj"] for d in ("mxfp4", "bf16")}
+    assert roofline["mxfp4"] < 0.7 * roofline["bf16"]  # a few rows: a quarter of the bytes
+    assert "hardware.dtype: mxfp4 quantizes a mixture of experts' routed experts" in refusal(
+        tmp_path, hardware='dtype = "mxfp4"')

@@ -18,7 +18,8 @@ import numpy as np
 
 from scenarios.defaults import ACTIVATION_SCHEMES, KERNEL_SOURCES
 
-from .architecture import DTYPE_BYTES, Architecture, engine_architecture
+from .architecture import (DTYPE_BYTES, Architecture, compute_dtype, engine_architecture,
+                           expert_bytes)
 from .catalog import Gpu, gpu_spec, gpus, model_architecture, models
 from .cost import HardwareCost, operator_times
 from .kernels import KernelTables, TablesMiss
@@ -59,7 +60,8 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
                          f"{kernels!r}")
     tokens = np.asarray(num_tokens, dtype=np.float64)
     times = operator_times(arch, tp, ep, tokens, DTYPE_BYTES[dtype], ACT_BYTES,
-                           device.peak_flops(dtype), device.bandwidth, device.efficiency())
+                           device.peak_flops(compute_dtype(dtype)), device.bandwidth,
+                           device.efficiency(), expert_bytes(dtype))
     if activation_scheme not in ACTIVATION_SCHEMES:
         raise ValueError(f"activation_scheme must be one of {', '.join(ACTIVATION_SCHEMES)}, "
                          f"got {activation_scheme!r}")

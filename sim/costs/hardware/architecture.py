@@ -35,7 +35,21 @@ from dataclasses import dataclass, fields
 
 # Bytes of a weight (or KV-cache) element. NVFP4 stores 4-bit values with one fp8 scale per 16
 # of them (and one fp32 scale per tensor, negligible): 0.5 + 1/16 bytes.
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625}
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp4": 2}
+# mxfp4, as gpt-oss ships: the routed experts in MXFP4 (4 bits and an 8-bit scale per 32
+# weights), every other weight in bf16, computed in bf16 (the kernels dequantize: w4a16)
+EXPERT_BYTES = {"mxfp4": 4.25 / 8}
+COMPUTE_DTYPES = {"mxfp4": "bf16"}
+
+
+def expert_bytes(dtype: str) -> float:
+    """Bytes of a routed expert's weight in `dtype` (its other weights' are DTYPE_BYTES')."""
+    return EXPERT_BYTES.get(dtype, DTYPE_BYTES[dtype])
+
+
+def compute_dtype(dtype: str) -> str:
+    """The tensor-core dtype a model of weights in `dtype` computes in."""
+    return COMPUTE_DTYPES.get(dtype, dtype)
 NORMS = ("rmsnorm", "layernorm")
 MOE_KEYS = ("experts_per_token", "moe_d_ff", "n_shared_experts", "shared_d_ff",
             "n_dense_layers")
@@ -312,28 +326,32 @@ class Architecture:
         kv_local = self.kv_heads_per_gpu(tp) * self.hd
         return d * (self.q_dim // tp + 2 * kv_local) + self.q_dim // tp * d
 
-    def _moe_weights_per_gpu(self, tp: int, ep: int, dp: int = 1) -> float:
+    def _moe_weights_per_gpu(self, tp: int, ep: int, dp: int = 1,
+                             expert_scale: float = 1.0) -> float:
         """A mixture-of-experts layer's MLP on one GPU: the router (replicated), its share of
         the routed experts (whole experts with ep > 1, else a 1/(tp x dp) slice of every one:
         the experts span every GPU) and a 1/tp slice of the shared experts (a data-parallel
-        rank's)."""
+        rank's); the routed experts count `expert_scale` times (their bytes over the others')."""
         expert = (3 if self.gated_mlp else 2) * self.d_model * self.moe_d_ff
         routed = self.experts_per_gpu(ep) * expert if ep > 1 else \
             self.n_experts * expert / (tp * dp)
+        routed *= expert_scale
         shared = (3 if self.gated_mlp else 2) * self.d_model * self.shared_ff / tp
         return self.d_model * self.n_experts + routed + shared
 
     def weight_bytes_per_gpu(self, tp: int, dtype_bytes: float, ep: int = 1,
-                             dp: int = 1) -> float:
+                             dp: int = 1, expert_bytes: float | None = None) -> float:
         """Weight bytes one GPU holds: its shard of every layer and of the vocabulary (embedding
         and LM head are split by vocabulary, as vLLM does), the norms whole; with attention
         data parallelism every rank holds the non-expert weights and the experts span all
-        `tp` x `dp` GPUs."""
+        `tp` x `dp` GPUs; the routed experts take `expert_bytes` an element (default
+        `dtype_bytes`)."""
         attention = self._attention_weights_per_gpu(tp)
         layers = self.dense_layers * (attention + (3 if self.gated_mlp else 2) * self.d_model
                                       * self.d_ff / tp)
         if self.is_moe:
-            layers += self.moe_layers * (attention + self._moe_weights_per_gpu(tp, ep, dp))
+            scale = 1.0 if expert_bytes is None else expert_bytes / dtype_bytes
+            layers += self.moe_layers * (attention + self._moe_weights_per_gpu(tp, ep, dp, scale))
         vocab = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2) / tp
         return (layers + vocab) * dtype_bytes
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from ..model import CostModel
 from ..shape import StepShape
+from .architecture import compute_dtype
 from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
                         elementwise_bytes, expert_counts, layers_of, lm_head_counts,
                         matmul_counts)
@@ -53,17 +54,19 @@ SEQ_OVERHEAD_S = 10e-6  # and per sequence in the batch (an assumption; hardware
 
 
 def operator_times(arch, tp: int, ep: int, tokens, weight_bytes: float, act_bytes: float,
-                   peak: float, bandwidth: float, eff) -> dict:
+                   peak: float, bandwidth: float, eff, expert_bytes: float | None = None) -> dict:
     """{operator: seconds} of one layer's operators on one GPU for `tokens` rows (a number or
     an array): the matmuls, then the elementwise kernels (`operators.py` names them). An
     elementwise kernel that was not measured takes the efficiency of the one it is timed as
-    (`TIMED_AS`)."""
+    (`TIMED_AS`). The routed experts' weights take `expert_bytes` an element (default
+    `weight_bytes`)."""
     times = {op: matmul_time(flops, wb + ab, tokens, peak, bandwidth, eff)
              for op, (flops, wb, ab) in matmul_counts(arch, tp, tokens, weight_bytes,
                                                       act_bytes).items()}
     times |= {op: matmul_time(flops, wb + ab, rows, peak, bandwidth, eff)
-              for op, (flops, wb, ab, rows) in expert_counts(arch, tp, ep, tokens, weight_bytes,
-                                                             act_bytes).items()}
+              for op, (flops, wb, ab, rows) in expert_counts(
+                  arch, tp, ep, tokens, weight_bytes if expert_bytes is None else expert_bytes,
+                  act_bytes).items()}
     moved = elementwise_bytes(arch, tp, tokens, act_bytes, ep)
     times |= {op: elementwise_time(TIMED_AS.get(op, op), nbytes, bandwidth, eff)
               for op, nbytes in moved.items()}
@@ -96,7 +99,7 @@ class HardwareCost(CostModel):
         """`efficiency`: a `timing.Efficiency` instead of the GPU's fitted one."""
         self.setup = setup
         self.arch, self.gpu, self.tp = setup.arch, setup.gpu, setup.tp
-        self.peak = setup.gpu.peak_flops(setup.dtype)
+        self.peak = setup.gpu.peak_flops(compute_dtype(setup.dtype))
         self.bandwidth = setup.gpu.bandwidth
         self.eff = efficiency or setup.gpu.efficiency()
         self.all_reduce = setup.gpu.all_reduce(setup.tp)
@@ -156,7 +159,7 @@ class HardwareCost(CostModel):
         counts = {"dense": arch.dense_layers, "moe": arch.moe_layers}
         layer = {kind: np.zeros(size) for kind, n in counts.items() if n}  # one layer's seconds
         times = operator_times(arch, tp, self.setup.ep, t, w, self.setup.act_bytes, self.peak,
-                               self.bandwidth, self.eff)
+                               self.bandwidth, self.eff, self.setup.expert_bytes)
         beyond: dict = {}
         if self.measured is not None:
             if self.measured.mla_block:  # the block's projections, should a step fall back
@@ -202,7 +205,7 @@ class HardwareCost(CostModel):
         t = np.arange(size, dtype=np.float64)  # [size]
         arch, act, spread = self.arch, self.setup.act_bytes, self.tp * self.dp
         times = operator_times(arch, spread, self.setup.ep, t, self.setup.weight_bytes, act,
-                               self.peak, self.bandwidth, self.eff)
+                               self.peak, self.bandwidth, self.eff, self.setup.expert_bytes)
         beyond: dict = {}
         if self.measured is not None:
             times, beyond = self.measured.layer_times(times, t, ROUTED_OPS)

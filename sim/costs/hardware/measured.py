@@ -46,7 +46,11 @@ EXPERT_OPS = ("moe_up_proj", "moe_act", "moe_down_proj")  # what the fused MoE k
 # The tables' GEMM and MoE dtypes to try for a servesim dtype, in order, operator by operator:
 # fp8 is per-tensor scaled where that was measured, else block-scaled (DeepSeek's experts and
 # MLA block were measured only so), so one model may mix the two
-DTYPE_CHAIN = {"fp8": ("fp8", "fp8_block"), "fp16": ("bfloat16",), "bf16": ("bfloat16",)}
+DTYPE_CHAIN = {"fp8": ("fp8", "fp8_block"), "fp16": ("bfloat16",), "bf16": ("bfloat16",),
+               "mxfp4": ("bfloat16",)}
+# The fused MoE kernel's, where they differ: mxfp4's experts are MXFP4 weights with bf16
+# activations (gpt-oss)
+MOE_CHAIN = DTYPE_CHAIN | {"mxfp4": ("w4a16_mxfp4",)}
 # What DeepSeek's measured latent-attention block runs besides attention: its projections, the
 # latents' norms and the output projection (in `mla_block` steps, costed with the attention)
 MLA_BLOCK_OPS = ("mla_down_proj", "mla_q_up_proj", "mla_kv_up_proj", "mla_norm",
@@ -82,7 +86,7 @@ class MeasuredOps:
                                             "bf16" if op in BF16_OPS else dtype)
                             for op, (n, k) in self.gemms.items()
                             if not (op in MLA_BLOCK_OPS and arch.is_mla)}
-        self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype) \
+        self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype, MOE_CHAIN) \
             if arch.is_moe else None
         self._ar_known = tp <= 1 or tables.all_reduce(probe, arch.d_model, tp) is not None
         self._exchange_known = dp > 1 and \
@@ -112,9 +116,9 @@ class MeasuredOps:
                               or activations == MEASURED_ACTIVATIONS[tables.framework]
                               or tables.activation_scale_time(probe, arch.d_model) is not None)
 
-    def _first(self, lookup, dtype: str):
+    def _first(self, lookup, dtype: str, chain: dict = DTYPE_CHAIN):
         """The first of the dtype's table spellings the lookup finds (None: none)."""
-        for candidate in DTYPE_CHAIN.get(dtype, (dtype,)):
+        for candidate in chain.get(dtype, (dtype,)):
             if lookup(candidate) is not None:
                 return candidate
         return None

@@ -70,10 +70,11 @@ def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int
 
 def memory_plan(arch: Architecture, memory_bytes: float, utilization: float, tp: int,
                 weight_bytes: float, kv_bytes: float, block_size: int, max_tokens: int,
-                max_seqs: int, ep: int = 1, dp: int = 1) -> MemoryPlan:
+                max_seqs: int, ep: int = 1, dp: int = 1,
+                expert_bytes: float | None = None) -> MemoryPlan:
     """One GPU's plan (of one data-parallel rank: `max_tokens` and `max_seqs` are a rank's)."""
     return MemoryPlan(memory_bytes * utilization,
-                      arch.weight_bytes_per_gpu(tp, weight_bytes, ep, dp),
+                      arch.weight_bytes_per_gpu(tp, weight_bytes, ep, dp, expert_bytes),
                       activation_bytes(arch, tp, max_tokens, max_seqs, ep, dp), NON_TORCH_BYTES,
                       arch.kv_bytes_per_token(tp, kv_bytes), block_size)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .architecture import DTYPE_BYTES, Architecture
+from .architecture import DTYPE_BYTES, Architecture, compute_dtype, expert_bytes
 from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
 from .kernels import KernelTables, TablesMiss
 from .measured import MeasuredOps, say_once
@@ -45,6 +45,11 @@ class HardwareSetup:
     @property
     def weight_bytes(self) -> float:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def expert_bytes(self) -> float:
+        """Bytes of a routed expert's weight element (mxfp4: MXFP4's, the others bf16)."""
+        return expert_bytes(self.dtype)
 
     @property
     def kv_bytes(self) -> float:
@@ -87,7 +92,11 @@ def hardware_setup(config) -> HardwareSetup:
     tp, ep, dp, dtype = hardware.tp, hardware.ep, hardware.dp, hardware.dtype
     arch.check_tp(tp)
     arch.check_ep(ep, tp, dp)
-    gpu.peak_flops(dtype)  # the GPU computes in this dtype
+    gpu.peak_flops(compute_dtype(dtype))  # the GPU computes in this dtype
+    if dtype in ("mxfp4",) and not arch.is_moe:
+        raise ValueError(f"hardware.dtype: mxfp4 quantizes a mixture of experts' routed experts "
+                         f"(gpt-oss's checkpoints); {arch.name or 'the model'} has none (use "
+                         f"fp16, bf16, fp8 or nvfp4)")
     kv_dtype = kv_cache_dtype(dtype, hardware.kv_dtype)
     if kv_dtype == "fp8" and "fp8" not in gpu.peak_tflops:
         raise ValueError(f"hardware.kv_dtype: an fp8 KV cache needs a GPU with fp8 support; "
@@ -101,7 +110,8 @@ def hardware_setup(config) -> HardwareSetup:
     def plan_for(degree: int) -> MemoryPlan:
         return memory_plan(arch, gpu.memory_bytes, hardware.gpu_memory_utilization, degree,
                            size, kv_size, engine.block_size, engine.max_num_batched_tokens,
-                           engine.max_num_seqs, ep=degree * dp if ep > 1 else 1, dp=dp)
+                           engine.max_num_seqs, ep=degree * dp if ep > 1 else 1, dp=dp,
+                           expert_bytes=expert_bytes(dtype))
 
     plan = plan_for(tp)
     if plan.kv_blocks < 1:
