@@ -18,8 +18,8 @@ memory for it), with the TensorRT-LLM tables, 2,048 sequences and 8,192 tokens a
 tokens per second, once with servesim's default server overheads (1 ms a step, 10 us a
 sequence) and once with 0.5 ms a step and none a sequence (a C++ runtime's).
 
-    python benchmarks/serving_accuracy.py                 # about 2 minutes
-    python benchmarks/serving_accuracy.py --only serving  # about 1.5 minutes
+    python benchmarks/serving_accuracy.py                 # about 3 minutes
+    python benchmarks/serving_accuracy.py --only serving  # about 2 minutes
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ import numpy as np
 
 SILICON_MODELS = {"nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B",
                   "meta-llama/Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
-                  "Qwen/Qwen3-32B": "Qwen/Qwen3-32B"}
+                  "Qwen/Qwen3-32B": "Qwen/Qwen3-32B",
+                  "openai/gpt-oss-120b": "openai/gpt-oss-120b"}
+GPT_OSS = "openai/gpt-oss-120b"  # its "fp4" is MXFP4 experts, servesim's mxfp4
 SILICON_DTYPES = {"fp8": "fp8", "fp4": "nvfp4", "bf16": "bf16"}
 SILICON_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 
@@ -44,12 +46,17 @@ def serving_part(limit: int | None = None) -> None:
     if runs is None:
         print("the measured serving runs need servesim[gpu] (pip install 'servesim[gpu]')")
         return
-    inferencemax, others = runs
+    inferencemax, gpt_oss, others = runs
     if limit:
         inferencemax = inferencemax.iloc[::max(len(inferencemax) // limit, 1)]
+        gpt_oss = gpt_oss.iloc[::max(len(gpt_oss) // limit, 1)]
         others = others.iloc[::max(len(others) // limit, 1)]
     print("InferenceMAX's Llama-3.3-70B runs (its client and server flags of 2025-10-29):")
     compare(inferencemax, simulate_inferencemax, inferencemax_group)
+    print("\nInferenceMAX's gpt-oss-120b runs on vLLM (its client and server flags of "
+          "2026-03-27):")
+    compare(gpt_oss, simulate_inferencemax, lambda row: (row.backend, SILICON_GPUS[row.system],
+                                                         "mxfp4"))
     print("\nThe other runs (client not recorded; users ramping up over one request's time):")
     compare(others, simulate_row, lambda row: (row.backend, SILICON_GPUS[row.system],
                                                row.precision))
@@ -111,14 +118,17 @@ def summary(errors: list) -> str:
 
 
 def silicon_rows():
-    """(InferenceMAX's runs, the others): the package's measured aggregated runs that servesim
-    can simulate (dense catalog models on catalog GPUs, no pipeline or attention data
-    parallelism), or None without the package.
+    """(InferenceMAX's Llama-70B runs, its gpt-oss-120b runs, the others): the package's
+    measured aggregated runs of catalog models on catalog GPUs that servesim can simulate (no
+    pipeline or attention data parallelism), or None without the package.
 
     The Llama-70B runs of vLLM and TensorRT-LLM are InferenceMAX's (SemiAnalysis): their
     matrix is its matrix of 2025-10-29, their measurement date (ISL/OSL 1,024/1,024,
     1,024/8,192 and 8,192/1,024; 4 to 64 users under vLLM, 4 to 128 under TensorRT-LLM; TP 2 to
-    8 on the H100, 1 to 8 elsewhere)."""
+    8 on the H100, 1 to 8 elsewhere). So are the gpt-oss-120b vLLM runs on the H100 and H200
+    measured 2026-03-27 (the same lengths, 4 to 64 users, TP 1 to 8; shipped twice, once
+    here); its other gpt-oss runs (older scripts, and the B200's MXFP4 x MXFP8 kernels servesim
+    does not cost) are left out."""
     import importlib.util
 
     import pandas as pd
@@ -139,7 +149,12 @@ def silicon_rows():
                                    "isl", "osl", "batch_size"])
     inferencemax = (rows["silicon_data_source"].str.contains("model=Llama-3.1-70B", regex=False)
                     & rows["backend"].isin(["vllm", "trtllm"]))
-    return rows[inferencemax], rows[~inferencemax & (rows["backend"] == "vllm")]
+    oss = rows["model_path"] == GPT_OSS
+    gpt_oss = rows[oss & (rows["backend"] == "vllm") & rows["system"].isin(["h100_sxm", "h200_sxm"])
+                   & rows["silicon_data_source"].str.contains("measured=2026-03-27", regex=False)]
+    gpt_oss = gpt_oss.drop_duplicates(["system", "tp_size", "batch_size", "isl", "osl"])
+    return (rows[inferencemax], gpt_oss,
+            rows[~inferencemax & ~oss & (rows["backend"] == "vllm")])
 
 
 def simulate_inferencemax(row):
@@ -154,21 +169,28 @@ def simulate_inferencemax(row):
     sequences as users (512 on the B200); TensorRT-LLM 1.1.0rc2 with an fp8 KV cache, 16,384
     tokens a step, no chunked prefill, no block reuse, up to 2,048 sequences (trtllm-serve's
     default), at 1,024/1,024 below TP 8 holding new prefills up to 20 steps while they and the
-    decodes fill less than 90% of a step's tokens (`batch_waits`)."""
+    decodes fill less than 90% of a step's tokens (`batch_waits`). gpt-oss-120b (2026-03-27,
+    benchmarks/single_node/gptoss_fp4_h100.sh and _h200.sh): vLLM 0.18.0 with its MXFP4 experts
+    on Marlin kernels (w4a16), the KV cache in bf16, 8,192 tokens a step, no prefix caching, as
+    many sequences as users; its client also sent 2 x users warm-up requests first, left out of
+    its means (servesim's server needs no warming)."""
     from scenarios.resolve import resolve
     from sim.runner import run_config
 
     users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
     gpu = SILICON_GPUS[row.system]
     vllm = row.backend == "vllm"
+    oss = row.model_path == GPT_OSS
     if vllm:
         engine = {"max_num_seqs": 512 if gpu == "b200" else users, "max_num_batched_tokens": 8192}
     else:
         engine = {"max_num_seqs": 2048, "max_num_batched_tokens": 16384}
     table = {"name": f"inferencemax-{row.id}", "seed": 0,
-             "model": {"name": "meta-llama/Llama-3.3-70B-Instruct", "max_seq_len": isl + osl},
+             "model": {"name": GPT_OSS if oss else "meta-llama/Llama-3.3-70B-Instruct",
+                       "max_seq_len": isl + osl},
              "hardware": {"gpu": gpu, "tp": int(row.tp_size),
-                          "dtype": SILICON_DTYPES[row.precision], "kv_dtype": "fp8",
+                          "dtype": "mxfp4" if oss else SILICON_DTYPES[row.precision],
+                          "kv_dtype": "auto" if oss else "fp8",
                           "framework": row.backend, "gpu_memory_utilization": 0.9},
              "cost": {"model": "hardware"},
              "engine": engine,
