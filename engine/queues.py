@@ -91,8 +91,11 @@ class PriorityQueue:
         return (entry[-1] for entry in sorted(self._heap, key=lambda e: e[:3]))
 
     def head(self, k: int):
-        """The first `k` in queue order (or all, when fewer wait)."""
-        return (entry[-1] for entry in heapq.nsmallest(k, self._heap, key=lambda e: e[:3]))
+        """The first `k` in queue order (or all, when fewer wait), lazily: each one taken costs
+        a pop from a copy of the heap."""
+        heap = list(self._heap)
+        for _ in range(min(k, len(heap))):
+            yield heapq.heappop(heap)[-1]
 
 
 QUEUES = {"fcfs": FcfsQueue, "priority": PriorityQueue}

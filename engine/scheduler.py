@@ -194,7 +194,8 @@ class Scheduler:
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size - len(plan.decodes)
         self.holding = cfg.batch_wait_timeout_iters > 0 and \
             self._hold_prefills(plan.decodes, prefilling, budget)
-        if self.holding:
+        if self.holding:  # those whose KV is computed still join, to decode
+            self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size, decoders=True)
             return
         for seq in prefilling:  # prefills split over earlier steps: their blocks are reserved
             if budget == 0:
@@ -205,46 +206,49 @@ class Scheduler:
         self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
 
     def _hold_prefills(self, decodes: list, prefilling: list, budget: int) -> bool:
-        """TensorRT-LLM's batch waiting: whether this step holds its prefills back. Only a step
-        with decodes and prefills asks; it stops holding (and resets the count) once the prefills
-        it would run and the decodes fill `batch_wait_max_tokens_ratio` of the token budget or
+        """TensorRT-LLM's batch waiting (its `PyExecutor._waiting_requests`): whether this step
+        holds its prefills back. Only a step with decodes and prefills asks; it stops holding
+        (and resets the count) once the tokens of the sequences it would prefill and the
+        decodes fill `batch_wait_max_tokens_ratio` of the token budget or
         `batch_wait_timeout_iters` steps have held them, else holds and counts one more."""
         if not decodes:
             return False
         tokens = self._prefill_preview(prefilling, budget)
         if not tokens:
             return False
-        cfg = self.config
-        budget_tokens = cfg.max_num_batched_tokens * cfg.data_parallel_size
+        cfg = self.config  # one rank: batch waiting is refused with data-parallel ranks
         if (self.batch_waited >= cfg.batch_wait_timeout_iters
-                or tokens + len(decodes) >= cfg.batch_wait_max_tokens_ratio * budget_tokens):
+                or tokens + len(decodes) >= cfg.batch_wait_max_tokens_ratio
+                * cfg.max_num_batched_tokens):
             self.batch_waited = 0
             return False
         self.batch_waited += 1
         return True
 
     def _prefill_preview(self, prefilling: list, budget: int) -> int:
-        """The prefill tokens this step would schedule (changing nothing): the chunks of the
-        prefills under way, then the queue's head as `_admit` would take it (prefix-cache hits
-        not taken off)."""
+        """The tokens of the sequences this step would prefill (changing nothing), each counted
+        whole, as TensorRT-LLM counts a context request's tokens: the prefills under way, then
+        the queue's head as `_admit` would take it; one whose KV is computed (swapped out, or
+        handed over by a prefill engine) decodes, and counts nothing."""
         cfg, bm = self.config, self.block_manager
         tokens = 0
         for seq in prefilling:
             if budget == 0:
                 return tokens
             n = min(seq.num_tokens - seq.num_computed_tokens, budget, cfg.max_num_batched_tokens)
-            tokens, budget = tokens + n, budget - n
+            tokens, budget = tokens + seq.num_tokens, budget - n
         slots = cfg.max_num_seqs * cfg.data_parallel_size - len(self.running)
         blocks = 0
         for seq in self.waiting.head(max(slots, 0)):
             if budget == 0:
                 break
             left = seq.num_tokens - seq.num_computed_tokens
-            n = 1 if seq.status in _RESUMING and left == 1 else self._first_chunk(left, budget)
+            decodes = seq.status in _RESUMING and left == 1
+            n = 1 if decodes else self._first_chunk(left, budget)
             blocks += blocks_needed(seq.num_tokens, bm.block_size)
             if not n or not has_free_capacity(bm, blocks):
                 break
-            tokens, budget = tokens + n, budget - n
+            tokens, budget = tokens + (0 if decodes else seq.num_tokens), budget - n
         return tokens
 
     def reserve_decodes(self, plan: StepPlan, prefilling: list) -> list[Sequence]:
@@ -272,12 +276,18 @@ class Scheduler:
         self._admit(plan, None, cfg.max_batch_size)
         self._batch_slots = len(self.running)
 
-    def _admit(self, plan: StepPlan, budget: int | None, max_running: int) -> None:
+    def _admit(self, plan: StepPlan, budget: int | None, max_running: int,
+               decoders: bool = False) -> None:
         """Admit waiting sequences in queue order while slots, KV blocks and budget allow.
-        budget None: no token budget (static batching prefills its whole batch at once)."""
+        budget None: no token budget (static batching prefills its whole batch at once).
+        `decoders`: only those whose KV is computed but for the last token (they decode), up to
+        the first that would prefill (batch waiting holds those)."""
         bm, waiting = self.block_manager, self.waiting
         while waiting and len(self.running) < max_running and budget != 0:
             seq = waiting.peek()
+            if decoders and not (seq.status in _RESUMING
+                                 and seq.num_tokens - seq.num_computed_tokens == 1):
+                break
             if seq.status in _RESUMING:
                 n = self._swap_in(plan, seq, budget)
                 if not n:

@@ -64,6 +64,10 @@ class SchedulerConfig:
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
             raise ValueError(f"scheduler.batch_wait_max_tokens_ratio must be a number from 0 to "
                              f"1, got {ratio!r}")
+        if self.data_parallel_size > 1 and (iters or ratio):
+            raise ValueError("scheduler.batch_wait_timeout_iters: batch waiting is for one "
+                             "rank; TensorRT-LLM does not hold prefills under attention data "
+                             "parallelism (hardware.dp > 1), it balances the ranks otherwise")
         if self.policy == "static" and (iters or ratio):
             raise ValueError("scheduler.batch_wait_timeout_iters: batch waiting holds prefills "
                              "under continuous batching; static batching waits by "

@@ -65,7 +65,7 @@ def build_server(config: RunConfig, mode: str, streams: dict, cost=None, jitter_
     simulated = mode == "simulate"
     caching = False if simulated and not keyed else None
     max_seq_len, blocks = (model.max_seq_len, None) if hardware is None else \
-        (hardware.arch.max_seq_len, hardware.kv_blocks * hardware.dp)  # every rank's blocks
+        (hardware.arch.max_seq_len, hardware.kv_blocks)
     scheduler = build_scheduler(config, max_seq_len, blocks, prefix_caching=caching,
                                 steady=steady and simulated)
     if mode != "simulate":
@@ -83,15 +83,17 @@ def build_scheduler(config: RunConfig, max_seq_len: int, num_kv_blocks: int | No
     """The engine's scheduler and block manager for a resolved config (`num_kv_blocks`: the
     derived count of an "auto" config; `prefix_caching`: instead of the config's
     `engine.enable_prefix_caching`; `steady`: a `sim.fastpath.SteadyScheduler` under
-    continuous batching, for simulated sequences)."""
+    continuous batching, for simulated sequences). With attention data-parallel ranks
+    (`hardware.dp`) the blocks and the engine's limits are one rank's, pooled over the ranks."""
     engine = config.engine
     if prefix_caching is None:
         prefix_caching = engine.enable_prefix_caching
-    block_manager = make_block_manager(num_kv_blocks or engine.num_kv_blocks, engine.block_size,
-                                       prefix_caching)
+    ranks = config.hardware.dp if config.on_hardware else 1
+    block_manager = make_block_manager((num_kv_blocks or engine.num_kv_blocks) * ranks,
+                                       engine.block_size, prefix_caching)
     scheduler_config = config.scheduler.engine_config(engine, max_seq_len)
-    if config.on_hardware and config.hardware.dp > 1:  # the ranks' limits, pooled
-        scheduler_config = replace(scheduler_config, data_parallel_size=config.hardware.dp)
+    if ranks > 1:
+        scheduler_config = replace(scheduler_config, data_parallel_size=ranks)
     kind = SteadyScheduler if steady and scheduler_config.policy == "continuous" else Scheduler
     swap = SwapSpace(engine.swap_blocks) if engine.swap_blocks else None
     return kind(scheduler_config, block_manager, swap)

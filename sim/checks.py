@@ -38,7 +38,7 @@ def check_config(config: RunConfig, base_dir=None) -> int:
     check_memory([(config, requests)])
     hardware = hardware_of(config)
     if hardware is not None:
-        build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks * hardware.dp)
+        build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks)
     elif config.mode == "simulate" and config.cost.model != "live":
         speed_process(config.cost, build_cost(config), None)
     return requests

@@ -101,22 +101,35 @@ def test_the_most_loaded_rank_takes_a_ceiling_share_of_decodes_and_chunks():
                                                  decode_span=30_000.0)
 
 
-def test_ranks_decode_alone_and_meet_in_the_experts(tmp_path):
-    tp8 = build_cost(config_of(tmp_path))
+def test_every_ranks_rows_meet_in_the_measured_experts_and_their_exchange(tmp_path):
+    """The routed experts of a step of 64 decodes over eight ranks of one GPU cost what the
+    tables measured for DeepSeek-V3's fused MoE kernel at 64 tokens over 1 x EP 8, plus the
+    exchange of the 64 rows over the eight GPUs, in every expert layer."""
+    from sim.costs.hardware.kernels import KernelTables
+
     ranks = build_cost(config_of(tmp_path, hardware='tp = 1\ndp = 8\nep = 8\ndtype = "fp8"'))
-    decode = StepShape(decode_seqs=64, decode_context=64 * 2000, sampled_seqs=64, decoding=1)
-    # each of the 8 ranks decodes 8 sequences at TP 1; the experts see all 64 rows
-    ranks.step_time(decode)
-    assert ranks._experts_list[64] > 0 and len(ranks._rows_list) >= 8
-    one_rank = ranks._rank_step_time(rank_shape(decode, 8))
-    assert ranks.step_time(decode) == one_rank + ranks._experts_list[64]
-    assert tp8.step_time(decode) > 0 and "8 data-parallel ranks of 1" in ranks.source
+    arch, tables = ranks.arch, KernelTables("h200")
+    ranks.step_time(StepShape(decode_seqs=64, decode_context=64 * 2000, sampled_seqs=64,
+                              decoding=1))
+    moe = tables.moe(64, arch.d_model, arch.moe_d_ff, arch.experts_per_token, arch.n_experts,
+                     1, 8, "fp8_block", "power_law_1.01")
+    exchange = tables.all_reduce(64, arch.d_model, 8)
+    assert ranks._experts_list[64] == pytest.approx(arch.moe_layers * (moe + exchange),
+                                                    rel=1e-12)
+    assert "8 data-parallel ranks of 1" in ranks.source
 
 
-def test_with_one_rank_nothing_changes(tmp_path):
-    plain = run_config(config_of(tmp_path, hardware='tp = 8\ndtype = "fp8"'))
-    one = run_config(config_of(tmp_path, hardware='tp = 8\ndp = 1\ndtype = "fp8"'))
-    assert records(plain) == records(one)
+def test_a_chunk_is_never_split_over_ranks(tmp_path):
+    """One long chunk and a short one: the most loaded rank still prefills about the long one
+    (at least the token-weighted mean chunk), so adding the short one does not make the step
+    cheaper than the long one alone."""
+    ranks = build_cost(config_of(tmp_path, hardware='tp = 1\ndp = 8\nep = 8\ndtype = "fp8"'))
+    alone = StepShape(prefill_tokens=2048, prefill_attention=2048 * 2048, prefill_seqs=1,
+                      sampled_seqs=1, prefill_square=2048 * 2048)
+    both = StepShape(prefill_tokens=2064, prefill_attention=2048 * 2048 + 16 * 16,
+                     prefill_seqs=2, sampled_seqs=2, prefill_square=2048 * 2048 + 16 * 16)
+    assert rank_shape(both, 8).prefill_tokens >= 2032
+    assert ranks.step_time(both) > 0.98 * ranks.step_time(alone)
 
 
 def test_a_run_with_ranks_fast_forwarded_is_the_run_step_by_step(tmp_path):
@@ -157,3 +170,11 @@ def test_an_impossible_layout_is_one_line(tmp_path, model, hardware, message):
     with pytest.raises(ScenarioError) as info:
         check_scenario(scenarios.load(path))
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_layout_too_small_names_what_would_fit_within_a_node(tmp_path):
+    path = scenario(tmp_path, gpu="h100-sxm", hardware='tp = 2\ndp = 4\nep = 8\ndtype = "fp8"')
+    with pytest.raises(ScenarioError) as info:
+        check_scenario(scenarios.load(path))
+    assert ("no tensor parallelism of 4 data-parallel ranks up to 2 fits: use a GPU with more "
+            "memory, a smaller dtype (fp8, nvfp4) or fewer ranks") in str(info.value)

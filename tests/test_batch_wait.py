@@ -127,3 +127,47 @@ def test_a_bad_batch_wait_key_is_one_line(tmp_path):
         load(tmp_path, "batch_wait_max_tokens_ratio = 2")
     assert "scheduler.batch_wait_max_tokens_ratio: must be a number from 0 to 1" in \
         str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_step_that_does_not_ask_leaves_the_count_and_a_timeout_resets_it():
+    scheduler = make(iters=2, ratio=0.9)
+    decoding(scheduler)
+    scheduler.add(Sequence("b", 10, 5))
+    plan = scheduler.schedule()  # held: one
+    assert scheduler.holding and scheduler.batch_waited == 1
+    advance(scheduler, plan)
+    # nothing waiting to prefill: the step does not ask, the count stays
+    waiting = list(scheduler.waiting)
+    scheduler.waiting.remove(waiting[0])
+    plan = scheduler.schedule()
+    assert not scheduler.holding and scheduler.batch_waited == 1
+    advance(scheduler, plan)
+    scheduler.waiting.push(waiting[0])
+    plan = scheduler.schedule()  # held: two
+    assert scheduler.holding and scheduler.batch_waited == 2
+    advance(scheduler, plan)
+    plan = scheduler.schedule()  # two steps have held: it runs, and the count starts again
+    assert [n for _, n in plan.prefills] == [10] and scheduler.batch_waited == 0
+
+
+def test_a_handed_over_sequence_decodes_and_is_never_held():
+    """A sequence a prefill engine handed over has its KV: it joins the decodes at once (it is
+    a generation request to TensorRT-LLM), while a new prompt behind it waits."""
+    prefill = make(iters=0, ratio=0.0)
+    prefill.prefill_only = True
+    handed = Sequence("h", 12, 8)
+    prefill.add(handed)
+    prefill.postprocess(prefill.schedule())
+    decode = make(iters=5, ratio=0.9)
+    decoding(decode)
+    decode.add_transferred(handed)
+    decode.add(Sequence("b", 10, 5))
+    plan = decode.schedule()
+    assert decode.holding and not plan.prefills
+    assert [s.request_id for s in plan.decodes] == ["a", "h"]
+
+
+def test_batch_waiting_is_refused_with_data_parallel_ranks():
+    with pytest.raises(ValueError, match="TensorRT-LLM does not hold prefills under attention "
+                                         "data parallelism"):
+        SchedulerConfig(batch_wait_timeout_iters=4, data_parallel_size=2)

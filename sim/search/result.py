@@ -1,10 +1,10 @@
 """What a search found: per point, its probes and the figures points are compared by.
 
 A point's capacity is the highest probed arrival rate at which the target share of requests
-met every SLO; per GPU it divides by the point's GPUs (each replica's `hardware.tp`, summed over
-`cluster.replicas` or the pools), per dollar-hour by what they cost (`hardware.cost_per_hour`,
-else the GPU catalog's assumed price; none for other cost models or when a replica's price is
-unknown). The goodput measured at that rate (requests meeting every SLO over the probe's whole
+met every SLO; per GPU it divides by the point's GPUs (each replica's `hardware.tp` x
+`hardware.dp`, summed over `cluster.replicas` or the pools), per dollar-hour by what they
+cost (`hardware.cost_per_hour`, else the GPU catalog's assumed price; none for other cost
+models or when a replica's price is unknown). The goodput measured at that rate (requests meeting every SLO over the probe's whole
 run, the drain of its last requests included, as summary.csv's goodput) is reported beside it
 as `measured_goodput`: it is lower than the capacity by the requests that missed an SLO and by
 the drain.
@@ -41,8 +41,8 @@ class PointResult:
 
     @property
     def gpus(self) -> int:
-        """GPUs of every replica (each pool's own `hardware.tp`)."""
-        return sum(hardware.tp if hardware else 1
+        """GPUs of every replica (each pool's own `hardware.tp` x `hardware.dp`)."""
+        return sum(hardware.tp * hardware.dp if hardware else 1
                    for hardware in _replica_hardware(self.spec.config))
 
     @property
@@ -53,7 +53,7 @@ class PointResult:
             price = cost_per_hour(hardware) if hardware else None
             if price is None:
                 return None
-            total += price * hardware.tp
+            total += price * hardware.tp * hardware.dp
         return total
 
     def figures(self) -> dict:

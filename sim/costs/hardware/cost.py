@@ -18,11 +18,11 @@ duration is bit for bit the one the step alone would give.
 
 With attention data parallelism (`hardware.dp` ranks of tp GPUs, a model with experts) every
 rank attends over its own requests and the experts take every rank's tokens, the ranks
-stepping together: a step costs its most loaded rank (its ceil(1/dp) share of the step's decodes
-and of its prefill chunks, `rank_shape`) through every operator but the routed experts, and the
-routed experts of all T rows across the tp x dp GPUs, with the exchange of those rows around
-them (an all-gather before and a reduce-scatter after: costed as one all-reduce of T x d_model
-over the tp x dp GPUs) in place of the rank's second all-reduce of an expert layer.
+stepping together: a step costs its most loaded rank (its ceil(n/dp) share of the step's n
+decodes and of its prefill chunks, `rank_shape`) through every operator but the routed experts,
+and the routed experts of all T rows across the tp x dp GPUs, with the exchange of those rows
+around them (an all-gather before and a reduce-scatter after: costed as one all-reduce of
+T x d_model over the tp x dp GPUs) in place of the rank's second all-reduce of an expert layer.
 
 A sliding layer's attention is charged at most `sliding_window` keys a query: decode attends
 min(keys, decodes x window) keys and prefill does min(causal work, tokens x window) and reads
@@ -166,7 +166,8 @@ class HardwareCost(CostModel):
                 block = sum(times[op] for op in (*MLA_BLOCK_OPS, "attn_rope")
                             if op in times) * arch.n_layers
                 self._block_list = block.tolist()
-            times, beyond = self.measured.layer_times(times, t)
+            ranks_only = None if self.dp == 1 else [op for op in times if op not in ROUTED_OPS]
+            times, beyond = self.measured.layer_times(times, t, ranks_only)
         ranks = self.dp > 1  # the routed experts and their exchange: `_grow_experts`
         for op, seconds in times.items():
             if ranks and op in ROUTED_OPS:
@@ -347,9 +348,11 @@ class HardwareCost(CostModel):
 
 def rank_shape(shape: StepShape, dp: int) -> StepShape:
     """The most loaded of `dp` data-parallel ranks' share of a step (numbers, or arrays of a
-    decode-only run): ceil(1/dp) of its decodes, with their share of the keys attended, and
-    ceil(1/dp) of its prefill chunks, with their share of the tokens (rounded up) and of the
-    attention work; its padding and sampled rows likewise."""
+    decode-only run): ceil(n / dp) of its n decodes, with their share of the keys attended;
+    ceil(m / dp) of its m prefill chunks, with that share of the tokens (rounded up), of the
+    attention work and of the context, but at least the step's token-weighted mean chunk
+    (sum n^2 / sum n, at most its longest: a chunk is one sequence's, never split over
+    ranks); its padding and sampled rows likewise."""
     decodes = shape.decode_seqs
     ranks_decodes = -(-decodes // dp)
     if isinstance(decodes, np.ndarray):
@@ -360,9 +363,9 @@ def rank_shape(shape: StepShape, dp: int) -> StepShape:
     else:
         context = shape.decode_context * ranks_decodes / decodes if decodes else 0
         span = shape.decode_span * ranks_decodes / decodes if decodes else 0
-    chunks = shape.prefill_seqs
-    share = -(-chunks // dp) / chunks if chunks else 0.0
-    return StepShape(prefill_tokens=math.ceil(shape.prefill_tokens * share),
+    chunks, tokens = shape.prefill_seqs, shape.prefill_tokens
+    share = max(-(-chunks // dp) / chunks, shape.prefill_square / tokens ** 2) if chunks else 0.0
+    return StepShape(prefill_tokens=math.ceil(tokens * share),
                      prefill_attention=shape.prefill_attention * share,
                      prefill_seqs=-(-chunks // dp),
                      decode_seqs=ranks_decodes, decode_context=context,

@@ -181,7 +181,7 @@ class MeasuredOps:
                 n, k = self.gemms[op]
                 times[op] = _merge(times[op], self.tables.gemm(rows, n, k, dtype,
                                                                self.activations), op, beyond)
-        if self._moe_dtype is not None:
+        if self._moe_dtype is not None and EXPERT_OPS[0] in times:
             fused = sum(times.pop(op) for op in EXPERT_OPS)
             times["moe_experts"] = _merge(fused, self._moe(rows, self._moe_dtype),
                                           "moe_experts", beyond)

@@ -79,10 +79,10 @@ def memory_plan(arch: Architecture, memory_bytes: float, utilization: float, tp:
                       arch.kv_bytes_per_token(tp, kv_bytes), block_size)
 
 
-def smallest_tp(arch: Architecture, plan_for) -> int | None:
-    """The smallest valid tensor-parallel degree (up to 8) whose plan holds at least one KV
-    block; `plan_for(tp)` gives the plan (with expert parallelism, at ep = tp)."""
-    for tp in valid_tps(arch):
+def smallest_tp(arch: Architecture, plan_for, limit: int = 8) -> int | None:
+    """The smallest valid tensor-parallel degree (up to `limit`) whose plan holds at least one
+    KV block; `plan_for(tp)` gives the plan (with expert parallelism, at ep = tp x dp)."""
+    for tp in valid_tps(arch, limit):
         if plan_for(tp).kv_blocks >= 1:
             return tp
     return None

@@ -115,11 +115,17 @@ def hardware_setup(config) -> HardwareSetup:
 
     plan = plan_for(tp)
     if plan.kv_blocks < 1:
-        fits = smallest_tp(arch, plan_for)
-        degree = f"hardware.tp = hardware.ep = {fits}" if ep > 1 else f"hardware.tp = {fits}"
-        hint = (f"the smallest tensor parallelism that fits is {degree}" if fits
-                else "no tensor parallelism up to 8 fits: use a GPU with more memory or a "
-                     "smaller dtype (fp8, nvfp4)")
+        fits = smallest_tp(arch, plan_for, 8 // dp)  # tp x dp GPUs of one node
+        if ep == 1:
+            degree = f"hardware.tp = {fits}"
+        elif dp == 1:
+            degree = f"hardware.tp = hardware.ep = {fits}"
+        else:
+            degree = f"hardware.tp = {fits} with hardware.ep = {(fits or 0) * dp}"
+        ranks = f" of {dp} data-parallel ranks" if dp > 1 else ""
+        hint = (f"the smallest tensor parallelism{ranks} that fits is {degree}" if fits
+                else f"no tensor parallelism{ranks} up to {8 // dp} fits: use a GPU with more "
+                     f"memory, a smaller dtype (fp8, nvfp4){' or fewer ranks' if dp > 1 else ''}")
         raise ValueError(
             f"hardware: {arch.name} does not fit on {gpu.id} at tp = {tp} ({dtype}): it needs "
             f"{plan.needed / GIB:.1f} GiB per GPU before any KV cache ({plan.weights / GIB:.1f} "
