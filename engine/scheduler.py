@@ -45,6 +45,7 @@ running list) and `sync` (bring every count up to date before something outside 
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
 
 from .block_manager import BlockManager, blocks_needed
 from .kv_reservation import admit_sequence, has_free_capacity, preempt_sequence, \
@@ -65,6 +66,16 @@ _RESUMING = (SequenceStatus.SWAPPED, SequenceStatus.TRANSFERRED)  # their KV is 
 
 
 # --- the policy ----------------------------------------------------------------------------------
+
+
+@dataclass
+class BatchWait:
+    """TensorRT-LLM's batch waiting: steps that have held prefills back in a row, and whether
+    the step just planned did (one attribute of the scheduler, as its instance attributes are
+    kept few: a hot object's loads slow past about 29 of them)."""
+
+    waited: int = 0
+    holding: bool = False
 
 
 class Scheduler:
@@ -91,10 +102,7 @@ class Scheduler:
         )
         self._caching = block_manager.prefix_caching  # engine.prefix_cache
         self.prefill_only = False  # disaggregation: release sequences after their first token
-        # batch waiting: steps that have held prefills back in a row, and whether the step just
-        # planned did (`_hold_prefills`)
-        self.batch_waited = 0
-        self.holding = False
+        self.batch_wait = BatchWait()  # TensorRT-LLM's batch waiting (`_hold_prefills`)
 
     def sync(self) -> None:
         """Bring every running sequence's counts up to date before something outside the
@@ -192,9 +200,8 @@ class Scheduler:
         prefilling: list[Sequence] = []
         plan.decodes = self.reserve_decodes(plan, prefilling)
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size - len(plan.decodes)
-        self.holding = cfg.batch_wait_timeout_iters > 0 and \
-            self._hold_prefills(plan.decodes, prefilling, budget)
-        if self.holding:  # those whose KV is computed still join, to decode
+        if cfg.batch_wait_timeout_iters and self._hold_prefills(plan.decodes, prefilling, budget):
+            # those whose KV is computed still join, to decode
             self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size, decoders=True)
             return
         for seq in prefilling:  # prefills split over earlier steps: their blocks are reserved
@@ -211,18 +218,21 @@ class Scheduler:
         (and resets the count) once the tokens of the sequences it would prefill and the
         decodes fill `batch_wait_max_tokens_ratio` of the token budget or
         `batch_wait_timeout_iters` steps have held them, else holds and counts one more."""
+        wait = self.batch_wait
+        wait.holding = False
         if not decodes:
             return False
         tokens = self._prefill_preview(prefilling, budget)
         if not tokens:
             return False
         cfg = self.config  # one rank: batch waiting is refused with data-parallel ranks
-        if (self.batch_waited >= cfg.batch_wait_timeout_iters
+        if (wait.waited >= cfg.batch_wait_timeout_iters
                 or tokens + len(decodes) >= cfg.batch_wait_max_tokens_ratio
                 * cfg.max_num_batched_tokens):
-            self.batch_waited = 0
+            wait.waited = 0
             return False
-        self.batch_waited += 1
+        wait.waited += 1
+        wait.holding = True
         return True
 
     def _prefill_preview(self, prefilling: list, budget: int) -> int:

@@ -43,7 +43,7 @@ def test_prefills_wait_a_few_steps_while_sequences_decode(queue):
     held, prefilled = [], []
     for _ in range(5):
         plan = scheduler.schedule()
-        held.append(scheduler.holding)
+        held.append(scheduler.batch_wait.holding)
         prefilled.append([n for _, n in plan.prefills])
         assert plan.decodes[0].request_id == "a"
         advance(scheduler, plan)
@@ -56,12 +56,12 @@ def test_enough_waiting_tokens_end_the_wait_at_once():
     decoding(scheduler)
     scheduler.add(Sequence("b", 20, 5))
     plan = scheduler.schedule()
-    assert not plan.prefills and scheduler.holding  # 20 + 1 < 32
+    assert not plan.prefills and scheduler.batch_wait.holding  # 20 + 1 < 32
     advance(scheduler, plan)
     scheduler.add(Sequence("c", 12, 5))
     plan = scheduler.schedule()
     assert [n for _, n in plan.prefills] == [20, 12]  # 33 >= 32
-    assert not scheduler.holding and scheduler.batch_waited == 0
+    assert not scheduler.batch_wait.holding and scheduler.batch_wait.waited == 0
 
 
 def test_without_batch_waiting_prefills_join_the_next_step():
@@ -134,20 +134,20 @@ def test_a_step_that_does_not_ask_leaves_the_count_and_a_timeout_resets_it():
     decoding(scheduler)
     scheduler.add(Sequence("b", 10, 5))
     plan = scheduler.schedule()  # held: one
-    assert scheduler.holding and scheduler.batch_waited == 1
+    assert scheduler.batch_wait.holding and scheduler.batch_wait.waited == 1
     advance(scheduler, plan)
     # nothing waiting to prefill: the step does not ask, the count stays
     waiting = list(scheduler.waiting)
     scheduler.waiting.remove(waiting[0])
     plan = scheduler.schedule()
-    assert not scheduler.holding and scheduler.batch_waited == 1
+    assert not scheduler.batch_wait.holding and scheduler.batch_wait.waited == 1
     advance(scheduler, plan)
     scheduler.waiting.push(waiting[0])
     plan = scheduler.schedule()  # held: two
-    assert scheduler.holding and scheduler.batch_waited == 2
+    assert scheduler.batch_wait.holding and scheduler.batch_wait.waited == 2
     advance(scheduler, plan)
     plan = scheduler.schedule()  # two steps have held: it runs, and the count starts again
-    assert [n for _, n in plan.prefills] == [10] and scheduler.batch_waited == 0
+    assert [n for _, n in plan.prefills] == [10] and scheduler.batch_wait.waited == 0
 
 
 def test_a_handed_over_sequence_decodes_and_is_never_held():
@@ -163,7 +163,7 @@ def test_a_handed_over_sequence_decodes_and_is_never_held():
     decode.add_transferred(handed)
     decode.add(Sequence("b", 10, 5))
     plan = decode.schedule()
-    assert decode.holding and not plan.prefills
+    assert decode.batch_wait.holding and not plan.prefills
     assert [s.request_id for s in plan.decodes] == ["a", "h"]
 
 

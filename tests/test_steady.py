@@ -235,3 +235,15 @@ def test_bulk_and_eager_schedulers_make_the_same_plans_blocks_and_finishes(
                                     max_size=len(lengths)))
     assert_side_by_side(lengths, blocks, queue, swap, chunked, max_num_seqs, caching, engage,
                         arrivals, priorities)
+
+
+def test_the_steady_scheduler_keeps_its_attributes_within_cpythons_shared_key_table():
+    """CPython 3.11 loads an object's attributes fast while its keys fit the class's shared key
+    table (about 29); past it the simulation's hottest object reads 10% slower
+    (docs/sim/speed.md, "Few attributes on the scheduler")."""
+    from engine.block_manager import BlockManager
+    from engine.scheduler_config import SchedulerConfig
+    from sim.fastpath import SteadyScheduler
+
+    scheduler = SteadyScheduler(SchedulerConfig(), BlockManager(64, 16))
+    assert len(vars(scheduler)) <= 28

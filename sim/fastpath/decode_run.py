@@ -109,7 +109,7 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
     request)."""
     if scheduler.prefill_only:
         return None  # its sequences leave after their first token
-    if scheduler.holding:
+    if scheduler.batch_wait.holding:
         return None  # prefills held back (batch waiting) run within a few steps
     members = scheduler.running
     static = scheduler.config.policy == "static"

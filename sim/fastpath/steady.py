@@ -58,7 +58,6 @@ class SteadyScheduler(Scheduler):
         self.finish_steps: list[int] = []  # heap of finish_due's steps (with repeats)
         # Prefix caching: steady sequences whose decode fills a block whose hash is known, and
         # the step's eagerly counted decodes that fill one, (sequence, block index) in order.
-        self.caching = block_manager.prefix_caching
         self.fill_due: dict[int, dict] = {}  # step -> {seq_id: steady sequence filling a block}
         self.fills_running: list = []
         self.fills_swapped: list = []
@@ -193,7 +192,7 @@ class SteadyScheduler(Scheduler):
                 bm.allocate_block(seq.seq_id)
                 last = self._last_step(seq)
                 self._due(self.block_due, k + bs, seq, last)
-                if self.caching:
+                if self._caching:
                     self._fill_due(seq, k + bs - 1, last)
                 continue
             row = seq.prompt_len + seq.num_output_tokens - 1
@@ -223,7 +222,7 @@ class SteadyScheduler(Scheduler):
         plain = self.plain + plan.decodes[self.reserved:]  # then the swapped-in decodes
         from_running = len(self.plain)
         ended, swapped = [], []
-        fills, bs = (self.fills_running, self.fills_swapped) if self.caching else None, \
+        fills, bs = (self.fills_running, self.fills_swapped) if self._caching else None, \
             self.block_size
         consecutive = len(plan.decodes) - len(plain)  # the steady ones: one token each
         for i, seq in enumerate(plain):  # the engine's decode loop
@@ -301,7 +300,7 @@ class SteadyScheduler(Scheduler):
         row = seq.prompt_len + seq.num_output_tokens - 1  # the KV row step s writes
         capacity = len(self.block_manager.block_tables[seq.seq_id]) * self.block_size
         self._due(self.block_due, s + capacity - row, seq, last)
-        if self.caching and capacity > row:  # else step s - 1 filled its last block
+        if self._caching and capacity > row:  # else step s - 1 filled its last block
             self._fill_due(seq, s + capacity - row - 1, last)
 
     def _fill_due(self, seq, step: int, last: int) -> None:
