@@ -45,10 +45,10 @@ running list) and `sync` (bring every count up to date before something outside 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 
+from .batch_wait import BatchWait, hold_prefills
 from .block_manager import BlockManager, blocks_needed
-from .kv_reservation import admit_sequence, has_free_capacity, preempt_sequence, \
+from .kv_reservation import RESUMING, admit_sequence, has_free_capacity, preempt_sequence, \
     reserve_decode_blocks
 from .prefix_cache import block_hashes
 from .queues import QUEUES
@@ -62,20 +62,9 @@ __all__ = ["POLICIES", "SchedulerConfig", "StepPlan", "Scheduler", "has_free_cap
 
 _RUNNING = SequenceStatus.RUNNING
 _SWAPPED = SequenceStatus.SWAPPED
-_RESUMING = (SequenceStatus.SWAPPED, SequenceStatus.TRANSFERRED)  # their KV is computed
 
 
 # --- the policy ----------------------------------------------------------------------------------
-
-
-@dataclass
-class BatchWait:
-    """TensorRT-LLM's batch waiting: steps that have held prefills back in a row, and whether
-    the step just planned did (one attribute of the scheduler, as its instance attributes are
-    kept few: a hot object's loads slow past about 29 of them)."""
-
-    waited: int = 0
-    holding: bool = False
 
 
 class Scheduler:
@@ -102,7 +91,7 @@ class Scheduler:
         )
         self._caching = block_manager.prefix_caching  # engine.prefix_cache
         self.prefill_only = False  # disaggregation: release sequences after their first token
-        self.batch_wait = BatchWait()  # TensorRT-LLM's batch waiting (`_hold_prefills`)
+        self.batch_wait = BatchWait()  # TensorRT-LLM's batch waiting (`batch_wait.py`)
 
     def sync(self) -> None:
         """Bring every running sequence's counts up to date before something outside the
@@ -200,7 +189,7 @@ class Scheduler:
         prefilling: list[Sequence] = []
         plan.decodes = self.reserve_decodes(plan, prefilling)
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size - len(plan.decodes)
-        if cfg.batch_wait_timeout_iters and self._hold_prefills(plan.decodes, prefilling, budget):
+        if cfg.batch_wait_timeout_iters and hold_prefills(self, plan.decodes, prefilling, budget):
             # those whose KV is computed still join, to decode
             self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size, decoders=True)
             return
@@ -211,55 +200,6 @@ class Scheduler:
             plan.prefills.append((seq, n))
             budget -= n
         self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
-
-    def _hold_prefills(self, decodes: list, prefilling: list, budget: int) -> bool:
-        """TensorRT-LLM's batch waiting (its `PyExecutor._waiting_requests`): whether this step
-        holds its prefills back. Only a step with decodes and prefills asks; it stops holding
-        (and resets the count) once the tokens of the sequences it would prefill and the
-        decodes fill `batch_wait_max_tokens_ratio` of the token budget or
-        `batch_wait_timeout_iters` steps have held them, else holds and counts one more."""
-        wait = self.batch_wait
-        wait.holding = False
-        if not decodes:
-            return False
-        tokens = self._prefill_preview(prefilling, budget)
-        if not tokens:
-            return False
-        cfg = self.config  # one rank: batch waiting is refused with data-parallel ranks
-        if (wait.waited >= cfg.batch_wait_timeout_iters
-                or tokens + len(decodes) >= cfg.batch_wait_max_tokens_ratio
-                * cfg.max_num_batched_tokens):
-            wait.waited = 0
-            return False
-        wait.waited += 1
-        wait.holding = True
-        return True
-
-    def _prefill_preview(self, prefilling: list, budget: int) -> int:
-        """The tokens of the sequences this step would prefill (changing nothing), each counted
-        whole, as TensorRT-LLM counts a context request's tokens: the prefills under way, then
-        the queue's head as `_admit` would take it; one whose KV is computed (swapped out, or
-        handed over by a prefill engine) decodes, and counts nothing."""
-        cfg, bm = self.config, self.block_manager
-        tokens = 0
-        for seq in prefilling:
-            if budget == 0:
-                return tokens
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget, cfg.max_num_batched_tokens)
-            tokens, budget = tokens + seq.num_tokens, budget - n
-        slots = cfg.max_num_seqs * cfg.data_parallel_size - len(self.running)
-        blocks = 0
-        for seq in self.waiting.head(max(slots, 0)):
-            if budget == 0:
-                break
-            left = seq.num_tokens - seq.num_computed_tokens
-            decodes = seq.status in _RESUMING and left == 1
-            n = 1 if decodes else self._first_chunk(left, budget)
-            blocks += blocks_needed(seq.num_tokens, bm.block_size)
-            if not n or not has_free_capacity(bm, blocks):
-                break
-            tokens, budget = tokens + (0 if decodes else seq.num_tokens), budget - n
-        return tokens
 
     def reserve_decodes(self, plan: StepPlan, prefilling: list) -> list[Sequence]:
         """The running sequences that decode in the step being planned, in running order, each
@@ -295,10 +235,10 @@ class Scheduler:
         bm, waiting = self.block_manager, self.waiting
         while waiting and len(self.running) < max_running and budget != 0:
             seq = waiting.peek()
-            if decoders and not (seq.status in _RESUMING
+            if decoders and not (seq.status in RESUMING
                                  and seq.num_tokens - seq.num_computed_tokens == 1):
                 break
-            if seq.status in _RESUMING:
+            if seq.status in RESUMING:
                 n = self._swap_in(plan, seq, budget)
                 if not n:
                     break
@@ -307,7 +247,7 @@ class Scheduler:
                 continue
             hits = self._cached_prefix(seq) if self._caching else ()
             cached = len(hits) * bm.block_size
-            chunk = self._first_chunk(seq.num_tokens - cached, budget)
+            chunk = self.first_chunk(seq.num_tokens - cached, budget)
             need = blocks_needed(seq.num_tokens, bm.block_size) - len(hits)
             if hits:
                 need += bm.evictable_among(hits)  # free blocks that its hits take up
@@ -334,7 +274,7 @@ class Scheduler:
         changes)."""
         bm = self.block_manager
         left = seq.num_tokens - seq.num_computed_tokens
-        n = 1 if left == 1 else self._first_chunk(left, budget)
+        n = 1 if left == 1 else self.first_chunk(left, budget)
         if not n or not has_free_capacity(bm, blocks_needed(seq.num_tokens, bm.block_size)):
             return 0
         self.waiting.pop()
@@ -383,7 +323,7 @@ class Scheduler:
         last = min(last, len(hashes))
         bm.cache_filled(bm.block_tables[seq.seq_id][first:last], hashes[first:last])
 
-    def _first_chunk(self, n_tokens: int, budget: int | None) -> int:
+    def first_chunk(self, n_tokens: int, budget: int | None) -> int:
         """Tokens to prefill in the admission step; 0: wait for a step with more budget. A
         sequence prefills at most one data-parallel rank's budget in a step."""
         cfg = self.config

@@ -17,7 +17,7 @@ from helpers.runs import records
 from scenarios import ScenarioError
 from sim.build import build_cost, hardware_of
 from sim.checks import check_scenario
-from sim.costs.hardware.cost import rank_shape
+from sim.costs.hardware.ranks import rank_shape
 from sim.costs.shape import StepShape
 from sim.runner import run_config
 

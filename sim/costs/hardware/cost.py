@@ -44,6 +44,7 @@ from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_by
                         elementwise_bytes, expert_counts, layers_of, lm_head_counts,
                         matmul_counts)
 from .measured import EXPERT_OPS, MLA_BLOCK_OPS, MeasuredOps, say_once
+from .ranks import rank_shape
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time
 
@@ -191,10 +192,7 @@ class HardwareCost(CostModel):
         if self.measured is not None:
             head = self.measured.lm_head(head, t, beyond)
         head[0] = 0.0
-        if beyond:
-            say_once(f"note: {self.source}: steps of more than {min(beyond.values()):,} rows "
-                     f"are past the measured tables' reach (2x their range) for "
-                     f"{', '.join(sorted(beyond))}; costed by the roofline there")
+        self._say_beyond(beyond, "")
         self._rows, self._rows_list = rows, rows.tolist()
         self._head, self._head_list = head, head.tolist()
         self._compute = self.eff.compute_at(np.maximum(t, 1))
@@ -216,25 +214,23 @@ class HardwareCost(CostModel):
         routed = sum(seconds for op, seconds in times.items() if op in ROUTED_OPS)
         experts = arch.moe_layers * (routed + exchange)
         experts[0] = 0.0
-        if beyond:
-            say_once(f"note: {self.source}: steps of more than {min(beyond.values()):,} rows "
-                     f"(every rank's) are past the measured tables' reach (2x their range) for "
-                     f"{', '.join(sorted(beyond))}; costed by the roofline there")
+        self._say_beyond(beyond, " (every rank's)")
         self._experts, self._experts_list = experts, experts.tolist()
+
+    def _say_beyond(self, beyond: dict, rows: str) -> None:
+        """Say once which operators' tables a tabulated step size is past the reach of."""
+        if beyond:
+            say_once(f"note: {self.source}: steps of more than {min(beyond.values()):,} rows"
+                     f"{rows} are past the measured tables' reach (2x their range) for "
+                     f"{', '.join(sorted(beyond))}; costed by the roofline there")
 
     def _fit(self, largest: int) -> None:
         if largest >= len(self._rows_list):
-            size = len(self._rows_list)
-            while size <= largest:
-                size *= 2
-            self._grow(size)
+            self._grow(covering(len(self._rows_list), largest))
 
     def _fit_experts(self, largest: int) -> None:
         if largest >= len(self._experts_list):
-            size = max(len(self._experts_list), 1024)
-            while size <= largest:
-                size *= 2
-            self._grow_experts(size)
+            self._grow_experts(covering(max(len(self._experts_list), 1024), largest))
 
     # --- the cost -----------------------------------------------------------------------------
     def step_time(self, shape: StepShape):
@@ -346,32 +342,8 @@ class HardwareCost(CostModel):
         return np.where(decodes > 0, attended, time)
 
 
-def rank_shape(shape: StepShape, dp: int) -> StepShape:
-    """The most loaded of `dp` data-parallel ranks' share of a step (numbers, or arrays of a
-    decode-only run): ceil(n / dp) of its n decodes, with their share of the keys attended;
-    ceil(m / dp) of its m prefill chunks, with that share of the tokens (rounded up), of the
-    attention work and of the context, but at least the step's token-weighted mean chunk
-    (sum n^2 / sum n, at most its longest: a chunk is one sequence's, never split over
-    ranks); its padding and sampled rows likewise."""
-    decodes = shape.decode_seqs
-    ranks_decodes = -(-decodes // dp)
-    if isinstance(decodes, np.ndarray):
-        context = np.where(decodes > 0, shape.decode_context * ranks_decodes
-                           / np.maximum(decodes, 1), 0)
-        span = np.where(decodes > 0, shape.decode_span * ranks_decodes
-                        / np.maximum(decodes, 1), 0)
-    else:
-        context = shape.decode_context * ranks_decodes / decodes if decodes else 0
-        span = shape.decode_span * ranks_decodes / decodes if decodes else 0
-    chunks, tokens = shape.prefill_seqs, shape.prefill_tokens
-    share = max(-(-chunks // dp) / chunks, shape.prefill_square / tokens ** 2) if chunks else 0.0
-    return StepShape(prefill_tokens=math.ceil(tokens * share),
-                     prefill_attention=shape.prefill_attention * share,
-                     prefill_seqs=-(-chunks // dp),
-                     decode_seqs=ranks_decodes, decode_context=context,
-                     padding_seqs=-(-shape.padding_seqs // dp),
-                     sampled_seqs=-(-shape.sampled_seqs // dp),
-                     prefill_context=shape.prefill_context * share,
-                     decode_span=span, decode_gathered=shape.decode_gathered,
-                     decoding=shape.decoding,
-                     prefill_square=shape.prefill_square * share)
+def covering(size: int, largest: int) -> int:
+    """`size` doubled until a table of that many rows holds row `largest`."""
+    while size <= largest:
+        size *= 2
+    return size

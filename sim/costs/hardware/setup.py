@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .architecture import DTYPE_BYTES, Architecture, compute_dtype, expert_bytes
+from .architecture import (DTYPE_BYTES, EXPERT_BYTES, Architecture, compute_dtype,
+                           expert_bytes)
 from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
 from .kernels import KernelTables, TablesMiss
 from .measured import MeasuredOps, say_once
@@ -93,7 +94,7 @@ def hardware_setup(config) -> HardwareSetup:
     arch.check_tp(tp)
     arch.check_ep(ep, tp, dp)
     gpu.peak_flops(compute_dtype(dtype))  # the GPU computes in this dtype
-    if dtype in ("mxfp4",) and not arch.is_moe:
+    if dtype in EXPERT_BYTES and not arch.is_moe:
         raise ValueError(f"hardware.dtype: mxfp4 quantizes a mixture of experts' routed experts "
                          f"(gpt-oss's checkpoints); {arch.name or 'the model'} has none (use "
                          f"fp16, bf16, fp8 or nvfp4)")
@@ -116,16 +117,18 @@ def hardware_setup(config) -> HardwareSetup:
     plan = plan_for(tp)
     if plan.kv_blocks < 1:
         fits = smallest_tp(arch, plan_for, 8 // dp)  # tp x dp GPUs of one node
-        if ep == 1:
-            degree = f"hardware.tp = {fits}"
-        elif dp == 1:
-            degree = f"hardware.tp = hardware.ep = {fits}"
-        else:
-            degree = f"hardware.tp = {fits} with hardware.ep = {(fits or 0) * dp}"
         ranks = f" of {dp} data-parallel ranks" if dp > 1 else ""
-        hint = (f"the smallest tensor parallelism{ranks} that fits is {degree}" if fits
-                else f"no tensor parallelism{ranks} up to {8 // dp} fits: use a GPU with more "
-                     f"memory, a smaller dtype (fp8, nvfp4){' or fewer ranks' if dp > 1 else ''}")
+        if not fits:
+            hint = (f"no tensor parallelism{ranks} up to {8 // dp} fits: use a GPU with more "
+                    f"memory, a smaller dtype (fp8, nvfp4){' or fewer ranks' if dp > 1 else ''}")
+        else:
+            if ep == 1:
+                degree = f"hardware.tp = {fits}"
+            elif dp == 1:
+                degree = f"hardware.tp = hardware.ep = {fits}"
+            else:
+                degree = f"hardware.tp = {fits} with hardware.ep = {fits * dp}"
+            hint = f"the smallest tensor parallelism{ranks} that fits is {degree}"
         raise ValueError(
             f"hardware: {arch.name} does not fit on {gpu.id} at tp = {tp} ({dtype}): it needs "
             f"{plan.needed / GIB:.1f} GiB per GPU before any KV cache ({plan.weights / GIB:.1f} "

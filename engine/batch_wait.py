@@ -1,0 +1,73 @@
+"""TensorRT-LLM's batch waiting (its `PyExecutor._waiting_requests`; the scheduler keys
+`batch_wait_timeout_iters` and `batch_wait_max_tokens_ratio`): while sequences decode, new
+prefills are held back until the sequences a step would prefill, each counted whole, and its
+decodes fill `batch_wait_max_tokens_ratio` of the token budget, or `batch_wait_timeout_iters`
+steps in a row have held them. Only a step with both decodes and prefills asks; a sequence
+whose KV is computed (swapped out, handed over by a prefill engine) decodes, counts nothing
+and joins even a held step. One rank's: `SchedulerConfig` refuses it with data-parallel ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .block_manager import blocks_needed
+from .kv_reservation import RESUMING, has_free_capacity
+
+
+@dataclass
+class BatchWait:
+    """Steps that have held prefills back in a row, and whether the step just planned did (one
+    attribute of the scheduler: its instance attributes are kept few, docs/sim/speed.md)."""
+
+    waited: int = 0
+    holding: bool = False
+
+
+def hold_prefills(scheduler, decodes: list, prefilling: list, budget: int) -> bool:
+    """Whether the step being planned holds its prefills back (module docstring): it stops
+    holding, and resets the count, once the prefill tokens and the decodes reach the ratio of
+    the budget or the count reaches the iterations, else holds and counts one more. `prefilling`:
+    the running sequences still prefilling; `budget`: the tokens left after the decodes."""
+    wait = scheduler.batch_wait
+    wait.holding = False
+    if not decodes:
+        return False
+    tokens = prefill_preview(scheduler, prefilling, budget)
+    if not tokens:
+        return False
+    cfg = scheduler.config
+    if (wait.waited >= cfg.batch_wait_timeout_iters
+            or tokens + len(decodes) >= cfg.batch_wait_max_tokens_ratio
+            * cfg.max_num_batched_tokens):
+        wait.waited = 0
+        return False
+    wait.waited += 1
+    wait.holding = True
+    return True
+
+
+def prefill_preview(scheduler, prefilling: list, budget: int) -> int:
+    """The tokens of the sequences the step would prefill, each counted whole (changing
+    nothing): the prefills under way, then the queue's head as the scheduler's admission would
+    take it (prefix-cache hits not taken off)."""
+    cfg, bm = scheduler.config, scheduler.block_manager
+    tokens = 0
+    for seq in prefilling:  # one rank: no per-sequence cap
+        if budget == 0:
+            return tokens
+        n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+        tokens, budget = tokens + seq.num_tokens, budget - n
+    slots = cfg.max_num_seqs - len(scheduler.running)
+    blocks = 0
+    for seq in scheduler.waiting.head(max(slots, 0)):
+        if budget == 0:
+            break
+        left = seq.num_tokens - seq.num_computed_tokens
+        decodes = seq.status in RESUMING and left == 1
+        n = 1 if decodes else scheduler.first_chunk(left, budget)
+        blocks += blocks_needed(seq.num_tokens, bm.block_size)
+        if not n or not has_free_capacity(bm, blocks):
+            break
+        tokens, budget = tokens + (0 if decodes else seq.num_tokens), budget - n
+    return tokens
