@@ -183,8 +183,12 @@ def step_costs(config) -> str:
             if hardware.derived and hardware.derived.get("kernel_sources") else \
             "roofline of every operator with efficiencies calibrated on measured A100 and " \
             "H100 kernels"
-        return (f"hardware: {kernels}, plus {hardware.step_overhead_s * 1e3:g} ms a step "
-                f"and {hardware.seq_overhead_s * 1e6:g} us a sequence of server overhead")
+        server = (f"{hardware.step_overhead_s * 1e3:g} ms a step and "
+                  f"{hardware.seq_overhead_s * 1e6:g} us a sequence of server time")
+        if hardware.async_scheduling:
+            return (f"hardware: {kernels}; {server}, overlapping the GPU's (async "
+                    f"scheduling: a newcomer joins the step after the one planned)")
+        return f"hardware: {kernels}, plus {server} (no async scheduling)"
     if cost.model == "profile":
         return f"predicted by the fitted profile `{cost.profile}`"
     coefficients = {"step_overhead_s": cost.step_overhead_s,

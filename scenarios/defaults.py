@@ -119,6 +119,10 @@ HARDWARE_DEFAULTS = {
     "gpu_memory_utilization": 0.9,  # vLLM's default
     "step_overhead_s": 1.0e-3,  # the server's own time a step (an assumption: measure yours)
     "seq_overhead_s": 10e-6,  # and per sequence of the batch
+    # the server plans each step while the one before runs, its own time hidden behind the
+    # GPU's (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers: each
+    # framework's default); false: plan, then run, as vLLM before 2026 by default
+    "async_scheduling": True,
     "framework": "vllm",  # whose measured kernels cost the step (sim/costs/hardware/kernels.py)
 }
 FRAMEWORKS = ("vllm", "sglang", "trtllm")

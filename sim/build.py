@@ -150,7 +150,8 @@ def build_cost(config: RunConfig, hardware=None):
         from .costs.hardware import HardwareCost
 
         return HardwareCost(hardware or hardware_of(config), config.hardware.step_overhead_s,
-                            config.hardware.seq_overhead_s)
+                            config.hardware.seq_overhead_s,
+                            async_scheduling=config.hardware.async_scheduling)
     return cost_model(config.cost, config.model)
 
 

@@ -16,6 +16,12 @@ process may feed several engines (a cluster's replicas, `sim.cluster`): each eng
 With prefill/decode disaggregation a prefill replica hands each request off after its first
 token (`SimState.hand_off`) and the router moves its KV to a decode replica.
 
+Async scheduling: a server that plans each step while the one before runs (the cost model's
+`async_scheduling`: vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers)
+has planned the next step by the time a request arrives during a step; the request joins the
+step after that. Its replica holds it (`Replica.held`) until the engine has planned its next
+step, then queues it; an engine with nothing to run plans it at once.
+
 Fast forward: after a decode-only step, the decode steps that follow it
 (`sim.fastpath.decode_run`) up to the next event in SimPy's queue (an arrival, a think time
 ending) are predicted and recorded in one go (`sim.fastpath.start_run` / `finish_run`) with one
@@ -51,10 +57,39 @@ class Replica:
         self.index = index
         self.kv_log = kv_log
         self.wakeup = None  # the event an idle engine waits on
+        # async scheduling (module docstring): (request, whether its KV came from a prefill
+        # replica) for each that reached the replica since its engine last planned a step,
+        # queued once it has planned the next
+        self.plans_ahead = getattr(engine.executor, "async_scheduling", False)
+        self.held: list = []
 
     def wake(self) -> None:
         if self.wakeup is not None and not self.wakeup.triggered:
             self.wakeup.succeed()
+
+    def queue_held(self, state: "SimState") -> bool:
+        """Queue the held requests at the engine (a rejected one is recorded and retired);
+        True when any was queued."""
+        held, self.held = self.held, []
+        queued = False
+        for seq, transferred in held:
+            if transferred:
+                self.scheduler.add_transferred(seq)
+                queued = True
+            elif self.engine.add_request(seq):
+                queued = True
+            else:
+                state.retire(seq)
+        return queued
+
+    def receive(self, seq) -> None:
+        """Queue a request whose KV a prefill replica computed and sent (disaggregation):
+        at once, or with async scheduling once the engine has planned its next step."""
+        if self.plans_ahead:
+            self.held.append((seq, True))
+        else:
+            self.scheduler.add_transferred(seq)
+        self.wake()
 
 
 class SimState:
@@ -86,7 +121,10 @@ class SimState:
         if done is not None:
             self.waiters[seq.seq_id] = done
         replica = self.replicas[0] if self.router is None else self.router.route(seq)
-        if replica.engine.add_request(seq):
+        if replica.plans_ahead:
+            replica.held.append((seq, False))  # queued once the engine planned its next step
+            replica.wake()
+        elif replica.engine.add_request(seq):
             replica.wake()
         else:
             self.retire(seq)
@@ -227,6 +265,10 @@ def engine(env, state: SimState, replica: Replica):
         if idle_since is not None and after_idle is not None:
             after_idle(start_s - idle_since)
         plan, result = llm.start_step(start_s)
+        queued = bool(replica.held) and replica.queue_held(state)
+        if queued and result is None:
+            plan, result = llm.start_step(start_s)  # nothing was planned ahead of them
+            queued = False
         if result is None:
             if state.drained() and not scheduler.has_unfinished():
                 return
@@ -242,8 +284,9 @@ def engine(env, state: SimState, replica: Replica):
         end_s = start_s + result.duration_s
         if kv_log is not None:
             kv_log.step_started(start_s, plan.kv_blocks_used)
+        # no run after requests queued behind this plan: the next step takes them
         run = start_run(llm, plan, end_s, state.run_horizon(env), through_finishes) \
-            if state.fast_forward else None
+            if state.fast_forward and not queued else None
         if run is None:
             yield env.timeout(result.duration_s)
             finished = llm.finish_step(plan, result, start_s, env.now)

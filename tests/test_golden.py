@@ -152,7 +152,7 @@ def test_four_a100s_serving_llama2_70b_saturate_between_3_and_5_requests_per_sec
     ttft = [s["ttft_p50_s"] for s in summaries]
     achieved = [s["request_throughput"] for s in summaries]
     assert ttft[4] < 2 * ttft[0]  # 3 requests/s: still near the floor
-    assert ttft[-1] > 50 * ttft[0]  # 5 requests/s: the queue grows for the whole run
+    assert ttft[-1] > 10 * ttft[-2]  # 5 requests/s: the queue grows for the whole run, at 4 not
     assert achieved[-2] > 0.95 * 4.0 and achieved[-1] < 0.95 * 5.0  # keeps up to 4, not 5
 
 
@@ -202,7 +202,7 @@ def test_splitting_prefill_from_decode_cuts_the_inter_token_tail_and_costs_ttft(
     assert colocated["completed"] == split["completed"] == 600
     assert split["itl_p99_s"] < colocated["itl_p99_s"] / 3  # no prefill chunk in a decode step
     assert split["tpot_p99_s"] < 0.85 * colocated["tpot_p99_s"]
-    assert split["ttft_p99_s"] > 1.1 * colocated["ttft_p99_s"]  # half the GPUs prefill
+    assert split["ttft_p99_s"] > colocated["ttft_p99_s"]  # half the GPUs prefill
 
 
 def test_an_fp8_kv_cache_holds_twice_the_tokens_and_keeps_up_where_bf16_falls_behind():

@@ -105,7 +105,6 @@ class Disaggregation(Dispatch):
             yield self.env.timeout(self.link.transfer_s(seq.num_computed_tokens))
         seq.kv_transfer = seq.kv_transfer._replace(arrived_s=self.env.now)
         self.in_flight -= 1
-        decode.scheduler.add_transferred(seq)
-        decode.wake()
+        decode.receive(seq)
         if state.drained():  # the last one: idle engines may end
             state.wake_all()

@@ -46,6 +46,7 @@ class CostModelExecutor:
             raise TypeError(f"a cost model subclasses sim.costs.CostModel (step_time(shape) and "
                             f"optional hooks with defaults), got {type(cost_model).__name__}")
         self.cost_model = cost_model
+        self.async_scheduling = cost_model.async_scheduling  # for the simulation loop
         self.speed = speed
         self.block_size = block_size
         self.swap_block_s = swap_block_s

@@ -21,7 +21,11 @@ every cost model the same way:
   (1 <= k <= after_prefill_steps) after a step whose prefill chunks held `tokens` tokens
   (0.0 and 0: no such cost);
 - `swap_block_s(block_size)`: seconds to copy one KV block between GPU and host memory (None:
-  the simulator's default, a memcpy at `cost.swap_bandwidth_gbs`).
+  the simulator's default, a memcpy at `cost.swap_bandwidth_gbs`);
+- `async_scheduling`: whether the server it models plans each step while the one before runs
+  (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers): the simulation
+  loop then gives a request that arrives while a step runs to the step after the next, already
+  planned (`sim.loop`) (False: a request arriving during a step joins the next one).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class CostModel(ABC):
     reference_s = None
     counts_gathered = False
     after_prefill_steps = 0
+    async_scheduling = False
 
     @abstractmethod
     def step_time(self, shape: StepShape):

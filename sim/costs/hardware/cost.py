@@ -3,12 +3,18 @@ GPU's tables have them (`measured.py`: the weight matmuls, the fused MoE kernel,
 all-reduces, prefill and decode attention) and the roofline of every other operator, and of any
 the tables miss or do not reach.
 
-    step_s = cpu_overhead + layers x (linear and elementwise operators of T rows
-                                      + 2 all-reduces of T x d_model with tp > 1)
-             + prefill attention + decode attention (each layer's)
-             + embedding(T) + LM head(rows that sample)
+    gpu_s = layers x (linear and elementwise operators of T rows
+                      + 2 all-reduces of T x d_model with tp > 1)
+            + prefill attention + decode attention (each layer's)
+            + embedding(T) + LM head(rows that sample)
+    host_s = step_overhead_s + seq_overhead_s x sequences    (the server's own time)
+    step_s = max(gpu_s, host_s) with async scheduling, else gpu_s + host_s
 
-with T = prefill tokens + decodes + padding rows. A model with experts has two kinds of layer,
+with T = prefill tokens + decodes + padding rows. With async scheduling (the default, as every
+framework now runs: vLLM's `async_scheduling`, SGLang's overlap schedule, TensorRT-LLM's overlap
+scheduler) the server plans and prepares a step while the one before runs on the GPU, so its
+own time hides behind the GPU's; the price, one step more before a newcomer is scheduled, is
+the simulation loop's (`sim.loop`). A model with experts has two kinds of layer,
 dense-MLP and mixture-of-experts, each costed with its own operators; a model with sliding
 windows has two kinds of attention, full and windowed. The part that depends on T alone (every
 weight matmul, every elementwise kernel, the all-reduces, the embedding) is tabulated per T the
@@ -96,9 +102,12 @@ class HardwareCost(CostModel):
     kernels), so it does not count gathered keys."""
 
     def __init__(self, setup: HardwareSetup, step_overhead_s: float = STEP_OVERHEAD_S,
-                 seq_overhead_s: float = SEQ_OVERHEAD_S, efficiency=None):
-        """`efficiency`: a `timing.Efficiency` instead of the GPU's fitted one."""
+                 seq_overhead_s: float = SEQ_OVERHEAD_S, efficiency=None,
+                 async_scheduling: bool = True):
+        """`efficiency`: a `timing.Efficiency` instead of the GPU's fitted one;
+        `async_scheduling`: the server's own time overlaps the GPU's (module docstring)."""
         self.setup = setup
+        self.async_scheduling = async_scheduling
         self.arch, self.gpu, self.tp = setup.arch, setup.gpu, setup.tp
         self.peak = setup.gpu.peak_flops(compute_dtype(setup.dtype))
         self.bandwidth = setup.gpu.bandwidth
@@ -238,20 +247,37 @@ class HardwareCost(CostModel):
         if isinstance(rows, np.ndarray) or isinstance(shape.decode_context, np.ndarray):
             if self.dp > 1:
                 self._fit_experts(int(np.max(rows, initial=0)))
-                return self._step_time_arrays(rank_shape(shape, self.dp)) + self._experts[rows]
-            return self._step_time_arrays(shape)
+                rank = rank_shape(shape, self.dp)
+                time = self._step_time_arrays(rank) + self._experts[rows]
+            else:
+                rank = shape
+                time = self._step_time_arrays(shape)
+            return np.maximum(time, self._host_s(rank)) if self.async_scheduling else time
         if self.dp > 1:
             self._fit_experts(rows)
-            return self._rank_step_time(rank_shape(shape, self.dp)) + self._experts_list[rows]
-        return self._rank_step_time(shape)
+            rank = rank_shape(shape, self.dp)
+            time = self._rank_step_time(rank) + self._experts_list[rows]
+        else:
+            rank = shape
+            time = self._rank_step_time(shape)
+        if self.async_scheduling:
+            host = self._host_s(rank)
+            return host if host > time else time
+        return time
+
+    def _host_s(self, shape: StepShape):
+        """The server's own seconds of a step of `shape` (a rank's with dp > 1)."""
+        return self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs
+                                                             + shape.decode_seqs)
 
     def _rank_step_time(self, shape: StepShape) -> float:
         """A step's time through every operator `_rows` holds, of `shape` (one rank's with
-        dp > 1)."""
+        dp > 1), and the server's own time unless it overlaps the GPU's."""
         rows = shape.rows
         sampled, tokens, decodes = shape.sampled_seqs, shape.prefill_tokens, shape.decode_seqs
         self._fit(max(rows, sampled))
-        time = self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs + decodes)
+        time = 0.0 if self.async_scheduling else \
+            self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs + decodes)
         time = time + self._rows_list[rows] + self._head_list[sampled]  # as on arrays
         if tokens:
             causal = shape.prefill_attention - (shape.prefill_square - tokens) / 2 \
@@ -326,7 +352,8 @@ class HardwareCost(CostModel):
         decodes = np.broadcast_to(np.asarray(shape.decode_seqs), size)
         context = np.broadcast_to(np.asarray(shape.decode_context), size)
         self._fit(int(max(rows.max(initial=0), sampled.max(initial=0))))
-        time = self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs + decodes)
+        time = 0.0 if self.async_scheduling else \
+            self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs + decodes)
         time = time + self._rows[rows] + self._head[sampled]
         attended = time
         for group in self._decode:
