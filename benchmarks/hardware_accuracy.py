@@ -291,9 +291,9 @@ def engine_part() -> None:
     for name, cost in (
             ("this machine's fitted profile", profile),
             (f"roofline: {gflops:.0f} GFLOP/s, {gbs:.0f} GB/s, nothing else",
-             HardwareCost(setup, 0.0, 0.0, efficiency=ideal)),
+             HardwareCost(setup, 0.0, 0.0, efficiency=ideal, async_scheduling=False)),
             ("roofline + the loop's 50 us a step, 60 us a sequence",
-             HardwareCost(setup, 50e-6, 60e-6, efficiency=ideal))):
+             HardwareCost(setup, 50e-6, 60e-6, efficiency=ideal, async_scheduling=False))):
         e = step_errors(cost, steps)
         print(f"{name:52s} {100 * e['median_abs_rel_error']:6.1f}% "
               f"{100 * e['p90_abs_rel_error']:7.1f}% {100 * e['mean_rel_error']:+8.1f}% "

@@ -121,7 +121,7 @@ HARDWARE_DEFAULTS = {
     "seq_overhead_s": 10e-6,  # and per sequence of the batch
     # the server plans each step while the one before runs, its own time hidden behind the
     # GPU's (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers: each
-    # framework's default); false: plan, then run, as vLLM before 2026 by default
+    # framework's default in current releases); false: plan, then run, as older vLLM did
     "async_scheduling": True,
     "framework": "vllm",  # whose measured kernels cost the step (sim/costs/hardware/kernels.py)
 }

@@ -115,8 +115,9 @@ class SimState:
 
     def submit(self, index: int, arrival_s: float, done=None):
         """Create request `index` and queue it at its replica (the engine records it at once
-        if rejected); returns its Sequence. `done`: an event to trigger when it finishes or
-        is rejected."""
+        if rejected), or, if the replica plans ahead, hold it there until its engine has planned
+        its next step (`Replica.queue_held`); returns its Sequence. `done`: an event to trigger
+        when it finishes or is rejected."""
         seq = self.make_sequence(index, arrival_s)
         if done is not None:
             self.waiters[seq.seq_id] = done

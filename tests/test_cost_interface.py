@@ -91,6 +91,13 @@ def test_a_model_without_its_own_swap_time_gets_the_memcpy_and_the_hardware_mode
     assert swap_block_s(config, ScaledCost(hardware, 2.0)) == swap_block_s(config, hardware)
 
 
+def test_a_scaled_model_plans_ahead_as_the_model_it_scales(models):
+    hardware = models["hardware"]
+    assert hardware.async_scheduling and ScaledCost(hardware, 2.0).async_scheduling
+    assert not models["linear"].async_scheduling
+    assert not ScaledCost(models["linear"], 2.0).async_scheduling
+
+
 def _decode_run_shape(size: int, seed: int) -> StepShape:
     """A run's shape as `CostModelExecutor.execute_run` builds it: arrays for the counts that
     change from step to step, numbers for the rest."""

@@ -28,14 +28,15 @@ def reference_of(cost: CostModel) -> float:
 class ScaledCost(CostModel):
     """A cost model whose every step time (wake-up and after-prefill costs included) is
     multiplied by `factor`. The inner model's jitter is kept (it multiplies on top), and so
-    are its source, model, gathered-keys counting and swap time; it has no reference step of
-    its own (`reference_s` None: calibrate the inner model)."""
+    are its source, model, gathered-keys counting, swap time and async scheduling; it has no
+    reference step of its own (`reference_s` None: calibrate the inner model)."""
 
     def __init__(self, cost: CostModel, factor: float):
         self.cost, self.factor = cost, factor
         self.jitter, self.source, self.model = cost.jitter, cost.source, cost.model
         self.counts_gathered = cost.counts_gathered
         self.after_prefill_steps = cost.after_prefill_steps
+        self.async_scheduling = cost.async_scheduling
 
     def step_time(self, shape: StepShape):
         return self.factor * self.cost.step_time(shape)
