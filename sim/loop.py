@@ -266,10 +266,12 @@ def engine(env, state: SimState, replica: Replica):
         if idle_since is not None and after_idle is not None:
             after_idle(start_s - idle_since)
         plan, result = llm.start_step(start_s)
-        queued = bool(replica.held) and replica.queue_held(state)
-        if queued and result is None:
-            plan, result = llm.start_step(start_s)  # nothing was planned ahead of them
-            queued = False
+        queued = False
+        if replica.held and replica.queue_held(state):
+            if result is None:  # nothing was planned ahead of them: they go now
+                plan, result = llm.start_step(start_s)
+            else:
+                queued = True
         if result is None:
             if state.drained() and not scheduler.has_unfinished():
                 return
