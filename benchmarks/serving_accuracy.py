@@ -9,6 +9,9 @@ dense catalog models on catalog GPUs. The Llama-70B runs of vLLM and TensorRT-LL
 InferenceMAX's (`silicon_rows`) and are simulated with its client and server flags
 (`simulate_inferencemax`); the others, whose client is not recorded, with that many requests in
 flight, users ramping up over one request's time and vLLM V1's defaults (`simulate_row`).
+Beside servesim's, the InferenceMAX runs as aiconfigurator-core's own steady-state model of
+aggregated serving predicts them from the same tables (`aiconfigurator_estimate`): what the
+discrete-event simulation adds to the measured kernels.
 
 Maximum throughput (`--only trtllm`): servesim against TensorRT-LLM's own performance page
 (NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md, the v1.0 release's:
@@ -54,6 +57,9 @@ def serving_part(limit: int | None = None) -> None:
         others = others.iloc[::max(len(others) // limit, 1)]
     print("InferenceMAX's Llama-3.3-70B runs (its client and server flags of 2025-10-29):")
     compare(inferencemax, simulate_inferencemax, inferencemax_group)
+    print("\nThe same runs by aiconfigurator-core's own aggregated-serving estimate "
+          "(`aiconfigurator_estimate`):")
+    compare(inferencemax, aiconfigurator_estimate, inferencemax_group, rows_shown=False)
     print("\nInferenceMAX's gpt-oss-120b runs on vLLM (its client and server flags of "
           "2026-03-27):")
     compare(gpt_oss, simulate_inferencemax, lambda row: (row.backend, SILICON_GPUS[row.system],
@@ -76,13 +82,15 @@ def inferencemax_group(row) -> tuple:
             "held prefills (batch wait)" if batch_waits(row) else "")
 
 
-def compare(rows, simulate, group_of) -> dict:
-    """Print servesim against each measured run, then median and p90 |error| per group
-    (`group_of(row)`, a tuple) and over all runs; returns {group: {"ttft": [...], "tpot":
-    [...]}} of relative errors."""
-    print(f"{'backend':7s} {'gpu':9s} {'model':26s} {'dtype':5s} {'tp':>2s} {'isl/osl':>10s} "
-          f"{'users':>5s} {'TTFT ms':>8s} {'sim':>8s} {'err':>7s} {'TPOT ms':>8s} {'sim':>7s} "
-          f"{'err':>7s}")
+def compare(rows, simulate, group_of, rows_shown: bool = True) -> dict:
+    """Print the predictions of `simulate(row)` (servesim's, by default) against each measured
+    run (unless `rows_shown` is False), then median and p90 |error| per group (`group_of(row)`,
+    a tuple) and over all runs; returns {group: {"ttft": [...], "tpot": [...]}} of relative
+    errors."""
+    if rows_shown:
+        print(f"{'backend':7s} {'gpu':9s} {'model':26s} {'dtype':5s} {'tp':>2s} {'isl/osl':>10s} "
+              f"{'users':>5s} {'TTFT ms':>8s} {'sim':>8s} {'err':>7s} {'TPOT ms':>8s} "
+              f"{'sim':>7s} {'err':>7s}")
     errors: dict[tuple, dict[str, list]] = {}
     for row in rows.itertuples():
         simulated = simulate(row)
@@ -94,11 +102,13 @@ def compare(rows, simulate, group_of) -> dict:
         group = errors.setdefault(group_of(row), {"ttft": [], "tpot": []})
         group["ttft"].append(e_ttft)
         group["tpot"].append(e_tpot)
-        print(f"{row.backend:7s} {SILICON_GPUS[row.system]:9s} "
-              f"{SILICON_MODELS[row.model_path][-26:]:26s} {row.precision:5s} "
-              f"{int(row.tp_size):2d} {f'{row.isl}/{row.osl}':>10s} {int(row.batch_size):5d} "
-              f"{row.silicon_ttft_ms:8.1f} {ttft:8.1f} {100 * e_ttft:+6.1f}% "
-              f"{row.silicon_tpot_ms:8.2f} {tpot:7.2f} {100 * e_tpot:+6.1f}%", flush=True)
+        if rows_shown:
+            print(f"{row.backend:7s} {SILICON_GPUS[row.system]:9s} "
+                  f"{SILICON_MODELS[row.model_path][-26:]:26s} {row.precision:5s} "
+                  f"{int(row.tp_size):2d} {f'{row.isl}/{row.osl}':>10s} "
+                  f"{int(row.batch_size):5d} {row.silicon_ttft_ms:8.1f} {ttft:8.1f} "
+                  f"{100 * e_ttft:+6.1f}% {row.silicon_tpot_ms:8.2f} {tpot:7.2f} "
+                  f"{100 * e_tpot:+6.1f}%", flush=True)
     everything = {"ttft": [], "tpot": []}
     for group, values in sorted(errors.items()):
         for name in everything:
@@ -211,6 +221,50 @@ def simulate_inferencemax(row):
     tpot = ((np.asarray(columns["finish_s"], float) - first)
             / (np.asarray(columns["output_tokens"], float) - 1))
     return 1e3 * float(np.mean(ttft)), 1e3 * float(np.mean(tpot))
+
+
+def aiconfigurator_estimate(row):
+    """(TTFT ms, TPOT ms) that aiconfigurator-core's own model of aggregated serving predicts
+    for one of InferenceMAX's Llama-70B runs, from the same kernel tables servesim reads: its
+    backend's `run_agg` (a steady state of mixed and decode-only steps, `users` requests in
+    flight, `ctx_tokens` = ISL as its command line defaults to) for its bundled Llama-3.1-70B
+    config (Llama-3.3-70B's architecture), the run's TP and GEMM dtype, an fp8 KV cache, the
+    newest tables of the framework and GPU (as its regression script falls back to when the
+    run's version has none). The package's own command line (the `aiconfigurator` package,
+    not installed here) resolves a few more defaults before it calls the same function."""
+    import contextlib
+    import io
+
+    from aiconfigurator_core.sdk import common
+    from aiconfigurator_core.sdk.backends.factory import get_backend
+    from aiconfigurator_core.sdk.config import ModelConfig, RuntimeConfig
+    from aiconfigurator_core.sdk.models import get_model
+
+    config = ModelConfig(tp_size=int(row.tp_size),
+                         gemm_quant_mode=common.GEMMQuantMode[row.gemm_quant_mode],
+                         kvcache_quant_mode=common.KVCacheQuantMode.fp8)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        database = _aiconfigurator_tables(row.system, row.backend)
+        model = get_model("meta-llama/Meta-Llama-3.1-70B", config, row.backend)
+        result = get_backend(row.backend).run_agg(
+            model, database, RuntimeConfig(batch_size=int(row.batch_size), isl=int(row.isl),
+                                           osl=int(row.osl)),
+            ctx_tokens=int(row.isl)).get_result_dict()
+    return float(result["ttft"]), float(result["tpot"])
+
+
+_AIC_TABLES: dict = {}
+
+
+def _aiconfigurator_tables(system: str, backend: str):
+    """aiconfigurator-core's newest perf database of a system and framework, loaded once."""
+    from aiconfigurator_core.sdk.perf_database import (get_database_view,
+                                                       get_latest_database_version)
+
+    if (system, backend) not in _AIC_TABLES:
+        version = get_latest_database_version(system=system, backend=backend)
+        _AIC_TABLES[system, backend] = get_database_view(system, backend, version)
+    return _AIC_TABLES[system, backend]
 
 
 def simulate_row(row):
