@@ -123,6 +123,12 @@ def test_jitter_factor_multiplies_the_predicted_step_including_the_wake_cost():
     executor.after_idle(0.5)
     assert executor.execute(StepPlan(step=1)).duration_s == pytest.approx(0.024)
     assert speed.dts == [0.0, pytest.approx(0.52)]  # previous step's duration + the idle time
+    # an engine that wakes, plans nothing and sleeps on is told the longer idle time again:
+    # the speed process advances by the idle time once, not by every report of it
+    executor.after_idle(0.2)
+    executor.after_idle(0.7)
+    executor.execute(StepPlan(step=2))
+    assert speed.dts[-1] == pytest.approx(0.024 + 0.7)
 
 
 def test_jitter_without_a_measured_profile_is_a_one_line_scenario_error(tmp_path):

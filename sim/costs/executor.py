@@ -59,13 +59,16 @@ class CostModelExecutor:
         self._after_steps = cost_model.after_prefill_steps  # how many steps pay it (0: none)
         self._after_tokens = 0  # prefill tokens of the last step with prefill chunks
         self._after_k = 0  # steps since it
-        self._since_start_s = 0.0  # since the previous step's start (duration + idle)
+        self._since_start_s = 0.0  # the previous step's duration (since its start, less idle)
+        self._idle_s = 0.0  # idle since then, before the step about to be planned
 
     def after_idle(self, idle_s: float) -> None:
-        """The engine was idle for `idle_s` seconds before the step it is about to plan."""
+        """The engine has been idle for `idle_s` seconds since its last step, before the one it
+        is about to plan (told again, with the longer time, if it planned nothing and slept
+        on)."""
         self._wake_s = self._wake_cost(idle_s)
         self._after_tokens = 0  # the wake-up cost is measured from a settled, idle engine
-        self._since_start_s += idle_s
+        self._idle_s = idle_s
 
     def execute(self, plan) -> StepResult:
         tokens, attention, context, sampled, square = prefill_counts(plan.prefills)
@@ -86,8 +89,9 @@ class CostModelExecutor:
         if tokens and self._after_steps:
             self._after_tokens, self._after_k = tokens, 0
         if self.speed is not None:
-            duration *= self.speed.factor(self._since_start_s)
+            duration *= self.speed.factor(self._since_start_s + self._idle_s)
             self._since_start_s = duration
+        self._idle_s = 0.0
         return StepResult(None, duration)
 
     def execute_run(self, run, start_s: float, until_s: float) -> np.ndarray:
