@@ -8,7 +8,7 @@ the roofline is calibrated on, and the NumPy engine on this machine.
    p90 of |predicted - measured| / measured per GPU and operator family (GEMM in bf16 and fp8,
    decode and prefill attention, MoE experts, the custom all-reduce).
 0c, 0d. End to end (`--only serving`, `--only trtllm`): servesim against real-GPU serving
-   (`benchmarks/serving_accuracy.py`, which says how each is simulated).
+   (`benchmarks/serving_accuracy.py` and `trtllm_page.py`, which say how each is simulated).
 1. Refit the efficiencies to the shipped measurements (`sim.costs.hardware.calibration`) and say
    whether the fit equals the shipped `calibration.json`.
 2. For each measured GPU (A100 80GB, H100 80GB) and operator: median and p90 of |predicted -
@@ -48,6 +48,7 @@ from sim.costs.hardware.catalog import DATA, calibration  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serving_accuracy  # noqa: E402  (this folder's)
+import trtllm_page  # noqa: E402
 
 OPS = (*MATMULS, *ELEMENTWISE_OPS)
 
@@ -74,9 +75,10 @@ def tables_part() -> None:
                   f"{100 * np.median(interp):13.1f}% {100 * np.quantile(interp, 0.9):6.1f}% "
                   + (f"{100 * np.median(roof):15.1f}% {100 * np.quantile(roof, 0.9):6.1f}%"
                      if len(roof) else f"{'n/a':>16s} {'':>7s}"))
+    versions = "/".join(sorted({kernels.versions(g, "vllm")[-1] for g in kernels.SYSTEMS}))
     print(f"\n(interpolation: every other measured point in the token dimension predicted from "
           f"the rest; roofline: the datasheet peaks with the fitted efficiencies, where the GPU "
-          f"is in the catalog; vLLM {'/'.join(sorted({kernels.versions(g, 'vllm')[-1] for g in kernels.SYSTEMS}))})")
+          f"is in the catalog; vLLM {versions})")
 
 
 def held_out_errors(tables) -> dict:
@@ -171,7 +173,8 @@ def _sorted(sizes, latencies):
 
 
 def _held_out(sizes: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-    """|error| of the odd-index points predicted from the even-index ones (`interpolation.Curve`)."""
+    """|error| of the odd-index points predicted from the even-index ones
+    (`interpolation.Curve`)."""
     from sim.costs.hardware.interpolation import Curve
 
     kept = Curve(sizes[0::2], seconds[0::2] * 1e3)
@@ -328,7 +331,7 @@ def main(argv=None) -> int:
         serving_accuracy.serving_part(args.runs)
         print()
     if "trtllm" in parts:
-        serving_accuracy.trtllm_part()
+        trtllm_page.trtllm_part()
         print()
     if "calibration" in parts:
         gpu_part()

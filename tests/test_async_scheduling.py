@@ -28,17 +28,19 @@ max_num_batched_tokens = 8192
 chunked_prefill = true
 [workload]
 num_requests = {requests}
-arrival = {{ process = "constant", rate = {rate} }}
-prompt_tokens = {{ dist = "fixed", value = {prompt} }}
+arrival = {{ process = "{process}", rate = {rate} }}
+prompt_tokens = {prompt}
 output_tokens = {{ dist = "fixed", value = {output} }}
 """
+FIXED_PROMPT = '{ dist = "fixed", value = 1000 }'
 
 
-def config(tmp_path, overlap: bool, requests=6, rate=20.0, prompt=1000, output=300,
-           extra=""):
+def config(tmp_path, overlap: bool, requests=6, rate=20.0, prompt=FIXED_PROMPT, output=300,
+           process="constant"):
+    """A Llama-3.1-8B server on one H100 with `requests` requests `rate` a second."""
     path = tmp_path / f"async-{overlap}.toml"
     path.write_text(SERVER.format(overlap=str(overlap).lower(), requests=requests, rate=rate,
-                                  prompt=prompt, output=output) + extra)
+                                  prompt=prompt, output=output, process=process))
     return scenarios.load(path).base
 
 
@@ -91,28 +93,16 @@ def test_an_idle_server_that_plans_ahead_still_starts_at_the_arrival(tmp_path):
 
 
 def test_runs_of_decode_steps_are_the_steps_one_by_one_with_requests_held(tmp_path):
-    poisson = scenarios.load(poisson_path(tmp_path)).base
+    poisson = config(tmp_path, True, requests=150, rate=12.0, output=120, process="poisson",
+                     prompt='{ dist = "fixed", value = 800 }')
     assert records(run_config(poisson)) == records(run_config(poisson, fast_forward=False))
-
-
-def poisson_path(tmp_path):
-    path = tmp_path / "poisson.toml"
-    path.write_text(SERVER.format(overlap="true", requests=150, rate=12.0, prompt=800,
-                                  output=120).replace(
-        'arrival = { process = "constant", rate = 12.0 }',
-        'arrival = { process = "poisson", rate = 12.0 }'))
-    return path
 
 
 def test_held_requests_that_can_never_run_are_recorded_rejected(tmp_path):
     # prompts of 100 to 7,000 tokens against max_seq_len 4,096, most arriving during a step:
     # those too long are refused when queued, and every request is accounted for
-    path = tmp_path / "reject.toml"
-    path.write_text(SERVER.format(overlap="true", requests=40, rate=20.0, prompt=1000,
-                                  output=300).replace(
-        'prompt_tokens = { dist = "fixed", value = 1000 }',
-        'prompt_tokens = { dist = "uniform", low = 100, high = 7000 }'))
-    recorder = run_config(scenarios.load(path).base)
+    recorder = run_config(config(tmp_path, True, requests=40,
+                                 prompt='{ dist = "uniform", low = 100, high = 7000 }'))
     columns = recorder.request_columns()
     assert sorted(columns["request_id"]) == list(range(40))
     too_long = [p + 300 > 4096 for p in columns["prompt_tokens"]]

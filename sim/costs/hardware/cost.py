@@ -248,22 +248,23 @@ class HardwareCost(CostModel):
             if self.dp > 1:
                 self._fit_experts(int(np.max(rows, initial=0)))
                 rank = rank_shape(shape, self.dp)
-                time = self._step_time_arrays(rank) + self._experts[rows]
+                gpu = self._step_time_arrays(rank) + self._experts[rows]
             else:
                 rank = shape
-                time = self._step_time_arrays(shape)
-            return np.maximum(time, self._host_s(rank)) if self.async_scheduling else time
+                gpu = self._step_time_arrays(shape)
+            host = self._host_s(rank)
+            return np.maximum(gpu, host) if self.async_scheduling else gpu + host
         if self.dp > 1:
             self._fit_experts(rows)
             rank = rank_shape(shape, self.dp)
-            time = self._rank_step_time(rank) + self._experts_list[rows]
+            gpu = self._rank_step_time(rank) + self._experts_list[rows]
         else:
             rank = shape
-            time = self._rank_step_time(shape)
+            gpu = self._rank_step_time(shape)
+        host = self._host_s(rank)
         if self.async_scheduling:
-            host = self._host_s(rank)
-            return host if host > time else time
-        return time
+            return host if host > gpu else gpu
+        return gpu + host
 
     def _host_s(self, shape: StepShape):
         """The server's own seconds of a step of `shape` (a rank's with dp > 1)."""
@@ -271,14 +272,12 @@ class HardwareCost(CostModel):
                                                              + shape.decode_seqs)
 
     def _rank_step_time(self, shape: StepShape) -> float:
-        """A step's time through every operator `_rows` holds, of `shape` (one rank's with
-        dp > 1), and the server's own time unless it overlaps the GPU's."""
+        """A step's GPU time through every operator `_rows` holds, of `shape` (one rank's
+        with dp > 1)."""
         rows = shape.rows
         sampled, tokens, decodes = shape.sampled_seqs, shape.prefill_tokens, shape.decode_seqs
         self._fit(max(rows, sampled))
-        time = 0.0 if self.async_scheduling else \
-            self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs + decodes)
-        time = time + self._rows_list[rows] + self._head_list[sampled]  # as on arrays
+        time = self._rows_list[rows] + self._head_list[sampled]  # as on arrays
         if tokens:
             causal = shape.prefill_attention - (shape.prefill_square - tokens) / 2 \
                 if self.arch.flash_attention else shape.prefill_attention
@@ -342,7 +341,8 @@ class HardwareCost(CostModel):
                  f"reach (2x their range of batch or length); costed by the roofline there")
 
     def _step_time_arrays(self, shape: StepShape) -> np.ndarray:
-        """`step_time` on arrays, operation for operation (decode-only runs: no prefill)."""
+        """`_rank_step_time` on arrays, operation for operation (decode-only runs: no
+        prefill)."""
         if np.any(np.asarray(shape.prefill_tokens)):
             raise ValueError("HardwareCost predicts arrays of decode-only steps")
         size = np.broadcast(shape.prefill_tokens, shape.decode_seqs, shape.decode_context,
@@ -352,9 +352,7 @@ class HardwareCost(CostModel):
         decodes = np.broadcast_to(np.asarray(shape.decode_seqs), size)
         context = np.broadcast_to(np.asarray(shape.decode_context), size)
         self._fit(int(max(rows.max(initial=0), sampled.max(initial=0))))
-        time = 0.0 if self.async_scheduling else \
-            self.step_overhead_s + self.seq_overhead_s * (shape.prefill_seqs + decodes)
-        time = time + self._rows[rows] + self._head[sampled]
+        time = self._rows[rows] + self._head[sampled]
         attended = time
         for group in self._decode:
             if self.measured is not None:  # step by step, as `step_time` costs each one
