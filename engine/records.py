@@ -80,6 +80,7 @@ class RunRecorder:
         # Real-time serving only: how long after its planned arrival each request reached the
         # scheduler (the rest of a running step, or the wake-up overshoot when idle).
         self.submit_lag_s = array("d")
+        self.notes: tuple = ()  # what the run told its user (`sim.notes`), for its report
 
     # --- filling ---------------------------------------------------------------------------------
 

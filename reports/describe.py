@@ -60,17 +60,17 @@ def model_text(model) -> str:
 
 
 def hardware_text(derived: dict) -> str:
-    """The GPU, tensor and expert parallelism, dtypes, the memory per GPU (`hardware.derived`)
-    and where the operators' times come from."""
-    parallel = (", tensor parallel" if derived["tp"] > 1 else "") + \
-        (", expert parallel" if derived["ep"] > 1 else "")
-    ranks = derived.get("dp", 1)
+    """The GPU, its parallel layout (TP, attention DP, EP), dtypes, the memory per GPU
+    (`hardware.derived`) and where the operators' times come from."""
+    tp, ranks = derived["tp"], derived.get("dp", 1)
+    layout = f"TP {tp}"
     if ranks > 1:  # attention data parallelism: each rank its own requests and KV cache
-        parallel += f", {ranks} attention data-parallel ranks of {derived['tp']}"
-    gpus = derived["tp"] * ranks
+        layout += f" x DP {ranks} (attention data-parallel ranks of {tp} GPUs)"
+    if derived["ep"] > 1:
+        layout += f", EP {derived['ep']}"
     scheme = derived.get("activation_scheme")
     scales = f" ({scheme} activation scales)" if scheme else ""
-    return (f"{gpus} x {derived['gpu_name']} (`{derived['gpu']}`){parallel}, "
+    return (f"{tp * ranks} x {derived['gpu_name']} (`{derived['gpu']}`): {layout}, "
             f"{derived['dtype']} weights{scales}, {derived['kv_dtype']} KV cache; per GPU: "
             f"{derived['weights_gib_per_gpu']:.1f} GiB of "
             f"weights, {derived['kv_gib_per_gpu']:.1f} GiB of KV cache "

@@ -1,6 +1,7 @@
 """The report's content as blocks (see render.py), in the order a newcomer reads it: what was
-run (each variant's own settings), the summary, then, for a workload with priorities, its main
-finding (latency by priority class), the charts, and the rejected requests summarized by reason.
+run (each variant's own settings, and what the runs noted: a fallback to the roofline, say),
+the summary, then, for a workload with priorities, its main finding (latency by priority
+class), the charts, and the rejected requests summarized by reason.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ EXAMPLES_LISTED = 5  # request ids shown per reason; requests.csv has every one
 
 
 def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
-                  remote: str | None = None) -> list:
+                  remote: str | None = None, notes=()) -> list:
     """`requests`: the requests table (reports.tables.requests_table). `remote`: what was
-    benchmarked, for runs without steps (`sim.bench`)."""
+    benchmarked, for runs without steps (`sim.bench`). `notes`: [(note, run labels)] the runs
+    told their user (`writer.run_notes`)."""
     blocks = [Heading(1, f"servesim report: {scenario.name}")]
     if scenario.description:
         blocks.append(Paragraph(scenario.description))
@@ -36,6 +38,12 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
         rows = [[f"`{key}`", ", ".join(map(str, values))] for key, values in scenario.sweep.items()]
         blocks += [Heading(3, "Sweep (crossed with every variant)"),
                    Table(["key", "values"], rows)]
+    if notes:
+        every = len(specs)
+        blocks += [Heading(3, "Notes from the runs"), Table(
+            ["note", "runs"], [[note.removeprefix("note: "),
+                                "every run" if len(labels) == every else ", ".join(labels)]
+                               for note, labels in notes])]
     header, rows = key_rows(specs, summaries, REPORT_FIGURES)
     blocks += [Heading(2, "Summary"), Table(header, rows),
                Paragraph("Latencies in milliseconds. Every figure (mean, p50, p90, p95, p99 and "

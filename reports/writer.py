@@ -1,7 +1,7 @@
 """Write every output file of a run (docs/reports/files.md) into one directory:
-requests.csv, steps.csv, summary.csv, replicas.csv (cluster runs only), each run's vLLM-layout summary (`summary.json` for one
-run, `summary-<run>.json` for each of several; vllm_json.py), the PNG charts, report.md and
-report.html.
+requests.csv, steps.csv, summary.csv, replicas.csv (cluster runs only), each run's vLLM-layout
+summary (`summary.json` for one run, `summary-<run>.json` for each of several; vllm_json.py),
+the PNG charts, report.md and report.html.
 
 Files are reproducible: CSV floats are written with 9 significant digits, JSON floats rounded
 the same way (NaN as null), PNGs carry no date or software stamp, and the vLLM records' `date`
@@ -79,11 +79,22 @@ def write_report(scenario, results, out_dir, worker=None,
     for image in charts:
         (out_dir / image.filename).write_bytes(image.png)
         written.append(out_dir / image.filename)
-    blocks = report_blocks(scenario, specs, summaries, requests, charts, remote)
+    blocks = report_blocks(scenario, specs, summaries, requests, charts, remote,
+                           run_notes(results))
     (out_dir / "report.md").write_text(to_markdown(blocks))
     (out_dir / "report.html").write_text(to_html(blocks, f"servesim report: {scenario.name}"))
     written += [out_dir / "report.md", out_dir / "report.html"]
     return ReportFiles(out_dir, tuple(written), tuple(summaries))
+
+
+def run_notes(results) -> list[tuple[str, list[str]]]:
+    """[(note, the labels of the runs that said it)] of the runs' notes (`sim.notes`: a
+    fallback to the roofline, say), in the order first said."""
+    said: dict = {}
+    for spec, recorder in results:
+        for note in recorder.notes:
+            said.setdefault(note, []).append(spec.label)
+    return list(said.items())
 
 
 def _csv(frame, path: Path) -> Path:

@@ -173,7 +173,9 @@ SCENARIO = Table({
         # whose measured kernels, and which version of them (checked against the tables when
         # the hardware is built: sim/costs/hardware/kernels.py)
         "framework": choice(FRAMEWORKS),
-        "framework_version": NON_EMPTY_TEXT,
+        "framework_version": Spec('a version in quotes, e.g. "0.24.0" (on the command line '
+                                  '--set \'hardware.framework_version="0.24.0"\')',
+                                  lambda v: isinstance(v, str) and v.strip() != ""),
         "kernels": choice(KERNEL_SOURCES)}),
     "scheduler": Table({"policy": choice(POLICIES), "queue": choice(tuple(QUEUES)),
                         "chunked_prefill": BOOL, "max_batch_size": POSITIVE_INT,

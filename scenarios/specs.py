@@ -64,10 +64,21 @@ class Choice(Spec):
     def check(self, key: str, value) -> None:
         if isinstance(value, str) and value in self.options:
             return
-        near = difflib.get_close_matches(value, self.options, n=1) \
-            if isinstance(value, str) else []
-        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        near = nearest_option(value, self.options) if isinstance(value, str) else None
+        hint = f" (did you mean {near!r}?)" if near else ""
         raise FieldError(key, f"must be {self.allowed}, got {value!r}{hint}")
+
+
+def nearest_option(value: str, options) -> str | None:
+    """The option `value` most likely meant: the same but for case ("BF16": 'bf16'), the
+    most alike, or one it begins with ("fp8_e4m3": 'fp8'); None if none is near."""
+    lowered = {o.lower(): o for o in options}
+    key = value.lower()
+    near = difflib.get_close_matches(key, list(lowered), n=1)
+    if near:
+        return lowered[near[0]]
+    starts = [o for o in lowered if len(o) >= 3 and key.startswith(o)]
+    return lowered[max(starts, key=len)] if starts else None
 
 
 def choice(options) -> Spec:

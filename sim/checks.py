@@ -10,6 +10,7 @@ from pathlib import Path
 
 from scenarios import RunConfig
 
+from . import notes
 from .build import build_cost, build_scheduler, hardware_of, speed_process
 from .memory import check_memory
 from .workloads import build_workload, check_turn_lengths, check_workload, load_trace, \
@@ -61,7 +62,14 @@ def check_scenario(scenario, specs=None) -> None:
     the runs' records fit in memory together; the first problem is a one-line `ScenarioError`
     placed in the file, an override or a variant at a sweep point, as the scenario loader
     places its own. `specs`: check these runs (the scenario's, changed by the caller) instead
-    of the base and the scenario's runs."""
+    of the base and the scenario's runs. The notes the checks meet (`sim.notes`) are printed
+    after the last check passes."""
+    with notes.held() as said:  # printed once every run passed, else the error alone
+        _check_runs(scenario, specs)
+    notes.release(said)
+
+
+def _check_runs(scenario, specs) -> None:
     base_dir = Path(scenario.path).parent
     problem = None if specs is not None else _problem(scenario.base, base_dir)[0]
     if problem is not None:

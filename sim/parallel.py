@@ -17,7 +17,9 @@ draws only from its own seeded streams.
 
 Workers run BLAS on one thread, the project's default (`profiling.threads`): a pool worker
 sets it before NumPy loads; Ray sets OMP_NUM_THREADS=1 in its workers, which OpenBLAS reads.
-A job's exception is raised here as itself (a Ray task's cause, unwrapped).
+A job's exception is raised here as itself (a Ray task's cause, unwrapped). A job's notes
+(`sim.notes`: a fallback to the roofline, say) are printed here as it finishes, each once, not
+by every worker that meets them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable
 
+from . import notes
 from .profiling import threads
 
 RAY_MISSING = 'Ray is not installed: pip install "servesim[ray]"'
@@ -105,16 +108,30 @@ def _on_pool(function, jobs: list, workers: int, done) -> list:
     context = multiprocessing.get_context("forkserver")
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker)
     try:
-        futures = {pool.submit(function, job): i for i, job in enumerate(jobs)}
+        futures = {pool.submit(_noted, function, job): i for i, job in enumerate(jobs)}
         results = [None] * len(jobs)
         for future in as_completed(futures):
             index = futures[future]
-            results[index] = future.result()  # the first failure stops the rest
+            results[index] = _said(future.result())  # the first failure stops the rest
             if done is not None:
                 done(index, results[index])
         return results
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _noted(function: Callable, job):
+    """In a worker: (function(job), the notes it said), none printed there."""
+    with notes.held() as said:
+        result = function(job)
+    return result, said
+
+
+def _said(outcome: tuple):
+    """A job's result, its notes printed (those this process has not printed)."""
+    result, said = outcome
+    notes.release(said)
+    return result
 
 
 def _start_worker() -> None:
@@ -137,14 +154,14 @@ def _on_ray(function, jobs: list, parallel: Parallel, done) -> list:
             ray.init(num_cpus=parallel.worker_count(len(jobs)), include_dashboard=False,
                      logging_level=logging.ERROR)
     try:
-        task = ray.remote(num_cpus=1, max_retries=0)(function)
-        refs = {task.remote(job): i for i, job in enumerate(jobs)}
+        task = ray.remote(num_cpus=1, max_retries=0)(_noted)
+        refs = {task.remote(function, job): i for i, job in enumerate(jobs)}
         results = [None] * len(jobs)
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             index = refs[ready[0]]
-            results[index] = _task_result(ray, ready[0])
+            results[index] = _said(_task_result(ray, ready[0]))
             if done is not None:
                 done(index, results[index])
         return results

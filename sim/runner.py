@@ -8,8 +8,9 @@ and the seed, then:
   ids (a conversation's turn extends its previous turn's ids), its measured step time advancing
   the clock;
 - serve: the wall clock, the real engine, through `engine.server.serve`.
-`simulate(scenario)` runs every variant at every sweep point of a scenario, each checked first
-(`sim.checks`).
+The notes a run says (`sim.notes`: a fallback to the roofline, say) are its recorder's `notes`,
+which its report lists. `simulate(scenario)` runs every variant at every sweep point of a
+scenario, each checked first (`sim.checks`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from engine.records import RunRecorder
 from scenarios import RunConfig
 
+from . import notes
 from .build import build_server, resolved_spec, run_mode, sequence_maker
 from .checks import SERVE_SESSIONS, check_scenario
 from .loop import run_loop
@@ -38,6 +40,15 @@ def run_config(config: RunConfig, progress: bool = False, base_dir=None, cost=No
     through the scheduler one by one, counting every sequence (the same records; for checking
     the fast paths); `steady`: count steady decoders in bulk (`sim.fastpath.steady`) or not,
     whatever `fast_forward` says."""
+    with notes.collected() as said:
+        recorder = _run_config(config, progress, base_dir, cost, jitter_rng, fast_forward,
+                               steady)
+    recorder.notes = tuple(said)
+    return recorder
+
+
+def _run_config(config: RunConfig, progress, base_dir, cost, jitter_rng, fast_forward,
+                steady) -> RunRecorder:
     mode = run_mode(config)
     streams = seeded_streams(config.seed)
     steady = fast_forward if steady is None else steady

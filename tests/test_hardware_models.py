@@ -274,6 +274,52 @@ def test_what_cannot_run_is_refused_in_one_line(tmp_path, kwargs, message):
     assert message in refusal(tmp_path, **kwargs)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"model": 'name = "meta-llama/Llama-2-7b-hf"', "max_seq_len": 8192},
+     "model.max_seq_len: meta-llama/Llama-2-7b-hf takes at most 4,096 tokens (its "
+     "max_position_embeddings), got 8,192"),
+    ({"hardware": 'framework_version = "9.9"\nkernels = "roofline"'},
+     "hardware.framework_version: vllm tables for h100-sxm exist for version 0.24.0, not '9.9'"),
+    ({"gpu": "a40", "hardware": 'framework_version = "0.24.0"'},
+     "hardware.framework_version: no measured kernel tables for GPU 'a40'"),
+    ({"hardware": "framework_version = 0.24"},
+     'hardware.framework_version: must be a version in quotes, e.g. "0.24.0"'),
+    ({"hardware": 'kv_dtype = "fp8_e4m3"'}, "(did you mean 'fp8'?)"),
+    ({"hardware": 'framework = "vLLM"'}, "(did you mean 'vllm'?)"),
+    ({"gpu": "a100"}, "unknown GPU 'a100' (nearest: a100-40gb-sxm, a100-80gb-sxm, "
+                      "a100-80gb-pcie;"),
+])
+def test_lengths_versions_and_near_misses_are_refused_naming_the_key(tmp_path, kwargs, message):
+    assert message in refusal(tmp_path, **kwargs)
+
+
+def test_a_kv_block_longer_than_the_model_takes_is_refused(tmp_path):
+    with pytest.raises(ScenarioError, match="engine.block_size: must be at most "
+                                            r"model.max_seq_len \(4,096\), got 8,192"):
+        check_scenario(scenarios.load(scenario(tmp_path), ["engine.block_size=8192"]))
+
+
+def test_a_gpu_defined_in_the_scenario_has_no_measured_tables_whatever_its_name(tmp_path):
+    h100 = gpus()["h100-sxm"]
+    table = ", ".join(f"{key} = {json.dumps(h100[key])}" for key in (
+        "memory_gib", "memory_bandwidth_gbs", "interconnect_bandwidth_gbs",
+        "interconnect_latency_us", "measured"))
+    peaks = ", ".join(f"{k} = {v}" for k, v in h100["peak_tflops"].items())
+    gpu = f'{{ name = "h100-sxm", {table}, peak_tflops = {{ {peaks} }} }}'
+    path = scenario(tmp_path)
+    text = path.read_text().replace('gpu = "h100-sxm"', f"gpu = {gpu}")
+    path.write_text(text)
+    assert hardware_setup(scenarios.load(path).base).kernels is None  # the roofline's
+    path.write_text(text.replace("tp = 1", 'tp = 1\nkernels = "measured"'))
+    with pytest.raises(ScenarioError, match="hardware.kernels: no measured kernel tables for a "
+                                            "GPU defined in the scenario"):
+        check_scenario(scenarios.load(path))
+    path.write_text(text.replace("fp8 = ", "int8 = 1.0, fp8 = "))
+    with pytest.raises(ScenarioError, match="hardware.gpu.peak_tflops.int8: not a tensor-core "
+                                            "dtype the model computes in"):
+        check_scenario(scenarios.load(path))
+
+
 def test_model_keys_of_experts_are_refused_without_the_hardware_model(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text('[model]\nn_experts = 8\n[workload]\nnum_requests = 4\narrival = { process '
@@ -397,7 +443,26 @@ def test_a_config_json_model_runs_and_keys_beside_it_change_it(tmp_path):
     (json.dumps(CONFIGS["meta-llama/Llama-3.1-405B"] | {"hidden_size": "16384"}),
      "hidden_size must be an integer >= 1, got '16384'"),
     (json.dumps(CONFIGS["meta-llama/Llama-3.1-405B"] | {"num_key_value_heads": 7}),
-     "model.n_kv_heads (7) must divide model.n_heads (128)"),
+     "num_key_value_heads (7) must divide num_attention_heads (128)"),
+    (json.dumps(CONFIGS["meta-llama/Llama-3.1-405B"] | {"hidden_size": 16390}),
+     "hidden_size (16390) must be a multiple of num_attention_heads (128), or give head_dim"),
+    (json.dumps(CONFIGS["mistralai/Mixtral-8x7B-v0.1"] | {"num_experts_per_tok": 16}),
+     "num_experts_per_tok (16) must be at most num_local_experts (8)"),
+    (json.dumps(CONFIGS["Qwen/Qwen3-30B-A3B"] | {"decoder_sparse_step": 100}),
+     "mlp_only_layers and decoder_sparse_step leave no mixture-of-experts layer of the 48"),
+    (json.dumps(CONFIGS["Qwen/Qwen3-30B-A3B"] | {"mlp_only_layers": [0, "a"]}),
+     "mlp_only_layers holds 'a'; its entries must be layer indices from 0 to 47"),
+    (json.dumps(CONFIGS["deepseek-ai/DeepSeek-V3"] | {"first_k_dense_replace": 61}),
+     "first_k_dense_replace and moe_layer_freq leave no mixture-of-experts layer of the 61"),
+    (json.dumps(CONFIGS["mistralai/Mixtral-8x7B-v0.1"] | {"sliding_window": 4096,
+                                                         "layer_types": ["sliding", None]}),
+     "layer_types holds 'sliding'; its entries must be \"full_attention\" or "
+     "\"sliding_attention\""),
+    (json.dumps(CONFIGS["mistralai/Mixtral-8x7B-v0.1"] | {
+        "sliding_window": 4096, "layer_types": ["sliding_attention"] * 33}),
+     "layer_types has 33 entries, one a layer: num_hidden_layers is 32"),
+    ("[" * 100_000 + "]" * 100_000, "must hold a JSON object (a Hugging Face config.json), not "
+                                    "arrays or objects nested thousands deep"),
 ])
 def test_a_bad_config_json_is_one_line_naming_model_config(tmp_path, content, message):
     name = "missing.json" if content is None else "bad.json"

@@ -130,9 +130,9 @@ def test_a_version_or_gpu_without_tables_is_refused_when_measured_is_asked_for(t
 
 
 def test_a_gpu_without_tables_is_the_roofline_and_says_so_once(tmp_path, capsys):
-    from sim.costs.hardware import measured
+    from sim import notes
 
-    measured._SAID.clear()
+    notes.forget()
     config = load(tmp_path, "a40").base
     run_config(config)
     run_config(config)

@@ -14,18 +14,21 @@ them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
-from scenarios.defaults import ACTIVATION_SCHEMES, KERNEL_SOURCES
+from scenarios.defaults import ACTIVATION_SCHEMES, FRAMEWORKS, KERNEL_SOURCES, MAX_GPUS
 
+from ...notes import say_once
 from .architecture import (DTYPE_BYTES, Architecture, compute_dtype, engine_architecture,
                            expert_bytes)
-from .catalog import Gpu, gpu_spec, gpus, model_architecture, models
+from .catalog import MODEL_KEYS, Gpu, gpu_spec, gpus, model_architecture, models
 from .cost import HardwareCost, operator_times
 from .kernels import KernelTables, TablesMiss
 from .measured import MeasuredOps
 from .memory import ACT_BYTES
-from .setup import HardwareSetup, hardware_setup, kv_cache_dtype
+from .setup import HardwareSetup, check_dtypes, hardware_setup, kv_cache_dtype
 
 __all__ = ["Architecture", "Gpu", "HardwareCost", "HardwareSetup", "engine_architecture",
            "gpu_spec", "gpus", "hardware_setup", "layer_op_times", "model_architecture",
@@ -48,41 +51,96 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     of `framework`'s newest measured tables for the GPU, the roofline where they do not reach;
     a model with experts then has the fused kernel's `moe_experts` in place of `moe_up_proj`,
     `moe_act` and `moe_down_proj`), "roofline", or None: measured where the GPU has tables.
-    `activation_scheme`: an fp8 checkpoint's activation scales, "static" or "dynamic"."""
-    arch = model_architecture({"name": model} if isinstance(model, str) else dict(model))
+    `activation_scheme`: an fp8 checkpoint's activation scales, "static" or "dynamic". Every
+    argument is checked (a ValueError saying what is allowed); where the tables do not reach
+    (past 2x their range), or the GPU has none under `kernels=None`, the roofline answers and a
+    note says so once (`sim.notes`)."""
+    arch = model_architecture(_model_table(model))
+    if not isinstance(gpu, (str, Mapping)):
+        raise ValueError(f"gpu must be a catalog id or a table of GPU keys, got {gpu!r}")
     device = gpu_spec(gpu)
+    for name, value in (("tp", tp), ("ep", ep)):
+        if not _is_int(value) or not 1 <= value <= MAX_GPUS:
+            raise ValueError(f"{name} must be an integer from 1 to {MAX_GPUS}, got {value!r}")
     arch.check_tp(tp)
     arch.check_ep(ep, tp)
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
-    if kernels not in (None, *KERNEL_SOURCES):
-        raise ValueError(f"kernels must be one of {', '.join(KERNEL_SOURCES)} or None, got "
-                         f"{kernels!r}")
-    tokens = np.asarray(num_tokens, dtype=np.float64)
+    for name, value, allowed in (("dtype", dtype, tuple(DTYPE_BYTES)),
+                                 ("kernels", kernels, (None, *KERNEL_SOURCES)),
+                                 ("framework", framework, FRAMEWORKS),
+                                 ("activation_scheme", activation_scheme, ACTIVATION_SCHEMES)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got "
+                             f"{value!r}")
+    check_dtypes(arch, device, dtype, activation_scheme=activation_scheme)
+    tokens = _tokens(num_tokens)
     times = operator_times(arch, tp, ep, tokens, DTYPE_BYTES[dtype], ACT_BYTES,
                            device.peak_flops(compute_dtype(dtype)), device.bandwidth,
                            device.efficiency(), expert_bytes(dtype))
-    if activation_scheme not in ACTIVATION_SCHEMES:
-        raise ValueError(f"activation_scheme must be one of {', '.join(ACTIVATION_SCHEMES)}, "
-                         f"got {activation_scheme!r}")
     measured = _measured_ops(arch, device, tp, ep, dtype, kernels, framework, activation_scheme)
     if measured is not None:
-        times, _ = measured.layer_times(times, np.atleast_1d(tokens))
-        times = {op: t.reshape(tokens.shape) for op, t in times.items()}
+        # `layer_times` takes rows by step size from 0 (a table of steps): a row of 1 first
+        rows = np.concatenate([[1.0], tokens.ravel()])
+        padded = {op: np.concatenate([[0.0], np.broadcast_to(t, tokens.shape).ravel()])
+                  for op, t in times.items()}
+        times, beyond = measured.layer_times(padded, rows)
+        times = {op: t[1:].reshape(tokens.shape) for op, t in times.items()}
+        if beyond:
+            say_once(f"note: layer_op_times: num_tokens past the measured tables' reach (2x "
+                     f"their range) for {', '.join(sorted(beyond))}; costed by the roofline "
+                     f"there")
     if np.ndim(num_tokens) == 0:
         return {op: float(t) for op, t in times.items()}
     return times
 
 
+def _model_table(model) -> dict:
+    """`model` (a catalog id, or a dict of architecture keys or `config`) as a `[model]`
+    table; an unknown key is refused, naming the allowed ones."""
+    if isinstance(model, str):
+        return {"name": model}
+    if not isinstance(model, Mapping):
+        raise ValueError(f"model must be a catalog id or a dict of architecture keys, got "
+                         f"{model!r}")
+    unknown = [key for key in model if key not in (*MODEL_KEYS, "name", "config")]
+    if unknown:
+        raise ValueError(f"model: unknown key {unknown[0]!r} (allowed: name, config, "
+                         f"{', '.join(MODEL_KEYS)})")
+    return dict(model)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _tokens(num_tokens) -> np.ndarray:
+    """`num_tokens` as float64 (a number or an array of whole numbers >= 1)."""
+    try:
+        tokens = np.asarray(num_tokens)
+        whole = tokens.dtype.kind in "iuf" and tokens.size > 0 and bool(
+            np.all(np.isfinite(tokens)) and np.all(tokens >= 1)
+            and np.all(tokens == np.floor(tokens)))
+    except (TypeError, ValueError):
+        whole = False
+    if not whole:
+        raise ValueError(f"num_tokens must be a whole number of tokens >= 1 (or an array of "
+                         f"them), got {num_tokens!r}")
+    return tokens.astype(np.float64)
+
+
 def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework: str,
                   activations: str):
-    """The measured operators `kernels` asks for (None: the roofline)."""
+    """The measured operators `kernels` asks for (None: the roofline); a GPU without tables
+    under `kernels=None` is the roofline's, said once."""
     if kernels == "roofline":
         return None
     try:
+        if not device.in_catalog:
+            raise TablesMiss(f"no measured kernel tables for a GPU defined by a table "
+                             f"({device.id!r})")
         tables = KernelTables(device.id, framework)
-    except TablesMiss:
+    except TablesMiss as exc:
         if kernels == "measured":
-            raise
+            raise ValueError(f"kernels: {exc}") from None
+        say_once(f"note: layer_op_times: {exc}; costed by the roofline")
         return None
     return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype), tables, ep, activations)

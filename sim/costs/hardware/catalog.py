@@ -51,13 +51,16 @@ def calibration() -> dict:
 
 
 def nearest(name: str, options, n: int = 3) -> str:
-    """'did you mean' text: the closest ids, else every id."""
+    """'did you mean' text: the closest ids, else every id. An id holding the name, or held
+    in it, comes first ("a100" -> a100-80gb-sxm, "b200-sxm" -> b200, "llama-3.1-8b" ->
+    meta-llama/Llama-3.1-8B), then the most alike."""
     options = list(options)
     lowered = {o.lower(): o for o in options}
-    close = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.4)
-    if not close:  # a substring match (e.g. "llama-3.1-8b" for "meta-llama/Llama-3.1-8B")
-        close = [o for o in lowered if name.lower() in o or o.split("/")[-1] in name.lower()][:n]
-    shown = [lowered[c] for c in close] if close else options
+    key = name.lower()
+    close = [o for o in lowered if key in o or o.split("/")[-1] in key] if len(key) > 1 else []
+    close += [o for o in difflib.get_close_matches(key, list(lowered), n=n, cutoff=0.4)
+              if o not in close]
+    shown = [lowered[c] for c in close[:n]] if close else options
     return ("nearest: " if close else "known: ") + ", ".join(shown)
 
 
@@ -71,6 +74,7 @@ def model_architecture(table: dict) -> Architecture:
                          "config.json), not both")
     if config is not None:
         base = config_architecture(str(config))
+        _check_length(given, base, str(config))
         try:
             return Architecture(**(base | given))
         except ValueError as exc:  # the file's shape, changed by the keys given beside it
@@ -84,6 +88,7 @@ def model_architecture(table: dict) -> Architecture:
                              f"n_layers, d_model, n_heads, n_kv_heads, d_ff, vocab_size, "
                              f"max_seq_len)")
         base = {k: v for k, v in catalog[match].items() if k in MODEL_KEYS}
+        _check_length(given, base, match)
         return Architecture(**(base | given), name=match)
     missing = [k for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_seq_len")
                if k not in given]
@@ -93,6 +98,15 @@ def model_architecture(table: dict) -> Architecture:
                          f"{', '.join(missing)}")
     given.setdefault("n_kv_heads", given["n_heads"])
     return Architecture(**given, name="custom")
+
+
+def _check_length(given: dict, base: dict, model: str) -> None:
+    """A `model.max_seq_len` past the model's own (its max_position_embeddings) is refused, as
+    vLLM refuses such a --max-model-len."""
+    length, limit = given.get("max_seq_len"), base.get("max_seq_len")
+    if isinstance(length, int) and isinstance(limit, int) and length > limit:
+        raise ValueError(f"model.max_seq_len: {model} takes at most {limit:,} tokens (its "
+                         f"max_position_embeddings), got {length:,}")
 
 
 @dataclass(frozen=True)
@@ -110,6 +124,7 @@ class Gpu:
     measured: str
     interconnect: str = ""
     host_bandwidth_gbs: float = 32.0  # to host memory (PCIe Gen4 x16 unless the table says)
+    in_catalog: bool = True  # False: defined in the scenario (no measured tables, no price)
 
     @property
     def memory_bytes(self) -> float:
@@ -151,7 +166,7 @@ def gpus_with(dtype: str) -> list[str]:
     return [gpu_id for gpu_id, table in gpus().items() if dtype in table["peak_tflops"]]
 
 
-GPU_KEYS = tuple(f.name for f in fields(Gpu) if f.name != "id")
+GPU_KEYS = tuple(f.name for f in fields(Gpu) if f.name not in ("id", "in_catalog"))
 
 
 def gpu_spec(value) -> Gpu:
@@ -175,9 +190,11 @@ def gpu_spec(value) -> Gpu:
                          f"{', '.join(calibration()['gpus'])}, got {known['measured']!r}")
     if not isinstance(value, str):
         _check_gpu_table(known)
-    return Gpu(id=gpu_id, **known)
+    return Gpu(id=gpu_id, **known, in_catalog=isinstance(value, str))
 
 
+# The dtypes a GPU's dense peaks are given for (`compute_dtype` of every weight dtype).
+PEAK_DTYPES = ("fp32", "fp16", "bf16", "fp8", "nvfp4")
 # A defined GPU's figures: each must be a finite number above the bound (a step's time divides
 # by every one of them but the latency).
 GPU_NUMBERS = {"memory_gib": 0, "memory_bandwidth_gbs": 0, "interconnect_bandwidth_gbs": 0,
@@ -199,6 +216,9 @@ def _check_gpu_table(table: dict) -> None:
         raise ValueError(f"hardware.gpu.peak_tflops: must be a table of dtype = TFLOP/s, e.g. "
                          f"{{ fp16 = 989.0 }}, got {peaks!r}")
     for dtype, peak in peaks.items():
+        if dtype not in PEAK_DTYPES:
+            raise ValueError(f"hardware.gpu.peak_tflops.{dtype}: not a tensor-core dtype the "
+                             f"model computes in (one of {', '.join(PEAK_DTYPES)})")
         if not _is_number_above(peak, 0):
             raise ValueError(f"hardware.gpu.peak_tflops.{dtype}: must be a positive number, "
                              f"got {peak!r}")

@@ -43,13 +43,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...notes import say_once
 from ..model import CostModel
 from ..shape import StepShape
 from .architecture import compute_dtype
 from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
                         elementwise_bytes, expert_counts, layers_of, lm_head_counts,
                         matmul_counts)
-from .measured import EXPERT_OPS, MLA_BLOCK_OPS, MeasuredOps, say_once
+from .measured import EXPERT_OPS, MLA_BLOCK_OPS, MeasuredOps
 from .ranks import rank_shape
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time

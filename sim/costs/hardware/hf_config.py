@@ -28,7 +28,9 @@ def config_architecture(path: str) -> dict:
         raise ValueError(f"model.config: {path}: architecture {names[0]!r} is not supported "
                          f"(supported: {', '.join(READERS)}; or define the model with "
                          f"model.n_layers, d_model, ...)")
-    keys = reader(_Config(config, path, names[0]))
+    c = _Config(config, path, names[0])
+    keys = reader(c)
+    _check_shape(c, keys)
     name = config.get("_name_or_path")
     return keys | {"name": name if isinstance(name, str) and name else str(path)}
 
@@ -43,6 +45,9 @@ def _read(path: str) -> dict:
     except json.JSONDecodeError as exc:
         raise ValueError(f"model.config: {path} is not JSON ({exc.msg} at line "
                          f"{exc.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"model.config: {path} must hold a JSON object (a Hugging Face "
+                         f"config.json), not arrays or objects nested thousands deep") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"model.config: {path} cannot be read ({exc})") from None
     if not isinstance(config, dict):
@@ -57,18 +62,21 @@ class _Config:
     def __init__(self, table: dict, path: str, architecture: str):
         self.table, self.path, self.architecture = table, path, architecture
 
+    def error(self, text: str) -> ValueError:
+        """The one-line error of a problem in this file."""
+        return ValueError(f"model.config: {self.path}: {text}")
+
     def int(self, key: str, default=None, minimum: int = 1) -> int:
         """An integer >= `minimum`; `default` when the key is absent or null (None: the key
         is required)."""
         value = self.table.get(key)
         if value is None:
             if default is None:
-                raise ValueError(f"model.config: {self.path}: missing {key!r} (a "
-                                 f"{self.architecture} config.json has it)")
+                raise self.error(f"missing {key!r} (a {self.architecture} config.json has "
+                                 f"it)")
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"model.config: {self.path}: {key} must be an integer >= "
-                             f"{minimum}, got {value!r}")
+            raise self.error(f"{key} must be an integer >= {minimum}, got {value!r}")
         return value
 
     def bool(self, key: str, default: bool) -> bool:
@@ -76,14 +84,17 @@ class _Config:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise ValueError(f"model.config: {self.path}: {key} must be true or false, got "
-                             f"{value!r}")
+            raise self.error(f"{key} must be true or false, got {value!r}")
         return value
 
-    def list(self, key: str) -> list | None:
+    def list(self, key: str, item=None, allowed: str = "") -> list | None:
+        """A list (None when absent), each entry passing `item` (described by `allowed`)."""
         value = self.table.get(key)
         if value is not None and not isinstance(value, list):
-            raise ValueError(f"model.config: {self.path}: {key} must be a list, got {value!r}")
+            raise self.error(f"{key} must be a list, got {value!r}")
+        for entry in value or ():
+            if item is not None and not item(entry):
+                raise self.error(f"{key} holds {entry!r}; its entries must be {allowed}")
         return value
 
 
@@ -109,7 +120,11 @@ def _window(c: _Config, n_layers: int, default_sliding) -> dict:
     window = c.int("sliding_window", 0, minimum=0)
     if not window:
         return {}
-    types = c.list("layer_types")
+    types = c.list("layer_types", lambda t: t in LAYER_TYPES,
+                   " or ".join(f'"{t}"' for t in LAYER_TYPES))
+    if types is not None and len(types) != n_layers:
+        raise c.error(f"layer_types has {len(types)} entries, one a layer: "
+                      f"num_hidden_layers is {n_layers}")
     sliding = types.count("sliding_attention") if types is not None else \
         default_sliding(n_layers)
     return {"sliding_window": window, "sliding_layers": sliding} if sliding else {}
@@ -154,8 +169,19 @@ def _gemma3(c: _Config) -> dict:
 
 
 def _experts(c: _Config, n_experts: str, width: str) -> dict:
-    return {"n_experts": c.int(n_experts), "experts_per_token": c.int("num_experts_per_tok"),
-            "moe_d_ff": c.int(width)}
+    experts, top_k = c.int(n_experts), c.int("num_experts_per_tok")
+    if top_k > experts:
+        raise c.error(f"num_experts_per_tok ({top_k}) must be at most {n_experts} ({experts})")
+    return {"n_experts": experts, "experts_per_token": top_k, "moe_d_ff": c.int(width)}
+
+
+def _sparse_layers(c: _Config, keys: dict, sparse: int, rule: str) -> dict:
+    """`n_dense_layers` of a model with `sparse` mixture-of-experts layers of its
+    n_layers, which `rule` (the file's keys) chose: at least one."""
+    if not sparse:
+        raise c.error(f"{rule} leave no mixture-of-experts layer of the "
+                      f"{keys['n_layers']} (num_hidden_layers)")
+    return {"n_dense_layers": keys["n_layers"] - sparse}
 
 
 def _mixtral(c: _Config) -> dict:
@@ -165,11 +191,12 @@ def _mixtral(c: _Config) -> dict:
 
 def _qwen3_moe(c: _Config) -> dict:
     keys = _qwen3(c) | _experts(c, "num_experts", "moe_intermediate_size")
-    dense_only = c.list("mlp_only_layers") or []
+    layers = keys["n_layers"]
+    dense_only = c.list("mlp_only_layers", lambda i: type(i) is int and 0 <= i < layers,
+                        f"layer indices from 0 to {layers - 1}") or []
     step = c.int("decoder_sparse_step", 1)
-    sparse = sum(1 for i in range(keys["n_layers"])
-                 if i not in dense_only and (i + 1) % step == 0)
-    return keys | {"n_dense_layers": keys["n_layers"] - sparse}
+    sparse = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+    return keys | _sparse_layers(c, keys, sparse, "mlp_only_layers and decoder_sparse_step")
 
 
 def _deepseek_v3(c: _Config) -> dict:
@@ -177,8 +204,8 @@ def _deepseek_v3(c: _Config) -> dict:
     keys.pop("head_dim", None)  # some copies write qk_rope_head_dim there; the heads are MLA's
     first, every = c.int("first_k_dense_replace", 0, minimum=0), c.int("moe_layer_freq", 1)
     sparse = sum(1 for i in range(keys["n_layers"]) if i >= first and i % every == 0)
+    keys |= _sparse_layers(c, keys, sparse, "first_k_dense_replace and moe_layer_freq")
     return keys | {"n_shared_experts": c.int("n_shared_experts", 0, minimum=0),
-                   "n_dense_layers": keys["n_layers"] - sparse,
                    "q_lora_rank": c.int("q_lora_rank", 0, minimum=0),
                    "kv_lora_rank": c.int("kv_lora_rank"),
                    "qk_nope_head_dim": c.int("qk_nope_head_dim"),
@@ -191,6 +218,21 @@ def _gpt_oss(c: _Config) -> dict:
     keys |= _experts(c, "num_local_experts", "intermediate_size")
     return keys | _window(c, keys["n_layers"], lambda n: (n + 1) // 2)  # alternating
 
+
+def _check_shape(c: _Config, keys: dict) -> None:
+    """The heads' shape, in the file's own key names (`Architecture` checks it again in its
+    own)."""
+    heads, kv_heads = keys["n_heads"], keys["n_kv_heads"]
+    if "kv_lora_rank" not in keys and heads % kv_heads:
+        raise c.error(f"num_key_value_heads ({kv_heads}) must divide num_attention_heads "
+                      f"({heads})")
+    if not keys.get("head_dim") and "kv_lora_rank" not in keys and keys["d_model"] % heads:
+        raise c.error(f"hidden_size ({keys['d_model']}) must be a multiple of "
+                      f"num_attention_heads ({heads}), or give head_dim")
+
+
+# What `layer_types` may name (Hugging Face's attention kinds of the classes read).
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 # The model classes read, by `architectures[0]`.
 READERS = {

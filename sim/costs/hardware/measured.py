@@ -33,10 +33,10 @@ the mean context.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
+from ...notes import say_once
 from .architecture import Architecture
 from .kernels import MEASURED_ACTIVATIONS, KernelTables
 from .operators import matmul_shapes
@@ -57,15 +57,6 @@ MLA_BLOCK_OPS = ("mla_down_proj", "mla_q_up_proj", "mla_kv_up_proj", "mla_norm",
                  "attn_post_proj")
 # Matmuls servers run in bf16 whatever the weights' dtype (the package times them so too)
 BF16_OPS = ("moe_router", "lm_head")
-_SAID: set = set()
-
-
-def say_once(note: str) -> None:
-    """Print a note to stderr the first time this process meets it (a fallback a run meets at
-    every step is said once, not per step)."""
-    if note not in _SAID:
-        _SAID.add(note)
-        print(note, file=sys.stderr)
 
 
 class MeasuredOps:

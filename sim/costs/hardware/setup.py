@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...notes import say_once
 from .architecture import (DTYPE_BYTES, EXPERT_BYTES, Architecture, compute_dtype,
                            expert_bytes)
 from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
-from .kernels import KernelTables, TablesMiss
-from .measured import MeasuredOps, say_once
+from .kernels import SYSTEMS, KernelTables, TablesMiss
+from .measured import MeasuredOps
 from .memory import GIB, MemoryPlan, memory_plan, smallest_tp
 
 # Dtypes whose activations (and KV cache, by default) are the weights' own; the others (fp8,
@@ -84,6 +85,27 @@ class HardwareSetup:
                 "kernel_sources": self.kernels.sources() if self.kernels else {}}
 
 
+def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto",
+                 activation_scheme: str = "static") -> str:
+    """The KV cache's dtype, once the GPU computes in `dtype`, the model has what `dtype`
+    quantizes, and the KV dtype and activation scheme go with them (else a ValueError naming
+    the key)."""
+    gpu.peak_flops(compute_dtype(dtype))  # the GPU computes in this dtype
+    if dtype in EXPERT_BYTES and not arch.is_moe:
+        raise ValueError(f"hardware.dtype: mxfp4 quantizes a mixture of experts' routed experts "
+                         f"(gpt-oss's checkpoints); {arch.name or 'the model'} has none (use "
+                         f"fp16, bf16, fp8 or nvfp4)")
+    kv_dtype = kv_cache_dtype(dtype, kv_dtype)
+    if kv_dtype == "fp8" and "fp8" not in gpu.peak_tflops:
+        raise ValueError(f"hardware.kv_dtype: an fp8 KV cache needs a GPU with fp8 support; "
+                         f"{gpu.id} has none (use fp16 or bf16, or one of "
+                         f"{', '.join(gpus_with('fp8'))})")
+    if activation_scheme == "dynamic" and dtype != "fp8":
+        raise ValueError(f"hardware.activation_scheme: \"dynamic\" applies to fp8 weights "
+                         f"(hardware.dtype = \"fp8\"), not {dtype}")
+    return kv_dtype
+
+
 def hardware_setup(config) -> HardwareSetup:
     """The hardware of a resolved config (`scenarios.RunConfig`) whose cost.model is
     "hardware"."""
@@ -93,19 +115,7 @@ def hardware_setup(config) -> HardwareSetup:
     tp, ep, dp, dtype = hardware.tp, hardware.ep, hardware.dp, hardware.dtype
     arch.check_tp(tp)
     arch.check_ep(ep, tp, dp)
-    gpu.peak_flops(compute_dtype(dtype))  # the GPU computes in this dtype
-    if dtype in EXPERT_BYTES and not arch.is_moe:
-        raise ValueError(f"hardware.dtype: mxfp4 quantizes a mixture of experts' routed experts "
-                         f"(gpt-oss's checkpoints); {arch.name or 'the model'} has none (use "
-                         f"fp16, bf16, fp8 or nvfp4)")
-    kv_dtype = kv_cache_dtype(dtype, hardware.kv_dtype)
-    if kv_dtype == "fp8" and "fp8" not in gpu.peak_tflops:
-        raise ValueError(f"hardware.kv_dtype: an fp8 KV cache needs a GPU with fp8 support; "
-                         f"{gpu.id} has none (use fp16 or bf16, or one of "
-                         f"{', '.join(gpus_with('fp8'))})")
-    if hardware.activation_scheme == "dynamic" and dtype != "fp8":
-        raise ValueError(f"hardware.activation_scheme: \"dynamic\" applies to fp8 weights "
-                         f"(hardware.dtype = \"fp8\"), not {dtype}")
+    kv_dtype = check_dtypes(arch, gpu, dtype, hardware.kv_dtype, hardware.activation_scheme)
     size, kv_size = DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype]
 
     def plan_for(degree: int) -> MemoryPlan:
@@ -137,6 +147,9 @@ def hardware_setup(config) -> HardwareSetup:
             f"{gpu.memory_gib:g} GiB x gpu_memory_utilization "
             f"{hardware.gpu_memory_utilization:g} = {plan.usable / GIB:.1f} GiB is usable; "
             f"{hint}")
+    if engine.block_size > arch.max_seq_len:
+        raise ValueError(f"engine.block_size: must be at most model.max_seq_len "
+                         f"({arch.max_seq_len:,}), got {engine.block_size:,}")
     blocks = engine.num_kv_blocks
     if blocks == "auto":
         blocks = plan.kv_blocks
@@ -159,16 +172,26 @@ def hardware_setup(config) -> HardwareSetup:
 def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredOps | None:
     """The measured kernel tables' operators of `hardware.kernels` (unset: measured where the
     GPU has tables and servesim[gpu] is installed, else the roofline, said once); a version or
-    a GPU the tables do not have is a one-line ValueError naming the key."""
-    if hardware.kernels == "roofline":
+    a GPU the tables do not have is a one-line ValueError naming the key (a version is checked
+    even where the roofline is asked for: it names tables that must exist). A GPU defined in
+    the scenario (a table, not a catalog id) has no tables, whatever its name."""
+    version = hardware.framework_version
+    if hardware.kernels == "roofline" and version is None:
         return None
     try:
-        tables = KernelTables(gpu.id, hardware.framework, hardware.framework_version)
+        if not gpu.in_catalog:
+            raise TablesMiss(f"no measured kernel tables for a GPU defined in the scenario "
+                             f"({gpu.id!r}; tables exist for catalog GPUs: "
+                             f"{', '.join(SYSTEMS)})")
+        tables = KernelTables(gpu.id, hardware.framework, version)
     except TablesMiss as exc:
-        if hardware.kernels == "measured" or hardware.framework_version is not None:
-            raise ValueError(f"{exc.key}: {exc}") from None
+        if hardware.kernels == "measured" or version is not None:
+            key = "hardware.framework_version" if version is not None else exc.key
+            raise ValueError(f"{key}: {exc}") from None
         say_once(f"note: {exc}; the hardware model costs every operator by the roofline "
                  f"(hardware.kernels = \"roofline\" says so without this note)")
+        return None
+    if hardware.kernels == "roofline":
         return None
     return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype, hardware.kv_dtype), tables, ep,
                        hardware.activation_scheme, hardware.dp)

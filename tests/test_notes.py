@@ -1,0 +1,150 @@
+"""Notes (`sim.notes`): what a run tells its user is said once per command, never per step or
+per worker process; a scenario refused gets its one line of error alone; each run keeps its own
+notes and its report lists them; `layer_op_times` checks its arguments and says where the
+tables do not reach."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import scenarios
+import sim
+from reports.describe import hardware_text
+from scenarios import ScenarioError
+from sim import notes
+from sim.checks import check_scenario
+from sim.parallel import Parallel, run_config_job, run_jobs
+
+A40 = "no measured kernel tables for GPU 'a40'"  # the note of a GPU without tables
+
+SCENARIO = """name = "notes"
+[model]
+name = "meta-llama/Llama-3.1-8B"
+max_seq_len = 4096
+[hardware]
+gpu = "a40"
+[cost]
+model = "hardware"
+[workload]
+num_requests = 6
+arrival = {{ process = "poisson", rate = 4.0 }}
+prompt_tokens = {{ dist = "uniform", low = 100, high = 400 }}
+output_tokens = {{ dist = "uniform", low = 10, high = 40 }}
+{variants}
+"""
+
+
+def write(tmp_path, variants="") -> str:
+    path = tmp_path / "notes.toml"
+    path.write_text(SCENARIO.format(variants=variants))
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    notes.forget()
+    yield
+    notes.forget()
+
+
+def test_a_note_is_printed_once_held_notes_wait_and_collected_ones_are_kept(capsys):
+    with notes.collected() as kept:
+        notes.say_once("note: a")
+        notes.say_once("note: a")
+        with notes.held() as held:
+            notes.say_once("note: b")
+        assert capsys.readouterr().err == "note: a\n"  # b is held
+        notes.release(held)
+        notes.release(held)
+    assert capsys.readouterr().err == "note: b\n"
+    assert kept == ["note: a", "note: b"] and held == ["note: b"]
+
+
+def test_a_refused_scenario_says_its_error_alone_not_the_notes_before_it(tmp_path, capsys):
+    bad = '[[variants]]\nname = "a"\n[[variants]]\nname = "b"\nset = { "hardware.tp" = 3 }\n'
+    with pytest.raises(ScenarioError, match="variant 'b': hardware.tp = 3 does not divide"):
+        check_scenario(scenarios.load(write(tmp_path, bad)))
+    assert capsys.readouterr().err == ""
+    check_scenario(scenarios.load(write(tmp_path)))  # once every check passed: said
+    assert capsys.readouterr().err.count(A40) == 1
+
+
+def test_workers_notes_are_said_once_by_the_parent_and_kept_by_each_run(tmp_path, capfd):
+    scenario = scenarios.load(write(tmp_path), sweep={"workload.num_requests": [4, 5, 6]})
+    jobs = [(spec.config, tmp_path) for spec in scenario.runs()]
+    recorders = run_jobs(run_config_job, jobs, Parallel(workers=2))
+    assert capfd.readouterr().err.count(A40) == 1  # not once per worker process
+    for recorder in recorders:
+        assert len(recorder.notes) == 1 and A40 in recorder.notes[0]
+
+
+def test_the_report_lists_the_runs_notes(tmp_path):
+    import reports
+
+    scenario = scenarios.load(write(tmp_path))
+    results = sim.simulate(scenario)
+    files = reports.write_report(scenario, results, tmp_path / "out")
+    text = files.markdown.read_text()
+    assert "### Notes from the runs" in text
+    [row] = [line for line in text.splitlines() if A40 in line]
+    assert row.endswith("| every run |") and "note: " not in row
+
+
+def test_the_report_gives_the_parallel_layout_in_numbers():
+    derived = {"tp": 1, "dp": 8, "ep": 8, "gpu": "h200", "gpu_name": "NVIDIA H200",
+               "dtype": "fp8", "kv_dtype": "bf16", "weights_gib_per_gpu": 79.0,
+               "kv_gib_per_gpu": 45.6, "kv_tokens": 696_768,
+               "kv_bytes_per_token_per_gpu": 70272, "kernel_sources": {}}
+    assert hardware_text(derived).startswith(
+        "8 x NVIDIA H200 (`h200`): TP 1 x DP 8 (attention data-parallel ranks of 1 GPUs), EP 8, "
+        "fp8 weights")
+    assert ": TP 2, bf16" in hardware_text(derived | {"tp": 2, "dp": 1, "ep": 1,
+                                                      "dtype": "bf16"})
+
+
+# --- layer_op_times: its arguments checked ----------------------------------------------------
+
+LLAMA = "meta-llama/Llama-3.1-8B"
+
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    ((LLAMA, "h100-sxm", 0, 512), {}, "tp must be an integer from 1 to 8, got 0"),
+    ((LLAMA, "h100-sxm", True, 512), {}, "tp must be an integer from 1 to 8, got True"),
+    ((LLAMA, "h100-sxm", 2.0, 512), {}, "tp must be an integer from 1 to 8, got 2.0"),
+    ((LLAMA, "h100-sxm", 16, 512), {}, "tp must be an integer from 1 to 8, got 16"),
+    ((LLAMA, "h100-sxm", 1, 0), {}, "num_tokens must be a whole number of tokens >= 1"),
+    ((LLAMA, "h100-sxm", 1, 0.5), {}, "num_tokens must be a whole number of tokens >= 1"),
+    ((LLAMA, "h100-sxm", 1, "512"), {}, "num_tokens must be a whole number of tokens >= 1"),
+    ((LLAMA, "h100-sxm", 1, [4, float("nan")]), {}, "num_tokens must be a whole number"),
+    ((LLAMA, "h100-sxm", 1, None), {}, "num_tokens must be a whole number of tokens >= 1"),
+    ((LLAMA, "h100-sxm", 1, 512), {"framework": "tensorrt"},
+     "framework must be one of vllm, sglang, trtllm, got 'tensorrt'"),
+    ((LLAMA, "h100-sxm", 1, 512), {"kernels": "measurd"}, "kernels must be one of None, "),
+    ((LLAMA, "h100-sxm", 1, 512), {"dtype": "mxfp4"}, "mxfp4 quantizes a mixture of experts'"),
+    ((LLAMA, "h100-sxm", 1, 512), {"activation_scheme": "dynamic"},
+     '"dynamic" applies to fp8 weights'),
+    ((None, "h100-sxm", 1, 512), {}, "model must be a catalog id or a dict of architecture keys"),
+    (({"hidden": 4096}, "h100-sxm", 1, 512), {}, "model: unknown key 'hidden' (allowed: name, "),
+    ((LLAMA, None, 1, 512), {}, "gpu must be a catalog id or a table of GPU keys, got None"),
+    (("mistralai/Mixtral-8x7B-v0.1", "h100-sxm", 2, 512), {"ep": -2},
+     "ep must be an integer from 1 to 8, got -2"),
+])
+def test_layer_op_times_refuses_what_it_cannot_cost(args, kwargs, message):
+    with pytest.raises(ValueError) as info:
+        sim.layer_op_times(*args, **kwargs)
+    assert message in str(info.value)
+
+
+def test_layer_op_times_past_the_tables_reach_is_the_roofline_and_says_so(capsys):
+    pytest.importorskip("aiconfigurator_core")
+    tokens = np.array([[512, 65537]])  # 2 x the largest measured GEMM rows (32,768) is 65,536
+    measured = sim.layer_op_times(LLAMA, "h100-sxm", 1, tokens, kernels="measured")
+    roofline = sim.layer_op_times(LLAMA, "h100-sxm", 1, tokens, kernels="roofline")
+    assert measured["mlp_up_proj"].shape == (1, 2)
+    assert measured["mlp_up_proj"][0, 0] != roofline["mlp_up_proj"][0, 0]
+    assert measured["mlp_up_proj"][0, 1] == roofline["mlp_up_proj"][0, 1]
+    err = capsys.readouterr().err
+    assert err.count("past the measured tables' reach") == 1 and "mlp_up_proj" in err
+    assert measured["mlp_up_proj"][0, 0] == sim.layer_op_times(
+        LLAMA, "h100-sxm", 1, 512, kernels="measured")["mlp_up_proj"]
