@@ -75,6 +75,13 @@ def tables_part() -> None:
                   f"{100 * np.median(interp):13.1f}% {100 * np.quantile(interp, 0.9):6.1f}% "
                   + (f"{100 * np.median(roof):15.1f}% {100 * np.quantile(roof, 0.9):6.1f}%"
                      if len(roof) else f"{'n/a':>16s} {'':>7s}"))
+    print("\nGEMM points measured one row apart (m = 16k and 16k + 1, 32 <= m): |difference|, "
+          "the steps and noise no interpolation between them can know")
+    for gpu in kernels.SYSTEMS:
+        for dtype, steps in row_steps(kernels.KernelTables(gpu, "vllm")).items():
+            if len(steps):
+                print(f"{gpu:14s} gemm {dtype:17s} {len(steps):7d} "
+                      f"{100 * np.median(steps):13.1f}% {100 * np.quantile(steps, 0.9):6.1f}%")
     versions = "/".join(sorted({kernels.versions(g, "vllm")[-1] for g in kernels.SYSTEMS}))
     print(f"\n(interpolation: every other measured point in the token dimension predicted from "
           f"the rest; roofline: the datasheet peaks with the fitted efficiencies, where the GPU "
@@ -163,6 +170,28 @@ def held_out_errors(tables) -> dict:
             if ring is not None:
                 roof.append(np.abs(ring.time(size * 2, int(gpus))[1::2] / ms[1::2] - 1))
         out["all-reduce"] = (np.concatenate(interp), np.concatenate(roof) if roof else [])
+    return out
+
+
+def row_steps(tables) -> dict:
+    """{dtype: |t(m + 1) / t(m) - 1|} over the GEMM points measured one row apart (the grid
+    measures m = 16k and 16k + 1 around tile edges), of the kernel each dtype's GEMMs use."""
+    from sim.costs.hardware import kernels
+
+    out = {}
+    path = tables._table_path("gemm", "gemm_perf.parquet")
+    table = kernels._cached_table(path)
+    for dtype in ("bf16", "fp8"):
+        rows = table[table["gemm_dtype"] == kernels.GEMM_DTYPES[dtype]]
+        if rows.empty:
+            continue
+        rows = rows[rows["kernel_source"] == rows["kernel_source"].value_counts().index[0]]
+        steps = []
+        for _, shape in rows.groupby(["n", "k"]):
+            latency = dict(zip(shape["m"], shape["latency"]))
+            steps += [latency[m + 1] / latency[m] - 1 for m in latency
+                      if m >= 32 and m % 16 == 0 and m + 1 in latency]
+        out[dtype] = np.abs(steps)
     return out
 
 
