@@ -65,7 +65,7 @@ def hardware_text(derived: dict) -> str:
     tp, ranks = derived["tp"], derived.get("dp", 1)
     layout = f"TP {tp}"
     if ranks > 1:  # attention data parallelism: each rank its own requests and KV cache
-        layout += f" x DP {ranks} (attention data-parallel ranks of {tp} GPUs)"
+        layout += f" x DP {ranks} (attention data-parallel ranks of {tp} GPU{'s' * (tp > 1)})"
     if derived["ep"] > 1:
         layout += f", EP {derived['ep']}"
     scheme = derived.get("activation_scheme")

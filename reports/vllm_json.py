@@ -8,7 +8,9 @@ reads servesim's unchanged.
 - Setup and traffic keys first (`date, backend, label, model_id, num_prompts, request_rate,
   burstiness, max_concurrency`), then `engine.benchmark.vllm_summary` (vLLM's figures, then what
   vLLM does not report under names in its style), then how servesim names the run (`scenario,
-  variant, sweep, seed, arrival_process`).
+  variant, sweep, seed, arrival_process`, and with the hardware model `hardware`: the GPU, TP,
+  DP, EP, dtypes, the measured kernels' framework and version, the KV cache's tokens on a
+  rank).
 - `date` is null unless given (`SOURCE_DATE_EPOCH`, the reproducible-builds convention, or the
   `date` argument): a clock reading would make two runs of the same seed differ.
 - `request_rate` is the arrival rate of an open process, "inf" (vLLM's spelling) when every
@@ -31,6 +33,10 @@ from engine.benchmark import latency_std, vllm_summary
 from .tables import run_summaries
 
 DATE_FORMAT = "%Y%m%d-%H%M%S"  # vLLM's
+# A hardware-model run's `hardware` record: the GPU, the layout, the dtypes and whose kernels
+# (framework and version null where the roofline costs every operator)
+HARDWARE_KEYS = ("gpu", "tp", "dp", "ep", "dtype", "kv_dtype", "framework", "framework_version",
+                 "kv_tokens")
 
 
 def vllm_records(results, summaries: list[dict] | None = None,
@@ -55,6 +61,9 @@ def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
     std = latency_std(recorder, config.workload.warmup_s)
     run = {"scenario": config.name, "variant": spec.variant, "sweep": dict(spec.sweep),
            "seed": config.seed, "arrival_process": arrival.process}
+    derived = config.hardware.derived if config.hardware is not None else None
+    if derived:  # the hardware model's: what ran on what
+        run["hardware"] = {key: derived[key] for key in HARDWARE_KEYS}
     return setup | vllm_summary(summary, std) | run
 
 

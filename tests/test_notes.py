@@ -97,7 +97,7 @@ def test_the_report_gives_the_parallel_layout_in_numbers():
                "kv_gib_per_gpu": 45.6, "kv_tokens": 696_768,
                "kv_bytes_per_token_per_gpu": 70272, "kernel_sources": {}}
     assert hardware_text(derived).startswith(
-        "8 x NVIDIA H200 (`h200`): TP 1 x DP 8 (attention data-parallel ranks of 1 GPUs), EP 8, "
+        "8 x NVIDIA H200 (`h200`): TP 1 x DP 8 (attention data-parallel ranks of 1 GPU), EP 8, "
         "fp8 weights")
     assert ": TP 2, bf16" in hardware_text(derived | {"tp": 2, "dp": 1, "ep": 1,
                                                       "dtype": "bf16"})

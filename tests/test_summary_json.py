@@ -163,3 +163,36 @@ def test_undefined_figures_are_null_never_zero(tmp_path):
     for key in ("mean_tpot_ms", "std_tpot_ms", "p99_itl_ms", "std_itl_ms"):
         assert record[key] is None, key
     assert not math.isnan(record["mean_ttft_ms"])
+
+
+HARDWARE = """
+name = "json-hardware"
+[model]
+name = "mistralai/Mixtral-8x7B-v0.1"
+max_seq_len = 4096
+[hardware]
+gpu = "{gpu}"
+tp = 4
+ep = 4
+[cost]
+model = "hardware"
+[workload]
+num_requests = 6
+arrival = {{ process = "poisson", rate = 4.0 }}
+prompt_tokens = {{ dist = "uniform", low = 100, high = 400 }}
+output_tokens = {{ dist = "uniform", low = 10, high = 40 }}
+"""
+
+
+@pytest.mark.parametrize("gpu, framework, version", [("a40", None, None),
+                                                     ("h100-sxm", "vllm", "0.24.0")])
+def test_a_hardware_run_says_what_ran_on_what(tmp_path, gpu, framework, version):
+    if framework is not None:
+        pytest.importorskip("aiconfigurator_core")
+    [(spec, _)], out = write(tmp_path, HARDWARE.format(gpu=gpu))
+    record = json.loads((out / "summary.json").read_text())
+    assert list(record)[-1] == "hardware"
+    assert record["hardware"] == {
+        "gpu": gpu, "tp": 4, "dp": 1, "ep": 4, "dtype": "fp16", "kv_dtype": "fp16",
+        "framework": framework, "framework_version": version,
+        "kv_tokens": spec.config.hardware.derived["kv_tokens"]}

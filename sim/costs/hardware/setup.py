@@ -82,6 +82,8 @@ class HardwareSetup:
                 / GIB, "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token,
                 "kv_blocks": self.kv_blocks, "kv_tokens": self.kv_blocks * self.block_size,
                 "kernels": self.kernels.describe() if self.kernels else "roofline",
+                "framework": self.kernels.tables.framework if self.kernels else None,
+                "framework_version": self.kernels.tables.version if self.kernels else None,
                 "kernel_sources": self.kernels.sources() if self.kernels else {}}
 
 
