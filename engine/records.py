@@ -80,7 +80,7 @@ class RunRecorder:
         # Real-time serving only: how long after its planned arrival each request reached the
         # scheduler (the rest of a running step, or the wake-up overshoot when idle).
         self.submit_lag_s = array("d")
-        self.notes: tuple = ()  # what the run told its user (`sim.notes`), for its report
+        self.notes: tuple = ()  # what the run told its user, for its report
 
     # --- filling ---------------------------------------------------------------------------------
 
@@ -249,6 +249,7 @@ class ClusterRecorder:
         self.unrouted = unrouted
         self.prefill_replicas = prefill_replicas
         self.block_size = replicas[0].block_size  # one block size in a cluster
+        self.notes: tuple = ()  # what the run told its user, for its report
 
     @property
     def kv_blocks_total(self) -> int:

@@ -31,7 +31,10 @@ def say_once(note: str) -> None:
 
 
 def release(notes) -> None:
-    """Print the notes this process has not printed yet, in order."""
+    """Print the notes this process has not printed yet, in order; nothing while a hold is
+    open (they are the holder's already: `say_once` gave them to every open holder)."""
+    if any(hold for _, hold in _open):
+        return
     for note in notes:
         if note not in _said:
             _said.add(note)

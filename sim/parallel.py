@@ -112,7 +112,7 @@ def _on_pool(function, jobs: list, workers: int, done) -> list:
         results = [None] * len(jobs)
         for future in as_completed(futures):
             index = futures[future]
-            results[index] = _said(future.result())  # the first failure stops the rest
+            results[index] = _released(future.result())  # the first failure stops the rest
             if done is not None:
                 done(index, results[index])
         return results
@@ -127,7 +127,7 @@ def _noted(function: Callable, job):
     return result, said
 
 
-def _said(outcome: tuple):
+def _released(outcome: tuple):
     """A job's result, its notes printed (those this process has not printed)."""
     result, said = outcome
     notes.release(said)
@@ -161,7 +161,7 @@ def _on_ray(function, jobs: list, parallel: Parallel, done) -> list:
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             index = refs[ready[0]]
-            results[index] = _said(_task_result(ray, ready[0]))
+            results[index] = _released(_task_result(ray, ready[0]))
             if done is not None:
                 done(index, results[index])
         return results

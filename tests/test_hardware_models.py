@@ -278,10 +278,6 @@ def test_what_cannot_run_is_refused_in_one_line(tmp_path, kwargs, message):
     ({"model": 'name = "meta-llama/Llama-2-7b-hf"', "max_seq_len": 8192},
      "model.max_seq_len: meta-llama/Llama-2-7b-hf takes at most 4,096 tokens (its "
      "max_position_embeddings), got 8,192"),
-    ({"hardware": 'framework_version = "9.9"\nkernels = "roofline"'},
-     "hardware.framework_version: vllm tables for h100-sxm exist for version 0.24.0, not '9.9'"),
-    ({"gpu": "a40", "hardware": 'framework_version = "0.24.0"'},
-     "hardware.framework_version: no measured kernel tables for GPU 'a40'"),
     ({"hardware": "framework_version = 0.24"},
      'hardware.framework_version: must be a version in quotes, e.g. "0.24.0"'),
     ({"hardware": 'kv_dtype = "fp8_e4m3"'}, "(did you mean 'fp8'?)"),
@@ -291,6 +287,43 @@ def test_what_cannot_run_is_refused_in_one_line(tmp_path, kwargs, message):
 ])
 def test_lengths_versions_and_near_misses_are_refused_naming_the_key(tmp_path, kwargs, message):
     assert message in refusal(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"hardware": 'framework_version = "9.9"\nkernels = "roofline"'},
+     "hardware.framework_version: vllm tables for h100-sxm exist for version 0.24.0, not '9.9'"),
+    ({"gpu": "a40", "hardware": 'framework_version = "0.24.0"'},
+     "hardware.framework_version: no measured kernel tables for GPU 'a40'"),
+])
+def test_a_framework_version_the_tables_lack_is_refused_even_for_the_roofline(tmp_path, kwargs,
+                                                                            message):
+    pytest.importorskip("aiconfigurator_core")
+    assert message in refusal(tmp_path, **kwargs)
+
+
+def test_without_the_tables_a_version_is_refused_as_kernels_unless_the_roofline_is_asked(
+        tmp_path, monkeypatch, capsys):
+    from sim import notes
+    from sim.costs.hardware import kernels, setup
+
+    notes.forget()
+    monkeypatch.setattr(kernels, "data_root", lambda: None)  # servesim[gpu] not installed
+    monkeypatch.setattr(setup, "data_root", lambda: None)
+    assert "hardware.kernels: measured kernel tables need the optional extra servesim[gpu]" in \
+        refusal(tmp_path, hardware='framework_version = "0.24.0"')
+    path = scenario(tmp_path, hardware='framework_version = "0.24.0"\nkernels = "roofline"')
+    check_scenario(scenarios.load(path))
+    assert "note: hardware.framework_version = '0.24.0' is not checked" in capsys.readouterr().err
+
+
+def test_keys_beside_a_config_json_replace_the_files_before_its_rules_apply(tmp_path):
+    path = write_config(tmp_path, CONFIGS["meta-llama/Llama-3.1-405B"] | {
+        "num_key_value_heads": 7, "num_experts_per_tok": 2}, "odd.json")
+    arch = model_architecture({"config": path, "n_kv_heads": 8})
+    assert (arch.n_heads, arch.n_kv_heads) == (128, 8)
+    mixtral = write_config(tmp_path, CONFIGS["mistralai/Mixtral-8x7B-v0.1"] | {
+        "num_experts_per_tok": 16}, "mixtral.json")
+    assert model_architecture({"config": mixtral, "experts_per_token": 2}).experts_per_token == 2
 
 
 def test_a_kv_block_longer_than_the_model_takes_is_refused(tmp_path):
@@ -315,8 +348,8 @@ def test_a_gpu_defined_in_the_scenario_has_no_measured_tables_whatever_its_name(
                                             "GPU defined in the scenario"):
         check_scenario(scenarios.load(path))
     path.write_text(text.replace("fp8 = ", "int8 = 1.0, fp8 = "))
-    with pytest.raises(ScenarioError, match="hardware.gpu.peak_tflops.int8: not a tensor-core "
-                                            "dtype the model computes in"):
+    with pytest.raises(ScenarioError, match="hardware.gpu.peak_tflops.int8: not a dtype "
+                                            "servesim costs on tensor cores"):
         check_scenario(scenarios.load(path))
 
 
@@ -460,7 +493,7 @@ def test_a_config_json_model_runs_and_keys_beside_it_change_it(tmp_path):
      "\"sliding_attention\""),
     (json.dumps(CONFIGS["mistralai/Mixtral-8x7B-v0.1"] | {
         "sliding_window": 4096, "layer_types": ["sliding_attention"] * 33}),
-     "layer_types has 33 entries, one a layer: num_hidden_layers is 32"),
+     "layer_types has 33 entries; it needs one per layer (num_hidden_layers is 32)"),
     ("[" * 100_000 + "]" * 100_000, "must hold a JSON object (a Hugging Face config.json), not "
                                     "arrays or objects nested thousands deep"),
 ])

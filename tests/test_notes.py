@@ -61,6 +61,19 @@ def test_a_note_is_printed_once_held_notes_wait_and_collected_ones_are_kept(caps
     assert kept == ["note: a", "note: b"] and held == ["note: b"]
 
 
+def test_a_hold_inside_a_hold_prints_nothing_and_an_error_leaves_no_holder_open(capsys):
+    with notes.held() as outer:
+        with notes.held() as inner:
+            notes.say_once("note: x")
+        notes.release(inner)  # still held by the outer holder
+        assert capsys.readouterr().err == ""
+        with pytest.raises(RuntimeError), notes.held():
+            raise RuntimeError
+    assert outer == inner == ["note: x"]
+    notes.say_once("note: y")  # no holder left open
+    assert capsys.readouterr().err == "note: y\n"
+
+
 def test_a_refused_scenario_says_its_error_alone_not_the_notes_before_it(tmp_path, capsys):
     bad = '[[variants]]\nname = "a"\n[[variants]]\nname = "b"\nset = { "hardware.tp" = 3 }\n'
     with pytest.raises(ScenarioError, match="variant 'b': hardware.tp = 3 does not divide"):
@@ -77,6 +90,8 @@ def test_workers_notes_are_said_once_by_the_parent_and_kept_by_each_run(tmp_path
     assert capfd.readouterr().err.count(A40) == 1  # not once per worker process
     for recorder in recorders:
         assert len(recorder.notes) == 1 and A40 in recorder.notes[0]
+    serial = run_jobs(run_config_job, jobs, Parallel(workers=1))  # in this process
+    assert [r.notes for r in serial] == [r.notes for r in recorders]
 
 
 def test_the_report_lists_the_runs_notes(tmp_path):

@@ -51,13 +51,14 @@ def calibration() -> dict:
 
 
 def nearest(name: str, options, n: int = 3) -> str:
-    """'did you mean' text: the closest ids, else every id. An id holding the name, or held
-    in it, comes first ("a100" -> a100-80gb-sxm, "b200-sxm" -> b200, "llama-3.1-8b" ->
-    meta-llama/Llama-3.1-8B), then the most alike."""
+    """'did you mean' text: the closest ids, else every id. The ids holding the name, or held
+    in it, come first, the most alike first ("a100" -> the A100s, "b200-sxm" -> b200, "l40" ->
+    l40s, "llama-3.1-8b" -> meta-llama/Llama-3.1-8B), then the others most alike."""
     options = list(options)
     lowered = {o.lower(): o for o in options}
     key = name.lower()
     close = [o for o in lowered if key in o or o.split("/")[-1] in key] if len(key) > 1 else []
+    close.sort(key=lambda o: -difflib.SequenceMatcher(None, key, o).ratio())
     close += [o for o in difflib.get_close_matches(key, list(lowered), n=n, cutoff=0.4)
               if o not in close]
     shown = [lowered[c] for c in close[:n]] if close else options
@@ -73,7 +74,7 @@ def model_architecture(table: dict) -> Architecture:
         raise ValueError("model.config: give model.name (a catalog id) or model.config (a "
                          "config.json), not both")
     if config is not None:
-        base = config_architecture(str(config))
+        base = config_architecture(str(config), given)
         _check_length(given, base, str(config))
         try:
             return Architecture(**(base | given))
@@ -217,8 +218,8 @@ def _check_gpu_table(table: dict) -> None:
                          f"{{ fp16 = 989.0 }}, got {peaks!r}")
     for dtype, peak in peaks.items():
         if dtype not in PEAK_DTYPES:
-            raise ValueError(f"hardware.gpu.peak_tflops.{dtype}: not a tensor-core dtype the "
-                             f"model computes in (one of {', '.join(PEAK_DTYPES)})")
+            raise ValueError(f"hardware.gpu.peak_tflops.{dtype}: not a dtype servesim costs "
+                             f"on tensor cores (one of {', '.join(PEAK_DTYPES)})")
         if not _is_number_above(peak, 0):
             raise ValueError(f"hardware.gpu.peak_tflops.{dtype}: must be a positive number, "
                              f"got {peak!r}")

@@ -16,8 +16,10 @@ import json
 from pathlib import Path
 
 
-def config_architecture(path: str) -> dict:
-    """The architecture keys (and `name`) of the config.json at `path`."""
+def config_architecture(path: str, given: dict | None = None) -> dict:
+    """The architecture keys (and `name`) of the config.json at `path`; `given`: the keys the
+    scenario sets beside it, which replace the file's (a rule between keys is checked here, in
+    the file's own names, only where the file alone sets them; `Architecture` checks the rest)."""
     config = _read(path)
     names = config.get("architectures")
     if not isinstance(names, list) or not names or not isinstance(names[0], str):
@@ -28,7 +30,7 @@ def config_architecture(path: str) -> dict:
         raise ValueError(f"model.config: {path}: architecture {names[0]!r} is not supported "
                          f"(supported: {', '.join(READERS)}; or define the model with "
                          f"model.n_layers, d_model, ...)")
-    c = _Config(config, path, names[0])
+    c = _Config(config, path, names[0], given or {})
     keys = reader(c)
     _check_shape(c, keys)
     name = config.get("_name_or_path")
@@ -59,8 +61,13 @@ def _read(path: str) -> dict:
 class _Config:
     """A config.json's values, each checked as it is read."""
 
-    def __init__(self, table: dict, path: str, architecture: str):
+    def __init__(self, table: dict, path: str, architecture: str, given: dict):
         self.table, self.path, self.architecture = table, path, architecture
+        self.given = given  # the scenario's keys beside the file, which replace its own
+
+    def alone(self, *keys: str) -> bool:
+        """Whether the file alone sets these `Architecture` keys (the scenario sets none)."""
+        return not any(key in self.given for key in keys)
 
     def error(self, text: str) -> ValueError:
         """The one-line error of a problem in this file."""
@@ -123,8 +130,8 @@ def _window(c: _Config, n_layers: int, default_sliding) -> dict:
     types = c.list("layer_types", lambda t: t in LAYER_TYPES,
                    " or ".join(f'"{t}"' for t in LAYER_TYPES))
     if types is not None and len(types) != n_layers:
-        raise c.error(f"layer_types has {len(types)} entries, one a layer: "
-                      f"num_hidden_layers is {n_layers}")
+        raise c.error(f"layer_types has {len(types)} entries; it needs one per layer "
+                      f"(num_hidden_layers is {n_layers})")
     sliding = types.count("sliding_attention") if types is not None else \
         default_sliding(n_layers)
     return {"sliding_window": window, "sliding_layers": sliding} if sliding else {}
@@ -170,7 +177,7 @@ def _gemma3(c: _Config) -> dict:
 
 def _experts(c: _Config, n_experts: str, width: str) -> dict:
     experts, top_k = c.int(n_experts), c.int("num_experts_per_tok")
-    if top_k > experts:
+    if top_k > experts and c.alone("n_experts", "experts_per_token"):
         raise c.error(f"num_experts_per_tok ({top_k}) must be at most {n_experts} ({experts})")
     return {"n_experts": experts, "experts_per_token": top_k, "moe_d_ff": c.int(width)}
 
@@ -178,7 +185,7 @@ def _experts(c: _Config, n_experts: str, width: str) -> dict:
 def _sparse_layers(c: _Config, keys: dict, sparse: int, rule: str) -> dict:
     """`n_dense_layers` of a model with `sparse` mixture-of-experts layers of its
     n_layers, which `rule` (the file's keys) chose: at least one."""
-    if not sparse:
+    if not sparse and c.alone("n_dense_layers"):
         raise c.error(f"{rule} leave no mixture-of-experts layer of the "
                       f"{keys['n_layers']} (num_hidden_layers)")
     return {"n_dense_layers": keys["n_layers"] - sparse}
@@ -220,13 +227,15 @@ def _gpt_oss(c: _Config) -> dict:
 
 
 def _check_shape(c: _Config, keys: dict) -> None:
-    """The heads' shape, in the file's own key names (`Architecture` checks it again in its
-    own)."""
+    """The heads' shape, in the file's own key names, where the file alone sets it
+    (`Architecture` checks it again, in its own names, with the scenario's keys)."""
     heads, kv_heads = keys["n_heads"], keys["n_kv_heads"]
-    if "kv_lora_rank" not in keys and heads % kv_heads:
+    if "kv_lora_rank" in keys or not c.alone("n_heads", "kv_lora_rank"):
+        return
+    if heads % kv_heads and c.alone("n_kv_heads"):
         raise c.error(f"num_key_value_heads ({kv_heads}) must divide num_attention_heads "
                       f"({heads})")
-    if not keys.get("head_dim") and "kv_lora_rank" not in keys and keys["d_model"] % heads:
+    if not keys.get("head_dim") and keys["d_model"] % heads and c.alone("d_model", "head_dim"):
         raise c.error(f"hidden_size ({keys['d_model']}) must be a multiple of "
                       f"num_attention_heads ({heads}), or give head_dim")
 

@@ -12,7 +12,7 @@ from ...notes import say_once
 from .architecture import (DTYPE_BYTES, EXPERT_BYTES, Architecture, compute_dtype,
                            expert_bytes)
 from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
-from .kernels import SYSTEMS, KernelTables, TablesMiss
+from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
 from .measured import MeasuredOps
 from .memory import GIB, MemoryPlan, memory_plan, smallest_tp
 
@@ -178,7 +178,11 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
     even where the roofline is asked for: it names tables that must exist). A GPU defined in
     the scenario (a table, not a catalog id) has no tables, whatever its name."""
     version = hardware.framework_version
-    if hardware.kernels == "roofline" and version is None:
+    if hardware.kernels == "roofline" and (version is None or data_root() is None):
+        if version is not None:
+            say_once(f"note: hardware.framework_version = {version!r} is not checked: "
+                     f"servesim[gpu], which has the tables, is not installed, and "
+                     f"hardware.kernels = \"roofline\" reads none")
         return None
     try:
         if not gpu.in_catalog:
@@ -188,12 +192,16 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
         tables = KernelTables(gpu.id, hardware.framework, version)
     except TablesMiss as exc:
         if hardware.kernels == "measured" or version is not None:
-            key = "hardware.framework_version" if version is not None else exc.key
+            # a GPU without tables is the version's fault when one was asked for; a missing
+            # servesim[gpu] stays hardware.kernels'
+            about_version = version is not None and exc.key == "hardware.kernels" \
+                and data_root() is not None
+            key = "hardware.framework_version" if about_version else exc.key
             raise ValueError(f"{key}: {exc}") from None
         say_once(f"note: {exc}; the hardware model costs every operator by the roofline "
                  f"(hardware.kernels = \"roofline\" says so without this note)")
         return None
     if hardware.kernels == "roofline":
-        return None
+        return None  # the version checked, not used
     return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype, hardware.kv_dtype), tables, ep,
                        hardware.activation_scheme, hardware.dp)
