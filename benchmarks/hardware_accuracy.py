@@ -22,7 +22,7 @@ the roofline is calibrated on, and the NumPy engine on this machine.
    this machine's fitted profile on the same steps: as a pure roofline, and with the serving
    loop's measured per-step and per-sequence costs (docs/validation/fidelity.md, causes 4-5).
 
-    python benchmarks/hardware_accuracy.py               # about 3 minutes (2 more to profile)
+    python benchmarks/hardware_accuracy.py               # about 5 minutes (2 more to profile)
     python benchmarks/hardware_accuracy.py --no-engine   # the GPU parts alone
     python benchmarks/hardware_accuracy.py --only tables # part 0 alone
 """
