@@ -11,29 +11,72 @@ from pathlib import Path
 
 # The setting of the "What was run" table a dotted key's first part belongs to.
 FIELD_OF = {"seed": "seed", "mode": "mode", "cost": "step costs", "model": "model",
-            "hardware": "hardware", "engine": "engine", "scheduler": "scheduler",
-            "workload": "workload", "slo": "SLO (goodput)"}
+            "cluster": "cluster", "hardware": "hardware", "engine": "engine",
+            "scheduler": "scheduler", "workload": "workload", "slo": "SLO (goodput)"}
 
 
 def config_rows(config) -> dict[str, str]:
-    """{setting: description} of one resolved config, in the report's order."""
-    model, engine, slo = config.model, config.engine, config.slo
+    """{setting: description} of one resolved config, in the report's order. A cluster of
+    pools describes each pool's hardware and engine (`hardware.derived["pools"]`)."""
+    derived = config.hardware.derived if config.hardware is not None else None
+    pools = (derived or {}).get("pools")
+    if pools:
+        hardware = "; ".join(f"pool `{pool['pool']}` ({_replicas(pool['replicas'])}): "
+                             f"{hardware_text(pool)}" for pool in pools)
+        engine = "; ".join(
+            f"pool `{pool['pool']}`: " + engine_text(config.updated(setting).engine,
+                                                     pool["kv_blocks"], _auto(config))
+            for pool, setting in zip(pools, (p.set for p in config.cluster.pools)))
+    else:
+        hardware = hardware_text(derived) if derived else None
+        engine = engine_text(config.engine, config.engine.num_kv_blocks, _auto(config))
     return {
         "seed": str(config.seed),
         "mode": config.mode,
         "step costs": step_costs(config),
-        "model": model_text(model),
-        **({"hardware": hardware_text(config.hardware.derived)}
-           if config.hardware is not None and config.hardware.derived else {}),
-        "engine": (f"{engine.num_kv_blocks:,} KV blocks of {engine.block_size} tokens"
-                   + (" (derived from the GPU's memory)" if _auto(config) else "")
-                   + f", max_num_seqs {engine.max_num_seqs}, "
-                   f"max_num_batched_tokens {engine.max_num_batched_tokens}, prefix caching "
-                   + ("on" if engine.enable_prefix_caching else "off")),
+        "model": model_text(config.model),
+        **({"cluster": cluster_text(config)} if config.cluster is not None else {}),
+        **({"hardware": hardware} if hardware else {}),
+        "engine": engine,
         "scheduler": scheduler_text(config.scheduler),
         "workload": workload_text(config.workload),
-        "SLO (goodput)": slo_text(slo),
+        "SLO (goodput)": slo_text(config.slo),
     }
+
+
+def engine_text(engine, blocks, auto: bool) -> str:
+    """The KV blocks (`blocks`: derived where "auto"), batch limits and prefix caching."""
+    return (_kv_blocks_text(blocks, engine.block_size)
+            + (" (derived from the GPU's memory)" if auto else "")
+            + f", max_num_seqs {engine.max_num_seqs}, "
+            f"max_num_batched_tokens {engine.max_num_batched_tokens}, prefix caching "
+            + ("on" if engine.enable_prefix_caching else "off"))
+
+
+def cluster_text(config) -> str:
+    """The replicas, their pools or roles, the routers and the KV link."""
+    cluster = config.cluster
+    late = (f"; load reported {cluster.report_delay_s * 1e3:g} ms late"
+            if cluster.report_delay_s else "")
+    if cluster.prefill_replicas:
+        link = (f"{cluster.kv_transfer_gbps:g} GB/s" if cluster.kv_transfer_gbps
+                else "the GPU's interconnect")
+        if cluster.kv_transfer_latency_s is not None:
+            link += f" after {cluster.kv_transfer_latency_s * 1e3:g} ms"
+        return (f"prefill/decode disaggregation: {_replicas(cluster.prefill_replicas)} "
+                f"prefill behind a `{cluster.router}` router, "
+                f"{_replicas(cluster.decode_replicas)} decode behind a "
+                f"`{cluster.decode_router}` router, the KV cache moved over {link}{late}")
+    if cluster.pools:
+        pools = ", ".join(f"`{pool.name}` ({pool.replicas})" for pool in cluster.pools)
+        return (f"{_replicas(cluster.size)} in pools {pools} behind a `{cluster.router}` "
+                f"router (each pool's hardware and engine below){late}")
+    return f"{_replicas(cluster.replicas)} of the server below behind a `{cluster.router}` " \
+        f"router{late}"
+
+
+def _replicas(count: int) -> str:
+    return f"{count} replica{'s' * (count != 1)}"
 
 
 def model_text(model) -> str:
@@ -91,6 +134,14 @@ def kernels_text(derived: dict) -> str:
               "residual adds, embedding) by the roofline")
 
 
+def _kv_blocks_text(blocks, block_size: int) -> str:
+    """"N KV blocks of B tokens", or for a config not resolved against its GPU (a benchmark of
+    a remote server) "KV blocks of B tokens: "auto" (from the GPU's memory)"."""
+    if isinstance(blocks, int):
+        return f"{blocks:,} KV blocks of {block_size} tokens"
+    return f"KV blocks of {block_size} tokens: {blocks!r} (from the GPU's memory)"
+
+
 def _auto(config) -> bool:
     return config.hardware is not None and config.hardware.num_kv_blocks_auto
 
@@ -111,6 +162,16 @@ def differing_settings(specs) -> list[str]:
             if len({rows[field] for rows in described}) > 1]
 
 
+def varying_by_sweep(specs) -> list[str]:
+    """The settings whose description changes from one sweep point to another in some
+    variant (what a swept key sets, and what follows from it: a GPU's KV blocks)."""
+    seen: dict = {}
+    for spec in specs:
+        for field, text in config_rows(spec.config).items():
+            seen.setdefault((spec.variant, field), set()).add(text)
+    return list(dict.fromkeys(field for (_, field), texts in seen.items() if len(texts) > 1))
+
+
 def what_was_run(scenario, specs) -> list[list[str]]:
     """[setting, description] rows for the runs `specs` of `scenario`."""
     runs = first_runs(specs)
@@ -119,6 +180,7 @@ def what_was_run(scenario, specs) -> list[list[str]]:
     swept: dict = {}
     for key in scenario.sweep:
         swept.setdefault(FIELD_OF.get(key.split(".")[0], key), []).append(f"`{key}`")
+    varying = varying_by_sweep(specs) if scenario.sweep else []
     rows = [["scenario", f"{scenario.name} (`{scenario.source}`)"]]
     for field, text in shared.items():
         if field in differing:
@@ -126,6 +188,8 @@ def what_was_run(scenario, specs) -> list[list[str]]:
         if field in swept:
             text += (f" (at the first sweep point; {', '.join(swept[field])} is swept: see "
                      f"Sweep below)")
+        elif field in varying:
+            text += " (at the first sweep point; it changes with the sweep: see Sweep below)"
         rows.append([field, text])
     rows.append(["runs", _runs_text(len(specs), len(scenario.variants), bool(scenario.sweep))])
     if scenario.overrides:
@@ -138,13 +202,28 @@ def variant_table(scenario, specs) -> tuple[list[str], list[list[str]]]:
     """(header, rows): each variant, what it sets, and its own value of every setting the
     variants set differently."""
     differing = differing_settings(specs)
+    varying = set(varying_by_sweep(specs)) if scenario.sweep else set()
     sets = {variant.name: variant.set for variant in scenario.variants}
     rows = []
     for spec in first_runs(specs):
         described = config_rows(spec.config)
         rows.append([spec.variant, settings_text(sets.get(spec.variant, {}))]
-                    + [described[field] for field in differing])
+                    + [described[field] + (" (at the first sweep point)"
+                                           if field in varying else "")
+                       for field in differing])
     return ["variant", "sets", *differing], rows
+
+
+def sweep_table(scenario, specs) -> tuple[list[str], list[list[str]]] | None:
+    """(header, rows): each run's own value of every setting that changes with the sweep
+    (besides the swept keys' own rows), so that a figure only a later sweep point has (a
+    larger GPU's KV blocks) is in the report; None when nothing does."""
+    varying = varying_by_sweep(specs) if scenario.sweep else []
+    if not varying:
+        return None
+    rows = [[spec.label] + [config_rows(spec.config)[field] for field in varying]
+            for spec in specs]
+    return ["run", *varying], rows
 
 
 def _runs_text(num_runs: int, num_variants: int, swept: bool) -> str:

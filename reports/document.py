@@ -12,7 +12,7 @@ import numpy as np
 
 from engine.benchmark import latency_percentiles
 
-from .describe import variant_table, what_was_run
+from .describe import sweep_table, variant_table, what_was_run
 from .key_figures import REPORT_FIGURES, key_rows
 from .render import Heading, Image, Paragraph, Table
 from .tables import label_values
@@ -38,6 +38,10 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
         rows = [[f"`{key}`", ", ".join(map(str, values))] for key, values in scenario.sweep.items()]
         blocks += [Heading(3, "Sweep (crossed with every variant)"),
                    Table(["key", "values"], rows)]
+        points = sweep_table(scenario, specs)
+        if points is not None:
+            blocks += [Paragraph("What changes with the sweep, run by run:"),
+                       Table(*points)]
     if notes:
         every = len(specs)
         blocks += [Heading(3, "Notes from the runs"), Table(

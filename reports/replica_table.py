@@ -1,5 +1,6 @@
 """replicas.csv: one row per replica of every cluster run, to see how evenly a router spread
-the load: the requests sent to it, what it served (per second of the cluster's run: first
+the load: the requests sent to it (a prefill replica's: those it prefilled and handed on, and
+any it still held), what it served (per second of the cluster's run: first
 arrival to last finish, as the summary's throughputs), its queue length (requests waiting)
 and the share of its KV blocks in use, as means over its steps and maxima.
 """
@@ -43,12 +44,25 @@ def replicas_table(results, summaries: list[dict]) -> pd.DataFrame | None:
     keys = run_keys(results)
     rows = []
     for spec, recorder, summary in clusters:
+        handed_off = handed_off_counts(recorder)
         for index, (replica, pool) in enumerate(zip(recorder.replicas,
                                                     pool_names(spec.config))):
-            rows.append(dict(zip(keys, label_values(spec, keys))) |
-                        replica_row(index, pool, replica, summary["duration_s"]))
+            row = replica_row(index, pool, replica, summary["duration_s"])
+            row["requests"] += handed_off.get(index, 0)
+            rows.append(dict(zip(keys, label_values(spec, keys))) | row)
     frame = pd.DataFrame(rows)
     return frame if (frame["pool"] != "").any() else frame.drop(columns="pool")
+
+
+def handed_off_counts(recorder) -> dict[int, int]:
+    """{prefill replica: requests it prefilled and handed to a decode replica} of a
+    disaggregated cluster run (empty otherwise): those requests are recorded where they
+    decode, and were sent to it first."""
+    counts: dict[int, int] = {}
+    for replica in recorder.replicas:
+        for transfer in replica.transfers.values():
+            counts[transfer.prefill_replica] = counts.get(transfer.prefill_replica, 0) + 1
+    return counts
 
 
 def replica_row(index: int, pool: str, recorder, duration_s: float) -> dict:

@@ -10,7 +10,7 @@ reads servesim's unchanged.
   vLLM does not report under names in its style), then how servesim names the run (`scenario,
   variant, sweep, seed, arrival_process`, and with the hardware model `hardware`: the GPU, TP,
   DP, EP, dtypes, the measured kernels' framework and version, the KV cache's tokens on a
-  rank).
+  rank, and in a cluster its replicas; with pools, a list of them, one a pool).
 - `date` is null unless given (`SOURCE_DATE_EPOCH`, the reproducible-builds convention, or the
   `date` argument): a clock reading would make two runs of the same seed differ.
 - `request_rate` is the arrival rate of an open process, "inf" (vLLM's spelling) when every
@@ -63,8 +63,20 @@ def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
            "seed": config.seed, "arrival_process": arrival.process}
     derived = config.hardware.derived if config.hardware is not None else None
     if derived:  # the hardware model's: what ran on what
-        run["hardware"] = {key: derived[key] for key in HARDWARE_KEYS}
+        run["hardware"] = hardware_record(config, derived)
     return setup | vllm_summary(summary, std) | run
+
+
+def hardware_record(config, derived: dict):
+    """A hardware run's `hardware` record: {HARDWARE_KEYS} (with "replicas" in a cluster),
+    or with pools a list of them, each with its "pool" and "replicas" first."""
+    if derived.get("pools"):
+        return [{"pool": pool["pool"], "replicas": pool["replicas"]}
+                | {key: pool[key] for key in HARDWARE_KEYS} for pool in derived["pools"]]
+    record = {key: derived[key] for key in HARDWARE_KEYS}
+    if config.cluster is not None:
+        record["replicas"] = config.cluster.size
+    return record
 
 
 def traffic(arrival, recorder) -> tuple:

@@ -117,17 +117,24 @@ def find(name_or_path) -> Path:
 
 
 def load(name_or_path, overrides=(), sweep: dict | None = None,
-         sources: dict | None = None) -> Scenario:
+         sources: dict | None = None, variant: str | None = None) -> Scenario:
     """Load and validate a scenario. `overrides`: "KEY=VALUE" strings or (key, value) pairs,
     applied to the base before the variants and the sweep. `sweep`: {dotted key: [values]}
     added to the file's sweep (replacing a key it sweeps too). An override of a key the
     sweep also sets (the same key, or one inside the other) is refused: the sweep would
     silently replace it. `sources`: {dotted key: the command-line flag that gave the
-    override}, to name it in that refusal (default: --set)."""
+    override}, to name it in that refusal (default: --set). `variant`: load that variant alone
+    (--variant NAME), the others neither resolved nor checked."""
     path = find(name_or_path)
     shown = _display(path)
     raw = _parse(path, shown)
     variants = _guarded(shown, "", _variants, raw.pop("variants", None))
+    if variant is not None:
+        names = [v.name for v in variants]
+        if variant not in names:
+            raise ScenarioError(f"{shown}: --variant {variant}: the scenario's variants are "
+                                f"{', '.join(names)}")
+        variants = [v for v in variants if v.name == variant]
     file_sweep = raw.pop("sweep", None)
     if sweep:
         file_sweep = (ov.flatten(file_sweep) if isinstance(file_sweep, dict) else {}) | sweep
@@ -135,6 +142,7 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     sweep = _guarded(shown, "--sweep: " if sweep else "", _sweep, file_sweep)
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
     _check_not_swept(shown, pairs, sweep, flag_sweep, sources or {})
+    _check_not_shadowed(shown, pairs, sweep, flag_sweep, sources or {}, variants, raw)
     file_base = None
     if pairs:
         file_raw, raw = raw, _guarded(shown, "--set: ", _apply_all, raw, dict(pairs))
@@ -167,6 +175,35 @@ def _check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: d
                 where = "--sweep" if swept in flag_sweep else "the scenario's [sweep]"
                 raise ScenarioError(f"{shown}: {given} sets {key}, which {where} also sets "
                                     f"({swept} = {sweep[swept]!r}); give one of them")
+
+
+def _check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict,
+                        variants, raw: dict) -> None:
+    """ScenarioError when an override or a sweep sets a key that would change no run, or
+    leave the variants differing in name only: an override of a key every variant sets again
+    (variants apply after overrides), a sweep of one (the sweep applies after them, replacing
+    what each variant sets), or either of a key every pool of `[cluster]` sets again (a pool's
+    `set` applies last)."""
+    cluster = raw.get("cluster")
+    pools = cluster.get("pools") if isinstance(cluster, dict) else None
+    pool_sets = [ov.flatten(pool["set"]) for pool in pools or ()
+                 if isinstance(pool, dict) and isinstance(pool.get("set"), dict)]
+    if len(pool_sets) != len(pools or ()):
+        pool_sets = []  # a malformed pool: the schema says so, naming it
+    given = [(sources.get(key, f"--set {key}"), key, False) for key, _ in pairs] + \
+        [(f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}", key, True)
+         for key in sweep]
+    for what, key, swept in given:
+        if all(any(_overlap(key, k) for k in variant.set) for variant in variants):
+            names = ", ".join(variant.name for variant in variants)
+            effect = (": the sweep would replace each one's, leaving the variants differing "
+                      "in name only" if swept else ", after it, so it changes no run")
+            raise ScenarioError(f"{shown}: {what}: every variant sets {key} too ({names})"
+                                f"{effect}; drop it, or set it in the variants")
+        if pool_sets and all(any(_overlap(key, k) for k in pool) for pool in pool_sets):
+            raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
+                                f"(a pool's set applies last), so it changes no run; set it "
+                                f"in the pools")
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -285,6 +322,10 @@ def _sweep(table) -> dict:
     for key, values in sweep.items():
         if not isinstance(values, list) or not values:
             raise FieldError(f"sweep.{key}", f"must be a non-empty list of values, got {values!r}")
+        repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if repeated is not None:
+            raise FieldError(f"sweep.{key}", f"gives {repeated!r} twice (each value is one "
+                                             f"sweep point)")
     return sweep
 
 

@@ -157,7 +157,8 @@ def build_cost(config: RunConfig, hardware=None):
 
 def resolved_spec(spec):
     """A run's spec as run: with cost.model "hardware", its config also says what the hardware
-    came to (`hardware.derived`: the model, GPU, memory and the KV blocks "auto" gave); with a
+    came to (`hardware.derived`: the model, GPU, memory and the KV blocks "auto" gave; with
+    `cluster.pools`, each pool's too, under "pools"); with a
     trace, what its file held that a user should know (`workload.trace.notes`)."""
     from scenarios.config import ModelSpec
     from scenarios.defaults import MLA_MODEL_KEYS, MOE_MODEL_KEYS, WINDOW_MODEL_KEYS
@@ -182,9 +183,18 @@ def resolved_spec(spec):
                                               "d_ff", "vocab_size", "max_seq_len")},
                 **{k: getattr(arch, k) for k in (*MOE_MODEL_KEYS, *MLA_MODEL_KEYS,
                                                  *WINDOW_MODEL_KEYS) if getattr(arch, k)}),
-            hardware=replace(config.hardware, derived=hardware.describe(),
+            hardware=replace(config.hardware, derived=hardware.describe() | _pools(config),
                              num_kv_blocks_auto=spec.config.engine.num_kv_blocks == "auto"))
     return replace(spec, config=config)
+
+
+def _pools(config: RunConfig) -> dict:
+    """{"pools": [each pool's name, replicas and hardware (`HardwareSetup.describe`)]} of a
+    cluster of pools, whose replicas run their pool's hardware, not the base's; else {}."""
+    pools = config.cluster.pools if config.cluster is not None else ()
+    return {"pools": [{"pool": pool.name, "replicas": pool.replicas,
+                       **hardware_of(config.updated(pool.set)).describe()}
+                      for pool in pools]} if pools else {}
 
 
 def sequence_maker(workload: Workload, mode: str, streams: dict, model, block_manager):

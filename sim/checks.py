@@ -37,12 +37,27 @@ def check_config(config: RunConfig, base_dir=None) -> int:
         requests = len(load_trace(trace.path, trace.format, trace.time_scale,
                                   trace.max_requests, base_dir))  # read once, by check_workload
     check_memory([(config, requests)])
-    hardware = hardware_of(config)
-    if hardware is not None:
-        build_scheduler(config, hardware.arch.max_seq_len, hardware.kv_blocks)
+    if config.on_hardware:
+        for place, replica in _servers(config):
+            try:
+                hardware = hardware_of(replica)
+                build_scheduler(replica, hardware.arch.max_seq_len, hardware.kv_blocks)
+            except ValueError as exc:
+                raise ValueError(f"{place}{exc}") from None
     elif config.mode == "simulate" and config.cost.model != "live":
         speed_process(config.cost, build_cost(config), None)
     return requests
+
+
+def _servers(config: RunConfig) -> list:
+    """[(where, config)] of each kind of server a config runs: the config itself, or with
+    `cluster.pools` each pool's (its `set` applied; "cluster.pools[i].set: " the place of its
+    problems), the base alone then being no server's."""
+    pools = config.cluster.pools if config.cluster is not None else ()
+    if not pools:
+        return [("", config)]
+    return [(f"cluster.pools[{i}].set: ", config.updated(pool.set))
+            for i, pool in enumerate(pools)]
 
 
 def _check_sessions(config: RunConfig) -> int:

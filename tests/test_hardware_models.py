@@ -108,7 +108,12 @@ def test_expert_weights_split_by_tp_or_whole_by_ep_and_the_rest_as_dense():
     attention = d * (4096 // 2 + 2 * 4 * 128) + 4096 // 2 * d
     moe = d * experts + experts * 3 * d * ff / 2
     vocab = 32000 * d * 2 / 2
-    assert mixtral.weight_bytes_per_gpu(2, 2) == (32 * (attention + moe) + vocab) * 2
+    assert mixtral.weight_bytes_per_gpu(2, 2) == pytest.approx(
+        (32 * (attention + moe) + vocab) * 2, rel=1e-12)
+    # in fp8 the embedding, the LM head and the routers stay 16-bit
+    router = 32 * d * experts
+    assert mixtral.weight_bytes_per_gpu(2, 1) == pytest.approx(
+        32 * (attention + moe) - router + (vocab + router) * 2, rel=1e-12)
     assert mixtral.weight_bytes_per_gpu(2, 2, ep=2) == mixtral.weight_bytes_per_gpu(2, 2)
     assert mixtral.experts_per_gpu(8) == 1 and mixtral.experts_per_gpu(3) == 3  # uneven: most
     v3 = model_architecture({"name": "deepseek-ai/DeepSeek-V3"})
@@ -207,7 +212,8 @@ def test_the_kv_cache_dtype_defaults_to_the_activations_and_fp8_doubles_the_bloc
     assert fp8.kv_blocks in (2 * bf16.kv_blocks, 2 * bf16.kv_blocks + 1)
     auto = setup('dtype = "fp8"')  # vLLM's auto: the checkpoint's bf16, not the weights' fp8
     assert auto.kv_bytes == 2 and auto.describe()["kv_dtype"] == "bf16"
-    assert auto.plan.weights == pytest.approx(bf16.plan.weights / 2)
+    vocab = 2 * 128256 * 8192 // 2 * 2  # embedding and LM head, half each GPU, 16-bit in both
+    assert auto.plan.weights == pytest.approx((bf16.plan.weights - vocab) / 2 + vocab)
 
 
 def test_nvfp4_weights_take_half_a_byte_and_a_scale_per_16(tmp_path):
@@ -215,7 +221,9 @@ def test_nvfp4_weights_take_half_a_byte_and_a_scale_per_16(tmp_path):
                      hardware='dtype = "nvfp4"')
     bf16 = setup_of(tmp_path, model='name = "meta-llama/Llama-3.1-70B"', gpu="b200",
                     hardware='dtype = "bf16"')
-    assert nvfp4.plan.weights == pytest.approx(bf16.plan.weights * (0.5 + 1 / 16) / 2)
+    vocab = 2 * 128256 * 8192 * 2  # embedding and LM head stay 16-bit
+    assert nvfp4.plan.weights == pytest.approx((bf16.plan.weights - vocab) * (0.5 + 1 / 16) / 2
+                                               + vocab)
     assert nvfp4.kv_bytes == 2 and HardwareCost(nvfp4).peak == 9000e12
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from .flags import FlagError, flag_overrides
@@ -37,8 +36,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 def load_scenario(args):
     """The scenario named on the command line, with its --set overrides, then the vLLM-style
-    flags (`flags.py`) as overrides and a sweep. A key that both an override and the
-    scenario's sweep set is refused, naming both."""
+    flags (`flags.py`) as overrides and a sweep, and with --variant that variant alone. A key
+    that both an override and the scenario's sweep set is refused, naming both."""
     import scenarios
 
     sets = list(args.set or ())
@@ -50,18 +49,8 @@ def load_scenario(args):
         pairs, sweep, flags = flag_overrides(args, workload_of)
     except FlagError as exc:
         raise UsageError(str(exc)) from None
-    scenario = scenarios.load(args.scenario, sets + pairs, sweep=sweep, sources=flags)
-    variant = getattr(args, "variant", None)
-    return scenario if variant is None else only_variant(scenario, variant)
-
-
-def only_variant(scenario, name: str):
-    """The scenario with one of its variants (--variant NAME), or UsageError naming them."""
-    if name not in scenario.variant_names:
-        raise UsageError(f"--variant {name}: the scenario's variants are "
-                         f"{', '.join(scenario.variant_names)}")
-    return replace(scenario, variants=tuple(v for v in scenario.variants if v.name == name),
-                   specs=tuple(s for s in scenario.specs if s.variant == name))
+    return scenarios.load(args.scenario, sets + pairs, sweep=sweep, sources=flags,
+                          variant=getattr(args, "variant", None))
 
 
 def output_dir(out, name: str, suffix: str = "") -> Path:

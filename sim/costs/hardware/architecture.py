@@ -35,6 +35,9 @@ from dataclasses import dataclass, fields
 
 # Bytes of a weight (or KV-cache) element. NVFP4 stores 4-bit values with one fp8 scale per 16
 # of them (and one fp32 scale per tensor, negligible): 0.5 + 1/16 bytes.
+# Bytes of an element of the weights quantized checkpoints keep 16-bit (embedding, LM head,
+# routers)
+KEPT_BYTES = 2
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp4": 2}
 # mxfp4, as gpt-oss ships: the routed experts in MXFP4 (4 bits and an 8-bit scale per 32
 # weights), every other weight in bf16, computed in bf16 (the kernels dequantize: w4a16)
@@ -328,8 +331,8 @@ class Architecture:
 
     def _moe_weights_per_gpu(self, tp: int, ep: int, dp: int = 1,
                              expert_scale: float = 1.0) -> float:
-        """A mixture-of-experts layer's MLP on one GPU: the router (replicated), its share of
-        the routed experts (whole experts with ep > 1, else a 1/(tp x dp) slice of every one:
+        """A mixture-of-experts layer's MLP on one GPU but its router: its share of the routed
+        experts (whole experts with ep > 1, else a 1/(tp x dp) slice of every one:
         the experts span every GPU) and a 1/tp slice of the shared experts (a data-parallel
         rank's); the routed experts count `expert_scale` times (their bytes over the others')."""
         expert = (3 if self.gated_mlp else 2) * self.d_model * self.moe_d_ff
@@ -337,7 +340,7 @@ class Architecture:
             self.n_experts * expert / (tp * dp)
         routed *= expert_scale
         shared = (3 if self.gated_mlp else 2) * self.d_model * self.shared_ff / tp
-        return self.d_model * self.n_experts + routed + shared
+        return routed + shared
 
     def weight_bytes_per_gpu(self, tp: int, dtype_bytes: float, ep: int = 1,
                              dp: int = 1, expert_bytes: float | None = None) -> float:
@@ -345,15 +348,18 @@ class Architecture:
         and LM head are split by vocabulary, as vLLM does), the norms whole; with attention
         data parallelism every rank holds the non-expert weights and the experts span all
         `tp` x `dp` GPUs; the routed experts take `expert_bytes` an element (default
-        `dtype_bytes`)."""
+        `dtype_bytes`). The embedding, the LM head and the routers stay 16-bit under fp8 or
+        4-bit weights, as quantized checkpoints keep them (NVIDIA ModelOpt's, DeepSeek's fp8,
+        gpt-oss's MXFP4)."""
         attention = self._attention_weights_per_gpu(tp)
         layers = self.dense_layers * (attention + (3 if self.gated_mlp else 2) * self.d_model
                                       * self.d_ff / tp)
+        kept = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2) / tp
         if self.is_moe:
             scale = 1.0 if expert_bytes is None else expert_bytes / dtype_bytes
             layers += self.moe_layers * (attention + self._moe_weights_per_gpu(tp, ep, dp, scale))
-        vocab = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2) / tp
-        return (layers + vocab) * dtype_bytes
+            kept += self.moe_layers * self.d_model * self.n_experts  # the routers, replicated
+        return layers * dtype_bytes + kept * max(dtype_bytes, KEPT_BYTES)
 
     def kv_bytes_per_token(self, tp: int, dtype_bytes: float) -> float:
         """KV-cache bytes one token takes on one GPU in every layer: keys and values of the

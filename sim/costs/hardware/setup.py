@@ -131,8 +131,13 @@ def hardware_setup(config) -> HardwareSetup:
         fits = smallest_tp(arch, plan_for, 8 // dp)  # tp x dp GPUs of one node
         ranks = f" of {dp} data-parallel ranks" if dp > 1 else ""
         if not fits:
-            hint = (f"no tensor parallelism{ranks} up to {8 // dp} fits: use a GPU with more "
-                    f"memory, a smaller dtype (fp8, nvfp4){' or fewer ranks' if dp > 1 else ''}")
+            smaller = [d for d in ("fp8", "nvfp4") if d in gpu.peak_tflops
+                       and DTYPE_BYTES[d] < DTYPE_BYTES[dtype]]
+            options = ["a GPU with more memory"] + \
+                [f"a smaller dtype ({', '.join(smaller)})"] * bool(smaller) + \
+                ["fewer ranks"] * (dp > 1)
+            hint = (f"no tensor parallelism{ranks} up to {8 // dp} fits: use "
+                    + ", ".join(options[:-1]) + " or " * (len(options) > 1) + options[-1])
         else:
             if ep == 1:
                 degree = f"hardware.tp = {fits}"
@@ -163,10 +168,12 @@ def hardware_setup(config) -> HardwareSetup:
                          f"blocks: use \"auto\")")
     tokens = blocks * engine.block_size
     if arch.max_seq_len > tokens:
+        more = "use more GPUs" if engine.num_kv_blocks == "auto" else \
+            f"raise engine.num_kv_blocks (up to {plan.kv_blocks:,}, or \"auto\")"
         raise ValueError(f"model.max_seq_len: {arch.name}'s {arch.max_seq_len:,} tokens are more "
                          f"than the KV cache holds on {gpu.id} at tp = {tp} ({tokens:,} tokens); "
                          f"set model.max_seq_len to at most {tokens:,} (as vLLM's "
-                         f"--max-model-len) or use more GPUs")
+                         f"--max-model-len) or {more}")
     return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine.block_size, ep,
                          hardware.kv_dtype, measured_ops(hardware, arch, gpu, tp, dtype, ep), dp)
 

@@ -1,0 +1,139 @@
+"""The hardware model among the rest of the tool: a cluster's pools checked before any run and
+described pool by pool, a sweep's changing figures in the report, overrides and sweeps that
+would change nothing refused, --variant loading that variant alone, a prefill replica's
+requests counted, and a report written for a config never resolved against its GPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import reports
+import scenarios
+import sim
+from reports.describe import config_rows
+from scenarios import ScenarioError
+from sim.checks import check_scenario
+
+BASE = """name = "hw"
+[model]
+name = "meta-llama/Llama-3.1-8B"
+max_seq_len = 4096
+[hardware]
+gpu = "h100-sxm"
+[cost]
+model = "hardware"
+[workload]
+num_requests = 30
+arrival = {{ process = "poisson", rate = 5.0 }}
+prompt_tokens = {{ dist = "uniform", low = 100, high = 500 }}
+output_tokens = {{ dist = "uniform", low = 10, high = 50 }}
+{extra}
+"""
+POOLS = """[cluster]
+router = "round_robin"
+[[cluster.pools]]
+name = "big"
+replicas = 1
+set = {{ "hardware.tp" = 2 }}
+[[cluster.pools]]
+name = "old"
+replicas = 2
+set = {{ "hardware.gpu" = "{gpu}" }}
+"""
+
+
+def write(tmp_path, extra="") -> str:
+    path = tmp_path / "hw.toml"
+    path.write_text(BASE.format(extra=extra))
+    return str(path)
+
+
+def test_a_pools_hardware_is_checked_before_any_run_and_placed_at_its_set(tmp_path):
+    path = write(tmp_path, POOLS.format(gpu="a100"))
+    with pytest.raises(ScenarioError, match=r"hw.toml: cluster.pools\[1\].set: hardware.gpu: "
+                                            "unknown GPU 'a100'"):
+        check_scenario(scenarios.load(path))
+
+
+def test_a_cluster_of_pools_is_described_and_recorded_pool_by_pool(tmp_path):
+    scenario = scenarios.load(write(tmp_path, POOLS.format(gpu="a100-80gb-sxm")))
+    results = sim.simulate(scenario)
+    out = reports.write_report(scenario, results, tmp_path / "out").out_dir
+    rows = config_rows(results[0][0].config)
+    assert rows["cluster"].startswith("3 replicas in pools `big` (1), `old` (2) behind a "
+                                      "`round_robin` router")
+    assert rows["hardware"].startswith("pool `big` (1 replica): 2 x NVIDIA H100")
+    assert "pool `old` (2 replicas): 1 x NVIDIA A100" in rows["hardware"]
+    assert rows["engine"].count("KV blocks") == 2
+    record = json.loads((out / "summary.json").read_text())["hardware"]
+    assert [(r["pool"], r["replicas"], r["gpu"], r["tp"]) for r in record] == \
+        [("big", 1, "h100-sxm", 2), ("old", 2, "a100-80gb-sxm", 1)]
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"overrides": ["hardware.gpu=b200"]}, "--set hardware.gpu: every variant sets hardware.gpu "
+                                           "too (a, b), after it, so it changes no run"),
+    ({"sweep": {"hardware.gpu": ["h100-sxm", "h200"]}},
+     "--sweep hardware.gpu: every variant sets hardware.gpu too (a, b): the sweep would replace "
+     "each one's, leaving the variants differing in name only"),
+])
+def test_an_override_or_sweep_every_variant_sets_again_is_refused(tmp_path, args, message):
+    variants = ('[[variants]]\nname = "a"\nset = { "hardware.gpu" = "h100-sxm" }\n'
+                '[[variants]]\nname = "b"\nset = { "hardware.gpu" = "h200" }\n')
+    with pytest.raises(ScenarioError) as info:
+        scenarios.load(write(tmp_path, variants), **args)
+    assert message in str(info.value)
+
+
+def test_a_sweep_every_pool_sets_again_is_refused(tmp_path):
+    path = write(tmp_path, POOLS.format(gpu="a100-80gb-sxm").replace(
+        '"hardware.tp" = 2', '"hardware.tp" = 2, "hardware.gpu" = "h200"'))
+    with pytest.raises(ScenarioError, match="--sweep hardware.gpu: every pool of \\[cluster\\] "
+                                            "sets hardware.gpu again"):
+        scenarios.load(path, sweep={"hardware.gpu": ["h100-sxm", "l40s"]})
+    with pytest.raises(ScenarioError, match="sweep.hardware.tp: gives 2 twice"):
+        scenarios.load(write(tmp_path), sweep={"hardware.tp": [2, 2]})
+
+
+def test_variant_loads_that_variant_alone(tmp_path):
+    variants = ('[[variants]]\nname = "good"\n'
+                '[[variants]]\nname = "bad"\nset = { "hardware.tp" = 3 }\n')
+    with pytest.raises(ScenarioError, match="variant 'bad': hardware.tp = 3"):
+        check_scenario(scenarios.load(write(tmp_path, variants)))
+    good = scenarios.load(write(tmp_path, variants), variant="good")
+    check_scenario(good)
+    assert [spec.variant for spec in good.runs()] == ["good"]
+    with pytest.raises(ScenarioError, match="--variant nope: the scenario's variants are good, "
+                                            "bad"):
+        scenarios.load(write(tmp_path, variants), variant="nope")
+
+
+def test_what_a_sweep_changes_is_said_and_listed_run_by_run(tmp_path):
+    scenario = scenarios.load(write(tmp_path), sweep={"hardware.gpu": ["h100-sxm", "h200"]})
+    results = sim.simulate(scenario)
+    text = reports.write_report(scenario, results, tmp_path / "out").markdown.read_text()
+    engine = next(line for line in text.splitlines() if line.startswith("| engine |"))
+    assert "(at the first sweep point; it changes with the sweep: see Sweep below)" in engine
+    blocks = [config_rows(spec.config)["engine"].split(" KV blocks")[0] for spec, _ in results]
+    assert blocks[0] != blocks[1]
+    assert "What changes with the sweep, run by run:" in text
+    assert all(f"| {b} KV blocks" in text for b in blocks)  # the H200's too
+
+
+def test_a_prefill_replica_counts_the_requests_it_prefilled():
+    scenario = scenarios.load("pd-disaggregation", ["workload.num_requests=60"],
+                              variant="split-2p2d")
+    results = sim.simulate(scenario)
+    table = reports.writer.replicas_table(results, reports.tables.run_summaries(results))
+    prefill = table[table["pool"] == "prefill"]
+    decode = table[table["pool"] == "decode"]
+    assert prefill["requests"].sum() == decode["requests"].sum() == 60
+    assert (prefill["requests"] > 0).all() and prefill["completed"].sum() == 0
+
+
+def test_a_config_not_resolved_against_its_gpu_is_described(tmp_path):
+    config = scenarios.load("llama3-8b-h100").runs()[0].config  # "auto" blocks, as bench has it
+    assert config_rows(config)["engine"].startswith("KV blocks of 16 tokens: 'auto' (from the "
+                                                    "GPU's memory)")
