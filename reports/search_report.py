@@ -136,8 +136,11 @@ def _settings_rows(result) -> list[list[str]]:
                            f"{len(result.points) // len(scenario.variants)} grid points), "
                            f"{probes} simulations"])
     shared = config_rows(config)
-    for field in ("step costs", "model", "scheduler", "workload"):
-        rows.append([field, shared[field]])
+    for field in ("step costs", "model", "cluster", "hardware", "scheduler", "workload"):
+        if field in shared:
+            first = " (the first point's)" if field == "hardware" and len(result.points) > 1 \
+                else ""
+            rows.append([field, shared[field] + first])
     if scenario.overrides:
         rows.append(["overrides (--set)", ", ".join(f"`{k} = {v!r}`"
                                                     for k, v in scenario.overrides)])
