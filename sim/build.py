@@ -166,7 +166,10 @@ def resolved_spec(spec):
     from .workloads.traces import trace_notes
 
     config = spec.config
-    hardware = hardware_of(config)
+    pools = config.cluster.pools if config.cluster is not None else ()
+    # a cluster of pools runs its pools' hardware, never the base's (which may not even fit):
+    # the model and KV blocks as run are the first pool's, each pool's in `derived["pools"]`
+    hardware = hardware_of(config.updated(pools[0].set) if pools else config)
     trace = config.workload.trace
     notes = trace_notes(trace) if trace is not None else []
     if hardware is None and not notes:

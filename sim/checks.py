@@ -65,7 +65,7 @@ def _check_sessions(config: RunConfig) -> int:
     max_seq_len (the turns the seed draws); returns how many requests (turns) there are."""
     if config.mode == "serve":
         raise ValueError(SERVE_SESSIONS)
-    hardware = hardware_of(config)
+    hardware = hardware_of(_servers(config)[0][1])
     max_seq_len = config.model.max_seq_len if hardware is None else hardware.arch.max_seq_len
     workload = build_workload(config.workload, seeded_streams(config.seed)["workload"])
     check_turn_lengths(workload.sessions, max_seq_len)

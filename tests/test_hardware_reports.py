@@ -72,6 +72,23 @@ def test_a_cluster_of_pools_is_described_and_recorded_pool_by_pool(tmp_path):
         [("big", 1, "h100-sxm", 2), ("old", 2, "a100-80gb-sxm", 1)]
 
 
+def test_a_base_no_pool_runs_need_not_fit(tmp_path):
+    pools = ('[cluster]\nrouter = "round_robin"\n[[cluster.pools]]\nname = "h100"\n'
+             'replicas = 1\nset = { "hardware.gpu" = "h100-sxm", "hardware.tp" = 4 }\n'
+             '[[cluster.pools]]\nname = "h200"\nreplicas = 1\n'
+             'set = { "hardware.gpu" = "h200", "hardware.tp" = 2 }\n')
+    text = BASE.format(extra=pools).replace('"meta-llama/Llama-3.1-8B"',
+                                            '"meta-llama/Llama-3.1-70B"')
+    path = tmp_path / "hw.toml"
+    path.write_text(text.replace('gpu = "h100-sxm"\n[cost]', 'gpu = "l4"\n[cost]'))
+    scenario = scenarios.load(str(path))
+    check_scenario(scenario)  # 70B does not fit one L4, the base's GPU; no replica runs it
+    [(spec, recorder)] = sim.simulate(scenario)
+    assert recorder.num_requests == 30
+    hardware = config_rows(spec.config)["hardware"]
+    assert "`l4`" not in hardware and "pool `h200` (1 replica): 2 x NVIDIA H200" in hardware
+
+
 @pytest.mark.parametrize("args, message", [
     ({"overrides": ["hardware.gpu=b200"]}, "--set hardware.gpu: every variant sets hardware.gpu "
                                            "too (a, b), after it, so it changes no run"),
