@@ -144,16 +144,17 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     _check_not_swept(shown, pairs, sweep, flag_sweep, sources or {})
     _check_not_shadowed(shown, pairs, sweep, flag_sweep, sources or {}, variants, raw)
     file_base = None
+    alone = variants[0] if len(variants) == 1 else None  # every run is this variant's
     if pairs:
         file_raw, raw = raw, _guarded(shown, "--set: ", _apply_all, raw, dict(pairs))
-        file_base, file_error = _resolved(file_raw, path)
+        file_base, file_error = _resolved(file_raw, path, alone)
         try:
-            base = resolve(raw, path)
+            base = _base_config(raw, path, alone)
         except FieldError as exc:  # the file's own mistake, or one the override made?
             where = "" if str(exc) == file_error else "--set: "
             raise ScenarioError(f"{shown}: {where}{exc}") from None
     else:
-        base = _guarded(shown, "", resolve, raw, path)
+        base = _guarded(shown, "", _base_config, raw, path, alone)
     specs = []
     for variant in variants:
         variant_raw = _guarded(shown, _where(variant, {}), _apply_all, raw, variant.set)
@@ -225,10 +226,24 @@ def _guarded(shown: str, where: str, func, *args):
         raise ScenarioError(f"{shown}: {where}{exc}") from None
 
 
-def _resolved(raw: dict, path: Path) -> tuple[RunConfig | None, str | None]:
-    """(config, None) when `raw` resolves, else (None, its error)."""
+def _base_config(raw: dict, path: Path, alone: Variant | None) -> RunConfig:
+    """The config every run shares: the file's (with its overrides), and where every run is one
+    variant's (the file has one, or --variant picked it), with that variant's settings too, so
+    that a key only the variant makes valid (a disaggregated cluster's KV link) is no error of
+    the base. A problem of the variant's own is left to its runs, which place it."""
+    if alone is not None and alone.set:
+        try:
+            return resolve(_apply_all(raw, alone.set), path)
+        except FieldError:
+            pass
+    return resolve(raw, path)
+
+
+def _resolved(raw: dict, path: Path,
+              alone: Variant | None = None) -> tuple[RunConfig | None, str | None]:
+    """(`_base_config`, None) when `raw` resolves, else (None, its error)."""
     try:
-        return resolve(raw, path), None
+        return _base_config(raw, path, alone), None
     except FieldError as exc:
         return None, str(exc)
 

@@ -127,6 +127,19 @@ def test_variant_loads_that_variant_alone(tmp_path):
         scenarios.load(write(tmp_path, variants), variant="nope")
 
 
+def test_with_one_variant_its_settings_are_the_bases_so_its_keys_may_be_set(tmp_path):
+    overrides = ["cluster.decode_router=least_kv", "workload.num_requests=20"]
+    with pytest.raises(ScenarioError, match="cluster.decode_router: only with "
+                                            "cluster.prefill_replicas"):
+        scenarios.load("pd-disaggregation", overrides)  # the co-located variant cannot
+    scenario = scenarios.load("pd-disaggregation", overrides, variant="split-2p2d")
+    assert scenario.base.cluster.decode_router == "least_kv"
+    one = ('[cluster]\nkv_transfer_gbps = 45.0\n[[variants]]\nname = "split"\n'
+           'set = { "cluster.prefill_replicas" = 1, "cluster.decode_replicas" = 1 }\n')
+    [spec] = scenarios.load(write(tmp_path, one)).runs()
+    assert spec.config.cluster.kv_transfer_gbps == 45.0
+
+
 def test_what_a_sweep_changes_is_said_and_listed_run_by_run(tmp_path):
     scenario = scenarios.load(write(tmp_path), sweep={"hardware.gpu": ["h100-sxm", "h200"]})
     results = sim.simulate(scenario)

@@ -41,16 +41,17 @@ def load_scenario(args):
     import scenarios
 
     sets = list(args.set or ())
+    variant = getattr(args, "variant", None)
 
     def workload_of(pairs):
-        return scenarios.load(args.scenario, sets + pairs).base.workload
+        return scenarios.load(args.scenario, sets + pairs, variant=variant).base.workload
 
     try:
         pairs, sweep, flags = flag_overrides(args, workload_of)
     except FlagError as exc:
         raise UsageError(str(exc)) from None
     return scenarios.load(args.scenario, sets + pairs, sweep=sweep, sources=flags,
-                          variant=getattr(args, "variant", None))
+                          variant=variant)
 
 
 def output_dir(out, name: str, suffix: str = "") -> Path:
