@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scenarios.defaults import KV_TRANSFER_GBPS
+
 # The setting of the "What was run" table a dotted key's first part belongs to.
 FIELD_OF = {"seed": "seed", "mode": "mode", "cost": "step costs", "model": "model",
             "cluster": "cluster", "hardware": "hardware", "engine": "engine",
@@ -19,14 +21,18 @@ def config_rows(config) -> dict[str, str]:
     """{setting: description} of one resolved config, in the report's order. A cluster of
     pools describes each pool's hardware and engine (`hardware.derived["pools"]`)."""
     derived = config.hardware.derived if config.hardware is not None else None
-    pools = (derived or {}).get("pools")
-    if pools:
-        hardware = "; ".join(f"pool `{pool['pool']}` ({_replicas(pool['replicas'])}): "
-                             f"{hardware_text(pool)}" for pool in pools)
+    pools = config.cluster.pools if config.cluster is not None else ()
+    if pools:  # each pool's own engine (its set applied) and, with the hardware model, GPU
+        described = (derived or {}).get("pools") or [None] * len(pools)
+        hardware = "; ".join(f"pool `{pool.name}` ({_replicas(pool.replicas)}): "
+                             f"{hardware_text(own)}" for pool, own in zip(pools, described)
+                             if own) or None
         engine = "; ".join(
-            f"pool `{pool['pool']}`: " + engine_text(config.updated(setting).engine,
-                                                     pool["kv_blocks"], _auto(config))
-            for pool, setting in zip(pools, (p.set for p in config.cluster.pools)))
+            f"pool `{pool.name}`: " + engine_text(
+                config.updated(pool.set).engine,
+                own["kv_blocks"] if own else config.updated(pool.set).engine.num_kv_blocks,
+                bool(own and own["kv_blocks_auto"]))
+            for pool, own in zip(pools, described))
     else:
         hardware = hardware_text(derived) if derived else None
         engine = engine_text(config.engine, config.engine.num_kv_blocks, _auto(config))
@@ -59,8 +65,12 @@ def cluster_text(config) -> str:
     late = (f"; load reported {cluster.report_delay_s * 1e3:g} ms late"
             if cluster.report_delay_s else "")
     if cluster.prefill_replicas:
-        link = (f"{cluster.kv_transfer_gbps:g} GB/s" if cluster.kv_transfer_gbps
-                else "the GPU's interconnect")
+        if cluster.kv_transfer_gbps:
+            link = f"{cluster.kv_transfer_gbps:g} GB/s"
+        elif config.on_hardware:
+            link = "the GPU's interconnect"
+        else:
+            link = f"{KV_TRANSFER_GBPS:g} GB/s (the default)"
         if cluster.kv_transfer_latency_s is not None:
             link += f" after {cluster.kv_transfer_latency_s * 1e3:g} ms"
         return (f"prefill/decode disaggregation: {_replicas(cluster.prefill_replicas)} "
@@ -71,7 +81,7 @@ def cluster_text(config) -> str:
         pools = ", ".join(f"`{pool.name}` ({pool.replicas})" for pool in cluster.pools)
         return (f"{_replicas(cluster.size)} in pools {pools} behind a `{cluster.router}` "
                 f"router (each pool's hardware and engine below){late}")
-    return f"{_replicas(cluster.replicas)} of the server below behind a `{cluster.router}` " \
+    return f"{_replicas(cluster.replicas)} of one server behind a `{cluster.router}` " \
         f"router{late}"
 
 
@@ -216,9 +226,11 @@ def variant_table(scenario, specs) -> tuple[list[str], list[list[str]]]:
 
 def sweep_table(scenario, specs) -> tuple[list[str], list[list[str]]] | None:
     """(header, rows): each run's own value of every setting that changes with the sweep
-    (besides the swept keys' own rows), so that a figure only a later sweep point has (a
-    larger GPU's KV blocks) is in the report; None when nothing does."""
-    varying = varying_by_sweep(specs) if scenario.sweep else []
+    besides the swept keys' own rows (a swept GPU's KV blocks, a swept model's shape), so
+    that a figure only a later sweep point has is in the report; None when nothing does."""
+    swept = {FIELD_OF.get(key.split(".")[0], key) for key in scenario.sweep}
+    varying = [field for field in (varying_by_sweep(specs) if scenario.sweep else [])
+               if field not in swept]
     if not varying:
         return None
     rows = [[spec.label] + [config_rows(spec.config)[field] for field in varying]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .describe import config_rows
+from .describe import config_rows, varying_by_sweep
 from .key_figures import text_table
 from .labels import short_labels, value_text
 from .render import Heading, Image, Paragraph, Table, to_html, to_markdown
@@ -136,11 +136,11 @@ def _settings_rows(result) -> list[list[str]]:
                            f"{len(result.points) // len(scenario.variants)} grid points), "
                            f"{probes} simulations"])
     shared = config_rows(config)
+    varying = set(varying_by_sweep([point.spec for point in result.points]))
     for field in ("step costs", "model", "cluster", "hardware", "scheduler", "workload"):
         if field in shared:
-            first = " (the first point's)" if field == "hardware" and len(result.points) > 1 \
-                else ""
-            rows.append([field, shared[field] + first])
+            rows.append([field, shared[field] + (" (the first point's; it changes from point "
+                                                 "to point)" if field in varying else "")])
     if scenario.overrides:
         rows.append(["overrides (--set)", ", ".join(f"`{k} = {v!r}`"
                                                     for k, v in scenario.overrides)])

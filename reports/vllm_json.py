@@ -10,7 +10,7 @@ reads servesim's unchanged.
   vLLM does not report under names in its style), then how servesim names the run (`scenario,
   variant, sweep, seed, arrival_process`, and with the hardware model `hardware`: the GPU, TP,
   DP, EP, dtypes, the measured kernels' framework and version, the KV cache's tokens on a
-  rank, and in a cluster its replicas; with pools, a list of them, one a pool).
+  rank, and in a cluster its replicas; with pools, the replicas and a record a pool).
 - `date` is null unless given (`SOURCE_DATE_EPOCH`, the reproducible-builds convention, or the
   `date` argument): a clock reading would make two runs of the same seed differ.
 - `request_rate` is the arrival rate of an open process, "inf" (vLLM's spelling) when every
@@ -67,15 +67,22 @@ def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
     return setup | vllm_summary(summary, std) | run
 
 
-def hardware_record(config, derived: dict):
-    """A hardware run's `hardware` record: {HARDWARE_KEYS} (with "replicas" in a cluster),
-    or with pools a list of them, each with its "pool" and "replicas" first."""
+def hardware_record(config, derived: dict) -> dict:
+    """A hardware run's `hardware` record: {HARDWARE_KEYS}; in a cluster also its "replicas"
+    (and with disaggregation "prefill_replicas" and "decode_replicas"); with pools
+    {"replicas", "pools": [each pool's "pool", "replicas" and HARDWARE_KEYS]} instead."""
+    cluster = config.cluster
     if derived.get("pools"):
-        return [{"pool": pool["pool"], "replicas": pool["replicas"]}
-                | {key: pool[key] for key in HARDWARE_KEYS} for pool in derived["pools"]]
+        return {"replicas": cluster.size,
+                "pools": [{"pool": pool["pool"], "replicas": pool["replicas"]}
+                          | {key: pool[key] for key in HARDWARE_KEYS}
+                          for pool in derived["pools"]]}
     record = {key: derived[key] for key in HARDWARE_KEYS}
-    if config.cluster is not None:
-        record["replicas"] = config.cluster.size
+    if cluster is not None:
+        record["replicas"] = cluster.size
+        if cluster.prefill_replicas:
+            record |= {"prefill_replicas": cluster.prefill_replicas,
+                       "decode_replicas": cluster.decode_replicas}
     return record
 
 

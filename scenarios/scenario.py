@@ -180,31 +180,65 @@ def _check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: d
 
 def _check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict,
                         variants, raw: dict) -> None:
-    """ScenarioError when an override or a sweep sets a key that would change no run, or
-    leave the variants differing in name only: an override of a key every variant sets again
-    (variants apply after overrides), a sweep of one (the sweep applies after them, replacing
-    what each variant sets), or either of a key every pool of `[cluster]` sets again (a pool's
-    `set` applies last)."""
+    """ScenarioError when an override or a sweep would change no run, or leave the variants
+    differing in name only: an override every variant writes over again (variants apply after
+    overrides), a sweep after which two or more variants would set nothing else (the sweep
+    applies after them, replacing what each sets), or either written over by every pool of
+    `[cluster]` (a pool's `set` applies last). "Written over": every value the override sets
+    (`writes`) is one the later settings set again, or sits in a table they replace."""
     cluster = raw.get("cluster")
     pools = cluster.get("pools") if isinstance(cluster, dict) else None
-    pool_sets = [ov.flatten(pool["set"]) for pool in pools or ()
-                 if isinstance(pool, dict) and isinstance(pool.get("set"), dict)]
-    if len(pool_sets) != len(pools or ()):
-        pool_sets = []  # a malformed pool: the schema says so, naming it
-    given = [(sources.get(key, f"--set {key}"), key, False) for key, _ in pairs] + \
-        [(f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}", key, True)
-         for key in sweep]
-    for what, key, swept in given:
-        if all(any(_overlap(key, k) for k in variant.set) for variant in variants):
+    pool_writes = [_writes(pool["set"]) for pool in pools or ()
+                   if isinstance(pool, dict) and isinstance(pool.get("set"), dict)]
+    if len(pool_writes) != len(pools or ()):
+        pool_writes = []  # a malformed pool: the schema says so, naming it
+    variant_writes = [_writes(variant.set) for variant in variants]
+    for key, value in pairs:
+        what = sources.get(key, f"--set {key}")
+        if all(_covered(_writes({key: value}), later) for later in variant_writes):
             names = ", ".join(variant.name for variant in variants)
-            effect = (": the sweep would replace each one's, leaving the variants differing "
-                      "in name only" if swept else ", after it, so it changes no run")
-            raise ScenarioError(f"{shown}: {what}: every variant sets {key} too ({names})"
-                                f"{effect}; drop it, or set it in the variants")
-        if pool_sets and all(any(_overlap(key, k) for k in pool) for pool in pool_sets):
+            raise ScenarioError(f"{shown}: {what}: every variant sets {key} again ({names}), "
+                                f"after it, so it changes no run; drop it, or set it in the "
+                                f"variants")
+        if pool_writes and all(_covered(_writes({key: value}), pool) for pool in pool_writes):
             raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
                                 f"(a pool's set applies last), so it changes no run; set it "
                                 f"in the pools")
+    swept = {key: value for key, values in sweep.items() for value in values}
+    for key, values in sweep.items():
+        what = f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}"
+        written = {w for value in values for w in _writes({key: value})}
+        if pool_writes and all(_covered(written, pool) for pool in pool_writes):
+            raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
+                                f"(a pool's set applies last), so it changes no run; set it "
+                                f"in the pools")
+    if sweep and len(variants) > 1 and any(w != variant_writes[0] for w in variant_writes):
+        rest = [{w: v for w, v in writes.items() if not _covered({w}, swept)}
+                for writes in variant_writes]
+        if all(r == rest[0] for r in rest):
+            keys = ", ".join(sweep)
+            raise ScenarioError(f"{shown}: the sweep of {keys} replaces all that the variants "
+                                f"set ({', '.join(v.name for v in variants)}), leaving them "
+                                f"differing in name only; drop the variants or that sweep key")
+
+
+def _writes(settings: dict) -> dict:
+    """{dotted key: value} of what `settings` (dotted keys, as a variant's `set`) write, as
+    `overrides.apply` writes them: an untagged table merges, so its values are written one by
+    one; a value or a table naming its kind (`dist`, `process`) replaces what was there."""
+    out: dict = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and value and not any(t in value for t in ov.TAG_KEYS):
+            out.update(_writes({f"{key}.{k}": v for k, v in value.items()}))
+        else:
+            out[key] = value
+    return out
+
+
+def _covered(written, later: dict) -> bool:
+    """Whether settings writing `later` (`_writes`) write over every key of `written`: the
+    same key again, or a table holding it replaced."""
+    return all(any(w == k or w.startswith(k + ".") for k in later) for w in written)
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -337,7 +371,8 @@ def _sweep(table) -> dict:
     for key, values in sweep.items():
         if not isinstance(values, list) or not values:
             raise FieldError(f"sweep.{key}", f"must be a non-empty list of values, got {values!r}")
-        repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        repeated = next((v for i, v in enumerate(values)
+                         if any(type(w) is type(v) and w == v for w in values[:i])), None)
         if repeated is not None:
             raise FieldError(f"sweep.{key}", f"gives {repeated!r} twice (each value is one "
                                              f"sweep point)")

@@ -196,6 +196,7 @@ def _pools(config: RunConfig) -> dict:
     cluster of pools, whose replicas run their pool's hardware, not the base's; else {}."""
     pools = config.cluster.pools if config.cluster is not None else ()
     return {"pools": [{"pool": pool.name, "replicas": pool.replicas,
+                       "kv_blocks_auto": config.updated(pool.set).engine.num_kv_blocks == "auto",
                        **hardware_of(config.updated(pool.set)).describe()}
                       for pool in pools]} if pools else {}
 

@@ -107,7 +107,7 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     (["--set", "scheduler.chunked_prefill=true"],
      "variant 'static': scheduler.chunked_prefill: static batching prefills each batch whole"),
     (["--set", "scheduler.policy=\"static\""],
-     "--set scheduler.policy: every variant sets scheduler.policy too (static, continuous), "
+     "--set scheduler.policy: every variant sets scheduler.policy again (static, continuous), "
      "after it, so it changes no run"),
     (["--set", "engine.block_size=100000000"], "engine.block_size: must be at most "
                                                "model.max_seq_len (4096)"),

@@ -68,8 +68,19 @@ def test_a_cluster_of_pools_is_described_and_recorded_pool_by_pool(tmp_path):
     assert "pool `old` (2 replicas): 1 x NVIDIA A100" in rows["hardware"]
     assert rows["engine"].count("KV blocks") == 2
     record = json.loads((out / "summary.json").read_text())["hardware"]
-    assert [(r["pool"], r["replicas"], r["gpu"], r["tp"]) for r in record] == \
+    assert record["replicas"] == 3
+    assert [(r["pool"], r["replicas"], r["gpu"], r["tp"]) for r in record["pools"]] == \
         [("big", 1, "h100-sxm", 2), ("old", 2, "a100-80gb-sxm", 1)]
+    pools = results[0][0].config.hardware.derived["pools"]
+    assert rows["engine"] == "; ".join(
+        f"pool `{p['pool']}`: {p['kv_blocks']:,} KV blocks of 16 tokens (derived from the GPU's "
+        f"memory), max_num_seqs 32, max_num_batched_tokens 2048, prefix caching on"
+        for p in pools)
+    fixed = scenarios.load(write(tmp_path, POOLS.format(gpu="a100-80gb-sxm").replace(
+        '"hardware.tp" = 2', '"hardware.tp" = 2, "engine.num_kv_blocks" = 2000')))
+    [(spec, _)] = [(sim.build.resolved_spec(s), None) for s in fixed.runs()]
+    assert config_rows(spec.config)["engine"].startswith(
+        "pool `big`: 2,000 KV blocks of 16 tokens, max_num_seqs")  # given, not derived
 
 
 def test_a_base_no_pool_runs_need_not_fit(tmp_path):
@@ -91,10 +102,10 @@ def test_a_base_no_pool_runs_need_not_fit(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     ({"overrides": ["hardware.gpu=b200"]}, "--set hardware.gpu: every variant sets hardware.gpu "
-                                           "too (a, b), after it, so it changes no run"),
+                                           "again (a, b), after it, so it changes no run"),
     ({"sweep": {"hardware.gpu": ["h100-sxm", "h200"]}},
-     "--sweep hardware.gpu: every variant sets hardware.gpu too (a, b): the sweep would replace "
-     "each one's, leaving the variants differing in name only"),
+     "the sweep of hardware.gpu replaces all that the variants set (a, b), leaving them "
+     "differing in name only"),
 ])
 def test_an_override_or_sweep_every_variant_sets_again_is_refused(tmp_path, args, message):
     variants = ('[[variants]]\nname = "a"\nset = { "hardware.gpu" = "h100-sxm" }\n'
@@ -102,6 +113,20 @@ def test_an_override_or_sweep_every_variant_sets_again_is_refused(tmp_path, args
     with pytest.raises(ScenarioError) as info:
         scenarios.load(write(tmp_path, variants), **args)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("args", [
+    {"sweep": {"engine.max_num_seqs": [8, 16]}},  # the variants still differ in their GPU
+    {"overrides": ["engine.max_num_batched_tokens=4096"]},  # a table variant's merges around it
+    {"overrides": [("workload.arrival", {"process": "poisson", "rate": 4.0})]},  # a new process
+    {"overrides": ["workload.num_requests=10"]},
+])
+def test_an_override_or_sweep_the_variants_leave_a_part_of_is_accepted(tmp_path, args):
+    variants = ('[[variants]]\nname = "a"\nset = { "hardware.gpu" = "h100-sxm", '
+                '"engine.max_num_seqs" = 16, "workload.arrival.rate" = 2.0 }\n'
+                '[[variants]]\nname = "b"\nset = { "hardware.gpu" = "h200", engine = '
+                '{ max_num_seqs = 32 }, "workload.arrival.rate" = 3.0 }\n')
+    assert len(scenarios.load(write(tmp_path, variants), **args).runs()) >= 2
 
 
 def test_a_sweep_every_pool_sets_again_is_refused(tmp_path):
@@ -150,6 +175,24 @@ def test_what_a_sweep_changes_is_said_and_listed_run_by_run(tmp_path):
     assert blocks[0] != blocks[1]
     assert "What changes with the sweep, run by run:" in text
     assert all(f"| {b} KV blocks" in text for b in blocks)  # the H200's too
+
+
+def test_a_sweep_whose_keys_change_nothing_else_lists_no_run_by_run_table():
+    from reports.describe import sweep_table
+
+    scenario = scenarios.load("load-sweep")
+    assert scenario.sweep and sweep_table(scenario, scenario.runs()) is None
+
+
+def test_variant_on_the_command_line_loads_that_variant_alone_with_flags_too(tmp_path):
+    from sim.cli import main
+
+    variants = ('[[variants]]\nname = "good"\n'
+                '[[variants]]\nname = "bad"\nset = { "hardware.tp" = 3 }\n')
+    out = tmp_path / "out"
+    assert main(["run", write(tmp_path, variants), "--variant", "good", "--num-prompts", "8",
+                 "--out", str(out), "--quiet"]) == 0
+    assert json.loads((out / "summary.json").read_text())["num_prompts"] == 8
 
 
 def test_a_prefill_replica_counts_the_requests_it_prefilled():

@@ -48,7 +48,8 @@ def cmd_serve(args) -> int:
         raise UsageError("--max-waiting must be a positive integer")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: must be from 0 to 65535 (0: any free port)")
-    scenario = scenarios.load(args.scenario or DEFAULT_SCENARIO, args.set or ())
+    scenario = scenarios.load(args.scenario or DEFAULT_SCENARIO, args.set or (),
+                              variant=args.variant)
     specs = scenario.runs()
     name = args.variant or (specs[0].variant if args.scenario else SERVE_VARIANT)
     spec = next((s for s in specs if s.variant == name), None)

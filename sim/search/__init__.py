@@ -48,7 +48,9 @@ def search_scenario(scenario) -> scenarios.Scenario:
             where = "search.grid" if key in grid else "sweep"
             raise scenario.error(f"{where}.{key}: cannot be searched over (the search "
                                  f"sets {RATE_KEY} and reads [search] itself)")
-    gridded = scenarios.load(scenario.path, scenario.overrides, sweep=scenario.sweep | grid)
+    alone = scenario.variants[0].name if len(scenario.variants) == 1 else None  # --variant
+    gridded = scenarios.load(scenario.path, scenario.overrides, sweep=scenario.sweep | grid,
+                             variant=alone)
     for spec in gridded.specs:
         process = spec.config.workload.arrival
         if not process.at_rate:

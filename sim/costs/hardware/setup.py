@@ -131,8 +131,9 @@ def hardware_setup(config) -> HardwareSetup:
         fits = smallest_tp(arch, plan_for, 8 // dp)  # tp x dp GPUs of one node
         ranks = f" of {dp} data-parallel ranks" if dp > 1 else ""
         if not fits:
-            smaller = [d for d in ("fp8", "nvfp4") if d in gpu.peak_tflops
-                       and DTYPE_BYTES[d] < DTYPE_BYTES[dtype]]
+            smaller = [] if dtype in EXPERT_BYTES else [  # mxfp4's experts are 4-bit already
+                d for d in ("fp8", "nvfp4") if d in gpu.peak_tflops
+                and DTYPE_BYTES[d] < DTYPE_BYTES[dtype]]
             options = ["a GPU with more memory"] + \
                 [f"a smaller dtype ({', '.join(smaller)})"] * bool(smaller) + \
                 ["fewer ranks"] * (dp > 1)
@@ -168,8 +169,9 @@ def hardware_setup(config) -> HardwareSetup:
                          f"blocks: use \"auto\")")
     tokens = blocks * engine.block_size
     if arch.max_seq_len > tokens:
-        more = "use more GPUs" if engine.num_kv_blocks == "auto" else \
-            f"raise engine.num_kv_blocks (up to {plan.kv_blocks:,}, or \"auto\")"
+        room = plan.kv_blocks * engine.block_size >= arch.max_seq_len
+        more = f"raise engine.num_kv_blocks (up to {plan.kv_blocks:,}, or \"auto\")" \
+            if engine.num_kv_blocks != "auto" and room else "use more GPUs"
         raise ValueError(f"model.max_seq_len: {arch.name}'s {arch.max_seq_len:,} tokens are more "
                          f"than the KV cache holds on {gpu.id} at tp = {tp} ({tokens:,} tokens); "
                          f"set model.max_seq_len to at most {tokens:,} (as vLLM's "
