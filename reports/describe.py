@@ -79,8 +79,9 @@ def cluster_text(config) -> str:
                 f"`{cluster.decode_router}` router, the KV cache moved over {link}{late}")
     if cluster.pools:
         pools = ", ".join(f"`{pool.name}` ({pool.replicas})" for pool in cluster.pools)
+        below = "hardware and engine" if config.on_hardware else "engine"
         return (f"{_replicas(cluster.size)} in pools {pools} behind a `{cluster.router}` "
-                f"router (each pool's hardware and engine below){late}")
+                f"router (each pool's {below} below){late}")
     return f"{_replicas(cluster.replicas)} of one server behind a `{cluster.router}` " \
         f"router{late}"
 
@@ -224,13 +225,19 @@ def variant_table(scenario, specs) -> tuple[list[str], list[list[str]]]:
     return ["variant", "sets", *differing], rows
 
 
+# The rows that say more than the keys set (a model's shape, a GPU's memory and KV blocks)
+DERIVED_ROWS = ("model", "cluster", "hardware", "engine")
+
+
 def sweep_table(scenario, specs) -> tuple[list[str], list[list[str]]] | None:
-    """(header, rows): each run's own value of every setting that changes with the sweep
-    besides the swept keys' own rows (a swept GPU's KV blocks, a swept model's shape), so
-    that a figure only a later sweep point has is in the report; None when nothing does."""
+    """(header, rows): each run's own value of every setting that changes with the sweep,
+    but the rows that only restate a swept key (a swept rate's workload row); the rows that
+    say more than their keys (`DERIVED_ROWS`: a swept model's shape, a swept GPU's memory and
+    KV blocks) are listed whatever is swept, so that a figure only a later sweep point has is
+    in the report. None when nothing is left."""
     swept = {FIELD_OF.get(key.split(".")[0], key) for key in scenario.sweep}
     varying = [field for field in (varying_by_sweep(specs) if scenario.sweep else [])
-               if field not in swept]
+               if field in DERIVED_ROWS or field not in swept]
     if not varying:
         return None
     rows = [[spec.label] + [config_rows(spec.config)[field] for field in varying]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .describe import config_rows, varying_by_sweep
+from .describe import config_rows, differing_settings, varying_by_sweep
 from .key_figures import text_table
 from .labels import short_labels, value_text
 from .render import Heading, Image, Paragraph, Table, to_html, to_markdown
@@ -136,7 +136,8 @@ def _settings_rows(result) -> list[list[str]]:
                            f"{len(result.points) // len(scenario.variants)} grid points), "
                            f"{probes} simulations"])
     shared = config_rows(config)
-    varying = set(varying_by_sweep([point.spec for point in result.points]))
+    points = [point.spec for point in result.points]
+    varying = set(varying_by_sweep(points)) | set(differing_settings(points))
     for field in ("step costs", "model", "cluster", "hardware", "scheduler", "workload"):
         if field in shared:
             rows.append([field, shared[field] + (" (the first point's; it changes from point "

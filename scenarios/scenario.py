@@ -145,16 +145,17 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     _check_not_shadowed(shown, pairs, sweep, flag_sweep, sources or {}, variants, raw)
     file_base = None
     alone = variants[0] if len(variants) == 1 else None  # every run is this variant's
+    file_raw = raw
     if pairs:
-        file_raw, raw = raw, _guarded(shown, "--set: ", _apply_all, raw, dict(pairs))
+        raw = _guarded(shown, "--set: ", _apply_all, raw, dict(pairs))
         file_base, file_error = _resolved(file_raw, path, alone)
-        try:
-            base = _base_config(raw, path, alone)
-        except FieldError as exc:  # the file's own mistake, or one the override made?
-            where = "" if str(exc) == file_error else "--set: "
-            raise ScenarioError(f"{shown}: {where}{exc}") from None
-    else:
-        base = _guarded(shown, "", _base_config, raw, path, alone)
+    try:
+        base = _base_config(raw, path, alone)
+    except FieldError as exc:  # the file's own mistake, its variant's, or one the override made?
+        where = _where(alone, {}) if getattr(exc, "in_variant", False) else ""
+        if pairs and str(exc) != file_error:
+            where = "--set: "
+        raise ScenarioError(f"{shown}: {where}{exc}") from None
     specs = []
     for variant in variants:
         variant_raw = _guarded(shown, _where(variant, {}), _apply_all, raw, variant.set)
@@ -162,8 +163,38 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
             config = _guarded(shown, _where(variant, point),
                               lambda: resolve(_apply_all(variant_raw, point), path))
             specs.append(RunSpec(variant.name, point, config))
+    _check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources or {},
+                            specs)
     return Scenario(base.name, base.description, base.seed, path, base,
                     tuple(variants), sweep, tuple(specs), pairs, file_base)
+
+
+def _check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: dict,
+                            path: Path, sources: dict, specs: list) -> None:
+    """ScenarioError when an override changes the file's config but no run: every variant's
+    run at the first sweep point resolves the same without it (the variants, applied after
+    it, set again all it changes: `--request-rate R` where every variant sets the rate of the
+    file's own Poisson arrivals). One restating the file's own value is harmless."""
+    if not pairs or len(specs) == 0:
+        return
+    first = _grid(sweep)[0]
+    runs = {spec.variant: spec.config for spec in specs if spec.sweep == first}
+    for key, _ in pairs:
+        others = dict(pair for pair in pairs if pair[0] != key)
+        try:
+            without = _apply_all(file_raw, others)
+            if resolve(without, path) == resolve(_apply_all(file_raw, dict(pairs)), path):
+                continue  # it restates the file's own value: harmless
+            same = all(resolve(_apply_all(_apply_all(without, v.set), first), path)
+                       == runs[v.name] for v in variants)
+        except FieldError:
+            continue  # needed (without it a run would not resolve), or the base needs a variant
+        if same:
+            what = sources.get(key, f"--set {key}")
+            names = ", ".join(v.name for v in variants)
+            raise ScenarioError(f"{shown}: {what}: changes no run: every variant ({names}) "
+                                f"sets again what it sets, after it; drop it, or set it in "
+                                f"the variants")
 
 
 def _check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict) -> None:
@@ -195,16 +226,10 @@ def _check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources
     variant_writes = [_writes(variant.set) for variant in variants]
     for key, value in pairs:
         what = sources.get(key, f"--set {key}")
-        if all(_covered(_writes({key: value}), later) for later in variant_writes):
-            names = ", ".join(variant.name for variant in variants)
-            raise ScenarioError(f"{shown}: {what}: every variant sets {key} again ({names}), "
-                                f"after it, so it changes no run; drop it, or set it in the "
-                                f"variants")
         if pool_writes and all(_covered(_writes({key: value}), pool) for pool in pool_writes):
             raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
                                 f"(a pool's set applies last), so it changes no run; set it "
                                 f"in the pools")
-    swept = {key: value for key, values in sweep.items() for value in values}
     for key, values in sweep.items():
         what = f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}"
         written = {w for value in values for w in _writes({key: value})}
@@ -213,7 +238,9 @@ def _check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources
                                 f"(a pool's set applies last), so it changes no run; set it "
                                 f"in the pools")
     if sweep and len(variants) > 1 and any(w != variant_writes[0] for w in variant_writes):
-        rest = [{w: v for w, v in writes.items() if not _covered({w}, swept)}
+        swept_writes = {w for key, values in sweep.items() for value in values
+                        for w in _writes({key: value})}
+        rest = [{w: v for w, v in writes.items() if not _covered({w}, swept_writes)}
                 for writes in variant_writes]
         if all(r == rest[0] for r in rest):
             keys = ", ".join(sweep)
@@ -264,13 +291,19 @@ def _base_config(raw: dict, path: Path, alone: Variant | None) -> RunConfig:
     """The config every run shares: the file's (with its overrides), and where every run is one
     variant's (the file has one, or --variant picked it), with that variant's settings too, so
     that a key only the variant makes valid (a disaggregated cluster's KV link) is no error of
-    the base. A problem of the variant's own is left to its runs, which place it."""
-    if alone is not None and alone.set:
+    the base. When neither resolves, the error is the one with the variant's settings, marked
+    `in_variant` when the variant's own (the file alone resolves, or fails otherwise)."""
+    if alone is None or not alone.set:
+        return resolve(raw, path)
+    try:
+        return resolve(_apply_all(raw, alone.set), path)
+    except FieldError as with_variant:
         try:
-            return resolve(_apply_all(raw, alone.set), path)
+            resolve(raw, path)
         except FieldError:
             pass
-    return resolve(raw, path)
+        with_variant.in_variant = True
+        raise with_variant from None
 
 
 def _resolved(raw: dict, path: Path,
@@ -372,7 +405,8 @@ def _sweep(table) -> dict:
         if not isinstance(values, list) or not values:
             raise FieldError(f"sweep.{key}", f"must be a non-empty list of values, got {values!r}")
         repeated = next((v for i, v in enumerate(values)
-                         if any(type(w) is type(v) and w == v for w in values[:i])), None)
+                         if any(isinstance(w, bool) == isinstance(v, bool) and w == v
+                                for w in values[:i])), None)
         if repeated is not None:
             raise FieldError(f"sweep.{key}", f"gives {repeated!r} twice (each value is one "
                                              f"sweep point)")

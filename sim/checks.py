@@ -86,7 +86,10 @@ def check_scenario(scenario, specs=None) -> None:
 
 def _check_runs(scenario, specs) -> None:
     base_dir = Path(scenario.path).parent
-    problem = None if specs is not None else _problem(scenario.base, base_dir)[0]
+    # the base alone, unless it holds a lone variant's settings: its runs, checked below, then
+    # place a problem in that variant
+    folded = len(scenario.variants) == 1 and scenario.variants[0].set
+    problem = None if specs is not None or folded else _problem(scenario.base, base_dir)[0]
     if problem is not None:
         by_override = bool(scenario.overrides) and (
             scenario.file_base is None or _problem(scenario.file_base, base_dir)[0] != problem)

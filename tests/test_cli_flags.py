@@ -107,8 +107,8 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     (["--set", "scheduler.chunked_prefill=true"],
      "variant 'static': scheduler.chunked_prefill: static batching prefills each batch whole"),
     (["--set", "scheduler.policy=\"static\""],
-     "--set scheduler.policy: every variant sets scheduler.policy again (static, continuous), "
-     "after it, so it changes no run"),
+     "--set scheduler.policy: changes no run: every variant (static, continuous) sets again "
+     "what it sets, after it"),
     (["--set", "engine.block_size=100000000"], "engine.block_size: must be at most "
                                                "model.max_seq_len (4096)"),
 ])

@@ -101,8 +101,8 @@ def test_a_base_no_pool_runs_need_not_fit(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    ({"overrides": ["hardware.gpu=b200"]}, "--set hardware.gpu: every variant sets hardware.gpu "
-                                           "again (a, b), after it, so it changes no run"),
+    ({"overrides": ["hardware.gpu=b200"]}, "--set hardware.gpu: changes no run: every variant "
+                                           "(a, b) sets again what it sets, after it"),
     ({"sweep": {"hardware.gpu": ["h100-sxm", "h200"]}},
      "the sweep of hardware.gpu replaces all that the variants set (a, b), leaving them "
      "differing in name only"),
@@ -118,7 +118,8 @@ def test_an_override_or_sweep_every_variant_sets_again_is_refused(tmp_path, args
 @pytest.mark.parametrize("args", [
     {"sweep": {"engine.max_num_seqs": [8, 16]}},  # the variants still differ in their GPU
     {"overrides": ["engine.max_num_batched_tokens=4096"]},  # a table variant's merges around it
-    {"overrides": [("workload.arrival", {"process": "poisson", "rate": 4.0})]},  # a new process
+    {"overrides": [("workload.arrival", {"process": "gamma", "rate": 4.0, "cv": 2.0})]},
+    {"overrides": ["hardware.tp=1"]},  # restates the file's own value: harmless
     {"overrides": ["workload.num_requests=10"]},
 ])
 def test_an_override_or_sweep_the_variants_leave_a_part_of_is_accepted(tmp_path, args):
@@ -129,14 +130,33 @@ def test_an_override_or_sweep_the_variants_leave_a_part_of_is_accepted(tmp_path,
     assert len(scenarios.load(write(tmp_path, variants), **args).runs()) >= 2
 
 
+def test_an_override_whose_change_every_variant_undoes_is_refused(tmp_path):
+    variants = ('[[variants]]\nname = "a"\nset = { "workload.arrival.rate" = 2.0 }\n'
+                '[[variants]]\nname = "b"\nset = { "workload.arrival.rate" = 3.0 }\n')
+    same_process = ("workload.arrival", {"process": "poisson", "rate": 20.0})  # --request-rate
+    with pytest.raises(ScenarioError, match="workload.arrival: changes no run"):
+        scenarios.load(write(tmp_path, variants), [same_process])
+
+
+def test_a_lone_variants_own_problem_is_placed_in_it(tmp_path):
+    bad = '[[variants]]\nname = "bad"\nset = { "hardware.tp" = 3 }\n'
+    with pytest.raises(ScenarioError, match="hw.toml: variant 'bad': hardware.tp = 3"):
+        check_scenario(scenarios.load(write(tmp_path, bad)))
+    split = ('[cluster]\nkv_transfer_gbps = 45.0\n[[variants]]\nname = "split"\nset = { '
+             '"cluster.prefill_replicas" = 1, "cluster.decode_replicas" = 1, '
+             '"engine.max_num_seqs" = 0 }\n')
+    with pytest.raises(ScenarioError, match="hw.toml: variant 'split': engine.max_num_seqs"):
+        scenarios.load(write(tmp_path, split))
+
+
 def test_a_sweep_every_pool_sets_again_is_refused(tmp_path):
     path = write(tmp_path, POOLS.format(gpu="a100-80gb-sxm").replace(
         '"hardware.tp" = 2', '"hardware.tp" = 2, "hardware.gpu" = "h200"'))
     with pytest.raises(ScenarioError, match="--sweep hardware.gpu: every pool of \\[cluster\\] "
                                             "sets hardware.gpu again"):
         scenarios.load(path, sweep={"hardware.gpu": ["h100-sxm", "l40s"]})
-    with pytest.raises(ScenarioError, match="sweep.hardware.tp: gives 2 twice"):
-        scenarios.load(write(tmp_path), sweep={"hardware.tp": [2, 2]})
+    with pytest.raises(ScenarioError, match="sweep.hardware.tp: gives 2.0 twice"):
+        scenarios.load(write(tmp_path), sweep={"hardware.tp": [2, 2.0]})
 
 
 def test_variant_loads_that_variant_alone(tmp_path):

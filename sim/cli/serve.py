@@ -49,7 +49,7 @@ def cmd_serve(args) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: must be from 0 to 65535 (0: any free port)")
     scenario = scenarios.load(args.scenario or DEFAULT_SCENARIO, args.set or (),
-                              variant=args.variant)
+                              variant=args.variant or (None if args.scenario else SERVE_VARIANT))
     specs = scenario.runs()
     name = args.variant or (specs[0].variant if args.scenario else SERVE_VARIANT)
     spec = next((s for s in specs if s.variant == name), None)
