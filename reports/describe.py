@@ -21,18 +21,18 @@ def config_rows(config) -> dict[str, str]:
     """{setting: description} of one resolved config, in the report's order. A cluster of
     pools describes each pool's hardware and engine (`hardware.derived["pools"]`)."""
     derived = config.hardware.derived if config.hardware is not None else None
-    pools = config.cluster.pools if config.cluster is not None else ()
-    if pools:  # each pool's own engine (its set applied) and, with the hardware model, GPU
-        described = (derived or {}).get("pools") or [None] * len(pools)
+    pooled = config.pool_configs()
+    if pooled:  # each pool's own engine (its set applied) and, with the hardware model, GPU
+        described = (derived or {}).get("pools") or [None] * len(pooled)
         hardware = "; ".join(f"pool `{pool.name}` ({_replicas(pool.replicas)}): "
-                             f"{hardware_text(own)}" for pool, own in zip(pools, described)
-                             if own) or None
+                             f"{hardware_text(own)}"
+                             for (pool, _), own in zip(pooled, described) if own) or None
         engine = "; ".join(
             f"pool `{pool.name}`: " + engine_text(
-                config.updated(pool.set).engine,
-                own["kv_blocks"] if own else config.updated(pool.set).engine.num_kv_blocks,
+                pool_config.engine,
+                own["kv_blocks"] if own else pool_config.engine.num_kv_blocks,
                 bool(own and own["kv_blocks_auto"]))
-            for pool, own in zip(pools, described))
+            for (pool, pool_config), own in zip(pooled, described))
     else:
         hardware = hardware_text(derived) if derived else None
         engine = engine_text(config.engine, config.engine.num_kv_blocks, _auto(config))
@@ -51,9 +51,11 @@ def config_rows(config) -> dict[str, str]:
 
 
 def engine_text(engine, blocks, auto: bool) -> str:
-    """The KV blocks (`blocks`: derived where "auto"), batch limits and prefix caching."""
-    return (_kv_blocks_text(blocks, engine.block_size)
-            + (" (derived from the GPU's memory)" if auto else "")
+    """The KV blocks (`blocks`: derived where "auto"; still "auto" in a config not resolved
+    against its GPU, a benchmark of a remote server's), batch limits and prefix caching."""
+    kv = f"{blocks:,} KV blocks of {engine.block_size} tokens" if isinstance(blocks, int) \
+        else f"KV blocks of {engine.block_size} tokens: {blocks!r} (from the GPU's memory)"
+    return (kv + (" (derived from the GPU's memory)" if auto else "")
             + f", max_num_seqs {engine.max_num_seqs}, "
             f"max_num_batched_tokens {engine.max_num_batched_tokens}, prefix caching "
             + ("on" if engine.enable_prefix_caching else "off"))
@@ -143,14 +145,6 @@ def kernels_text(derived: dict) -> str:
             + (", roofline for " + ", ".join(f"`{op}`" for op in roofline) if roofline else "")
             + "; the other elementwise kernels (norms, rotary embedding, activation, "
               "residual adds, embedding) by the roofline")
-
-
-def _kv_blocks_text(blocks, block_size: int) -> str:
-    """"N KV blocks of B tokens", or for a config not resolved against its GPU (a benchmark of
-    a remote server) "KV blocks of B tokens: "auto" (from the GPU's memory)"."""
-    if isinstance(blocks, int):
-        return f"{blocks:,} KV blocks of {block_size} tokens"
-    return f"KV blocks of {block_size} tokens: {blocks!r} (from the GPU's memory)"
 
 
 def _auto(config) -> bool:

@@ -249,6 +249,12 @@ class RunConfig:
             table = apply(table, key, value)
         return RunConfig.from_dict(table)
 
+    def pool_configs(self) -> list[tuple["Pool", "RunConfig"]]:
+        """Each pool of `cluster.pools` with the config its replicas run (its `set` applied);
+        [] without pools."""
+        pools = self.cluster.pools if self.cluster is not None else ()
+        return [(pool, self.updated(pool.set)) for pool in pools]
+
     def to_dict(self) -> dict:
         """The plain nested dict of this config's keys (what `from_dict` reads back)."""
         return as_table(self)

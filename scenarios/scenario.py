@@ -175,20 +175,24 @@ def _check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: 
     run at the first sweep point resolves the same without it (the variants, applied after
     it, set again all it changes: `--request-rate R` where every variant sets the rate of the
     file's own Poisson arrivals). One restating the file's own value is harmless."""
-    if not pairs or len(specs) == 0:
+    if not pairs:
         return
+    try:
+        overridden = resolve(_apply_all(file_raw, dict(pairs)), path)
+    except FieldError:  # the file needs a variant's settings (`_base_config`), so whether an
+        return  # override restates its own value or a variant undoes it cannot be told
     first = _grid(sweep)[0]
     runs = {spec.variant: spec.config for spec in specs if spec.sweep == first}
     for key, _ in pairs:
         others = dict(pair for pair in pairs if pair[0] != key)
         try:
             without = _apply_all(file_raw, others)
-            if resolve(without, path) == resolve(_apply_all(file_raw, dict(pairs)), path):
+            if resolve(without, path) == overridden:
                 continue  # it restates the file's own value: harmless
             same = all(resolve(_apply_all(_apply_all(without, v.set), first), path)
                        == runs[v.name] for v in variants)
         except FieldError:
-            continue  # needed (without it a run would not resolve), or the base needs a variant
+            continue  # needed: without it the file or a run would not resolve
         if same:
             what = sources.get(key, f"--set {key}")
             names = ", ".join(v.name for v in variants)
@@ -211,32 +215,27 @@ def _check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: d
 
 def _check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict,
                         variants, raw: dict) -> None:
-    """ScenarioError when an override or a sweep would change no run, or leave the variants
-    differing in name only: an override every variant writes over again (variants apply after
-    overrides), a sweep after which two or more variants would set nothing else (the sweep
-    applies after them, replacing what each sets), or either written over by every pool of
-    `[cluster]` (a pool's `set` applies last). "Written over": every value the override sets
-    (`writes`) is one the later settings set again, or sits in a table they replace."""
+    """ScenarioError when an override or a sweep is written over by every pool of `[cluster]`
+    (a pool's `set` applies last, at build time: every value it sets set again, or in a table
+    the pool replaces), or when a sweep leaves two or more variants setting nothing else (it
+    applies after them, replacing what each sets). An override every variant undoes is
+    `_check_overrides_matter`'s."""
     cluster = raw.get("cluster")
     pools = cluster.get("pools") if isinstance(cluster, dict) else None
     pool_writes = [_writes(pool["set"]) for pool in pools or ()
                    if isinstance(pool, dict) and isinstance(pool.get("set"), dict)]
     if len(pool_writes) != len(pools or ()):
         pool_writes = []  # a malformed pool: the schema says so, naming it
-    variant_writes = [_writes(variant.set) for variant in variants]
-    for key, value in pairs:
-        what = sources.get(key, f"--set {key}")
-        if pool_writes and all(_covered(_writes({key: value}), pool) for pool in pool_writes):
-            raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
-                                f"(a pool's set applies last), so it changes no run; set it "
-                                f"in the pools")
-    for key, values in sweep.items():
-        what = f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}"
+    given = [(sources.get(key, f"--set {key}"), key, [value]) for key, value in pairs] + \
+        [(f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}", key, values)
+         for key, values in sweep.items()]
+    for what, key, values in given:
         written = {w for value in values for w in _writes({key: value})}
         if pool_writes and all(_covered(written, pool) for pool in pool_writes):
             raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
                                 f"(a pool's set applies last), so it changes no run; set it "
                                 f"in the pools")
+    variant_writes = [_writes(variant.set) for variant in variants]
     if sweep and len(variants) > 1 and any(w != variant_writes[0] for w in variant_writes):
         swept_writes = {w for key, values in sweep.items() for value in values
                         for w in _writes({key: value})}
@@ -291,8 +290,8 @@ def _base_config(raw: dict, path: Path, alone: Variant | None) -> RunConfig:
     """The config every run shares: the file's (with its overrides), and where every run is one
     variant's (the file has one, or --variant picked it), with that variant's settings too, so
     that a key only the variant makes valid (a disaggregated cluster's KV link) is no error of
-    the base. When neither resolves, the error is the one with the variant's settings, marked
-    `in_variant` when the variant's own (the file alone resolves, or fails otherwise)."""
+    the base. When that fails, the error is the one with the variant's settings, marked
+    `in_variant` when it is the variant's own (the file alone resolves, or fails otherwise)."""
     if alone is None or not alone.set:
         return resolve(raw, path)
     try:
@@ -300,9 +299,9 @@ def _base_config(raw: dict, path: Path, alone: Variant | None) -> RunConfig:
     except FieldError as with_variant:
         try:
             resolve(raw, path)
-        except FieldError:
-            pass
-        with_variant.in_variant = True
+            with_variant.in_variant = True  # the file alone resolves: the variant's problem
+        except FieldError as alone_error:  # the variant's too, unless the file fails the same
+            with_variant.in_variant = str(alone_error) != str(with_variant)
         raise with_variant from None
 
 

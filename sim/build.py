@@ -166,10 +166,10 @@ def resolved_spec(spec):
     from .workloads.traces import trace_notes
 
     config = spec.config
-    pools = config.cluster.pools if config.cluster is not None else ()
+    pooled = config.pool_configs()
     # a cluster of pools runs its pools' hardware, never the base's (which may not even fit):
     # the model and KV blocks as run are the first pool's, each pool's in `derived["pools"]`
-    hardware = hardware_of(config.updated(pools[0].set) if pools else config)
+    hardware = hardware_of(pooled[0][1] if pooled else config)
     trace = config.workload.trace
     notes = trace_notes(trace) if trace is not None else []
     if hardware is None and not notes:
@@ -186,19 +186,19 @@ def resolved_spec(spec):
                                               "d_ff", "vocab_size", "max_seq_len")},
                 **{k: getattr(arch, k) for k in (*MOE_MODEL_KEYS, *MLA_MODEL_KEYS,
                                                  *WINDOW_MODEL_KEYS) if getattr(arch, k)}),
-            hardware=replace(config.hardware, derived=hardware.describe() | _pools(config),
+            hardware=replace(config.hardware, derived=hardware.describe() | _pools(pooled),
                              num_kv_blocks_auto=spec.config.engine.num_kv_blocks == "auto"))
     return replace(spec, config=config)
 
 
-def _pools(config: RunConfig) -> dict:
+def _pools(pooled: list) -> dict:
     """{"pools": [each pool's name, replicas and hardware (`HardwareSetup.describe`)]} of a
-    cluster of pools, whose replicas run their pool's hardware, not the base's; else {}."""
-    pools = config.cluster.pools if config.cluster is not None else ()
+    cluster of pools (`RunConfig.pool_configs`), whose replicas run their pool's hardware, not
+    the base's; else {}."""
     return {"pools": [{"pool": pool.name, "replicas": pool.replicas,
-                       "kv_blocks_auto": config.updated(pool.set).engine.num_kv_blocks == "auto",
-                       **hardware_of(config.updated(pool.set)).describe()}
-                      for pool in pools]} if pools else {}
+                       "kv_blocks_auto": pool_config.engine.num_kv_blocks == "auto",
+                       **hardware_of(pool_config).describe()}
+                      for pool, pool_config in pooled]} if pooled else {}
 
 
 def sequence_maker(workload: Workload, mode: str, streams: dict, model, block_manager):

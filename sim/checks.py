@@ -53,11 +53,8 @@ def _servers(config: RunConfig) -> list:
     """[(where, config)] of each kind of server a config runs: the config itself, or with
     `cluster.pools` each pool's (its `set` applied; "cluster.pools[i].set: " the place of its
     problems), the base alone then being no server's."""
-    pools = config.cluster.pools if config.cluster is not None else ()
-    if not pools:
-        return [("", config)]
-    return [(f"cluster.pools[{i}].set: ", config.updated(pool.set))
-            for i, pool in enumerate(pools)]
+    return [(f"cluster.pools[{i}].set: ", pooled)
+            for i, (_, pooled) in enumerate(config.pool_configs())] or [("", config)]
 
 
 def _check_sessions(config: RunConfig) -> int:

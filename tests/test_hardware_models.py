@@ -353,7 +353,7 @@ def test_a_gpu_defined_in_the_scenario_has_no_measured_tables_whatever_its_name(
     assert hardware_setup(scenarios.load(path).base).kernels is None  # the roofline's
     path.write_text(text.replace("tp = 1", 'tp = 1\nkernels = "measured"'))
     with pytest.raises(ScenarioError, match="hardware.kernels: no measured kernel tables for a "
-                                            "GPU defined in the scenario"):
+                                            "GPU defined by a table"):
         check_scenario(scenarios.load(path))
     path.write_text(text.replace("fp8 = ", "int8 = 1.0, fp8 = "))
     with pytest.raises(ScenarioError, match="hardware.gpu.peak_tflops.int8: not a dtype "

@@ -14,23 +14,9 @@ import scenarios
 import sim
 from reports.describe import config_rows
 from scenarios import ScenarioError
+from helpers.hardware import write_hardware
 from sim.checks import check_scenario
 
-BASE = """name = "hw"
-[model]
-name = "meta-llama/Llama-3.1-8B"
-max_seq_len = 4096
-[hardware]
-gpu = "h100-sxm"
-[cost]
-model = "hardware"
-[workload]
-num_requests = 30
-arrival = {{ process = "poisson", rate = 5.0 }}
-prompt_tokens = {{ dist = "uniform", low = 100, high = 500 }}
-output_tokens = {{ dist = "uniform", low = 10, high = 50 }}
-{extra}
-"""
 POOLS = """[cluster]
 router = "round_robin"
 [[cluster.pools]]
@@ -45,9 +31,7 @@ set = {{ "hardware.gpu" = "{gpu}" }}
 
 
 def write(tmp_path, extra="") -> str:
-    path = tmp_path / "hw.toml"
-    path.write_text(BASE.format(extra=extra))
-    return str(path)
+    return write_hardware(tmp_path, extra=extra)
 
 
 def test_a_pools_hardware_is_checked_before_any_run_and_placed_at_its_set(tmp_path):
@@ -88,11 +72,8 @@ def test_a_base_no_pool_runs_need_not_fit(tmp_path):
              'replicas = 1\nset = { "hardware.gpu" = "h100-sxm", "hardware.tp" = 4 }\n'
              '[[cluster.pools]]\nname = "h200"\nreplicas = 1\n'
              'set = { "hardware.gpu" = "h200", "hardware.tp" = 2 }\n')
-    text = BASE.format(extra=pools).replace('"meta-llama/Llama-3.1-8B"',
-                                            '"meta-llama/Llama-3.1-70B"')
-    path = tmp_path / "hw.toml"
-    path.write_text(text.replace('gpu = "h100-sxm"\n[cost]', 'gpu = "l4"\n[cost]'))
-    scenario = scenarios.load(str(path))
+    scenario = scenarios.load(write_hardware(tmp_path, model="meta-llama/Llama-3.1-70B",
+                                             gpu="l4", extra=pools))
     check_scenario(scenario)  # 70B does not fit one L4, the base's GPU; no replica runs it
     [(spec, recorder)] = sim.simulate(scenario)
     assert recorder.num_requests == 30

@@ -14,6 +14,7 @@ pytest.importorskip("aiconfigurator_core")
 
 import scenarios  # noqa: E402
 from helpers.configs import resolved  # noqa: E402
+from helpers.hardware import write_hardware  # noqa: E402
 from scenarios import ScenarioError  # noqa: E402
 from sim.costs.hardware import layer_op_times  # noqa: E402
 from sim.costs.hardware import kernels as K  # noqa: E402
@@ -83,27 +84,10 @@ def test_framework_and_version_choose_the_tables_and_a_wrong_one_is_one_line():
     assert K.version_key("0.5.6.post2") < K.version_key("0.5.10")
 
 
-HARDWARE = """
-[model]
-name = "meta-llama/Llama-3.1-8B"
-max_seq_len = 8192
-[hardware]
-gpu = "{gpu}"
-{extra}
-[cost]
-model = "hardware"
-[workload]
-num_requests = 40
-arrival = {{ process = "poisson", rate = 20.0 }}
-prompt_tokens = {{ dist = "uniform", low = 100, high = 2000 }}
-output_tokens = {{ dist = "uniform", low = 10, high = 300 }}
-"""
-
-
 def load(tmp_path, gpu="h100-sxm", extra=""):
-    path = tmp_path / "gpu.toml"
-    path.write_text(HARDWARE.format(gpu=gpu, extra=extra))
-    return scenarios.load(path)
+    return scenarios.load(write_hardware(tmp_path, "gpu.toml", gpu=gpu, hardware=extra,
+                                         requests=40, rate=20.0, prompts=(100, 2000),
+                                         outputs=(10, 300), max_seq_len=8192))
 
 
 @pytest.mark.parametrize("extra, message", [

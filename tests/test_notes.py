@@ -10,6 +10,7 @@ import pytest
 
 import scenarios
 import sim
+from helpers.hardware import write_hardware
 from reports.describe import hardware_text
 from scenarios import ScenarioError
 from sim import notes
@@ -18,27 +19,9 @@ from sim.parallel import Parallel, run_config_job, run_jobs
 
 A40 = "no measured kernel tables for GPU 'a40'"  # the note of a GPU without tables
 
-SCENARIO = """name = "notes"
-[model]
-name = "meta-llama/Llama-3.1-8B"
-max_seq_len = 4096
-[hardware]
-gpu = "a40"
-[cost]
-model = "hardware"
-[workload]
-num_requests = 6
-arrival = {{ process = "poisson", rate = 4.0 }}
-prompt_tokens = {{ dist = "uniform", low = 100, high = 400 }}
-output_tokens = {{ dist = "uniform", low = 10, high = 40 }}
-{variants}
-"""
-
-
 def write(tmp_path, variants="") -> str:
-    path = tmp_path / "notes.toml"
-    path.write_text(SCENARIO.format(variants=variants))
-    return str(path)
+    return write_hardware(tmp_path, gpu="a40", extra=variants, requests=6, rate=4.0,
+                          prompts=(100, 400), outputs=(10, 40))
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ import reports
 import scenarios
 import sim
 from engine.benchmark import request_metrics, summarize
+from helpers.hardware import hardware_text
 from reports.vllm_json import summary_json_names, traffic
 from scenarios.workload import Burst, ClosedLoop, Constant, Poisson, TraceArrivals
 
@@ -165,31 +166,14 @@ def test_undefined_figures_are_null_never_zero(tmp_path):
     assert not math.isnan(record["mean_ttft_ms"])
 
 
-HARDWARE = """
-name = "json-hardware"
-[model]
-name = "mistralai/Mixtral-8x7B-v0.1"
-max_seq_len = 4096
-[hardware]
-gpu = "{gpu}"
-tp = 4
-ep = 4
-[cost]
-model = "hardware"
-[workload]
-num_requests = 6
-arrival = {{ process = "poisson", rate = 4.0 }}
-prompt_tokens = {{ dist = "uniform", low = 100, high = 400 }}
-output_tokens = {{ dist = "uniform", low = 10, high = 40 }}
-"""
-
-
 @pytest.mark.parametrize("gpu, framework, version", [("a40", None, None),
                                                      ("h100-sxm", "vllm", "0.24.0")])
 def test_a_hardware_run_says_what_ran_on_what(tmp_path, gpu, framework, version):
     if framework is not None:
         pytest.importorskip("aiconfigurator_core")
-    [(spec, _)], out = write(tmp_path, HARDWARE.format(gpu=gpu))
+    [(spec, _)], out = write(tmp_path, hardware_text(
+        model="mistralai/Mixtral-8x7B-v0.1", gpu=gpu, hardware="tp = 4\nep = 4", requests=6,
+        rate=4.0, prompts=(100, 400), outputs=(10, 40)))
     record = json.loads((out / "summary.json").read_text())
     assert list(record)[-1] == "hardware"
     assert record["hardware"] == {

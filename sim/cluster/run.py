@@ -37,10 +37,8 @@ def replica_configs(config: RunConfig) -> list[tuple[str, RunConfig]]:
             [("decode", config)] * cluster.decode_replicas
     if not cluster.pools:
         return [("", config)] * cluster.replicas
-    replicas = []
-    for pool in cluster.pools:
-        replicas += [(pool.name, config.updated(pool.set))] * pool.replicas
-    return replicas
+    return [(pool.name, pooled) for pool, pooled in config.pool_configs()
+            for _ in range(pool.replicas)]
 
 
 class Cluster:

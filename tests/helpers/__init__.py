@@ -8,7 +8,8 @@ never from another test module (`tests/test_layout.py` checks it).
 - `sessions.py`: a small multi-turn sessions config and a run built from `run_config`'s pieces;
 - `real_engine.py`: prompts served greedily on the real engine, outputs and KV rows kept;
 - `traces.py`: trace files written for a test and the one-line error reading one gives;
-- `http.py`: a real server of a tiny model on a loopback port, spoken to by aiohttp.
+- `http.py`: a real server of a tiny model on a loopback port, spoken to by aiohttp;
+- `hardware.py`: a small scenario of the hardware cost model as TOML text.
 
 Fixtures (a tiny model, a seeded rng, a fake executor) are in `tests/conftest.py`.
 """

@@ -25,10 +25,11 @@ from .architecture import (DTYPE_BYTES, Architecture, compute_dtype, engine_arch
                            expert_bytes)
 from .catalog import MODEL_KEYS, Gpu, gpu_spec, gpus, model_architecture, models
 from .cost import HardwareCost, operator_times
-from .kernels import KernelTables, TablesMiss
+from .kernels import TablesMiss
 from .measured import MeasuredOps
 from .memory import ACT_BYTES
-from .setup import HardwareSetup, check_dtypes, hardware_setup, kv_cache_dtype
+from .setup import (HardwareSetup, check_dtypes, hardware_setup, kernel_tables,
+                    kv_cache_dtype)
 
 __all__ = ["Architecture", "Gpu", "HardwareCost", "HardwareSetup", "engine_architecture",
            "gpu_spec", "gpus", "hardware_setup", "layer_op_times", "model_architecture",
@@ -78,12 +79,8 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
                            device.efficiency(), expert_bytes(dtype))
     measured = _measured_ops(arch, device, tp, ep, dtype, kernels, framework, activation_scheme)
     if measured is not None:
-        # `layer_times` takes rows by step size from 0 (a table of steps): a row of 1 first
-        rows = np.concatenate([[1.0], tokens.ravel()])
-        padded = {op: np.concatenate([[0.0], np.broadcast_to(t, tokens.shape).ravel()])
-                  for op, t in times.items()}
-        times, beyond = measured.layer_times(padded, rows)
-        times = {op: t[1:].reshape(tokens.shape) for op, t in times.items()}
+        times, beyond = measured.layer_times(times, np.atleast_1d(tokens))
+        times = {op: t.reshape(tokens.shape) for op, t in times.items()}
         if beyond:
             say_once(f"note: layer_op_times: num_tokens past the measured tables' reach (2x "
                      f"their range) for {', '.join(sorted(beyond))}; costed by the roofline "
@@ -134,10 +131,7 @@ def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework
     if kernels == "roofline":
         return None
     try:
-        if not device.in_catalog:
-            raise TablesMiss(f"no measured kernel tables for a GPU defined by a table "
-                             f"({device.id!r})")
-        tables = KernelTables(device.id, framework)
+        tables = kernel_tables(device, framework)
     except TablesMiss as exc:
         if kernels == "measured":
             raise ValueError(f"kernels: {exc}") from None

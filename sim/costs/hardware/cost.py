@@ -230,7 +230,7 @@ class HardwareCost(CostModel):
     def _say_beyond(self, beyond: dict, rows: str) -> None:
         """Say once which operators' tables a tabulated step size is past the reach of."""
         if beyond:
-            say_once(f"note: {self.source}: steps of more than {min(beyond.values()):,} rows"
+            say_once(f"note: {self.source}: steps of {min(beyond.values()):,} rows or more"
                      f"{rows} are past the measured tables' reach (2x their range) for "
                      f"{', '.join(sorted(beyond))}; costed by the roofline there")
 

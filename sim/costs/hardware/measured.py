@@ -155,8 +155,8 @@ class MeasuredOps:
 
     # --- what depends on the step's rows ----------------------------------------------------
     def layer_times(self, roofline: dict, tokens, only=None) -> tuple[dict, dict]:
-        """(one layer's operator times with the measured ones in place, {operator: the rows
-        past which its tables do not reach}) for `tokens` rows (an array): each operator the
+        """(one layer's operator times with the measured ones in place, {operator: the fewest
+        rows its tables do not reach}) for `tokens` rows (an array): each operator the
         tables have takes their time where they reach and keeps the roofline's elsewhere; a
         mixture-of-experts layer's routed experts become `moe_experts`. `only`: the operators
         wanted (the others are left out)."""
@@ -171,11 +171,12 @@ class MeasuredOps:
             if op in times and op != "lm_head" and dtype is not None:
                 n, k = self.gemms[op]
                 times[op] = _merge(times[op], self.tables.gemm(rows, n, k, dtype,
-                                                               self.activations), op, beyond)
+                                                               self.activations), op, beyond,
+                                   tokens)
         if self._moe_dtype is not None and EXPERT_OPS[0] in times:
             fused = sum(times.pop(op) for op in EXPERT_OPS)
             times["moe_experts"] = _merge(fused, self._moe(rows, self._moe_dtype),
-                                          "moe_experts", beyond)
+                                          "moe_experts", beyond, tokens)
         return times, beyond
 
     def lm_head(self, roofline, tokens, beyond: dict):
@@ -185,14 +186,14 @@ class MeasuredOps:
             return roofline
         n, k = self.gemms["lm_head"]
         return _merge(roofline, self.tables.gemm(np.maximum(tokens, 1.0), n, k, dtype),
-                      "lm_head", beyond)
+                      "lm_head", beyond, tokens)
 
     def all_reduce(self, roofline, tokens, beyond: dict):
         """Seconds of one all-reduce of `tokens` rows of activations over the GPUs."""
         if self.tp <= 1 or not self._ar_known:
             return roofline
         measured = self.tables.all_reduce(np.maximum(tokens, 1.0), self.arch.d_model, self.tp)
-        return _merge(roofline, measured, "all_reduce", beyond)
+        return _merge(roofline, measured, "all_reduce", beyond, tokens)
 
     def exchange(self, roofline, tokens, beyond: dict):
         """Seconds of the routed experts' exchange of `tokens` rows across the experts' GPUs
@@ -202,7 +203,7 @@ class MeasuredOps:
             return roofline
         measured = self.tables.all_reduce(np.maximum(tokens, 1.0), self.arch.d_model,
                                           self.experts_gpus)
-        return _merge(roofline, measured, "expert_exchange", beyond)
+        return _merge(roofline, measured, "expert_exchange", beyond, tokens)
 
     def _moe(self, tokens, dtype: str):
         arch = self.arch
@@ -240,12 +241,14 @@ def prompt_length(work: float, window: int = 0) -> float:
     return (math.sqrt(8.0 * work + 1.0) - 1.0) / 2.0
 
 
-def _merge(roofline, measured, op: str, beyond: dict):
+def _merge(roofline, measured, op: str, beyond: dict, tokens):
     """The measured times where they are numbers, the roofline's where they are NaN (out of
-    the tables' reach: noted in `beyond` with the rows where it starts) or absent."""
+    the tables' reach: noted in `beyond` with the fewest `tokens` rows out of it; a row count
+    of 0, a table's first entry, is never a step) or absent."""
     if measured is None:
         return roofline
     missing = np.isnan(measured)
-    if np.ndim(missing) and missing[1:].any():  # row count 0 is never a step
-        beyond[op] = int(missing[1:].argmax())
+    out = missing & (np.asarray(tokens) >= 1)
+    if np.ndim(out) and out.any():
+        beyond[op] = int(np.broadcast_to(tokens, out.shape)[out].min())
     return np.where(missing, roofline, measured)

@@ -180,6 +180,15 @@ def hardware_setup(config) -> HardwareSetup:
                          hardware.kv_dtype, measured_ops(hardware, arch, gpu, tp, dtype, ep), dp)
 
 
+def kernel_tables(gpu: Gpu, framework: str, version: str | None = None) -> KernelTables:
+    """The measured tables of a catalog GPU (`KernelTables`); TablesMiss for a GPU defined by
+    a table, whatever its name: it has none."""
+    if not gpu.in_catalog:
+        raise TablesMiss(f"no measured kernel tables for a GPU defined by a table ({gpu.id!r}; "
+                         f"tables exist for catalog GPUs: {', '.join(SYSTEMS)})")
+    return KernelTables(gpu.id, framework, version)
+
+
 def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredOps | None:
     """The measured kernel tables' operators of `hardware.kernels` (unset: measured where the
     GPU has tables and servesim[gpu] is installed, else the roofline, said once); a version or
@@ -194,11 +203,7 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
                      f"hardware.kernels = \"roofline\" reads none")
         return None
     try:
-        if not gpu.in_catalog:
-            raise TablesMiss(f"no measured kernel tables for a GPU defined in the scenario "
-                             f"({gpu.id!r}; tables exist for catalog GPUs: "
-                             f"{', '.join(SYSTEMS)})")
-        tables = KernelTables(gpu.id, hardware.framework, version)
+        tables = kernel_tables(gpu, hardware.framework, version)
     except TablesMiss as exc:
         if hardware.kernels == "measured" or version is not None:
             # a GPU without tables is the version's fault when one was asked for; a missing
