@@ -11,6 +11,7 @@ taken as a plain string when it is not TOML.
 from __future__ import annotations
 
 import copy
+import itertools
 import tomllib
 
 from .errors import FieldError
@@ -38,6 +39,19 @@ def apply(raw: dict, key: str, value) -> dict:
     else:
         table[leaf] = copy.deepcopy(value)
     return raw
+
+
+def apply_all(raw: dict, settings: dict) -> dict:
+    """A copy of `raw` with every dotted key of `settings` set, in order."""
+    for key, value in settings.items():
+        raw = apply(raw, key, value)
+    return raw
+
+
+def grid(sweep: dict) -> list[dict]:
+    """Every point of a sweep ({dotted key: [values]}), keys crossed in order."""
+    keys = list(sweep)
+    return [dict(zip(keys, values)) for values in itertools.product(*sweep.values())]
 
 
 def merge(base: dict, extra: dict) -> dict:

@@ -9,11 +9,11 @@ variant at each sweep point) before anything runs. Every problem is one `Scenari
 
 from __future__ import annotations
 
-import itertools
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import effects
 from . import overrides as ov
 from .errors import FieldError, ScenarioError
 from .config import RunConfig
@@ -141,13 +141,13 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     flag_sweep = set(sweep or ())
     sweep = _guarded(shown, "--sweep: " if sweep else "", _sweep, file_sweep)
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
-    _check_not_swept(shown, pairs, sweep, flag_sweep, sources or {})
-    _check_not_shadowed(shown, pairs, sweep, flag_sweep, sources or {}, variants, raw)
+    effects.check_not_swept(shown, pairs, sweep, flag_sweep, sources or {})
+    effects.check_not_shadowed(shown, pairs, sweep, flag_sweep, sources or {}, variants, raw)
     file_base = None
     alone = variants[0] if len(variants) == 1 else None  # every run is this variant's
     file_raw = raw
     if pairs:
-        raw = _guarded(shown, "--set: ", _apply_all, raw, dict(pairs))
+        raw = _guarded(shown, "--set: ", ov.apply_all, raw, dict(pairs))
         file_base, file_error = _resolved(file_raw, path, alone)
     try:
         base = _base_config(raw, path, alone)
@@ -158,118 +158,15 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
         raise ScenarioError(f"{shown}: {where}{exc}") from None
     specs = []
     for variant in variants:
-        variant_raw = _guarded(shown, _where(variant, {}), _apply_all, raw, variant.set)
-        for point in _grid(sweep):
+        variant_raw = _guarded(shown, _where(variant, {}), ov.apply_all, raw, variant.set)
+        for point in ov.grid(sweep):
             config = _guarded(shown, _where(variant, point),
-                              lambda: resolve(_apply_all(variant_raw, point), path))
+                              lambda: resolve(ov.apply_all(variant_raw, point), path))
             specs.append(RunSpec(variant.name, point, config))
-    _check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources or {},
+    effects.check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources or {},
                             specs)
     return Scenario(base.name, base.description, base.seed, path, base,
                     tuple(variants), sweep, tuple(specs), pairs, file_base)
-
-
-def _check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: dict,
-                            path: Path, sources: dict, specs: list) -> None:
-    """ScenarioError when an override changes the file's config but no run: every variant's
-    run at the first sweep point resolves the same without it (the variants, applied after
-    it, set again all it changes: `--request-rate R` where every variant sets the rate of the
-    file's own Poisson arrivals). One restating the file's own value is harmless."""
-    if not pairs:
-        return
-    try:
-        overridden = resolve(_apply_all(file_raw, dict(pairs)), path)
-    except FieldError:  # the file needs a variant's settings (`_base_config`), so whether an
-        return  # override restates its own value or a variant undoes it cannot be told
-    first = _grid(sweep)[0]
-    runs = {spec.variant: spec.config for spec in specs if spec.sweep == first}
-    for key, _ in pairs:
-        others = dict(pair for pair in pairs if pair[0] != key)
-        try:
-            without = _apply_all(file_raw, others)
-            if resolve(without, path) == overridden:
-                continue  # it restates the file's own value: harmless
-            same = all(resolve(_apply_all(_apply_all(without, v.set), first), path)
-                       == runs[v.name] for v in variants)
-        except FieldError:
-            continue  # needed: without it the file or a run would not resolve
-        if same:
-            what = sources.get(key, f"--set {key}")
-            names = ", ".join(v.name for v in variants)
-            raise ScenarioError(f"{shown}: {what}: changes no run: every variant ({names}) "
-                                f"sets again what it sets, after it; drop it, or set it in "
-                                f"the variants")
-
-
-def _check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict) -> None:
-    """ScenarioError when an override sets a key the sweep sets too (the same key, or one
-    table holding the other), naming both."""
-    for key, _ in pairs:
-        for swept in sweep:
-            if _overlap(key, swept):
-                given = sources.get(key, f"--set {key}")
-                where = "--sweep" if swept in flag_sweep else "the scenario's [sweep]"
-                raise ScenarioError(f"{shown}: {given} sets {key}, which {where} also sets "
-                                    f"({swept} = {sweep[swept]!r}); give one of them")
-
-
-def _check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict,
-                        variants, raw: dict) -> None:
-    """ScenarioError when an override or a sweep is written over by every pool of `[cluster]`
-    (a pool's `set` applies last, at build time: every value it sets set again, or in a table
-    the pool replaces), or when a sweep leaves two or more variants setting nothing else (it
-    applies after them, replacing what each sets). An override every variant undoes is
-    `_check_overrides_matter`'s."""
-    cluster = raw.get("cluster")
-    pools = cluster.get("pools") if isinstance(cluster, dict) else None
-    pool_writes = [_writes(pool["set"]) for pool in pools or ()
-                   if isinstance(pool, dict) and isinstance(pool.get("set"), dict)]
-    if len(pool_writes) != len(pools or ()):
-        pool_writes = []  # a malformed pool: the schema says so, naming it
-    given = [(sources.get(key, f"--set {key}"), key, [value]) for key, value in pairs] + \
-        [(f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}", key, values)
-         for key, values in sweep.items()]
-    for what, key, values in given:
-        written = {w for value in values for w in _writes({key: value})}
-        if pool_writes and all(_covered(written, pool) for pool in pool_writes):
-            raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
-                                f"(a pool's set applies last), so it changes no run; set it "
-                                f"in the pools")
-    variant_writes = [_writes(variant.set) for variant in variants]
-    if sweep and len(variants) > 1 and any(w != variant_writes[0] for w in variant_writes):
-        swept_writes = {w for key, values in sweep.items() for value in values
-                        for w in _writes({key: value})}
-        rest = [{w: v for w, v in writes.items() if not _covered({w}, swept_writes)}
-                for writes in variant_writes]
-        if all(r == rest[0] for r in rest):
-            keys = ", ".join(sweep)
-            raise ScenarioError(f"{shown}: the sweep of {keys} replaces all that the variants "
-                                f"set ({', '.join(v.name for v in variants)}), leaving them "
-                                f"differing in name only; drop the variants or that sweep key")
-
-
-def _writes(settings: dict) -> dict:
-    """{dotted key: value} of what `settings` (dotted keys, as a variant's `set`) write, as
-    `overrides.apply` writes them: an untagged table merges, so its values are written one by
-    one; a value or a table naming its kind (`dist`, `process`) replaces what was there."""
-    out: dict = {}
-    for key, value in settings.items():
-        if isinstance(value, dict) and value and not any(t in value for t in ov.TAG_KEYS):
-            out.update(_writes({f"{key}.{k}": v for k, v in value.items()}))
-        else:
-            out[key] = value
-    return out
-
-
-def _covered(written, later: dict) -> bool:
-    """Whether settings writing `later` (`_writes`) write over every key of `written`: the
-    same key again, or a table holding it replaced."""
-    return all(any(w == k or w.startswith(k + ".") for k in later) for w in written)
-
-
-def _overlap(a: str, b: str) -> bool:
-    """Whether two dotted keys set the same value: equal, or one a table holding the other."""
-    return a == b or b.startswith(a + ".") or a.startswith(b + ".")
 
 
 def _where(variant: Variant, point: dict) -> str:
@@ -295,7 +192,7 @@ def _base_config(raw: dict, path: Path, alone: Variant | None) -> RunConfig:
     if alone is None or not alone.set:
         return resolve(raw, path)
     try:
-        return resolve(_apply_all(raw, alone.set), path)
+        return resolve(ov.apply_all(raw, alone.set), path)
     except FieldError as with_variant:
         try:
             resolve(raw, path)
@@ -363,12 +260,6 @@ def _pairs(overrides) -> list[tuple[str, object]]:
     return pairs
 
 
-def _apply_all(raw: dict, settings: dict) -> dict:
-    for key, value in settings.items():
-        raw = ov.apply(raw, key, value)
-    return raw
-
-
 def _variants(table) -> list[Variant]:
     if table is None:
         return [Variant(DEFAULT_VARIANT, {})]
@@ -410,11 +301,6 @@ def _sweep(table) -> dict:
             raise FieldError(f"sweep.{key}", f"gives {repeated!r} twice (each value is one "
                                              f"sweep point)")
     return sweep
-
-
-def _grid(sweep: dict) -> list[dict]:
-    keys = list(sweep)
-    return [dict(zip(keys, values)) for values in itertools.product(*sweep.values())]
 
 
 def _point_text(point: dict) -> str:
