@@ -261,11 +261,6 @@ def _check_hardware(config: dict, path: Path) -> None:
     if tp * dp > MAX_GPUS:
         raise FieldError("hardware.dp", f"{dp} data-parallel ranks of hardware.tp = {tp} GPUs "
                                         f"make {tp * dp}; at most {MAX_GPUS} (one node)")
-    if hardware["ep"] not in (1, tp * dp):
-        every = f"hardware.tp = {tp}" if dp == 1 else f"hardware.tp x hardware.dp = {tp * dp}"
-        raise FieldError("hardware.ep", f"must be 1 (experts split by tensor parallelism) or "
-                                        f"{every} (whole experts across the GPUs), got "
-                                        f"{hardware['ep']}")
     model = config["model"]
     if "name" in model and "config" in model:
         raise FieldError("model.config", "give model.name (a catalog id) or model.config (a "

@@ -2,7 +2,7 @@
 leave the variants differing in name only (docs/scenarios/cli.md). An override of a key the
 sweep also sets (the sweep would replace it), one every variant undoes (variants apply after
 overrides), either written over by every pool of a `[cluster]` (a pool's `set` applies last),
-and a sweep after which the variants set nothing else."""
+two sweep keys writing the same value, and a sweep after which the variants set nothing else."""
 
 from __future__ import annotations
 
@@ -48,13 +48,31 @@ def check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: d
 def check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict) -> None:
     """ScenarioError when an override sets a key the sweep sets too (the same key, or one
     table holding the other), naming both."""
-    for key, _ in pairs:
+    swept_writes = {swept: {w for value in values for w in _writes({swept: value})}
+                    for swept, values in sweep.items()}
+    for key, value in pairs:
         for swept in sweep:
-            if _overlap(key, swept):
+            if any(_overlap(x, y) for x in _writes({key: value}) for y in swept_writes[swept]):
                 given = sources.get(key, f"--set {key}")
                 where = "--sweep" if swept in flag_sweep else "the scenario's [sweep]"
                 raise ScenarioError(f"{shown}: {given} sets {key}, which {where} also sets "
                                     f"({swept} = {sweep[swept]!r}); give one of them")
+
+
+def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
+    """ScenarioError when two swept keys write the same value (one a table holding the other:
+    `workload.arrival` beside `workload.arrival.rate`): the one applied later writes over the
+    other at every point, leaving runs that differ in name only."""
+    keys = list(sweep)
+    writes = {key: {w for value in sweep[key] for w in _writes({key: value})} for key in keys}
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            if any(_overlap(x, y) for x in writes[a] for y in writes[b]):
+                def named(key):
+                    return f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}"
+                raise ScenarioError(f"{shown}: {named(b)} and {named(a)} set the same value "
+                                    f"(one holds the other), so one would write over the "
+                                    f"other at every point; sweep one of them")
 
 
 def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict,

@@ -141,6 +141,7 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     flag_sweep = set(sweep or ())
     sweep = _guarded(shown, "--sweep: " if sweep else "", _sweep, file_sweep)
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
+    effects.check_sweep_keys_apart(shown, sweep, flag_sweep)
     effects.check_not_swept(shown, pairs, sweep, flag_sweep, sources or {})
     effects.check_not_shadowed(shown, pairs, sweep, flag_sweep, sources or {}, variants, raw)
     file_base = None
@@ -153,9 +154,11 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
         base = _base_config(raw, path, alone)
     except FieldError as exc:  # the file's own mistake, its variant's, or one the override made?
         where = _where(alone, {}) if getattr(exc, "in_variant", False) else ""
+        hint = ""
         if pairs and str(exc) != file_error:
             where = "--set: "
-        raise ScenarioError(f"{shown}: {where}{exc}") from None
+            hint = _variants_that_take(raw, path, variants)
+        raise ScenarioError(f"{shown}: {where}{exc}{hint}") from None
     specs = []
     for variant in variants:
         variant_raw = _guarded(shown, _where(variant, {}), ov.apply_all, raw, variant.set)
@@ -200,6 +203,19 @@ def _base_config(raw: dict, path: Path, alone: Variant | None) -> RunConfig:
         except FieldError as alone_error:  # the variant's too, unless the file fails the same
             with_variant.in_variant = str(alone_error) != str(with_variant)
         raise with_variant from None
+
+
+def _variants_that_take(raw: dict, path: Path, variants) -> str:
+    """Where overrides the base refuses suit some of several variants (a disaggregated
+    cluster's KV link beside a co-located variant): a hint naming them, for --variant."""
+    if len(variants) < 2:
+        return ""
+    taken = [v.name for v in variants if v.set and _resolved(raw, path, v)[1] is None]
+    if not taken:
+        return ""
+    return (f"; variant {taken[0]!r} takes it: run it alone with --variant {taken[0]}"
+            if len(taken) == 1 else
+            f"; variants {', '.join(taken)} take it: run one alone with --variant NAME")
 
 
 def _resolved(raw: dict, path: Path,

@@ -65,6 +65,27 @@ def test_num_prompts_limits_a_trace_and_sweep_crosses_the_variants():
         (v, {"workload.arrival.rate": r}) for v in ("static", "continuous") for r in (1, 2.5)]
 
 
+ARRIVALS = ('workload.arrival={process = "poisson", rate = 2}, '
+            '{process = "gamma", rate = 2, cv = 3}')
+
+
+def test_a_swept_value_may_hold_commas():
+    points = [s.sweep for s in loaded("static-vs-continuous", "--sweep", ARRIVALS).runs()]
+    assert points[:2] == [{"workload.arrival": {"process": "poisson", "rate": 2}},
+                          {"workload.arrival": {"process": "gamma", "rate": 2, "cv": 3}}]
+    runs = loaded("static-vs-continuous", "--sweep", 'description="fast, cheap",slow').runs()
+    assert [s.sweep["description"] for s in runs[:2]] == ["fast, cheap", "slow"]
+
+
+def test_a_swept_table_is_judged_by_the_keys_it_writes():
+    # an untagged table merges: it writes workload.max_concurrency alone, which neither
+    # --num-prompts nor the file's sweep of workload.arrival.rate sets
+    scenario = loaded("load-sweep", "--num-prompts", "30", "--sweep",
+                      "workload={max_concurrency = 4},{max_concurrency = 8}")
+    assert {s.config.workload.max_concurrency for s in scenario.runs()} == {4, 8}
+    assert {s.config.workload.num_requests for s in scenario.runs()} == {30}
+
+
 def test_a_rate_of_inf_sends_every_request_at_once():
     scenario = loaded("static-vs-continuous", "--request-rate", "inf", "--num-prompts", "5")
     workload = build_workload(scenario.base.workload, seeded_streams(0)["workload"])
@@ -99,6 +120,18 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
      "workload.max_concurrency: not allowed with workload.sessions"),
     (["load-sweep", "--request-rate", "3"], "--request-rate sets workload.arrival, which the "
                                             "scenario's [sweep] also sets"),
+    (["load-sweep", "--num-prompts", "30", "--request-rate", "3"],
+     "--request-rate sets workload.arrival, which the scenario's [sweep] also sets"),
+    (["load-sweep", "--sweep", ARRIVALS],
+     "--sweep workload.arrival and [sweep] workload.arrival.rate set the same value (one holds "
+     "the other), so one would write over the other at every point"),
+    (["pd-disaggregation", "--set", "cluster.kv_transfer_gbps=50"],
+     "--set: cluster.kv_transfer_gbps: only with cluster.prefill_replicas and decode_replicas "
+     "(a disaggregated cluster); variant 'split-2p2d' takes it: run it alone with --variant "
+     "split-2p2d"),
+    (["--sweep", "workload.arrival.rate=1,,2"], "--sweep workload.arrival.rate=1,,2: an empty "
+                                                "value between commas"),
+    (["--sweep", "workload.arrival={rate = 1"], "a '[' or '{' is never closed"),
     (["load-sweep", "--set", "workload.arrival.rate=3"], "--set workload.arrival.rate sets "
                                                          "workload.arrival.rate, which the "
                                                          "scenario's [sweep] also sets"),

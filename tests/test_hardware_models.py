@@ -255,6 +255,8 @@ def test_expert_parallelism_changes_no_weight_but_the_activations(tmp_path):
      "hardware.ep: must be 1 (experts split by tensor parallelism) or hardware.tp = 4"),
     ({"tp": 2, "hardware": "ep = 2"},
      "hardware.ep = 2: meta-llama/Llama-3.1-8B has no experts; use hardware.ep = 1"),
+    ({"tp": 1, "hardware": "ep = 2"},  # a dense model's first problem, whatever its TP
+     "hardware.ep = 2: meta-llama/Llama-3.1-8B has no experts; use hardware.ep = 1"),
     ({"hardware": 'dtype = "nvfp4"'},
      "hardware.dtype: h100-sxm has no nvfp4 tensor cores (it has fp16, bf16, fp8; nvfp4 runs "
      "on b200, gb200, b300, gb300, rtx-pro-6000)"),

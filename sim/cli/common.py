@@ -43,8 +43,9 @@ def load_scenario(args):
     sets = list(args.set or ())
     variant = getattr(args, "variant", None)
 
-    def workload_of(pairs):
-        return scenarios.load(args.scenario, sets + pairs, variant=variant).base.workload
+    def workload_of(pairs, sources):
+        return scenarios.load(args.scenario, sets + pairs, sources=sources,
+                              variant=variant).base.workload
 
     try:
         pairs, sweep, flags = flag_overrides(args, workload_of)

@@ -60,9 +60,9 @@ def add_workload_flags(parser) -> None:
 
 def flag_overrides(args, workload_of) -> tuple[list, dict, dict]:
     """([(dotted key, value)], {dotted key: [values]}, {dotted key: the flag that set it}):
-    what the flags stand for. `workload_of(pairs)` is the resolved workload settings of the
-    scenario with those overrides (which key --num-prompts sets, whether arrivals come from a
-    trace)."""
+    what the flags stand for. `workload_of(pairs, flags)` is the resolved workload settings
+    of the scenario with those overrides (which key --num-prompts sets, whether arrivals come
+    from a trace)."""
     pairs, flags = [], {}
 
     def put(flag: str, key: str, value) -> None:
@@ -75,11 +75,11 @@ def flag_overrides(args, workload_of) -> tuple[list, dict, dict]:
     if rate is not None:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
     if args.max_concurrency is not None:
-        if rate is None and workload_of(pairs).trace is None:
+        if rate is None and workload_of(pairs, flags).trace is None:
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
     if args.num_prompts is not None:
-        put("--num-prompts", count_key(workload_of(pairs)), args.num_prompts)
+        put("--num-prompts", count_key(workload_of(pairs, flags)), args.num_prompts)
     if args.seed is not None:
         put("--seed", "seed", args.seed)
     for key, value in goodput_pairs(args.goodput):
@@ -135,8 +135,42 @@ def sweep_flags(items) -> dict:
         if not sep or not key.strip() or not values.strip():
             raise FlagError(f"--sweep {item}: expected KEY=V1,V2,... e.g. "
                             f"workload.arrival.rate=1,2,4")
-        sweep[key.strip()] = [parse_value(v.strip()) for v in values.split(",")]
+        pieces = sweep_values(values, f"--sweep {item}")
+        sweep[key.strip()] = [parse_value(piece) for piece in pieces]
     return sweep
+
+
+def sweep_values(text: str, where: str) -> list[str]:
+    """`text` split at its commas outside quotes, arrays and tables, so a value may hold commas
+    (`"a,b"`, `[1, 2]`, `{low = 1, high = 2}`); each piece stripped, none empty."""
+    pieces, depth, quote, start, i = [], 0, "", 0, 0
+    while i < len(text):
+        char = text[i]
+        if quote:
+            if char == "\\" and quote == '"':
+                i += 1  # the escaped character cannot close the string
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth < 0:
+                raise FlagError(f"{where}: '{char}' closes nothing")
+        elif char == "," and depth == 0:
+            pieces.append(text[start:i])
+            start = i + 1
+        i += 1
+    if quote or depth:
+        opened = f"a string opened with {quote}" if quote else "a '[' or '{'"
+        raise FlagError(f"{where}: {opened} is never closed")
+    pieces.append(text[start:])
+    pieces = [piece.strip() for piece in pieces]
+    if "" in pieces:
+        raise FlagError(f"{where}: an empty value between commas")
+    return pieces
 
 
 def split_set_values(argv: list[str]) -> list[str]:

@@ -251,7 +251,7 @@ class Architecture:
         if ep != tp * dp:
             every = (f"hardware.tp = {tp}" if dp == 1
                      else f"hardware.tp x hardware.dp = {tp * dp}")
-            raise ValueError(f"hardware.ep must be 1 (experts split by tensor parallelism) or "
+            raise ValueError(f"hardware.ep: must be 1 (experts split by tensor parallelism) or "
                              f"{every} (whole experts across the GPUs), got {ep}")
 
     def kv_heads_per_gpu(self, tp: int) -> int:
