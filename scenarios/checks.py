@@ -237,10 +237,10 @@ def check_horizon(config: dict) -> None:
 
 
 def _check_hardware(config: dict, path: Path) -> None:
-    """A real model on a real GPU: simulated only, a GPU named, at most a node's GPUs, expert
-    parallelism 1 or every GPU (tp x dp), the
+    """A real model on a real GPU: simulated only, a GPU named, at most a node's GPUs, the
     model named, read from a config.json (its path made absolute) or defined (the catalogs, the
-    file and what fits are the simulator's to check: sim.costs.hardware)."""
+    file, the parallel layout and what fits are the simulator's to check, the model known:
+    sim.costs.hardware)."""
     if config["mode"] != "simulate":
         raise FieldError("mode", f"cost.model = 'hardware' simulates a GPU; mode must be "
                                  f"'simulate', got {config['mode']!r}")

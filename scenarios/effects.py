@@ -2,7 +2,8 @@
 leave the variants differing in name only (docs/scenarios/cli.md). An override of a key the
 sweep also sets (the sweep would replace it), one every variant undoes (variants apply after
 overrides), either written over by every pool of a `[cluster]` (a pool's `set` applies last),
-two sweep keys writing the same value, and a sweep after which the variants set nothing else."""
+a swept key written over by a later one, and a sweep after which the variants set nothing
+else."""
 
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ def check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: d
         return
     try:
         overridden = resolve(ov.apply_all(file_raw, dict(pairs)), path)
-    except FieldError:  # the file needs a variant's settings (`scenario._base_config`): whether
-        return  # an override restates its own value or a variant undoes it cannot be told
+    except FieldError:  # the file needs a variant's settings (`scenario._base_config`): the
+        for key, value in pairs:  # resolved runs cannot be compared; what is written can
+            if all(undoes(variant.set, [(key, value)]) for variant in variants):
+                _refuse_undone(shown, key, variants, sources)
+        return
     first = ov.grid(sweep)[0]
     runs = {spec.variant: spec.config for spec in specs if spec.sweep == first}
     for key, _ in pairs:
@@ -38,18 +42,27 @@ def check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: d
         except FieldError:
             continue  # needed: without it the file or a run would not resolve
         if same:
-            what = sources.get(key, f"--set {key}")
-            names = ", ".join(v.name for v in variants)
-            raise ScenarioError(f"{shown}: {what}: changes no run: every variant ({names}) "
-                                f"sets again what it sets, after it; drop it, or set it in "
-                                f"the variants")
+            _refuse_undone(shown, key, variants, sources)
+
+
+def undoes(settings: dict, pairs) -> bool:
+    """Whether settings applied after the overrides `pairs` (a variant's `set`) write over all
+    that they write."""
+    written = {w for key, value in pairs for w in _writes({key: value})}
+    return _covered(written, _writes(settings))
+
+
+def _refuse_undone(shown: str, key: str, variants, sources: dict):
+    what = sources.get(key, f"--set {key}")
+    names = ", ".join(v.name for v in variants)
+    raise ScenarioError(f"{shown}: {what}: changes no run: every variant ({names}) sets again "
+                        f"what it sets, after it; drop it, or set it in the variants")
 
 
 def check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict) -> None:
     """ScenarioError when an override sets a key the sweep sets too (the same key, or one
     table holding the other), naming both."""
-    swept_writes = {swept: {w for value in values for w in _writes({swept: value})}
-                    for swept, values in sweep.items()}
+    swept_writes = {swept: _swept_writes(swept, values) for swept, values in sweep.items()}
     for key, value in pairs:
         for swept in sweep:
             if any(_overlap(x, y) for x in _writes({key: value}) for y in swept_writes[swept]):
@@ -60,19 +73,21 @@ def check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: di
 
 
 def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
-    """ScenarioError when two swept keys write the same value (one a table holding the other:
-    `workload.arrival` beside `workload.arrival.rate`): the one applied later writes over the
-    other at every point, leaving runs that differ in name only."""
+    """ScenarioError when a swept key writes over all that an earlier one sets, at every point
+    (`--sweep workload.arrival=...` after the file's sweep of `workload.arrival.rate`): the
+    points of the earlier key would differ in name only. A narrower key after a wider one
+    refines it (arrival tables, then their rates) and is kept: the keys apply in order, the
+    file's first, then the flags'."""
     keys = list(sweep)
-    writes = {key: {w for value in sweep[key] for w in _writes({key: value})} for key in keys}
-    for i, a in enumerate(keys):
-        for b in keys[i + 1:]:
-            if any(_overlap(x, y) for x in writes[a] for y in writes[b]):
-                def named(key):
-                    return f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}"
-                raise ScenarioError(f"{shown}: {named(b)} and {named(a)} set the same value "
-                                    f"(one holds the other), so one would write over the "
-                                    f"other at every point; sweep one of them")
+    for i, earlier in enumerate(keys):
+        written = _swept_writes(earlier, sweep[earlier])
+        for later in keys[i + 1:]:
+            if all(_covered(written, _writes({later: value})) for value in sweep[later]):
+                raise ScenarioError(
+                    f"{shown}: {_swept_name(later, flag_sweep)} applies after "
+                    f"{_swept_name(earlier, flag_sweep)} and writes over all it sets, so its "
+                    f"points would differ in name only; give the values of {earlier} inside "
+                    f"those of {later}")
 
 
 def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict,
@@ -89,18 +104,16 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
     if len(pool_writes) != len(pools or ()):
         pool_writes = []  # a malformed pool: the schema says so, naming it
     given = [(sources.get(key, f"--set {key}"), key, [value]) for key, value in pairs] + \
-        [(f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}", key, values)
-         for key, values in sweep.items()]
+        [(_swept_name(key, flag_sweep), key, values) for key, values in sweep.items()]
     for what, key, values in given:
-        written = {w for value in values for w in _writes({key: value})}
+        written = _swept_writes(key, values)
         if pool_writes and all(_covered(written, pool) for pool in pool_writes):
             raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
                                 f"(a pool's set applies last), so it changes no run; set it "
                                 f"in the pools")
     variant_writes = [_writes(variant.set) for variant in variants]
     if sweep and len(variants) > 1 and any(w != variant_writes[0] for w in variant_writes):
-        swept_writes = {w for key, values in sweep.items() for value in values
-                        for w in _writes({key: value})}
+        swept_writes = {w for key, values in sweep.items() for w in _swept_writes(key, values)}
         rest = [{w: v for w, v in writes.items() if not _covered({w}, swept_writes)}
                 for writes in variant_writes]
         if all(r == rest[0] for r in rest):
@@ -108,6 +121,16 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
             raise ScenarioError(f"{shown}: the sweep of {keys} replaces all that the variants "
                                 f"set ({', '.join(v.name for v in variants)}), leaving them "
                                 f"differing in name only; drop the variants or that sweep key")
+
+
+def _swept_writes(key: str, values) -> set:
+    """The dotted keys that sweeping `key` over `values` writes (`_writes`), over all values."""
+    return {w for value in values for w in _writes({key: value})}
+
+
+def _swept_name(key: str, flag_sweep: set) -> str:
+    """How a swept key was given: `--sweep KEY` or `[sweep] KEY`."""
+    return f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}"
 
 
 def _writes(settings: dict) -> dict:

@@ -156,8 +156,8 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
         where = _where(alone, {}) if getattr(exc, "in_variant", False) else ""
         hint = ""
         if pairs and str(exc) != file_error:
-            where = "--set: "
-            hint = _variants_that_take(raw, path, variants)
+            where = _given_by(pairs, sources or {}, getattr(exc, "key", ""))
+            hint = _variants_that_take(raw, path, variants, pairs)
         raise ScenarioError(f"{shown}: {where}{exc}{hint}") from None
     specs = []
     for variant in variants:
@@ -205,12 +205,22 @@ def _base_config(raw: dict, path: Path, alone: Variant | None) -> RunConfig:
         raise with_variant from None
 
 
-def _variants_that_take(raw: dict, path: Path, variants) -> str:
+def _given_by(pairs, sources: dict, key: str) -> str:
+    """The prefix of an override's error at `key`: the flag that set it (`--request-rate: `)
+    where one did, else `--set: `."""
+    flags = {sources[k] for k, _ in pairs if k in sources and key
+             and (k == key or key.startswith(k + ".") or k.startswith(key + "."))}
+    return f"{flags.pop()}: " if len(flags) == 1 else "--set: "
+
+
+def _variants_that_take(raw: dict, path: Path, variants, pairs) -> str:
     """Where overrides the base refuses suit some of several variants (a disaggregated
-    cluster's KV link beside a co-located variant): a hint naming them, for --variant."""
+    cluster's KV link beside a co-located variant): a hint naming them, for --variant. A
+    variant that writes over them all, after them, does not take them."""
     if len(variants) < 2:
         return ""
-    taken = [v.name for v in variants if v.set and _resolved(raw, path, v)[1] is None]
+    taken = [v.name for v in variants if v.set and not effects.undoes(v.set, pairs)
+             and _resolved(raw, path, v)[1] is None]
     if not taken:
         return ""
     return (f"; variant {taken[0]!r} takes it: run it alone with --variant {taken[0]}"

@@ -79,18 +79,23 @@ class Grid(Spec):
                                                   f"{values!r}")
 
 
+def _is_bracket(v) -> bool:
+    return (isinstance(v, dict) and set(v) == {"low", "high"} and is_number(v["low"])
+            and is_number(v["high"]) and 0 < v["low"] < v["high"])
+
+
 @dataclass(frozen=True)
 class Bracket(Spec):
-    """A table { low, high } of positive numbers with low below high, each checked by key."""
+    """A table { low, high } of positive numbers, low below high: its mistakes named by key."""
 
     def check(self, key: str, value) -> None:
-        if not isinstance(value, dict):
-            raise FieldError(key, f"must be {self.allowed}, got {value!r}")
-        check_table(value, Table({"low": POSITIVE_NUMBER, "high": POSITIVE_NUMBER},
-                                 required=("low", "high")), key)
-        if value["low"] >= value["high"]:
-            raise FieldError(key, f"low ({value['low']:g}) must be below high "
-                                  f"({value['high']:g})")
+        if isinstance(value, dict):
+            check_table(value, Table({"low": POSITIVE_NUMBER, "high": POSITIVE_NUMBER},
+                                     required=("low", "high")), key)
+            if value["low"] >= value["high"]:
+                raise FieldError(key, f"low ({value['low']}) must be below high "
+                                      f"({value['high']})")
+        super().check(key, value)
 
 
 # `servesim search` (docs/sim/search.md): the SLO attainment to hold, the bracket of arrival
@@ -99,7 +104,7 @@ SEARCH = Table({
     "target": Spec("a number above 0 and at most 1 (the fraction of requests meeting every SLO)",
                    lambda v: is_number(v) and 0 < v <= 1),
     "rate": Bracket("a table { low, high } of arrival rates (requests/s) with 0 < low < high",
-                    lambda v: True),
+                    _is_bracket),
     "tolerance": Spec("a number above 0 and below 1 (stop when (high - low) / high is below it)",
                       lambda v: is_number(v) and 0 < v < 1),
     "grid": Grid("a non-empty table of dotted scenario keys, each a list of values",

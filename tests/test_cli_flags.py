@@ -9,7 +9,7 @@ import pytest
 
 from sim.cli import build_parser, main
 from sim.cli.common import load_scenario
-from sim.cli.flags import split_set_values
+from sim.cli.flags import split_set_values, sweep_flags
 from sim.workloads import build_workload, seeded_streams
 
 
@@ -77,6 +77,25 @@ def test_a_swept_value_may_hold_commas():
     assert [s.sweep["description"] for s in runs[:2]] == ["fast, cheap", "slow"]
 
 
+@pytest.mark.parametrize("text, values", [
+    ('"q\\",",b', ['q",', "b"]),  # an escaped quote closes no string
+    ("'lit,eral',b", ["lit,eral", "b"]),  # a literal string
+    ("it's,other", ["it's", "other"]),  # an apostrophe inside a bare word opens nothing
+    ("[{x = 1}, {y = 2}],[]", [[{"x": 1}, {"y": 2}], []]),
+    ('{low = 1, high = "a,b"}, 3', [{"low": 1, "high": "a,b"}, 3]),
+])
+def test_sweep_values_split_at_top_level_commas(text, values):
+    assert sweep_flags([f"k={text}"]) == {"k": values}
+
+
+def test_a_narrower_sweep_key_after_a_wider_one_refines_it():
+    scenario = loaded("static-vs-continuous", "--variant", "continuous", "--sweep", ARRIVALS,
+                      "--sweep", "workload.arrival.rate=1,4")
+    arrivals = [(s.config.workload.arrival.process, s.config.workload.arrival.rate)
+                for s in scenario.runs()]
+    assert arrivals == [("poisson", 1), ("poisson", 4), ("gamma", 1), ("gamma", 4)]
+
+
 def test_a_swept_table_is_judged_by_the_keys_it_writes():
     # an untagged table merges: it writes workload.max_concurrency alone, which neither
     # --num-prompts nor the file's sweep of workload.arrival.rate sets
@@ -123,15 +142,24 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     (["load-sweep", "--num-prompts", "30", "--request-rate", "3"],
      "--request-rate sets workload.arrival, which the scenario's [sweep] also sets"),
     (["load-sweep", "--sweep", ARRIVALS],
-     "--sweep workload.arrival and [sweep] workload.arrival.rate set the same value (one holds "
-     "the other), so one would write over the other at every point"),
+     "--sweep workload.arrival applies after [sweep] workload.arrival.rate and writes over all "
+     "it sets, so its points would differ in name only"),
     (["pd-disaggregation", "--set", "cluster.kv_transfer_gbps=50"],
      "--set: cluster.kv_transfer_gbps: only with cluster.prefill_replicas and decode_replicas "
      "(a disaggregated cluster); variant 'split-2p2d' takes it: run it alone with --variant "
      "split-2p2d"),
     (["--sweep", "workload.arrival.rate=1,,2"], "--sweep workload.arrival.rate=1,,2: an empty "
                                                 "value between commas"),
-    (["--sweep", "workload.arrival={rate = 1"], "a '[' or '{' is never closed"),
+    (["--sweep", "workload.arrival={rate = 1"], "'{' is never closed"),
+    (["--sweep", "workload.arrival=[1, 2},3"], "'}' closes '['"),
+    (["--sweep", "workload.arrival=1]"], "']' closes nothing"),
+    (["--sweep", 'description="a, b'], 'a string opened with " is never closed'),
+    (["azure-code", "--num-prompts", "20", "--request-rate", "4"],
+     "--request-rate: workload.arrival.process: must be 'trace' (or absent) with workload.trace"),
+    (["--set", "scheduler.policy=\"bogus\""],  # every variant sets it: no --variant hint
+     "--set: scheduler.policy: must be one of static, continuous, got 'bogus'\n"),
+    (["--set", "scheduler.policy=\"bogus\"", "--variant", "static"],
+     "--set scheduler.policy: changes no run: every variant (static) sets again what it sets"),
     (["load-sweep", "--set", "workload.arrival.rate=3"], "--set workload.arrival.rate sets "
                                                          "workload.arrival.rate, which the "
                                                          "scenario's [sweep] also sets"),
@@ -153,7 +181,7 @@ def test_a_bad_flag_is_one_line_and_status_2(tmp_path, capsys, flags, message):
         status = main(argv)
     except SystemExit as exit_:  # argparse's own checks exit as it parses
         status = exit_.code
-    assert status == 2 and message in one_error_line(capsys)
+    assert status == 2 and message in one_error_line(capsys) + "\n"
     assert not (tmp_path / "o").exists()
 
 

@@ -143,7 +143,7 @@ def test_a_cluster_of_pools_counts_and_prices_each_pools_gpus():
     ("search.target=0", "search.target: must be a number above 0 and at most 1"),
     ("search.target=1.5", "search.target: must be a number above 0 and at most 1"),
     ("search.tolerance=1", "search.tolerance: must be a number above 0 and below 1"),
-    ("search.rate={low = 8.0, high = 8.0}", "search.rate: low (8) must be below high (8)"),
+    ("search.rate={low = 8.0, high = 8.0}", "search.rate: low (8.0) must be below high (8.0)"),
     ("search.rate={low = 1.0, high = 8.0, mid = 4.0}",
      "search.rate.mid: unknown key (allowed: low, high)"),
     ("search.rate={low = -1.0, high = 8.0}", "search.rate.low: must be a positive number, "

@@ -141,9 +141,11 @@ def sweep_flags(items) -> dict:
 
 
 def sweep_values(text: str, where: str) -> list[str]:
-    """`text` split at its commas outside quotes, arrays and tables, so a value may hold commas
-    (`"a,b"`, `[1, 2]`, `{low = 1, high = 2}`); each piece stripped, none empty."""
-    pieces, depth, quote, start, i = [], 0, "", 0, 0
+    """`text` split at its commas outside strings, arrays and tables, so a value may hold
+    commas (`"a,b"`, `[1, 2]`, `{low = 1, high = 2}`); each piece stripped, none empty. A quote
+    opens a string where a TOML value starts (after a comma, `[`, `{` or `=`), so a bare word
+    may hold an apostrophe."""
+    pieces, opened, quote, start, i = [], [], "", 0, 0
     while i < len(text):
         char = text[i]
         if quote:
@@ -151,23 +153,24 @@ def sweep_values(text: str, where: str) -> list[str]:
                 i += 1  # the escaped character cannot close the string
             elif char == quote:
                 quote = ""
-        elif char in "\"'":
+        elif char in "\"'" and text[start:i].rstrip()[-1:] in ("", ",", "[", "{", "="):
             quote = char
         elif char in "[{":
-            depth += 1
+            opened.append(char)
         elif char in "]}":
-            depth -= 1
-            if depth < 0:
-                raise FlagError(f"{where}: '{char}' closes nothing")
-        elif char == "," and depth == 0:
+            match = "[" if char == "]" else "{"
+            if not opened or opened[-1] != match:
+                what = f"'{opened[-1]}'" if opened else "nothing"
+                raise FlagError(f"{where}: '{char}' closes {what}")
+            opened.pop()
+        elif char == "," and not opened:
             pieces.append(text[start:i])
             start = i + 1
         i += 1
-    if quote or depth:
-        opened = f"a string opened with {quote}" if quote else "a '[' or '{'"
-        raise FlagError(f"{where}: {opened} is never closed")
-    pieces.append(text[start:])
-    pieces = [piece.strip() for piece in pieces]
+    if quote or opened:
+        what = f"a string opened with {quote}" if quote else f"'{opened[-1]}'"
+        raise FlagError(f"{where}: {what} is never closed")
+    pieces = [piece.strip() for piece in pieces + [text[start:]]]
     if "" in pieces:
         raise FlagError(f"{where}: an empty value between commas")
     return pieces
