@@ -105,6 +105,17 @@ def test_a_swept_table_is_judged_by_the_keys_it_writes():
     assert {s.config.workload.num_requests for s in scenario.runs()} == {30}
 
 
+def test_max_concurrency_keeps_the_swept_rates():
+    # vLLM's --max-concurrency alone sends at rate inf; where the scenario sweeps the rate,
+    # each point keeps its own, with at most C in flight
+    scenario = loaded("load-sweep", "--num-prompts", "20", "--max-concurrency", "2")
+    assert {s.config.workload.max_concurrency for s in scenario.runs()} == {2}
+    assert [s.config.workload.arrival.rate for s in scenario.runs()] == \
+        [p["workload.arrival.rate"] for p in (s.sweep for s in scenario.runs())]
+    assert loaded("static-vs-continuous", "--max-concurrency", "2").base.workload.arrival \
+        .process == "burst"
+
+
 def test_a_rate_of_inf_sends_every_request_at_once():
     scenario = loaded("static-vs-continuous", "--request-rate", "inf", "--num-prompts", "5")
     workload = build_workload(scenario.base.workload, seeded_streams(0)["workload"])

@@ -43,12 +43,11 @@ def load_scenario(args):
     sets = list(args.set or ())
     variant = getattr(args, "variant", None)
 
-    def workload_of(pairs, sources):
-        return scenarios.load(args.scenario, sets + pairs, sources=sources,
-                              variant=variant).base.workload
+    def scenario_of(pairs, sources):
+        return scenarios.load(args.scenario, sets + pairs, sources=sources, variant=variant)
 
     try:
-        pairs, sweep, flags = flag_overrides(args, workload_of)
+        pairs, sweep, flags = flag_overrides(args, scenario_of)
     except FlagError as exc:
         raise UsageError(str(exc)) from None
     return scenarios.load(args.scenario, sets + pairs, sweep=sweep, sources=flags,

@@ -58,12 +58,12 @@ def add_workload_flags(parser) -> None:
                        help="sweep a dotted key over values (repeatable; values are TOML)")
 
 
-def flag_overrides(args, workload_of) -> tuple[list, dict, dict]:
+def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
     """([(dotted key, value)], {dotted key: [values]}, {dotted key: the flag that set it}):
-    what the flags stand for. `workload_of(pairs, flags)` is the resolved workload settings
-    of the scenario with those overrides (which key --num-prompts sets, whether arrivals come
-    from a trace)."""
+    what the flags stand for. `scenario_of(pairs, flags)` is the scenario loaded with those
+    overrides (which key --num-prompts sets, whether arrivals come from a trace or a sweep)."""
     pairs, flags = [], {}
+    sweep = sweep_flags(args.sweep or ())
 
     def put(flag: str, key: str, value) -> None:
         pairs.append((key, value))
@@ -74,12 +74,15 @@ def flag_overrides(args, workload_of) -> tuple[list, dict, dict]:
         raise FlagError("--burstiness needs --request-rate")
     if rate is not None:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
-    if args.max_concurrency is not None:
-        if rate is None and workload_of(pairs, flags).trace is None:
+    if args.max_concurrency is not None and rate is None:
+        scenario = scenario_of(pairs, flags)
+        swept = [key for key in {**scenario.sweep, **sweep}
+                 if key == "workload.arrival" or key.startswith("workload.arrival.")]
+        if scenario.base.workload.trace is None and not swept:
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
     if args.num_prompts is not None:
-        put("--num-prompts", count_key(workload_of(pairs, flags)), args.num_prompts)
+        put("--num-prompts", count_key(scenario_of(pairs, flags).base.workload), args.num_prompts)
     if args.seed is not None:
         put("--seed", "seed", args.seed)
     for key, value in goodput_pairs(args.goodput):
@@ -88,7 +91,7 @@ def flag_overrides(args, workload_of) -> tuple[list, dict, dict]:
         put("--max-seconds", "workload.max_seconds", args.max_seconds)
     if args.warmup_seconds is not None:
         put("--warmup-seconds", "workload.warmup_s", args.warmup_seconds)
-    return pairs, sweep_flags(args.sweep or ()), flags
+    return pairs, sweep, flags
 
 
 def arrival_of(rate: float, burst: float | None) -> dict:
