@@ -6,7 +6,8 @@
     --max-concurrency C  workload.max_concurrency: at most C requests in flight, the others
                          wait for a slot (their latencies start when sent); without
                          --request-rate every request arrives at once (vLLM's default rate,
-                         inf), except a trace's, which keep their times
+                         inf), except a trace's, which keep their times, and where the
+                         scenario sweeps the arrivals, each point keeping its rate
     --num-prompts N      workload.num_requests (a trace: workload.trace.max_requests;
                          multi-turn sessions: workload.sessions.conversations)
     --seed S             seed
@@ -42,7 +43,8 @@ def add_workload_flags(parser) -> None:
     group.add_argument("--max-concurrency", metavar="C", type=positive_integer,
                        help="at most C requests in flight; the others wait for a slot and "
                             "their latencies start when sent (without --request-rate: every "
-                            "request at once)")
+                            "request at once, unless the arrivals come from a trace or a "
+                            "sweep)")
     group.add_argument("--num-prompts", metavar="N", type=positive_integer,
                        help="requests to send (multi-turn sessions: conversations)")
     group.add_argument("--seed", metavar="S", type=seed_value, help="the scenario's seed")
