@@ -62,10 +62,10 @@ def _refuse_undone(shown: str, key: str, variants, sources: dict):
 def check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict) -> None:
     """ScenarioError when an override sets a key the sweep sets too (the same key, or one
     table holding the other), naming both."""
-    swept_writes = {swept: _swept_writes(swept, values) for swept, values in sweep.items()}
+    writes_of = {swept: swept_writes(swept, values) for swept, values in sweep.items()}
     for key, value in pairs:
         for swept in sweep:
-            if any(_overlap(x, y) for x in _writes({key: value}) for y in swept_writes[swept]):
+            if any(overlap(x, y) for x in _writes({key: value}) for y in writes_of[swept]):
                 given = sources.get(key, f"--set {key}")
                 where = "--sweep" if swept in flag_sweep else "the scenario's [sweep]"
                 raise ScenarioError(f"{shown}: {given} sets {key}, which {where} also sets "
@@ -80,14 +80,14 @@ def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
     file's first, then the flags'."""
     keys = list(sweep)
     for i, earlier in enumerate(keys):
-        written = _swept_writes(earlier, sweep[earlier])
+        written = swept_writes(earlier, sweep[earlier])
         for later in keys[i + 1:]:
             if all(_covered(written, _writes({later: value})) for value in sweep[later]):
                 raise ScenarioError(
                     f"{shown}: {_swept_name(later, flag_sweep)} applies after "
                     f"{_swept_name(earlier, flag_sweep)} and writes over all it sets, so its "
-                    f"points would differ in name only; give the values of {earlier} inside "
-                    f"those of {later}")
+                    f"points would differ in name only; give {earlier}'s values inside "
+                    f"{later}'s (each value a table holding them), or sweep one key")
 
 
 def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict,
@@ -106,15 +106,15 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
     given = [(sources.get(key, f"--set {key}"), key, [value]) for key, value in pairs] + \
         [(_swept_name(key, flag_sweep), key, values) for key, values in sweep.items()]
     for what, key, values in given:
-        written = _swept_writes(key, values)
+        written = swept_writes(key, values)
         if pool_writes and all(_covered(written, pool) for pool in pool_writes):
             raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
                                 f"(a pool's set applies last), so it changes no run; set it "
                                 f"in the pools")
     variant_writes = [_writes(variant.set) for variant in variants]
     if sweep and len(variants) > 1 and any(w != variant_writes[0] for w in variant_writes):
-        swept_writes = {w for key, values in sweep.items() for w in _swept_writes(key, values)}
-        rest = [{w: v for w, v in writes.items() if not _covered({w}, swept_writes)}
+        all_swept = {w for key, values in sweep.items() for w in swept_writes(key, values)}
+        rest = [{w: v for w, v in writes.items() if not _covered({w}, all_swept)}
                 for writes in variant_writes]
         if all(r == rest[0] for r in rest):
             keys = ", ".join(sweep)
@@ -123,7 +123,7 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
                                 f"differing in name only; drop the variants or that sweep key")
 
 
-def _swept_writes(key: str, values) -> set:
+def swept_writes(key: str, values) -> set:
     """The dotted keys that sweeping `key` over `values` writes (`_writes`), over all values."""
     return {w for value in values for w in _writes({key: value})}
 
@@ -152,6 +152,6 @@ def _covered(written, later: dict) -> bool:
     return all(any(w == k or w.startswith(k + ".") for k in later) for w in written)
 
 
-def _overlap(a: str, b: str) -> bool:
+def overlap(a: str, b: str) -> bool:
     """Whether two dotted keys set the same value: equal, or one a table holding the other."""
     return a == b or b.startswith(a + ".") or a.startswith(b + ".")

@@ -136,8 +136,9 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
                                 f"{', '.join(names)}")
         variants = [v for v in variants if v.name == variant]
     file_sweep = raw.pop("sweep", None)
-    if sweep:
-        file_sweep = (ov.flatten(file_sweep) if isinstance(file_sweep, dict) else {}) | sweep
+    if sweep:  # the flags' keys after the file's, each replacing the file's own
+        file_keys = ov.flatten(file_sweep) if isinstance(file_sweep, dict) else {}
+        file_sweep = {k: v for k, v in file_keys.items() if k not in sweep} | sweep
     flag_sweep = set(sweep or ())
     sweep = _guarded(shown, "--sweep: " if sweep else "", _sweep, file_sweep)
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
@@ -156,15 +157,23 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
         where = _where(alone, {}) if getattr(exc, "in_variant", False) else ""
         hint = ""
         if pairs and str(exc) != file_error:
-            where = _given_by(pairs, sources or {}, getattr(exc, "key", ""))
-            hint = _variants_that_take(raw, path, variants, pairs)
+            at = [pair for pair in pairs if effects.overlap(pair[0], getattr(exc, "key", ""))]
+            where = _given_by(at, sources or {})
+            hint = _variants_that_take(raw, path, variants, at or pairs)
         raise ScenarioError(f"{shown}: {where}{exc}{hint}") from None
     specs = []
     for variant in variants:
         variant_raw = _guarded(shown, _where(variant, {}), ov.apply_all, raw, variant.set)
+        seen = {}  # a point's run -> the point
         for point in ov.grid(sweep):
             config = _guarded(shown, _where(variant, point),
                               lambda: resolve(ov.apply_all(variant_raw, point), path))
+            same = seen.setdefault(repr(config), point)
+            if same is not point:
+                raise ScenarioError(f"{shown}: {_where(variant, {})}sweep {_point_text(same)} "
+                                    f"and {_point_text(point)} make the same run (a later "
+                                    f"sweep key writes over all an earlier one sets there); "
+                                    f"sweep fewer values")
             specs.append(RunSpec(variant.name, point, config))
     effects.check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources or {},
                             specs)
@@ -205,11 +214,10 @@ def _base_config(raw: dict, path: Path, alone: Variant | None) -> RunConfig:
         raise with_variant from None
 
 
-def _given_by(pairs, sources: dict, key: str) -> str:
-    """The prefix of an override's error at `key`: the flag that set it (`--request-rate: `)
-    where one did, else `--set: `."""
-    flags = {sources[k] for k, _ in pairs if k in sources and key
-             and (k == key or key.startswith(k + ".") or k.startswith(key + "."))}
+def _given_by(pairs, sources: dict) -> str:
+    """The prefix of the error of overrides `pairs` (those at its key): the flag that set them
+    (`--request-rate: `) where one did, else `--set: `."""
+    flags = {sources.get(key, "--set") for key, _ in pairs}
     return f"{flags.pop()}: " if len(flags) == 1 else "--set: "
 
 

@@ -42,6 +42,7 @@ def test_set_takes_only_key_value_words_and_leaves_the_scenario():
     (["--max-concurrency", "8"], "workload.max_concurrency", 8),
     (["--request-rate", "2", "--max-concurrency", "3"], "workload.arrival",
      {"process": "poisson", "rate": 2.0}),
+    (["--request-rate", "2", "--max-concurrency", "3"], "workload.max_concurrency", 3),
     (["--num-prompts", "42"], "workload.num_requests", 42),
     (["--seed", "7"], "seed", 7),
     (["--goodput", "ttft:500", "tpot:40", "e2el:9000"], "slo",
@@ -82,14 +83,18 @@ def test_a_swept_value_may_hold_commas():
     ("'lit,eral',b", ["lit,eral", "b"]),  # a literal string
     ("it's,other", ["it's", "other"]),  # an apostrophe inside a bare word opens nothing
     ("[{x = 1}, {y = 2}],[]", [[{"x": 1}, {"y": 2}], []]),
+    ('"""a,"b""",c', ['a,"b', "c"]),  # a multi-line basic string
     ('{low = 1, high = "a,b"}, 3', [{"low": 1, "high": "a,b"}, 3]),
 ])
 def test_sweep_values_split_at_top_level_commas(text, values):
     assert sweep_flags([f"k={text}"]) == {"k": values}
 
 
-def test_a_narrower_sweep_key_after_a_wider_one_refines_it():
-    scenario = loaded("static-vs-continuous", "--variant", "continuous", "--sweep", ARRIVALS,
+@pytest.mark.parametrize("scenario", ["static-vs-continuous", "load-sweep"])
+def test_a_narrower_sweep_key_after_a_wider_one_refines_it(scenario):
+    # load-sweep sweeps the rate itself: the flag's sweep of it replaces the file's, in the
+    # flags' order (after workload.arrival)
+    scenario = loaded(scenario, "--variant", "continuous", "--sweep", ARRIVALS,
                       "--sweep", "workload.arrival.rate=1,4")
     arrivals = [(s.config.workload.arrival.process, s.config.workload.arrival.rate)
                 for s in scenario.runs()]
@@ -103,6 +108,52 @@ def test_a_swept_table_is_judged_by_the_keys_it_writes():
                       "workload={max_concurrency = 4},{max_concurrency = 8}")
     assert {s.config.workload.max_concurrency for s in scenario.runs()} == {4, 8}
     assert {s.config.workload.num_requests for s in scenario.runs()} == {30}
+
+
+def test_sweep_points_making_the_same_run_are_refused(tmp_path, capsys):
+    # burst arrivals have no rate: the later key writes over the rate at those points only
+    path = tmp_path / "gamma.toml"
+    path.write_text("""name = "gamma"
+[workload]
+num_requests = 20
+arrival = { process = "gamma", rate = 1, cv = 2 }
+prompt_tokens = { dist = "fixed", value = 50 }
+output_tokens = { dist = "fixed", value = 20 }
+""")
+    status = main(["run", str(path), "--out", str(tmp_path / "o"), "--sweep",
+                   "workload.arrival.rate=1,4", "--sweep",
+                   'workload.arrival={process = "burst"},{cv = 1.5}'])
+    assert status == 2 and not (tmp_path / "o").exists()
+    assert ("sweep workload.arrival.rate=1, workload.arrival={'process': 'burst'} and "
+            "workload.arrival.rate=4, workload.arrival={'process': 'burst'} make the same "
+            "run") in one_error_line(capsys)
+
+
+def test_max_concurrency_keeps_the_arrivals_a_search_or_the_variants_vary(tmp_path):
+    args = build_parser().parse_args(["search", "capacity-search", "--max-concurrency", "4"])
+    workload = load_scenario(args).base.workload
+    assert workload.max_concurrency == 4 and workload.arrival.process == "poisson"
+    path = tmp_path / "rates.toml"
+    path.write_text("""name = "rates"
+[workload]
+num_requests = 20
+arrival = { process = "poisson", rate = 1 }
+prompt_tokens = { dist = "fixed", value = 50 }
+output_tokens = { dist = "fixed", value = 20 }
+[[variants]]
+name = "slow"
+set = { "workload.arrival" = { process = "poisson", rate = 1 } }
+[[variants]]
+name = "fast"
+set = { "workload.arrival" = { process = "gamma", rate = 4, cv = 2 } }
+""")
+    runs = loaded(str(path), "--max-concurrency", "4").runs()
+    assert [(r.config.workload.arrival.rate, r.config.workload.max_concurrency)
+            for r in runs] == [(1, 4), (4, 4)]
+    swept = loaded("static-vs-continuous", "--max-concurrency", "2", "--sweep",
+                   "workload={arrival = {process = \"poisson\", rate = 1}},"
+                   "{arrival = {process = \"poisson\", rate = 2}}").runs()
+    assert {r.config.workload.arrival.rate for r in swept} == {1, 2}
 
 
 def test_max_concurrency_keeps_the_swept_rates():
@@ -169,6 +220,11 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
      "--request-rate: workload.arrival.process: must be 'trace' (or absent) with workload.trace"),
     (["--set", "scheduler.policy=\"bogus\""],  # every variant sets it: no --variant hint
      "--set: scheduler.policy: must be one of static, continuous, got 'bogus'\n"),
+    (["--set", "scheduler.policy=\"bogus\"", "--seed", "3"],  # the hint weighs that key alone
+     "--set: scheduler.policy: must be one of static, continuous, got 'bogus'\n"),
+    (["--sweep", "workload.arrival.rate=1,2", "--sweep", "workload.arrival.rate=3"],
+     "--sweep workload.arrival.rate is given twice; give all its values in one"),
+    (["--goodput", "ttft:x"], "--goodput ttft:x: must be a positive number"),
     (["--set", "scheduler.policy=\"bogus\"", "--variant", "static"],
      "--set scheduler.policy: changes no run: every variant (static) sets again what it sets"),
     (["load-sweep", "--set", "workload.arrival.rate=3"], "--set workload.arrival.rate sets "

@@ -76,11 +76,8 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
         raise FlagError("--burstiness needs --request-rate")
     if rate is not None:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
-    if args.max_concurrency is not None and rate is None:
-        scenario = scenario_of(pairs, flags)
-        swept = [key for key in {**scenario.sweep, **sweep}
-                 if key == "workload.arrival" or key.startswith("workload.arrival.")]
-        if scenario.base.workload.trace is None and not swept:
+    if args.max_concurrency is not None:
+        if rate is None and not arrivals_given(scenario_of(pairs, flags), sweep, args):
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
     if args.num_prompts is not None:
@@ -94,6 +91,21 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
     if args.warmup_seconds is not None:
         put("--warmup-seconds", "workload.warmup_s", args.warmup_seconds)
     return pairs, sweep, flags
+
+
+def arrivals_given(scenario, sweep: dict, args) -> bool:
+    """Whether the arrivals come from somewhere --max-concurrency alone must leave them: a
+    trace, a search of the rate, or runs that differ in them (variants, the scenario's sweep
+    or `sweep`, the --sweep flags)."""
+    from scenarios.effects import swept_writes, overlap
+
+    base = scenario.base
+    return (base.workload.trace is not None
+            or (args.command == "search" and base.search is not None)
+            or any(spec.config.workload.arrival != base.workload.arrival
+                   for spec in scenario.runs())
+            or any(overlap(w, "workload.arrival")
+                   for key, values in sweep.items() for w in swept_writes(key, values)))
 
 
 def arrival_of(rate: float, burst: float | None) -> dict:
@@ -140,6 +152,8 @@ def sweep_flags(items) -> dict:
         if not sep or not key.strip() or not values.strip():
             raise FlagError(f"--sweep {item}: expected KEY=V1,V2,... e.g. "
                             f"workload.arrival.rate=1,2,4")
+        if key.strip() in sweep:
+            raise FlagError(f"--sweep {key.strip()} is given twice; give all its values in one")
         pieces = sweep_values(values, f"--sweep {item}")
         sweep[key.strip()] = [parse_value(piece) for piece in pieces]
     return sweep
@@ -154,12 +168,14 @@ def sweep_values(text: str, where: str) -> list[str]:
     while i < len(text):
         char = text[i]
         if quote:
-            if char == "\\" and quote == '"':
+            if char == "\\" and quote[0] == '"':
                 i += 1  # the escaped character cannot close the string
-            elif char == quote:
+            elif text.startswith(quote, i):
+                i += len(quote) - 1
                 quote = ""
         elif char in "\"'" and text[start:i].rstrip()[-1:] in ("", ",", "[", "{", "="):
-            quote = char
+            quote = char * 3 if text.startswith(char * 3, i) else char  # """...""" too
+            i += len(quote) - 1
         elif char in "[{":
             opened.append(char)
         elif char in "]}":
@@ -209,7 +225,12 @@ def rate(text: str) -> float:
 
 
 def positive_number(text, where: str = "") -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        if where:
+            raise FlagError(f"{where}: must be a positive number") from None
+        raise
     if not 0 < value < math.inf:
         if where:
             raise FlagError(f"{where}: must be a positive number")
