@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scenarios.defaults import KV_TRANSFER_GBPS
+from scenarios.overrides import toml_text
 
 # The setting of the "What was run" table a dotted key's first part belongs to.
 FIELD_OF = {"seed": "seed", "mode": "mode", "cost": "step costs", "model": "model",
@@ -198,7 +199,7 @@ def what_was_run(scenario, specs) -> list[list[str]]:
         rows.append([field, text])
     rows.append(["runs", _runs_text(len(specs), len(scenario.variants), bool(scenario.sweep))])
     if scenario.overrides:
-        rows.append(["overrides (--set)", ", ".join(f"`{k} = {_toml(v)}`"
+        rows.append(["overrides (--set)", ", ".join(f"`{k} = {toml_text(v)}`"
                                                     for k, v in scenario.overrides)])
     return rows
 
@@ -336,16 +337,4 @@ def settings_text(settings: dict) -> str:
     """A variant's `set` table as `key = value` pairs."""
     if not settings:
         return "(the base config)"
-    return ", ".join(f"`{key} = {_toml(value)}`" for key, value in settings.items())
-
-
-def _toml(value) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return str(value)
+    return ", ".join(f"`{key} = {toml_text(value)}`" for key, value in settings.items())

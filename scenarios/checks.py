@@ -132,6 +132,11 @@ def check_config(config: dict, path: Path) -> None:
         _check_engine(config)
     workload = config["workload"]
     check_max_concurrency(workload)
+    window = workload.get("max_seconds")
+    if window is not None and workload["warmup_s"] >= window:
+        raise FieldError("workload.warmup_s", f"must be below workload.max_seconds ({window:g}), "
+                                              f"else no request arrives after the warm-up, got "
+                                              f"{workload['warmup_s']:g}")
     if workload["trace"] is not None:
         trace = workload["trace"]
         trace["path"] = str(shipped_trace(trace["name"])) if trace.get("name") else \

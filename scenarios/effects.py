@@ -48,8 +48,8 @@ def check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: d
 def undoes(settings: dict, pairs) -> bool:
     """Whether settings applied after the overrides `pairs` (a variant's `set`) write over all
     that they write."""
-    written = {w for key, value in pairs for w in _writes({key: value})}
-    return _covered(written, _writes(settings))
+    written = {w for key, value in pairs for w in writes({key: value})}
+    return _covered(written, writes(settings))
 
 
 def _refuse_undone(shown: str, key: str, variants, sources: dict):
@@ -59,13 +59,27 @@ def _refuse_undone(shown: str, key: str, variants, sources: dict):
                         f"what it sets, after it; drop it, or set it in the variants")
 
 
+def check_not_written_over(shown: str, pairs, names: list[str]) -> None:
+    """ScenarioError when a flag writes over an override given before it (`--set
+    workload.num_requests=7 --num-prompts 5`): two spellings of one setting, one of them lost.
+    A later --set of a key wins over an earlier one, as on most command lines. `names`: how
+    each pair was given (`--set KEY`, `--num-prompts`)."""
+    for j, flag in enumerate(names):
+        if flag.startswith("--set "):
+            continue
+        for i in range(j):
+            if undoes(dict([pairs[j]]), [pairs[i]]):
+                raise ScenarioError(f"{shown}: {names[i]} is written over by {flag}, which "
+                                    f"applies after it; give one of them")
+
+
 def check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict) -> None:
     """ScenarioError when an override sets a key the sweep sets too (the same key, or one
     table holding the other), naming both."""
     writes_of = {swept: swept_writes(swept, values) for swept, values in sweep.items()}
     for key, value in pairs:
         for swept in sweep:
-            if any(overlap(x, y) for x in _writes({key: value}) for y in writes_of[swept]):
+            if any(overlap(x, y) for x in writes({key: value}) for y in writes_of[swept]):
                 given = sources.get(key, f"--set {key}")
                 where = "--sweep" if swept in flag_sweep else "the scenario's [sweep]"
                 raise ScenarioError(f"{shown}: {given} sets {key}, which {where} also sets "
@@ -82,7 +96,7 @@ def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
     for i, earlier in enumerate(keys):
         written = swept_writes(earlier, sweep[earlier])
         for later in keys[i + 1:]:
-            if all(_covered(written, _writes({later: value})) for value in sweep[later]):
+            if all(_covered(written, writes({later: value})) for value in sweep[later]):
                 raise ScenarioError(
                     f"{shown}: {_swept_name(later, flag_sweep)} applies after "
                     f"{_swept_name(earlier, flag_sweep)} and writes over all it sets, so its "
@@ -99,7 +113,7 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
     `check_overrides_matter`'s."""
     cluster = raw.get("cluster")
     pools = cluster.get("pools") if isinstance(cluster, dict) else None
-    pool_writes = [_writes(pool["set"]) for pool in pools or ()
+    pool_writes = [writes(pool["set"]) for pool in pools or ()
                    if isinstance(pool, dict) and isinstance(pool.get("set"), dict)]
     if len(pool_writes) != len(pools or ()):
         pool_writes = []  # a malformed pool: the schema says so, naming it
@@ -111,11 +125,11 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
             raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
                                 f"(a pool's set applies last), so it changes no run; set it "
                                 f"in the pools")
-    variant_writes = [_writes(variant.set) for variant in variants]
+    variant_writes = [writes(variant.set) for variant in variants]
     if sweep and len(variants) > 1 and any(w != variant_writes[0] for w in variant_writes):
         all_swept = {w for key, values in sweep.items() for w in swept_writes(key, values)}
-        rest = [{w: v for w, v in writes.items() if not _covered({w}, all_swept)}
-                for writes in variant_writes]
+        rest = [{w: v for w, v in each.items() if not _covered({w}, all_swept)}
+                for each in variant_writes]
         if all(r == rest[0] for r in rest):
             keys = ", ".join(sweep)
             raise ScenarioError(f"{shown}: the sweep of {keys} replaces all that the variants "
@@ -125,7 +139,7 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
 
 def swept_writes(key: str, values) -> set:
     """The dotted keys that sweeping `key` over `values` writes (`_writes`), over all values."""
-    return {w for value in values for w in _writes({key: value})}
+    return {w for value in values for w in writes({key: value})}
 
 
 def _swept_name(key: str, flag_sweep: set) -> str:
@@ -133,14 +147,14 @@ def _swept_name(key: str, flag_sweep: set) -> str:
     return f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}"
 
 
-def _writes(settings: dict) -> dict:
+def writes(settings: dict) -> dict:
     """{dotted key: value} of what `settings` (dotted keys, as a variant's `set`) write, as
     `overrides.apply` writes them: an untagged table merges, so its values are written one by
     one; a value or a table naming its kind (`dist`, `process`) replaces what was there."""
     out: dict = {}
     for key, value in settings.items():
         if isinstance(value, dict) and value and not any(t in value for t in ov.TAG_KEYS):
-            out.update(_writes({f"{key}.{k}": v for k, v in value.items()}))
+            out.update(writes({f"{key}.{k}": v for k, v in value.items()}))
         else:
             out[key] = value
     return out

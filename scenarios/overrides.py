@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import tomllib
 
 from .errors import FieldError
@@ -76,6 +77,19 @@ def parse_value(text: str):
         return tomllib.loads(f"value = {text}")["value"]
     except (tomllib.TOMLDecodeError, RecursionError):
         return text
+
+
+def toml_text(value) -> str:
+    """`value` written as TOML (inline tables and arrays), as a file or --set takes it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a TOML basic string, escaped
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {toml_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_text(v) for v in value) + "]"
+    return str(value)
 
 
 def flatten(table: dict, prefix: str = "") -> dict:

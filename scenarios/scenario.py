@@ -56,6 +56,7 @@ class Scenario:
     specs: tuple[RunSpec, ...]
     overrides: tuple = ()  # the (key, value) pairs applied to the base, e.g. from --set
     file_base: RunConfig | None = None  # the base without the overrides (None: it does not resolve)
+    file_variants: tuple[Variant, ...] = ()  # every variant of the file, --variant or not
 
     def error(self, problem: str, spec: RunSpec | None = None,
               by_override: bool = False) -> ScenarioError:
@@ -128,7 +129,7 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     path = find(name_or_path)
     shown = _display(path)
     raw = _parse(path, shown)
-    variants = _guarded(shown, "", _variants, raw.pop("variants", None))
+    variants = file_variants = _guarded(shown, "", _variants, raw.pop("variants", None))
     if variant is not None:
         names = [v.name for v in variants]
         if variant not in names:
@@ -142,6 +143,7 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     flag_sweep = set(sweep or ())
     sweep = _guarded(shown, "--sweep: " if sweep else "", _sweep, file_sweep)
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
+    effects.check_not_written_over(shown, pairs, _given_as(overrides, pairs, sources or {}))
     effects.check_sweep_keys_apart(shown, sweep, flag_sweep)
     effects.check_not_swept(shown, pairs, sweep, flag_sweep, sources or {})
     effects.check_not_shadowed(shown, pairs, sweep, flag_sweep, sources or {}, variants, raw)
@@ -164,21 +166,23 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     specs = []
     for variant in variants:
         variant_raw = _guarded(shown, _where(variant, {}), ov.apply_all, raw, variant.set)
-        seen = {}  # a point's run -> the point
+        seen = {}  # a run (its config's repr) -> the point that made it
         for point in ov.grid(sweep):
             config = _guarded(shown, _where(variant, point),
                               lambda: resolve(ov.apply_all(variant_raw, point), path))
-            same = seen.setdefault(repr(config), point)
-            if same is not point:
-                raise ScenarioError(f"{shown}: {_where(variant, {})}sweep {_point_text(same)} "
-                                    f"and {_point_text(point)} make the same run (a later "
-                                    f"sweep key writes over all an earlier one sets there); "
-                                    f"sweep fewer values")
+            if repr(config) in seen:
+                raise ScenarioError(
+                    f"{shown}: {_where(variant, {})}sweep {_point_toml(seen[repr(config)])} and "
+                    f"{_point_toml(point)} make the same run (what they set differently is "
+                    f"written over by another key, or is the value there already); sweep "
+                    f"values that change the run")
+            seen[repr(config)] = point
             specs.append(RunSpec(variant.name, point, config))
     effects.check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources or {},
                             specs)
     return Scenario(base.name, base.description, base.seed, path, base,
-                    tuple(variants), sweep, tuple(specs), pairs, file_base)
+                    tuple(variants), sweep, tuple(specs), pairs, file_base,
+                    tuple(file_variants))
 
 
 def _where(variant: Variant, point: dict) -> str:
@@ -212,6 +216,14 @@ def _base_config(raw: dict, path: Path, alone: Variant | None) -> RunConfig:
         except FieldError as alone_error:  # the variant's too, unless the file fails the same
             with_variant.in_variant = str(alone_error) != str(with_variant)
         raise with_variant from None
+
+
+def _given_as(overrides, pairs, sources: dict) -> list[str]:
+    """How each override was given: `--set KEY` for a KEY=VALUE string, else the flag that
+    `sources` names (`--num-prompts`), so a --set and a flag of one key are told apart."""
+    items = [overrides] if isinstance(overrides, str) else list(overrides)
+    return [f"--set {key}" if isinstance(item, str) else sources.get(key, f"--set {key}")
+            for item, (key, _) in zip(items, pairs)]
 
 
 def _given_by(pairs, sources: dict) -> str:
@@ -334,7 +346,22 @@ def _sweep(table) -> dict:
         if repeated is not None:
             raise FieldError(f"sweep.{key}", f"gives {repeated!r} twice (each value is one "
                                              f"sweep point)")
-    return sweep
+    return _wider_first(sweep)
+
+
+def _wider_first(sweep: dict) -> dict:
+    """The swept keys in their order, except that a table's key comes before the keys inside
+    it (`workload.arrival` before `workload.arrival.rate`), which then refine its values."""
+    keys: list[str] = []
+    for key in sweep:
+        inside = [i for i, k in enumerate(keys) if k.startswith(key + ".")]
+        keys.insert(inside[0] if inside else len(keys), key)
+    return {key: sweep[key] for key in keys}
+
+
+def _point_toml(point: dict) -> str:
+    """A sweep point as the TOML a --sweep takes."""
+    return ", ".join(f"{key}={ov.toml_text(value)}" for key, value in point.items())
 
 
 def _point_text(point: dict) -> str:

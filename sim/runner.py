@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 
 from engine.records import RunRecorder
 from scenarios import RunConfig
@@ -111,12 +110,7 @@ def _serve(scheduler, executor, recorder, workload: Workload, make) -> RunRecord
     at theirs (a closed loop's: all at once) once one of its slots is free."""
     from engine.server import serve
 
-    slots = workload.closed_loop
-    if slots is None:
-        arrival_s, cap = workload.arrival_s, None
-    else:
-        arrival_s = slots.arrival_s if slots.arrival_s is not None else np.zeros(len(workload))
-        cap = slots.concurrency
+    arrival_s, cap = workload.served_arrivals()
     requests = [make(i, float(t)) for i, t in enumerate(arrival_s.tolist())]
     serve(scheduler, executor, requests, recorder, max_in_flight=cap)
     return recorder

@@ -90,6 +90,25 @@ def test_sweep_values_split_at_top_level_commas(text, values):
     assert sweep_flags([f"k={text}"]) == {"k": values}
 
 
+def test_a_table_key_sweeps_before_the_keys_inside_it_wherever_each_is_given(tmp_path):
+    path = tmp_path / "tables.toml"
+    path.write_text("""name = "tables"
+[workload]
+num_requests = 20
+arrival = { process = "poisson", rate = 1 }
+prompt_tokens = { dist = "fixed", value = 50 }
+output_tokens = { dist = "fixed", value = 20 }
+[sweep]
+"workload.arrival" = [{ process = "poisson", rate = 1 }, { process = "gamma", rate = 1, cv = 2 }]
+"workload.arrival.rate" = [1, 2]
+""")
+    for flags in ([], ["--sweep", ARRIVALS]):  # the flag's tables replace the file's
+        runs = loaded(str(path), *flags).runs()
+        assert list(runs[0].sweep) == ["workload.arrival", "workload.arrival.rate"]
+        assert [(r.config.workload.arrival.process, r.config.workload.arrival.rate)
+                for r in runs] == [("poisson", 1), ("poisson", 2), ("gamma", 1), ("gamma", 2)]
+
+
 @pytest.mark.parametrize("scenario", ["static-vs-continuous", "load-sweep"])
 def test_a_narrower_sweep_key_after_a_wider_one_refines_it(scenario):
     # load-sweep sweeps the rate itself: the flag's sweep of it replaces the file's, in the
@@ -110,23 +129,14 @@ def test_a_swept_table_is_judged_by_the_keys_it_writes():
     assert {s.config.workload.num_requests for s in scenario.runs()} == {30}
 
 
-def test_sweep_points_making_the_same_run_are_refused(tmp_path, capsys):
-    # burst arrivals have no rate: the later key writes over the rate at those points only
-    path = tmp_path / "gamma.toml"
-    path.write_text("""name = "gamma"
-[workload]
-num_requests = 20
-arrival = { process = "gamma", rate = 1, cv = 2 }
-prompt_tokens = { dist = "fixed", value = 50 }
-output_tokens = { dist = "fixed", value = 20 }
-""")
-    status = main(["run", str(path), "--out", str(tmp_path / "o"), "--sweep",
-                   "workload.arrival.rate=1,4", "--sweep",
-                   'workload.arrival={process = "burst"},{cv = 1.5}'])
+def test_sweep_points_making_the_same_run_are_refused(capsys, tmp_path):
+    # queue = "fcfs" is the default: the two tables set the same
+    status = main(["run", "static-vs-continuous", "--variant", "continuous", "--out",
+                   str(tmp_path / "o"), "--sweep", 'scheduler={policy = "continuous"},'
+                   '{policy = "continuous", queue = "fcfs"}'])
     assert status == 2 and not (tmp_path / "o").exists()
-    assert ("sweep workload.arrival.rate=1, workload.arrival={'process': 'burst'} and "
-            "workload.arrival.rate=4, workload.arrival={'process': 'burst'} make the same "
-            "run") in one_error_line(capsys)
+    assert ('sweep scheduler={policy = "continuous"} and scheduler={policy = "continuous", '
+            'queue = "fcfs"} make the same run') in one_error_line(capsys)
 
 
 def test_max_concurrency_keeps_the_arrivals_a_search_or_the_variants_vary(tmp_path):
@@ -150,6 +160,13 @@ set = { "workload.arrival" = { process = "gamma", rate = 4, cv = 2 } }
     runs = loaded(str(path), "--max-concurrency", "4").runs()
     assert [(r.config.workload.arrival.rate, r.config.workload.max_concurrency)
             for r in runs] == [(1, 4), (4, 4)]
+    # one variant alone runs as it does among the others
+    [fast] = loaded(str(path), "--max-concurrency", "4", "--variant", "fast").runs()
+    assert fast.config == runs[1].config
+    kept = loaded("static-vs-continuous", "--set", "workload.arrival.rate=3",
+                  "--max-concurrency", "4").base.workload  # a --set gives the arrivals
+    assert (kept.arrival.process, kept.arrival.rate, kept.max_concurrency) == \
+        ("poisson", 3, 4)
     swept = loaded("static-vs-continuous", "--max-concurrency", "2", "--sweep",
                    "workload={arrival = {process = \"poisson\", rate = 1}},"
                    "{arrival = {process = \"poisson\", rate = 2}}").runs()
@@ -165,6 +182,11 @@ def test_max_concurrency_keeps_the_swept_rates():
         [p["workload.arrival.rate"] for p in (s.sweep for s in scenario.runs())]
     assert loaded("static-vs-continuous", "--max-concurrency", "2").base.workload.arrival \
         .process == "burst"
+
+
+def test_a_later_set_of_a_key_wins():
+    assert loaded("static-vs-continuous", "--set", "workload.num_requests=7", "--set",
+                  "workload.num_requests=8").base.workload.num_requests == 8
 
 
 def test_a_rate_of_inf_sends_every_request_at_once():
@@ -203,8 +225,8 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
                                             "scenario's [sweep] also sets"),
     (["load-sweep", "--num-prompts", "30", "--request-rate", "3"],
      "--request-rate sets workload.arrival, which the scenario's [sweep] also sets"),
-    (["load-sweep", "--sweep", ARRIVALS],
-     "--sweep workload.arrival applies after [sweep] workload.arrival.rate and writes over all "
+    (["load-sweep", "--sweep", "workload.arrival={rate = 2},{rate = 3}"],
+     "[sweep] workload.arrival.rate applies after --sweep workload.arrival and writes over all "
      "it sets, so its points would differ in name only"),
     (["pd-disaggregation", "--set", "cluster.kv_transfer_gbps=50"],
      "--set: cluster.kv_transfer_gbps: only with cluster.prefill_replicas and decode_replicas "
@@ -222,6 +244,13 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
      "--set: scheduler.policy: must be one of static, continuous, got 'bogus'\n"),
     (["--set", "scheduler.policy=\"bogus\"", "--seed", "3"],  # the hint weighs that key alone
      "--set: scheduler.policy: must be one of static, continuous, got 'bogus'\n"),
+    (["--set", "workload.num_requests=7", "--num-prompts", "5"],
+     "--set workload.num_requests is written over by --num-prompts, which applies after it"),
+    (["--request-rate", "2", "--set", "workload.arrival.cv=2"],
+     "--set workload.arrival.cv is written over by --request-rate"),
+    (["--goodput", "ttft:100", "ttft:200"], "--goodput ttft:200: ttft is given twice"),
+    (["--max-seconds", "1", "--warmup-seconds", "2"],
+     "--warmup-seconds: workload.warmup_s: must be below workload.max_seconds (1)"),
     (["--sweep", "workload.arrival.rate=1,2", "--sweep", "workload.arrival.rate=3"],
      "--sweep workload.arrival.rate is given twice; give all its values in one"),
     (["--goodput", "ttft:x"], "--goodput ttft:x: must be a positive number"),

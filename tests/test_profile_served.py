@@ -174,6 +174,18 @@ def test_served_steps_count_the_after_prefill_distance_and_the_wake_up_as_the_si
     assert len(ServedSteps.join([steps, steps])) == 2 * len(steps)
 
 
+def test_a_capped_workload_is_served_with_at_most_its_cap_in_flight(tmp_path):
+    # validate --max-concurrency serves a client's slots as the simulator runs them
+    path = tmp_path / "capped.toml"
+    path.write_text(SCENARIO.replace("rate = 30.0 }", 'rate = 200.0 }\nmax_concurrency = 2'))
+    recorder, _ = serve_logged(scenarios.load(path).base)
+    columns = recorder.request_columns()
+    assert columns["status"] == ["finished"] * 8
+    sent, done = np.asarray(columns["arrival_s"]), np.asarray(columns["finish_s"])
+    in_flight = [int(np.sum((sent <= t) & (done > t))) for t in sent]
+    assert max(in_flight) == 2  # 8 requests in 40 ms: the cap holds them back
+
+
 def test_threads_are_set_before_numpy_loads_and_recorded_by_the_profile(tmp_path):
     out = tmp_path / "p.json"
     env = {k: v for k, v in os.environ.items() if k not in threads.THREAD_ENV}

@@ -6,8 +6,8 @@
     --max-concurrency C  workload.max_concurrency: at most C requests in flight, the others
                          wait for a slot (their latencies start when sent); without
                          --request-rate every request arrives at once (vLLM's default rate,
-                         inf), except a trace's, which keep their times, and where the
-                         scenario sweeps the arrivals, each point keeping its rate
+                         inf), except where the scenario gives them (a trace, a search,
+                         variants, a sweep or a --set of them), each run keeping its own
     --num-prompts N      workload.num_requests (a trace: workload.trace.max_requests;
                          multi-turn sessions: workload.sessions.conversations)
     --seed S             seed
@@ -43,8 +43,8 @@ def add_workload_flags(parser) -> None:
     group.add_argument("--max-concurrency", metavar="C", type=positive_integer,
                        help="at most C requests in flight; the others wait for a slot and "
                             "their latencies start when sent (without --request-rate: every "
-                            "request at once, unless the arrivals come from a trace or a "
-                            "sweep)")
+                            "request at once, unless the scenario gives the arrivals: a "
+                            "trace, search, variants, sweep or --set)")
     group.add_argument("--num-prompts", metavar="N", type=positive_integer,
                        help="requests to send (multi-turn sessions: conversations)")
     group.add_argument("--seed", metavar="S", type=seed_value, help="the scenario's seed")
@@ -77,7 +77,10 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
     if rate is not None:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
     if args.max_concurrency is not None:
-        if rate is None and not arrivals_given(scenario_of(pairs, flags), sweep, args):
+        sets = [item.partition("=")[0] for item in args.set or ()]
+        searching = getattr(args, "command", None) == "search"
+        if rate is None and not arrivals_given(scenario_of(pairs, flags), sweep, sets,
+                                               searching):
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
     if args.num_prompts is not None:
@@ -93,19 +96,18 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
     return pairs, sweep, flags
 
 
-def arrivals_given(scenario, sweep: dict, args) -> bool:
-    """Whether the arrivals come from somewhere --max-concurrency alone must leave them: a
-    trace, a search of the rate, or runs that differ in them (variants, the scenario's sweep
-    or `sweep`, the --sweep flags)."""
-    from scenarios.effects import swept_writes, overlap
+def arrivals_given(scenario, sweep: dict, set_keys, searching: bool) -> bool:
+    """Whether the scenario gives the arrivals, which --max-concurrency alone then leaves as
+    they are: a trace, a search of the rate, a --set of them, or what any of the file's
+    variants (picked by --variant or not) or sweeps (the file's, `sweep`) set."""
+    from scenarios.effects import overlap, swept_writes, writes
 
-    base = scenario.base
-    return (base.workload.trace is not None
-            or (args.command == "search" and base.search is not None)
-            or any(spec.config.workload.arrival != base.workload.arrival
-                   for spec in scenario.runs())
-            or any(overlap(w, "workload.arrival")
-                   for key, values in sweep.items() for w in swept_writes(key, values)))
+    written = [w for variant in scenario.file_variants for w in writes(variant.set)]
+    written += [w for key, values in {**scenario.sweep, **sweep}.items()
+                for w in swept_writes(key, values)]
+    return (scenario.base.workload.trace is not None
+            or (searching and scenario.base.search is not None)
+            or any(overlap(key, "workload.arrival") for key in [*written, *set_keys]))
 
 
 def arrival_of(rate: float, burst: float | None) -> dict:
@@ -138,6 +140,8 @@ def goodput_pairs(items) -> list:
         if not sep or metric not in GOODPUT_KEYS:
             raise FlagError(f"--goodput {item}: expected METRIC:MS with METRIC one of "
                             f"{', '.join(GOODPUT_KEYS)}")
+        if GOODPUT_KEYS[metric] in limits:
+            raise FlagError(f"--goodput {item}: {metric} is given twice; give it once")
         limits[GOODPUT_KEYS[metric]] = positive_number(value, f"--goodput {item}") / 1000.0
     return [(f"slo.{key}", limits.get(key, False)) for key in GOODPUT_KEYS.values()]
 

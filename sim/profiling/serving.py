@@ -53,19 +53,21 @@ def serve_logged(config, base_dir=None, before_serving=None,
     `progress`: passed to `engine.server.serve` (a progress bar's callback)."""
     streams = seeded_streams(config.seed)
     workload = build_workload(config.workload, streams["workload"], base_dir)
-    if workload.closed_loop is not None:
-        raise ValueError("serving replays arrival times given up front; "
-                         "workload.arrival.process = 'closed_loop' has none")
+    if workload.closed_loop is not None and workload.closed_loop.think_time_s:
+        raise ValueError("workload.arrival.think_time_s: a closed loop with think time is not "
+                         "served (serving sends each request at its arrival time or once a "
+                         "slot is free)")
     scheduler, executor, model = build_server(config, "serve", streams, params=params)
     block_manager = scheduler.block_manager
     recorder = RunRecorder(block_manager.num_blocks)
     warm_up(executor, block_manager, model.vocab_size)
     make = sequence_factory(workload, streams["tokens"], model.vocab_size)
-    requests = [make(i, float(t)) for i, t in enumerate(workload.arrival_s.tolist())]
+    arrival_s, cap = workload.served_arrivals()
+    requests = [make(i, float(t)) for i, t in enumerate(arrival_s.tolist())]
     if before_serving is not None:
         before_serving(executor)
     log = StepLog(executor)
-    serve(scheduler, log, requests, recorder, progress=progress)
+    serve(scheduler, log, requests, recorder, progress=progress, max_in_flight=cap)
     return recorder, log
 
 

@@ -57,6 +57,17 @@ class Workload:
     def __len__(self) -> int:
         return len(self.prompt_tokens)
 
+    def served_arrivals(self) -> tuple[np.ndarray, int | None]:
+        """When a real-time server is sent each request, and the cap on requests in flight
+        (`engine.server.serve`'s max_in_flight): open arrivals at their times, no cap; a capped
+        or closed loop's requests at theirs (a closed loop's all at once), each once one of its
+        slots is free. Conversations are not served (their turns wait on replies)."""
+        slots = self.closed_loop
+        if slots is None:
+            return self.arrival_s, None
+        arrival_s = slots.arrival_s if slots.arrival_s is not None else np.zeros(len(self))
+        return arrival_s, slots.concurrency
+
 
 STREAMS = ("workload", "tokens", "sampling", "jitter", "router")
 
