@@ -88,10 +88,10 @@ def check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: di
 
 def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
     """ScenarioError when a swept key writes over all that an earlier one sets, at every point
-    (`--sweep workload.arrival=...` after the file's sweep of `workload.arrival.rate`): the
-    points of the earlier key would differ in name only. A narrower key after a wider one
-    refines it (arrival tables, then their rates) and is kept: the keys apply in order, the
-    file's first, then the flags'."""
+    (`load-sweep --sweep workload.arrival={rate = 2},{rate = 3}`: the file's sweep of
+    `workload.arrival.rate` applies after the tables, which set only the rate): the points of
+    the earlier key would differ in name only. A table's key sweeps before the keys inside it
+    (`scenario._wider_first`), which then refine its values."""
     keys = list(sweep)
     for i, earlier in enumerate(keys):
         written = swept_writes(earlier, sweep[earlier])
@@ -100,8 +100,7 @@ def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
                 raise ScenarioError(
                     f"{shown}: {_swept_name(later, flag_sweep)} applies after "
                     f"{_swept_name(earlier, flag_sweep)} and writes over all it sets, so its "
-                    f"points would differ in name only; give {earlier}'s values inside "
-                    f"{later}'s (each value a table holding them), or sweep one key")
+                    f"points would differ in name only; sweep one of them")
 
 
 def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict,

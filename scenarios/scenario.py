@@ -160,7 +160,7 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
         hint = ""
         if pairs and str(exc) != file_error:
             at = [pair for pair in pairs if effects.overlap(pair[0], getattr(exc, "key", ""))]
-            where = _given_by(at, sources or {})
+            where = _given_by(at or pairs, sources or {})
             hint = _variants_that_take(raw, path, variants, at or pairs)
         raise ScenarioError(f"{shown}: {where}{exc}{hint}") from None
     specs = []
@@ -172,8 +172,8 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
                               lambda: resolve(ov.apply_all(variant_raw, point), path))
             if repr(config) in seen:
                 raise ScenarioError(
-                    f"{shown}: {_where(variant, {})}sweep {_point_toml(seen[repr(config)])} and "
-                    f"{_point_toml(point)} make the same run (what they set differently is "
+                    f"{shown}: {_where(variant, {})}sweep {_point_text(seen[repr(config)])} and "
+                    f"{_point_text(point)} make the same run (what they set differently is "
                     f"written over by another key, or is the value there already); sweep "
                     f"values that change the run")
             seen[repr(config)] = point
@@ -227,10 +227,9 @@ def _given_as(overrides, pairs, sources: dict) -> list[str]:
 
 
 def _given_by(pairs, sources: dict) -> str:
-    """The prefix of the error of overrides `pairs` (those at its key): the flag that set them
-    (`--request-rate: `) where one did, else `--set: `."""
-    flags = {sources.get(key, "--set") for key, _ in pairs}
-    return f"{flags.pop()}: " if len(flags) == 1 else "--set: "
+    """The prefix of an error the overrides `pairs` made (those at its key, else all): how they
+    were given, `--request-rate: `, `--set: `, or `--max-seconds, --set: `."""
+    return ", ".join(sorted({sources.get(key, "--set") for key, _ in pairs})) + ": "
 
 
 def _variants_that_take(raw: dict, path: Path, variants, pairs) -> str:
@@ -359,10 +358,6 @@ def _wider_first(sweep: dict) -> dict:
     return {key: sweep[key] for key in keys}
 
 
-def _point_toml(point: dict) -> str:
+def _point_text(point: dict) -> str:
     """A sweep point as the TOML a --sweep takes."""
     return ", ".join(f"{key}={ov.toml_text(value)}" for key, value in point.items())
-
-
-def _point_text(point: dict) -> str:
-    return ", ".join(f"{key}={value!r}" for key, value in point.items())

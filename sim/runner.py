@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from engine.records import RunRecorder
 from scenarios import RunConfig
 

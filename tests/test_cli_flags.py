@@ -4,6 +4,8 @@ for; `--set` never swallows the scenario after it; every mistake in a flag is on
 from __future__ import annotations
 
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,9 @@ from sim.cli import build_parser, main
 from sim.cli.common import load_scenario
 from sim.cli.flags import split_set_values, sweep_flags
 from sim.workloads import build_workload, seeded_streams
+
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
 
 def loaded(*argv):
@@ -163,10 +168,12 @@ set = { "workload.arrival" = { process = "gamma", rate = 4, cv = 2 } }
     # one variant alone runs as it does among the others
     [fast] = loaded(str(path), "--max-concurrency", "4", "--variant", "fast").runs()
     assert fast.config == runs[1].config
-    kept = loaded("static-vs-continuous", "--set", "workload.arrival.rate=3",
-                  "--max-concurrency", "4").base.workload  # a --set gives the arrivals
-    assert (kept.arrival.process, kept.arrival.rate, kept.max_concurrency) == \
-        ("poisson", 3, 4)
+    for given in ("workload.arrival.rate=3", 'workload.arrival = {process = "poisson", '
+                                             'rate = 3}'):  # a --set gives the arrivals
+        kept = loaded("static-vs-continuous", "--set", given, "--max-concurrency", "4") \
+            .base.workload
+        assert (kept.arrival.process, kept.arrival.rate, kept.max_concurrency) == \
+            ("poisson", 3, 4)
     swept = loaded("static-vs-continuous", "--max-concurrency", "2", "--sweep",
                    "workload={arrival = {process = \"poisson\", rate = 1}},"
                    "{arrival = {process = \"poisson\", rate = 2}}").runs()
@@ -182,6 +189,18 @@ def test_max_concurrency_keeps_the_swept_rates():
         [p["workload.arrival.rate"] for p in (s.sweep for s in scenario.runs())]
     assert loaded("static-vs-continuous", "--max-concurrency", "2").base.workload.arrival \
         .process == "burst"
+
+
+def test_goodput_flags_add_up_and_an_error_names_the_flag_that_made_it(tmp_path, capsys):
+    slo = loaded("static-vs-continuous", "--goodput", "ttft:100", "--goodput", "tpot:50") \
+        .base.slo
+    assert (slo.ttft_s, slo.tpot_s, slo.e2e_s) == (0.1, 0.05, None)
+    path = tmp_path / "warm.toml"
+    path.write_text((SCENARIOS / "static-vs-continuous.toml").read_text()
+                    .replace("[workload]\n", "[workload]\nwarmup_s = 10\n"))
+    assert main(["run", str(path), "--max-seconds", "5", "--out", str(tmp_path / "o")]) == 2
+    assert "--max-seconds: workload.warmup_s: must be below workload.max_seconds (5)" in \
+        one_error_line(capsys)
 
 
 def test_a_later_set_of_a_key_wins():
@@ -249,6 +268,8 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     (["--request-rate", "2", "--set", "workload.arrival.cv=2"],
      "--set workload.arrival.cv is written over by --request-rate"),
     (["--goodput", "ttft:100", "ttft:200"], "--goodput ttft:200: ttft is given twice"),
+    (["--goodput", "ttft:100", "--goodput", "ttft:200"],
+     "--goodput ttft:200: ttft is given twice"),
     (["--max-seconds", "1", "--warmup-seconds", "2"],
      "--warmup-seconds: workload.warmup_s: must be below workload.max_seconds (1)"),
     (["--sweep", "workload.arrival.rate=1,2", "--sweep", "workload.arrival.rate=3"],

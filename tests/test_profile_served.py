@@ -184,6 +184,14 @@ def test_a_capped_workload_is_served_with_at_most_its_cap_in_flight(tmp_path):
     sent, done = np.asarray(columns["arrival_s"]), np.asarray(columns["finish_s"])
     in_flight = [int(np.sum((sent <= t) & (done > t))) for t in sent]
     assert max(in_flight) == 2  # 8 requests in 40 ms: the cap holds them back
+    loop = tmp_path / "loop.toml"  # a closed loop of 2 users: the same slots, all at once
+    loop.write_text(SCENARIO.replace('{ process = "poisson", rate = 30.0 }',
+                                     '{ process = "closed_loop", concurrency = 2 }'))
+    recorder, _ = serve_logged(scenarios.load(loop).base)
+    columns = recorder.request_columns()
+    sent, done = np.asarray(columns["arrival_s"]), np.asarray(columns["finish_s"])
+    assert columns["status"] == ["finished"] * 8
+    assert max(int(np.sum((sent <= t) & (done > t))) for t in sent) == 2
 
 
 def test_threads_are_set_before_numpy_loads_and_recorded_by_the_profile(tmp_path):

@@ -48,7 +48,7 @@ def add_workload_flags(parser) -> None:
     group.add_argument("--num-prompts", metavar="N", type=positive_integer,
                        help="requests to send (multi-turn sessions: conversations)")
     group.add_argument("--seed", metavar="S", type=seed_value, help="the scenario's seed")
-    group.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
+    group.add_argument("--goodput", nargs="+", action="extend", metavar="METRIC:MS",
                        help="goodput counts the requests meeting these SLOs, e.g. ttft:500 "
                             "tpot:50 e2el:5000 (milliseconds), and no other (default: the "
                             "scenario's SLOs)")
@@ -77,9 +77,8 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
     if rate is not None:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
     if args.max_concurrency is not None:
-        sets = [item.partition("=")[0] for item in args.set or ()]
         searching = getattr(args, "command", None) == "search"
-        if rate is None and not arrivals_given(scenario_of(pairs, flags), sweep, sets,
+        if rate is None and not arrivals_given(scenario_of(pairs, flags), sweep, args.set or (),
                                                searching):
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
@@ -96,18 +95,26 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
     return pairs, sweep, flags
 
 
-def arrivals_given(scenario, sweep: dict, set_keys, searching: bool) -> bool:
+def arrivals_given(scenario, sweep: dict, sets, searching: bool) -> bool:
     """Whether the scenario gives the arrivals, which --max-concurrency alone then leaves as
-    they are: a trace, a search of the rate, a --set of them, or what any of the file's
-    variants (picked by --variant or not) or sweeps (the file's, `sweep`) set."""
+    they are: a trace, a search of the rate, or what a --set (`sets`, KEY=VALUE strings), any
+    of the file's variants (picked by --variant or not) or a sweep (the file's, `sweep`)
+    writes."""
     from scenarios.effects import overlap, swept_writes, writes
+    from scenarios.errors import FieldError
+    from scenarios.overrides import parse_set
 
     written = [w for variant in scenario.file_variants for w in writes(variant.set)]
     written += [w for key, values in {**scenario.sweep, **sweep}.items()
                 for w in swept_writes(key, values)]
+    for item in sets:
+        try:
+            written += writes(dict([parse_set(item)]))
+        except FieldError:
+            pass  # loading the scenario says what is wrong with it
     return (scenario.base.workload.trace is not None
             or (searching and scenario.base.search is not None)
-            or any(overlap(key, "workload.arrival") for key in [*written, *set_keys]))
+            or any(overlap(w, "workload.arrival") for w in written))
 
 
 def arrival_of(rate: float, burst: float | None) -> dict:
