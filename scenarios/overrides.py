@@ -63,10 +63,19 @@ def merge(base: dict, extra: dict) -> dict:
     return merged
 
 
+def dotted_key(text: str) -> str:
+    """A dotted key from the command line, quoted as in a file (`"workload.arrival.rate"`) or
+    not."""
+    key = text.strip()
+    if len(key) >= 2 and key[0] == key[-1] and key[0] in "\"'":
+        return key[1:-1].strip()
+    return key
+
+
 def parse_set(text: str) -> tuple[str, object]:
     """`KEY=VALUE` from the command line -> (key, value)."""
     key, sep, value = text.partition("=")
-    key = key.strip()
+    key = dotted_key(key)
     if not sep or not key:
         raise FieldError(text, "--set expects KEY=VALUE, e.g. workload.arrival.rate=8")
     return key, parse_value(value.strip())

@@ -203,6 +203,14 @@ def test_goodput_flags_add_up_and_an_error_names_the_flag_that_made_it(tmp_path,
         one_error_line(capsys)
 
 
+def test_a_dotted_key_may_be_quoted_as_in_a_file():
+    scenario = loaded("static-vs-continuous", "--set", '"workload.num_requests"=5', "--sweep",
+                      "'workload.arrival.rate'=1,2")
+    assert scenario.base.workload.num_requests == 5
+    assert [s.sweep for s in scenario.runs()[:2]] == [{"workload.arrival.rate": 1},
+                                                      {"workload.arrival.rate": 2}]
+
+
 def test_a_later_set_of_a_key_wins():
     assert loaded("static-vs-continuous", "--set", "workload.num_requests=7", "--set",
                   "workload.num_requests=8").base.workload.num_requests == 8

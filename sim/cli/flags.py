@@ -155,18 +155,19 @@ def goodput_pairs(items) -> list:
 
 def sweep_flags(items) -> dict:
     """{dotted key: [values]} from KEY=V1,V2,... strings (each value parsed as TOML)."""
-    from scenarios.overrides import parse_value
+    from scenarios.overrides import dotted_key, parse_value
 
     sweep = {}
     for item in items:
         key, sep, values = item.partition("=")
-        if not sep or not key.strip() or not values.strip():
+        key = dotted_key(key)
+        if not sep or not key or not values.strip():
             raise FlagError(f"--sweep {item}: expected KEY=V1,V2,... e.g. "
                             f"workload.arrival.rate=1,2,4")
-        if key.strip() in sweep:
-            raise FlagError(f"--sweep {key.strip()} is given twice; give all its values in one")
+        if key in sweep:
+            raise FlagError(f"--sweep {key} is given twice; give all its values in one")
         pieces = sweep_values(values, f"--sweep {item}")
-        sweep[key.strip()] = [parse_value(piece) for piece in pieces]
+        sweep[key] = [parse_value(piece) for piece in pieces]
     return sweep
 
 
