@@ -73,6 +73,20 @@ def check_not_written_over(shown: str, pairs, names: list[str]) -> None:
                                     f"applies after it; give one of them")
 
 
+def given_as(overrides, pairs, sources: dict) -> list[str]:
+    """How each override was given: `--set KEY` for a KEY=VALUE string, else the flag that
+    `sources` names (`--num-prompts`), so a --set and a flag of one key are told apart."""
+    items = [overrides] if isinstance(overrides, str) else list(overrides)
+    return [f"--set {key}" if isinstance(item, str) else sources.get(key, f"--set {key}")
+            for item, (key, _) in zip(items, pairs)]
+
+
+def given_by(pairs, sources: dict) -> str:
+    """The prefix of an error the overrides `pairs` made (those at its key, else all): how they
+    were given, `--request-rate: `, `--set: `, or `--max-seconds, --set: `."""
+    return ", ".join(sorted({sources.get(key, "--set") for key, _ in pairs})) + ": "
+
+
 def check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict) -> None:
     """ScenarioError when an override sets a key the sweep sets too (the same key, or one
     table holding the other), naming both."""
@@ -83,7 +97,8 @@ def check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: di
                 given = sources.get(key, f"--set {key}")
                 where = "--sweep" if swept in flag_sweep else "the scenario's [sweep]"
                 raise ScenarioError(f"{shown}: {given} sets {key}, which {where} also sets "
-                                    f"({swept} = {sweep[swept]!r}); give one of them")
+                                    f"({swept} = {ov.toml_text(sweep[swept])}); give one of "
+                                    f"them")
 
 
 def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
@@ -91,7 +106,7 @@ def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
     (`load-sweep --sweep workload.arrival={rate = 2},{rate = 3}`: the file's sweep of
     `workload.arrival.rate` applies after the tables, which set only the rate): the points of
     the earlier key would differ in name only. A table's key sweeps before the keys inside it
-    (`scenario._wider_first`), which then refine its values."""
+    (`overrides.wider_first`), which then refine its values."""
     keys = list(sweep)
     for i, earlier in enumerate(keys):
         written = swept_writes(earlier, sweep[earlier])
@@ -137,7 +152,7 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
 
 
 def swept_writes(key: str, values) -> set:
-    """The dotted keys that sweeping `key` over `values` writes (`_writes`), over all values."""
+    """The dotted keys that sweeping `key` over `values` writes (`writes`), over all values."""
     return {w for value in values for w in writes({key: value})}
 
 
@@ -160,7 +175,7 @@ def writes(settings: dict) -> dict:
 
 
 def _covered(written, later: dict) -> bool:
-    """Whether settings writing `later` (`_writes`) write over every key of `written`: the
+    """Whether settings writing `later` (`writes`) write over every key of `written`: the
     same key again, or a table holding it replaced."""
     return all(any(w == k or w.startswith(k + ".") for k in later) for w in written)
 

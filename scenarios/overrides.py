@@ -88,6 +88,16 @@ def parse_value(text: str):
         return text
 
 
+def wider_first(sweep: dict) -> dict:
+    """A sweep's keys in their order, except that a table's key comes before the keys inside
+    it (`workload.arrival` before `workload.arrival.rate`), which then refine its values."""
+    keys: list[str] = []
+    for key in sweep:
+        inside = [i for i, k in enumerate(keys) if k.startswith(key + ".")]
+        keys.insert(inside[0] if inside else len(keys), key)
+    return {key: sweep[key] for key in keys}
+
+
 def toml_text(value) -> str:
     """`value` written as TOML (inline tables and arrays), as a file or --set takes it."""
     if isinstance(value, bool):

@@ -143,7 +143,8 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     flag_sweep = set(sweep or ())
     sweep = _guarded(shown, "--sweep: " if sweep else "", _sweep, file_sweep)
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
-    effects.check_not_written_over(shown, pairs, _given_as(overrides, pairs, sources or {}))
+    effects.check_not_written_over(shown, pairs,
+                                   effects.given_as(overrides, pairs, sources or {}))
     effects.check_sweep_keys_apart(shown, sweep, flag_sweep)
     effects.check_not_swept(shown, pairs, sweep, flag_sweep, sources or {})
     effects.check_not_shadowed(shown, pairs, sweep, flag_sweep, sources or {}, variants, raw)
@@ -160,7 +161,7 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
         hint = ""
         if pairs and str(exc) != file_error:
             at = [pair for pair in pairs if effects.overlap(pair[0], getattr(exc, "key", ""))]
-            where = _given_by(at or pairs, sources or {})
+            where = effects.given_by(at or pairs, sources or {})
             hint = _variants_that_take(raw, path, variants, at or pairs)
         raise ScenarioError(f"{shown}: {where}{exc}{hint}") from None
     specs = []
@@ -170,13 +171,14 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
         for point in ov.grid(sweep):
             config = _guarded(shown, _where(variant, point),
                               lambda: resolve(ov.apply_all(variant_raw, point), path))
-            if repr(config) in seen:
+            same = seen.get(run := repr(config))
+            if same is not None:
                 raise ScenarioError(
-                    f"{shown}: {_where(variant, {})}sweep {_point_text(seen[repr(config)])} and "
+                    f"{shown}: {_where(variant, {})}sweep {_point_text(same)} and "
                     f"{_point_text(point)} make the same run (what they set differently is "
                     f"written over by another key, or is the value there already); sweep "
                     f"values that change the run")
-            seen[repr(config)] = point
+            seen[run] = point
             specs.append(RunSpec(variant.name, point, config))
     effects.check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources or {},
                             specs)
@@ -216,20 +218,6 @@ def _base_config(raw: dict, path: Path, alone: Variant | None) -> RunConfig:
         except FieldError as alone_error:  # the variant's too, unless the file fails the same
             with_variant.in_variant = str(alone_error) != str(with_variant)
         raise with_variant from None
-
-
-def _given_as(overrides, pairs, sources: dict) -> list[str]:
-    """How each override was given: `--set KEY` for a KEY=VALUE string, else the flag that
-    `sources` names (`--num-prompts`), so a --set and a flag of one key are told apart."""
-    items = [overrides] if isinstance(overrides, str) else list(overrides)
-    return [f"--set {key}" if isinstance(item, str) else sources.get(key, f"--set {key}")
-            for item, (key, _) in zip(items, pairs)]
-
-
-def _given_by(pairs, sources: dict) -> str:
-    """The prefix of an error the overrides `pairs` made (those at its key, else all): how they
-    were given, `--request-rate: `, `--set: `, or `--max-seconds, --set: `."""
-    return ", ".join(sorted({sources.get(key, "--set") for key, _ in pairs})) + ": "
 
 
 def _variants_that_take(raw: dict, path: Path, variants, pairs) -> str:
@@ -345,17 +333,8 @@ def _sweep(table) -> dict:
         if repeated is not None:
             raise FieldError(f"sweep.{key}", f"gives {repeated!r} twice (each value is one "
                                              f"sweep point)")
-    return _wider_first(sweep)
+    return ov.wider_first(sweep)
 
-
-def _wider_first(sweep: dict) -> dict:
-    """The swept keys in their order, except that a table's key comes before the keys inside
-    it (`workload.arrival` before `workload.arrival.rate`), which then refine its values."""
-    keys: list[str] = []
-    for key in sweep:
-        inside = [i for i, k in enumerate(keys) if k.startswith(key + ".")]
-        keys.insert(inside[0] if inside else len(keys), key)
-    return {key: sweep[key] for key in keys}
 
 
 def _point_text(point: dict) -> str:

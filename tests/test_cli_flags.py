@@ -18,6 +18,19 @@ from sim.workloads import build_workload, seeded_streams
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
 
+def small_scenario(tmp_path, name: str, rest: str):
+    """A scenario file of 20 short Poisson requests and then `rest` (a sweep, variants)."""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f"""name = "{name}"
+[workload]
+num_requests = 20
+arrival = {{ process = "poisson", rate = 1 }}
+prompt_tokens = {{ dist = "fixed", value = 50 }}
+output_tokens = {{ dist = "fixed", value = 20 }}
+""" + rest)
+    return path
+
+
 def loaded(*argv):
     args = build_parser().parse_args(split_set_values(["run", *argv]))
     return load_scenario(args)
@@ -96,14 +109,7 @@ def test_sweep_values_split_at_top_level_commas(text, values):
 
 
 def test_a_table_key_sweeps_before_the_keys_inside_it_wherever_each_is_given(tmp_path):
-    path = tmp_path / "tables.toml"
-    path.write_text("""name = "tables"
-[workload]
-num_requests = 20
-arrival = { process = "poisson", rate = 1 }
-prompt_tokens = { dist = "fixed", value = 50 }
-output_tokens = { dist = "fixed", value = 20 }
-[sweep]
+    path = small_scenario(tmp_path, "tables", """[sweep]
 "workload.arrival" = [{ process = "poisson", rate = 1 }, { process = "gamma", rate = 1, cv = 2 }]
 "workload.arrival.rate" = [1, 2]
 """)
@@ -148,14 +154,7 @@ def test_max_concurrency_keeps_the_arrivals_a_search_or_the_variants_vary(tmp_pa
     args = build_parser().parse_args(["search", "capacity-search", "--max-concurrency", "4"])
     workload = load_scenario(args).base.workload
     assert workload.max_concurrency == 4 and workload.arrival.process == "poisson"
-    path = tmp_path / "rates.toml"
-    path.write_text("""name = "rates"
-[workload]
-num_requests = 20
-arrival = { process = "poisson", rate = 1 }
-prompt_tokens = { dist = "fixed", value = 50 }
-output_tokens = { dist = "fixed", value = 20 }
-[[variants]]
+    path = small_scenario(tmp_path, "rates", """[[variants]]
 name = "slow"
 set = { "workload.arrival" = { process = "poisson", rate = 1 } }
 [[variants]]

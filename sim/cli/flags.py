@@ -78,8 +78,7 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
     if args.max_concurrency is not None:
         searching = getattr(args, "command", None) == "search"
-        if rate is None and not arrivals_given(scenario_of(pairs, flags), sweep, args.set or (),
-                                               searching):
+        if rate is None and not arrivals_given(scenario_of(pairs, flags), sweep, searching):
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
     if args.num_prompts is not None:
@@ -95,23 +94,16 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
     return pairs, sweep, flags
 
 
-def arrivals_given(scenario, sweep: dict, sets, searching: bool) -> bool:
+def arrivals_given(scenario, sweep: dict, searching: bool) -> bool:
     """Whether the scenario gives the arrivals, which --max-concurrency alone then leaves as
-    they are: a trace, a search of the rate, or what a --set (`sets`, KEY=VALUE strings), any
-    of the file's variants (picked by --variant or not) or a sweep (the file's, `sweep`)
-    writes."""
+    they are: a trace, a search of the rate, or what its overrides (--set), any of the file's
+    variants (picked by --variant or not) or a sweep (the file's, the flags' `sweep`) write."""
     from scenarios.effects import overlap, swept_writes, writes
-    from scenarios.errors import FieldError
-    from scenarios.overrides import parse_set
 
     written = [w for variant in scenario.file_variants for w in writes(variant.set)]
+    written += [w for key, value in scenario.overrides for w in writes({key: value})]
     written += [w for key, values in {**scenario.sweep, **sweep}.items()
                 for w in swept_writes(key, values)]
-    for item in sets:
-        try:
-            written += writes(dict([parse_set(item)]))
-        except FieldError:
-            pass  # loading the scenario says what is wrong with it
     return (scenario.base.workload.trace is not None
             or (searching and scenario.base.search is not None)
             or any(overlap(w, "workload.arrival") for w in written))
