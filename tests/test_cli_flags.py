@@ -327,3 +327,20 @@ def test_the_cli_reference_is_the_parser_rendered():
     for flag in ("--request-rate", "--max-concurrency", "--goodput", "--sweep", "--calibrate",
                  "--version", "--quick"):
         assert f"`{flag}`" in reference
+
+
+def test_a_search_varies_the_rate_and_takes_burstiness_alone(tmp_path, capsys):
+    # the search sets the rate of every probe: a rate given beside it would be dropped unsaid
+    for flags in (["--request-rate", "3"], ["--request-rate", "3", "--burstiness", "0.25"],
+                  ["--set", "workload.arrival.rate=3"]):
+        out = tmp_path / "o"
+        assert main(["search", "capacity-search", *flags, "--out", str(out)]) == 2
+        line = one_error_line(capsys)
+        assert ("--request-rate: servesim search varies the arrival rate itself" in line
+                or "--set: workload.arrival.rate: the search sets it itself" in line), line
+        assert not out.exists()
+    args = build_parser().parse_args(["search", "capacity-search", "--burstiness", "0.25"])
+    arrival = load_scenario(args).base.workload.arrival
+    assert (arrival.process, arrival.cv) == ("gamma", 2.0)
+    assert main(["run", "capacity-search", "--burstiness", "0.25"]) == 2
+    assert "--burstiness needs --request-rate" in one_error_line(capsys)

@@ -120,7 +120,7 @@ def add_common_flags(parser, out_help: str, variant_help: str = "run this varian
     parser.add_argument("--out", metavar="DIR", help=out_help)
     parser.add_argument("--variant", metavar="NAME", help=variant_help)
     parser.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
-                        help="override a dotted key, e.g. workload.arrival.rate=8 (repeatable; "
+                        help="override a dotted key, e.g. workload.num_requests=500 (repeatable; "
                              "values are TOML)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 

@@ -2,7 +2,9 @@
 
     --request-rate R     workload.arrival: Poisson at R requests/s; inf: every request at t=0
     --burstiness B       with a rate: gamma gaps of the same mean, coefficient of variation
-                         1/sqrt(B) (vLLM's burstiness: 1 is Poisson, lower is burstier)
+                         1/sqrt(B) (vLLM's burstiness: 1 is Poisson, lower is burstier);
+                         `servesim search` takes it alone, and refuses --request-rate (it
+                         varies the rate itself)
     --max-concurrency C  workload.max_concurrency: at most C requests in flight, the others
                          wait for a slot (their latencies start when sent); without
                          --request-rate every request arrives at once (vLLM's default rate,
@@ -33,13 +35,16 @@ class FlagError(ValueError):
     """A flag's value that cannot be used; one line."""
 
 
-def add_workload_flags(parser) -> None:
+def add_workload_flags(parser, searching: bool = False) -> None:
+    """The flags above; `searching`: as `servesim search` reads them, which varies the rate."""
     group = parser.add_argument_group("workload and statistics (as in vllm bench serve)")
     group.add_argument("--request-rate", metavar="R", type=rate,
-                       help="Poisson arrivals at R requests/s; inf: every request at once")
+                       help="refused: the search varies the rate (search.rate)" if searching
+                       else "Poisson arrivals at R requests/s; inf: every request at once")
     group.add_argument("--burstiness", metavar="B", type=positive_number,
-                       help="with --request-rate: gamma gaps, coefficient of variation "
-                            "1/sqrt(B) (1: Poisson)")
+                       help=("gamma gaps at every rate searched" if searching else
+                             "with --request-rate: gamma gaps")
+                       + ", coefficient of variation 1/sqrt(B) (1: Poisson)")
     group.add_argument("--max-concurrency", metavar="C", type=positive_integer,
                        help="at most C requests in flight; the others wait for a slot and "
                             "their latencies start when sent (without --request-rate: every "
@@ -72,12 +77,20 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
         flags[key] = flag
 
     rate, burst = getattr(args, "request_rate", None), getattr(args, "burstiness", None)
-    if burst is not None and rate is None:
+    searching = getattr(args, "command", None) == "search"
+    if searching and rate is not None:
+        raise FlagError("--request-rate: servesim search varies the arrival rate itself, from "
+                        "search.rate's low to its high; drop the flag (--burstiness B alone: "
+                        "gamma arrivals at every rate searched)")
+    if burst is not None and rate is None and not searching:
         raise FlagError("--burstiness needs --request-rate")
     if rate is not None:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
+    elif burst is not None:  # a search: the rate written here is replaced by every probe's
+        search = scenario_of(pairs, flags).base.search
+        put("--burstiness", "workload.arrival",
+            arrival_of(search.rate["low"] if search else 1.0, burst))
     if args.max_concurrency is not None:
-        searching = getattr(args, "command", None) == "search"
         if rate is None and not arrivals_given(scenario_of(pairs, flags), sweep, searching):
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)

@@ -16,7 +16,7 @@ def add_parser(subparsers) -> None:
                                                   "SLOs, for every point of a grid")
     parser.add_argument("scenario", help="built-in name or TOML path, with a [search] table")
     add_common_flags(parser, "output directory (default: out/<scenario name>-search/)")
-    add_workload_flags(parser)
+    add_workload_flags(parser, searching=True)
     add_parallel_flags(parser, "grid points")
     parser.set_defaults(func=cmd_search)
 
