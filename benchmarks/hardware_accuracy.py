@@ -69,8 +69,7 @@ def tables_part() -> None:
     print(f"{'gpu':14s} {'family':22s} {'points':>7s} {'interp median':>14s} {'p90':>7s} "
           f"{'roofline median':>16s} {'p90':>7s}")
     for gpu in kernels.SYSTEMS:
-        tables = kernels.KernelTables(gpu, "vllm")
-        for family, (interp, roof) in held_out_errors(tables).items():
+        for family, (interp, roof) in held_out_errors(kernels.KernelTables(gpu, "vllm")).items():
             print(f"{gpu:14s} {family:22s} {len(interp):7d} "
                   f"{100 * np.median(interp):13.1f}% {100 * np.quantile(interp, 0.9):6.1f}% "
                   + (f"{100 * np.median(roof):15.1f}% {100 * np.quantile(roof, 0.9):6.1f}%"
@@ -88,22 +87,22 @@ def tables_part() -> None:
           f"is in the catalog; vLLM {versions})")
 
 
-def held_out_errors(tables) -> dict:
+def held_out_errors(measured) -> dict:
     """{family: (|interpolation errors|, |roofline errors|)} of one GPU's tables."""
-    from sim.costs.hardware import gpu_spec, kernels
+    from sim.costs.hardware import gpu_spec, kernels, tables
     from sim.costs.hardware.timing import matmul_time
 
     try:
-        gpu = gpu_spec(tables.gpu)
+        gpu = gpu_spec(measured.gpu)
     except ValueError:
         gpu = None  # not in the catalog: no roofline to compare
     out = {}
     for dtype in ("bf16", "fp8"):
-        path = tables._table_path("gemm", "gemm_perf.parquet")
-        shapes = kernels._gemm_curves(path, kernels.GEMM_DTYPES[dtype])
+        path = measured.table_path("gemm", "gemm_perf.parquet")
+        shapes = tables.gemm_curves(path, kernels.GEMM_DTYPES[dtype])
         if shapes is None:
             continue
-        table = kernels._cached_table(path)
+        table = tables.cached_table(path)
         table = table[table["gemm_dtype"] == kernels.GEMM_DTYPES[dtype]]
         kernel = table["kernel_source"].value_counts().index[0]
         table = table[table["kernel_source"] == kernel]
@@ -122,8 +121,8 @@ def held_out_errors(tables) -> dict:
         out[f"gemm {dtype}"] = (np.concatenate(interp), np.concatenate(roof) if roof else [])
     for decode, name in ((True, "decode attention"), (False, "prefill attention")):
         file = "generation_attention_perf.parquet" if decode else "context_attention_perf.parquet"
-        path = tables._table_path("attention", file)
-        table = kernels._cached_table(path)
+        path = measured.table_path("attention", file)
+        table = tables.cached_table(path)
         window = table["window_size"] if "window_size" in table else 0
         table = table[(window == 0) & (table["kv_cache_dtype"] == "bfloat16")
                       & (table["head_dim"] == 128) & (table["attn_dtype"] == "bfloat16")]
@@ -140,9 +139,9 @@ def held_out_errors(tables) -> dict:
                 roof.append(np.abs(_attention_roofline(gpu, heads, kv, batch, length, decode)
                                    [1::2] / ms[1::2] - 1))
         out[name] = (np.concatenate(interp), np.concatenate(roof) if roof else [])
-    path = tables._table_path("moe", "moe_perf.parquet")
+    path = measured.table_path("moe", "moe_perf.parquet")
     if path is not None:
-        table = kernels._cached_table(path)
+        table = tables.cached_table(path)
         table = table[table["moe_dtype"] == "bfloat16"]
         interp, roof = [], []
         for shape, rows in table.groupby(["hidden_size", "inter_size", "topk", "num_experts",
@@ -158,9 +157,9 @@ def held_out_errors(tables) -> dict:
         if interp:
             out["moe experts bf16"] = (np.concatenate(interp),
                                        np.concatenate(roof) if roof else [])
-    path = tables._table_path("comm", "custom_allreduce_perf.parquet")
+    path = measured.table_path("comm", "custom_allreduce_perf.parquet")
     if path is not None:
-        table = kernels._cached_table(path)
+        table = tables.cached_table(path)
         interp, roof = [], []
         flavour = "backend" if "backend" in table else "implementation"
         for (gpus, _), rows in table.groupby(["num_gpus", flavour]):
@@ -173,14 +172,14 @@ def held_out_errors(tables) -> dict:
     return out
 
 
-def row_steps(tables) -> dict:
+def row_steps(measured) -> dict:
     """{dtype: |t(m + 1) / t(m) - 1|} over the GEMM points measured one row apart (the grid
     measures m = 16k and 16k + 1 around tile edges), of the kernel each dtype's GEMMs use."""
-    from sim.costs.hardware import kernels
+    from sim.costs.hardware import kernels, tables
 
     out = {}
-    path = tables._table_path("gemm", "gemm_perf.parquet")
-    table = kernels._cached_table(path)
+    path = measured.table_path("gemm", "gemm_perf.parquet")
+    table = tables.cached_table(path)
     for dtype in ("bf16", "fp8"):
         rows = table[table["gemm_dtype"] == kernels.GEMM_DTYPES[dtype]]
         if rows.empty:

@@ -1,9 +1,9 @@
 """The simulation loop: SimPy processes that feed a workload to the engine's own `Scheduler` and
 advance simulated time by each step's duration.
 
-Scenario: requests arrive (open arrivals at precomputed times, closed-loop users that send
-their next request when the last one finishes, or conversations that send their next turn when
-the last one finishes); the engine process repeats the engine's own loop,
+Scenario: requests arrive (`sim.clients`: open arrivals at precomputed times, closed-loop users
+that send their next request when the last one finishes, or conversations that send their next
+turn when the last one finishes); the engine process repeats the engine's own loop,
 `LLMEngine.start_step` (schedule, execute) -> `yield env.timeout(duration)` ->
 `LLMEngine.finish_step` (postprocess, record). The executor is a `CostModelExecutor` (simulate)
 or the real `NumpyExecutor` (cosimulate): only the duration's origin differs.
@@ -42,8 +42,8 @@ from engine.llm_engine import LLMEngine
 from engine.records import RunRecorder
 from engine.sequence import SequenceStatus
 
+from .clients import start_clients
 from .fastpath import finish_run, start_run
-from .workloads.sessions import REJECTED_EARLIER
 
 
 class Replica:
@@ -183,73 +183,6 @@ class SimState:
         return env.peek()
 
 
-def open_arrivals(env, state: SimState, arrival_s):
-    """Submit request i at time arrival_s[i]; requests due at the same instant go together."""
-    times = arrival_s.tolist()
-    i, n = 0, len(times)
-    while i < n:
-        state.next_arrival_s = times[i]
-        if times[i] > env.now:
-            yield env.timeout(times[i] - env.now)
-            continue  # float rounding may land a hair early: wait the rest
-        while i < n and times[i] <= env.now:
-            state.submit(i, times[i])
-            i += 1
-    state.arrived_all()
-
-
-def closed_loop_user(env, state: SimState, next_index, think_time_s: float, users_left: list,
-                     max_seconds: float | None = None, arrival_s=None):
-    """One user (a client slot): send a request, wait until it is done, think, repeat while
-    requests remain (and, with `max_seconds`, until then). With `arrival_s`, a request is
-    not sent before its arrival time."""
-    for index in next_index:
-        if max_seconds is not None and env.now > max_seconds:
-            break
-        while arrival_s is not None and arrival_s[index] > env.now:
-            yield env.timeout(arrival_s[index] - env.now)
-        done = env.event()
-        state.submit(index, env.now, done)
-        yield done
-        if think_time_s:
-            yield env.timeout(think_time_s)
-    users_left[0] -= 1
-    if users_left[0] == 0:
-        state.arrived_all()
-
-
-def conversation_starts(env, state: SimState, sessions):
-    """Start each conversation of a `SessionPlan` at its start time, as a process of its own."""
-    left = [sessions.num_conversations]
-    for c, start_s in enumerate(sessions.start_s.tolist()):
-        while start_s > env.now:  # float rounding may land a hair early: wait the rest
-            yield env.timeout(start_s - env.now)
-        env.process(conversation(env, state, start_s, sessions.requests(c),
-                                 sessions.think_time_s, left))
-
-
-def conversation(env, state: SimState, start_s: float, turns: range, think_time_s: float,
-                 left: list):
-    """One conversation: its first turn at `start_s`, each later one `think_time_s` after the
-    previous one finished. After a rejected turn the later ones are never sent, and are
-    recorded as rejected (every request is accounted for)."""
-    arrival_s = start_s
-    for index in turns:
-        done = env.event()
-        seq = state.submit(index, arrival_s, done)
-        yield done
-        if seq.status is SequenceStatus.REJECTED:
-            for later in range(index + 1, turns.stop):
-                state.refuse(later, env.now, REJECTED_EARLIER)
-            break
-        if think_time_s and index + 1 < turns.stop:
-            yield env.timeout(think_time_s)
-        arrival_s = env.now
-    left[0] -= 1
-    if left[0] == 0:
-        state.arrived_all()
-
-
 def engine(env, state: SimState, replica: Replica):
     """The engine loop: one iteration per step, sleeping while there is nothing to run. An
     executor with `after_idle(idle_s)` (the cost model's) is told how long the engine slept
@@ -356,18 +289,7 @@ def run_engines(env, replicas: list[Replica], make_sequence, *, arrival_s=None,
     bar = _progress_bar(num_requests) if progress else None
     state = SimState(replicas, make_sequence, bar, fast_forward,
                      closed_loop is not None or sessions is not None, router, refused)
-    if sessions is not None:
-        env.process(conversation_starts(env, state, sessions))
-    elif closed_loop is None:
-        env.process(open_arrivals(env, state, arrival_s))
-    else:
-        indices = iter(range(num_requests))  # shared: whichever user is free takes the next
-        users = min(closed_loop.concurrency, num_requests)  # the others would never send one
-        users_left = [users]
-        times = None if closed_loop.arrival_s is None else closed_loop.arrival_s.tolist()
-        for _ in range(users):
-            env.process(closed_loop_user(env, state, indices, closed_loop.think_time_s,
-                                         users_left, closed_loop.max_seconds, times))
+    start_clients(env, state, arrival_s, closed_loop, sessions, num_requests)
     # created last: they see the arrivals of their instant
     engines = [env.process(engine(env, state, replica)) for replica in replicas]
     try:

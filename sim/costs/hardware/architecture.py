@@ -33,11 +33,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-# Bytes of a weight (or KV-cache) element. NVFP4 stores 4-bit values with one fp8 scale per 16
-# of them (and one fp32 scale per tensor, negligible): 0.5 + 1/16 bytes.
 # Bytes of an element of the weights quantized checkpoints keep 16-bit (embedding, LM head,
 # routers)
 KEPT_BYTES = 2
+# Bytes of a weight (or KV-cache) element. NVFP4 stores 4-bit values with one fp8 scale per 16
+# of them (and one fp32 scale per tensor, negligible): 0.5 + 1/16 bytes.
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp4": 2}
 # mxfp4, as gpt-oss ships: the routed experts in MXFP4 (4 bits and an 8-bit scale per 32
 # weights), every other weight in bf16, computed in bf16 (the kernels dequantize: w4a16)
@@ -53,6 +53,8 @@ def expert_bytes(dtype: str) -> float:
 def compute_dtype(dtype: str) -> str:
     """The tensor-core dtype a model of weights in `dtype` computes in."""
     return COMPUTE_DTYPES.get(dtype, dtype)
+
+
 NORMS = ("rmsnorm", "layernorm")
 MOE_KEYS = ("experts_per_token", "moe_d_ff", "n_shared_experts", "shared_d_ff",
             "n_dense_layers")

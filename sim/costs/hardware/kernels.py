@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from .interpolation import Curve, Difference, Grid, bracket
+from . import tables
+from .interpolation import Grid, bracket
 
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 # servesim GPU ids with tables -> the package's system folder
@@ -107,12 +107,6 @@ def _version_dirs(folder: Path) -> list[str]:
     return sorted((p.name for p in folder.iterdir() if p.is_dir()), key=version_key)
 
 
-def _read(path: Path):
-    import pandas as pd  # pandas reads parquet through pyarrow, which servesim[gpu] brings
-
-    return pd.read_parquet(path)
-
-
 class KernelTables:
     """The measured kernel times of one GPU under one framework version (module docstring);
     every method answers seconds (a number or an array like its size argument) or None."""
@@ -178,7 +172,8 @@ class KernelTables:
         """Seconds that computing an fp8 activation scale adds to quantizing m rows of width k
         (dynamic minus static quantization, as the framework measured it); None: the tables
         have no such measurement near k."""
-        table = _scale_differences(self._table_path("quantize", "computescale_perf.parquet"))
+        path = self.table_path("quantize", "computescale_perf.parquet")
+        table = tables.scale_differences(path)
         if table is None:
             return None
         ks, differences = table
@@ -189,9 +184,11 @@ class KernelTables:
         return sum(w * differences[ks[i]].at(logm) for i, w in side) * 1e-3
 
     def _gemm_shapes(self, dtype: str):
-        return _gemm_curves(self._table_path("gemm", "gemm_perf.parquet"), dtype)
+        return tables.gemm_curves(self.table_path("gemm", "gemm_perf.parquet"), dtype)
 
-    def _table_path(self, family: str, name: str, framework: str | None = None) -> str | None:
+    def table_path(self, family: str, name: str, framework: str | None = None) -> str | None:
+        """The file of `family`'s table `name` that this version reads (the newest not newer
+        that has it); None: none."""
         folder = self.root / self.system / family / (framework or self.framework)
         limit = version_key(self.version)
         for version in reversed(_version_dirs(folder)):
@@ -205,16 +202,16 @@ class KernelTables:
                     window: int = 0) -> Grid | None:
         """Decode attention of one layer over (batch, KV length per sequence), `heads` and
         `kv_heads` per GPU; None: not measured for these heads or this KV dtype."""
-        return _attention_grid(self._table_path("attention", "generation_attention_perf.parquet"),
-                               heads, kv_heads, head_dim, KV_DTYPES.get(kv_dtype, kv_dtype),
-                               window, decode=True)
+        path = self.table_path("attention", "generation_attention_perf.parquet")
+        return tables.attention_grid(path, heads, kv_heads, head_dim,
+                                     KV_DTYPES.get(kv_dtype, kv_dtype), window, decode=True)
 
     def prefill_grid(self, heads: int, kv_heads: int, head_dim: int, kv_dtype: str,
                      window: int = 0) -> Grid | None:
         """Prefill attention of one layer over (batch, prompt length: causal, from the start)."""
-        return _attention_grid(self._table_path("attention", "context_attention_perf.parquet"),
-                               heads, kv_heads, head_dim, KV_DTYPES.get(kv_dtype, kv_dtype),
-                               window, decode=False)
+        path = self.table_path("attention", "context_attention_perf.parquet")
+        return tables.attention_grid(path, heads, kv_heads, head_dim,
+                                     KV_DTYPES.get(kv_dtype, kv_dtype), window, decode=False)
 
     def mla_grid(self, model: str, heads: int, kv_dtype: str, gemm_dtype: str,
                  decode: bool) -> Grid | None:
@@ -223,17 +220,17 @@ class KernelTables:
         DeepSeek-V3's), `heads` per GPU, over (batch, prompt length) or (batch, KV length)."""
         name = "mla_generation_module_perf.parquet" if decode else \
             "mla_context_module_perf.parquet"
-        return _mla_grid(self._table_path("mla", name), model, heads,
-                         KV_DTYPES.get(kv_dtype, kv_dtype), gemm_dtype, decode)
+        return tables.mla_grid(self.table_path("mla", name), model, heads,
+                               KV_DTYPES.get(kv_dtype, kv_dtype), gemm_dtype, decode)
 
     # --- mixture of experts -----------------------------------------------------------------
     def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int, ep: int,
             dtype: str, distribution: str = "power_law_1.2"):
         """Seconds of one MoE layer's experts for `tokens` tokens (before routing), their
         routing skewed as `distribution` ("balanced", "power_law_1.01", "power_law_1.2")."""
-        curve = _moe_curve(self._table_path("moe", "moe_perf.parquet"),
-                           MOE_DTYPES.get(dtype, dtype), hidden, inter, topk, experts, tp, ep,
-                           distribution)
+        curve = tables.moe_curve(self.table_path("moe", "moe_perf.parquet"),
+                                 MOE_DTYPES.get(dtype, dtype), hidden, inter, topk, experts, tp,
+                                 ep, distribution)
         if curve is None:
             return None
         return np.exp(curve.log_at(np.log(np.asarray(tokens, dtype=np.float64)))) * 1e-3
@@ -244,130 +241,11 @@ class KernelTables:
         GPUs (the framework's custom all-reduce; in a CUDA graph up to `GRAPH_TOKENS` tokens,
         eager above where the tables have both); None: not measured for `gpus` GPUs."""
         tokens = np.asarray(tokens, dtype=np.float64)
-        path = self._table_path("comm", "custom_allreduce_perf.parquet")
-        graph = _all_reduce_curve(path, gpus, graph=True)
+        path = self.table_path("comm", "custom_allreduce_perf.parquet")
+        graph = tables.all_reduce_curve(path, gpus, graph=True)
         if graph is None:
             return None
-        eager = _all_reduce_curve(path, gpus, graph=False) or graph
+        eager = tables.all_reduce_curve(path, gpus, graph=False) or graph
         logs = np.log(np.maximum(tokens, 1.0) * hidden)
         out = np.where(tokens <= GRAPH_TOKENS, graph.log_at(logs), eager.log_at(logs))
         return np.exp(out) * 1e-3
-
-
-@lru_cache(maxsize=32)
-def _cached_table(path: str):
-    return _read(Path(path))
-
-
-def _default_kernel(table):
-    """The rows of the kernel measured most often: the framework's default implementation."""
-    return table[table["kernel_source"] == table["kernel_source"].value_counts().index[0]]
-
-
-def _grid_by_batch(table, length) -> Grid:
-    """A `Grid` of the table's latencies: one curve over `length` per measured batch size."""
-    batches, curves = [], []
-    for batch, rows in table.assign(length=length).groupby("batch_size"):
-        batches.append(float(batch))
-        curves.append(Curve(rows["length"].to_numpy(), rows["latency"].to_numpy()))
-    return Grid(batches, curves)
-
-
-@lru_cache(maxsize=32)
-def _gemm_curves(path: str | None, dtype: str):
-    """(sorted n values, sorted k values, {(n, k): Curve over m}) of one dtype's GEMMs."""
-    if path is None:
-        return None
-    table = _cached_table(path)
-    table = table[table["gemm_dtype"] == dtype]
-    if table.empty:
-        return None
-    table = _default_kernel(table)
-    curves = {(int(n), int(k)): Curve(group["m"].to_numpy(), group["latency"].to_numpy())
-              for (n, k), group in table.groupby(["n", "k"])}
-    return (sorted({n for n, _ in curves}), sorted({k for _, k in curves}), curves)
-
-
-@lru_cache(maxsize=32)
-def _scale_differences(path: str | None):
-    """(sorted k values, {k: Difference over m}) of the fp8 activation-scale times."""
-    if path is None:
-        return None
-    table = _cached_table(path)
-    table = table[table["quant_dtype"] == "fp8"]
-    if table.empty:
-        return None
-    differences = {int(k): Difference(group["m"].to_numpy(), group["latency"].to_numpy())
-                   for k, group in table.groupby("k")}
-    return sorted(differences), differences
-
-
-@lru_cache(maxsize=64)
-def _attention_grid(path: str | None, heads: int, kv_heads: int, head_dim: int, kv_dtype: str,
-                    window: int, decode: bool) -> Grid | None:
-    if path is None:
-        return None
-    table = _cached_table(path)
-    window_size = table["window_size"] if "window_size" in table else 0  # older: no windows
-    table = table[(table["num_heads"] == heads) & (table["num_key_value_heads"] == kv_heads)
-                  & (table["head_dim"] == head_dim) & (table["kv_cache_dtype"] == kv_dtype)
-                  & (window_size == window)]
-    if "attn_dtype" in table and not decode:
-        table = table[table["attn_dtype"] == "bfloat16"]
-    if table.empty:
-        return None
-    table = _default_kernel(table)
-    length = table["step"] + 1 if decode else table["isl"]
-    return _grid_by_batch(table, length)
-
-
-@lru_cache(maxsize=16)
-def _mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtype: str,
-              decode: bool) -> Grid | None:
-    if path is None:
-        return None
-    table = _cached_table(path)
-    table = table[(table["model"] == model) & (table["num_heads"] == heads)
-                  & (table["kv_cache_dtype"] == kv_dtype) & (table["gemm_type"] == gemm_dtype)
-                  & (table["mla_dtype"] == "bfloat16")]
-    if table.empty:
-        return None
-    # the kernel measured most often, and another's points where it has none (vLLM's MLA
-    # backends were each measured over part of the lengths)
-    order = table["kernel_source"].value_counts().index
-    table = table.assign(rank=table["kernel_source"].map({k: i for i, k in enumerate(order)}))
-    table = table.sort_values("rank").drop_duplicates(["batch_size", "isl", "step"])
-    length = table["step"] if decode else table["isl"]  # the KV length, or the prompt's
-    return _grid_by_batch(table, length)
-
-
-@lru_cache(maxsize=64)
-def _moe_curve(path: str | None, dtype: str, hidden: int, inter: int, topk: int, experts: int,
-               tp: int, ep: int, distribution: str) -> Curve | None:
-    if path is None:
-        return None
-    table = _cached_table(path)
-    table = table[(table["moe_dtype"] == dtype) & (table["hidden_size"] == hidden)
-                  & (table["inter_size"] == inter) & (table["topk"] == topk)
-                  & (table["num_experts"] == experts) & (table["moe_tp_size"] == tp)
-                  & (table["moe_ep_size"] == ep)
-                  & (table["distribution"] == distribution)]
-    if table.empty:
-        return None
-    table = _default_kernel(table)
-    return Curve(table["num_tokens"].to_numpy(), table["latency"].to_numpy())
-
-
-@lru_cache(maxsize=32)
-def _all_reduce_curve(path: str | None, gpus: int, graph: bool) -> Curve | None:
-    if path is None:
-        return None
-    table = _cached_table(path)
-    table = table[table["num_gpus"] == gpus]
-    if "backend" in table:
-        table = table[table["backend"].str.endswith("_graph" if graph else "_eager")]
-    elif not graph:
-        return None  # one implementation (TensorRT-LLM): the graph curve serves every step
-    if table.empty:
-        return None
-    return Curve(table["message_size"].to_numpy(), table["latency"].to_numpy())

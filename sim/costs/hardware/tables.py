@@ -1,0 +1,133 @@
+"""One measured table read into what the lookups of `kernels.py` interpolate: the rows of one
+shape and dtype, of the kernel the framework runs by default (the one measured most often), as
+`Curve`s over the token dimension or `Grid`s of curves by batch size. Each is read once per
+process (cached by path and shape); `None` where the table has no such rows.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .interpolation import Curve, Difference, Grid
+
+
+@lru_cache(maxsize=32)
+def cached_table(path: str):
+    """The whole table at `path` (a parquet file), latencies in milliseconds."""
+    import pandas as pd  # pandas reads parquet through pyarrow, which servesim[gpu] brings
+
+    return pd.read_parquet(path)
+
+
+def default_kernel(table):
+    """The rows of the kernel measured most often: the framework's default implementation."""
+    return table[table["kernel_source"] == table["kernel_source"].value_counts().index[0]]
+
+
+def grid_by_batch(table, length) -> Grid:
+    """A `Grid` of the table's latencies: one curve over `length` per measured batch size."""
+    batches, curves = [], []
+    for batch, rows in table.assign(length=length).groupby("batch_size"):
+        batches.append(float(batch))
+        curves.append(Curve(rows["length"].to_numpy(), rows["latency"].to_numpy()))
+    return Grid(batches, curves)
+
+
+@lru_cache(maxsize=32)
+def gemm_curves(path: str | None, dtype: str):
+    """(sorted n values, sorted k values, {(n, k): Curve over m}) of one dtype's GEMMs."""
+    if path is None:
+        return None
+    table = cached_table(path)
+    table = table[table["gemm_dtype"] == dtype]
+    if table.empty:
+        return None
+    table = default_kernel(table)
+    curves = {(int(n), int(k)): Curve(group["m"].to_numpy(), group["latency"].to_numpy())
+              for (n, k), group in table.groupby(["n", "k"])}
+    return (sorted({n for n, _ in curves}), sorted({k for _, k in curves}), curves)
+
+
+@lru_cache(maxsize=32)
+def scale_differences(path: str | None):
+    """(sorted k values, {k: Difference over m}) of the fp8 activation-scale times."""
+    if path is None:
+        return None
+    table = cached_table(path)
+    table = table[table["quant_dtype"] == "fp8"]
+    if table.empty:
+        return None
+    differences = {int(k): Difference(group["m"].to_numpy(), group["latency"].to_numpy())
+                   for k, group in table.groupby("k")}
+    return sorted(differences), differences
+
+
+@lru_cache(maxsize=64)
+def attention_grid(path: str | None, heads: int, kv_heads: int, head_dim: int, kv_dtype: str,
+                    window: int, decode: bool) -> Grid | None:
+    if path is None:
+        return None
+    table = cached_table(path)
+    window_size = table["window_size"] if "window_size" in table else 0  # older: no windows
+    table = table[(table["num_heads"] == heads) & (table["num_key_value_heads"] == kv_heads)
+                  & (table["head_dim"] == head_dim) & (table["kv_cache_dtype"] == kv_dtype)
+                  & (window_size == window)]
+    if "attn_dtype" in table and not decode:
+        table = table[table["attn_dtype"] == "bfloat16"]
+    if table.empty:
+        return None
+    table = default_kernel(table)
+    length = table["step"] + 1 if decode else table["isl"]
+    return grid_by_batch(table, length)
+
+
+@lru_cache(maxsize=16)
+def mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtype: str,
+              decode: bool) -> Grid | None:
+    if path is None:
+        return None
+    table = cached_table(path)
+    table = table[(table["model"] == model) & (table["num_heads"] == heads)
+                  & (table["kv_cache_dtype"] == kv_dtype) & (table["gemm_type"] == gemm_dtype)
+                  & (table["mla_dtype"] == "bfloat16")]
+    if table.empty:
+        return None
+    # the kernel measured most often, and another's points where it has none (vLLM's MLA
+    # backends were each measured over part of the lengths)
+    order = table["kernel_source"].value_counts().index
+    table = table.assign(rank=table["kernel_source"].map({k: i for i, k in enumerate(order)}))
+    table = table.sort_values("rank").drop_duplicates(["batch_size", "isl", "step"])
+    length = table["step"] if decode else table["isl"]  # the KV length, or the prompt's
+    return grid_by_batch(table, length)
+
+
+@lru_cache(maxsize=64)
+def moe_curve(path: str | None, dtype: str, hidden: int, inter: int, topk: int, experts: int,
+               tp: int, ep: int, distribution: str) -> Curve | None:
+    if path is None:
+        return None
+    table = cached_table(path)
+    table = table[(table["moe_dtype"] == dtype) & (table["hidden_size"] == hidden)
+                  & (table["inter_size"] == inter) & (table["topk"] == topk)
+                  & (table["num_experts"] == experts) & (table["moe_tp_size"] == tp)
+                  & (table["moe_ep_size"] == ep)
+                  & (table["distribution"] == distribution)]
+    if table.empty:
+        return None
+    table = default_kernel(table)
+    return Curve(table["num_tokens"].to_numpy(), table["latency"].to_numpy())
+
+
+@lru_cache(maxsize=32)
+def all_reduce_curve(path: str | None, gpus: int, graph: bool) -> Curve | None:
+    if path is None:
+        return None
+    table = cached_table(path)
+    table = table[table["num_gpus"] == gpus]
+    if "backend" in table:
+        table = table[table["backend"].str.endswith("_graph" if graph else "_eager")]
+    elif not graph:
+        return None  # one implementation (TensorRT-LLM): the graph curve serves every step
+    if table.empty:
+        return None
+    return Curve(table["message_size"].to_numpy(), table["latency"].to_numpy())
