@@ -202,9 +202,12 @@ def _sorted(sizes, latencies):
 
 def _held_out(sizes: np.ndarray, seconds: np.ndarray) -> np.ndarray:
     """|error| of the odd-index points predicted from the even-index ones
-    (`interpolation.Curve`)."""
-    from sim.costs.hardware.interpolation import Curve
+    (`interpolation.Curve`), a size measured more than once taken once, as the model takes it
+    (the geometric mean of its times)."""
+    from sim.costs.hardware.interpolation import Curve, merged
 
+    sizes, logs = merged(sizes, np.log(seconds))
+    seconds = np.exp(logs)
     kept = Curve(sizes[0::2], seconds[0::2] * 1e3)
     predicted = np.exp(kept.log_at(np.log(sizes[1::2]))) * 1e-3
     errors = np.abs(predicted / seconds[1::2] - 1)

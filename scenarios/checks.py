@@ -13,6 +13,7 @@ one-line errors: scenarios are data and schema, and never import the simulator.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .defaults import (DISAGGREGATION_KEYS, GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS, MAX_GPUS,
@@ -271,7 +272,7 @@ def _check_hardware(config: dict, path: Path) -> None:
         raise FieldError("model.config", "give model.name (a catalog id) or model.config (a "
                                          "config.json), not both")
     if "config" in model:
-        model["config"] = find_file(model["config"], path)
+        model["config"] = _model_config(model["config"], path)
     elif "name" not in model:
         missing = [k for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size",
                                "max_seq_len") if k not in model]
@@ -321,16 +322,24 @@ def _check_engine(config: dict) -> None:
                                                "'swap' (host KV blocks for swapped-out sequences)")
 
 
-def find_file(name: str, scenario_path: Path) -> str:
-    """A relative path as the absolute path of the first existing file among the current
-    directory, the scenario's folder and the repository root; unchanged when none exists (the
-    simulator then says where it looked)."""
+def find_file(name: str, scenario_path: Path, exists=Path.is_file) -> str:
+    """A relative path as the absolute path of the first existing file (`exists`) among the
+    current directory, the scenario's folder and the repository root (`~` is the home folder);
+    unchanged when none exists (the simulator then says where it looked)."""
+    name = os.path.expanduser(name)
     if Path(name).is_absolute():
         return name
     for base in (Path.cwd(), scenario_path.parent, REPO_ROOT):
-        if (base / name).is_file():
+        if exists(base / name):
             return str((base / name).resolve())
     return name
+
+
+def _model_config(name: str, scenario_path: Path) -> str:
+    """`model.config` found as `find_file` finds a file: a config.json, or a model's folder
+    holding one, as vLLM takes a model's folder."""
+    found = Path(find_file(name, scenario_path, Path.exists))
+    return str(found / "config.json") if (found / "config.json").is_file() else str(found)
 
 
 def _is_path(profile: str) -> bool:

@@ -12,6 +12,7 @@ import pytest
 
 import scenarios
 import sim
+from helpers.hf_configs import CONFIGS, write_config
 from scenarios import ScenarioError
 from sim.checks import check_scenario
 from sim.costs.hardware import (HardwareCost, gpu_spec, gpus, hardware_setup, layer_op_times,
@@ -271,7 +272,18 @@ def test_expert_parallelism_changes_no_weight_but_the_activations(tmp_path):
     ({"model": 'name = "Qwen/Qwen3-30B-A3B"\nexperts_per_token = 200'},
      "model.experts_per_token must be from 1 to model.n_experts (128), got 200"),
     ({"model": 'name = "meta-llama/Llama-3.1-8B"\nmoe_d_ff = 1024'},
-     "model.moe_d_ff is a mixture-of-experts key: give model.n_experts too"),
+     "model.moe_d_ff (1024) is a mixture-of-experts key and model.n_experts is 0 (no experts): "
+     "give model.n_experts, or set moe_d_ff to 0 too"),
+    ({"model": 'name = "deepseek-ai/DeepSeek-V3"\nn_experts = 0', "tp": 8,
+      "hardware": 'dtype = "fp8"', "gpu": "h200"},  # turning the experts off names every key
+     "give model.n_experts, or set experts_per_token, moe_d_ff, n_shared_experts, "
+     "n_dense_layers to 0 too"),
+    ({"model": 'name = "meta-llama/Llama-3.1-8B"\nn_experts = 8'},
+     "model.experts_per_token (the experts each token is routed to) must be given with "
+     "model.n_experts"),
+    ({"model": 'name = "deepseek-ai/DeepSeek-V3"\nn_heads = 12', "tp": 4,
+      "hardware": 'dtype = "fp8"', "gpu": "h200"},  # latent attention: any head count
+     "does not fit on h200"),
     ({"model": 'name = "meta-llama/Llama-3.1-8B"\nsliding_window = 4096'},
      "model.sliding_window and model.sliding_layers come together"),
     ({"model": 'name = "Qwen/Qwen3-30B-A3B"\nshared_d_ff = 1024'},
@@ -375,62 +387,6 @@ def test_model_keys_of_experts_are_refused_without_the_hardware_model(tmp_path):
 
 # --- a model from its config.json -------------------------------------------------------------
 
-# The keys of each model's published config.json that the reader uses (values as published).
-CONFIGS = {
-    "deepseek-ai/DeepSeek-V3": {
-        "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 61,
-        "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
-        "intermediate_size": 18432, "vocab_size": 129280, "max_position_embeddings": 163840,
-        "tie_word_embeddings": False, "n_routed_experts": 256, "num_experts_per_tok": 8,
-        "moe_intermediate_size": 2048, "n_shared_experts": 1, "first_k_dense_replace": 3,
-        "moe_layer_freq": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
-        "head_dim": 64},  # as recent transformers write it (= qk_rope_head_dim)
-    "openai/gpt-oss-120b": {
-        "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 36, "hidden_size": 2880,
-        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-        "intermediate_size": 2880, "vocab_size": 201088, "max_position_embeddings": 131072,
-        "tie_word_embeddings": False, "attention_bias": True, "num_local_experts": 128,
-        "num_experts_per_tok": 4, "experts_per_token": 4, "sliding_window": 128,
-        "layer_types": ["sliding_attention", "full_attention"] * 18},
-    "Qwen/Qwen3-30B-A3B": {
-        "architectures": ["Qwen3MoeForCausalLM"], "num_hidden_layers": 48, "hidden_size": 2048,
-        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
-        "intermediate_size": 6144, "vocab_size": 151936, "max_position_embeddings": 40960,
-        "tie_word_embeddings": False, "attention_bias": False, "num_experts": 128,
-        "num_experts_per_tok": 8, "moe_intermediate_size": 768, "mlp_only_layers": [],
-        "decoder_sparse_step": 1, "use_sliding_window": False, "sliding_window": None,
-        "max_window_layers": 48},
-    "mistralai/Mixtral-8x7B-v0.1": {
-        "architectures": ["MixtralForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
-        "vocab_size": 32000, "max_position_embeddings": 32768, "tie_word_embeddings": False,
-        "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": None},
-    "meta-llama/Llama-3.1-405B": {
-        "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 126, "hidden_size": 16384,
-        "num_attention_heads": 128, "num_key_value_heads": 8, "intermediate_size": 53248,
-        "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": False,
-        "attention_bias": False, "mlp_bias": False},
-    "Qwen/Qwen3-32B": {
-        "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 64, "hidden_size": 5120,
-        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
-        "intermediate_size": 25600, "vocab_size": 151936, "max_position_embeddings": 40960,
-        "tie_word_embeddings": False, "attention_bias": False, "use_sliding_window": False,
-        "sliding_window": None, "max_window_layers": 64},
-    "mistralai/Mistral-7B-v0.1": {
-        "architectures": ["MistralForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
-        "vocab_size": 32000, "max_position_embeddings": 32768, "tie_word_embeddings": False,
-        "sliding_window": 4096},
-}
-
-
-def write_config(tmp_path, table, name="config.json") -> str:
-    path = tmp_path / name
-    path.write_text(json.dumps(table))
-    return str(path)
-
-
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_a_config_json_reads_as_the_catalog_model(tmp_path, name):
     arch = model_architecture({"config": write_config(tmp_path, CONFIGS[name])})
@@ -470,6 +426,20 @@ def test_a_config_json_model_runs_and_keys_beside_it_change_it(tmp_path):
     model = spec.config.model  # as run: the file (absolute) and the shape it read
     assert model.n_experts == 128 and model.config == str(tmp_path / "qwen.json")
     assert len(recorder.request_columns()["finish_s"]) == 20
+
+
+def test_a_models_folder_a_bom_and_the_home_folder_find_its_config_json(tmp_path, monkeypatch):
+    # vLLM takes a model's folder; some editors start a file with a byte-order mark
+    folder = tmp_path / "Qwen3-30B-A3B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(CONFIGS["Qwen/Qwen3-30B-A3B"]),
+                                        encoding="utf-8-sig")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for given in ("Qwen3-30B-A3B", str(folder), "~/Qwen3-30B-A3B/config.json"):
+        assert setup_of(tmp_path, model=f'config = "{given}"', tp=2).arch.n_experts == 128
+    (tmp_path / "empty").mkdir()
+    assert "model.config: " in refusal(tmp_path, model='config = "empty"') and \
+        "is a folder without a config.json" in refusal(tmp_path, model='config = "empty"')
 
 
 @pytest.mark.parametrize("content, message", [

@@ -52,6 +52,24 @@ def test_between_points_a_power_law_and_beyond_twice_the_range_nothing():
     assert values[0] == pytest.approx(1.0) and math.isnan(values[2])
 
 
+def test_a_point_measured_twice_is_their_geometric_mean_and_the_ends_still_extend():
+    # vLLM 0.14's A100 prefill-attention table and SGLang's MoE tables on the GB200, B300 and
+    # GB300 hold some points twice: a segment between them divided by zero
+    curve = Curve([10.0, 100.0, 100.0, 1000.0, 1000.0], [1.0, 2.0, 8.0, 64.0, 64.0])
+    at = lambda x: math.exp(curve.log_at_one(math.log(x)))
+    assert at(100.0) == pytest.approx(4.0) and at(1500.0) == pytest.approx(
+        float(np.exp(curve.log_at(math.log(1500.0)))))
+    assert math.isfinite(at(1500.0)) and math.isfinite(at(6.0))
+    a100 = KernelTables("a100-80gb-sxm").prefill_grid(8, 8, 128, "bf16")
+    assert all(math.isfinite(a100.at_one(batch, length)) for batch in (1, 4, 64)
+               for length in (16, 3000, 40_000) if a100.at_one(batch, length) == a100.at_one(
+                   batch, length))  # NaN only past the reach, never inf or a division error
+    b300 = KernelTables("b300", "sglang")
+    experts = b300.moe([16384, 24576, 32768], 7168, 2048, 8, 256, 1, 8, "fp8_block",
+                      "power_law_1.01")
+    assert experts is not None and np.all(np.isfinite(experts) & (experts > 0))
+
+
 def test_a_gemm_between_measured_shapes_lies_between_its_neighbours():
     low, high = H200.gemm(512, 16384, 4096, "bf16"), H200.gemm(512, 51200, 4096, "bf16")
     assert low < H200.gemm(512, 28672, 4096, "bf16") < high
@@ -182,6 +200,22 @@ def test_deepseeks_latent_attention_is_measured_as_one_block():
     assert ops.decode_attention(0, 64, 64 * 2048) == pytest.approx(
         H200.mla_grid(arch.name, 16, "bf16", "fp8_block", True).at_one(64, 2048))
     assert 0 < ops.prefill_attention(0, 1, 4096 * 4097 / 2, 4096) < 1e-2
+
+
+def test_a_config_json_of_deepseeks_shape_is_measured_as_deepseeks_block(tmp_path):
+    # DeepSeek-R1's config.json names no model (no _name_or_path): its block is V3's all the same
+    from helpers.hf_configs import CONFIGS, write_config
+
+    from sim.costs.hardware import model_architecture
+    from sim.costs.hardware.measured import MeasuredOps
+
+    r1 = model_architecture({"config": write_config(tmp_path, CONFIGS["deepseek-ai/DeepSeek-V3"])})
+    assert r1.name != "deepseek-ai/DeepSeek-V3"
+    ops = MeasuredOps(r1, 8, "fp8", "bf16", H200)
+    assert ops.mla_block and ops.sources()["decode_attention"] == "measured"
+    wider = model_architecture({"config": write_config(tmp_path, CONFIGS[
+        "deepseek-ai/DeepSeek-V3"] | {"kv_lora_rank": 1024}, "wider.json")})
+    assert not MeasuredOps(wider, 8, "fp8", "bf16", H200).mla_block  # another shape
 
 
 def test_the_router_and_lm_head_are_bf16_and_a_window_caps_a_chunks_work():

@@ -109,7 +109,7 @@ class Architecture:
             value = getattr(self, f)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"model.{f} must be an integer >= 0, got {value!r}")
-        if not self.head_dim and self.d_model % self.n_heads:
+        if not self.head_dim and not self.is_mla and self.d_model % self.n_heads:
             raise ValueError(f"model.d_model ({self.d_model}) must be divisible by "
                              f"model.n_heads ({self.n_heads}), or give model.head_dim")
         if not self.is_mla and self.n_heads % self.n_kv_heads:
@@ -125,9 +125,14 @@ class Architecture:
         if not self.n_experts:
             given = [k for k in MOE_KEYS if getattr(self, k)]
             if given:
-                raise ValueError(f"model.{given[0]} is a mixture-of-experts key: give "
-                                 f"model.n_experts too")
+                raise ValueError(f"model.{given[0]} ({getattr(self, given[0])}) is a "
+                                 f"mixture-of-experts key and model.n_experts is 0 (no "
+                                 f"experts): give model.n_experts, or set "
+                                 f"{', '.join(given)} to 0 too")
             return
+        if not self.experts_per_token:
+            raise ValueError("model.experts_per_token (the experts each token is routed to) "
+                             "must be given with model.n_experts")
         if not 1 <= self.experts_per_token <= self.n_experts:
             raise ValueError(f"model.experts_per_token must be from 1 to model.n_experts "
                              f"({self.n_experts}), got {self.experts_per_token}")
@@ -145,8 +150,10 @@ class Architecture:
         if not self.kv_lora_rank:
             given = [k for k in MLA_KEYS if getattr(self, k)]
             if given:
-                raise ValueError(f"model.{given[0]} is a multi-head latent attention key: give "
-                                 f"model.kv_lora_rank too")
+                raise ValueError(f"model.{given[0]} ({getattr(self, given[0])}) is a multi-head "
+                                 f"latent attention key and model.kv_lora_rank is 0 (no latent "
+                                 f"attention): give model.kv_lora_rank, or set "
+                                 f"{', '.join(given)} to 0 too")
             return
         for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             if not getattr(self, f):

@@ -39,11 +39,14 @@ def config_architecture(path: str, given: dict | None = None) -> dict:
 
 def _read(path: str) -> dict:
     file = Path(path)
+    if file.is_dir():
+        raise FileNotFoundError(f"model.config: {path} is a folder without a config.json; give "
+                                f"a Hugging Face config.json or the model's folder holding one")
     if not file.is_file():
         raise FileNotFoundError(f"model.config: file not found: {path} (looked in the current "
                                 f"directory, beside the scenario and at the repository root)")
     try:
-        config = json.loads(file.read_text(encoding="utf-8"))
+        config = json.loads(file.read_text(encoding="utf-8-sig"))  # a BOM, as some editors write
     except json.JSONDecodeError as exc:
         raise ValueError(f"model.config: {path} is not JSON ({exc.msg} at line "
                          f"{exc.lineno})") from None

@@ -1,7 +1,8 @@
 """Interpolation over measured kernel latencies, in log-log space: between two measured
-sizes a kernel's time follows the power law through them; past either end the end segment's
-power law holds for at most `MAX_REACH` times the measured range, and beyond that the answer
-is NaN, for the caller to cost by another model and say so."""
+sizes a kernel's time follows the power law through them (a size measured more than once, at
+the geometric mean of its times); past either end the end segment's power law holds for at
+most `MAX_REACH` times the measured range, and beyond that the answer is NaN, for the caller
+to cost by another model and say so."""
 
 from __future__ import annotations
 
@@ -13,13 +14,20 @@ import numpy as np
 MAX_REACH = 2.0  # times past the measured range that a power-law extrapolation may go
 
 
+def merged(sizes, values) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct sizes in order, the mean of the values at each): a table may hold a point
+    measured twice, which a segment between two points cannot."""
+    unique, where = np.unique(np.asarray(sizes, dtype=np.float64), return_inverse=True)
+    values = np.asarray(values, dtype=np.float64)
+    return unique, np.bincount(where, weights=values) / np.bincount(where)
+
+
 class Curve:
     """Measured (size, latency) points of one kernel shape, as log-log segments."""
 
     def __init__(self, sizes, latencies):
-        order = np.argsort(sizes)
-        self.x = np.log(np.asarray(sizes, dtype=np.float64)[order])
-        self.y = np.log(np.maximum(np.asarray(latencies, dtype=np.float64)[order], 1e-9))
+        sizes, logs = merged(sizes, np.log(np.maximum(np.asarray(latencies, np.float64), 1e-9)))
+        self.x, self.y = np.log(sizes), logs
         self.low, self.high = self.x[0] - math.log(MAX_REACH), self.x[-1] + math.log(MAX_REACH)
         self._x, self._y = self.x.tolist(), self.y.tolist()
 
@@ -55,9 +63,8 @@ class Difference:
     range."""
 
     def __init__(self, sizes, seconds):
-        order = np.argsort(sizes)
-        self.x = np.log(np.asarray(sizes, dtype=np.float64)[order])
-        self.y = np.asarray(seconds, dtype=np.float64)[order]
+        sizes, self.y = merged(sizes, seconds)
+        self.x = np.log(sizes)
         self.low, self.high = self.x[0] - math.log(MAX_REACH), self.x[-1] + math.log(MAX_REACH)
 
     def at(self, logx) -> np.ndarray:

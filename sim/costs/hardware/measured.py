@@ -16,9 +16,9 @@ operators onto the tables of `kernels.py`:
 - the two all-reduces of a layer onto the framework's custom all-reduce;
 - prefill and decode attention of each group of layers (full, or sliding with its window) onto
   the context and generation attention kernels of the GPU's heads;
-- a latent-attention layer (DeepSeek-V3), where the package measured it, as one block: its
-  projections, norms, attention and output projection from the context and generation MLA
-  module tables, per step (`mla_block`).
+- a latent-attention layer of DeepSeek-V3's shape (DeepSeek-R1's too, from any config.json),
+  where the package measured it, as one block: its projections, norms, attention and output
+  projection from the context and generation MLA module tables, per step (`mla_block`).
 The elementwise kernels (norms, rotary embedding, activation, residual adds, embedding lookup)
 have no tables and stay on the roofline, as in the package's own estimator; so does any
 operator whose shape, dtype or head count the tables lack. `sources()` says, operator by
@@ -38,6 +38,7 @@ import numpy as np
 
 from ...notes import say_once
 from .architecture import Architecture
+from .catalog import model_architecture
 from .kernels import MEASURED_ACTIVATIONS, KernelTables
 from .operators import matmul_shapes
 
@@ -57,6 +58,21 @@ MLA_BLOCK_OPS = ("mla_down_proj", "mla_q_up_proj", "mla_kv_up_proj", "mla_norm",
                  "attn_post_proj")
 # Matmuls servers run in bf16 whatever the weights' dtype (the package times them so too)
 BF16_OPS = ("moe_router", "lm_head")
+# The models whose latent-attention block the package measured, and what its shape is
+MLA_MODELS = ("deepseek-ai/DeepSeek-V3",)
+MLA_SHAPE = ("d_model", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+             "v_head_dim")
+
+
+def mla_model(arch: Architecture) -> str:
+    """The model whose latent-attention block the tables measured in `arch`'s shape (width and
+    ranks; its heads per GPU are looked up in the table), else `arch`'s own name: DeepSeek-V3's
+    block is also DeepSeek-R1's, and any config.json's with its shape."""
+    for name in MLA_MODELS:
+        measured = model_architecture({"name": name})
+        if all(getattr(measured, key) == getattr(arch, key) for key in MLA_SHAPE):
+            return name
+    return arch.name
 
 
 class MeasuredOps:
@@ -85,12 +101,12 @@ class MeasuredOps:
         self._grids = {}
         self.mla_block = False  # the latent attention block measured whole (MLA_BLOCK_OPS)
         if arch.is_mla:  # measured only as DeepSeek's whole block
-            heads = arch.n_heads // tp
-            gemm = self._first(lambda d: tables.mla_grid(arch.name, heads, kv_dtype, d, False),
+            heads, model = arch.n_heads // tp, mla_model(arch)
+            gemm = self._first(lambda d: tables.mla_grid(model, heads, kv_dtype, d, False),
                                dtype)
-            decode = tables.mla_grid(arch.name, heads, kv_dtype, gemm, True) if gemm else None
+            decode = tables.mla_grid(model, heads, kv_dtype, gemm, True) if gemm else None
             if decode is not None:
-                prefill = tables.mla_grid(arch.name, heads, kv_dtype, gemm, False)
+                prefill = tables.mla_grid(model, heads, kv_dtype, gemm, False)
                 self._grids[0], self.mla_block = (prefill, decode), True
             else:  # its projections from the GEMM tables, its attention the roofline's
                 self._gemm_dtype |= {
