@@ -98,6 +98,9 @@ def report_blocks(result, labels: list[str], title: str | None, rows: list[dict]
         blocks.append(Paragraph(scenario.description))
     blocks += [Heading(2, "What was searched"), Table(["setting", "value"],
                                                       _settings_rows(result))]
+    said = note_rows(result, labels)
+    if said:
+        blocks += [Heading(3, "Notes from the runs"), Table(["note", "points"], said)]
     blocks += [Heading(2, "Best configuration"),
                Paragraph("; ".join(best_lines(result, labels)) + ".")]
     header, body = result_table(labels, rows, title)
@@ -113,6 +116,18 @@ def report_blocks(result, labels: list[str], title: str | None, rows: list[dict]
         "`search.csv`, every probe of every bisection in `probes.csv`.")]
     blocks += [Heading(2, "Chart"), chart]
     return blocks
+
+
+def note_rows(result, labels: list[str]) -> list[list[str]]:
+    """[note, the points whose probes said it] (`sim.notes`: a fallback to the roofline, say),
+    each note once, in the order said."""
+    points: dict = {}
+    for label, point in zip(labels, result.points):
+        for note in point.notes:
+            points.setdefault(note, []).append(label)
+    every = len(result.points)
+    return [[note.removeprefix("note: "), "every point" if len(which) == every
+             else ", ".join(which)] for note, which in points.items()]
 
 
 def _settings_rows(result) -> list[list[str]]:

@@ -187,6 +187,36 @@ def test_search_writes_every_file_with_a_row_per_point(linear, tmp_path, capsys)
     assert "best by capacity per GPU: 0.005: " in capsys.readouterr().out
 
 
+def test_the_report_lists_what_the_probes_noted_and_at_which_points(tmp_path):
+    # an A40 has no measured kernel tables: every probe of its point is the roofline's
+    path = tmp_path / "a40.toml"
+    path.write_text("""name = "a40"
+[model]
+name = "meta-llama/Llama-3.1-8B"
+max_seq_len = 4096
+[hardware]
+gpu = "h100-sxm"
+[cost]
+model = "hardware"
+[workload]
+num_requests = 20
+arrival = { process = "poisson", rate = 1.0 }
+prompt_tokens = { dist = "fixed", value = 100 }
+output_tokens = { dist = "fixed", value = 10 }
+[slo]
+ttft_s = 1.0
+[search]
+rate = { low = 1.0, high = 4.0 }
+tolerance = 0.5
+grid = { "hardware.gpu" = ["h100-sxm", "a40"] }
+""")
+    out = tmp_path / "out"
+    assert main(["search", str(path), "--out", str(out), "--quiet", "--jobs", "1"]) == 0
+    report = (out / "report.md").read_text()
+    notes = report.split("### Notes from the runs")[1].split("##")[0]
+    assert "a40" in notes and "roofline" in notes and "h100-sxm |" not in notes
+
+
 def test_a_shortened_capacity_search_reproduces_its_figures():
     """Exact values of a short search (100 requests: too few for two H100s' queue to build up
     within the bracket); regenerate by printing these figures after an intended change."""

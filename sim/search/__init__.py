@@ -72,6 +72,8 @@ def search(scenario, parallel: Parallel = Parallel(), done=None) -> SearchResult
     specs = scenario.runs()
     jobs = [PointJob(spec.config, base_dir, settings.target, settings.rate["low"],
                      settings.rate["high"], settings.tolerance) for spec in specs]
-    probes = run_jobs(search_point, jobs, parallel, done)
-    return SearchResult(scenario, settings, tuple(PointResult(resolved_spec(spec), found)
-                                                  for spec, found in zip(specs, probes)))
+    ended = None if done is None else lambda index, found: done(index, found[0])
+    found = run_jobs(search_point, jobs, parallel, ended)
+    return SearchResult(scenario, settings, tuple(
+        PointResult(resolved_spec(spec), probes, said)
+        for spec, (probes, said) in zip(specs, found)))

@@ -19,6 +19,7 @@ from engine.benchmark import meets_slo, request_metrics, summarize
 
 from scenarios import RunConfig
 
+from .. import notes
 from ..runner import run_config
 from .bisection import bisect_rate
 
@@ -49,10 +50,13 @@ class PointJob:
     tolerance: float
 
 
-def search_point(job: PointJob) -> tuple[Probe, ...]:
-    """The probes of one point's bisection, run one after the other."""
+def search_point(job: PointJob) -> tuple[tuple[Probe, ...], tuple[str, ...]]:
+    """(the probes of one point's bisection, run one after the other; the notes they said,
+    each once: `sim.notes`)."""
     probe = partial(run_probe, job.config, job.base_dir, job.target)
-    return tuple(bisect_rate(probe, job.low, job.high, job.tolerance))
+    with notes.collected() as said:
+        probes = tuple(bisect_rate(probe, job.low, job.high, job.tolerance))
+    return probes, tuple(said)
 
 
 def run_probe(config: RunConfig, base_dir, target: float, rate: float) -> Probe:

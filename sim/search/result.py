@@ -25,6 +25,7 @@ FOUND, AT_LEAST_HIGH, FAILS_AT_LOW = "found", "at_least_high", "fails_at_low"
 class PointResult:
     spec: object  # the point's RunSpec: its variant, grid values (`sweep`) and config
     probes: tuple[Probe, ...]
+    notes: tuple[str, ...] = ()  # what its probes told the user (`sim.notes`), each once
 
     @property
     def status(self) -> str:
