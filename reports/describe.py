@@ -97,6 +97,8 @@ def model_text(model) -> str:
     """The model's name (a catalog model) and shape: its experts, latent attention and
     sliding window where it has them."""
     kv_heads, name = getattr(model, "n_kv_heads", None), getattr(model, "name", None)
+    if model.vocab_size is None:  # a real model not resolved: a bench's (the server's is run)
+        return f"`{name or model.config}`"
 
     def get(key: str):  # keys only a hardware model has
         return getattr(model, key, None)

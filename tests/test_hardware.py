@@ -226,6 +226,10 @@ def test_a_hardware_run_reports_the_model_gpu_and_kv_capacity(tmp_path):
     assert spec.config.engine.num_kv_blocks == recorder.kv_blocks_total
     columns = recorder.request_columns()
     assert len(columns["finish_s"]) == 200
+    # a bench of the same scenario resolves no model (the server is what runs): its name alone
+    unresolved = scenarios.load(write(tmp_path, tp=2))
+    rows = dict(what_was_run(unresolved, unresolved.runs()))
+    assert rows["model"] == "`meta-llama/Llama-3.1-8B`" and "hardware" not in rows
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -60,5 +60,5 @@ def cmd_serve(args) -> int:
         serve_scenario(spec.config, args.host, args.port, args.max_waiting,
                        f"{scenario.name} (variant {name})")
     except ValueError as exc:
-        raise UsageError(f"{scenario.name}: {exc}") from None
+        raise scenario.error(str(exc), spec) from None
     return 0
