@@ -6,8 +6,10 @@ files.
 - on entry, before any simulation, serving or profiling, it resolves `out_dir` (symlinks
   followed, so a link and its target are one place) and refuses, with `OutputRefused`, a place
   it may not replace: the root folder, the current folder or one holding it, a name longer than
-  the file system allows, and a folder that holds anything servesim did not write there (a
-  folder is servesim's when its `manifest.json` lists every file in it, at the listed size);
+  the file system allows, a folder that holds anything servesim did not write there (a
+  folder is servesim's when its `manifest.json` lists every file in it, at the listed size
+  and SHA-256), a mount point (it cannot be replaced whole), and a place inside a folder
+  servesim wrote (the next run there would replace it);
 - it takes a lock beside the folder (a second command writing the same place at the same time
   is refused with `OutputBusy`), removes what killed commands left there (`.partial` and `.old`
   folders of this name), and creates a temporary folder beside it, with the user's umask, so a
@@ -24,7 +26,6 @@ files.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import hashlib
 import json
@@ -101,8 +102,8 @@ def destination(out_dir) -> Path:
     for place in (target, *target.parents):  # the nearest that exists must be a folder
         if _exists(place):
             if not place.is_dir():
-                raise NotADirectoryError(errno.ENOTDIR, f"{place} is a file, so {shown} "
-                                                        f"cannot be a folder")
+                raise OutputRefused(f"{shown}: {place} is a file, so {shown} cannot be a "
+                                    f"folder; give a new or empty folder")
             break
     if target.parent == target:
         raise OutputRefused(f"{shown}: the root folder cannot be an output folder; give a new "
@@ -111,6 +112,13 @@ def destination(out_dir) -> Path:
     if target == cwd or target in cwd.parents:
         raise OutputRefused(f"{shown}: the current folder (or one holding it) cannot be an "
                             f"output folder; give a new or empty folder")
+    if _exists(target) and os.path.ismount(target):  # a volume: it cannot be renamed over
+        raise OutputRefused(f"{shown}: a mount point, which servesim cannot replace whole; "
+                            f"give a folder inside it, e.g. {Path(shown) / 'run'}")
+    for place in target.parents:
+        if _listed_files(place / MANIFEST) is not None:
+            raise OutputRefused(f"{shown}: inside {place}, an output folder servesim wrote, "
+                                f"which it replaces whole; give a folder outside it")
     return target
 
 
@@ -120,8 +128,8 @@ def check_replaceable(target: Path, shown, while_running: bool = False) -> None:
     if not target.exists():
         return
     if not target.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, f"{target} is a file, so {shown} cannot be "
-                                                f"a folder")
+        raise OutputRefused(f"{shown}: {target} is a file, so {shown} cannot be a folder; give "
+                            f"a new or empty folder")
     foreign = foreign_entries(target)
     if foreign:
         names = ", ".join(foreign[:SHOWN_ENTRIES]) + (", ..." if len(foreign) > SHOWN_ENTRIES
@@ -134,7 +142,7 @@ def check_replaceable(target: Path, shown, while_running: bool = False) -> None:
 
 def foreign_entries(folder: Path) -> list[str]:
     """The entries of `folder` (relative paths, sorted) that its servesim manifest does not
-    list at their size: all of them when it has no such manifest."""
+    list as they are (their size and SHA-256): all of them when it has no such manifest."""
     listed = _listed_files(folder / MANIFEST)
     listed_dirs = {d.as_posix() for p in listed or () for d in Path(p).parents}
     entries = []
@@ -149,16 +157,26 @@ def foreign_entries(folder: Path) -> list[str]:
             elif name in dirs:
                 if relative not in listed_dirs:
                     entries.append(relative + "/")
-            elif listed.get(relative) != _size(path):
+            elif not _as_listed(path, listed.get(relative)):
                 entries.append(relative)
     return sorted(entries)
 
 
+def _as_listed(path: Path, listed: tuple | None) -> bool:
+    """Whether the file at `path` is as its manifest lists it: (bytes, sha256)."""
+    if listed is None or _size(path) != listed[0]:
+        return False  # a size differs: not read
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() == listed[1]
+    except OSError:
+        return False
+
+
 def _listed_files(manifest: Path) -> dict | None:
-    """{path: bytes} of a servesim manifest, or None when `manifest` is not one."""
+    """{path: (bytes, sha256)} of a servesim manifest, or None when `manifest` is not one."""
     try:
         data = json.loads(manifest.read_text())
-        listed = {f["path"]: f["bytes"] for f in data["files"]}
+        listed = {f["path"]: (f["bytes"], f.get("sha256")) for f in data["files"]}
         ours = "command" in data and data.get("status") == "complete"
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -233,7 +251,11 @@ def check_writable_file(path, is_ours=None) -> None:
     path = Path(path)
     _check_names(Path(os.path.abspath(path)), path)
     if path.is_dir():
-        raise IsADirectoryError(errno.EISDIR, f"{path} is a folder, not a file")
+        raise OutputRefused(f"{path}: a folder, not a file; give a file's path")
+    above = next((p for p in Path(os.path.abspath(path)).parents if _exists(p)), None)
+    if above is not None and not above.is_dir():
+        raise OutputRefused(f"{path}: {above} is a file, so {path} cannot be written; give "
+                            f"another path")
     check_replaceable_file(path, is_ours)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f"{hidden_prefix(path.name)}.", suffix=".check",

@@ -81,6 +81,37 @@ def test_a_file_servesim_wrote_and_the_user_changed_is_kept(scenario_file, tmp_p
     assert (out / "report.md").read_text() == "my edits"
 
 
+def test_an_edit_that_keeps_a_files_size_is_the_users_too(scenario_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(scenario_file, out) == 0
+    text = (out / "summary.csv").read_text()
+    edited = text.replace("0", "9", 1)
+    assert len(edited) == len(text) and edited != text
+    (out / "summary.csv").write_text(edited)
+    assert run(scenario_file, out) == 2
+    assert "(summary.csv)" in error_line(capsys)
+    assert (out / "summary.csv").read_text() == edited
+
+
+def test_places_that_cannot_be_replaced_whole_are_refused_before_simulating(
+        scenario_file, tmp_path, capsys, monkeypatch):
+    first = tmp_path / "first"
+    assert run(scenario_file, first) == 0
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == volume)
+    monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: pytest.fail("simulated"))
+    for out, why in ((first / "nested", f"inside {first}, an output folder servesim wrote"),
+                     (a_file, "is a file, so"), (a_file / "out", "is a file, so"),
+                     (volume, "a mount point, which servesim cannot replace whole; give a "
+                              f"folder inside it, e.g. {volume / 'run'}")):
+        assert run(scenario_file, out) == 2  # a usage error, as every other refused place
+        assert why in error_line(capsys)
+    assert a_file.read_text() == "mine" and sorted(p.name for p in volume.iterdir()) == []
+
+
 def test_an_empty_folder_is_written_with_the_users_umask(scenario_file, tmp_path):
     out = tmp_path / "empty"
     out.mkdir()
@@ -196,6 +227,14 @@ def test_profile_does_not_overwrite_a_file_it_did_not_write(tmp_path, capsys):
     assert main(["profile", "--quick", "--out", str(mine), "--quiet"]) == 2
     assert "servesim did not write it" in error_line(capsys)
     assert json.loads(mine.read_text()) == {"my": "data"}
+
+
+def test_profile_out_a_folder_or_under_a_file_is_a_usage_error(tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    for out, why in ((tmp_path, "a folder, not a file"), (a_file / "p.json", "is a file, so")):
+        assert main(["profile", "--quick", "--out", str(out), "--quiet"]) == 2
+        assert why in error_line(capsys)
 
 
 def test_write_atomic_replaces_only_what_it_recognises_and_follows_the_umask(tmp_path):

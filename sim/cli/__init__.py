@@ -124,7 +124,8 @@ def _kept(args) -> str:
     """What an interrupted or failed command left: nothing new, and any earlier output whole."""
     out_dir = getattr(args, "out_dir", None)
     try:
-        earlier = out_dir is not None and Path(out_dir).is_dir()
+        earlier = out_dir is not None and Path(out_dir).is_dir() and \
+            any(Path(out_dir).iterdir())
     except OSError:  # a path the file system cannot even look up
         earlier = False
     if earlier:
