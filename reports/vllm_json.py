@@ -54,7 +54,8 @@ def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
     request_rate, burstiness, max_concurrency = traffic(arrival, recorder)
     max_concurrency = config.workload.max_concurrency or max_concurrency
     setup = {"date": date, "backend": f"servesim-{config.mode}", "label": spec.label,
-             "model_id": model_id(config.model),
+             "model_id": getattr(recorder, "served_model", None) if config.mode == "bench"
+             else model_id(config.model),
              "num_prompts": summary["completed"] + summary["rejected"] + summary["unfinished"],
              "request_rate": request_rate, "burstiness": burstiness,
              "max_concurrency": max_concurrency}

@@ -310,6 +310,13 @@ async def no_done(request, body):
     return await event_stream(request, token_chunks(body)[:-1])
 
 
+async def no_text(request, body):
+    # a server that ignored ignore_eos, or sent only special tokens: nothing to time
+    return await event_stream(request, ['{"choices": [{"text": ""}]}', '{"choices": [], '
+                                        '"usage": {"prompt_tokens": 4, "completion_tokens": 1}}',
+                                        "[DONE]"])
+
+
 async def closes_the_connection(request, body):
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
@@ -334,6 +341,7 @@ BAD_ANSWERS = {
     "a 50 MB line": (fifty_megabyte_line, "a stream line is longer than aiohttp reads"),
     "not UTF-8": (not_utf8, "a stream line is not UTF-8: data: \\xff\\xfe{}"),
     "no [DONE]": (no_done, "the stream ended before [DONE]"),
+    "no text": (no_text, "no chunk carried text before [DONE]"),
     "connection closed": (closes_the_connection, "ClientPayloadError"),
 }
 
@@ -435,6 +443,12 @@ def test_when_every_request_succeeds_the_last_line_says_so(fake, scenario_file, 
     assert (status, last) == (0, "bench: all 5 requests succeeded")
 
 
+def test_a_timeout_of_inf_is_no_limit(fake, scenario_file, tmp_path, capsys):
+    status, last = bench_cli(capsys, fake.url, scenario_file, tmp_path / "bench", "--timeout",
+                             "inf")
+    assert (status, last) == (0, "bench: all 5 requests succeeded")
+
+
 # --- model discovery and the text probe go on without what they could not get --------------------
 
 MODEL_LISTINGS = {
@@ -468,6 +482,18 @@ def test_a_listed_model_is_asked_for(fake, scenario_file):
     run, = bench_runs(scenarios.load(scenario_file), BenchOptions(fake.url))
     assert "model: fake-model" in run.notes
     assert {body["model"] for body in fake.bodies} == {"fake-model"}
+
+
+def test_the_record_names_the_model_benchmarked_and_the_default_run_is_the_served_one(
+        fake, tmp_path, capsys):
+    # vLLM's model_id is the model asked for, not the scenario's; without a scenario, the
+    # default one's variant that `servesim serve` serves by default
+    out = tmp_path / "bench"
+    assert main(["bench", fake.url, "--num-prompts", "3", "--out", str(out), "--quiet"]) == 0
+    record = json.loads((out / "summary.json").read_text())
+    assert (record["model_id"], record["label"], record["variant"]) == \
+        ("fake-model", "continuous", "continuous")
+    assert record["backend"] == "servesim-bench" and len(record["date"]) == 15  # vLLM's format
 
 
 def probe_reporting(prompt_tokens: str):

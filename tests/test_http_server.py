@@ -278,6 +278,36 @@ def test_serve_command_serves_continuous_batching_on_one_blas_thread_and_says_so
             process.wait()
 
 
+def test_a_signal_ends_open_streams_with_503_and_stops_the_server():
+    # an open stream does not hold the shutdown up: the engine ends it first
+    process = serve_command("--port", "0", "--set", "model.n_layers=1")
+    try:
+        url = process.stderr.readline().split()[-1]
+
+        async def stream_through_a_signal() -> list[str]:
+            body = {"prompt": "hi", "max_tokens": 4000, "stream": True, "ignore_eos": True}
+            events = []
+            async with aiohttp.ClientSession() as client, \
+                    client.post(f"{url}/v1/completions", json=body) as response:
+                async for line in response.content:
+                    if line.startswith(b"data: "):
+                        events.append(line.decode().strip())
+                        if len(events) == 1:
+                            process.send_signal(signal.SIGINT)
+            return events
+
+        events = asyncio.run(stream_through_a_signal())
+        assert events[-1] == "data: [DONE]" and '"code": "engine_stopped"' in events[-2]
+        assert len(events) < 4000
+        assert process.wait(timeout=60) == 0
+        assert "servesim serve: stopping; open requests end with HTTP 503" in \
+            process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def test_serve_command_with_a_named_scenario_serves_its_first_variant_and_keeps_a_set_count():
     process = serve_command("static-vs-continuous", "--port", "0", "--set", *TINY,
                             OPENBLAS_NUM_THREADS="2")

@@ -11,6 +11,7 @@ server's fault. Model discovery and the text probe raise ValueError saying why.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 
@@ -63,7 +64,7 @@ async def first_model(base_url: str, timeout_s: float) -> str:
     """The id of the first model `GET /v1/models` lists; ValueError saying why there is none
     (whatever the server answered)."""
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s:
+        async with aiohttp.ClientSession(timeout=client_timeout(timeout_s)) as s:
             async with s.get(base_url.rstrip("/") + "/v1/models") as response:
                 listing = json_object(await whole_body(response), "the body")
         return listed_model(listing)
@@ -95,7 +96,7 @@ async def prompt_token_counts(target: Target, prompts: dict) -> dict:
     the server answered)."""
     counts = {}
     async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=target.timeout_s)) as session:
+            timeout=client_timeout(target.timeout_s)) as session:
         for key, prompt in prompts.items():
             try:
                 async with session.post(target.url, json=target.payload(prompt, 1, False)) as r:
@@ -179,7 +180,7 @@ async def send(session, target: Target, result: RequestResult, prompt) -> Reques
     """One streamed request; fills `result` in. This is the fault boundary of one request:
     whatever the server does, the request is failed with its reason and nothing is raised
     (but cancellation and Ctrl-C, which are not `Exception`s, stop the bench)."""
-    timeout = aiohttp.ClientTimeout(total=target.timeout_s)
+    timeout = client_timeout(target.timeout_s)
     result.sent_s = time.perf_counter()
     try:
         async with session.post(target.url, json=target.payload(prompt,
@@ -221,14 +222,19 @@ async def stream_lines(content):
 
 async def read_stream(lines, result: RequestResult, chat: bool) -> None:
     """Read a stream's events into `result`: the time of each chunk carrying tokens, the usage,
-    "finished" at `[DONE]`, or failed at an error event or an end before `[DONE]`;
+    "finished" at `[DONE]` after one such chunk or more, or failed at an error event, at an end
+    before `[DONE]` or at a `[DONE]` after none;
     BadResponse for a chunk that is not what a completion's stream sends."""
     async for line in lines:
         data = event_data(line)
         if data is None:
             continue
         if data == DONE:
-            result.status = "finished"
+            if result.chunk_s:
+                result.status = "finished"
+            else:  # vLLM's bench fails it too ("never received a valid chunk")
+                result.fail("no chunk carried text before [DONE], so there is no first token "
+                            "to time")
             return
         now = time.perf_counter()
         chunk = parse_chunk(data)
@@ -242,6 +248,11 @@ async def read_stream(lines, result: RequestResult, chat: bool) -> None:
         if usage is not None:
             result.prompt_tokens, result.completion_tokens = usage
     result.fail("the stream ended before [DONE]")
+
+
+def client_timeout(seconds: float) -> aiohttp.ClientTimeout:
+    """A whole request's limit of `seconds` (inf: none)."""
+    return aiohttp.ClientTimeout(total=None if math.isinf(seconds) else seconds)
 
 
 def _describe(exc: BaseException, timeout_s: float) -> str:

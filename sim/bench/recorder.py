@@ -22,8 +22,9 @@ from engine.records import RunRecorder
 class BenchRecorder(RunRecorder):
     """The records of one benchmark: requests and inter-token gaps, no steps."""
 
-    def __init__(self, results):
+    def __init__(self, results, served_model: str | None = None):
         super().__init__(kv_blocks_total=0)
+        self.served_model = served_model  # the model asked for (vLLM's `model_id`)
         self.itl_end = array("d")  # when each gap ended, on the client's clock
         for result in sorted(results, key=lambda r: r.request_id):
             self._record(result)

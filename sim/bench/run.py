@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import csv
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 
 from ..workloads import build_workload, seeded_streams
@@ -104,14 +105,17 @@ def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
         arrivals = workload.arrival_s.tolist()
     requests = [RequestResult(i, arrival_s, int(p), int(o)) for i, (arrival_s, p, o) in
                 enumerate(zip(arrivals, workload.prompt_tokens, workload.output_tokens))]
-    results, notes = asyncio.run(_send_all(options, requests, workload.prompt_tokens,
-                                           streams["tokens"], concurrency, spec.label))
-    return BenchRun(replace(spec, config=config.with_mode("bench")), BenchRecorder(results), results,
-                    notes + [token_check(results)], max_in_flight(results))
+    results, notes, model = asyncio.run(_send_all(options, requests, workload.prompt_tokens,
+                                                  streams["tokens"], concurrency, spec.label))
+    return BenchRun(replace(spec, config=config.with_mode("bench")),
+                    BenchRecorder(results, model), results, notes + [token_check(results)],
+                    max_in_flight(results))
 
 
 async def _send_all(options: BenchOptions, requests, prompt_tokens, token_rng,
-                    concurrency, label: str) -> tuple[list, list]:
+                    concurrency, label: str) -> tuple[list, list, str | None]:
+    """(the requests sent, what the bench noted, the model asked for: None where no model was
+    named and the server listed none)."""
     notes = []
     model = options.model
     if model is None:
@@ -136,7 +140,7 @@ async def _send_all(options: BenchOptions, requests, prompt_tokens, token_rng,
     finally:
         if bar is not None:
             bar.close()
-    return results, notes
+    return results, notes, model
 
 
 async def text_scale(target: Target) -> TextScale:
@@ -206,10 +210,13 @@ def bench(scenario, options: BenchOptions, out_dir, manifest: dict | None = None
 def write_bench_report(scenario, runs: list[BenchRun], options: BenchOptions, folder: Path):
     """The report of `runs` in `folder`, and bench_requests.csv; returns `ReportFiles`."""
     import reports
+    from reports.vllm_json import DATE_FORMAT, record_date
 
     results = [(run.spec, run.recorder) for run in runs]
     moded = replace(scenario, base=scenario.base.with_mode("bench"))
-    files = reports.write_report(moded, results, folder, remote=remote_text(options, runs))
+    date = record_date() or datetime.now().strftime(DATE_FORMAT)  # when, as vLLM's bench writes
+    files = reports.write_report(moded, results, folder, date=date,
+                                 remote=remote_text(options, runs))
     extra = write_request_csv(runs, Path(folder) / "bench_requests.csv")
     return replace(files, files=files.files + (extra,))
 

@@ -5,8 +5,8 @@ them from the client as `vllm bench serve` does (`sim.bench`) and write the repo
 from __future__ import annotations
 
 from .client_flags import add_client_flags, bench_options
-from .common import (DEFAULT_SCENARIO, RunFailed, add_common_flags, load_scenario, manifest,
-                     output_dir)
+from .common import (DEFAULT_SCENARIO, SERVE_VARIANT, RunFailed, add_common_flags,
+                     load_scenario, manifest, output_dir)
 from .flags import add_workload_flags
 
 
@@ -14,8 +14,9 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="replay a scenario's requests against an "
                                                  "OpenAI-compatible server and write the report")
     parser.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
-    parser.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO,
-                        help=f"built-in name or TOML path (default: {DEFAULT_SCENARIO})")
+    parser.add_argument("scenario", nargs="?",
+                        help=f"built-in name or TOML path (default: {DEFAULT_SCENARIO}, its "
+                             f"{SERVE_VARIANT} variant: what `servesim serve` serves)")
     add_common_flags(parser, "output directory (default: out/<scenario name>-bench/)")
     add_workload_flags(parser)
     add_client_flags(parser)
@@ -29,6 +30,8 @@ def cmd_bench(args) -> int:
     from ..bench.outcome import any_succeeded, outcome_line
 
     options = bench_options(args, "URL")
+    if args.scenario is None:  # the default scenario as `serve` serves it, not its first variant
+        args.scenario, args.variant = DEFAULT_SCENARIO, args.variant or SERVE_VARIANT
     scenario = load_scenario(args)
     args.out_dir = out_dir = output_dir(args.out, scenario.name, "-bench")
     try:

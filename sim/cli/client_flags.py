@@ -16,7 +16,7 @@ def add_client_flags(parser) -> None:
                        help="the model to ask for (default: the first of GET /v1/models)")
     group.add_argument("--timeout", type=float, metavar="S",
                        help="seconds a request may take before it counts as failed "
-                            "(default: 600)")
+                            "(default: 600; inf: no limit)")
     group.add_argument("--prompt", choices=("ids", "text"),
                        help="prompts as token id lists (default for completions) or as "
                             "calibrated text (default for chat)")
@@ -36,7 +36,7 @@ def bench_options(args, url_flag: str):
         except ValueError as exc:
             raise UsageError(f"{flag} {exc}") from None
     if args.timeout is not None and not args.timeout > 0:
-        raise UsageError("--timeout must be a positive number of seconds")
+        raise UsageError("--timeout must be a positive number of seconds, or inf (no limit)")
     return BenchOptions(args.url, args.endpoint, args.model,
                         args.timeout or BenchOptions.timeout_s, prompt=args.prompt,
                         progress=not args.quiet)

@@ -15,6 +15,7 @@ from pathlib import Path
 from .flags import FlagError, flag_overrides
 
 DEFAULT_SCENARIO = "static-vs-continuous"  # scenarios.DEFAULT_SCENARIO, without loading it
+SERVE_VARIANT = "continuous"  # the default scenario's variant `serve` serves, `bench` labels
 USAGE_ERROR = 2
 
 

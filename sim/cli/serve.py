@@ -6,9 +6,7 @@ otherwise (`blas_threads`).
 from __future__ import annotations
 
 from ..profiling import threads
-from .common import DEFAULT_SCENARIO, UsageError
-
-SERVE_VARIANT = "continuous"  # what `serve` with no scenario serves: as vLLM, continuous batching
+from .common import DEFAULT_SCENARIO, SERVE_VARIANT, UsageError
 
 
 def add_parser(subparsers) -> None:

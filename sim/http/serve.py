@@ -73,7 +73,10 @@ async def _serve_until_signal(engine: LLMEngine, model: Model, host: str, port: 
     print(f"{banner}, on {server.url}", file=sys.stderr, flush=True)
     try:
         await stop.wait()
-    finally:
-        await server.close()
+    finally:  # a second signal now interrupts the shutdown itself
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        if stop.is_set():
+            print("servesim serve: stopping; open requests end with HTTP 503", file=sys.stderr,
+                  flush=True)
+        await server.close()

@@ -42,6 +42,7 @@ class Model:
 
 
 STATE = web.AppKey("state", dict)
+SHUTDOWN_TIMEOUT_S = 5.0  # for a handler still writing once the engine has ended its stream
 
 
 class Generation:
@@ -244,8 +245,10 @@ class RunningServer:
     runner: web.AppRunner
 
     async def close(self) -> None:
+        """Stop: the engine first, which ends every open request's stream with a 503 event
+        (so none holds the shutdown up), then the HTTP server."""
+        await asyncio.to_thread(self.engine.stop)
         await self.runner.cleanup()
-        self.engine.stop()
 
 
 async def start_server(engine: LLMEngine, model: Model, host: str = "127.0.0.1", port: int = 0,
@@ -254,7 +257,7 @@ async def start_server(engine: LLMEngine, model: Model, host: str = "127.0.0.1",
     thread = EngineThread(engine, ServerMetrics(model.id), asyncio.get_running_loop(),
                           max_waiting)
     runner = web.AppRunner(build_app(thread, model), handler_cancellation=True,
-                           access_log=None)
+                           access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
