@@ -108,9 +108,7 @@ def held_out_errors(measured) -> dict:
         table = table[table["kernel_source"] == kernel]
         interp, roof = [], []
         for (n, k), rows in table.groupby(["n", "k"]):
-            m, ms = rows["m"].to_numpy(float), rows["latency"].to_numpy() * 1e-3
-            order = np.argsort(m)
-            m, ms = m[order], ms[order]
+            m, ms = _sorted(rows["m"], rows["latency"])
             interp.append(_held_out(m, ms))
             if gpu is not None and dtype in gpu.peak_tflops:
                 size = 1 if dtype == "fp8" else 2
@@ -129,9 +127,7 @@ def held_out_errors(measured) -> dict:
         interp, roof = [], []
         for (heads, kv, batch, _), rows in table.groupby(["num_heads", "num_key_value_heads",
                                                          "batch_size", "kernel_source"]):
-            length = (rows["step"] + 1 if decode else rows["isl"]).to_numpy(float)
-            order = np.argsort(length)
-            length, ms = length[order], rows["latency"].to_numpy()[order] * 1e-3
+            length, ms = _sorted(rows["step"] + 1 if decode else rows["isl"], rows["latency"])
             if len(length) < 3:
                 continue
             interp.append(_held_out(length, ms))
@@ -195,19 +191,19 @@ def row_steps(measured) -> dict:
 
 
 def _sorted(sizes, latencies):
-    sizes = np.asarray(sizes, dtype=float)
-    order = np.argsort(sizes)
-    return sizes[order], np.asarray(latencies, dtype=float)[order] * 1e-3
+    """(sizes in order, seconds): a size measured more than once taken once, as the model
+    takes it (the geometric mean of its times: `interpolation.merged`)."""
+    from sim.costs.hardware.interpolation import merged
+
+    sizes, logs = merged(sizes, np.log(np.asarray(latencies, dtype=float) * 1e-3))
+    return sizes, np.exp(logs)
 
 
 def _held_out(sizes: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-    """|error| of the odd-index points predicted from the even-index ones
-    (`interpolation.Curve`), a size measured more than once taken once, as the model takes it
-    (the geometric mean of its times)."""
-    from sim.costs.hardware.interpolation import Curve, merged
+    """|error| of the odd-index points (distinct sizes, in order: `_sorted`) predicted from the
+    even-index ones (`interpolation.Curve`)."""
+    from sim.costs.hardware.interpolation import Curve
 
-    sizes, logs = merged(sizes, np.log(seconds))
-    seconds = np.exp(logs)
     kept = Curve(sizes[0::2], seconds[0::2] * 1e3)
     predicted = np.exp(kept.log_at(np.log(sizes[1::2]))) * 1e-3
     errors = np.abs(predicted / seconds[1::2] - 1)

@@ -9,7 +9,7 @@ files.
   the file system allows, a folder that holds anything servesim did not write there (a
   folder is servesim's when its `manifest.json` lists every file in it, at the listed size
   and SHA-256), a mount point (it cannot be replaced whole), and a place inside a folder
-  servesim wrote (the next run there would replace it);
+  servesim wrote (that folder would no longer be servesim's own);
 - it takes a lock beside the folder (a second command writing the same place at the same time
   is refused with `OutputBusy`), removes what killed commands left there (`.partial` and `.old`
   folders of this name), and creates a temporary folder beside it, with the user's umask, so a
@@ -92,7 +92,7 @@ def check_place(out_dir) -> Path:
 
 def destination(out_dir) -> Path:
     """`out_dir` resolved (symlinks followed), or OutputRefused saying why servesim may not
-    write there; OSError (ENOTDIR) when a file stands where a folder must go."""
+    write there (a file where a folder must go, too)."""
     shown = Path(out_dir)
     _check_names(Path(os.path.abspath(shown)), shown)
     try:
@@ -115,16 +115,23 @@ def destination(out_dir) -> Path:
     if _exists(target) and os.path.ismount(target):  # a volume: it cannot be renamed over
         raise OutputRefused(f"{shown}: a mount point, which servesim cannot replace whole; "
                             f"give a folder inside it, e.g. {Path(shown) / 'run'}")
+    _check_outside_outputs(target, shown)
+    return target
+
+
+def _check_outside_outputs(target: Path, shown) -> None:
+    """OutputRefused when `target` lies inside a folder servesim wrote: written there, it
+    would make that folder no longer servesim's own, and the next run there would refuse it."""
     for place in target.parents:
         if _listed_files(place / MANIFEST) is not None:
             raise OutputRefused(f"{shown}: inside {place}, an output folder servesim wrote, "
-                                f"which it replaces whole; give a folder outside it")
-    return target
+                                f"which stays whole as written; move or rename it, or write "
+                                f"outside it (--out)")
 
 
 def check_replaceable(target: Path, shown, while_running: bool = False) -> None:
     """OutputRefused unless `target` is absent, an empty folder, or a folder servesim wrote
-    (every entry listed in its manifest at the listed size)."""
+    (every entry listed in its manifest, at the listed size and SHA-256)."""
     if not target.exists():
         return
     if not target.is_dir():
@@ -167,7 +174,8 @@ def _as_listed(path: Path, listed: tuple | None) -> bool:
     if listed is None or _size(path) != listed[0]:
         return False  # a size differs: not read
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest() == listed[1]
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest() == listed[1]
     except OSError:
         return False
 
@@ -246,8 +254,9 @@ def write_atomic(path, text: str, is_ours=None) -> Path:
 
 
 def check_writable_file(path, is_ours=None) -> None:
-    """Raise now (OSError, or OutputRefused for a file servesim did not write) if `path`
-    cannot be written, before long work that writes it."""
+    """Raise now (OutputRefused for a place servesim may not write: a folder, a file servesim
+    did not write, a place under a file or inside an output folder; OSError for a file system
+    fault) if `path` cannot be written, before long work that writes it."""
     path = Path(path)
     _check_names(Path(os.path.abspath(path)), path)
     if path.is_dir():
@@ -256,6 +265,7 @@ def check_writable_file(path, is_ours=None) -> None:
     if above is not None and not above.is_dir():
         raise OutputRefused(f"{path}: {above} is a file, so {path} cannot be written; give "
                             f"another path")
+    _check_outside_outputs(Path(os.path.abspath(path)), path)
     check_replaceable_file(path, is_ours)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f"{hidden_prefix(path.name)}.", suffix=".check",

@@ -338,8 +338,14 @@ def find_file(name: str, scenario_path: Path, exists=Path.is_file) -> str:
 def _model_config(name: str, scenario_path: Path) -> str:
     """`model.config` found as `find_file` finds a file: a config.json, or a model's folder
     holding one, as vLLM takes a model's folder."""
-    found = Path(find_file(name, scenario_path, Path.exists))
+    found = Path(find_file(name, scenario_path, _config_or_folder))
+    if not found.exists():  # an empty folder, say, which the reader then names
+        found = Path(find_file(name, scenario_path, Path.exists))
     return str(found / "config.json") if (found / "config.json").is_file() else str(found)
+
+
+def _config_or_folder(path: Path) -> bool:
+    return path.is_file() or (path / "config.json").is_file()
 
 
 def _is_path(profile: str) -> bool:

@@ -51,17 +51,27 @@ def test_a_chunk_that_is_not_json_is_a_value_error():
         parse_chunk("{oops")
 
 
-def test_read_stream_times_token_chunks_and_takes_the_server_usage():
-    result = RequestResult(0, 0.0, 4, 2)
+def test_read_stream_times_every_chunk_with_a_choice_and_takes_the_server_usage():
+    # vLLM's rule: a chunk with a choice is a token's, its text empty (a special token) or not
+    result = RequestResult(0, 0.0, 4, 3)
     stream = lines_of(b'data: {"choices": [{"text": "a"}]}\n', b"\n",
                       b'data: {"choices": [{"text": ""}]}\n',
                       b'data: {"choices": [{"text": "b"}]}\n',
                       b'data: {"choices": [], "usage": {"prompt_tokens": 4, '
-                      b'"completion_tokens": 2}}\n', b"data: [DONE]\n")
+                      b'"completion_tokens": 3}}\n', b"data: [DONE]\n")
     asyncio.run(read_stream(stream, result, chat=False))
     assert result.status == "finished"
-    assert len(result.chunk_s) == 2
-    assert (result.prompt_tokens, result.completion_tokens) == (4, 2)
+    assert len(result.chunk_s) == 3
+    assert (result.prompt_tokens, result.completion_tokens) == (4, 3)
+
+
+def test_a_stream_without_a_choice_before_done_fails_as_in_vllm():
+    result = RequestResult(0, 0.0, 4, 2)
+    asyncio.run(read_stream(lines_of(b'data: {"choices": [], "usage": {"prompt_tokens": 4, '
+                                     b'"completion_tokens": 0}}\n', b"data: [DONE]\n"),
+                            result, False))
+    assert (result.status, result.chunk_s) == ("failed", [])
+    assert result.reason.startswith("no chunk with a choice before [DONE]")
 
 
 def test_a_stream_that_ends_before_done_fails_with_its_reason():

@@ -310,11 +310,10 @@ async def no_done(request, body):
     return await event_stream(request, token_chunks(body)[:-1])
 
 
-async def no_text(request, body):
-    # a server that ignored ignore_eos, or sent only special tokens: nothing to time
-    return await event_stream(request, ['{"choices": [{"text": ""}]}', '{"choices": [], '
-                                        '"usage": {"prompt_tokens": 4, "completion_tokens": 1}}',
-                                        "[DONE]"])
+async def no_choice(request, body):
+    # a server that stopped at once: usage, and no token to time
+    return await event_stream(request, ['{"choices": [], "usage": {"prompt_tokens": 4, '
+                                        '"completion_tokens": 0}}', "[DONE]"])
 
 
 async def closes_the_connection(request, body):
@@ -341,7 +340,7 @@ BAD_ANSWERS = {
     "a 50 MB line": (fifty_megabyte_line, "a stream line is longer than aiohttp reads"),
     "not UTF-8": (not_utf8, "a stream line is not UTF-8: data: \\xff\\xfe{}"),
     "no [DONE]": (no_done, "the stream ended before [DONE]"),
-    "no text": (no_text, "no chunk carried text before [DONE]"),
+    "no choice": (no_choice, "no chunk with a choice before [DONE]"),
     "connection closed": (closes_the_connection, "ClientPayloadError"),
 }
 

@@ -12,6 +12,7 @@ import pytest
 from sim.cli import build_parser, main
 from sim.cli.common import load_scenario
 from sim.cli.flags import split_set_values, sweep_flags
+from sim.search import search_scenario
 from sim.workloads import build_workload, seeded_streams
 
 
@@ -332,15 +333,18 @@ def test_the_cli_reference_is_the_parser_rendered():
 def test_a_search_varies_the_rate_and_takes_burstiness_alone(tmp_path, capsys):
     # the search sets the rate of every probe: a rate given beside it would be dropped unsaid
     for flags in (["--request-rate", "3"], ["--request-rate", "3", "--burstiness", "0.25"],
-                  ["--set", "workload.arrival.rate=3"]):
+                  ["--set", "workload.arrival.rate=3"],
+                  ["--set", 'workload.arrival={process="gamma", rate=3, cv=2}']):
         out = tmp_path / "o"
         assert main(["search", "capacity-search", *flags, "--out", str(out)]) == 2
         line = one_error_line(capsys)
         assert ("--request-rate: servesim search varies the arrival rate itself" in line
-                or "--set: workload.arrival.rate: the search sets it itself" in line), line
+                or "sets workload.arrival.rate, which the search sets itself" in line), line
         assert not out.exists()
     args = build_parser().parse_args(["search", "capacity-search", "--burstiness", "0.25"])
-    arrival = load_scenario(args).base.workload.arrival
+    searched = load_scenario(args)
+    arrival = searched.base.workload.arrival
     assert (arrival.process, arrival.cv) == ("gamma", 2.0)
+    assert search_scenario(searched).base.workload.arrival.process == "gamma"  # not refused
     assert main(["run", "capacity-search", "--burstiness", "0.25"]) == 2
     assert "--burstiness needs --request-rate" in one_error_line(capsys)

@@ -437,6 +437,7 @@ def test_a_models_folder_a_bom_and_the_home_folder_find_its_config_json(tmp_path
     monkeypatch.setenv("HOME", str(tmp_path))
     for given in ("Qwen3-30B-A3B", str(folder), "~/Qwen3-30B-A3B/config.json"):
         assert setup_of(tmp_path, model=f'config = "{given}"', tp=2).arch.n_experts == 128
+    assert model_architecture({"config": str(folder)}).n_experts == 128  # from Python too
     (tmp_path / "empty").mkdir()
     assert "model.config: " in refusal(tmp_path, model='config = "empty"') and \
         "is a folder without a config.json" in refusal(tmp_path, model='config = "empty"')

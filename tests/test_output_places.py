@@ -232,9 +232,14 @@ def test_profile_does_not_overwrite_a_file_it_did_not_write(tmp_path, capsys):
 def test_profile_out_a_folder_or_under_a_file_is_a_usage_error(tmp_path, capsys):
     a_file = tmp_path / "a_file"
     a_file.write_text("mine")
-    for out, why in ((tmp_path, "a folder, not a file"), (a_file / "p.json", "is a file, so")):
+    written = tmp_path / "written"
+    written.mkdir()
+    output.write_manifest(written, {"command": "run"})  # an output folder of servesim's
+    for out, why in ((tmp_path, "a folder, not a file"), (a_file / "p.json", "is a file, so"),
+                     (written / "p.json", f"inside {written}, an output folder servesim")):
         assert main(["profile", "--quick", "--out", str(out), "--quiet"]) == 2
         assert why in error_line(capsys)
+    assert sorted(p.name for p in written.iterdir()) == ["manifest.json"]
 
 
 def test_write_atomic_replaces_only_what_it_recognises_and_follows_the_umask(tmp_path):

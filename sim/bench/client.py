@@ -221,9 +221,9 @@ async def stream_lines(content):
 
 
 async def read_stream(lines, result: RequestResult, chat: bool) -> None:
-    """Read a stream's events into `result`: the time of each chunk carrying tokens, the usage,
-    "finished" at `[DONE]` after one such chunk or more, or failed at an error event, at an end
-    before `[DONE]` or at a `[DONE]` after none;
+    """Read a stream's events into `result`: the time of each chunk with a choice (a token's,
+    `sse.py`), the usage, "finished" at `[DONE]` after one such chunk or more, or failed at an
+    error event, at an end before `[DONE]` or at a `[DONE]` after none;
     BadResponse for a chunk that is not what a completion's stream sends."""
     async for line in lines:
         data = event_data(line)
@@ -232,8 +232,8 @@ async def read_stream(lines, result: RequestResult, chat: bool) -> None:
         if data == DONE:
             if result.chunk_s:
                 result.status = "finished"
-            else:  # vLLM's bench fails it too ("never received a valid chunk")
-                result.fail("no chunk carried text before [DONE], so there is no first token "
+            else:  # as vLLM's bench: "Never received a valid chunk to calculate TTFT"
+                result.fail("no chunk with a choice before [DONE], so there is no first token "
                             "to time")
             return
         now = time.perf_counter()
@@ -242,8 +242,9 @@ async def read_stream(lines, result: RequestResult, chat: bool) -> None:
         if error is not None:
             result.fail(f"error in the stream: {error}")
             return
-        text, usage = chunk_text(chunk, chat), chunk_usage(chunk)  # both checked, then kept
-        if text:
+        chunk_text(chunk, chat)  # checked: every choice is what a completion streams
+        usage = chunk_usage(chunk)
+        if chunk.get("choices"):  # a token's chunk, its text empty or not (vLLM's rule)
             result.chunk_s.append(now)
         if usage is not None:
             result.prompt_tokens, result.completion_tokens = usage

@@ -2,7 +2,7 @@
 charts read it as they read a simulation.
 
 A request's row: `arrival_s` is when the client sent it (its latencies start there, as
-vLLM's do), `first_token_s` its first chunk carrying tokens, `finish_s` the end of its stream;
+vLLM's do), `first_token_s` its first chunk with a choice, `finish_s` the end of its stream;
 `first_scheduled_s` is unknown to a client (NaN, so queueing figures are NaN), as are
 preemptions and cached tokens (0). Its prompt and output tokens are the server's counts when
 it reported them. A failed request has status "failed" and its reason. Each inter-token gap

@@ -2,9 +2,10 @@
 
 A stream is lines `data: {json}` separated by blank lines, ending with `data: [DONE]`; lines
 starting with ':' are comments (keep-alives) and other fields (`event:`, `id:`) carry nothing a
-completion uses. A chunk carries tokens when its first choice has non-empty text (`text` for
-/v1/completions, `delta.content` for /v1/chat/completions), as vLLM's benchmark counts them;
-the final chunk may carry only `usage` (asked for with `stream_options.include_usage`).
+completion uses. A chunk with a choice (a non-empty `choices` list) is a token's, its text
+(`text` for /v1/completions, `delta.content` for /v1/chat/completions) empty or not (a special
+token's, or a chat stream's opening role), as vLLM's benchmark counts them; the final chunk
+may carry only `usage` (asked for with `stream_options.include_usage`, `choices` empty).
 Anything else (a line that is not UTF-8, a payload that is not a JSON object, a field of the
 wrong type, a count that is not a count) raises `BadResponse` saying what it was.
 """

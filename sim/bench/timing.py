@@ -1,12 +1,13 @@
 """One request as the client saw it, and its latencies, measured on the client's clock.
 
-    TTFT = first chunk carrying tokens - request sent
-    ITL  = the gaps between consecutive chunks carrying tokens
+    TTFT = first chunk with a choice (a token's, `sse.py`) - request sent
+    ITL  = the gaps between consecutive chunks with a choice
     E2E  = end of the stream - request sent
     TPOT = (E2E - TTFT) / (output tokens - 1)
 
 Output tokens are the server's `usage.completion_tokens` when it reports them, else the chunks
-that carried tokens (a server that streams several tokens a chunk is then undercounted).
+with a choice (a server that streams several tokens a chunk is then undercounted, a chat
+stream's role chunk counted).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .checked import one_line
 
 @dataclass
 class RequestResult:
-    """One request: what was planned, when it was sent, when each chunk carrying tokens
+    """One request: what was planned, when it was sent, when each chunk with a choice
     arrived and the stream ended (seconds on the client's clock), and what the server
     reported. `status`: "finished" or "failed" (with its `reason`)."""
 
@@ -49,7 +50,7 @@ class RequestResult:
 
     @property
     def output_tokens(self) -> int:
-        """The server's count when it sent one, else the chunks that carried tokens."""
+        """The server's count when it sent one, else the chunks with a choice."""
         return self.completion_tokens if self.completion_tokens is not None else \
             len(self.chunk_s)
 
@@ -69,7 +70,7 @@ class RequestResult:
         return (self.e2e_s() - self.ttft_s()) / (n - 1) if n > 1 else math.nan
 
     def itl_s(self) -> np.ndarray:
-        """[chunks - 1] gaps between consecutive chunks carrying tokens."""
+        """[chunks - 1] gaps between consecutive chunks with a choice."""
         return np.diff(np.asarray(self.chunk_s, dtype=np.float64))
 
 

@@ -17,7 +17,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("scenario", nargs="?",
                         help=f"built-in name or TOML path (default: {DEFAULT_SCENARIO}, its "
                              f"{SERVE_VARIANT} variant: what `servesim serve` serves)")
-    add_common_flags(parser, "output directory (default: out/<scenario name>-bench/)")
+    add_common_flags(parser, "output directory (default: out/<scenario name>-bench/)",
+                     "bench this variant's workload only (default: every variant's distinct "
+                     f"workload; without SCENARIO: {SERVE_VARIANT})")
     add_workload_flags(parser)
     add_client_flags(parser)
     parser.set_defaults(func=cmd_bench)

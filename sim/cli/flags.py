@@ -86,10 +86,10 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
         raise FlagError("--burstiness needs --request-rate")
     if rate is not None:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
-    elif burst is not None:  # a search: the rate written here is replaced by every probe's
-        search = scenario_of(pairs, flags).base.search
-        put("--burstiness", "workload.arrival",
-            arrival_of(search.rate["low"] if search else 1.0, burst))
+    elif burst is not None:  # a search: the shape of the gaps, at every rate it probes
+        for key, value in arrival_of(1.0, burst).items():
+            if key != "rate":
+                put("--burstiness", f"workload.arrival.{key}", value)
     if args.max_concurrency is not None:
         if rate is None and not arrivals_given(scenario_of(pairs, flags), sweep, searching):
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf

@@ -68,15 +68,18 @@ async def _serve_until_signal(engine: LLMEngine, model: Model, host: str, port: 
     except OSError as exc:  # in use, not allowed, or no such address
         why = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or exc
         raise ValueError(f"cannot listen on {host}:{port}: {why}") from None
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
         loop.add_signal_handler(sig, stop.set)
     print(f"{banner}, on {server.url}", file=sys.stderr, flush=True)
     try:
         await stop.wait()
-    finally:  # a second signal now interrupts the shutdown itself
-        for sig in (signal.SIGINT, signal.SIGTERM):
+    finally:  # a second signal now interrupts the shutdown itself, as the command's handlers say
+        for sig, handler in previous.items():
             loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)
         if stop.is_set():
-            print("servesim serve: stopping; open requests end with HTTP 503", file=sys.stderr,
-                  flush=True)
+            print("servesim serve: stopping; open requests end now (a stream with an "
+                  "engine_stopped error event, a waiting request with HTTP 503)",
+                  file=sys.stderr, flush=True)
         await server.close()

@@ -208,8 +208,9 @@ async def _stream(request: web.Request, generation: Generation, gen: GenerationR
 
 async def _send_events(response: web.StreamResponse, generation: Generation,
                        gen: GenerationRequest, meta: tuple, chat: bool) -> None:
-    """One chunk per token (chat: after the role's), the usage chunk when asked, [DONE]; a
-    request that fails after its 200 ends with its error event instead (`sse_error`)."""
+    """One chunk per token (chat: the role's first, once the first token is ready, as vLLM sends
+    it), the usage chunk when asked, [DONE]; a request that fails after its 200 ends with its
+    error event instead (`sse_error`)."""
     kind = "chat.completion.chunk" if chat else "text_completion"
     prompt_len = generation.seq.prompt_len
 
@@ -221,9 +222,11 @@ async def _send_events(response: web.StreamResponse, generation: Generation,
         await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
     try:
-        if chat:
-            await send([protocol.chat_delta({"role": "assistant", "content": ""}, None)])
+        role = chat  # a chat stream opens with the role, when its first token is ready (vLLM)
         async for text, finish in generation.pieces():
+            if role:
+                await send([protocol.chat_delta({"role": "assistant", "content": ""}, None)])
+                role = False
             await send([protocol.chat_delta({"content": text}, finish) if chat
                         else protocol.completion_choice(text, finish)])
         if gen.include_usage:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import scenarios
 
+from scenarios.overrides import flatten
 from scenarios.workload import RATE_PROCESSES
 
 from ..build import resolved_spec
@@ -48,9 +49,11 @@ def search_scenario(scenario) -> scenarios.Scenario:
             where = "search.grid" if key in grid else "sweep"
             raise scenario.error(f"{where}.{key}: cannot be searched over (the search "
                                  f"sets {RATE_KEY} and reads [search] itself)")
-    if any(key == RATE_KEY for key, _ in scenario.overrides):
-        raise scenario.error(f"{RATE_KEY}: the search sets it itself, from search.rate's low "
-                             f"to its high; set those instead", by_override=True)
+    for key, value in scenario.overrides:
+        if RATE_KEY in flatten({key: value}):
+            raise scenario.error(f"{key}: sets {RATE_KEY}, which the search sets itself, from "
+                                 f"search.rate's low to its high; set those instead (the "
+                                 f"process and its cv may be set alone)", by_override=True)
     alone = scenario.variants[0].name if len(scenario.variants) == 1 else None  # --variant
     gridded = scenarios.load(scenario.path, scenario.overrides, sweep=scenario.sweep | grid,
                              variant=alone)

@@ -39,9 +39,12 @@ def config_architecture(path: str, given: dict | None = None) -> dict:
 
 def _read(path: str) -> dict:
     file = Path(path)
-    if file.is_dir():
-        raise FileNotFoundError(f"model.config: {path} is a folder without a config.json; give "
-                                f"a Hugging Face config.json or the model's folder holding one")
+    if file.is_dir():  # a model's folder, as vLLM takes one
+        if not (file / "config.json").is_file():
+            raise FileNotFoundError(f"model.config: {path} is a folder without a config.json; "
+                                    f"give a Hugging Face config.json or the model's folder "
+                                    f"holding one")
+        file = file / "config.json"
     if not file.is_file():
         raise FileNotFoundError(f"model.config: file not found: {path} (looked in the current "
                                 f"directory, beside the scenario and at the repository root)")

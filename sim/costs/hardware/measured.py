@@ -64,15 +64,16 @@ MLA_SHAPE = ("d_model", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_r
              "v_head_dim")
 
 
-def mla_model(arch: Architecture) -> str:
+def mla_model(arch: Architecture) -> str | None:
     """The model whose latent-attention block the tables measured in `arch`'s shape (width and
-    ranks; its heads per GPU are looked up in the table), else `arch`'s own name: DeepSeek-V3's
-    block is also DeepSeek-R1's, and any config.json's with its shape."""
+    ranks; its heads per GPU are looked up in the table), whatever `arch` is called: DeepSeek-
+    V3's block is also DeepSeek-R1's, and any config.json's of its shape. None: no such model
+    (a V3 with another latent rank is not V3's block)."""
     for name in MLA_MODELS:
         measured = model_architecture({"name": name})
         if all(getattr(measured, key) == getattr(arch, key) for key in MLA_SHAPE):
             return name
-    return arch.name
+    return None
 
 
 class MeasuredOps:
