@@ -265,12 +265,19 @@ def latency_std(recorder: RunRecorder, warmup_s: float = 0.0) -> dict:
     return {f"{name}_std_s": out[f"{name}_std_s"] for name in LATENCIES}
 
 
+# A cluster's replica that ran no step (the router sent it nothing): it batched nothing and
+# held no KV block, so it counts 0 in the cluster's means rather than being left out of them
+IDLE_REPLICA = {"preemptions": 0, "mean_batch_size": 0.0, "kv_util_mean": 0.0,
+                "kv_util_max": 0.0}
+
+
 def _step_stats(recorder) -> dict:
     """Preemptions, and the batch size and KV use over the engine's steps; of a cluster
-    (`ClusterRecorder`), every replica's preemptions, the mean of the replicas' means and the
-    largest KV use of any."""
+    (`ClusterRecorder`), every replica's preemptions, the mean of the replicas' means (an idle
+    one's 0) and the largest KV use of any."""
     if isinstance(recorder, ClusterRecorder):
-        per_replica = [_step_stats(replica) for replica in recorder.replicas]
+        per_replica = [_step_stats(replica) if replica.num_steps else IDLE_REPLICA
+                       for replica in recorder.replicas]
         return {"preemptions": sum(s["preemptions"] for s in per_replica),
                 "mean_batch_size": _mean([s["mean_batch_size"] for s in per_replica]),
                 "kv_util_mean": _mean([s["kv_util_mean"] for s in per_replica]),
@@ -286,7 +293,7 @@ def _step_stats(recorder) -> dict:
 
 
 def _mean(values: list) -> float:
-    """The mean of the defined values (a replica that ran no step has none); NaN if none."""
+    """The mean of the defined values; NaN if none."""
     defined = [v for v in values if not math.isnan(v)]
     return sum(defined) / len(defined) if defined else math.nan
 

@@ -52,7 +52,8 @@ def make_charts(results, summaries: list[dict], steps: bool = True) -> list[Imag
     clusters = cluster_results(results, summaries)
     if clusters:
         charts.append(Image("replicas.png", replicas_chart(
-            [(spec.label, rec, summary) for spec, rec, summary in clusters]),
+            [(spec.label, rec, summary, spec.config.workload.warmup_s)
+             for spec, rec, summary in clusters]),
             "Load balance: each replica's throughput, queue and KV cache use"))
     return charts
 

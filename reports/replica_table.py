@@ -1,8 +1,9 @@
 """replicas.csv: one row per replica of every cluster run, to see how evenly a router spread
 the load: the requests sent to it (a prefill replica's: those it prefilled and handed on, and
-any it still held), what it served (per second of the cluster's run: first
-arrival to last finish, as the summary's throughputs), its queue length (requests waiting)
-and the share of its KV blocks in use, as means over its steps and maxima.
+any it still held), what it served of the requests the summary counts (those arriving after
+any warm-up; per second of the cluster's run as the summary counts it, so they add up to the
+summary's throughputs), its queue length (requests waiting) and the share of its KV blocks in
+use, as means over its steps and maxima (0 for a replica that ran no step).
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ def replicas_table(results, summaries: list[dict]) -> pd.DataFrame | None:
     rows = []
     for spec, recorder, summary in clusters:
         handed_off = handed_off_counts(recorder)
+        origin, warmup_s = recorder.origin_s(), spec.config.workload.warmup_s
         for index, (replica, pool) in enumerate(zip(recorder.replicas,
                                                     pool_names(spec.config))):
-            row = replica_row(index, pool, replica, summary["duration_s"])
+            row = replica_row(index, pool, replica, summary["duration_s"], origin, warmup_s)
             row["requests"] += handed_off.get(index, 0)
             rows.append(dict(zip(keys, label_values(spec, keys))) | row)
     frame = pd.DataFrame(rows)
@@ -65,19 +67,23 @@ def handed_off_counts(recorder) -> dict[int, int]:
     return counts
 
 
-def replica_row(index: int, pool: str, recorder, duration_s: float) -> dict:
-    """One replica's figures (`duration_s`: the cluster run's)."""
-    requests = recorder.request_columns()
-    done = np.asarray(requests["status"]) == "finished"
+def replica_row(index: int, pool: str, recorder, duration_s: float, origin_s: float | None = None,
+                warmup_s: float = 0.0) -> dict:
+    """One replica's figures (`duration_s`: the cluster run's; what it completed counted as
+    the summary counts it: the requests arriving from `warmup_s` after the cluster's first
+    arrival, `origin_s`)."""
+    requests = recorder.request_columns(origin_s)
+    done = (np.asarray(requests["status"]) == "finished") & \
+        (np.asarray(requests["arrival_s"], float) >= warmup_s)
     steps = recorder.step_columns()
     waiting = np.asarray(steps["num_waiting"], float)
     kv = np.asarray(steps["kv_blocks_used"], float) / recorder.kv_blocks_total
-    ran = recorder.num_steps > 0
+    ran = recorder.num_steps > 0  # an idle replica queued and held nothing: 0, not NaN
     return {"replica": index, "pool": pool, "requests": recorder.num_requests,
             "completed": int(done.sum()),
             "request_throughput": done.sum() / duration_s,
             "output_throughput": np.asarray(requests["output_tokens"])[done].sum() / duration_s,
-            "queue_mean": waiting.mean() if ran else np.nan,
+            "queue_mean": waiting.mean() if ran else 0.0,
             "queue_max": int(waiting.max()) if ran else 0,
-            "kv_util_mean": kv.mean() if ran else np.nan,
-            "kv_util_max": kv.max() if ran else np.nan}
+            "kv_util_mean": kv.mean() if ran else 0.0,
+            "kv_util_max": kv.max() if ran else 0.0}

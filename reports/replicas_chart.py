@@ -16,7 +16,7 @@ ROW_HEIGHT_IN = 2.4
 
 
 def replicas_chart(runs) -> bytes:
-    """`runs`: [(label, ClusterRecorder, summary)] -> PNG bytes."""
+    """`runs`: [(label, ClusterRecorder, summary, warm-up seconds)] -> PNG bytes."""
     return png_bytes(replicas_figure(runs))
 
 
@@ -24,9 +24,10 @@ def replicas_figure(runs):
     """The chart's matplotlib Figure: throughput, queue length and KV use, a row per run."""
     fig, axes = new_figure(len(runs), 3, 12, 1.4 + ROW_HEIGHT_IN * len(runs),
                            gridspec_kw={"width_ratios": [1, 2, 2]})
-    for (bars, queue, kv), (label, recorder, summary) in zip(axes, runs):
+    for (bars, queue, kv), (label, recorder, summary, warmup_s) in zip(axes, runs):
         colors = run_colors(len(recorder.replicas))
-        throughput = [replica_row(i, "", r, summary["duration_s"])["request_throughput"]
+        throughput = [replica_row(i, "", r, summary["duration_s"], recorder.origin_s(),
+                                  warmup_s)["request_throughput"]
                       for i, r in enumerate(recorder.replicas)]
         bars.bar(range(len(throughput)), throughput, color=colors)
         bars.set_title(label, loc="left")

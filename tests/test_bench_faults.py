@@ -442,6 +442,24 @@ def test_when_every_request_succeeds_the_last_line_says_so(fake, scenario_file, 
     assert (status, last) == (0, "bench: all 5 requests succeeded")
 
 
+def test_a_workload_bench_cannot_send_is_refused_naming_the_file_before_any_is_sent(
+        tmp_path, capsys):
+    conversations = tmp_path / "talk.toml"
+    conversations.write_text(SCENARIO.replace("num_requests = 5\n", "") + "[workload.sessions]\n"
+                             "conversations = 2\nturns = { dist = \"fixed\", value = 2 }\n")
+    out = tmp_path / "bench"
+    for path, flags, why in ((conversations, [], "workload.sessions: bench sends arrival times"),
+                             (tmp_path / "loop.toml", ["--set", 'workload.arrival={process='
+                              '"closed_loop", concurrency=2, think_time_s=1}'],
+                              "workload.arrival.think_time_s: bench sends each request")):
+        if not path.exists():
+            path.write_text(SCENARIO)
+        assert main(["bench", "http://127.0.0.1:9", str(path), "--out", str(out), *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"servesim: error: {path}: ") and why in err[0]
+        assert not out.exists()
+
+
 def test_a_timeout_of_inf_is_no_limit(fake, scenario_file, tmp_path, capsys):
     status, last = bench_cli(capsys, fake.url, scenario_file, tmp_path / "bench", "--timeout",
                              "inf")

@@ -202,11 +202,18 @@ def test_cli_prints_the_error_table(tmp_path, capsys):
      "cost.model: validate compares a cost model with serving"),
     (["workload.arrival={process=\"closed_loop\",concurrency=2,think_time_s=1.0}"],
      "workload.arrival.think_time_s: validate serves requests at their arrival times"),
+    (["cluster.replicas=2"], "cluster: validate serves one NumPy engine"),
+    (["seed=3"], "workload.sessions: validate serves requests at arrival times given up front"),
 ])
 def test_what_cannot_be_validated_is_one_line_and_nothing_runs(tmp_path, capsys, settings,
                                                                message):
     path = tmp_path / "small.toml"
-    path.write_text(SCENARIO)
+    text = SCENARIO
+    if "sessions" in message:  # conversations: a turn is sent when the last one ends
+        text = text.replace("num_requests = 6\n", "").replace(
+            "[[variants]]", "[workload.sessions]\nconversations = 2\nturns = { dist = "
+            "\"fixed\", value = 2 }\n[[variants]]", 1)
+    path.write_text(text)
     out = tmp_path / "v"
     assert main(["validate", str(path), "--out", str(out), "--quiet", "--set", *settings]) == 2
     err = capsys.readouterr().err.strip().splitlines()

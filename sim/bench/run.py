@@ -80,6 +80,19 @@ def distinct_runs(specs) -> list:
     return runs
 
 
+def unbenchable(config) -> str | None:
+    """Why a run's workload cannot be sent (a field and what is allowed), or None."""
+    workload = config.workload
+    if workload.sessions is not None:
+        return ("workload.sessions: bench sends arrival times given up front; a "
+                "conversation's turns (each sent when the last one ends) are not supported")
+    if getattr(workload.arrival, "think_time_s", 0):
+        return ("workload.arrival.think_time_s: bench sends each request at its arrival time "
+                "or once a slot is free; a closed loop with think time is not supported (set "
+                "it to 0, or use workload.max_concurrency)")
+    return None
+
+
 def bench_runs(scenario, options: BenchOptions) -> list[BenchRun]:
     base_dir = Path(scenario.path).parent if scenario.path else None
     return [bench_run(spec, options, base_dir) for spec in distinct_runs(scenario.runs())]
@@ -88,17 +101,13 @@ def bench_runs(scenario, options: BenchOptions) -> list[BenchRun]:
 def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
     """Send one run's workload; its spec is returned in mode "bench"."""
     config = spec.config
+    problem = unbenchable(config)
+    if problem is not None:
+        raise ValueError(problem)
     streams = seeded_streams(config.seed)
     workload = build_workload(config.workload, streams["workload"], base_dir)
-    if workload.sessions is not None:
-        raise ValueError("workload.sessions: bench sends arrival times given up front; a "
-                         "conversation's turns are not supported")
     slots, concurrency = workload.closed_loop, None
     if slots is not None:  # a cap on requests in flight, or a closed loop's users
-        if slots.think_time_s:
-            raise ValueError("workload.arrival.think_time_s: bench sends each request at its "
-                             "arrival time or once a slot is free; a closed loop with think "
-                             "time is not supported")
         arrivals = [0.0] * len(workload) if slots.arrival_s is None else slots.arrival_s.tolist()
         concurrency = slots.concurrency
     else:

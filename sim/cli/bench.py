@@ -30,11 +30,16 @@ def cmd_bench(args) -> int:
 
     from ..bench import bench
     from ..bench.outcome import any_succeeded, outcome_line
+    from ..bench.run import distinct_runs, unbenchable
 
     options = bench_options(args, "URL")
     if args.scenario is None:  # the default scenario as `serve` serves it, not its first variant
         args.scenario, args.variant = DEFAULT_SCENARIO, args.variant or SERVE_VARIANT
     scenario = load_scenario(args)
+    for spec in distinct_runs(scenario.runs()):  # what cannot be sent: refused before any is
+        problem = unbenchable(spec.config)
+        if problem is not None:
+            raise scenario.error(problem, spec)
     args.out_dir = out_dir = output_dir(args.out, scenario.name, "-bench")
     try:
         runs, files = bench(scenario, options, out_dir, manifest("bench", scenario))

@@ -215,13 +215,23 @@ def validate_run_job(job: tuple) -> ValidationRun:
 
 def check_validatable(scenario, spec, calibrate: bool = False) -> None:
     """Refuse what cannot be compared, before anything runs: a live cost model (nothing to
-    validate), a closed loop with think time (serving sends requests at their arrival times or
-    as slots free) and a calibration without a profiled reference step."""
+    validate), conversations and a closed loop with think time (serving sends requests at their
+    arrival times or as slots free), a cluster (one engine is served) and a calibration without
+    a profiled reference step."""
     where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
     model = spec.config.cost.model
     if model not in VALIDATED_COST_MODELS:
         raise ScenarioError(f"{where}cost.model: validate compares a cost model with serving, "
                             f"so it must be one of {', '.join(VALIDATED_COST_MODELS)}, got {model!r}")
+    if spec.config.workload.sessions is not None:
+        raise ScenarioError(f"{where}workload.sessions: validate serves requests at arrival "
+                            f"times given up front; a conversation's turns (each sent when the "
+                            f"last one ends) are not served (validate a scenario without "
+                            f"sessions)")
+    if spec.config.cluster is not None:
+        raise ScenarioError(f"{where}cluster: validate serves one NumPy engine, so a cluster's "
+                            f"replicas cannot be compared with it (validate one server: leave "
+                            f"[cluster] out)")
     arrival = spec.config.workload.arrival
     if isinstance(arrival, ClosedLoop) and arrival.think_time_s:
         raise ScenarioError(f"{where}workload.arrival.think_time_s: validate serves requests "
