@@ -9,6 +9,9 @@ sequence writes its keys and values after its cached prefix. When the last holde
 go it stays cached (its hash still finds it) and joins the evictable blocks, least recently
 freed first; a block is taken from there, and its hash forgotten, only when no never-used block
 is left. `num_free` counts never-used and evictable blocks alike, `num_used` the blocks held.
+Free blocks that no hash finds and that were freed before every cached one are kept apart, in
+no order (none of them changes what a hash finds): a run of requests that share nothing
+frees and takes them as plainly as a `BlockManager` does.
 
 Block hashes (`block_hashes`): a sequence with token ids hashes them block by block (Python's
 hash of (parent hash, the block's token ids): deterministic for integers); a simulated sequence
@@ -60,7 +63,12 @@ class PrefixCachingBlockManager(BlockManager):
     def __init__(self, num_blocks: int, block_size: int):
         super().__init__(num_blocks, block_size)
         self._refs: list[int] = []  # [fresh]: holders of each block handed out
-        self._evictable: OrderedDict = OrderedDict()  # free blocks still cached, least recent first
+        # The free blocks handed out before, least recently freed first: `_loose`, none of
+        # them cached and all freed before any of `_evictable` (so their order matters to no
+        # eviction, and they are taken as a stack), then `_evictable`, in order
+        self._loose: list[int] = []
+        self._evictable: OrderedDict = OrderedDict()
+        self._cached_free = 0  # blocks of `_evictable` that a hash finds
         self._hash_of: dict[int, int] = {}  # block -> hash, for cached blocks
         self._block_of: dict[int, int] = {}  # hash -> block
         self.evictions = 0
@@ -69,11 +77,11 @@ class PrefixCachingBlockManager(BlockManager):
 
     @property
     def num_free(self) -> int:
-        return len(self._evictable) + self.num_blocks - self._fresh
+        return len(self._loose) + len(self._evictable) + self.num_blocks - self._fresh
 
     @property
     def num_used(self) -> int:
-        return self._fresh - len(self._evictable)
+        return self._fresh - len(self._loose) - len(self._evictable)
 
     @property
     def num_cached(self) -> int:
@@ -104,18 +112,25 @@ class PrefixCachingBlockManager(BlockManager):
     # --- mutations -------------------------------------------------------------------------------
 
     def _take(self, n: int) -> list[int]:
-        """The next n free blocks: never-used ones first, then the least recently freed cached
-        ones (their hashes forgotten)."""
+        """The next n free blocks: never-used ones first, then the least recently freed ones
+        (a cached one's hash forgotten)."""
         fresh = min(n, self.num_blocks - self._fresh)
         taken = list(range(self._fresh, self._fresh + fresh))
         self._fresh += fresh
         self._refs.extend([1] * fresh)
-        if n == fresh:
+        refs, loose = self._refs, self._loose
+        if n > fresh and loose:  # the oldest: none cached, in no order that matters
+            k = min(n - fresh, len(loose))
+            some = loose[-k:]
+            del loose[-k:]
+            for block in some:
+                refs[block] = 1
+            taken += some
+        if n == len(taken):
             return taken
-        evictable, hash_of, block_of, refs = self._evictable, self._hash_of, self._block_of, \
-            self._refs
+        evictable, hash_of, block_of = self._evictable, self._hash_of, self._block_of
         pop, forget, evicted = evictable.popitem, hash_of.pop, 0
-        for _ in range(n - fresh):
+        for _ in range(n - len(taken)):
             block = pop(last=False)[0]
             h = forget(block, None)
             if h is not None:
@@ -124,7 +139,26 @@ class PrefixCachingBlockManager(BlockManager):
             refs[block] = 1
             taken.append(block)
         self.evictions += evicted
+        self._cached_free -= evicted
+        self._loosen()
         return taken
+
+    def _loosen(self) -> None:
+        """With no cached block left among the ordered free ones, their order no longer
+        matters: they join the loose ones."""
+        if not self._cached_free and self._evictable:
+            self._loose.extend(self._evictable)
+            self._evictable.clear()
+
+    def _freed(self, block: int) -> None:
+        """A block nobody holds any more joins the free ones, behind every earlier one."""
+        if block in self._hash_of:
+            self._evictable[block] = None
+            self._cached_free += 1
+        elif self._evictable:
+            self._evictable[block] = None
+        else:
+            self._loose.append(block)
 
     def allocate_block(self, seq_id: int) -> int:
         """Append one free block (a never-used one, else the least recently freed cached one)
@@ -140,10 +174,12 @@ class PrefixCachingBlockManager(BlockManager):
         """Give a sequence (with no blocks yet) the cached blocks of its prefix."""
         refs, evictable = self._refs, self._evictable
         for block in blocks:
-            if not refs[block]:
+            if not refs[block]:  # free and cached: among the ordered ones
                 del evictable[block]
+                self._cached_free -= 1
             refs[block] += 1
         self.block_tables[seq_id] = list(blocks)
+        self._loosen()
 
     def cache_block(self, block_id: int, block_hash: int) -> None:
         """Register a block its holder just filled: its hash finds it from now on (unless a
@@ -175,12 +211,19 @@ class PrefixCachingBlockManager(BlockManager):
         """Drop the sequence's references, its last block first (so that, among its blocks, the
         last is evicted first, as vLLM does); returns how many it held."""
         table = self.block_tables.pop(seq_id, ())
-        refs, evictable = self._refs, self._evictable
+        refs, hash_of, evictable, loose = self._refs, self._hash_of, self._evictable, self._loose
         for block in reversed(table):  # `_release`, inlined: a long prompt has many blocks
             assert refs[block] > 0, f"block {block} released more often than taken"
             refs[block] -= 1
-            if not refs[block]:
+            if refs[block]:
+                continue
+            if block in hash_of:  # `_freed`, inlined
                 evictable[block] = None
+                self._cached_free += 1
+            elif evictable:
+                evictable[block] = None
+            else:
+                loose.append(block)
         return len(table)
 
     def _release(self, block: int) -> None:
@@ -188,11 +231,12 @@ class PrefixCachingBlockManager(BlockManager):
         assert refs[block] > 0, f"block {block} released more often than taken"
         refs[block] -= 1
         if not refs[block]:
-            self._evictable[block] = None
+            self._freed(block)
 
     def free_list(self) -> list[int]:
         """Every free block, in the order they would be handed out (for tests)."""
-        return list(range(self._fresh, self.num_blocks)) + list(self._evictable)
+        return list(range(self._fresh, self.num_blocks)) + self._loose[::-1] + \
+            list(self._evictable)
 
     def check_invariants(self) -> None:
         """Each block's reference count is the number of tables holding it; free blocks are
@@ -210,6 +254,9 @@ class PrefixCachingBlockManager(BlockManager):
         assert len(counts) + len(free) == self.num_blocks, "a block leaked"
         assert all(self._block_of[h] == b for b, h in self._hash_of.items()), "hash map broken"
         assert len(self._block_of) == len(self._hash_of), "hash map broken"
+        assert not set(self._loose) & set(self._hash_of), "a loose free block is cached"
+        assert self._cached_free == sum(b in self._hash_of for b in self._evictable), \
+            "cached free blocks miscounted"
 
 
 def make_block_manager(num_blocks: int, block_size: int,

@@ -315,10 +315,12 @@ class Scheduler:
                 if not seq.num_computed_tokens % bs]
 
     def cache_blocks(self, seq: Sequence, first: int, last: int) -> None:
-        """Register the sequence's filled blocks first .. last - 1 whose hashes are known."""
+        """Register the sequence's filled blocks first .. last - 1 whose hashes are known. Keys
+        of its own (a `range`: a simulated request that shares no prefix) wait for its
+        preemption, the only time another admission can find them (`preempt_last`)."""
         bm = self.block_manager
         hashes = block_hashes(seq, bm.block_size, last)
-        if not hashes:
+        if not hashes or type(hashes) is range:
             return
         last = min(last, len(hashes))
         bm.cache_filled(bm.block_tables[seq.seq_id][first:last], hashes[first:last])
@@ -355,6 +357,10 @@ class Scheduler:
         being planned."""
         seq = self.running.pop()
         self.running_removed(seq)
+        if type(seq.block_hashes) is range:  # its own blocks: found again when readmitted
+            bm = self.block_manager
+            n = seq.num_computed_tokens // bm.block_size
+            bm.cache_filled(bm.block_tables[seq.seq_id][:n], seq.block_hashes[:n])
         plan.swap_out += preempt_sequence(seq, self.block_manager, self.waiting, self.swap)
         plan.preempted.append(seq)
         self.num_preemptions += 1

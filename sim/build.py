@@ -25,6 +25,7 @@ from .costs import CostModelExecutor, cost_model
 from .costs.jitter import SpeedProcess
 from .fastpath import SteadyScheduler
 from .workloads import SessionTokens, Workload
+from .workloads.block_keys import own_block_keys
 
 MODES = ("simulate", "cosimulate", "serve")
 # Real-engine runs sample with temperature 1 and ignore EOS, so every request generates exactly
@@ -52,22 +53,18 @@ def run_mode(config: RunConfig) -> str:
 
 
 def build_server(config: RunConfig, mode: str, streams: dict, cost=None, jitter_rng=None,
-                 keyed: bool = True, steady: bool = False, params=None) -> Server:
+                 steady: bool = False, params=None) -> Server:
     """The server of one engine of a resolved config: in simulate mode a `CostModelExecutor`
     (`cost`: instead of the config's cost model; `jitter_rng`: instead of the seed's "jitter"
-    stream), else the real `NumpyExecutor`. `keyed`: whether the workload gives simulated
-    requests prefix-cache keys; without them no block is ever found cached, so a simulation
-    keeps plain block bookkeeping (the same counts and records, less work a block). `steady`:
-    a simulation's scheduler counts its steady decoders in bulk (`sim.fastpath.SteadyScheduler`;
-    continuous batching only). `params`: the real engine's weights, when already built."""
+    stream), else the real `NumpyExecutor`. `steady`: a simulation's scheduler counts its
+    steady decoders in bulk (`sim.fastpath.SteadyScheduler`; continuous batching only).
+    `params`: the real engine's weights, when already built."""
     hardware = hardware_of(config)
     model = None if hardware is not None else config.model
     simulated = mode == "simulate"
-    caching = False if simulated and not keyed else None
     max_seq_len, blocks = (model.max_seq_len, None) if hardware is None else \
         (hardware.arch.max_seq_len, hardware.kv_blocks)
-    scheduler = build_scheduler(config, max_seq_len, blocks, prefix_caching=caching,
-                                steady=steady and simulated)
+    scheduler = build_scheduler(config, max_seq_len, blocks, steady=steady and simulated)
     if mode != "simulate":
         executor = numpy_executor(model, scheduler, streams["sampling"], params)
         return Server(scheduler, executor, model)
@@ -215,10 +212,13 @@ def sequence_factory(workload: Workload, token_rng=None, vocab_size: int | None 
     """(index, arrival_s) -> the Sequence of request `index`; with `token_rng`, its prompt gets
     random token ids (drawn when the request is created, so in request order; a conversation's
     turn extends its previous turn's ids, `SessionTokens`). With `block_size` (a simulated run
-    with prefix caching), it carries the workload's block keys (`Workload.block_keys`), if any,
-    as its `block_hashes`."""
+    with prefix caching), it carries the workload's block keys (`Workload.block_keys`) as its
+    `block_hashes`, or keys of its own where the workload shares no prefix: as a real
+    request's random tokens, its blocks match no other request's, but it finds its own again
+    when it is readmitted after a preemption by recompute."""
     prompts, outputs, priorities = workload.prompt_tokens, workload.output_tokens, workload.priority
-    keys = workload.block_keys if block_size is not None else None
+    keys = None if block_size is None else workload.block_keys or (
+        lambda index, size: own_block_keys(index, int(prompts[index] + outputs[index]) // size))
 
     def new(index: int, arrival_s: float, ids: list | None = None) -> Sequence:
         return Sequence(index, int(prompts[index]), int(outputs[index]), prompt_token_ids=ids,

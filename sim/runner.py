@@ -57,7 +57,6 @@ def _run_config(config: RunConfig, progress, base_dir, cost, jitter_rng, fast_fo
                            jitter_rng=jitter_rng, fast_forward=fast_forward, steady=steady)
     workload = build_workload(config.workload, streams["workload"], base_dir)
     scheduler, executor, model = build_server(config, mode, streams, cost, jitter_rng,
-                                              keyed=workload.block_keys is not None,
                                               steady=steady)
     recorder = RunRecorder(scheduler.block_manager.num_blocks)
     if mode == "serve" and workload.closed_loop is not None \

@@ -121,31 +121,41 @@ def test_progress_bar_is_harmless_off_a_terminal(capsys):
     assert "simulating" not in capsys.readouterr().err
 
 
-def test_without_prefix_keys_a_simulation_keeps_plain_block_bookkeeping():
-    """Prefix caching on, but no simulated request carries prefix keys: no block can ever be
-    found cached, so the engine keeps plain block bookkeeping, with the records of the caching
-    block manager, bit for bit (under preemption too)."""
-    from engine.records import RunRecorder
-    from sim.loop import run_loop
-    from sim.build import build_server, sequence_maker
-    from sim.workloads import build_workload, seeded_streams
+def test_a_request_preempted_by_recompute_finds_its_own_blocks_cached_as_in_the_engine():
+    """Prefix caching on and no prefix shared (random prompts): a request's blocks match no
+    other's, but readmitted after a preemption by recompute it finds its own still cached, as
+    the real engine's hashes of its tokens do; with caching off it computes them all again."""
+    cfg = config(num_requests=60, arrival={"process": "poisson", "rate": 500.0},
+                 output_tokens={"dist": "uniform", "low": 1, "high": 60},
+                 engine={"enable_prefix_caching": True, "num_kv_blocks": 16})
+    cached = run_config(cfg)
+    steps, requests = cached.step_columns(), cached.request_columns()
+    assert sum(steps["preemptions"]) > 0
+    assert sum(steps["cached_tokens"]) > 0  # found again on readmission
+    assert set(requests["cached_tokens"]) == {0}  # never at a first admission: nothing shared
+    off = run_config(replace(cfg, engine=replace(cfg.engine, enable_prefix_caching=False)))
+    assert sum(off.step_columns()["cached_tokens"]) == 0
+    assert sum(off.step_columns()["num_prefill_tokens"]) > sum(steps["num_prefill_tokens"])
+
+
+def test_own_keys_registered_at_preemption_find_what_keys_registered_as_blocks_fill_do(
+        monkeypatch):
+    """A request's own keys (a range) are registered when it is preempted, not as its blocks
+    fill: nobody else can find them, so every record is the same as with every block
+    registered as it fills (the keys as a list), but the count of blocks cached."""
     from helpers.runs import records
+
+    from sim.workloads import block_keys
 
     cfg = config(num_requests=60, arrival={"process": "poisson", "rate": 500.0},
                  output_tokens={"dist": "uniform", "low": 1, "high": 60},
                  engine={"enable_prefix_caching": True, "num_kv_blocks": 16})
-
-    def run(keyed: bool):
-        streams = seeded_streams(cfg.seed)
-        workload = build_workload(cfg.workload, streams["workload"])
-        assert workload.block_keys is None
-        scheduler, executor, model = build_server(cfg, "simulate", streams, keyed=keyed)
-        assert scheduler.block_manager.prefix_caching is keyed
-        recorder = RunRecorder(scheduler.block_manager.num_blocks)
-        make = sequence_maker(workload, "simulate", streams, model, scheduler.block_manager)
-        return run_loop(scheduler, executor, recorder, make, arrival_s=workload.arrival_s,
-                        num_requests=len(workload))
-
-    plain = run(False)
-    assert records(plain) == records(run(True)) == records(run_config(cfg))
-    assert sum(plain.step_columns()["preemptions"]) > 0
+    lazy = records(run_config(cfg))
+    own = block_keys.own_block_keys
+    monkeypatch.setattr("sim.build.own_block_keys", lambda *args: list(own(*args)))
+    eager = records(run_config(cfg))
+    assert sum(lazy["step.cached_tokens"]) > 0
+    assert max(lazy["step.kv_blocks_cached"]) < max(eager["step.kv_blocks_cached"])
+    for rec in (lazy, eager):
+        del rec["step.kv_blocks_cached"]
+    assert lazy == eager

@@ -44,11 +44,11 @@ def replica_configs(config: RunConfig) -> list[tuple[str, RunConfig]]:
 class Cluster:
     """The replicas of a config with a `[cluster]`, each with its `LoadLog`, in one SimPy
     environment. Replica 0 runs on the seed's "jitter" stream (or `jitter_rng`), replica i on
-    its i-th child stream; `random` routes with the seed's "router" stream. `keyed`, `steady`:
-    as `sim.build.build_server`'s."""
+    its i-th child stream; `random` routes with the seed's "router" stream. `steady`: as
+    `sim.build.build_server`'s."""
 
     def __init__(self, config: RunConfig, mode: str, streams: dict, cost=None, jitter_rng=None,
-                 keyed: bool = True, steady: bool = False):
+                 steady: bool = False):
         configs = replica_configs(config)
         jitter = jitter_rng or streams["jitter"]
         self.env = simpy.Environment()
@@ -56,7 +56,7 @@ class Cluster:
         for index, ((pool, replica_config), rng) in enumerate(
                 zip(configs, [jitter, *jitter.spawn(len(configs) - 1)])):
             scheduler, executor, self.model = build_server(replica_config, mode, streams,
-                                                           cost, rng, keyed, steady)
+                                                           cost, rng, steady)
             scheduler.prefill_only = pool == "prefill"
             recorder = RunRecorder(scheduler.block_manager.num_blocks)
             llm = LLMEngine(scheduler, executor, recorder, timing="executor")
@@ -101,7 +101,7 @@ def run_cluster(config: RunConfig, mode: str, streams: dict, base_dir=None, *,
     """Simulate a config with a `[cluster]` to the end (`sim.runner.run_config`'s
     arguments)."""
     workload = build_workload(config.workload, streams["workload"], base_dir)
-    cluster = Cluster(config, mode, streams, cost, jitter_rng, workload.block_keys is not None,
+    cluster = Cluster(config, mode, streams, cost, jitter_rng,
                       fast_forward if steady is None else steady)
     make = sequence_maker(workload, mode, streams, cluster.model, cluster.block_manager())
     return cluster.run(workload, make, progress, fast_forward)

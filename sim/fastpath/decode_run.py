@@ -257,10 +257,11 @@ def _per_repeat(count: int, planned: dict, after: dict, steps: int) -> list[int]
 
 def _fills(run: DecodeRun, steps: int, block_size: int) -> dict:
     """{repeat: [(member index, block index)]}: the blocks each of the first `steps` repeats
-    fills, for members whose block hashes are known (prefix caching), in running order."""
+    fills, for members whose block hashes are known (prefix caching) and registered as they
+    fill (not a request's own keys, a `range`: `Scheduler.cache_blocks`), in running order."""
     fills: dict = {}
     for i, seq in enumerate(run.members):
-        if not seq.block_hashes:
+        if not seq.block_hashes or type(seq.block_hashes) is range:
             continue
         computed = seq.num_computed_tokens  # after the run's plan
         last = min(run.finish[i], steps, len(seq.block_hashes) * block_size - computed)

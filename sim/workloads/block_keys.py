@@ -8,7 +8,8 @@ engine block j (tokens j*B .. (j+1)*B - 1 for block size B) lies wholly in the p
   every token up to there, so (id of k, j) names its contents and its prefix exactly, whether or
   not B divides block_tokens: key = id * 2^32 + j;
 - past the prompt (it holds generated tokens, which no other request has): a key of its own,
-  -(request * 2^32 + j) - 1.
+  -(request * 2^32 + j) - 1 (`own_block_keys`: every block of a request that shares no prefix,
+  whose tokens are random, as a real one's).
 Real-engine runs get token ids instead (`trace_token_ids`): each trace block's tokens are drawn
 from a generator seeded by its (renumbered) id, so equal ids give equal tokens and the engine's own hashes
 find the same shared prefixes.
@@ -35,6 +36,13 @@ def trace_block_keys(blocks: PrefixBlocks, index: int, prompt_len: int, total_to
     shared = ids[owner] * SPAN + j if len(ids) else j
     own = -(index * SPAN + j) - 1
     return np.where(in_prompt, shared, own).tolist()
+
+
+def own_block_keys(index: int, n_blocks: int) -> range:
+    """Keys of request `index`'s `n_blocks` full engine blocks that no other request has (a
+    request without shared prefixes: random tokens), the keys a trace gives blocks past the
+    prompt; a range, so that a million requests make no lists."""
+    return range(-index * SPAN - 1, -index * SPAN - 1 - n_blocks, -1)
 
 
 def trace_token_ids(blocks: PrefixBlocks, index: int, prompt_len: int, vocab_size: int,
