@@ -121,7 +121,7 @@ class PrefixCachingBlockManager(BlockManager):
         refs, loose = self._refs, self._loose
         if n > fresh and loose:  # the oldest: none cached, in no order that matters
             k = min(n - fresh, len(loose))
-            some = loose[-k:]
+            some = loose[:-k - 1:-1]  # top first, as `allocate_block` takes them one by one
             del loose[-k:]
             for block in some:
                 refs[block] = 1
@@ -187,9 +187,12 @@ class PrefixCachingBlockManager(BlockManager):
         self.cache_filled([block_id], [block_hash])
 
     def cache_filled(self, blocks, hashes) -> None:
-        """`cache_block` for each (block, hash) pair of two equal-length sequences."""
-        block_of, hash_of = self._block_of, self._hash_of
+        """`cache_block` for each (block, hash) pair of two equal-length sequences (held
+        blocks: a free one's place among the free ones would no longer say when it goes)."""
+        block_of, hash_of, refs, fresh = self._block_of, self._hash_of, self._refs, self._fresh
         for block_id, block_hash in zip(blocks, hashes):
+            if block_id >= fresh or not refs[block_id]:
+                raise BlockError(f"block {block_id} is free: only a held block is cached")
             if block_hash not in block_of and block_id not in hash_of:
                 block_of[block_hash] = block_id
                 hash_of[block_id] = block_hash

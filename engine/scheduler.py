@@ -280,6 +280,7 @@ class Scheduler:
         self.waiting.pop()
         host = self.swap.swap_in(seq.seq_id) if seq.status is _SWAPPED else ()
         admit_sequence(seq, bm)
+        seq.filled_from = seq.num_computed_tokens // bm.block_size  # the KV it brought
         plan.swap_in += zip(host, bm.block_tables[seq.seq_id])
         plan.swapped_in.append(seq)
         self._insert_running(seq)
@@ -357,10 +358,11 @@ class Scheduler:
         being planned."""
         seq = self.running.pop()
         self.running_removed(seq)
-        if type(seq.block_hashes) is range:  # its own blocks: found again when readmitted
-            bm = self.block_manager
+        if type(seq.block_hashes) is range:  # the blocks it filled: found again on readmission
+            bm, first = self.block_manager, seq.filled_from
             n = seq.num_computed_tokens // bm.block_size
-            bm.cache_filled(bm.block_tables[seq.seq_id][:n], seq.block_hashes[:n])
+            bm.cache_filled(bm.block_tables[seq.seq_id][first:n], seq.block_hashes[first:n])
+            seq.filled_from = 0  # readmitted, it fills (or finds) them from the first
         plan.swap_out += preempt_sequence(seq, self.block_manager, self.waiting, self.swap)
         plan.preempted.append(seq)
         self.num_preemptions += 1

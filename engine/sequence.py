@@ -71,7 +71,7 @@ class Sequence:
         "sampling", "ignore_eos", "eos_token_id", "status", "preemptions", "reject_reason",
         "admit_order", "finish_reason", "first_scheduled_step", "first_token_step",
         "last_token_step", "finish_step", "block_hashes", "num_cached_tokens", "kv_transfer",
-        "generator",
+        "generator", "filled_from",
     )
 
     def __init__(self, request_id, prompt_len: int, max_new_tokens: int, *,
@@ -117,6 +117,9 @@ class Sequence:
         self.block_hashes = block_hashes if block_hashes is not None else \
             ([] if prompt_token_ids is not None else None)
         self.num_cached_tokens: int | None = None
+        # The first of its blocks this engine's steps filled since it was (re)admitted: after a
+        # swap-in or a transfer, the blocks before came with their KV, filled by no step here
+        self.filled_from = 0
         # Prefill/decode disaggregation: how its KV came from the engine that prefilled it
         # (an `engine.records.KvTransfer`); None while it has not moved.
         self.kv_transfer = None

@@ -57,6 +57,14 @@ def test_prefix_affinity_follows_the_longest_prefix_within_its_slack():
     assert router.choose(seq(None), [Load(3, 0), Load(2, 0), Load(1, 0)]) == 2
 
 
+def test_prefix_affinity_keeps_no_keys_of_requests_that_share_no_prefix():
+    router = PrefixAffinity()
+    for i in range(3):  # a request's own keys: a range, which nobody else holds
+        router.choose(SimpleNamespace(block_hashes=range(-i * 2**32 - 1, -i * 2**32 - 9, -1)),
+                      [Load(0, 0), Load(0, 0)])
+    assert router.sent_to == {}
+
+
 def test_a_delayed_report_shows_the_counts_of_that_time():
     log = LoadLog(kv_blocks_total=10)
     log.sent(0.0)

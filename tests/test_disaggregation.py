@@ -156,3 +156,17 @@ def test_disaggregation_runs_in_simulate_mode_only(tmp_path, mode):
     with pytest.raises(ScenarioError) as error:
         load_config(tmp_path, f'mode = "{mode}"\n' + tiny_text(1))
     assert "cluster.prefill_replicas: runs in mode simulate only" in str(error.value)
+
+
+def test_a_decode_replica_caches_the_blocks_its_own_steps_filled_not_those_transferred(
+        tmp_path, monkeypatch):
+    """A request's own keys are registered when it is preempted, those of the blocks it filled
+    on this replica: as with every block registered as it fills, never its transferred
+    prompt's (the same records, but the count of blocks cached)."""
+    from helpers.runs import own_keys_both_ways
+
+    config = load_config(tmp_path, open_text(cluster="", engine="enable_prefix_caching = true"))
+    lazy, eager = own_keys_both_ways(lambda: run_config(config), monkeypatch)
+    assert sum(lazy["step.preemptions"]) > 0
+    assert lazy == eager
+

@@ -53,6 +53,27 @@ def test_freed_cached_blocks_are_found_again_and_evicted_least_recently_freed_fi
     bm.check_invariants()
 
 
+def test_uncached_free_blocks_are_taken_as_one_by_one_and_only_held_blocks_are_cached():
+    # the free blocks no hash finds, freed before every cached one, are kept as a stack: taken
+    # together they are the blocks taken one at a time, in that order
+    def manager():
+        bm = PrefixCachingBlockManager(6, 2)
+        bm.allocate_blocks([1, 1, 1, 1])  # blocks 0-3
+        bm.free_sequence(1)
+        return bm
+
+    together, one_by_one = manager(), manager()
+    together.allocate_blocks([2, 3, 4])
+    for seq_id in (2, 3, 4):
+        one_by_one.allocate_block(seq_id)
+    assert together.block_tables == one_by_one.block_tables
+    assert together.free_list() == one_by_one.free_list()
+    for free in together.free_list():
+        with pytest.raises(BlockError, match=f"block {free} is free"):
+            together.cache_block(free, 99)
+    together.check_invariants()
+
+
 def test_a_shared_block_is_freed_only_when_its_last_holder_lets_go():
     bm = PrefixCachingBlockManager(4, 2)
     bm.ensure_capacity(1, 2)

@@ -138,24 +138,22 @@ def test_a_request_preempted_by_recompute_finds_its_own_blocks_cached_as_in_the_
     assert sum(off.step_columns()["num_prefill_tokens"]) > sum(steps["num_prefill_tokens"])
 
 
+@pytest.mark.parametrize("scheduler, engine", [
+    ({}, {}), ({"preemption": "swap"}, {"swap_blocks": 6}),  # a swap space too small for all
+    ({"preemption": "swap", "queue": "priority", "chunked_prefill": True}, {"swap_blocks": 3}),
+])
 def test_own_keys_registered_at_preemption_find_what_keys_registered_as_blocks_fill_do(
-        monkeypatch):
-    """A request's own keys (a range) are registered when it is preempted, not as its blocks
-    fill: nobody else can find them, so every record is the same as with every block
-    registered as it fills (the keys as a list), but the count of blocks cached."""
-    from helpers.runs import records
-
-    from sim.workloads import block_keys
+        monkeypatch, scheduler, engine):
+    """A request's own keys (a range) are registered when it is preempted, those of the blocks
+    it filled since it was admitted (not those a swap-in brought back): nobody else can find
+    them, so every record is the same as with every block registered as it fills, but the
+    count of blocks cached."""
+    from helpers.runs import own_keys_both_ways
 
     cfg = config(num_requests=60, arrival={"process": "poisson", "rate": 500.0},
                  output_tokens={"dist": "uniform", "low": 1, "high": 60},
-                 engine={"enable_prefix_caching": True, "num_kv_blocks": 16})
-    lazy = records(run_config(cfg))
-    own = block_keys.own_block_keys
-    monkeypatch.setattr("sim.build.own_block_keys", lambda *args: list(own(*args)))
-    eager = records(run_config(cfg))
-    assert sum(lazy["step.cached_tokens"]) > 0
-    assert max(lazy["step.kv_blocks_cached"]) < max(eager["step.kv_blocks_cached"])
-    for rec in (lazy, eager):
-        del rec["step.kv_blocks_cached"]
+                 engine={"enable_prefix_caching": True, "num_kv_blocks": 20} | engine)
+    cfg = replace(cfg, scheduler=replace(cfg.scheduler, **scheduler))
+    lazy, eager = own_keys_both_ways(lambda: run_config(cfg), monkeypatch)
+    assert sum(lazy["step.cached_tokens"]) > 0 and sum(lazy["step.preemptions"]) > 0
     assert lazy == eager

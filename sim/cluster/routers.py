@@ -81,6 +81,8 @@ class PrefixAffinity:
 
     def choose(self, seq, loads: list[Load]) -> int:
         keys = seq.block_hashes or ()
+        if type(keys) is range:  # a request's own keys (it shares no prefix): nothing to follow
+            keys = ()
         least = min(load.outstanding for load in loads)
         near = [i for i, load in enumerate(loads) if load.outstanding <= least + AFFINITY_SLACK]
         depth = self.prefix_depths(keys, len(loads))

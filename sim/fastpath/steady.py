@@ -305,8 +305,9 @@ class SteadyScheduler(Scheduler):
 
     def _fill_due(self, seq, step: int, last: int) -> None:
         """Note the step whose decode fills the sequence's last block, if its hash is known."""
-        hashes = seq.block_hashes
-        if hashes and len(self.block_manager.block_tables[seq.seq_id]) <= len(hashes):
+        hashes = seq.block_hashes  # a request's own keys (a range) are cached when preempted
+        if hashes and type(hashes) is not range and \
+                len(self.block_manager.block_tables[seq.seq_id]) <= len(hashes):
             self._due(self.fill_due, step, seq, last)
 
     def _last_step(self, seq) -> int:

@@ -28,7 +28,8 @@ def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "a
     the headline and where the report is; every request sent, as `RequestResult`s)."""
     from reports.output import output_folder
 
-    specs = distinct_runs(validatable_runs(scenario, False, profile, options.progress))
+    specs = distinct_runs(validatable_runs(scenario, False, profile, options.progress,
+                                           in_process=False))
     base_dir = Path(scenario.path).parent if scenario.path else None
     manifest = manifest or {"command": "validate", "scenario": scenario.name}
     with output_folder(out_dir, manifest) as folder:

@@ -145,12 +145,14 @@ def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
     return result
 
 
-def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool) -> list:
+def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool,
+                     in_process: bool = True) -> list:
     """The scenario's runs, each with this machine's profile where it uses one; everything
-    that cannot be compared is refused first, as one line."""
+    that cannot be compared is refused first, as one line (`in_process`: served here, not
+    benched at a server's URL)."""
     specs = scenario.runs()
     for i, spec in enumerate(specs):
-        check_validatable(scenario, spec, calibrate=False)
+        check_validatable(scenario, spec, calibrate=False, in_process=in_process)
         if spec.config.cost.model == "profile" and profile != "auto":
             where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
             specs[i] = _with_profile(spec, check_profile(profile, as_table(spec.config.model),
@@ -162,7 +164,7 @@ def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool) ->
                                                            progress))
     check_scenario(scenario, specs)
     for spec in specs:
-        check_validatable(scenario, spec, calibrate)
+        check_validatable(scenario, spec, calibrate, in_process)
     return specs
 
 
@@ -213,11 +215,12 @@ def validate_run_job(job: tuple) -> ValidationRun:
     return validate_run(spec, base_dir, calibrate)
 
 
-def check_validatable(scenario, spec, calibrate: bool = False) -> None:
+def check_validatable(scenario, spec, calibrate: bool = False, in_process: bool = True) -> None:
     """Refuse what cannot be compared, before anything runs: a live cost model (nothing to
     validate), conversations and a closed loop with think time (serving sends requests at their
     arrival times or as slots free), a cluster (one engine is served) and a calibration without
-    a profiled reference step."""
+    a profiled reference step. A cluster is refused only `in_process` (a server at a URL may
+    be one)."""
     where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
     model = spec.config.cost.model
     if model not in VALIDATED_COST_MODELS:
@@ -228,7 +231,7 @@ def check_validatable(scenario, spec, calibrate: bool = False) -> None:
                             f"times given up front; a conversation's turns (each sent when the "
                             f"last one ends) are not served (validate a scenario without "
                             f"sessions)")
-    if spec.config.cluster is not None:
+    if in_process and spec.config.cluster is not None:
         raise ScenarioError(f"{where}cluster: validate serves one NumPy engine, so a cluster's "
                             f"replicas cannot be compared with it (validate one server: leave "
                             f"[cluster] out)")

@@ -47,3 +47,20 @@ def records(recorder) -> dict:
                                   for x in values]
     out["itl"] = list(zip(recorder.itl_gaps, recorder.itl_counts))
     return out
+
+
+def own_keys_both_ways(run, monkeypatch) -> tuple[dict, dict]:
+    """The records of `run()` with requests' own prefix keys registered at preemption (a range,
+    as simulations run) and as their blocks fill (the same keys as a list), less the count of
+    blocks cached, which only the second keeps of every block."""
+    from sim.workloads import block_keys
+
+    lazy = records(run())
+    own = block_keys.own_block_keys
+    monkeypatch.setattr("sim.build.own_block_keys", lambda *args: list(own(*args)))
+    eager = records(run())
+    monkeypatch.undo()
+    for rec in (lazy, eager):
+        del rec["step.kv_blocks_cached"]
+    return lazy, eager
+
