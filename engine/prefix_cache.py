@@ -23,11 +23,17 @@ with `cache_block`.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from itertools import repeat
 
 from .block_manager import BlockError, BlockManager, OutOfBlocksError
 
 ROOT_HASH = 0x5EED  # the parent of a sequence's first block
+
+
+def consume(iterator) -> None:
+    """Run `iterator` to its end at C speed (a reference count set for many blocks at once)."""
+    deque(iterator, maxlen=0)
 
 
 def hash_block(parent: int, tokens) -> int:
@@ -123,8 +129,7 @@ class PrefixCachingBlockManager(BlockManager):
             k = min(n - fresh, len(loose))
             some = loose[:-k - 1:-1]  # top first, as `allocate_block` takes them one by one
             del loose[-k:]
-            for block in some:
-                refs[block] = 1
+            consume(map(refs.__setitem__, some, repeat(1, k)))
             taken += some
         if n == len(taken):
             return taken
@@ -163,10 +168,14 @@ class PrefixCachingBlockManager(BlockManager):
     def allocate_block(self, seq_id: int) -> int:
         """Append one free block (a never-used one, else the least recently freed cached one)
         to the sequence's table and return its id."""
-        if not self.num_free:
+        if self._loose and self._fresh == self.num_blocks:  # the common case, inlined
+            block = self._loose.pop()
+            self._refs[block] = 1
+        elif not self.num_free:
             raise OutOfBlocksError(f"no free KV block for sequence {seq_id} "
                                    f"(all {self.num_blocks} in use)")
-        block = self._take(1)[0]
+        else:
+            block = self._take(1)[0]
         self.block_tables.setdefault(seq_id, []).append(block)
         return block
 
@@ -215,6 +224,12 @@ class PrefixCachingBlockManager(BlockManager):
         last is evicted first, as vLLM does); returns how many it held."""
         table = self.block_tables.pop(seq_id, ())
         refs, hash_of, evictable, loose = self._refs, self._hash_of, self._evictable, self._loose
+        if not hash_of and not evictable:
+            # nothing cached, so nothing shared (a block is shared only once a hash found it,
+            # and it stays cached while held): each block was its alone and goes loose
+            consume(map(refs.__setitem__, table, repeat(0, len(table))))
+            loose.extend(reversed(table))
+            return len(table)
         for block in reversed(table):  # `_release`, inlined: a long prompt has many blocks
             assert refs[block] > 0, f"block {block} released more often than taken"
             refs[block] -= 1
