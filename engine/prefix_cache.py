@@ -36,6 +36,14 @@ def consume(iterator) -> None:
     deque(iterator, maxlen=0)
 
 
+def own_keys(hashes) -> bool:
+    """Whether block keys are a sequence's own (a `range`: a simulated request that shares no
+    prefix, `sim.workloads.block_keys.own_block_keys`): no other sequence can find its blocks,
+    so they are registered when it is preempted, the only time another admission (its own
+    readmission) can find them, not as they fill (`Scheduler.preempt_last`)."""
+    return type(hashes) is range
+
+
 def hash_block(parent: int, tokens) -> int:
     """The hash of a full block of token ids after the block whose hash is `parent`."""
     return hash((parent, tuple(tokens)))
@@ -284,5 +292,5 @@ def make_block_manager(num_blocks: int, block_size: int,
     return cls(num_blocks, block_size)
 
 
-__all__ = ["PrefixCachingBlockManager", "ROOT_HASH", "block_hashes", "hash_block",
+__all__ = ["PrefixCachingBlockManager", "ROOT_HASH", "block_hashes", "hash_block", "own_keys",
            "make_block_manager", "OutOfBlocksError"]

@@ -50,7 +50,7 @@ from .batch_wait import BatchWait, hold_prefills
 from .block_manager import BlockManager, blocks_needed
 from .kv_reservation import RESUMING, admit_sequence, has_free_capacity, preempt_sequence, \
     reserve_decode_blocks
-from .prefix_cache import block_hashes
+from .prefix_cache import block_hashes, own_keys
 from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
 from .sequence import Sequence, SequenceStatus
@@ -316,12 +316,11 @@ class Scheduler:
                 if not seq.num_computed_tokens % bs]
 
     def cache_blocks(self, seq: Sequence, first: int, last: int) -> None:
-        """Register the sequence's filled blocks first .. last - 1 whose hashes are known. Keys
-        of its own (a `range`: a simulated request that shares no prefix) wait for its
-        preemption, the only time another admission can find them (`preempt_last`)."""
+        """Register the sequence's filled blocks first .. last - 1 whose hashes are known, but
+        keys of its own (`own_keys`), which wait for its preemption (`preempt_last`)."""
         bm = self.block_manager
         hashes = block_hashes(seq, bm.block_size, last)
-        if not hashes or type(hashes) is range:
+        if not hashes or own_keys(hashes):
             return
         last = min(last, len(hashes))
         bm.cache_filled(bm.block_tables[seq.seq_id][first:last], hashes[first:last])
@@ -358,7 +357,7 @@ class Scheduler:
         being planned."""
         seq = self.running.pop()
         self.running_removed(seq)
-        if type(seq.block_hashes) is range:  # the blocks it filled: found again on readmission
+        if own_keys(seq.block_hashes):  # the blocks it filled: found again on readmission
             bm, first = self.block_manager, seq.filled_from
             n = seq.num_computed_tokens // bm.block_size
             bm.cache_filled(bm.block_tables[seq.seq_id][first:n], seq.block_hashes[first:n])

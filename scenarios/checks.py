@@ -1,32 +1,27 @@
-"""Rules that tie several keys of a scenario together, and the paths a scenario names.
+"""Rules that tie several keys of a scenario together; the files a scenario names are found
+by `paths.py`.
 
 The engine's config dataclasses are built from the resolved config here, so their own rules
 (d_model divisible by n_heads, a token budget that holds max_num_seqs decodes) apply at load
 time, in their own words. Each check raises `FieldError(dotted_key, problem)`; the loader turns
-it into a one-line `ScenarioError` with the file's name. Relative paths (a trace, a profile
-file, a model's config.json) are looked up in the current directory, then beside the scenario
-file, then at the repository root, and stored absolute when found; a shipped trace's name
-becomes the absolute path of its packaged file. Whether a file exists and loads is checked
-where the simulator builds what it needs from it (`sim.checks.check_scenario`), with the same
-one-line errors: scenarios are data and schema, and never import the simulator.
+it into a one-line `ScenarioError` with the file's name. The files a config names are stored
+absolute (`paths.py`); whether one exists and loads is checked where the simulator builds what
+it needs from it (`sim.checks.check_scenario`), with the same one-line errors: scenarios are
+data and schema, and never import the simulator.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from .defaults import (DISAGGREGATION_KEYS, GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS, MAX_GPUS,
                        MAX_TIME_S, POOL_SECTIONS, SHAREGPT_DEFAULTS, SHIPPED_TRACES, TRACE_DEFAULTS,
                        UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
+from .paths import find_file, is_path, model_config, shipped_trace
 from .workload import OPEN_PROCESSES, arrival_of
 from engine.model import ModelConfig
 from engine.scheduler_config import SchedulerConfig
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TRACE_DATA = REPO_ROOT / "sim" / "workloads" / "traces" / "data"  # package data, as installed
-
 
 def check_workload_parts(workload: dict) -> None:
     """A trace replaces arrivals and lengths (a ShareGPT file: lengths only); without one, all
@@ -118,11 +113,6 @@ def check_max_concurrency(workload: dict) -> None:
                                                      "concurrency caps its requests in flight")
 
 
-def shipped_trace(name: str) -> Path:
-    """The packaged file of a shipped trace (`SHIPPED_TRACES`)."""
-    return TRACE_DATA / SHIPPED_TRACES[name][0]
-
-
 def check_config(config: dict, path: Path) -> None:
     """Cross-key rules of a resolved config; makes its relative file paths absolute."""
     if config["cost"]["model"] == "hardware":
@@ -143,7 +133,7 @@ def check_config(config: dict, path: Path) -> None:
         trace["path"] = str(shipped_trace(trace["name"])) if trace.get("name") else \
             find_file(trace["path"], path)
     cost = config["cost"]
-    if cost["model"] == "profile" and _is_path(cost["profile"]):
+    if cost["model"] == "profile" and is_path(cost["profile"]):
         cost["profile"] = find_file(cost["profile"], path)
     if config["mode"] == "simulate" and cost["model"] == "live":
         raise FieldError("cost.model", "'live' runs the real engine: use mode = 'cosimulate' "
@@ -272,7 +262,7 @@ def _check_hardware(config: dict, path: Path) -> None:
         raise FieldError("model.config", "give model.name (a catalog id) or model.config (a "
                                          "config.json), not both")
     if "config" in model:
-        model["config"] = _model_config(model["config"], path)
+        model["config"] = model_config(model["config"], path)
     elif "name" not in model:
         missing = [k for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size",
                                "max_seq_len") if k not in model]
@@ -320,34 +310,3 @@ def _check_engine(config: dict) -> None:
     if scheduler["preemption"] == "swap" and not engine["swap_blocks"]:
         raise FieldError("engine.swap_blocks", "must be at least 1 with scheduler.preemption = "
                                                "'swap' (host KV blocks for swapped-out sequences)")
-
-
-def find_file(name: str, scenario_path: Path, exists=Path.is_file) -> str:
-    """A relative path as the absolute path of the first existing file (`exists`) among the
-    current directory, the scenario's folder and the repository root (`~` is the home folder);
-    unchanged when none exists (the simulator then says where it looked)."""
-    name = os.path.expanduser(name)
-    if Path(name).is_absolute():
-        return name
-    for base in (Path.cwd(), scenario_path.parent, REPO_ROOT):
-        if exists(base / name):
-            return str((base / name).resolve())
-    return name
-
-
-def _model_config(name: str, scenario_path: Path) -> str:
-    """`model.config` found as `find_file` finds a file: a config.json, or a model's folder
-    holding one, as vLLM takes a model's folder."""
-    found = Path(find_file(name, scenario_path, _config_or_folder))
-    if not found.exists():  # an empty folder, say, which the reader then names
-        found = Path(find_file(name, scenario_path, Path.exists))
-    return str(found / "config.json") if (found / "config.json").is_file() else str(found)
-
-
-def _config_or_folder(path: Path) -> bool:
-    return path.is_file() or (path / "config.json").is_file()
-
-
-def _is_path(profile: str) -> bool:
-    """A profile given as a file path, not as the name of a shipped one."""
-    return "/" in profile or profile.endswith(".json")

@@ -87,9 +87,8 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
     if rate is not None:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
     elif burst is not None:  # a search: the shape of the gaps, at every rate it probes
-        for key, value in arrival_of(1.0, burst).items():
-            if key != "rate":
-                put("--burstiness", f"workload.arrival.{key}", value)
+        for key, value in gaps_of(burst).items():
+            put("--burstiness", f"workload.arrival.{key}", value)
     if args.max_concurrency is not None:
         if rate is None and not arrivals_given(scenario_of(pairs, flags), sweep, searching):
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
@@ -126,9 +125,15 @@ def arrival_of(rate: float, burst: float | None) -> dict:
     """The arrival table of --request-rate R [--burstiness B]."""
     if math.isinf(rate):
         return {"process": "burst"}
+    process, *cv = gaps_of(burst).items()
+    return dict([process, ("rate", rate), *cv])  # the order the docs write it in
+
+
+def gaps_of(burst: float | None) -> dict:
+    """The process (and cv) of the gaps --burstiness B asks for, at any rate: Poisson at 1."""
     if burst is not None and burst != 1:
-        return {"process": "gamma", "rate": rate, "cv": 1 / math.sqrt(burst)}
-    return {"process": "poisson", "rate": rate}
+        return {"process": "gamma", "cv": 1 / math.sqrt(burst)}
+    return {"process": "poisson"}
 
 
 def count_key(workload) -> str:

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from engine.prefix_cache import own_keys
 from scenarios.defaults import ROUTERS
 
 # prefix_affinity: how much busier than the least busy replica a replica holding a request's
@@ -81,7 +82,7 @@ class PrefixAffinity:
 
     def choose(self, seq, loads: list[Load]) -> int:
         keys = seq.block_hashes or ()
-        if type(keys) is range:  # a request's own keys (it shares no prefix): nothing to follow
+        if own_keys(keys):  # a request that shares no prefix: nothing to follow
             keys = ()
         least = min(load.outstanding for load in loads)
         near = [i for i, load in enumerate(loads) if load.outstanding <= least + AFFINITY_SLACK]

@@ -33,6 +33,7 @@ from itertools import accumulate
 
 import numpy as np
 
+from engine.prefix_cache import own_keys
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from engine.step_plan import StepPlan
@@ -258,10 +259,10 @@ def _per_repeat(count: int, planned: dict, after: dict, steps: int) -> list[int]
 def _fills(run: DecodeRun, steps: int, block_size: int) -> dict:
     """{repeat: [(member index, block index)]}: the blocks each of the first `steps` repeats
     fills, for members whose block hashes are known (prefix caching) and registered as they
-    fill (not a request's own keys, a `range`: `Scheduler.cache_blocks`), in running order."""
+    fill (not a request's `own_keys`), in running order."""
     fills: dict = {}
     for i, seq in enumerate(run.members):
-        if not seq.block_hashes or type(seq.block_hashes) is range:
+        if not seq.block_hashes or own_keys(seq.block_hashes):
             continue
         computed = seq.num_computed_tokens  # after the run's plan
         last = min(run.finish[i], steps, len(seq.block_hashes) * block_size - computed)

@@ -29,6 +29,7 @@ import heapq
 from bisect import insort
 from operator import attrgetter
 
+from engine.prefix_cache import own_keys
 from engine.scheduler import Scheduler
 from engine.sequence import SequenceStatus
 
@@ -305,8 +306,8 @@ class SteadyScheduler(Scheduler):
 
     def _fill_due(self, seq, step: int, last: int) -> None:
         """Note the step whose decode fills the sequence's last block, if its hash is known."""
-        hashes = seq.block_hashes  # a request's own keys (a range) are cached when preempted
-        if hashes and type(hashes) is not range and \
+        hashes = seq.block_hashes  # a request's own keys are cached when preempted
+        if hashes and not own_keys(hashes) and \
                 len(self.block_manager.block_tables[seq.seq_id]) <= len(hashes):
             self._due(self.fill_due, step, seq, last)
 

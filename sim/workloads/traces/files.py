@@ -16,7 +16,7 @@ import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
-from scenarios.checks import shipped_trace
+from scenarios.paths import shipped_trace
 
 __all__ = ["json_objects", "open_text", "reading", "resolve_path", "shipped_trace"]
 
