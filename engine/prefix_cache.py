@@ -10,8 +10,11 @@ go it stays cached (its hash still finds it) and joins the evictable blocks, lea
 freed first; a block is taken from there, and its hash forgotten, only when no never-used block
 is left. `num_free` counts never-used and evictable blocks alike, `num_used` the blocks held.
 Free blocks that no hash finds and that were freed before every cached one are kept apart, in
-no order (none of them changes what a hash finds): a run of requests that share nothing
-frees and takes them as plainly as a `BlockManager` does.
+no order (none of them changes what a hash finds), and while no hash finds any block no
+reference count is kept (nothing is shared then: a block is shared only once a hash found it,
+and it stays cached while held); the counts are set from the block tables when the first block
+is registered. A run of requests that share nothing frees and takes blocks as plainly as a
+`BlockManager` does.
 
 Block hashes (`block_hashes`): a sequence with token ids hashes them block by block (Python's
 hash of (parent hash, the block's token ids): deterministic for integers); a simulated sequence
@@ -76,7 +79,9 @@ class PrefixCachingBlockManager(BlockManager):
 
     def __init__(self, num_blocks: int, block_size: int):
         super().__init__(num_blocks, block_size)
-        self._refs: list[int] = []  # [fresh]: holders of each block handed out
+        # [fresh]: holders of each block handed out; kept only while `_hash_of` is not empty
+        # (until then every block handed out and not loose has one holder)
+        self._refs: list[int] = []
         # The free blocks handed out before, least recently freed first: `_loose`, none of
         # them cached and all freed before any of `_evictable` (so their order matters to no
         # eviction, and they are taken as a stack), then `_evictable`, in order
@@ -103,10 +108,14 @@ class PrefixCachingBlockManager(BlockManager):
         return len(self._hash_of)
 
     def is_free(self, block_id: int) -> bool:
-        return block_id >= self._fresh or not self._refs[block_id]
+        if block_id >= self._fresh:
+            return True
+        return not self._refs[block_id] if self._hash_of else block_id in self._loose
 
     def ref_count(self, block_id: int) -> int:
-        return 0 if block_id >= self._fresh else self._refs[block_id]
+        if self._hash_of:
+            return 0 if block_id >= self._fresh else self._refs[block_id]
+        return 0 if self.is_free(block_id) else 1
 
     def match_prefix(self, hashes, max_blocks: int) -> list[int]:
         """The cached blocks of the longest prefix of `hashes` (at most `max_blocks`)."""
@@ -131,13 +140,15 @@ class PrefixCachingBlockManager(BlockManager):
         fresh = min(n, self.num_blocks - self._fresh)
         taken = list(range(self._fresh, self._fresh + fresh))
         self._fresh += fresh
-        self._refs.extend([1] * fresh)
-        refs, loose = self._refs, self._loose
+        refs, loose, counted = self._refs, self._loose, bool(self._hash_of)
+        if counted:
+            refs.extend([1] * fresh)
         if n > fresh and loose:  # the oldest: none cached, in no order that matters
             k = min(n - fresh, len(loose))
             some = loose[:-k - 1:-1]  # top first, as `allocate_block` takes them one by one
             del loose[-k:]
-            consume(map(refs.__setitem__, some, repeat(1, k)))
+            if counted:
+                consume(map(refs.__setitem__, some, repeat(1, k)))
             taken += some
         if n == len(taken):
             return taken
@@ -178,7 +189,8 @@ class PrefixCachingBlockManager(BlockManager):
         to the sequence's table and return its id."""
         if self._loose and self._fresh == self.num_blocks:  # the common case, inlined
             block = self._loose.pop()
-            self._refs[block] = 1
+            if self._hash_of:
+                self._refs[block] = 1
         elif not self.num_free:
             raise OutOfBlocksError(f"no free KV block for sequence {seq_id} "
                                    f"(all {self.num_blocks} in use)")
@@ -206,6 +218,8 @@ class PrefixCachingBlockManager(BlockManager):
     def cache_filled(self, blocks, hashes) -> None:
         """`cache_block` for each (block, hash) pair of two equal-length sequences (held
         blocks: a free one's place among the free ones would no longer say when it goes)."""
+        if not self._hash_of:
+            self._count_refs()
         block_of, hash_of, refs, fresh = self._block_of, self._hash_of, self._refs, self._fresh
         for block_id, block_hash in zip(blocks, hashes):
             if block_id >= fresh or not refs[block_id]:
@@ -213,6 +227,13 @@ class PrefixCachingBlockManager(BlockManager):
             if block_hash not in block_of and block_id not in hash_of:
                 block_of[block_hash] = block_id
                 hash_of[block_id] = block_hash
+
+    def _count_refs(self) -> None:
+        """Set the reference counts, kept from now on, from the block tables (nothing is
+        cached yet, so no block is shared)."""
+        refs = self._refs = [0] * self._fresh
+        for table in self.block_tables.values():
+            consume(map(refs.__setitem__, table, repeat(1, len(table))))
 
     def free_block(self, block_id: int, seq_id: int | None = None) -> None:
         """Drop one holder's reference to a block (the block leaves that holder's table)."""
@@ -232,10 +253,7 @@ class PrefixCachingBlockManager(BlockManager):
         last is evicted first, as vLLM does); returns how many it held."""
         table = self.block_tables.pop(seq_id, ())
         refs, hash_of, evictable, loose = self._refs, self._hash_of, self._evictable, self._loose
-        if not hash_of and not evictable:
-            # nothing cached, so nothing shared (a block is shared only once a hash found it,
-            # and it stays cached while held): each block was its alone and goes loose
-            consume(map(refs.__setitem__, table, repeat(0, len(table))))
+        if not hash_of:  # nothing cached, nothing counted: each block was its alone
             loose.extend(reversed(table))
             return len(table)
         for block in reversed(table):  # `_release`, inlined: a long prompt has many blocks
@@ -253,6 +271,9 @@ class PrefixCachingBlockManager(BlockManager):
         return len(table)
 
     def _release(self, block: int) -> None:
+        if not self._hash_of:
+            self._loose.append(block)
+            return
         refs = self._refs
         assert refs[block] > 0, f"block {block} released more often than taken"
         refs[block] -= 1
@@ -271,9 +292,12 @@ class PrefixCachingBlockManager(BlockManager):
         for table in self.block_tables.values():
             for b in table:
                 counts[b] = counts.get(b, 0) + 1
-        for b in range(self._fresh):
-            assert self._refs[b] == counts.get(b, 0), f"block {b}: refs {self._refs[b]}, " \
-                                                      f"held {counts.get(b, 0)} times"
+        if self._hash_of:
+            for b in range(self._fresh):
+                assert self._refs[b] == counts.get(b, 0), f"block {b}: refs {self._refs[b]}, " \
+                                                          f"held {counts.get(b, 0)} times"
+        else:
+            assert set(counts.values()) <= {1}, "a block is shared with nothing cached"
         free = self.free_list()
         assert len(free) == len(set(free)), "a block is free twice"
         assert not set(free) & set(counts), "a held block is also free"

@@ -89,6 +89,37 @@ def test_a_shared_block_is_freed_only_when_its_last_holder_lets_go():
     bm.check_invariants()
 
 
+op_st = st.one_of(
+    st.tuples(st.just("allocate"), st.integers(0, 5), st.integers(1, 4)),
+    st.tuples(st.just("free"), st.integers(0, 5)),
+    st.tuples(st.just("cache"), st.integers(0, 5), st.integers(0, 3)),
+    st.tuples(st.just("share"), st.integers(6, 9), st.integers(1, 3)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(op_st, min_size=1, max_size=40))
+def test_counts_kept_only_while_cached_are_the_holders_at_every_step(ops):
+    # no reference count is kept while no hash finds a block; the counts set from the tables
+    # when a first block is cached must be the holders, through evictions back to none cached
+    bm = PrefixCachingBlockManager(8, 2)
+    next_hash = iter(range(100, 10_000))
+    for op in ops:
+        if op[0] == "allocate" and op[2] <= bm.num_free:
+            bm.allocate_blocks([op[1]] * op[2])
+        elif op[0] == "free":
+            bm.free_sequence(op[1])
+        elif op[0] == "cache" and op[2] < len(bm.block_tables.get(op[1], [])):
+            bm.cache_block(bm.block_tables[op[1]][op[2]], next(next_hash))
+        elif op[0] == "share" and op[1] not in bm.block_tables and bm.num_cached:
+            hits = sorted(bm._hash_of)[:op[2]]
+            if bm.evictable_among(hits) <= bm.num_free:
+                bm.take_prefix(op[1], hits)
+        bm.check_invariants()
+        held = [b for table in bm.block_tables.values() for b in table]
+        for block in range(bm.num_blocks):
+            assert bm.ref_count(block) == held.count(block)
+            assert bm.is_free(block) == (block not in held)
+
 def test_kv_blocks_in_use_counts_referenced_blocks():
     bm = make_block_manager(8, 4, prefix_caching=True)
     bm.ensure_capacity(1, 8)
