@@ -148,7 +148,7 @@ def _stats(name: str, values) -> dict:
             f"{name}_max_s": math.nan if empty else float(values.max())}
 
 
-def _itl_weights(recorder: RunRecorder, warmup_s: float = 0.0):
+def itl_weights(recorder: RunRecorder, warmup_s: float = 0.0):
     """The recorder's inter-token gaps [n] and how many tokens had each [n] (as floats), the
     gaps of tokens sampled before `warmup_s` weighing 0."""
     gaps, counts = np.asarray(recorder.itl_gaps), np.asarray(recorder.itl_counts, float)
@@ -158,7 +158,7 @@ def _itl_weights(recorder: RunRecorder, warmup_s: float = 0.0):
 
 
 def _itl_stats(recorder: RunRecorder, warmup_s: float = 0.0) -> dict:
-    gaps, counts = _itl_weights(recorder, warmup_s)
+    gaps, counts = itl_weights(recorder, warmup_s)
     total = counts.sum()
     pct = weighted_percentile(gaps, counts.astype(np.int64), PERCENTILES) if total else \
         [math.nan] * len(PERCENTILES)
@@ -255,7 +255,7 @@ def latency_std(recorder: RunRecorder, warmup_s: float = 0.0) -> dict:
     for name in ("ttft", "tpot", "e2e", "queue"):
         values = _defined(name, metrics[f"{name}_s"])
         out[f"{name}_std_s"] = float(values.std()) if values.size else math.nan
-    gaps, counts = _itl_weights(recorder, warmup_s)
+    gaps, counts = itl_weights(recorder, warmup_s)
     total = counts.sum()
     if total:
         mean = gaps @ counts / total

@@ -2,7 +2,8 @@
 
 TTFT, TPOT and E2E are per request (finished requests; TPOT needs two output tokens). ITL is
 token-weighted from the recorder's exact (gap, count) pairs, so a gap shared by 30 tokens
-weighs 30 times one gap of one token. A panel's x axis is logarithmic when its latencies span
+weighs 30 times one gap of one token. Each line counts what its summary counts: the requests
+sent after the warm-up and the gaps of tokens sampled after it. A panel's x axis is logarithmic when its latencies span
 more than two decades (static and continuous batching can differ by that much), linear
 otherwise (`figures.scale_axis`). A CDF of hundreds of thousands of distinct latencies is
 drawn from the first point in each cell of a grid of `LEVELS` x `LEVELS` over (log latency,
@@ -13,7 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.benchmark import itl_weights
+
 from .figures import legend_below, log_note, new_figure, png_bytes, run_colors, scale_axis
+from .tables import request_frame
 
 LEVELS = 2000  # grid cells per axis a CDF line keeps one point of
 PANELS = (("ttft_s", "TTFT: time to first token"), ("tpot_s", "TPOT: time per output token"),
@@ -45,10 +49,17 @@ def thin(x: np.ndarray, y: np.ndarray, levels: int = LEVELS):
     return x[keep], y[keep]
 
 
+def cdf_line(label: str, spec, recorder, keys=None) -> tuple:
+    """One run's line of the chart: (label, its counted requests' rows, its inter-token gaps
+    and the tokens each counts for), what its summary counts (the warm-up left out)."""
+    frame = request_frame(spec, recorder, keys)
+    return label, frame[frame["counted"]], itl_weights(recorder, spec.config.workload.warmup_s)
+
+
 def cdf_chart(runs, styles=None, legend_title: str | None = None) -> bytes:
-    """`runs`: [(label, request_frame, recorder)] -> PNG bytes of a 2 x 2 grid of CDFs.
-    `styles`: one (colour, line style) per run (default: a distinct colour each, solid);
-    `legend_title` says what the labels are."""
+    """`runs`: [`cdf_line`] -> PNG bytes of a 2 x 2 grid of CDFs. `styles`: one (colour,
+    line style) per run (default: a distinct colour each, solid); `legend_title` says what the
+    labels are."""
     return png_bytes(cdf_figure(runs, styles, legend_title))
 
 
@@ -58,9 +69,9 @@ def cdf_figure(runs, styles=None, legend_title: str | None = None):
     fig, axes = new_figure(2, 2, 11, 7.5)
     for ax, (column, title) in zip(axes.flat, PANELS):
         shown = []
-        for (color, style), (label, frame, recorder) in zip(styles, runs):
+        for (color, style), (label, frame, itl) in zip(styles, runs):
             if column == "itl":
-                values, counts = recorder.itl_gaps, recorder.itl_counts
+                values, counts = itl
             else:
                 values = frame[column].to_numpy(dtype=np.float64)
                 counts = np.ones(len(values))

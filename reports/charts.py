@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from engine.records import ClusterRecorder
 
-from .cdf_chart import cdf_chart
+from .cdf_chart import cdf_chart, cdf_line
 from .cluster_steps import chart_steps
 from .comparison_chart import comparison_chart
 from .figures import ordered_colors
@@ -18,7 +18,7 @@ from .render import Image
 from .replica_table import cluster_results
 from .replicas_chart import replicas_chart
 from .sweep_chart import sweep_chart
-from .tables import request_frame, run_keys
+from .tables import run_keys
 from .timeline_chart import timeline_chart
 
 
@@ -28,8 +28,7 @@ def make_charts(results, summaries: list[dict], steps: bool = True) -> list[Imag
     keys = run_keys(results)
     specs = [spec for spec, _ in results]
     labels, labels_title = short_labels(specs)  # only what differs between the runs
-    cdf_runs = [(label, request_frame(spec, rec, keys), rec)
-                for label, (spec, rec) in zip(labels, results)]
+    cdf_runs = [cdf_line(label, spec, rec, keys) for label, (spec, rec) in zip(labels, results)]
     styles = [(color, "-") for color in ordered_colors(len(specs))] \
         if is_ordered_sweep(specs) else None  # a load sweep reads as a gradient
     charts = [

@@ -328,6 +328,12 @@ def workload_text(workload) -> str:
     if workload.max_concurrency is not None:
         parts.append(f"at most {workload.max_concurrency} requests in flight (the others "
                      f"wait for a slot; latencies start when a request is sent)")
+    if workload.max_seconds is not None:
+        parts.append(f"no request sent more than {workload.max_seconds:g} s after the first "
+                     f"(those due later are not sent)")
+    if workload.warmup_s:
+        parts.append(f"the requests sent in the first {workload.warmup_s:g} s are a warm-up: "
+                     f"served, left out of every figure (`counted` false in requests.csv)")
     if workload.priority is not None:
         p = workload.priority
         pairs = ", ".join(f"{v} (weight {w:g})" for v, w in zip(p.values, p.weights))

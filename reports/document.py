@@ -15,7 +15,7 @@ from engine.benchmark import latency_percentiles
 from .describe import sweep_table, variant_table, what_was_run
 from .key_figures import REPORT_FIGURES, key_rows
 from .render import Heading, Image, Paragraph, Table
-from .tables import label_values
+from .tables import label_values, run_keys
 
 EXAMPLES_LISTED = 5  # request ids shown per reason; requests.csv has every one
 
@@ -69,7 +69,7 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
 
 def _run_groups(specs, requests) -> list:
     """[(spec, its rows of `requests`)] in run order (a run without requests is left out)."""
-    keys = _run_columns(requests)
+    keys = _run_columns(specs)
     groups = {tuple(map(str, labels if isinstance(labels, tuple) else (labels,))): group
               for labels, group in requests.groupby(keys, sort=False, dropna=False)}
     out = []
@@ -80,9 +80,10 @@ def _run_groups(specs, requests) -> list:
     return out
 
 
-def _run_columns(requests) -> list[str]:
-    """The columns that name a run: `variant` and the sweep keys, before `request_id`."""
-    return list(requests.columns[: list(requests.columns).index("request_id")])
+def _run_columns(specs) -> list[str]:
+    """The columns that name a run: `variant` and the sweep keys (not a cluster's `replica`,
+    which names a request's server within a run)."""
+    return run_keys([(spec, None) for spec in specs])
 
 
 def priority_blocks(specs, requests) -> list:
@@ -90,9 +91,9 @@ def priority_blocks(specs, requests) -> list:
     order a priority queue serves them (the lowest value first)."""
     if requests["priority"].nunique() < 2:
         return []
-    keys = _run_columns(requests)
+    keys = _run_columns(specs)
     rows = []
-    for spec, run in _run_groups(specs, requests):
+    for spec, run in _run_groups(specs, requests[requests["counted"]]):  # as the summary
         for priority, group in run.groupby("priority", sort=True):  # lowest value first
             done = group[group["status"] == "finished"]
             row = [str(v) for v in label_values(spec, keys)]
@@ -107,7 +108,8 @@ def priority_blocks(specs, requests) -> list:
     note = ("A `priority` queue admits the waiting request with the lowest priority value first "
             "(0 before 1; equal values in arrival order), so the lowest class should see the "
             "shortest TTFT; an `fcfs` queue ignores priorities and serves in arrival order. "
-            "Classes are listed in the order a priority queue serves them.")
+            "Classes are listed in the order a priority queue serves them; the requests "
+            "counted are the summary's (those sent after any warm-up).")
     return [Heading(2, "Latency by priority class"), Paragraph(note), Table(header, rows)]
 
 
@@ -122,7 +124,7 @@ def rejected_blocks(specs, requests) -> list:
     blocks = [Heading(2, f"{status.capitalize()} requests")]
     if not (requests["status"] == status).any():
         return blocks + [Paragraph("None: every request could be served.")]
-    keys = _run_columns(requests)
+    keys = _run_columns(specs)
     rows = []
     for spec, run in _run_groups(specs, requests):
         rejected = run[run["status"] == status]

@@ -17,11 +17,15 @@ from engine.benchmark import request_metrics, summarize
 
 REQUEST_COLUMNS = ("request_id", "priority", "arrival_s", "first_scheduled_s", "first_token_s",
                    "finish_s", "prompt_tokens", "output_tokens", "cached_tokens", "ttft_s",
-                   "tpot_s", "e2e_s", "queue_s", "preemptions", "status", "reject_reason")
+                   "tpot_s", "e2e_s", "queue_s", "preemptions", "status", "reject_reason",
+                   "counted")
 STEP_COLUMNS = ("step", "start_s", "end_s", "num_prefill_tokens", "num_prefill_seqs",
                 "num_decode_seqs", "num_padding_seqs", "num_running", "num_waiting",
                 "kv_blocks_used", "kv_blocks_total", "preemptions", "cached_tokens",
                 "kv_blocks_cached")
+# a cluster's run: the replica that served a request, and a disaggregated cluster's
+# prefill replica and KV transfer time
+CLUSTER_COLUMNS = ("replica", "prefill_replica", "kv_transfer_s")
 INT_COLUMNS = ("priority", "prompt_tokens", "output_tokens", "cached_tokens", "preemptions",
                "step", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
                "num_padding_seqs", "num_running", "num_waiting", "kv_blocks_used",
@@ -62,6 +66,9 @@ def request_frame(spec, recorder, keys: list[str] | None = None) -> pd.DataFrame
     columns.update(request_metrics(columns))
     reasons = recorder.reject_reasons
     columns["reject_reason"] = [reasons.get(rid, "") for rid in columns["request_id"]]
+    # in the figures: sent once the warm-up was over (`engine.benchmark.summarize`)
+    warmup_s = spec.config.workload.warmup_s
+    columns["counted"] = [arrival >= warmup_s for arrival in columns["arrival_s"]]
     return _frame(columns, spec, keys or ["variant", *spec.sweep],
                   _with_replica(columns, REQUEST_COLUMNS))
 
@@ -76,14 +83,18 @@ def step_frame(spec, recorder, keys: list[str] | None = None) -> pd.DataFrame:
 def _with_replica(columns: dict, order: tuple) -> tuple:
     """`order`, after a `replica` column where the rows have one (a cluster's run), and a
     disaggregated cluster's `prefill_replica` and `kv_transfer_s`."""
-    cluster = [name for name in ("replica", "prefill_replica", "kv_transfer_s")
-               if name in columns]
+    cluster = [name for name in CLUSTER_COLUMNS if name in columns]
     return (*cluster, *order)
 
 
 def requests_table(results) -> pd.DataFrame:
+    """Every run's requests, one table: the run keys, a cluster's columns where any run has
+    them (empty in the others' rows), then REQUEST_COLUMNS, whatever the runs' order."""
     keys = run_keys(results)
-    return pd.concat([request_frame(spec, rec, keys) for spec, rec in results], ignore_index=True)
+    frame = pd.concat([request_frame(spec, rec, keys) for spec, rec in results],
+                      ignore_index=True)
+    order = [*keys, *CLUSTER_COLUMNS, *REQUEST_COLUMNS]
+    return frame[[name for name in order if name in frame.columns]]
 
 
 def steps_table(results) -> pd.DataFrame:

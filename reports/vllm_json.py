@@ -14,7 +14,8 @@ reads servesim's unchanged.
 - `date` is null unless given (`SOURCE_DATE_EPOCH`, the reproducible-builds convention, or the
   `date` argument): a clock reading would make two runs of the same seed differ.
 - `request_rate` is the arrival rate of an open process, "inf" (vLLM's spelling) when every
-  request is sent at once or by a closed loop, and for a trace the mean rate of its arrivals;
+  request is sent at once or by a closed loop, and for a trace, or conversations (whose process
+  starts conversations, not requests), the mean rate of the requests' arrivals;
   `burstiness` is vLLM's gamma shape (1 / cv^2: 1 for Poisson, "inf" for constant gaps), null
   where arrivals have no such shape; `max_concurrency` is `workload.max_concurrency` (the cap
   on requests in flight, vLLM's `--max-concurrency`) or a closed loop's number of users.
@@ -50,8 +51,7 @@ def vllm_records(results, summaries: list[dict] | None = None,
 def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
     """One run's record: setup and traffic, vLLM's figures and servesim's extras, the run."""
     config = spec.config
-    arrival = config.workload.arrival
-    request_rate, burstiness, max_concurrency = traffic(arrival, recorder)
+    request_rate, burstiness, max_concurrency = traffic(config.workload, recorder)
     max_concurrency = config.workload.max_concurrency or max_concurrency
     setup = {"date": date, "backend": f"servesim-{config.mode}", "label": spec.label,
              "model_id": getattr(recorder, "served_model", None) if config.mode == "bench"
@@ -61,7 +61,7 @@ def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
              "max_concurrency": max_concurrency}
     std = latency_std(recorder, config.workload.warmup_s)
     run = {"scenario": config.name, "variant": spec.variant, "sweep": dict(spec.sweep),
-           "seed": config.seed, "arrival_process": arrival.process}
+           "seed": config.seed, "arrival_process": config.workload.arrival.process}
     derived = config.hardware.derived if config.hardware is not None else None
     if derived:  # the hardware model's: what ran on what
         run["hardware"] = hardware_record(config, derived)
@@ -87,11 +87,12 @@ def hardware_record(config, derived: dict) -> dict:
     return record
 
 
-def traffic(arrival, recorder) -> tuple:
-    """(request_rate, burstiness, max_concurrency) of an arrival process, as vLLM writes
-    them; a trace's rate is the mean rate of its arrivals."""
-    if arrival.process != "trace":
-        return arrival.traffic()
+def traffic(workload, recorder) -> tuple:
+    """(request_rate, burstiness, max_concurrency) of a workload's arrivals, as vLLM writes
+    them; a trace's rate, and that of conversations' turns (their process starts the
+    conversations), is the mean rate of the requests' arrivals."""
+    if workload.arrival.process != "trace" and workload.sessions is None:
+        return workload.arrival.traffic()
     arrivals = np.asarray(recorder.request_columns()["arrival_s"], dtype=np.float64)
     span = float(arrivals.max() - arrivals.min()) if arrivals.size else 0.0
     return ((arrivals.size - 1) / span if span > 0 else "inf"), None, None

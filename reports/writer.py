@@ -15,13 +15,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
 from .document import report_blocks
 from .render import to_html, to_markdown
 from .step_csv import write_steps_csv
 from .replica_table import replicas_table
-from .tables import request_frame, run_keys, run_summaries, summary_table
+from .tables import requests_table, run_keys, run_summaries, summary_table
 from .vllm_json import record_date, summary_json_names, vllm_records
 
 FLOAT_FORMAT = "%.9g"
@@ -58,8 +56,7 @@ def write_report(scenario, results, out_dir, worker=None,
     if worker is not None:
         worker.draw(results, summaries)
     keys = run_keys(results)
-    request_frames = [request_frame(spec, rec, keys) for spec, rec in results]
-    requests = pd.concat(request_frames, ignore_index=True)
+    requests = requests_table(results)
     written = [_csv(requests, out_dir / "requests.csv")]
     if remote is None:
         written.append(write_steps_csv(results, keys, out_dir / "steps.csv"))

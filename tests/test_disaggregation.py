@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+import reports
+import scenarios
+import sim
 from helpers.cluster import SESSIONS as CLUSTER_SESSIONS, load_config, run_cluster_of
 from helpers.runs import records
 from scenarios import ScenarioError
@@ -170,3 +173,24 @@ def test_a_decode_replica_caches_the_blocks_its_own_steps_filled_not_those_trans
     assert sum(lazy["step.preemptions"]) > 0
     assert lazy == eager
 
+
+
+def test_requests_csv_orders_its_columns_the_same_whatever_the_variants_order(tmp_path):
+    # co-located replicas have no prefill replica or transfer: their rows leave them empty
+    path = tmp_path / "mixed.toml"
+    path.write_text('name = "mixed"\n' + TINY_WORKLOAD.replace("N", "4") + """
+[[variants]]
+name = "co-located"
+set = { "cluster.replicas" = 2 }
+[[variants]]
+name = "split"
+set = { "cluster.prefill_replicas" = 1, "cluster.decode_replicas" = 1 }
+""")
+    scenario = scenarios.load(path)
+    runs = sim.simulate(scenario)
+    for results in (runs, runs[::-1]):
+        table = reports.requests_table(results)
+        assert list(table.columns[:5]) == ["variant", "replica", "prefill_replica",
+                                           "kv_transfer_s", "request_id"]
+        assert table.loc[table["variant"] == "co-located", "kv_transfer_s"].isna().all()
+        assert table.loc[table["variant"] == "split", "kv_transfer_s"].notna().all()

@@ -143,6 +143,38 @@ def test_report_summarizes_rejected_requests_by_reason_with_counts_and_examples(
                    row.split(" | ")[3].startswith(f"{first} ") for row in rows)
 
 
+def test_a_clusters_report_lists_its_rejected_requests_and_priority_classes(tmp_path):
+    # a cluster's requests carry the replica that served them; the report's tables are by run
+    cluster = SCENARIO.replace("[[variants]]", "[cluster]\nreplicas = 2\n[[variants]]", 1)
+    scenario, results = simulate(tmp_path, cluster, overrides=["model.max_seq_len=96"])
+    out = reports.write_report(scenario, results, tmp_path / "out").out_dir
+    markdown = (out / "report.md").read_text()
+    rejected = markdown[markdown.index("## Rejected requests"):]
+    for spec, recorder in results:
+        rows = [line for line in rejected.splitlines() if line.startswith(f"| {spec.variant} |")]
+        assert sum(int(row.split(" | ")[2]) for row in rows) == len(recorder.reject_reasons) > 0
+    classes = markdown[markdown.index("## Latency by priority class"):markdown.index("## Charts")]
+    assert len([line for line in classes.splitlines() if line.startswith("| continuous |")]) == 2
+
+
+def test_warm_up_requests_are_marked_and_left_out_as_the_summary_leaves_them(tmp_path):
+    scenario, results = simulate(tmp_path, overrides=["workload.warmup_s=0.5"])
+    out = reports.write_report(scenario, results, tmp_path / "out").out_dir
+    table = pd.read_csv(out / "requests.csv")
+    assert list(table["counted"]) == list(table["arrival_s"] >= 0.5)
+    assert 0 < (~table["counted"]).sum() < len(table)
+    markdown = (out / "report.md").read_text()
+    assert "the requests sent in the first 0.5 s are a warm-up" in markdown
+    classes = markdown[markdown.index("## Latency by priority class"):markdown.index("## Charts")]
+    for spec, recorder in results:
+        rows = [line.split(" | ") for line in classes.splitlines()
+                if line.startswith(f"| {spec.variant} |")]
+        counted = table[(table["variant"] == spec.variant) & table["counted"]]
+        assert sum(int(row[3]) for row in rows) == len(counted)  # requests per class, summed
+        summary = summarize(recorder, spec.config.slo.limits(), 0.5)
+        assert summary["completed"] == (counted["status"] == "finished").sum()
+
+
 def test_reasons_of_one_kind_are_one_with_the_numbers_that_differ_as_ranges():
     reasons = ["prompt (300) + max_new_tokens (10) exceeds max_seq_len (256)",
                "prompt (280) + max_new_tokens (40) exceeds max_seq_len (256)"]
@@ -378,11 +410,9 @@ def test_every_chart_applies_the_log_rule_to_its_value_axes():
     assert scales == ["log", "linear", "linear", "linear"]
     assert "log scale" in fig.axes[0].get_xlabel() and "log" not in fig.axes[1].get_xlabel()
 
-    class Gaps:  # a recorder's inter-token gaps
-        itl_gaps, itl_counts = [0.01, 0.02], [3, 1]
-
+    gaps = ([0.01, 0.02], [3, 1])  # inter-token gaps, and the tokens each counts for
     frame = pd.DataFrame({"ttft_s": [0.1, 30.0], "tpot_s": [0.02, 0.03], "e2e_s": [1.0, 2.0]})
-    fig = cdf_figure([("run", frame, Gaps())])
+    fig = cdf_figure([("run", frame, gaps)])
     assert [ax.get_xscale() for ax in fig.axes[:4]] == ["log", "linear", "linear", "linear"]
 
 
@@ -418,11 +448,9 @@ def test_runs_of_very_different_lengths_get_their_own_time_axes():
 def test_validation_lines_of_one_variant_share_a_colour_solid_and_dashed():
     from reports.cdf_chart import cdf_figure
 
-    class Gaps:
-        itl_gaps, itl_counts = [0.01, 0.02], [3, 1]
-
+    gaps = ([0.01, 0.02], [3, 1])
     frame = pd.DataFrame({"ttft_s": [0.1, 0.2], "tpot_s": [0.02, 0.03], "e2e_s": [1.0, 2.0]})
-    runs = [(f"{name}: {mode}", frame, Gaps()) for name in ("a", "b")
+    runs = [(f"{name}: {mode}", frame, gaps) for name in ("a", "b")
             for mode in ("served", "simulated")]
     styles = [("C0", "-"), ("C0", "--"), ("C1", "-"), ("C1", "--")]
     lines = cdf_figure(runs, styles).axes[0].get_lines()

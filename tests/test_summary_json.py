@@ -16,6 +16,7 @@ import sim
 from engine.benchmark import request_metrics, summarize
 from helpers.hardware import hardware_text
 from reports.vllm_json import summary_json_names, traffic
+from scenarios.config import SessionSettings, WorkloadSettings
 from scenarios.workload import Burst, ClosedLoop, Constant, Poisson, TraceArrivals
 
 SCENARIO = """
@@ -121,11 +122,17 @@ def test_traffic_keys_of_every_arrival_process():
         def request_columns(self):
             return {"arrival_s": [0.0, 1.0, 4.0]}
 
-    assert traffic(Poisson(3.0), None) == (3.0, 1.0, None)
-    assert traffic(Constant(2.0), None) == (2.0, "inf", None)
-    assert traffic(Burst(), None) == ("inf", None, None)
-    assert traffic(ClosedLoop(8, 0.0), None) == ("inf", None, 8)
-    assert traffic(TraceArrivals(), Trace()) == (0.5, None, None)  # 2 gaps in 4 s
+    def workload(arrival, sessions=None):
+        return WorkloadSettings(None, None, None, 0.0, arrival, None, None, None, None, sessions)
+
+    assert traffic(workload(Poisson(3.0)), None) == (3.0, 1.0, None)
+    assert traffic(workload(Constant(2.0)), None) == (2.0, "inf", None)
+    assert traffic(workload(Burst()), None) == ("inf", None, None)
+    assert traffic(workload(ClosedLoop(8, 0.0)), None) == ("inf", None, 8)
+    assert traffic(workload(TraceArrivals()), Trace()) == (0.5, None, None)  # 2 gaps in 4 s
+    # the process starts conversations: the rate written is their turns'
+    conversations = workload(Poisson(0.1), SessionSettings(3, 2, 0, 0.0))
+    assert traffic(conversations, Trace()) == (0.5, None, None)
 
 
 def test_several_runs_write_one_file_each_named_after_the_run(tmp_path):

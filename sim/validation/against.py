@@ -52,8 +52,7 @@ def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "a
 
 def _write(scenario, options, benched, simulated, rows, notes, headline, folder: Path) -> None:
     import reports
-    from reports.cdf_chart import cdf_chart
-    from reports.tables import request_frame
+    from reports.cdf_chart import cdf_chart, cdf_line
     from reports.validation_report import write_validation_report
 
     write_bench_report(scenario, benched, options, folder / "bench")
@@ -65,9 +64,8 @@ def _write(scenario, options, benched, simulated, rows, notes, headline, folder:
     lines, styles = [], []
     for index, (run, (spec, recorder)) in enumerate(zip(benched, sim_results)):
         color = f"C{index % 10}"  # one hue per run: benchmarked solid, simulated dashed
-        lines.append((f"{run.spec.label}: benchmarked", request_frame(run.spec, run.recorder),
-                      run.recorder))
-        lines.append((f"{spec.label}: simulated", request_frame(spec, recorder), recorder))
+        lines.append(cdf_line(f"{run.spec.label}: benchmarked", run.spec, run.recorder))
+        lines.append(cdf_line(f"{spec.label}: simulated", spec, recorder))
         styles += [(color, "-"), (color, "--")]
     write_validation_report(folder, scenario, display_rows(rows), notes, headline,
                             cdf_chart(lines, styles),

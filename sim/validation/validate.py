@@ -291,8 +291,7 @@ def write_outputs(result: Validation, out_dir: Path) -> list[Path]:
     """validation.csv, validation_speed_normalized.csv, step_errors.csv, validation_cdfs.png,
     report.md, report.html, and serve/ and simulate/."""
     import reports
-    from reports.cdf_chart import cdf_chart
-    from reports.tables import request_frame
+    from reports.cdf_chart import cdf_chart, cdf_line
     from reports.validation_report import write_validation_report
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -310,7 +309,7 @@ def write_outputs(result: Validation, out_dir: Path) -> list[Path]:
         color = f"C{index % 10}"  # one hue per variant: served solid, simulated dashed
         for mode, shown, style in (("serve", "served", "-"), ("simulate", "simulated", "--")):
             recorder = getattr(run, mode)
-            lines.append((f"{run.label}: {shown}", request_frame(run.spec, recorder), recorder))
+            lines.append(cdf_line(f"{run.label}: {shown}", run.spec, recorder))
             styles.append((color, style))
     report = write_validation_report(out_dir, scenario, display_rows(result.rows),
                                      result.run_notes(), result.headline(),
