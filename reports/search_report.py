@@ -55,16 +55,29 @@ def write_search_report(result, out_dir) -> list[Path]:
 
 
 def search_text(result) -> str:
-    """The points' key figures as an aligned text table, then the best points."""
+    """The points' key figures as an aligned text table, the best points, and the points
+    whose capacity was found on too few requests."""
     labels, title = short_labels([point.spec for point in result.points])
-    header, body = result_table(labels, result.rows(), title)
-    return text_table(header, body) + "\n\n" + "\n".join(best_lines(result, labels))
+    header, body = result_table(labels, result.rows(), title, rate_unit(result))
+    short = [f"note: {label}: {point.short_run_note()}"
+             for label, point in zip(labels, result.points) if point.short_run_note()]
+    return text_table(header, body) + "\n\n" + "\n".join(best_lines(result, labels) + short)
 
 
-def result_table(labels: list[str], rows: list[dict],
-                 title: str | None = None) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of the points' key figures; `title` names the label column."""
-    header = [title or "point", "status", *(name for name, _, _ in SHOWN)]
+def rate_unit(result, short: bool = True) -> str:
+    """What the searched rate counts: requests, or conversations (`workload.sessions`: the
+    arrival process starts conversations)."""
+    if any(point.spec.config.workload.sessions for point in result.points):
+        return "conversations/s"
+    return "req/s" if short else "requests/s"
+
+
+def result_table(labels: list[str], rows: list[dict], title: str | None = None,
+                 unit: str = "req/s") -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the points' key figures; `title` names the label column, `unit`
+    the capacity's (`rate_unit`)."""
+    header = [title or "point", "status", *(name.replace("capacity req/s", f"capacity {unit}")
+                                            for name, _, _ in SHOWN)]
     body = [[label, STATUS_TEXT[row["status"]],
              *(_number(row[key], digits) for _, key, digits in SHOWN)]
             for label, row in zip(labels, rows)]
@@ -73,8 +86,9 @@ def result_table(labels: list[str], rows: list[dict],
 
 def best_lines(result, labels: list[str]) -> list[str]:
     """The best point by capacity per GPU and by capacity per dollar-hour (where prices are
-    known), each with its figure."""
-    lines = []
+    known), each with its figure, and the points whose capacity, only a lower bound, might
+    rank them higher."""
+    lines, rows = [], result.rows()
     for figure, what in (("capacity_per_gpu", "capacity per GPU"),
                          ("capacity_per_dollar_hour", "capacity per dollar-hour")):
         best = result.best(figure)
@@ -82,9 +96,15 @@ def best_lines(result, labels: list[str]) -> list[str]:
             lines.append(f"best by {what}: none (no point has it)")
             continue
         index = result.points.index(best)
-        row = result.rows()[index]
+        row = rows[index]
         bound = " (a lower bound: it met the target at the bracket's top)" \
             if row["status"] == "at_least_high" else ""
+        others = [label for label, point, other in zip(labels, result.points, rows)
+                  if other["status"] == "at_least_high" and point is not best
+                  and not math.isnan(other[figure])]
+        if others:
+            bound += (f"; {', '.join(others)} met the target at the bracket's top, so "
+                      f"might rank higher (raise search.rate's high)")
         lines.append(f"best by {what}: {labels[index]}: {row[figure]:.3g}{bound}")
     return lines
 
@@ -103,12 +123,12 @@ def report_blocks(result, labels: list[str], title: str | None, rows: list[dict]
         blocks += [Heading(3, "Notes from the runs"), Table(["note", "points"], said)]
     blocks += [Heading(2, "Best configuration"),
                Paragraph("; ".join(best_lines(result, labels)) + ".")]
-    header, body = result_table(labels, rows, title)
+    header, body = result_table(labels, rows, title, rate_unit(result))
     blocks += [Heading(2, "Capacity of every point"), Table(header, body), Paragraph(
         "capacity: the highest arrival rate probed at which the target share of requests met "
         "every SLO; attainment: the share that met them there; measured goodput: the requests "
         "meeting every SLO per second of that probe's whole run, the drain of its last "
-        "requests included (summary.csv's goodput), so below the capacity; $/h: what the "
+        "requests included (summary.csv's goodput); $/h: what the "
         "point's GPUs cost an hour. `found`: the capacity lies between it and the lowest rate "
         "that failed, within the tolerance; `at "
         "least high`: the target held at the bracket's top, so the capacity is at least that; "
@@ -139,7 +159,7 @@ def _settings_rows(result) -> list[list[str]]:
             ["target", f"{settings.target:g} of the requests meet every SLO "
                        f"({config_rows(config)['SLO (goodput)']})"],
             ["arrival rates", f"bisected between {rate['low']:g} and {rate['high']:g} "
-                              f"requests/s (geometric midpoints), "
+                              f"{rate_unit(result, short=False)} (geometric midpoints), "
                               f"`{config.workload.arrival.process}` arrivals"],
             ["tolerance", f"stop when (failed - met) / failed < {settings.tolerance:g}"],
             ["seeds", ", ".join(map(str, seeds)) + " (the same requests at every rate of "

@@ -16,7 +16,9 @@ import pytest
 import scenarios
 from sim.cli import main
 from sim.parallel import Parallel
-from sim.search import AT_LEAST_HIGH, FAILS_AT_LOW, FOUND, PointResult, search, search_scenario
+from reports.search_report import best_lines
+from sim.search import (AT_LEAST_HIGH, FAILS_AT_LOW, FOUND, PointResult, Probe, SearchResult,
+                        search, search_scenario)
 from sim.search.bisection import bisect_rate
 from helpers.configs import resolved
 
@@ -157,6 +159,9 @@ def test_a_cluster_of_pools_counts_and_prices_each_pools_gpus():
      "search.grid.workload.arrival.rate: cannot be searched over"),
     ("workload.arrival={process = \"closed_loop\", concurrency = 4}",
      "workload.arrival.process: the search varies workload.arrival.rate"),
+    # a client's limit holds requests back before their latencies start: any rate would pass
+    ("workload.max_concurrency=4", "workload.max_concurrency: a request's latencies start "
+                                   "when it is sent"),
 ])
 def test_bad_search_input_is_one_line_exit_2_and_nothing_runs(linear, tmp_path, capsys,
                                                                override, message):
@@ -165,6 +170,37 @@ def test_bad_search_input_is_one_line_exit_2_and_nothing_runs(linear, tmp_path, 
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1, err
     assert message in err and not out.exists()
+
+
+def test_a_probe_whose_requests_all_arrive_in_the_warm_up_stops_the_search(linear, tmp_path,
+                                                                          capsys):
+    # 100 requests at 10/s arrive over 10 s, past a 5 s warm-up; at 1,000/s, within it
+    out = tmp_path / "out"
+    status = main(["search", str(linear), "--out", str(out), "--quiet", "--jobs", "1",
+                   "--set", "workload.warmup_s=5"])
+    err = capsys.readouterr().err
+    assert status == 1 and len(err.strip().splitlines()) == 1, err
+    assert "at 1000 requests/s every request arrives within the 5 s warm-up" in err
+    assert not out.exists()
+
+
+def test_best_points_say_which_other_capacities_are_only_lower_bounds():
+    h100, l40s = (resolved(ON_GPUS | {"hardware": {"gpu": gpu}}) for gpu in ("h100-sxm", "l40s"))
+
+    def point(config, rates_met):
+        return PointResult(SimpleNamespace(config=config), tuple(
+            Probe(rate, 1.0 if met else 0.0, met, rate, rate, 100 * rate, 0.1, 0.01)
+            for rate, met in rates_met))
+
+    # the H100 met the target at the top (7/s), the L40S was found at 6/s: per GPU the H100
+    # leads; per dollar the L40S leads, unless the H100's true capacity is above 7 * 3.24 / 1.15
+    result = SearchResult(None, None, (point(h100, [(1, True), (7, True)]),
+                                       point(l40s, [(1, True), (8, False), (6, True)])))
+    per_gpu, per_dollar = best_lines(result, ["h100", "l40s"])
+    assert per_gpu == "best by capacity per GPU: h100: 7 (a lower bound: it met the target " \
+                      "at the bracket's top)"
+    assert per_dollar.startswith("best by capacity per dollar-hour: l40s: 5.22; h100 met the "
+                                 "target at the bracket's top, so might rank higher")
 
 
 def test_a_scenario_without_a_search_table_cannot_be_searched(tmp_path, capsys):
@@ -224,7 +260,8 @@ def test_a_shortened_capacity_search_reproduces_its_figures():
     within the bracket); regenerate by printing these figures after an intended change."""
     scenario = scenarios.load("capacity-search", [
         "workload.num_requests=100", "search.grid={\"hardware.gpu\" = [\"h100-sxm\", \"l40s\"]}"])
-    rows = search(search_scenario(scenario), SERIAL).rows()
+    result = search(search_scenario(scenario), SERIAL)
+    rows = result.rows()
     assert [(r["status"], r["probes"]) for r in rows] == [
         (FOUND, 9), (AT_LEAST_HIGH, 2), (FOUND, 9), (FOUND, 9)]
     expected = [(112.40013826389117, 19.45456624024235), (128.0, 34.19792697297195),
@@ -232,6 +269,9 @@ def test_a_shortened_capacity_search_reproduces_its_figures():
     for row, (rate, goodput) in zip(rows, expected):
         assert row["capacity"] == pytest.approx(rate, rel=1e-9)
         assert row["measured_goodput"] == pytest.approx(goodput, rel=1e-9)
+    # 100 requests at 112/s on one H100 are one burst it drains at about 21/s: said
+    assert "100 requests were served at 21.4 requests/s: too few to reach a steady state" in \
+        result.points[0].notes[-1]
 
 
 def test_the_h100_serves_the_most_chat_per_gpu_and_per_dollar():

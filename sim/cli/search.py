@@ -5,6 +5,7 @@ that meets its SLOs (`sim.search`), and the report of the capacities found.
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 from .common import (RunFailed, add_common_flags, add_parallel_flags, load_scenario, manifest,
                      output_dir, parallel_of, progress_lines)
@@ -36,8 +37,10 @@ def cmd_search(args) -> int:
               f"{parallel.describe(len(specs))}", file=sys.stderr)
     with output_folder(out_dir, manifest("search", scenario)) as folder:
         try:
-            result = search(scenario, parallel,
-                            progress_lines(scenario.name, specs, not args.quiet, _capacity_text))
+            unit = "conversations/s" if any(spec.config.workload.sessions for spec in specs) \
+                else "requests/s"
+            result = search(scenario, parallel, progress_lines(
+                scenario.name, specs, not args.quiet, partial(_capacity_text, unit=unit)))
         except (ValueError, FileNotFoundError) as exc:
             raise RunFailed(f"{scenario.name}: {exc}") from None
         files = write_search_report(result, folder)
@@ -46,10 +49,10 @@ def cmd_search(args) -> int:
     return 0
 
 
-def _capacity_text(probes) -> str:
+def _capacity_text(probes, unit: str) -> str:
     """A point's bisection in a few words, for the progress lines."""
     met = [probe.rate for probe in probes if probe.meets]
     if not met:
-        return f"fails at {probes[0].rate:g} requests/s"
+        return f"fails at {probes[0].rate:g} {unit}"
     bound = "at least " if len(probes) > 1 and probes[1].meets else ""
-    return f"{bound}{max(met):.3g} requests/s ({len(probes)} simulations)"
+    return f"{bound}{max(met):.3g} {unit} ({len(probes)} simulations)"

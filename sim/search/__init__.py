@@ -58,11 +58,16 @@ def search_scenario(scenario) -> scenarios.Scenario:
     gridded = scenarios.load(scenario.path, scenario.overrides, sweep=scenario.sweep | grid,
                              variant=alone)
     for spec in gridded.specs:
-        process = spec.config.workload.arrival
-        if not process.at_rate:
+        workload = spec.config.workload
+        if not workload.arrival.at_rate:
             raise gridded.error(f"workload.arrival.process: the search varies {RATE_KEY}, so "
                                 f"arrivals must come at a rate ({', '.join(RATE_PROCESSES)}), "
-                                f"got {process.process!r}", spec)
+                                f"got {workload.arrival.process!r}", spec)
+        if workload.max_concurrency is not None:
+            raise gridded.error("workload.max_concurrency: a request's latencies start when "
+                                "it is sent, so a client holding requests back hides their "
+                                "wait from every SLO and any rate would pass; leave it out "
+                                "(the server's own limit is engine.max_num_seqs)", spec)
     check_scenario(gridded)
     return gridded
 

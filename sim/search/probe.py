@@ -68,6 +68,11 @@ def run_probe(config: RunConfig, base_dir, target: float, rate: float) -> Probe:
     slo, warmup_s = config.slo.limits(), workload.warmup_s
     summary = summarize(recorder, slo, warmup_s)
     attainment = slo_attainment(recorder, slo, warmup_s)
+    if math.isnan(attainment):
+        unit = "conversations/s" if workload.sessions else "requests/s"
+        raise ValueError(f"at {rate:g} {unit} every request arrives within the "
+                         f"{warmup_s:g} s warm-up (workload.warmup_s), so none is counted; "
+                         f"lower the warm-up or send more requests (--num-prompts)")
     return Probe(rate, attainment, attainment >= target, summary["goodput"],
                  summary["request_throughput"], summary["output_throughput"],
                  summary["ttft_p90_s"], summary["tpot_p90_s"])

@@ -4,10 +4,11 @@ A point's capacity is the highest probed arrival rate at which the target share 
 met every SLO; per GPU it divides by the point's GPUs (each replica's `hardware.tp` x
 `hardware.dp`, summed over `cluster.replicas` or the pools), per dollar-hour by what they
 cost (`hardware.cost_per_hour`, else the GPU catalog's assumed price; none for other cost
-models or when a replica's price is unknown). The goodput measured at that rate (requests meeting every SLO over the probe's whole
-run, the drain of its last requests included, as summary.csv's goodput) is reported beside it
-as `measured_goodput`: it is lower than the capacity by the requests that missed an SLO and by
-the drain.
+models or when a replica's price is unknown). The goodput measured at that rate (requests
+meeting every SLO over the probe's whole run, the drain of its last requests included, as
+summary.csv's goodput) is reported beside it as `measured_goodput`: it differs from the capacity
+by the requests that missed an SLO, by the drain and by how far the drawn arrivals' rate is
+from the nominal one.
 """
 
 from __future__ import annotations
@@ -19,13 +20,38 @@ from ..costs.hardware.catalog import cost_per_hour
 from .probe import Probe
 
 FOUND, AT_LEAST_HIGH, FAILS_AT_LOW = "found", "at_least_high", "fails_at_low"
+# a probe serving its requests below this share of the offered rate did not reach a steady state
+STEADY_SHARE = 0.8
 
 
 @dataclass(frozen=True)
 class PointResult:
     spec: object  # the point's RunSpec: its variant, grid values (`sweep`) and config
     probes: tuple[Probe, ...]
-    notes: tuple[str, ...] = ()  # what its probes told the user (`sim.notes`), each once
+    said: tuple[str, ...] = ()  # what its probes told the user (`sim.notes`), each once
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What its probes said, and whether its capacity was measured on too few requests."""
+        short = self.short_run_note()
+        return self.said + ((f"note: {short}",) if short else ())
+
+    def short_run_note(self) -> str | None:
+        """A note when the probe at the capacity served its requests well below the rate
+        offered: its run was a burst the server drained, not a steady state, and its SLOs held
+        only for want of requests (a probe's throughput is about rate / (1 + in flight /
+        requests), by Little's law, so this says the requests were fewer than about four
+        times those in flight)."""
+        best = self.best
+        workload = self.spec.config.workload
+        if best is None or workload.sessions is not None:  # conversations/s against requests/s
+            return None
+        if best.throughput >= STEADY_SHARE * best.rate:
+            return None
+        return (f"at the capacity found, {best.rate:.3g} requests/s, the probe's "
+                f"{_requests(workload)} were served at {best.throughput:.3g} requests/s: too "
+                f"few to reach a steady state, so the capacity is overstated; send more "
+                f"(--num-prompts)")
 
     @property
     def status(self) -> str:
@@ -74,6 +100,11 @@ class PointResult:
                 "ttft_p90_s": best.ttft_p90_s if best else math.nan,
                 "tpot_p90_s": best.tpot_p90_s if best else math.nan,
                 "probes": len(self.probes)}
+
+
+def _requests(workload) -> str:
+    n = workload.num_requests
+    return "requests" if n is None else f"{n:,} requests"
 
 
 def _replica_hardware(config) -> list:
