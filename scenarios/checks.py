@@ -224,8 +224,17 @@ def check_horizon(config: dict) -> None:
     span, key = seconds, f"workload.arrival.{name}" if name else ""
     what = f"{n:,} {unit} {words} would span"
     timeout = config["scheduler"]["batch_timeout_s"]
-    for value, where, text in ((span, key, what),
-                               (timeout, "scheduler.batch_timeout_s", "a batch timeout of")):
+    checks = [(span, key, what), (timeout, "scheduler.batch_timeout_s", "a batch timeout of")]
+    sessions = workload.get("sessions")
+    if sessions is not None:  # a conversation thinks between its turns
+        turns = sessions["turns"]
+        most = turns if isinstance(turns, int) else \
+            turns.get("value", turns.get("high", turns.get("max", 1)))
+        think_s = sessions.get("think_time_s") or 0.0
+        checks.append(((most - 1) * think_s, "workload.sessions.think_time_s",
+                       f"{most - 1:,} think times of {think_s:g} s in a conversation would "
+                       f"span"))
+    for value, where, text in checks:
         if value > MAX_TIME_S:
             raise FieldError(where, f"{text} about {value:.3g} s of simulated time; times past "
                                     f"{MAX_TIME_S:.3g} s (136 years) lose sub-microsecond "

@@ -180,6 +180,16 @@ class WorkloadSettings:
     trace: TraceSettings | None
     sessions: SessionSettings | None
 
+    @property
+    def count_key(self) -> str:
+        """The dotted key that sets how many requests are sent (what --num-prompts sets): the
+        request count, a trace's max_requests, or the number of conversations."""
+        if self.trace is not None:
+            return "workload.trace.max_requests"
+        if self.sessions is not None:
+            return "workload.sessions.conversations"
+        return "workload.num_requests"
+
 
 @dataclass(frozen=True)
 class Pool:

@@ -167,7 +167,7 @@ def writes(settings: dict) -> dict:
     one; a value or a table naming its kind (`dist`, `process`) replaces what was there."""
     out: dict = {}
     for key, value in settings.items():
-        if isinstance(value, dict) and value and not any(t in value for t in ov.TAG_KEYS):
+        if isinstance(value, dict) and value and not ov.replaces(key, value):
             out.update(writes({f"{key}.{k}": v for k, v in value.items()}))
         else:
             out[key] = value

@@ -18,6 +18,9 @@ import tomllib
 from .errors import FieldError
 
 TAG_KEYS = ("dist", "process")
+# a trace is a shipped one's `name` or a file's `path`: a table naming either replaces the
+# trace, and setting either leaf drops the other
+TRACE_KEY, TRACE_KINDS = "workload.trace", ("name", "path")
 NOT_OVERRIDABLE = ("variants", "sweep")
 
 
@@ -35,11 +38,22 @@ def apply(raw: dict, key: str, value) -> dict:
         if not isinstance(table, dict):
             raise FieldError(".".join(parts[:depth + 1]), f"is a value, not a table; cannot set {key}")
     leaf, old = parts[-1], table.get(parts[-1])
-    if isinstance(value, dict) and isinstance(old, dict) and not any(t in value for t in TAG_KEYS):
+    if isinstance(value, dict) and isinstance(old, dict) and not replaces(key, value):
         table[leaf] = merge(old, value)
     else:
         table[leaf] = copy.deepcopy(value)
+    if ".".join(parts[:-1]) == TRACE_KEY and leaf in TRACE_KINDS:
+        for other in TRACE_KINDS:
+            if other != leaf:
+                table.pop(other, None)
     return raw
+
+
+def replaces(key: str, value: dict) -> bool:
+    """Whether a table set at `key` replaces the table there rather than merging into it: it
+    names its kind (an arrival `process`, a distribution `dist`, a trace's `name` or `path`)."""
+    kinds = TAG_KEYS + (TRACE_KINDS if key == TRACE_KEY else ())
+    return any(kind in value for kind in kinds)
 
 
 def apply_all(raw: dict, settings: dict) -> dict:

@@ -10,10 +10,10 @@ variant at each sweep point) before anything runs. Every problem is one `Scenari
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import effects
+from . import effects, reads
 from . import overrides as ov
 from .errors import FieldError, ScenarioError
 from .config import RunConfig
@@ -57,13 +57,18 @@ class Scenario:
     overrides: tuple = ()  # the (key, value) pairs applied to the base, e.g. from --set
     file_base: RunConfig | None = None  # the base without the overrides (None: it does not resolve)
     file_variants: tuple[Variant, ...] = ()  # every variant of the file, --variant or not
+    sources: dict = field(default_factory=dict)  # dotted key -> the flag that set it (--set)
 
     def error(self, problem: str, spec: RunSpec | None = None,
               by_override: bool = False) -> ScenarioError:
         """The one-line error of a problem found after loading (where the simulator builds a
-        run), placed as the loader places its own: in the file, in an override, or in a
-        variant at a sweep point."""
-        where = "--set: " if by_override else ""
+        run), placed as the loader places its own: in the file, in an override (named as it
+        was given: `--set: `, `--num-prompts: `), or in a variant at a sweep point."""
+        where = ""
+        if by_override:
+            key = problem.split(":")[0]
+            at = [pair for pair in self.overrides if effects.overlap(pair[0], key)]
+            where = effects.given_by(at or self.overrides or [("", None)], self.sources)
         if spec is not None:
             variant = next(v for v in self.variants if v.name == spec.variant)
             where = _where(variant, spec.sweep)
@@ -182,9 +187,10 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
             specs.append(RunSpec(variant.name, point, config))
     effects.check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources or {},
                             specs)
+    reads.check_keys_read(shown, file_raw, pairs, sources or {}, variants, sweep, specs)
     return Scenario(base.name, base.description, base.seed, path, base,
                     tuple(variants), sweep, tuple(specs), pairs, file_base,
-                    tuple(file_variants))
+                    tuple(file_variants), dict(sources or {}))
 
 
 def _where(variant: Variant, point: dict) -> str:

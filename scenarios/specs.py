@@ -91,6 +91,9 @@ POSITIVE_INT = Spec("a positive integer", lambda v: is_int(v) and v >= 1)
 NON_NEGATIVE_INT = Spec("a non-negative integer", lambda v: is_int(v) and v >= 0)
 TOKENS = Spec(f"a whole number of tokens from 1 to {MAX_TOKENS:,}",
               lambda v: is_int(v) and 1 <= v <= MAX_TOKENS)
+# a length distribution's bound: tokens of a prompt or a reply, or turns of a conversation
+LENGTH_BOUND = Spec(f"a whole number from 1 to {MAX_TOKENS:,}",
+                    lambda v: is_int(v) and 1 <= v <= MAX_TOKENS)
 TOKENS_OR_NONE = Spec(f"a whole number of tokens from 0 to {MAX_TOKENS:,}",
                       lambda v: is_int(v) and 0 <= v <= MAX_TOKENS)
 POSITIVE_NUMBER = Spec("a positive number", lambda v: is_number(v) and v > 0)

@@ -34,7 +34,7 @@ import numpy as np
 
 from .defaults import GAMMA_CV
 from .errors import FieldError
-from .specs import (INT_LIST, NON_NEGATIVE_NUMBER, POSITIVE_INT, POSITIVE_NUMBER, TOKENS,
+from .specs import (INT_LIST, LENGTH_BOUND, NON_NEGATIVE_NUMBER, POSITIVE_INT, POSITIVE_NUMBER,
                     WEIGHT_LIST, Spec, Table, Tagged, is_number)
 
 MIN_ACCEPTANCE = 1e-3  # below this, truncation by redrawing needs > 1,000 draws per value
@@ -197,6 +197,11 @@ class LengthDist:
     def mean(self) -> float:
         raise NotImplementedError
 
+    @property
+    def lowest(self) -> int:
+        """The smallest count it draws."""
+        raise NotImplementedError
+
     def describe(self) -> str:
         raise NotImplementedError
 
@@ -211,7 +216,7 @@ class LengthDist:
 class Fixed(LengthDist):
     value: int
     dist: ClassVar[str] = "fixed"
-    table: ClassVar[Table] = Table({"value": TOKENS}, required=("value",))
+    table: ClassVar[Table] = Table({"value": LENGTH_BOUND}, required=("value",))
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.full(n, self.value, dtype=np.int64)  # [n]
@@ -219,6 +224,10 @@ class Fixed(LengthDist):
     @property
     def mean(self) -> float:
         return float(self.value)
+
+    @property
+    def lowest(self) -> int:
+        return self.value
 
     def describe(self) -> str:
         return f"fixed {self.value}"
@@ -229,7 +238,8 @@ class Uniform(LengthDist):
     low: int
     high: int
     dist: ClassVar[str] = "uniform"
-    table: ClassVar[Table] = Table({"low": TOKENS, "high": TOKENS}, required=("low", "high"))
+    table: ClassVar[Table] = Table({"low": LENGTH_BOUND, "high": LENGTH_BOUND},
+                                   required=("low", "high"))
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.integers(self.low, self.high + 1, size=n, dtype=np.int64)  # [n]
@@ -237,6 +247,10 @@ class Uniform(LengthDist):
     @property
     def mean(self) -> float:
         return (self.low + self.high) / 2
+
+    @property
+    def lowest(self) -> int:
+        return self.low
 
     def describe(self) -> str:
         return f"uniform in [{self.low}, {self.high}]"
@@ -253,7 +267,7 @@ class LogNormal(LengthDist):
     min: int = 1
     dist: ClassVar[str] = "lognormal"
     table: ClassVar[Table] = Table({"median": POSITIVE_NUMBER, "sigma": POSITIVE_NUMBER,
-                                    "min": TOKENS, "max": TOKENS},
+                                    "min": LENGTH_BOUND, "max": LENGTH_BOUND},
                                    required=("median", "sigma", "max"))
 
     @property
@@ -280,6 +294,10 @@ class LogNormal(LengthDist):
     def describe(self) -> str:
         return (f"lognormal (median {self.median:g}, sigma {self.sigma:g}) "
                 f"in [{self.min}, {self.max}]")
+
+    @property
+    def lowest(self) -> int:
+        return self.min
 
     def check(self, key: str) -> None:
         _check_order(key, "min", self.min, "max", self.max)
@@ -313,6 +331,9 @@ class Choice:
                                                f"({len(self.values)}), got {len(self.weights)}")
         if sum(self.weights) <= 0:
             raise FieldError(f"{key}.weights", f"must not be all zero, got {list(self.weights)}")
+        if not math.isfinite(sum(self.weights)):
+            raise FieldError(f"{key}.weights", f"must have a finite sum (they are relative: "
+                                               f"scale them down), got {list(self.weights)}")
 
     def to_dict(self) -> dict:
         return {"dist": "choice", "values": list(self.values), "weights": list(self.weights)}

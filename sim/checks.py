@@ -6,9 +6,11 @@ run starts, placed in the scenario file, an override or a variant (docs/architec
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from scenarios import RunConfig
+from scenarios.workload import Fixed
 
 from . import notes
 from .build import build_cost, build_scheduler, hardware_of, speed_process
@@ -19,6 +21,9 @@ from .workloads import build_workload, check_turn_lengths, check_workload, load_
 SERVE_SESSIONS = ("workload.sessions is supported in modes simulate and cosimulate only (serve "
                   "replays arrival times given up front; a conversation sends each turn when "
                   "the last one finishes)")
+SERVE_THINK_TIME = ("workload.arrival.think_time_s: a closed loop with think time is supported "
+                    "in modes simulate and cosimulate only (serve sends each request at its "
+                    "arrival time or once a slot is free)")
 
 
 def check_config(config: RunConfig, base_dir=None) -> int:
@@ -27,6 +32,8 @@ def check_config(config: RunConfig, base_dir=None) -> int:
     memory; raises ValueError or FileNotFoundError naming the dotted key. Returns how many
     requests the run sends."""
     workload = config.workload
+    if config.mode == "serve" and getattr(workload.arrival, "think_time_s", 0.0):
+        raise ValueError(SERVE_THINK_TIME)
     check_workload(workload, base_dir)
     trace = workload.trace
     if workload.sessions is not None:
@@ -37,6 +44,8 @@ def check_config(config: RunConfig, base_dir=None) -> int:
         requests = len(load_trace(trace.path, trace.format, trace.time_scale,
                                   trace.max_requests, base_dir))  # read once, by check_workload
     check_memory([(config, requests)])
+    if workload.warmup_s:
+        _check_warmup(config, base_dir)
     if config.on_hardware:
         for place, replica in _servers(config):
             try:
@@ -47,6 +56,22 @@ def check_config(config: RunConfig, base_dir=None) -> int:
     elif config.mode == "simulate" and config.cost.model != "live":
         speed_process(config.cost, build_cost(config), None)
     return requests
+
+
+def _check_warmup(config: RunConfig, base_dir) -> None:
+    """Refuse a warm-up that every arrival time given up front falls within (nothing would
+    be counted); a closed loop's and conversations' later requests are sent as earlier ones
+    end, which only the run knows."""
+    workload = build_workload(config.workload, seeded_streams(config.seed)["workload"], base_dir)
+    if workload.arrival_s is None or workload.sessions is not None:
+        return
+    # seconds from the first arrival, as the warm-up and every reported time count them
+    last_s = float(workload.arrival_s[-1] - workload.arrival_s[0])
+    warmup_s = config.workload.warmup_s
+    if last_s < warmup_s:
+        raise ValueError(f"workload.warmup_s: every request arrives within the {warmup_s:g} s "
+                         f"warm-up (the last at {last_s:.3g} s), so none would be counted; "
+                         f"lower it, or send more requests")
 
 
 def _servers(config: RunConfig) -> list:
@@ -64,6 +89,17 @@ def _check_sessions(config: RunConfig) -> int:
         raise ValueError(SERVE_SESSIONS)
     hardware = hardware_of(_servers(config)[0][1])
     max_seq_len = config.model.max_seq_len if hardware is None else hardware.arch.max_seq_len
+    sessions = config.workload.sessions
+    turns = Fixed(sessions.turns) if isinstance(sessions.turns, int) else sessions.turns
+    workload = config.workload
+    turn = workload.prompt_tokens.lowest + workload.output_tokens.lowest  # a message, a reply
+    fewest = sessions.system_prompt_tokens + turns.lowest * turn
+    if fewest > max_seq_len:  # said before a plan of that many turns is built
+        raise ValueError(f"workload.sessions.turns: a conversation of {turns.lowest:,} turns "
+                         f"of at least {turn:,} tokens (a message and a reply) holds at least "
+                         f"{fewest:,} tokens at its last, past the model's max_seq_len of "
+                         f"{max_seq_len:,}")
+    check_memory([(config, math.ceil(sessions.conversations * turns.mean))])  # before building
     workload = build_workload(config.workload, seeded_streams(config.seed)["workload"])
     check_turn_lengths(workload.sessions, max_seq_len)
     return len(workload)

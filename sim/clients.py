@@ -51,10 +51,11 @@ def closed_loop_user(env, state, next_index, think_time_s: float, users_left: li
     requests remain (and, with `max_seconds`, until then). With `arrival_s`, a request is
     not sent before its arrival time."""
     for index in next_index:
-        if max_seconds is not None and env.now > max_seconds:
+        send_s = env.now if arrival_s is None else max(env.now, arrival_s[index])
+        if max_seconds is not None and send_s > max_seconds:
             break
-        while arrival_s is not None and arrival_s[index] > env.now:
-            yield env.timeout(arrival_s[index] - env.now)
+        while send_s > env.now:  # float rounding may land a hair early: wait the rest
+            yield env.timeout(send_s - env.now)
         done = env.event()
         state.submit(index, env.now, done)
         yield done

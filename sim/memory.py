@@ -55,7 +55,8 @@ def engine_memory(model, num_kv_blocks: int, block_size: int) -> dict:
 def scenario_memory(runs: list[tuple[object, int]]) -> dict:
     """{what asks: bytes} of a command over `runs` ([(resolved config, its requests)]): every
     run's records and config, and the largest run's allocations."""
-    need = {"workload.num_requests": sum(requests for _, requests in runs) * REQUEST_BYTES,
+    counted = runs[0][0].workload.count_key if runs else "workload.num_requests"
+    need = {counted: sum(requests for _, requests in runs) * REQUEST_BYTES,
             "runs (variants x sweep points)": len(runs) * RUN_BYTES}
     largest = max((run_memory(config, requests) for config, requests in runs),
                   key=lambda part: sum(part.values()), default={})

@@ -22,7 +22,7 @@ from scenarios import RunConfig
 
 from . import notes
 from .build import build_server, resolved_spec, run_mode, sequence_maker
-from .checks import SERVE_SESSIONS, check_scenario
+from .checks import SERVE_SESSIONS, SERVE_THINK_TIME, check_scenario
 from .loop import run_loop
 from .workloads import Workload, build_workload, seeded_streams
 
@@ -61,9 +61,7 @@ def _run_config(config: RunConfig, progress, base_dir, cost, jitter_rng, fast_fo
     recorder = RunRecorder(scheduler.block_manager.num_blocks)
     if mode == "serve" and workload.closed_loop is not None \
             and workload.closed_loop.think_time_s:
-        raise ValueError("workload.arrival.think_time_s: a closed loop with think time is "
-                         "supported in modes simulate and cosimulate only (serve sends each "
-                         "request at its arrival time or once a slot is free)")
+        raise ValueError(SERVE_THINK_TIME)
     if mode == "serve" and workload.sessions is not None:
         raise ValueError(SERVE_SESSIONS)
     make = sequence_maker(workload, mode, streams, model, scheduler.block_manager)

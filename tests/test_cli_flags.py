@@ -237,6 +237,8 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
 
 @pytest.mark.parametrize("flags, message", [
     (["--burstiness", "2"], "--burstiness needs --request-rate"),
+    (["--request-rate", "1", "--burstiness", "1e-9"],
+     "--burstiness: must be from 0.01 to 10,000 (gaps with a coefficient of variation"),
     (["--goodput", "latency:5"], "--goodput latency:5: expected METRIC:MS"),
     (["--goodput", "ttft:-1"], "--goodput ttft:-1: must be a positive number"),
     (["--request-rate", "0"], "argument --request-rate: invalid rate value: '0'"),

@@ -41,6 +41,15 @@ arrival = { process = "poisson", rate = 1.0 }
 prompt_tokens = { dist = "fixed", value = 100 }
 output_tokens = { dist = "fixed", value = 10 }
 """
+SESSIONS = """
+[workload]
+arrival = { process = "poisson", rate = 1.0 }
+prompt_tokens = { dist = "fixed", value = 4 }
+output_tokens = { dist = "fixed", value = 1 }
+[workload.sessions]
+conversations = 2
+turns = TURNS
+"""
 ZONES = ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97+00:00,10,5\n"
          "2023-11-16 18:17:04.10+05:00,10,5\n")
 
@@ -60,13 +69,31 @@ def cases(tmp_path: Path) -> list:
         (["--set", "scheduler.policy=\"static\"", "scheduler.chunked_prefill=true"], SMALL,
          "scheduler.chunked_prefill: static batching prefills each batch whole"),
         (["--set", "workload.output_tokens.value=9223372036854775807"], SMALL,
-         "workload.output_tokens.value: must be a whole number of tokens from 1 to"),
+         "workload.output_tokens.value: must be a whole number from 1 to"),
         ([], HARDWARE.replace("BANDWIDTH", "0"),
-         "hardware.gpu.memory_bandwidth_gbs: must be a positive number, got 0"),
+         "hardware.gpu.memory_bandwidth_gbs: must be a positive number below 1e+09, got 0"),
         ([], HARDWARE.replace("BANDWIDTH", "nan"),
-         "hardware.gpu.memory_bandwidth_gbs: must be a positive number, got nan"),
+         "hardware.gpu.memory_bandwidth_gbs: must be a positive number below 1e+09, got nan"),
+        ([], HARDWARE.replace("BANDWIDTH", "1e300"),  # no bytes or seconds of inf or nan
+         "hardware.gpu.memory_bandwidth_gbs: must be a positive number below 1e+09, got 1e+300"),
         ([], f'[cost]\nmodel = "linear"\n[workload]\ntrace = {{ path = "{zones}" }}\n',
          "is in time zone +05:00, the rows before in +00:00"),
+        # what a flag gave is named by the flag
+        (["--num-prompts", "100000000"], SMALL,
+         "--num-prompts: workload.num_requests: the run would need about"),
+        (["--warmup-seconds", "1000"], SMALL,
+         "--warmup-seconds: workload.warmup_s: every request arrives within the 1000 s "
+         "warm-up"),
+        # refused before a plan of that many turns or conversations is built
+        ([], SESSIONS.replace("TURNS", "100000000"), "workload.sessions.turns: a conversation "
+                                                     "of 100,000,000 turns of at least 5 tokens"),
+        (["--num-prompts", "100000000"], SESSIONS.replace("TURNS", "3"),
+         "--num-prompts: workload.sessions.conversations: the run would need about"),
+        ([], SESSIONS.replace("TURNS", "10\nthink_time_s = 1e9"),
+         "workload.sessions.think_time_s: 9 think times of 1e+09 s in a conversation"),
+        ([], SMALL.replace("[workload]", "[workload]\npriority = { dist = \"choice\", values = "
+                                         "[0, 1], weights = [1e308, 1e308] }"),
+         "workload.priority.weights: must have a finite sum"),
     ]
 
 

@@ -166,6 +166,21 @@ def test_a_shipped_trace_is_named_and_a_file_of_ones_own_given_by_path(tmp_path)
                                 time_scale=1.0, max_requests=None)
 
 
+@pytest.mark.parametrize("overrides", [
+    ['workload.trace={ path = "mine.csv", format = "csv" }'],
+    ['workload.trace.path="mine.csv"', 'workload.trace.format="csv"'],
+])
+def test_an_override_switches_a_shipped_trace_for_a_file_and_back(tmp_path, overrides):
+    (tmp_path / "mine.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,4,2\n")
+    path = write(tmp_path, '[workload]\ntrace = { name = "azure-conv" }\n' + LINEAR)
+    own = scenarios.load(path, overrides).base.workload.trace
+    assert (own.name, own.path, own.format) == (None, str(tmp_path / "mine.csv"), "csv")
+    back = scenarios.load(write(tmp_path, '[workload]\ntrace = { path = "mine.csv", format = '
+                                          '"csv" }\n' + LINEAR, "own.toml"),
+                          ['workload.trace={ name = "azure-code" }']).base.workload.trace
+    assert back.name == "azure-code" and back.format == "azure"
+
+
 def test_a_sharegpt_trace_gives_lengths_and_the_arrival_process_gives_times(tmp_path):
     text = ('[workload]\narrival = { process = "poisson", rate = 2.0 }\n'
             'trace = { path = "c.json", format = "sharegpt", max_requests = 50 }\n' + LINEAR)
@@ -341,6 +356,32 @@ def test_a_mistake_of_the_file_is_blamed_on_the_file_even_with_set(tmp_path):
 def test_set_can_repair_what_the_file_lacks(tmp_path):
     path = write(tmp_path, '[cost]\nprofile = "nope"\n' + WORKLOAD)
     assert scenarios.load(path, ["cost.model=linear"]).base.cost.model == "linear"
+
+
+@pytest.mark.parametrize("text, overrides, message", [
+    # the fitted profile reads no linear coefficient: given anywhere, it is refused
+    (WORKLOAD, ["cost.prefill_token_s=0.01"], "case.toml: --set: cost.prefill_token_s: read "
+     "with cost.model = 'linear' only, and no run has it (cost.model is 'profile')"),
+    (WORKLOAD + "[cost]\ndecode_seq_s = 0.01\n", [],
+     "case.toml: cost.decode_seq_s: read with cost.model = 'linear' only"),
+    (WORKLOAD + LINEAR + "profile = \"default\"\n", [],
+     "case.toml: cost.profile: read with cost.model = 'profile' only, and no run has it "
+     "(cost.model is 'linear')"),
+    (WORKLOAD + '[[variants]]\nname = "big"\nset = { "scheduler.max_batch_size" = 64 }\n', [],
+     "case.toml: variant 'big': scheduler.max_batch_size: read with scheduler.policy = "
+     "'static' only, and no run has it (scheduler.policy is 'continuous')"),
+])
+def test_a_key_no_run_reads_is_refused_where_it_was_given(tmp_path, text, overrides, message):
+    assert message in load_error(write(tmp_path, text), overrides)
+
+
+def test_a_key_some_run_reads_is_taken_though_other_runs_ignore_it(tmp_path):
+    # the static variant reads the base's batch size; the continuous one ignores it
+    path = write(tmp_path, WORKLOAD + "[scheduler]\nmax_batch_size = 4\n"
+                 '[[variants]]\nname = "static"\nset = { "scheduler.policy" = "static" }\n'
+                 '[[variants]]\nname = "continuous"\n')
+    static, _ = scenarios.load(path).runs()
+    assert static.config.scheduler.max_batch_size == 4
 
 
 def test_an_unknown_scenario_lists_the_builtins():

@@ -50,6 +50,26 @@ def test_serve_mode_refuses_a_closed_loop_with_think_time():
                                             "think_time_s": 0.5}))
 
 
+def test_a_served_variant_with_think_time_is_refused_before_any_variant_serves(tmp_path,
+                                                                              capsys):
+    from sim.cli import main
+
+    path = tmp_path / "served.toml"
+    path.write_text('mode = "serve"\n[workload]\nnum_requests = 4\n'
+                    'arrival = { process = "poisson", rate = 50.0 }\n'
+                    'prompt_tokens = { dist = "fixed", value = 8 }\n'
+                    'output_tokens = { dist = "fixed", value = 2 }\n'
+                    '[[variants]]\nname = "open"\n[[variants]]\nname = "thinking"\n'
+                    'set = { "workload.arrival" = { process = "closed_loop", concurrency = 2, '
+                    'think_time_s = 0.5 } }\n')
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--jobs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"servesim: error: {path}: variant 'thinking': ") and \
+        "a closed loop with think time is supported in modes simulate" in err
+    assert not out.exists()
+
+
 def test_serve_mode_serves_a_closed_loop_without_think_time_as_capped_slots():
     rec = run_config(config("serve", arrival={"process": "closed_loop", "concurrency": 2,
                                               "think_time_s": 0.0}))

@@ -75,6 +75,9 @@ def test_unreadable_files_are_one_line_naming_them(tmp_path, name, data, message
     ("2023-11-16 18:00:01.0,10,5\n2023-11-16 18:00:00.0,10,5\n", r"line 3: TIMESTAMP .* earlier"),
     ("2023-11-16 18:00:00.0,ten,5\n", r"line 2: malformed row"),
     ("2023-11-16 18:00:00.0,10\n", r"line 2: expected 3 fields"),
+    # a bare number is no timestamp (NumPy would read it as a year)
+    ("1700000000,10,5\n", r"line 2: TIMESTAMP '1700000000' is not a date and time"),
+    ("20231116,10,5\n", r"line 2: TIMESTAMP '20231116' is not a date and time"),
 ])
 def test_bad_rows_are_refused_with_the_line_named(tmp_path, rows, message):
     path = tmp_path / "bad.csv"
@@ -95,8 +98,14 @@ def test_relative_path_is_found_beside_the_scenario_when_not_in_the_cwd(tmp_path
     (tmp_path / "t.csv").write_text(AZURE_ROWS)
     monkeypatch.chdir(tmp_path / "sub")
     assert resolve_path("t.csv", base_dir=tmp_path) == tmp_path / "t.csv"
-    with pytest.raises(FileNotFoundError, match="workload.trace.path: file not found: nope.csv"):
-        resolve_path("nope.csv", base_dir=tmp_path)
+    with pytest.raises(FileNotFoundError) as info:
+        resolve_path("sub/nope.csv", base_dir=tmp_path)
+    # the folders it was looked for in, each once: the current one, the scenario's, the root
+    from scenarios.paths import REPO_ROOT
+    assert str(info.value) == (f"workload.trace.path: file not found: sub/nope.csv (looked in "
+                               f"{tmp_path / 'sub'}, {tmp_path}, {REPO_ROOT})")
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path} is a folder; give a file in it"):
+        resolve_path(tmp_path)
 
 
 def test_trace_workload_takes_lengths_from_the_trace_and_draws_priorities():

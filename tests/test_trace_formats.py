@@ -62,6 +62,9 @@ def test_a_compressed_table_reads_as_its_content(tmp_path):
     ("arrival_s,prompt_tokens,output_tokens\n-1,2,3\n", "line 2: arrival_s must be a number >= 0"),
     ("arrival_s,prompt_tokens,output_tokens\n2,2,3\n1,2,3\n", "line 3: arrival_s 1.0 is earlier"),
     ("arrival_s,prompt_tokens,output_tokens\n1,2,3\n\n", "line 3: expected 3 fields"),
+    # a span no float tells apart to the microsecond, blamed on the file, not on time_scale
+    ("arrival_s,prompt_tokens,output_tokens\n0,2,3\n1e300,2,3\n",
+     "t.csv: its arrival times span 1e+300 s from the first row to the last"),
 ])
 def test_bad_csv_rows_are_one_line_naming_the_line(tmp_path, text, message):
     assert message in error(write(tmp_path, "t.csv", text), "csv")
@@ -82,6 +85,8 @@ def test_bad_csv_rows_are_one_line_naming_the_line(tmp_path, text, message):
     ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 9}\n{"arrival_s": 1,\n',
      "line 2: not JSON"),
     ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 9}\n\n', "line 2: an empty line"),
+    ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 9, "prompt_tokens": 99}\n',
+     "line 1: the key 'prompt_tokens' is given twice"),
 ])
 def test_bad_jsonl_rows_are_one_line_naming_the_line(tmp_path, text, message):
     assert message in error(write(tmp_path, "t.jsonl", text), "jsonl")
@@ -152,7 +157,7 @@ def test_sharegpt_counts_the_first_human_turn_and_the_next_gpt_turn(tmp_path):
     path = write(tmp_path, "s.json", json.dumps(SHAREGPT, indent=1))
     trace = load_trace(path, "sharegpt")
     assert trace.arrival_s is None and trace.skipped == 3
-    assert trace.prompt_tokens.tolist() == [11, 4, 13]  # characters
+    assert trace.prompt_tokens.tolist() == [12, 5, 14]  # characters and the <bos>
     assert trace.output_tokens.tolist() == [19, 1, 8]
     words = load_trace(path, "sharegpt", tokenizer="whitespace")
     assert words.prompt_tokens.tolist() == [2, 1, 3]
@@ -160,20 +165,23 @@ def test_sharegpt_counts_the_first_human_turn_and_the_next_gpt_turn(tmp_path):
     assert load_trace(path, "sharegpt", tokenizer=lambda text: 2).prompt_tokens.tolist() == [2] * 3
 
 
-def test_the_char_tokenizer_counts_as_the_engine_encodes():
-    text = SHAREGPT[0]["conversations"][1]["value"]
-    vocab = build_vocab([text], ["<bos>", "<unk>"])
-    assert len(encode_prompt(text, vocab, add_bos=False)) == len(text) == 19
+def test_the_char_tokenizer_counts_as_the_engine_encodes(tmp_path):
+    # a prompt as the servers encode it (after its <bos>), a reply as the tokens generated
+    prompt, reply = (SHAREGPT[0]["conversations"][i]["value"] for i in (0, 1))
+    vocab = build_vocab([prompt + reply], ["<bos>", "<unk>"])
+    trace = load_trace(write(tmp_path, "s.json", json.dumps(SHAREGPT[:1])), "sharegpt")
+    assert trace.prompt_tokens.tolist() == [len(encode_prompt(prompt, vocab))]
+    assert trace.output_tokens.tolist() == [len(encode_prompt(reply, vocab, add_bos=False))]
 
 
 def test_sharegpt_shuffles_with_the_generator_then_keeps_max_requests(tmp_path):
     entries = [conversation(("human", "x" * n), ("gpt", "y")) for n in range(1, 21)]
     path = write(tmp_path, "s.json", json.dumps(entries))
     in_order = load_trace(path, "sharegpt", max_requests=5)
-    assert in_order.prompt_tokens.tolist() == [1, 2, 3, 4, 5]
+    assert in_order.prompt_tokens.tolist() == [2, 3, 4, 5, 6]  # n characters and the <bos>
     first = load_trace(path, "sharegpt", max_requests=5, rng=np.random.default_rng(3))
     again = load_trace(path, "sharegpt", max_requests=5, rng=np.random.default_rng(3))
-    expected = (np.random.default_rng(3).permutation(20)[:5] + 1).tolist()
+    expected = (np.random.default_rng(3).permutation(20)[:5] + 2).tolist()
     assert first.prompt_tokens.tolist() == again.prompt_tokens.tolist() == expected
 
 
@@ -226,8 +234,8 @@ def test_a_sharegpt_workload_draws_the_shuffle_then_the_arrivals(tmp_path):
                                             max_requests=10), np.random.default_rng(7))
     rng = np.random.default_rng(7)
     order = rng.permutation(40)[:10]
-    assert workload.prompt_tokens.tolist() == (order + 1).tolist()
-    assert np.array_equal(workload.output_tokens, workload.prompt_tokens)
+    assert workload.prompt_tokens.tolist() == (order + 2).tolist()  # the <bos> too
+    assert np.array_equal(workload.output_tokens, workload.prompt_tokens - 1)
     assert np.array_equal(workload.arrival_s, np.cumsum(rng.exponential(0.25, size=10)))
 
 
@@ -237,7 +245,7 @@ def test_a_sharegpt_workload_runs_in_a_closed_loop(tmp_path):
                                                    "think_time_s": 0.0}, shuffle=False),
                               np.random.default_rng(0))
     assert workload.arrival_s is None and workload.closed_loop.concurrency == 2
-    assert workload.prompt_tokens.tolist() == [11, 4, 13]
+    assert workload.prompt_tokens.tolist() == [12, 5, 14]
 
 
 def test_a_sharegpt_scenario_runs_with_vllm_style_arrivals(tmp_path):
@@ -251,7 +259,7 @@ def test_a_sharegpt_scenario_runs_with_vllm_style_arrivals(tmp_path):
     check_scenario(scenario)
     columns = run_config(scenario.base).request_columns()
     assert len(columns["prompt_tokens"]) == 12
-    assert set(columns["prompt_tokens"]) <= set(range(10, 40))
+    assert set(columns["prompt_tokens"]) <= set(range(11, 41))
     from reports.describe import workload_text
 
     assert workload_text(scenario.base.workload) == (

@@ -84,6 +84,22 @@ def test_a_rate_with_max_concurrency_holds_requests_back_until_a_slot_frees():
     assert sum(s > p + 1e-9 for s, p in zip(sent, planned)) > 10  # many waited for a slot
 
 
+def test_max_seconds_under_a_cap_sends_nothing_later_however_early_it_was_due():
+    # one slot, 8 requests/s: the queue of requests due grows; none is sent after 2 s
+    config = loaded("static-vs-continuous", *SMALL, "--request-rate", "8",
+                    "--max-concurrency", "1", "--max-seconds", "2").runs()[1].config
+    sent = run_config(config).request_columns()["arrival_s"]
+    due = run_config(loaded("static-vs-continuous", *SMALL, "--request-rate", "8",
+                            "--max-seconds", "2").runs()[1].config).request_columns()["arrival_s"]
+    assert max(sent) <= sent[0] + 2.0 and len(sent) < len(due)
+    # as a closed loop of one user is, for requests all due at once
+    burst = loaded("static-vs-continuous", *SMALL, "--request-rate", "inf",
+                   "--max-concurrency", "1", "--max-seconds", "2").runs()[1].config
+    user = loaded("static-vs-continuous", *SMALL, "--max-seconds", "2", "--set",
+                  'workload.arrival={process="closed_loop",concurrency=1}').runs()[1].config
+    assert run_config(burst).request_columns() == run_config(user).request_columns()
+
+
 def test_a_cap_no_run_reaches_changes_nothing():
     free = loaded("static-vs-continuous", *SMALL).runs()[1].config
     capped = loaded("static-vs-continuous", *SMALL, "--request-rate", "4.25",

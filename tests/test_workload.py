@@ -149,7 +149,7 @@ def test_lognormal_acceptance_matches_the_sampled_fraction():
 
 @pytest.mark.parametrize("spec, message", [
     ({"dist": "uniform", "low": 5, "high": 4}, r"x.low \(5\) must be <= x.high \(4\)"),
-    ({"dist": "fixed", "value": 0}, "x.value: must be a whole number of tokens from 1"),
+    ({"dist": "fixed", "value": 0}, "x.value: must be a whole number from 1"),
     ({"dist": "lognormal", "median": 10, "sigma": 1}, "x.max: required"),
     ({"dist": "normal", "mean": 3}, "x.dist: must be one of fixed, uniform, lognormal"),
     ({"dist": "fixed", "value": 3, "low": 1}, "x.low: unknown key for dist = 'fixed'"),

@@ -84,6 +84,8 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
                         "gamma arrivals at every rate searched)")
     if burst is not None and rate is None and not searching:
         raise FlagError("--burstiness needs --request-rate")
+    if burst is not None:
+        check_burstiness(burst)
     if rate is not None:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
     elif burst is not None:  # a search: the shape of the gaps, at every rate it probes
@@ -94,7 +96,7 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
     if args.num_prompts is not None:
-        put("--num-prompts", count_key(scenario_of(pairs, flags).base.workload), args.num_prompts)
+        put("--num-prompts", scenario_of(pairs, flags).base.workload.count_key, args.num_prompts)
     if args.seed is not None:
         put("--seed", "seed", args.seed)
     for key, value in goodput_pairs(args.goodput):
@@ -129,21 +131,23 @@ def arrival_of(rate: float, burst: float | None) -> dict:
     return dict([process, ("rate", rate), *cv])  # the order the docs write it in
 
 
+def check_burstiness(burst: float) -> None:
+    """FlagError unless the gaps' coefficient of variation 1/sqrt(B) is one a gamma process
+    can draw (`workload.arrival.cv`'s range: beyond it the gaps underflow)."""
+    from scenarios.defaults import GAMMA_CV
+
+    low, high = 1 / GAMMA_CV[1] ** 2, 1 / GAMMA_CV[0] ** 2
+    if not low <= burst <= high:
+        raise FlagError(f"--burstiness: must be from {low:g} to {high:,.0f} (gaps with a "
+                        f"coefficient of variation 1/sqrt(B) from {GAMMA_CV[0]:g} to "
+                        f"{GAMMA_CV[1]:g}), got {burst:g}")
+
+
 def gaps_of(burst: float | None) -> dict:
     """The process (and cv) of the gaps --burstiness B asks for, at any rate: Poisson at 1."""
     if burst is not None and burst != 1:
         return {"process": "gamma", "cv": 1 / math.sqrt(burst)}
     return {"process": "poisson"}
-
-
-def count_key(workload) -> str:
-    """The dotted key --num-prompts sets: the request count, a trace's max_requests, or the
-    number of conversations."""
-    if workload.trace is not None:
-        return "workload.trace.max_requests"
-    if workload.sessions is not None:
-        return "workload.sessions.conversations"
-    return "workload.num_requests"
 
 
 def goodput_pairs(items) -> list:

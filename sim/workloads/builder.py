@@ -84,7 +84,7 @@ def build_workload(spec: WorkloadSettings, rng: np.random.Generator, base_dir=No
     """The requests described by a resolved config's workload (see docs/sim/workloads.md); with
     `max_seconds`, those that arrive within it of the first (a closed loop's users stop
     sending then; the conversations of sessions that start within it are kept whole)."""
-    return _capped(_until(_build(spec, rng, base_dir), spec.max_seconds), spec.max_concurrency)
+    return _until(_capped(_build(spec, rng, base_dir), spec.max_concurrency), spec.max_seconds)
 
 
 def _capped(workload: Workload, max_concurrency: int | None) -> Workload:
@@ -99,9 +99,10 @@ def _capped(workload: Workload, max_concurrency: int | None) -> Workload:
 def _until(workload: Workload, max_seconds: float | None) -> Workload:
     if max_seconds is None:
         return workload
-    if workload.closed_loop is not None:
-        return replace(workload, closed_loop=replace(workload.closed_loop,
-                                                     max_seconds=max_seconds))
+    slots = workload.closed_loop
+    if slots is not None:  # users, or client slots: none sends after the time
+        first = 0.0 if slots.arrival_s is None else float(slots.arrival_s[0])
+        return replace(workload, closed_loop=replace(slots, max_seconds=first + max_seconds))
     if workload.sessions is not None:
         starts = workload.sessions.start_s
         kept = int(np.searchsorted(starts, starts[0] + max_seconds, side="right"))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import tomllib
 from dataclasses import dataclass, fields
 from functools import lru_cache
@@ -196,22 +195,24 @@ def gpu_spec(value) -> Gpu:
 
 # The dtypes a GPU's dense peaks are given for (`compute_dtype` of every weight dtype).
 PEAK_DTYPES = ("fp32", "fp16", "bf16", "fp8", "nvfp4")
-# A defined GPU's figures: each must be a finite number above the bound (a step's time divides
-# by every one of them but the latency).
+# A defined GPU's figures: each must be a number above the bound (a step's time divides by
+# every one of them but the latency) and below GPU_CEILING (far past any GPU's, and where the
+# bytes and FLOP/s they make stay finite numbers)
 GPU_NUMBERS = {"memory_gib": 0, "memory_bandwidth_gbs": 0, "interconnect_bandwidth_gbs": 0,
                "host_bandwidth_gbs": 0}
+GPU_CEILING = 1e9
 
 
 def _check_gpu_table(table: dict) -> None:
     """ValueError naming the key of a GPU table whose figures cannot cost a step."""
     for key, bound in GPU_NUMBERS.items():
         if key in table and not _is_number_above(table[key], bound):
-            raise ValueError(f"hardware.gpu.{key}: must be a positive number, got "
-                             f"{table[key]!r}")
+            raise ValueError(f"hardware.gpu.{key}: must be a positive number below "
+                             f"{GPU_CEILING:g}, got {table[key]!r}")
     latency = table["interconnect_latency_us"]
     if not (_is_number_above(latency, 0) or latency == 0):
-        raise ValueError(f"hardware.gpu.interconnect_latency_us: must be a number >= 0, got "
-                         f"{latency!r}")
+        raise ValueError(f"hardware.gpu.interconnect_latency_us: must be a number >= 0 and "
+                         f"below {GPU_CEILING:g}, got {latency!r}")
     peaks = table["peak_tflops"]
     if not isinstance(peaks, dict) or not peaks:
         raise ValueError(f"hardware.gpu.peak_tflops: must be a table of dtype = TFLOP/s, e.g. "
@@ -221,8 +222,8 @@ def _check_gpu_table(table: dict) -> None:
             raise ValueError(f"hardware.gpu.peak_tflops.{dtype}: not a dtype servesim costs "
                              f"on tensor cores (one of {', '.join(PEAK_DTYPES)})")
         if not _is_number_above(peak, 0):
-            raise ValueError(f"hardware.gpu.peak_tflops.{dtype}: must be a positive number, "
-                             f"got {peak!r}")
+            raise ValueError(f"hardware.gpu.peak_tflops.{dtype}: must be a positive number "
+                             f"below {GPU_CEILING:g}, got {peak!r}")
     for key in ("name", "measured", "interconnect"):
         if key in table and not isinstance(table[key], str):
             raise ValueError(f"hardware.gpu.{key}: must be a string, got {table[key]!r}")
@@ -230,7 +231,7 @@ def _check_gpu_table(table: dict) -> None:
 
 def _is_number_above(value, bound: float) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and \
-        math.isfinite(value) and value > bound
+        bound < value < GPU_CEILING
 
 
 def cost_per_hour(hardware) -> float | None:

@@ -2,10 +2,10 @@
 
 A CSV file with the header `TIMESTAMP,ContextTokens,GeneratedTokens`, then one request a line,
 e.g. `2023-11-16 18:17:03.9799600,4808,10`: ContextTokens is the prompt length, GeneratedTokens
-the number of output tokens the request asks for. Timestamps are read to the microsecond (any
-year, no wrapping) and must not go backwards. A timestamp may end in a time zone (`Z`, `+05:00`),
-the same on every row: rows in different zones would need converting, which is refused rather
-than guessed.
+the number of output tokens the request asks for. Timestamps are dates and times (a bare
+number is refused), read to the microsecond (any year, no wrapping), and must not go
+backwards. A timestamp may end in a time zone (`Z`, `+05:00`), the same on every row: rows in
+different zones would need converting, which is refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from .trace import Trace, check_tokens, shorten
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 KIND = "a CSV file"
 ZONE = re.compile(r"(Z|[+-]\d\d(:?\d\d)?)$")  # an ISO 8601 zone at the end of a timestamp
+# a date first (NumPy would read a bare number as a year: 1700000000 as the year 1,700,000,000)
+DATE = re.compile(r"-?\d{4,}-\d\d-\d\d(T|$)")
 
 
 def read(path, f, max_rows: int | None) -> Trace:
@@ -57,6 +59,9 @@ def _parse_row(path, line: int, row: list):
         raise ValueError(f"{path}: line {line}: expected 3 fields "
                          f"({','.join(COLUMNS)}), got {len(row)}")
     text = row[0].strip().replace(" ", "T")
+    if not DATE.match(text):
+        raise ValueError(f"{path}: line {line}: TIMESTAMP {shorten(row[0].strip())!r} is not a "
+                         f"date and time (e.g. 2023-11-16 18:17:03.979960)")
     zone = ZONE.search(text) if "T" in text else None  # a date alone has no zone, only a '-'
     try:  # microseconds: every date from year -290,000 to 290,000, no wrapping
         stamp = np.datetime64(text[:zone.start()] if zone else text, "us")

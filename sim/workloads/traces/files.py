@@ -16,21 +16,25 @@ import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
-from scenarios.paths import shipped_trace
+from scenarios.paths import REPO_ROOT, shipped_trace
 
 __all__ = ["json_objects", "open_text", "reading", "resolve_path", "shipped_trace"]
 
 
 def resolve_path(path, base_dir=None) -> Path:
-    """The trace file: absolute, or relative to the current directory, then to base_dir."""
+    """The trace file: absolute, or relative to the current directory, then to base_dir (the
+    scenario's folder), then to the repository root, as `scenarios.paths.find_file` finds it."""
     path = Path(path)
-    candidates = [path] if path.is_absolute() else [Path.cwd() / path] + (
-        [Path(base_dir) / path] if base_dir is not None else [])
+    bases = [] if path.is_absolute() else list(dict.fromkeys(
+        [Path.cwd()] + ([Path(base_dir)] if base_dir is not None else []) + [REPO_ROOT]))
+    candidates = [path] if path.is_absolute() else [base / path for base in bases]
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"workload.trace.path: file not found: {path} (looked in "
-                            + ", ".join(str(c.parent) for c in candidates) + ")")
+    if len(candidates) == 1 and path.is_dir():
+        raise FileNotFoundError(f"workload.trace.path: {path} is a folder; give a file in it")
+    where = f" (looked in {', '.join(map(str, bases))})" if bases else ""
+    raise FileNotFoundError(f"workload.trace.path: file not found: {path}{where}")
 
 
 def open_text(path: Path):
@@ -66,7 +70,10 @@ def json_objects(path: Path, lines, fmt: str, keys: str):
     JSON or not an object is an error naming it (`keys` lists what an object holds)."""
     for number, text in enumerate(lines, start=1):
         try:
-            row = json.loads(text)
+            row = json.loads(text, object_pairs_hook=_unique_keys)
+        except DuplicateKey as exc:
+            raise ValueError(f"{path}: line {number}: the key {exc.args[0]!r} is given twice; "
+                             f"format {fmt} is one JSON object a line with {keys}") from None
         except json.JSONDecodeError as exc:
             what = "an empty line" if not text.strip() else f"not JSON ({exc.msg} at column " \
                                                             f"{exc.colno})"
@@ -76,3 +83,15 @@ def json_objects(path: Path, lines, fmt: str, keys: str):
             raise ValueError(f"{path}: line {number}: expected a JSON object with {keys} "
                              f"(format {fmt}), got {type(row).__name__}")
         yield number, row
+
+
+class DuplicateKey(ValueError):
+    """A JSON object giving one key twice (json.loads would keep the last silently)."""
+
+
+def _unique_keys(pairs: list) -> dict:
+    row = dict(pairs)
+    if len(row) < len(pairs):
+        seen = set()
+        raise DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return row

@@ -57,6 +57,10 @@ def load_trace(path, trace_format: str = "azure", time_scale: float = 1.0,
     if untimed:
         return _sample(trace, max_requests, rng)
     span = trace.arrival_s[-1]
+    if span > MAX_TIME_S:  # the file's own times, whatever the scale
+        raise ValueError(f"{path}: its arrival times span {span:.3g} s from the first row to "
+                         f"the last; times past {MAX_TIME_S:.3g} s (136 years) lose "
+                         f"sub-microsecond precision")
     if span * time_scale > MAX_TIME_S:
         raise ValueError(f"workload.trace.time_scale: the trace spans {span:.3g} s, "
                          f"{span * time_scale:.3g} s scaled by {time_scale:g}; times past "

@@ -6,7 +6,9 @@ A JSON list of entries `{"conversations": [{"from": "human", "value": text}, {"f
 first human turn (the prompt) and the next gpt turn after it (the reply, whose length is the
 number of tokens to generate), counted by a tokenizer:
 - "char" (default): one token per character, as the engine's tokenizer (`engine.tokenizer`)
-  encodes text, so a prompt of n characters is n prompt tokens;
+  encodes text, and a prompt's "<bos>" first, as the engine's servers encode a prompt (and as
+  vLLM's benchmark counts a prompt, with its tokenizer's special tokens): a prompt of n
+  characters is n + 1 prompt tokens, a reply of n characters n tokens;
 - "whitespace": one token per whitespace-separated word;
 - or any function from text to a token count (through `load_trace` only).
 An entry without such a pair, or whose pair has a turn of blank text, holds no request: it is
@@ -25,6 +27,7 @@ import numpy as np
 from .trace import Trace, check_tokens, shorten
 
 TOKENIZERS = {"char": len, "whitespace": lambda text: len(text.split())}
+BOS_TOKENS = {"char": 1}  # tokens a tokenizer puts before a prompt's text
 KIND = "a JSON file"
 _BLANK = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 
@@ -35,15 +38,17 @@ def read(path, text: str, tokenizer="char") -> Trace:
     if not callable(count):
         raise ValueError(f"workload.trace.tokenizer must be one of {', '.join(TOKENIZERS)} "
                          f"(or a function from text to a token count), got {tokenizer!r}")
+    bos = BOS_TOKENS.get(tokenizer, 0) if isinstance(tokenizer, str) else 0
     prompts, outputs, skipped = [], [], 0
     for line, index, entry in _entries(path, text):
         pair = _exchange(path, line, index, entry)
         if pair is None:
             skipped += 1
             continue
-        for tokens, role, value in ((prompts, "human", pair[0]), (outputs, "gpt", pair[1])):
+        for tokens, role, counted in ((prompts, "human", bos + count(pair[0])),
+                                      (outputs, "gpt", count(pair[1]))):
             tokens.append(check_tokens(path, line, f"entry {index}: the {role} turn's token "
-                                                   f"count", count(value)))
+                                                   f"count", counted))
     if not prompts:
         raise ValueError(f"{path}: no entry has a human turn followed by a gpt turn, so the "
                          f"trace has no requests (format sharegpt)")
