@@ -189,17 +189,33 @@ class Scheduler:
         prefilling: list[Sequence] = []
         plan.decodes = self.reserve_decodes(plan, prefilling)
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size - len(plan.decodes)
+        # a step that preempted admits no waiting sequence (vLLM: the blocks just freed are
+        # the victims' to win back, not a newcomer's)
+        admitting = not plan.preempted
         if cfg.batch_wait_timeout_iters and hold_prefills(self, plan.decodes, prefilling, budget):
-            # those whose KV is computed still join, to decode
-            self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size, decoders=True)
+            if admitting:  # those whose KV is computed still join, to decode
+                self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size,
+                            decoders=True)
             return
         for seq in prefilling:  # prefills split over earlier steps: their blocks are reserved
             if budget == 0:
                 break
             n = min(seq.num_tokens - seq.num_computed_tokens, budget, cfg.max_num_batched_tokens)
-            plan.prefills.append((seq, n))
+            self._prefill(plan, seq, n)
             budget -= n
-        self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
+        if admitting:
+            self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
+
+    def _prefill(self, plan: StepPlan, seq: Sequence, n: int) -> None:
+        """Plan `n` prompt tokens of the sequence in this step. With prefix caching, the blocks
+        they fill are registered now, as vLLM registers them when it schedules them: a sequence
+        admitted later in this step finds them (the step writes every layer's keys and values
+        before any attention reads them)."""
+        plan.prefills.append((seq, n))
+        if self._caching:
+            bs, computed = self.block_manager.block_size, seq.num_computed_tokens
+            if (computed + n) // bs > computed // bs:
+                self.cache_blocks(seq, computed // bs, (computed + n) // bs)
 
     def reserve_decodes(self, plan: StepPlan, prefilling: list) -> list[Sequence]:
         """The running sequences that decode in the step being planned, in running order, each
@@ -262,7 +278,7 @@ class Scheduler:
                 seq.num_cached_tokens = cached
             plan.cached_tokens += cached
             self._insert_running(seq)
-            plan.prefills.append((seq, chunk))
+            self._prefill(plan, seq, chunk)
             if budget is not None:
                 budget -= chunk
 
@@ -287,7 +303,7 @@ class Scheduler:
         if left == 1:  # its last token's KV is all it lacks: a decode, as for the running
             plan.decodes.append(seq)
         else:
-            plan.prefills.append((seq, n))
+            self._prefill(plan, seq, n)
         return n
 
     def _cached_prefix(self, seq: Sequence) -> list:
@@ -299,12 +315,8 @@ class Scheduler:
         return bm.match_prefix(hashes, most) if hashes else []
 
     def _cache_filled(self, plan: StepPlan) -> None:
-        """Register every block this step filled (prefix caching), before any holder lets go."""
-        bs = self.block_manager.block_size
-        for seq, n in plan.prefills:
-            computed = seq.num_computed_tokens
-            if computed // bs > (computed - n) // bs:
-                self.cache_blocks(seq, (computed - n) // bs, computed // bs)
+        """Register every block this step's decodes filled (prefix caching), before any holder
+        lets go (a prefill's were registered when it was planned, `_prefill`)."""
         for seq, block in self.decode_fills(plan):
             self.cache_blocks(seq, block, block + 1)
 

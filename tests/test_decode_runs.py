@@ -97,6 +97,31 @@ def decoding_scheduler(num_blocks: int, outputs=(10, 30), prompt: int = 16,
     return scheduler
 
 
+def test_fast_forward_is_exact_where_evictions_can_split_a_waiting_recomputation(tmp_path):
+    # caching on, chunked prefill off, a 64-token budget: a preempted request of 94 tokens,
+    # 32 cached, waits while its 62 uncached tokens fit a step; the decodes' evictions of its
+    # cached blocks make it longer than the budget, so it is split and admitted mid-run
+    path = tmp_path / "split.toml"
+    path.write_text("""seed = 468915
+[cost]
+model = "linear"
+[engine]
+num_kv_blocks = 62
+block_size = 16
+max_num_batched_tokens = 64
+enable_prefix_caching = true
+[workload]
+num_requests = 132
+prompt_tokens = { dist = "lognormal", median = 8, sigma = 0.8, max = 500 }
+output_tokens = { dist = "uniform", low = 1, high = 300 }
+arrival = { process = "poisson", rate = 200 }
+""")
+    import scenarios
+
+    recorder = assert_same_runs(scenarios.load(path).base)
+    assert sum(recorder.step_columns()["preemptions"]) > 100
+
+
 def test_a_run_goes_on_after_a_finish_only_where_nothing_can_take_its_place():
     for through, steps, finishes in ((False, 7, [7]), (True, 27, [7, 27])):
         scheduler = decoding_scheduler(num_blocks=100)

@@ -171,7 +171,8 @@ def test_evictable_cached_blocks_count_as_free_for_admission(fake_executor):
     engine.add_request(other)
     plan, _ = engine.start_step(0.0)
     assert plan.prefills == [(other, 13)]  # admitted by evicting the cached blocks
-    assert bm.num_cached == 0 and bm.evictions == 3
+    # a's blocks evicted; cached now are b's own three full blocks, registered as planned
+    assert bm.evictions == 3 and bm.num_cached == 3
 
 
 # --- the real engine: the same outputs and KV with caching on and off -----------------------
@@ -193,6 +194,19 @@ def test_greedy_outputs_and_kv_rows_are_the_same_with_caching_on_and_off(num_blo
     assert sum(s.num_cached_tokens for s in on.seqs) > 0  # the cache did serve prefixes
     if num_blocks == 12:
         assert on.scheduler.num_preemptions > 0 and off.scheduler.num_preemptions > 0
+
+
+def test_requests_admitted_in_one_step_share_the_prefix_the_first_of_them_fills():
+    # as vLLM registers a block when it schedules it: four prompts sharing 16 tokens, sent at
+    # once, prefill them once in their first step, and compute what caching off computes
+    prompts = shared_prompts(np.random.default_rng(5), 4, 16)
+    on = serve_greedy(prompts, 64, caching=True, max_num_seqs=4, per_step=4,
+                      max_num_batched_tokens=128)
+    first = on.plans[0]
+    assert len(first.prefills) == 4 and first.cached_tokens == 3 * 16
+    assert [s.num_cached_tokens for s in on.seqs] == [0, 16, 16, 16]
+    assert_same_outputs_and_kv(on, serve_greedy(prompts, 64, max_num_seqs=4, per_step=4,
+                                                max_num_batched_tokens=128))
 
 
 # --- random workloads: no leaked, double freed or wrongly shared block ----------------------

@@ -152,6 +152,22 @@ def test_priority_preempts_the_lowest_priority_latest_arrival(fake_executor):
     assert [s.request_id for s in plan.preempted] == ["p1-late"]
 
 
+def test_a_step_that_preempts_admits_nothing_from_the_queue(fake_executor):
+    # as vLLM v1: with a priority queue the head is not the victim and would fit in the blocks
+    # the victim let go, but it waits for the next step
+    sched, bm = make(num_blocks=6, block_size=4, queue="priority", max_num_batched_tokens=64)
+    ex = fake_executor(bm)
+    assert sched.add(seq("urgent", 8, 12, priority=0)) and sched.add(seq("batch", 12, 4,
+                                                                         priority=1))
+    step(sched, ex)  # both prefill: 5 of 6 blocks held
+    assert sched.add(seq("newcomer", 3, 5, priority=0, arrival_s=1.0))
+    plan, _ = step(sched, ex)  # "urgent" needs a block: "batch" is preempted
+    assert [s.request_id for s in plan.preempted] == ["batch"]
+    assert not plan.prefills and bm.num_free >= 1
+    plan, _ = step(sched, ex)
+    assert [s.request_id for s, _ in plan.prefills] == ["newcomer"]
+
+
 def test_a_sequence_with_no_victim_behind_it_preempts_itself(fake_executor):
     sched, bm = make(num_blocks=2, block_size=4)
     ex = fake_executor(bm)

@@ -121,6 +121,14 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
     for seq, n in plan.prefills:
         if seq.num_computed_tokens + n != seq.num_tokens:
             return None  # a chunk of a longer prefill (or one stopping a token short)
+    config = scheduler.config
+    if scheduler.waiting and scheduler.block_manager.prefix_caching and \
+            not config.chunked_prefill and \
+            scheduler.waiting.peek().num_tokens > config.max_num_batched_tokens:
+        # a recomputation longer than the budget waits while its uncached tokens fit in a
+        # step, and is split once they do not (`Scheduler.first_chunk`): the decodes'
+        # evictions of its cached blocks could admit it within the run
+        return None
     steady = _steady(scheduler)
     if steady is not None:  # steady decoders' counts lag (`sim.fastpath.steady`)
         first = steady.next_finish() - plan.step  # repeats to the first steady finish

@@ -29,12 +29,14 @@ class Served(NamedTuple):
 
 def serve_greedy(prompts, num_blocks: int, *, caching: bool = False,
                  preemption: str = "recompute", swap_blocks: int = 0, max_new_tokens: int = 6,
-                 max_num_seqs: int = 3, block_size: int = 4) -> Served:
-    """Serve the prompts greedily on the real engine (arriving two per step): every
+                 max_num_seqs: int = 3, block_size: int = 4, per_step: int = 2,
+                 max_num_batched_tokens: int | None = None) -> Served:
+    """Serve the prompts greedily on the real engine (arriving `per_step` a step): every
     sequence's output ids and the KV rows of its tokens, read from the paged cache just
     before its blocks are let go. Block (and swap space) invariants are checked every step."""
     bm = make_block_manager(num_blocks, block_size, caching)
-    config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=8 * max_num_seqs,
+    config = SchedulerConfig(max_num_seqs=max_num_seqs,
+                             max_num_batched_tokens=max_num_batched_tokens or 8 * max_num_seqs,
                              max_seq_len=128, chunked_prefill=True, preemption=preemption)
     scheduler = Scheduler(config, bm, SwapSpace(swap_blocks) if swap_blocks else None)
     executor = NumpyExecutor(init_params(MODEL), bm, rng=np.random.default_rng(0),
@@ -56,9 +58,9 @@ def serve_greedy(prompts, num_blocks: int, *, caching: bool = False,
                      sampling=GREEDY) for i, p in enumerate(prompts)]
     pending = list(seqs)
     while pending or engine.has_unfinished():
-        for seq in pending[:2]:
+        for seq in pending[:per_step]:
             engine.add_request(seq)
-        pending = pending[2:]
+        pending = pending[per_step:]
         plans.append(engine.step().plan)
         bm.check_invariants()
         if scheduler.swap is not None:
