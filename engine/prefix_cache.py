@@ -8,7 +8,9 @@ once and read by all of them; nobody writes into it, since only full blocks are 
 sequence writes its keys and values after its cached prefix. When the last holder lets a block
 go it stays cached (its hash still finds it) and joins the evictable blocks, least recently
 freed first; a block is taken from there, and its hash forgotten, only when no never-used block
-is left. `num_free` counts never-used and evictable blocks alike, `num_used` the blocks held.
+is left. Two blocks may hold the same content (a prompt of exactly k cached blocks computes its
+last block again, into one of its own): both stay cached, as in vLLM, and a lookup finds the
+one registered first, then the next once that one is evicted. `num_free` counts never-used and evictable blocks alike, `num_used` the blocks held.
 Free blocks that no hash finds and that were freed before every cached one are kept apart, in
 no order (none of them changes what a hash finds), and while no hash finds any block no
 reference count is kept (nothing is shared then: a block is shared only once a hash found it,
@@ -88,8 +90,11 @@ class PrefixCachingBlockManager(BlockManager):
         self._loose: list[int] = []
         self._evictable: OrderedDict = OrderedDict()
         self._cached_free = 0  # blocks of `_evictable` that a hash finds
-        self._hash_of: dict[int, int] = {}  # block -> hash, for cached blocks
-        self._block_of: dict[int, int] = {}  # hash -> block
+        self._hash_of: dict[int, int] = {}  # block -> hash, for every cached block
+        self._block_of: dict[int, int] = {}  # hash -> the cached block a lookup finds
+        # hash -> later copies of that block's content, registered after it, oldest first
+        # (as vLLM keeps them: one found when the first is evicted)
+        self._copies: dict[int, list[int]] = {}
         self.evictions = 0
 
     # --- queries ---------------------------------------------------------------------------------
@@ -104,7 +109,8 @@ class PrefixCachingBlockManager(BlockManager):
 
     @property
     def num_cached(self) -> int:
-        """Blocks that a hash finds (held or evictable)."""
+        """Blocks registered under a hash (held or evictable; a later copy of a block's
+        content included)."""
         return len(self._hash_of)
 
     def is_free(self, block_id: int) -> bool:
@@ -152,13 +158,13 @@ class PrefixCachingBlockManager(BlockManager):
             taken += some
         if n == len(taken):
             return taken
-        evictable, hash_of, block_of = self._evictable, self._hash_of, self._block_of
+        evictable, hash_of = self._evictable, self._hash_of
         pop, forget, evicted = evictable.popitem, hash_of.pop, 0
         for _ in range(n - len(taken)):
             block = pop(last=False)[0]
             h = forget(block, None)
             if h is not None:
-                del block_of[h]
+                self._unfind(block, h)
                 evicted += 1
             refs[block] = 1
             taken.append(block)
@@ -166,6 +172,21 @@ class PrefixCachingBlockManager(BlockManager):
         self._cached_free -= evicted
         self._loosen()
         return taken
+
+    def _unfind(self, block: int, h: int) -> None:
+        """The evicted `block` no longer holds the content of hash `h`: its next copy, if
+        any, is what a lookup finds."""
+        copies = self._copies.get(h)
+        if self._block_of[h] == block:
+            if copies:
+                self._block_of[h] = copies.pop(0)
+            else:
+                del self._block_of[h]
+                return
+        else:
+            copies.remove(block)
+        if not copies:
+            del self._copies[h]
 
     def _loosen(self) -> None:
         """With no cached block left among the ordered free ones, their order no longer
@@ -211,8 +232,9 @@ class PrefixCachingBlockManager(BlockManager):
         self._loosen()
 
     def cache_block(self, block_id: int, block_hash: int) -> None:
-        """Register a block its holder just filled: its hash finds it from now on (unless a
-        block of the same content is cached already; the first stays)."""
+        """Register a block its holder just filled: its hash finds it from now on, or, where
+        a block of the same content is cached already, once those registered before it are
+        evicted (vLLM keeps such copies too)."""
         self.cache_filled([block_id], [block_hash])
 
     def cache_filled(self, blocks, hashes) -> None:
@@ -224,9 +246,11 @@ class PrefixCachingBlockManager(BlockManager):
         for block_id, block_hash in zip(blocks, hashes):
             if block_id >= fresh or not refs[block_id]:
                 raise BlockError(f"block {block_id} is free: only a held block is cached")
-            if block_hash not in block_of and block_id not in hash_of:
-                block_of[block_hash] = block_id
-                hash_of[block_id] = block_hash
+            if block_id in hash_of:
+                continue  # registered already (a block holds one content while cached)
+            hash_of[block_id] = block_hash
+            if block_of.setdefault(block_hash, block_id) != block_id:
+                self._copies.setdefault(block_hash, []).append(block_id)
 
     def _count_refs(self) -> None:
         """Set the reference counts, kept from now on, from the block tables (nothing is
@@ -302,8 +326,12 @@ class PrefixCachingBlockManager(BlockManager):
         assert len(free) == len(set(free)), "a block is free twice"
         assert not set(free) & set(counts), "a held block is also free"
         assert len(counts) + len(free) == self.num_blocks, "a block leaked"
-        assert all(self._block_of[h] == b for b, h in self._hash_of.items()), "hash map broken"
-        assert len(self._block_of) == len(self._hash_of), "hash map broken"
+        found = [(h, b) for h, b in self._block_of.items()]
+        found += [(h, b) for h, copies in self._copies.items() for b in copies]
+        assert sorted((b, h) for h, b in found) == sorted(self._hash_of.items()), \
+            "hash map broken"
+        assert all(self._copies.values()) and set(self._copies) <= set(self._block_of), \
+            "copies kept of a content no lookup finds"
         assert not set(self._loose) & set(self._hash_of), "a loose free block is cached"
         assert self._cached_free == sum(b in self._hash_of for b in self._evictable), \
             "cached free blocks miscounted"

@@ -13,7 +13,7 @@ preemption.
 
 Prefix caching: a request row keeps the prompt tokens its first admission found cached, a step
 row the prompt tokens its admissions found cached (re-admissions after a preemption included)
-and the KV blocks a hash finds after its planning.
+and the KV blocks registered under a hash after its planning.
 
 A cluster of replicas (`sim.cluster`) fills one `RunRecorder` per replica; `ClusterRecorder`
 reads them as one run, each row with its `replica`, times from the cluster's first arrival.

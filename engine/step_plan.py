@@ -27,7 +27,7 @@ class StepPlan:
     num_waiting: int = 0
     kv_blocks_used: int = 0
     # Prefix caching: prompt tokens this step's admissions found cached (their prefill is
-    # skipped), and the blocks a hash finds after planning (held or evictable).
+    # skipped), and the blocks registered under a hash after planning (held or evictable).
     cached_tokens: int = 0
     kv_blocks_cached: int = 0
     # Swap preemption (engine.swap): KV blocks to copy before the forward pass, every copy out

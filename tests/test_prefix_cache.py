@@ -74,6 +74,23 @@ def test_uncached_free_blocks_are_taken_as_one_by_one_and_only_held_blocks_are_c
     together.check_invariants()
 
 
+def test_a_second_copy_of_a_cached_block_is_found_once_the_first_is_evicted():
+    # a prompt of exactly two cached blocks reuses one and computes the second again, into a
+    # block of its own: both copies are kept (as vLLM keeps them), the first found first
+    bm = PrefixCachingBlockManager(4, 2)
+    bm.ensure_capacity(1, 4)  # blocks 0, 1
+    bm.cache_filled(bm.block_tables[1], [10, 11])
+    bm.take_prefix(2, bm.match_prefix([10, 11], 1))
+    bm.ensure_capacity(2, 4)  # block 2: the content of block 1 again
+    bm.cache_block(2, 11)
+    assert bm.num_cached == 3 and bm.match_prefix([10, 11], 2) == [0, 1]
+    bm.free_sequence(1)  # block 1 is the least recently freed: the first evicted
+    bm.free_sequence(2)
+    bm.allocate_blocks([3, 3])  # the never-used block 3, then block 1 evicted
+    assert bm.evictions == 1 and bm.match_prefix([10, 11], 2) == [0, 2]
+    bm.check_invariants()
+
+
 def test_a_shared_block_is_freed_only_when_its_last_holder_lets_go():
     bm = PrefixCachingBlockManager(4, 2)
     bm.ensure_capacity(1, 2)
