@@ -130,25 +130,32 @@ def test_profile_rejects_a_bad_model_value(capsys, tmp_path):
 def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_path, capsys):
     import sim.profiling.profiler
 
-    calls = []
+    calls, error = [], [0.05]
 
     def profile_engine(model_config, out_path, quick=False, progress=True, method="served"):
         calls.append((model_config, Path(out_path), quick, progress, method))
         Path(out_path).write_text("{}")
         return {"machine": {"profiling_s": 1.0}, "fingerprint": {"blas_threads": "1"},
                 "fingerprint_key": "no-such-key",
-                "fit": {"held_out": {"median_abs_rel_error": 0.05}}}
+                "fit": {"held_out": {"median_abs_rel_error": error[0]}}}
 
     monkeypatch.setattr(sim.profiling.profiler, "profile_engine", profile_engine)
     out = tmp_path / "profiles" / "small.json"
     assert main(["profile", "--model", "d_model=256", "n_layers=2", "--out", str(out),
                  "--quick", "--quiet"]) == 0
-    [(model, path, quick, progress, method)] = calls
+    [(model, path, quick, progress, method)] = calls[:1]
     assert (model.d_model, model.n_layers, model.n_heads) == (256, 2, 8)
     assert path == out and quick is True and progress is False and method == "served"
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert f"cost.profile={out}" in printed and "held-out step error median 5.0%" in printed
     assert "and cached for `servesim validate --profile auto`" in printed
+    assert "not timed steadily" not in captured.err
+    error[0] = 0.5  # a profile measured on a busy machine says so
+    assert main(["profile", "--model", "d_model=256", "n_layers=2", "--out",
+                 str(out.with_name("busy.json")), "--quick", "--quiet"]) == 0
+    assert "note: a held-out median error above 10% says the steps were not timed steadily" \
+        in capsys.readouterr().err
 
 
 def test_profile_refuses_fewer_than_one_blas_thread(capsys):

@@ -5,6 +5,7 @@ count (`blas_threads`, set before NumPy loads).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..profiling import threads
@@ -28,6 +29,11 @@ def add_parser(subparsers) -> None:
                              "grid of the first profiler")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=cmd_profile, blas_threads=blas_threads)
+
+
+# A held-out median step error above this says the profile's steps were timed unsteadily (a
+# full profile on a quiet 2-core machine: about 2%)
+NOISY_FIT = 0.10
 
 
 def blas_threads(args) -> int:
@@ -55,10 +61,14 @@ def cmd_profile(args) -> int:
     check_writable_file(out, is_profile_text)  # before minutes of profiling
     profile = profile_engine(model, out, quick=args.quick, progress=not args.quiet,
                              method=args.method)
-    held = profile["fit"]["held_out"]
+    held = profile["fit"]["held_out"]["median_abs_rel_error"]
     print(f"profiled in {profile['machine']['profiling_s']:.0f} s with "
           f"{profile['fingerprint']['blas_threads']} BLAS thread(s); held-out step error "
-          f"median {100 * held['median_abs_rel_error']:.1f}%")
+          f"median {100 * held:.1f}%")
+    if held > NOISY_FIT:
+        print(f"note: a held-out median error above {100 * NOISY_FIT:.0f}% says the steps were "
+              f"not timed steadily (a busy machine, or a model too small to time well): "
+              f"profile again on a quiet machine before trusting this one", file=sys.stderr)
     from ..profiling import cache
 
     kept = args.quick and cache.holds_full(profile["fingerprint_key"])
