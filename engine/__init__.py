@@ -1,6 +1,6 @@
 """servesim's inference engine: a complete mini LLM inference server in NumPy.
 
-Every step of the engine's roadmap is a public function re-exported here, in the order a request
+Every part of the engine is a set of public functions re-exported here, in the order a request
 meets them: sampling, tokenization, the transformer with a contiguous KV cache, the paged KV cache,
 sequences and static batching, continuous batching and scheduling, the serving API, and
 benchmarking. The classes behind them (`Scheduler`, `BlockManager`, `NumpyExecutor`, `LLMEngine`,

@@ -1,4 +1,4 @@
-"""Static batching: the seed's part 5 batched steps and `static_batch_generate`.
+"""Static batching: the engine's part 5 batched steps and `static_batch_generate`.
 
 `build_batch_step_input` flattens a step's sequences into one token matrix and
 `batched_decode_step` runs it (one matmul per weight for the whole batch, then one sampled token

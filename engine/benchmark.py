@@ -19,7 +19,7 @@
 - Standard deviations (`latency_std`, for vLLM's `std_*_ms`) are population ones (NumPy's
   default), over the same requests and gaps as the percentiles.
 
-The seed's part-8 steps (`time_to_first_token`, `inter_token_latency`, `aggregate_throughput`,
+The engine's part 8 steps (`time_to_first_token`, `inter_token_latency`, `aggregate_throughput`,
 `latency_percentiles`, `run_benchmark`) are the building blocks `summarize` uses; reports read
 `summarize`, `latency_std`, `vllm_summary` and `request_metrics` and never recompute a metric
 themselves.
@@ -43,7 +43,7 @@ _VLLM_NAMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
 _VLLM_STATS = {"mean": "mean", "p50": "median", "p90": "p90", "p95": "p95", "p99": "p99"}
 
 
-# --- the seed's part-8 steps ---------------------------------------------------------------------
+# --- the engine's part 8 steps ---------------------------------------------------------------------
 
 
 def time_to_first_token(arrival_s, first_token_s):

@@ -32,7 +32,7 @@ class BlockManager:
     returned so far (a stack: the last freed is handed out first) above the never-used blocks
     `fresh` and up, which are handed out in increasing order and need no entry until then. This
     is exactly a list of every free block, initially n-1 .. 0, popped from the end. Taking and
-    freeing cost O(blocks moved) in C list operations; only `free_block`, the seed's one-block
+    freeing cost O(blocks moved) in C list operations; only `free_block`, the part 4 one-block
     free, searches the free list (to refuse a double free)."""
 
     prefix_caching = False  # engine.prefix_cache.PrefixCachingBlockManager: True

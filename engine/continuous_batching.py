@@ -1,4 +1,4 @@
-"""Continuous batching and scheduling: the seed's part 6 steps, built on the shared scheduler.
+"""Continuous batching and scheduling: the engine's part 6 steps, built on the shared scheduler.
 
 Each function is a thin entry to the policy that `Scheduler` runs every step, built from the same
 building blocks (`has_free_capacity`, `admit_sequence`, `preempt_sequence`,

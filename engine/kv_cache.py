@@ -1,8 +1,8 @@
-"""The contiguous per-sequence KV cache: the seed's part 3 steps `init_kv_cache` and `append_kv`.
+"""The contiguous per-sequence KV cache: the engine's part 3 steps `init_kv_cache` and `append_kv`.
 
-A cache is the seed's plain dict `{"K": buffer, "V": buffer, "length": n}` with float32 buffers
+A cache is a plain dict `{"K": buffer, "V": buffer, "length": n}` with float32 buffers
 preallocated to `max_seq_len` rows; rows `[0, length)` hold the keys and values of the tokens seen
-so far and rows past `length` are never read. The seed's single-layer cache has buffers
+so far and rows past `length` are never read. A single-layer cache has buffers
 [max_seq_len, d_model]; a cache for a model of several layers has a leading layer axis,
 [n_layers, max_seq_len, d_model]. Heads are stored side by side in d_model (head h is columns
 h * head_dim .. (h + 1) * head_dim), the layout `model.attention_input` produces.
@@ -16,7 +16,7 @@ import numpy as np
 def init_kv_cache(max_seq_len: int, d_model: int, n_layers: int | None = None) -> dict:
     """An empty cache with room for `max_seq_len` tokens of width `d_model`.
 
-    n_layers None gives the seed's single-layer buffers [max_seq_len, d_model]; an int gives
+    n_layers None gives the single-layer buffers [max_seq_len, d_model]; an int gives
     [n_layers, max_seq_len, d_model]. Buffers are float32 zeros and `length` starts at 0.
     Non-positive sizes raise ValueError.
     """
@@ -87,5 +87,5 @@ def layer_view(cache: dict, layer: int) -> dict:
 
 
 def num_layers(cache: dict) -> int:
-    """1 for the seed's single-layer cache, else the size of the leading layer axis."""
+    """1 for the single-layer cache, else the size of the leading layer axis."""
     return 1 if cache["K"].ndim == 2 else cache["K"].shape[0]

@@ -1,6 +1,6 @@
 """The continuous-batching policy's building blocks on KV blocks: whether blocks are free, admit a
 sequence, preempt one, and reserve every decoding sequence's next KV slot. `Scheduler` plans
-with them, and so do the seed's part-6 functions in `continuous_batching.py`: there is one copy
+with them, and so do the engine's part 6 functions in `continuous_batching.py`: there is one copy
 of admission and preemption.
 """
 

@@ -1,7 +1,7 @@
 """The one engine loop: schedule, execute, postprocess, record.
 
 `LLMEngine.step(now_s)` runs one iteration of whatever policy the scheduler has and records it.
-The server, the seed's continuous-batching functions and the benchmark harness all step through
+The server, the part 6 continuous-batching functions and the benchmark harness all step through
 here, so the order of those four calls and the way a step is timed exist once.
 
 Step time: with `timing="wall"` (real execution) the step lasts what `time.perf_counter()`

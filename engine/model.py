@@ -7,13 +7,13 @@ cannot drift apart.
 
 Parameter layout (all float32):
     E      [V, D]            token embedding ("embedding" is accepted as an alias)
-    P      [max_seq_len, D]  sinusoidal position table (absent for the seed's toy model)
+    P      [max_seq_len, D]  sinusoidal position table (absent for the single-layer toy model)
     layers list of dicts:
            ln1_g, ln1_b [D]  pre-attention LayerNorm (absent: no norm)
            Wq, Wk, Wv, Wo [D, D]
            ln2_g, ln2_b [D]  pre-MLP LayerNorm (absent: no norm)
            W1 [D, F], b1 [F], W2 [F, D], b2 [D]   MLP (absent: no MLP, as in the seed)
-           residual  bool, default True (False: the seed's block, which has no skip connection)
+           residual  bool, default True (False: the single-layer toy block, which has no skip connection)
     lnf_g, lnf_b [D]         final LayerNorm (absent: no norm)
     W_out  [D, V]            unembedding
     n_heads, max_seq_len     ints
@@ -111,13 +111,13 @@ def init_params(config: ModelConfig) -> dict:
 
 
 def normalize_params(params: dict) -> dict:
-    """Accept the seed's flat single-layer dict (E/embedding, Wq, Wk, Wv, Wo, W_out, max_seq_len)
+    """Accept the flat single-layer dict (E/embedding, Wq, Wk, Wv, Wo, W_out, max_seq_len)
     as well as the layered layout; return the layered layout. Arrays are shared, not copied."""
     if "layers" in params:
         return params
     embedding = params["E"] if "E" in params else params["embedding"]
     layer = {name: params[name] for name in ("Wq", "Wk", "Wv", "Wo")}
-    layer["residual"] = False  # the seed's block: logits = (attention(x) @ Wo) @ W_out
+    layer["residual"] = False  # the single-layer toy block: logits = (attention(x) @ Wo) @ W_out
     return {
         "E": embedding,
         "layers": [layer],
@@ -194,7 +194,7 @@ def attention_input(x: np.ndarray, layer: dict, n_heads: int):
 
 def attention_output(x: np.ndarray, attn: np.ndarray, layer: dict) -> np.ndarray:
     """Output projection, residual and MLP: x [T, D], attn [T, H, hd] -> new x [T, D].
-    A layer with `residual: False` (the seed's toy block) returns the projection alone."""
+    A layer with `residual: False` (the single-layer toy block) returns the projection alone."""
     out = attn.reshape(x.shape) @ layer["Wo"]
     x = x + out if layer.get("residual", True) else out
     if "W1" in layer:
@@ -213,7 +213,7 @@ def final_logits(x: np.ndarray, params: dict) -> np.ndarray:
 def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = True) -> np.ndarray:
     """Causal attention of Tq queries over Tk >= Tq keys, bottom-right aligned (query i sees keys
     0 .. Tk - Tq + i), so one decode query sees the whole cache. [Tq,H,hd],[Tk,H,hd] -> [Tq,H,hd].
-    causal=False lets every query see every key (the seed's `is_causal=False`)."""
+    causal=False lets every query see every key (the `is_causal=False` of the part 3 API)."""
     tq, tk, hd = q.shape[0], k.shape[0], q.shape[2]
     # Batched matmuls over heads (BLAS) rather than einsum, which does not use BLAS here.
     qh = q.transpose(1, 0, 2)  # [H, Tq, hd]

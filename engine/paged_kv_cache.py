@@ -1,11 +1,11 @@
-"""Paged KV storage and the seed's part 4 steps (block allocator, paged append, gather, attention).
+"""Paged KV storage and the engine's part 4 steps (block allocator, paged append, gather, attention).
 
 Keys and values live in fixed-size blocks shared by all sequences: two float32 arrays
 `[n_layers, num_blocks, block_size, n_heads, head_dim]`. Which blocks a sequence owns, and in
 which order, is the `BlockManager`'s block table (bookkeeping only, shared with the scheduler and
 the simulator); token `i` of a sequence lives in block `table[i // block_size]` at offset
 `i % block_size`. `PagedKVStorage` holds the arrays; `PagedAllocator` pairs it with a
-`BlockManager` and the number of tokens stored per sequence, and the seed's functions below are a
+`BlockManager` and the number of tokens stored per sequence, and the part 4 functions below are a
 thin API over the two. The batched executor uses the storage and the block manager directly.
 """
 
@@ -77,7 +77,7 @@ class PagedKVStorage:
 
 
 class PagedAllocator:
-    """The seed's allocator: block bookkeeping, block storage and tokens stored per sequence."""
+    """The part 4 allocator: block bookkeeping, block storage and tokens stored per sequence."""
 
     def __init__(self, block_manager: BlockManager, storage: PagedKVStorage):
         if storage.block_size != block_manager.block_size or \

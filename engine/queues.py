@@ -4,7 +4,7 @@ Both offer the same small interface (`push`, `push_front`, `peek`, `pop`, `len`,
 scheduler never asks which one it has. Priority ties break by arrival time, then by a monotonic
 counter, so two requests are never compared with each other.
 
-`priority_queue_push` / `priority_queue_pop` are the seed's functions over a plain heap list;
+`priority_queue_push` / `priority_queue_pop` are the part 6 functions over a plain heap list;
 `PriorityQueue` is the same heap behind the queue interface (and can wrap a caller's list).
 """
 

@@ -1,4 +1,4 @@
-"""Turning logits into a next token: the seed's part 1 (sampling primitives).
+"""Turning logits into a next token: the engine's part 1 (sampling primitives).
 
 Every function works over the last axis of a float array (one row of vocabulary logits, or a batch
 of rows) and returns a new array; inputs are never modified. The order used everywhere is

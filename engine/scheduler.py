@@ -29,7 +29,7 @@ as it readmits a swapped-out sequence, its KV already computed, without a copy f
 
 The policy's building blocks on KV blocks (`has_free_capacity`, `admit_sequence`,
 `preempt_sequence`, `reserve_decode_blocks`) live in `kv_reservation.py` and are re-exported
-here; the seed's part-6 functions in `continuous_batching.py` are built from the same ones.
+here; the engine's part 6 functions in `continuous_batching.py` are built from the same ones.
 
 Every step gets an index; sequences remember the step of their first scheduling, first token,
 last token and finish, so the caller turns indices into times with one table of step times.

@@ -1,4 +1,4 @@
-"""Requests and one sequence generated on its own: the seed's part 5 single-sequence steps.
+"""Requests and one sequence generated on its own: the engine's part 5 single-sequence steps.
 
 A request is a plain dict (`make_request`). `init_sequence_state` prefills the prompt's keys and
 values into a paged cache of its own, `sequence_decode_step` then computes one token's K/V,

@@ -1,4 +1,4 @@
-"""Serving: the seed's part-7 API on a `Server`, and `serve()`, which replays a workload in real time.
+"""Serving: the engine's part 7 API on a `Server`, and `serve()`, which replays a workload in real time.
 
 `Server` wraps the engine loop for interactive use: `submit` a prompt (text or token ids), then
 `step` / `stream` / `drive_until_complete` produce stream chunks as tokens are sampled, and

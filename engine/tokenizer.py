@@ -1,4 +1,4 @@
-"""Character-level tokenization: the seed's part 2 (`build_vocab`, `encode_prompt`, `decode_tokens`).
+"""Character-level tokenization: the engine's part 2 (`build_vocab`, `encode_prompt`, `decode_tokens`).
 
 A vocabulary is the plain dict `{"token_to_id": {token: id}, "id_to_token": [token, ...]}`.
 Special tokens (such as "<bos>", "<eos>", "<unk>") take ids 0 .. S-1 in the order given, then

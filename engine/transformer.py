@@ -1,10 +1,10 @@
-"""The seed's part 3: embeddings, projections, causal attention, and generation with a contiguous
+"""The engine's part 3: embeddings, projections, causal attention, and generation with a contiguous
 KV cache (`model_prefill`, `model_decode_step`), plus `forward_full`, the full-recomputation
 reference every cached path is checked against.
 
 All of them run the shared per-layer maths of `engine.model`; they differ only in where keys and
 values come from (recomputed here, the contiguous cache of `engine.kv_cache` in the cached paths).
-`params` is either the seed's flat single-layer dict (E or embedding, Wq, Wk, Wv, Wo, W_out,
+`params` is either the flat single-layer dict (E or embedding, Wq, Wk, Wv, Wo, W_out,
 max_seq_len) or the layered dict of `model.init_params`.
 """
 
@@ -105,7 +105,7 @@ def _check_positions(start: int, n_tokens: int, max_seq_len: int) -> None:
 
 
 def new_cache(params: dict) -> dict:
-    """An empty contiguous cache sized for `params`: the seed's [max_seq_len, d_model] buffers for
+    """An empty contiguous cache sized for `params`: the single-layer [max_seq_len, d_model] buffers for
     the flat single-layer dict, [n_layers, max_seq_len, d_model] for layered params."""
     p = normalize_params(params)
     n_layers = len(p["layers"]) if "layers" in params else None

@@ -3,7 +3,7 @@
 Three sequences append tokens in turns to a 12-block cache of 4 token slots each, so their blocks
 interleave; sequence B then finishes and frees its blocks, which sequence D picks up. The picture
 shows each sequence's block table (logical block -> physical block) and the physical blocks with
-the token each slot holds. Everything comes from the seed's part 4 functions.
+the token each slot holds. Everything comes from the engine's part 4 functions.
 Run from the repository root: `python examples/plot_block_table.py`.
 """
 

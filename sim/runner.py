@@ -4,7 +4,7 @@
 and the seed, then:
 - simulate: SimPy clock, `CostModelExecutor` (cost.model "profile", "linear" or "hardware";
   with cost.jitter, every step also scaled by the profiled machine's speed, `sim.costs.jitter`);
-- cosimulate (or cost.model "live"): SimPy clock, the real `NumpyExecutor` on random prompt token
+- cosimulate (cost.model "live" names this source): SimPy clock, the real `NumpyExecutor` on random prompt token
   ids (a conversation's turn extends its previous turn's ids), its measured step time advancing
   the clock;
 - serve: the wall clock, the real engine, through `engine.server.serve`.

@@ -55,7 +55,7 @@ def test_latency_percentiles_of_nothing_are_nan_not_zero():
         latency_percentiles([1.0, math.nan])
 
 
-def test_seed_metric_steps_on_hand_values():
+def test_metric_building_blocks_on_hand_values():
     assert time_to_first_token(2.0, 2.75) == pytest.approx(0.75)
     assert inter_token_latency([1.0, 1.5, 2.25]).tolist() == [0.5, 0.75]
     assert inter_token_latency([3.0]).size == 0

@@ -80,13 +80,13 @@ def test_save_and_load_round_trip(tmp_path):
     np.testing.assert_array_equal(forward_full(ids, loaded), forward_full(ids, params))
 
 
-def test_a_seed_dict_round_trips_as_a_one_layer_model(tmp_path):
+def test_a_flat_dict_round_trips_as_a_one_layer_model(tmp_path):
     rng = np.random.default_rng(0)
     flat = {name: rng.normal(size=(8, 8)).astype(np.float32) for name in ("Wq", "Wk", "Wv", "Wo")}
     flat.update(embedding=rng.normal(size=(12, 8)).astype(np.float32),
                 W_out=rng.normal(size=(8, 12)).astype(np.float32), max_seq_len=16)
-    save_params(tmp_path / "seed.npz", flat)
-    loaded = load_params(tmp_path / "seed.npz")
+    save_params(tmp_path / "flat.npz", flat)
+    loaded = load_params(tmp_path / "flat.npz")
     np.testing.assert_allclose(forward_full([1, 2, 3], loaded), forward_full([1, 2, 3], flat))
 
 
@@ -96,7 +96,7 @@ def test_a_checkpoint_missing_keys_is_refused(tmp_path):
         load_params(tmp_path / "bad.npz")
 
 
-def test_normalize_params_turns_the_seed_dict_into_one_layer_one_head():
+def test_normalize_params_turns_the_flat_dict_into_one_layer_one_head():
     rng = np.random.default_rng(0)
     flat = {name: rng.normal(size=(4, 4)).astype(np.float32) for name in ("Wq", "Wk", "Wv", "Wo")}
     flat.update(E=rng.normal(size=(6, 4)).astype(np.float32),
@@ -104,7 +104,7 @@ def test_normalize_params_turns_the_seed_dict_into_one_layer_one_head():
     p = normalize_params(flat)
     assert p["n_heads"] == 1 and p["max_seq_len"] == 9 and len(p["layers"]) == 1
     assert set(p["layers"][0]) == {"Wq", "Wk", "Wv", "Wo", "residual"}  # no norms, no MLP
-    assert p["layers"][0]["residual"] is False  # the seed's block has no skip connection
+    assert p["layers"][0]["residual"] is False  # the single-layer toy block has no skip connection
     assert "P" not in p and "lnf_g" not in p  # no positions, no final norm
     assert p["E"] is flat["E"] and p["layers"][0]["Wq"] is flat["Wq"]  # shared, not copied
 

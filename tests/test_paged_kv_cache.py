@@ -1,4 +1,4 @@
-"""The seed's part 4 (engine.paged_kv_cache): block allocator, paged append and gather, paged
+"""The engine's part 4 (engine.paged_kv_cache): block allocator, paged append and gather, paged
 attention."""
 
 import numpy as np

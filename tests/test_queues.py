@@ -1,4 +1,4 @@
-"""Waiting queues and the seed's priority-queue functions."""
+"""Waiting queues and the part 6 priority-queue functions."""
 
 import pytest
 
@@ -46,7 +46,7 @@ def test_preempted_sequence_keeps_its_priority_and_arrival():
     assert [q.pop().request_id for _ in range(3)] == ["urgent", "old", "newer"]
 
 
-def test_priority_queue_can_share_a_heap_filled_by_the_seed_functions():
+def test_priority_queue_can_share_a_heap_filled_by_the_part_6_functions():
     heap = []
     priority_queue_push(heap, 1, "b")
     q = PriorityQueue(heap)

@@ -1,4 +1,4 @@
-"""Sampling primitives (seed part 1): softmax, temperature, top-k, top-p, sampling, greedy."""
+"""Sampling primitives (part 1): softmax, temperature, top-k, top-p, sampling, greedy."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The seed's part 5: requests, single-sequence generation and static batching
+"""The engine's part 5: requests, single-sequence generation and static batching
 (engine.sequences, engine.batching), cross-checked against each other and full recomputation."""
 
 import numpy as np
@@ -29,7 +29,7 @@ def greedy_reference(prompt, n_new, params=PARAMS):
     return ids[len(prompt):]
 
 
-def test_seed_quickstart_runs_as_written(capsys):
+def test_the_readme_quickstart_runs_as_written(capsys):
     vocab = build_vocab(["hello world"], ["<bos>", "<eos>", "<unk>"])
     V, D = len(vocab["id_to_token"]), 8
     rng = np.random.default_rng(0)
@@ -54,7 +54,7 @@ def test_seed_quickstart_runs_as_written(capsys):
               repr(decode_tokens(result["output_ids"], vocab)))
 
     lines = capsys.readouterr().out.splitlines()
-    # the seed README's own printed output
+    # the README's own printed output
     assert lines == ["r0 [7, 0, 9, 6, 6] 'lrhh'", "r1 [3, 0, 10, 8, 10] ' wow'"]
     config["rng"] = np.random.default_rng(0)  # the same seed gives the same tokens
     results = static_batch_generate(params, requests, config, max_new_tokens=5)
@@ -195,7 +195,7 @@ def test_batching_exposes_the_executors_own_step_functions():
     assert batching.batched_decode_step is model_runner.batched_decode_step
 
 
-def test_greedy_requests_with_the_flat_seed_params_match_recomputation():
+def test_greedy_requests_with_the_flat_flat_params_match_recomputation():
     rng = np.random.default_rng(1)
     flat = {"E": rng.normal(size=(12, 4)).astype(np.float32),
             **{w: rng.normal(size=(4, 4)).astype(np.float32) for w in ("Wq", "Wk", "Wv", "Wo")},

@@ -1,4 +1,4 @@
-"""Character-level tokenization (seed part 2): vocabulary, encoding, decoding."""
+"""Character-level tokenization (part 2): vocabulary, encoding, decoding."""
 
 import numpy as np
 import pytest

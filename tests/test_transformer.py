@@ -1,4 +1,4 @@
-"""The transformer and its contiguous KV cache (seed part 3): cached decoding equals full
+"""The transformer and its contiguous KV cache (part 3): cached decoding equals full
 recomputation, the attention mask, the cache's capacity rules and the step functions' errors."""
 
 import numpy as np
@@ -12,8 +12,8 @@ from engine.transformer import (causal_attention, embed_tokens, extend_cached, f
 TOL = dict(rtol=1e-4, atol=1e-4)  # float32 arithmetic, different matmul shapes
 
 
-def seed_params(vocab=24, d_model=32, max_seq_len=64, seed=0):
-    """The seed's flat single-layer dict (random weights, not the identity, so attention matters)."""
+def flat_params(vocab=24, d_model=32, max_seq_len=64, seed=0):
+    """The flat single-layer dict (random weights, not the identity, so attention matters)."""
     rng = np.random.default_rng(seed)
     def w(*shape):
         return (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
@@ -23,7 +23,7 @@ def seed_params(vocab=24, d_model=32, max_seq_len=64, seed=0):
 
 
 CONFIGS = {
-    "seed-flat-dict": None,
+    "flat-dict": None,
     "1-layer-1-head-no-mlp": ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=1,
                                          d_ff=0, max_seq_len=64, seed=1),
     "3-layers-4-heads-mlp": ModelConfig(vocab_size=64, d_model=48, n_layers=3, n_heads=4,
@@ -36,7 +36,7 @@ CONFIGS = {
 @pytest.fixture(params=list(CONFIGS))
 def params(request):
     config = CONFIGS[request.param]
-    return seed_params() if config is None else init_params(config)
+    return flat_params() if config is None else init_params(config)
 
 
 def random_ids(params, n, seed=5):
@@ -86,8 +86,8 @@ def test_long_sequences_match_full_recompute():
     assert cache["length"] == 512
 
 
-def test_seed_dict_matches_a_hand_written_single_head_model():
-    params = seed_params()
+def test_the_flat_dict_matches_a_hand_written_single_head_model():
+    params = flat_params()
     ids = [3, 1, 4, 1, 5, 9, 2, 6]
     x = params["E"][ids].astype(np.float64)  # [T, D]
     q, k, v = x @ params["Wq"], x @ params["Wk"], x @ params["Wv"]
@@ -95,20 +95,20 @@ def test_seed_dict_matches_a_hand_written_single_head_model():
     scores[np.triu_indices(len(ids), 1)] = -np.inf
     weights = np.exp(scores - scores.max(axis=1, keepdims=True))
     attn = weights / weights.sum(axis=1, keepdims=True) @ v  # [T, D]
-    expected = (attn @ params["Wo"]) @ params["W_out"]  # the seed's block: no residual, norms or MLP
+    expected = (attn @ params["Wo"]) @ params["W_out"]  # the single-layer toy block: no residual, norms or MLP
     np.testing.assert_allclose(forward_full(ids, params), expected, **TOL)
     np.testing.assert_allclose(model_prefill(ids, params)[0], expected[-1], **TOL)
 
 
-def test_the_seed_embedding_alias_gives_the_same_logits():
-    params = seed_params()
+def test_the_flat_dict_embedding_alias_gives_the_same_logits():
+    params = flat_params()
     aliased = {("embedding" if k == "E" else k): v for k, v in params.items()}
     np.testing.assert_array_equal(model_prefill([1, 2, 3], aliased)[0],
                                   model_prefill([1, 2, 3], params)[0])
 
 
-def test_the_seed_dict_gets_the_seed_cache_layout():
-    logits, cache = model_prefill([1, 2, 3], seed_params(vocab=24, d_model=32, max_seq_len=64))
+def test_the_flat_dict_gets_the_single_layer_cache_layout():
+    logits, cache = model_prefill([1, 2, 3], flat_params(vocab=24, d_model=32, max_seq_len=64))
     assert logits.shape == (24,)
     assert cache["K"].shape == cache["V"].shape == (64, 32) and cache["length"] == 3
 
@@ -124,13 +124,13 @@ def test_layered_params_get_a_layer_axis():
 
 def test_a_prompt_longer_than_max_seq_len_raises():
     with pytest.raises(ValueError, match="beyond the model's max_seq_len 64"):
-        model_prefill(list(range(20)) * 4, seed_params(max_seq_len=64))
+        model_prefill(list(range(20)) * 4, flat_params(max_seq_len=64))
     with pytest.raises(ValueError, match="max_seq_len"):
-        forward_full([0] * 65, seed_params(max_seq_len=64))
+        forward_full([0] * 65, flat_params(max_seq_len=64))
 
 
 def test_decoding_past_max_seq_len_raises_and_leaves_the_cache_alone():
-    params = seed_params(max_seq_len=8)
+    params = flat_params(max_seq_len=8)
     _, cache = model_prefill([1] * 8, params)
     before = cache["K"].copy()
     with pytest.raises(ValueError, match="position 8 is beyond"):
@@ -142,12 +142,12 @@ def test_decoding_past_max_seq_len_raises_and_leaves_the_cache_alone():
 @pytest.mark.parametrize("ids", [[], [0, 24], [-1], [[1, 2]], [1.5]])
 def test_invalid_prompts_raise(ids):
     with pytest.raises(ValueError):
-        model_prefill(ids, seed_params(vocab=24))
+        model_prefill(ids, flat_params(vocab=24))
 
 
 @pytest.mark.parametrize("token", [24, -1, 2.0, None])
 def test_invalid_decode_tokens_raise(token):
-    params = seed_params(vocab=24)
+    params = flat_params(vocab=24)
     _, cache = model_prefill([1, 2], params)
     with pytest.raises(ValueError):
         model_decode_step(token, cache, params)
@@ -155,7 +155,7 @@ def test_invalid_decode_tokens_raise(token):
 
 
 def test_a_cache_of_another_model_is_refused():
-    _, cache = model_prefill([1, 2], seed_params())
+    _, cache = model_prefill([1, 2], flat_params())
     with pytest.raises(ValueError, match="1 layer"):
         model_decode_step(1, cache, init_params(CONFIGS["3-layers-4-heads-mlp"]))
 

@@ -26,7 +26,7 @@ def add_parser(subparsers) -> None:
                              f" or the count set in the environment)")
     parser.add_argument("--method", choices=("served", "grid"), default="served",
                         help="fit steps served in the real loop (default), or the isolated "
-                             "grid of the first profiler")
+                             "grid of step shapes timed alone")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=cmd_profile, blas_threads=blas_threads)
 

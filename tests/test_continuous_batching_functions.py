@@ -1,4 +1,4 @@
-"""The seed's part-6 functions: capacity, admission, preemption, one scheduling decision, and
+"""The engine's part 6 functions: capacity, admission, preemption, one scheduling decision, and
 continuous batching end to end."""
 
 import numpy as np
