@@ -72,7 +72,8 @@ def preempt_sequence(seq: Sequence, alloc, waiting) -> None:
 def schedule_step(waiting, running: list, alloc, block_size: int, max_running: int) -> dict:
     """One scheduling decision over a running list kept in admission order: preempt the most
     recently admitted while more than `max_running` run or a decoding sequence needs a KV block
-    that is not free, then admit from `waiting` into the free slots.
+    that is not free, then, unless that preempted (as `Scheduler`, and vLLM v1: the blocks
+    just freed are the victims' to win back), admit from `waiting` into the free slots.
 
     Returns {"running": running (updated in place), "decodes": the sequences whose next token
     has a reserved slot, "admitted": the new ones (to prefill), "preempted": the victims}."""
@@ -87,7 +88,8 @@ def schedule_step(waiting, running: list, alloc, block_size: int, max_running: i
     while len(running) > max_running:
         preempt_last()
     decodes = reserve_decode_blocks(running, bm, preempt_last)
-    admitted = select_admissions(queue, bm, block_size, max_running - len(running))
+    admitted = [] if preempted else select_admissions(queue, bm, block_size,
+                                                      max_running - len(running))
     running.extend(admitted)
     return {"running": running, "decodes": decodes, "admitted": admitted, "preempted": preempted}
 

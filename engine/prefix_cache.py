@@ -10,7 +10,8 @@ go it stays cached (its hash still finds it) and joins the evictable blocks, lea
 freed first; a block is taken from there, and its hash forgotten, only when no never-used block
 is left. Two blocks may hold the same content (a prompt of exactly k cached blocks computes its
 last block again, into one of its own): both stay cached, as in vLLM, and a lookup finds the
-one registered first, then the next once that one is evicted. `num_free` counts never-used and evictable blocks alike, `num_used` the blocks held.
+one registered first, then the next once that one is evicted. `num_free` counts never-used
+and evictable blocks alike, `num_used` the blocks held.
 Free blocks that no hash finds and that were freed before every cached one are kept apart, in
 no order (none of them changes what a hash finds), and while no hash finds any block no
 reference count is kept (nothing is shared then: a block is shared only once a hash found it,
@@ -240,6 +241,8 @@ class PrefixCachingBlockManager(BlockManager):
     def cache_filled(self, blocks, hashes) -> None:
         """`cache_block` for each (block, hash) pair of two equal-length sequences (held
         blocks: a free one's place among the free ones would no longer say when it goes)."""
+        if not blocks:
+            return
         if not self._hash_of:
             self._count_refs()
         block_of, hash_of, refs, fresh = self._block_of, self._hash_of, self._refs, self._fresh

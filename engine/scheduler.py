@@ -7,9 +7,9 @@ differ only in who executes the plan and what time it is.
 
 Policies:
 - continuous (Orca / vLLM): every step, running sequences decode one token each, prefills split
-  over earlier steps continue, then waiting sequences are admitted while `max_num_seqs`, the KV
-  blocks and the token budget allow (head-of-line: admission stops at the first request that
-  does not fit).
+  over earlier steps continue, then, unless a running sequence was preempted for a block (as in
+  vLLM v1), waiting sequences are admitted while `max_num_seqs`, the KV blocks and the token
+  budget allow (head-of-line: admission stops at the first request that does not fit).
 - static: when idle, take up to `max_batch_size` waiting sequences, prefill them together and
   decode them in lockstep until all finish; finished slots stay empty (padding) until then.
 

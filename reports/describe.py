@@ -328,7 +328,10 @@ def workload_text(workload) -> str:
     if workload.max_concurrency is not None:
         parts.append(f"at most {workload.max_concurrency} requests in flight (the others "
                      f"wait for a slot; latencies start when a request is sent)")
-    if workload.max_seconds is not None:
+    if workload.max_seconds is not None and workload.sessions is not None:
+        parts.append(f"no conversation started more than {workload.max_seconds:g} s after the "
+                     f"first (each started is sent whole)")
+    elif workload.max_seconds is not None:
         parts.append(f"no request sent more than {workload.max_seconds:g} s after the first "
                      f"(those due later are not sent)")
     if workload.warmup_s:

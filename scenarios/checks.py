@@ -19,7 +19,7 @@ from .defaults import (DISAGGREGATION_KEYS, GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS,
                        UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
 from .paths import find_file, is_path, model_config, shipped_trace
-from .workload import OPEN_PROCESSES, arrival_of
+from .workload import LENGTHS, OPEN_PROCESSES, arrival_of
 from engine.model import ModelConfig
 from engine.scheduler_config import SchedulerConfig
 
@@ -229,7 +229,7 @@ def check_horizon(config: dict) -> None:
     if sessions is not None:  # a conversation thinks between its turns
         turns = sessions["turns"]
         most = turns if isinstance(turns, int) else \
-            turns.get("value", turns.get("high", turns.get("max", 1)))
+            LENGTHS[turns["dist"]](**{k: v for k, v in turns.items() if k != "dist"}).highest
         think_s = sessions.get("think_time_s") or 0.0
         checks.append(((most - 1) * think_s, "workload.sessions.think_time_s",
                        f"{most - 1:,} think times of {think_s:g} s in a conversation would "

@@ -19,7 +19,8 @@ from .errors import FieldError
 
 TAG_KEYS = ("dist", "process")
 # a trace is a shipped one's `name` or a file's `path`: a table naming either replaces the
-# trace, and setting either leaf drops the other
+# trace, and setting either leaf drops the other (`name` also the file's `format`: a shipped
+# trace comes with its own)
 TRACE_KEY, TRACE_KINDS = "workload.trace", ("name", "path")
 NOT_OVERRIDABLE = ("variants", "sweep")
 
@@ -43,7 +44,7 @@ def apply(raw: dict, key: str, value) -> dict:
     else:
         table[leaf] = copy.deepcopy(value)
     if ".".join(parts[:-1]) == TRACE_KEY and leaf in TRACE_KINDS:
-        for other in TRACE_KINDS:
+        for other in TRACE_KINDS + (("format",) if leaf == "name" else ()):
             if other != leaf:
                 table.pop(other, None)
     return raw

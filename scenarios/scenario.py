@@ -187,7 +187,8 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
             specs.append(RunSpec(variant.name, point, config))
     effects.check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources or {},
                             specs)
-    reads.check_keys_read(shown, file_raw, pairs, sources or {}, variants, sweep, specs)
+    reads.check_keys_read(shown, file_raw, pairs, sources or {}, variants, sweep, flag_sweep,
+                          specs)
     return Scenario(base.name, base.description, base.seed, path, base,
                     tuple(variants), sweep, tuple(specs), pairs, file_base,
                     tuple(file_variants), dict(sources or {}))

@@ -202,6 +202,11 @@ class LengthDist:
         """The smallest count it draws."""
         raise NotImplementedError
 
+    @property
+    def highest(self) -> int:
+        """The largest count it draws."""
+        raise NotImplementedError
+
     def describe(self) -> str:
         raise NotImplementedError
 
@@ -229,6 +234,10 @@ class Fixed(LengthDist):
     def lowest(self) -> int:
         return self.value
 
+    @property
+    def highest(self) -> int:
+        return self.value
+
     def describe(self) -> str:
         return f"fixed {self.value}"
 
@@ -251,6 +260,10 @@ class Uniform(LengthDist):
     @property
     def lowest(self) -> int:
         return self.low
+
+    @property
+    def highest(self) -> int:
+        return self.high
 
     def describe(self) -> str:
         return f"uniform in [{self.low}, {self.high}]"
@@ -296,8 +309,22 @@ class LogNormal(LengthDist):
                 f"in [{self.min}, {self.max}]")
 
     @property
+    def mean(self) -> float:
+        """The mean of a draw kept in [min - 0.5, max + 0.5] before rounding (rounding moves it
+        by well under one): E[X | a < X < b] of a lognormal X, in closed form."""
+        mu, s = math.log(self.median), self.sigma
+        lo = (math.log(self.min - 0.5) - mu) / s if self.min > 0.5 else -math.inf
+        hi = (math.log(self.max + 0.5) - mu) / s
+        below = _normal_cdf(lo - s) if lo > -math.inf else 0.0
+        return math.exp(mu + s * s / 2) * (_normal_cdf(hi - s) - below) / self.acceptance
+
+    @property
     def lowest(self) -> int:
         return self.min
+
+    @property
+    def highest(self) -> int:
+        return self.max
 
     def check(self, key: str) -> None:
         _check_order(key, "min", self.min, "max", self.max)

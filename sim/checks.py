@@ -44,8 +44,9 @@ def check_config(config: RunConfig, base_dir=None) -> int:
         requests = len(load_trace(trace.path, trace.format, trace.time_scale,
                                   trace.max_requests, base_dir))  # read once, by check_workload
     check_memory([(config, requests)])
-    if workload.warmup_s:
-        _check_warmup(config, base_dir)
+    problem = warmup_problem(config, base_dir)
+    if problem:
+        raise ValueError(f"workload.warmup_s: {problem}; lower it, or send more requests")
     if config.on_hardware:
         for place, replica in _servers(config):
             try:
@@ -58,20 +59,22 @@ def check_config(config: RunConfig, base_dir=None) -> int:
     return requests
 
 
-def _check_warmup(config: RunConfig, base_dir) -> None:
-    """Refuse a warm-up that every arrival time given up front falls within (nothing would
-    be counted); a closed loop's and conversations' later requests are sent as earlier ones
-    end, which only the run knows."""
-    workload = build_workload(config.workload, seeded_streams(config.seed)["workload"], base_dir)
-    if workload.arrival_s is None or workload.sessions is not None:
-        return
+def warmup_problem(config: RunConfig, base_dir=None) -> str | None:
+    """What is wrong with a warm-up that every arrival time given up front falls within
+    (nothing would be counted), or None; a closed loop's, a capped client's and conversations'
+    later requests are sent as earlier ones end, which only the run knows."""
+    workload = config.workload
+    if not workload.warmup_s or workload.sessions is not None or \
+            workload.max_concurrency is not None or workload.arrival.process == "closed_loop":
+        return None
+    arrival_s = build_workload(workload, seeded_streams(config.seed)["workload"],
+                               base_dir).arrival_s
     # seconds from the first arrival, as the warm-up and every reported time count them
-    last_s = float(workload.arrival_s[-1] - workload.arrival_s[0])
-    warmup_s = config.workload.warmup_s
-    if last_s < warmup_s:
-        raise ValueError(f"workload.warmup_s: every request arrives within the {warmup_s:g} s "
-                         f"warm-up (the last at {last_s:.3g} s), so none would be counted; "
-                         f"lower it, or send more requests")
+    last_s = float(arrival_s[-1] - arrival_s[0])
+    if last_s >= workload.warmup_s:
+        return None
+    return (f"every request arrives within the {workload.warmup_s:g} s warm-up (the last at "
+            f"{last_s:.3g} s), so none would be counted")
 
 
 def _servers(config: RunConfig) -> list:

@@ -11,7 +11,7 @@ from engine.continuous_batching import (continuous_batch_step, has_free_capacity
 from engine.executor import NumpyExecutor
 from engine.llm_engine import LLMEngine
 from engine.paged_kv_cache import init_block_allocator
-from engine.queues import FcfsQueue
+from engine.queues import FcfsQueue, PriorityQueue
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence, SequenceStatus
 from engine.sequences import make_request
@@ -80,6 +80,22 @@ def test_schedule_step_preempts_the_most_recent_then_admits():
     assert list(waiting) == [b, c] and running == [a]
     out = schedule_step(waiting, running, bm, 2, max_running=1)
     assert out["admitted"] == [] and running == [a]  # no free slot
+
+
+def test_schedule_step_admits_nothing_in_a_step_that_preempted():
+    # a priority queue's head is not the victim and fits the block the victim let go
+    bm = BlockManager(3, 2)
+    a = Sequence("a", 2, 3, priority=0)
+    b = Sequence("b", 2, 3, priority=1)
+    running = select_admissions(fcfs(a, b), bm, 2, 3)
+    for s in running:  # each prefilled its 2 tokens and sampled one: the next needs a new block
+        s.num_computed_tokens, s.num_output_tokens = 2, 1
+    waiting = PriorityQueue()
+    waiting.push(Sequence("c", 1, 3, priority=0, arrival_s=1.0))
+    out = schedule_step(waiting, running, bm, 2, max_running=3)
+    assert out["preempted"] == [b] and out["admitted"] == [] and bm.num_free == 1
+    out = schedule_step(waiting, running, bm, 2, max_running=3)
+    assert [s.request_id for s in out["admitted"]] == ["c"]
 
 
 def test_schedule_step_preempts_the_most_recently_admitted_while_over_max_running():

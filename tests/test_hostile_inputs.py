@@ -89,6 +89,10 @@ def cases(tmp_path: Path) -> list:
                                                      "of 100,000,000 turns of at least 5 tokens"),
         (["--num-prompts", "100000000"], SESSIONS.replace("TURNS", "3"),
          "--num-prompts: workload.sessions.conversations: the run would need about"),
+        # a distribution of turns sizes the plan before it is built
+        (["--num-prompts", "100000000"], SESSIONS.replace(
+            "TURNS", '{ dist = "lognormal", median = 3, sigma = 1.0, max = 40 }'),
+         "--num-prompts: workload.sessions.conversations: the run would need about"),
         ([], SESSIONS.replace("TURNS", "10\nthink_time_s = 1e9"),
          "workload.sessions.think_time_s: 9 think times of 1e+09 s in a conversation"),
         ([], SMALL.replace("[workload]", "[workload]\npriority = { dist = \"choice\", values = "

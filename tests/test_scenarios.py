@@ -175,10 +175,11 @@ def test_an_override_switches_a_shipped_trace_for_a_file_and_back(tmp_path, over
     path = write(tmp_path, '[workload]\ntrace = { name = "azure-conv" }\n' + LINEAR)
     own = scenarios.load(path, overrides).base.workload.trace
     assert (own.name, own.path, own.format) == (None, str(tmp_path / "mine.csv"), "csv")
-    back = scenarios.load(write(tmp_path, '[workload]\ntrace = { path = "mine.csv", format = '
-                                          '"csv" }\n' + LINEAR, "own.toml"),
-                          ['workload.trace={ name = "azure-code" }']).base.workload.trace
-    assert back.name == "azure-code" and back.format == "azure"
+    own_file = write(tmp_path, '[workload]\ntrace = { path = "mine.csv", format = "csv" }\n'
+                     + LINEAR, "own.toml")
+    for back in (['workload.trace={ name = "azure-code" }'], ['workload.trace.name="azure-code"']):
+        trace = scenarios.load(own_file, back).base.workload.trace
+        assert trace.name == "azure-code" and trace.format == "azure"
 
 
 def test_a_sharegpt_trace_gives_lengths_and_the_arrival_process_gives_times(tmp_path):
@@ -373,6 +374,16 @@ def test_set_can_repair_what_the_file_lacks(tmp_path):
 ])
 def test_a_key_no_run_reads_is_refused_where_it_was_given(tmp_path, text, overrides, message):
     assert message in load_error(write(tmp_path, text), overrides)
+
+
+def test_a_swept_key_no_run_reads_is_refused_and_one_a_search_grid_makes_read_is_not(
+        tmp_path):
+    sweep = '[sweep]\n"scheduler" = [{ max_batch_size = 4 }, { max_batch_size = 8 }]\n'
+    assert "[sweep]: scheduler.max_batch_size: read with scheduler.policy = 'static' only" in \
+        load_error(write(tmp_path, WORKLOAD + sweep))
+    grid = ('[scheduler]\nmax_batch_size = 8\n[search]\nrate = { low = 1.0, high = 8.0 }\n'
+            'grid = { "scheduler.policy" = ["static", "continuous"] }\n')
+    assert scenarios.load(write(tmp_path, WORKLOAD + grid, "grid.toml")).base.search is not None
 
 
 def test_a_key_some_run_reads_is_taken_though_other_runs_ignore_it(tmp_path):

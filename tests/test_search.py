@@ -160,8 +160,8 @@ def test_a_cluster_of_pools_counts_and_prices_each_pools_gpus():
     ("workload.arrival={process = \"closed_loop\", concurrency = 4}",
      "workload.arrival.process: the search varies workload.arrival.rate"),
     # a client's limit holds requests back before their latencies start: any rate would pass
-    ("workload.max_concurrency=4", "workload.max_concurrency: a request's latencies start "
-                                   "when it is sent"),
+    ("workload.max_concurrency=4", "--set: workload.max_concurrency: a request's latencies "
+                                   "start when it is sent"),
 ])
 def test_bad_search_input_is_one_line_exit_2_and_nothing_runs(linear, tmp_path, capsys,
                                                                override, message):
@@ -172,16 +172,27 @@ def test_bad_search_input_is_one_line_exit_2_and_nothing_runs(linear, tmp_path, 
     assert message in err and not out.exists()
 
 
-def test_a_probe_whose_requests_all_arrive_in_the_warm_up_stops_the_search(linear, tmp_path,
-                                                                          capsys):
+def test_a_bracket_whose_top_probe_would_count_nothing_after_the_warm_up_is_refused(
+        linear, tmp_path, capsys):
     # 100 requests at 10/s arrive over 10 s, past a 5 s warm-up; at 1,000/s, within it
     out = tmp_path / "out"
     status = main(["search", str(linear), "--out", str(out), "--quiet", "--jobs", "1",
-                   "--set", "workload.warmup_s=5"])
+                   "--warmup-seconds", "5"])
     err = capsys.readouterr().err
-    assert status == 1 and len(err.strip().splitlines()) == 1, err
-    assert "at 1000 requests/s every request arrives within the 5 s warm-up" in err
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert "search.rate.high: at 1000 requests/s every request arrives within the 5 s " \
+           "warm-up" in err
     assert not out.exists()
+
+
+def test_flags_a_search_refuses_are_named_by_the_flag(linear, tmp_path, capsys):
+    for flags, message in ((["--max-concurrency", "4"], "--max-concurrency: "
+                                                        "workload.max_concurrency: "),
+                           (["--num-prompts", "100000000"], "--num-prompts: "
+                                                            "workload.num_requests: ")):
+        assert main(["search", str(linear), "--out", str(tmp_path / "out"), "--quiet",
+                     *flags]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_best_points_say_which_other_capacities_are_only_lower_bounds():

@@ -121,6 +121,13 @@ def test_lognormal_without_truncation_has_its_median_and_mean():
     assert x.mean() == pytest.approx(200 * math.exp(0.5**2 / 2), rel=0.01)
 
 
+def test_a_truncated_lognormals_mean_is_that_of_its_draws():
+    for dist in (LogNormal(median=4, sigma=1.0, min=2, max=40),
+                 LogNormal(median=300, sigma=0.8, max=5000)):
+        assert dist.mean == pytest.approx(dist.sample(rng(), N).mean(), rel=0.01)
+        assert (dist.lowest, dist.highest) == (dist.min, dist.max)
+
+
 def test_lognormal_truncates_by_redrawing_not_clipping():
     dist = LogNormal(median=100, sigma=1.0, min=50, max=150)
     x = dist.sample(rng(), N)

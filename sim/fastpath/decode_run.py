@@ -6,7 +6,10 @@ until one of: a sequence needs a KV block and none is free (that step preempts: 
 run), a request arrives (the caller's business: it knows the clock), or a sequence emits its
 last token. No admission can happen in between: nothing is waiting, or the step before the run
 only decoded and its own admission failed, for reasons (the running count, the token budget,
-the free blocks) that stay or get worse while nothing finishes or arrives. After a finish the
+the free blocks) that stay or get worse while nothing finishes or arrives (but one, which
+`plan_run` refuses to run over: with prefix caching and without chunked prefill, a
+recomputation longer than the budget heading the queue is split, and admitted, once evictions
+leave it more uncached tokens than the budget). After a finish the
 run may go on with the sequences left, when nothing can take the finished one's place: nothing
 is waiting (continuous batching), or the static batch in flight is not done (it pads the
 finished slot).

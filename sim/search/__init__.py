@@ -15,6 +15,7 @@ docs/sim/search.md has the semantics.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import scenarios
@@ -23,10 +24,14 @@ from scenarios.overrides import flatten
 from scenarios.workload import RATE_PROCESSES
 
 from ..build import resolved_spec
-from ..checks import check_scenario
+from ..checks import check_scenario, warmup_problem
 from ..parallel import Parallel, run_jobs
 from .probe import RATE_KEY, PointJob, Probe, search_point, slo_attainment
 from .result import AT_LEAST_HIGH, FAILS_AT_LOW, FOUND, PointResult, SearchResult
+
+CAPPED = ("workload.max_concurrency: a request's latencies start when it is sent, so a client "
+          "holding requests back hides their wait from every SLO and any rate would pass; leave "
+          "it out (the server's own limit is engine.max_num_seqs)")
 
 __all__ = ["AT_LEAST_HIGH", "FAILS_AT_LOW", "FOUND", "PointResult", "Probe", "SearchResult",
            "search", "search_scenario", "slo_attainment"]
@@ -54,20 +59,29 @@ def search_scenario(scenario) -> scenarios.Scenario:
             raise scenario.error(f"{key}: sets {RATE_KEY}, which the search sets itself, from "
                                  f"search.rate's low to its high; set those instead (the "
                                  f"process and its cv may be set alone)", by_override=True)
+    if scenario.base.workload.max_concurrency is not None:  # the file's, or an override's
+        in_file = scenario.file_base is not None and \
+            scenario.file_base.workload.max_concurrency is not None
+        raise scenario.error(CAPPED, by_override=not in_file)
     alone = scenario.variants[0].name if len(scenario.variants) == 1 else None  # --variant
     gridded = scenarios.load(scenario.path, scenario.overrides, sweep=scenario.sweep | grid,
-                             variant=alone)
+                             sources=scenario.sources, variant=alone)
+    base_dir, high = Path(scenario.path).parent, settings.rate["high"]
     for spec in gridded.specs:
         workload = spec.config.workload
         if not workload.arrival.at_rate:
             raise gridded.error(f"workload.arrival.process: the search varies {RATE_KEY}, so "
                                 f"arrivals must come at a rate ({', '.join(RATE_PROCESSES)}), "
                                 f"got {workload.arrival.process!r}", spec)
-        if workload.max_concurrency is not None:
-            raise gridded.error("workload.max_concurrency: a request's latencies start when "
-                                "it is sent, so a client holding requests back hides their "
-                                "wait from every SLO and any rate would pass; leave it out "
-                                "(the server's own limit is engine.max_num_seqs)", spec)
+        if workload.max_concurrency is not None:  # a variant's or a grid point's
+            raise gridded.error(CAPPED, spec)
+        # the probe at the bracket's top counts only what arrives after the warm-up
+        at_high = replace(workload, arrival=workload.arrival.at(high))
+        problem = warmup_problem(replace(spec.config, workload=at_high), base_dir)
+        if problem:
+            raise gridded.error(f"search.rate.high: at {high:g} requests/s {problem} "
+                                f"(workload.warmup_s); lower the bracket's top or the warm-up, "
+                                f"or send more requests", spec)
     check_scenario(gridded)
     return gridded
 

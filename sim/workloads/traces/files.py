@@ -31,8 +31,9 @@ def resolve_path(path, base_dir=None) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    if len(candidates) == 1 and path.is_dir():
-        raise FileNotFoundError(f"workload.trace.path: {path} is a folder; give a file in it")
+    folder = next((candidate for candidate in candidates if candidate.is_dir()), None)
+    if folder is not None:
+        raise FileNotFoundError(f"workload.trace.path: {folder} is a folder; give a file in it")
     where = f" (looked in {', '.join(map(str, bases))})" if bases else ""
     raise FileNotFoundError(f"workload.trace.path: file not found: {path}{where}")
 
