@@ -208,8 +208,11 @@ def summarize(recorder: RunRecorder, slo: dict | None = None, warmup_s: float = 
     completed = int(done.sum())
     prompt_tokens = int(np.asarray(cols["prompt_tokens"])[done].sum())
     output_tokens = int(np.asarray(cols["output_tokens"])[done].sum())
-    duration_s = float(np.asarray(cols["finish_s"])[done].max()) - warmup_s if completed \
-        else math.nan
+    # to the end of the last request, as vLLM's benchmark duration: a benchmarked server's
+    # failed requests count too (a timeout at the end of an overloaded run)
+    last_s = max(float(np.asarray(cols["finish_s"])[done].max()) if completed else -math.inf,
+                 recorder.failed_end_s(warmup_s) or -math.inf)
+    duration_s = last_s - warmup_s if completed else math.nan
     summary = {"completed": completed, "rejected": int((status == "rejected").sum()),
                "unfinished": int(np.isin(status, ("unfinished", "failed")).sum()),
                "duration_s": duration_s,

@@ -203,6 +203,12 @@ class RunRecorder:
         arrivals = self._requests["arrival_s"]
         return min(arrivals) if arrivals else 0.0
 
+    def failed_end_s(self, warmup_s: float = 0.0) -> float | None:
+        """When the last request sent from `warmup_s` on that failed was given up on, from
+        the first arrival (None: none failed; only a benchmarked server's requests fail,
+        `sim.bench`)."""
+        return None
+
     def request_columns(self, origin_s: float | None = None) -> dict:
         """Request rows as {column: list}, in arrival order (requests arriving at the same
         instant in the order they were recorded), times from the first arrival (or from
@@ -278,6 +284,9 @@ class ClusterRecorder:
     def origin_s(self) -> float:
         origins = [r.origin_s() for r in self._request_parts() if r.num_requests]
         return min(origins, default=0.0)
+
+    def failed_end_s(self, warmup_s: float = 0.0) -> float | None:
+        return None  # a simulated cluster's requests finish or are rejected
 
     def itl_end_s(self) -> np.ndarray:
         t0 = self.origin_s()

@@ -140,6 +140,19 @@ def test_the_recorder_gives_the_summaries_the_client_latencies_and_counts_failur
     columns = recorder.request_columns()
     assert columns["status"] == ["finished", "failed"]
     assert recorder.reject_reasons == {1: "HTTP 500: boom"}
+    assert summary["duration_s"] == pytest.approx(1.1)  # the failure ended before the finish
+
+
+def test_the_duration_runs_to_the_last_request_given_up_on_as_vllms():
+    # a request timing out at 6 s after the last finish at 1.1 s: 2 requests over 6 s
+    ok = finished(0, 0.0, [0.5, 0.7, 1.0], 1.1)
+    late = RequestResult(1, 0.2, 8, 3, sent_s=0.2, end_s=6.0).fail("timed out after 5.8 s")
+    summary = summarize(BenchRecorder([ok, late]))
+    assert summary["duration_s"] == pytest.approx(6.0)
+    assert summary["request_throughput"] == pytest.approx(1 / 6.0)
+    # a request sent in the warm-up and failed late is the warm-up's
+    warm = summarize(BenchRecorder([finished(0, 0.5, [0.9, 1.0], 1.1), late]), warmup_s=0.3)
+    assert warm["duration_s"] == pytest.approx((1.1 - 0.2) - 0.3)  # from the first send
 
 
 

@@ -613,6 +613,31 @@ def test_an_endpoint_without_a_leading_slash_is_a_usage_error(fake, scenario_fil
     assert fake.bodies == [] and not (tmp_path / "out").exists()
 
 
+def test_token_id_prompts_for_a_chat_endpoint_are_a_usage_error(fake, scenario_file, tmp_path,
+                                                               capsys):
+    # a chat message is text; any chat endpoint is one (a prefix before /chat/completions too)
+    for endpoint in ("/v1/chat/completions", "/api/v1/chat/completions"):
+        status = main(["bench", fake.url, str(scenario_file), "--endpoint", endpoint,
+                       "--prompt", "ids", "--out", str(tmp_path / "out")])
+        assert status == 2
+        assert capsys.readouterr().err == (
+            f"servesim: error: --prompt ids: a chat endpoint ({endpoint}) takes messages of "
+            f"text, not token ids; use --prompt text\n")
+    assert fake.bodies == [] and not (tmp_path / "out").exists()
+    assert BenchOptions("http://127.0.0.1:8000", "/api/v1/chat/completions").prompt_kind == \
+        "text"
+
+
+def test_a_url_ending_in_v1_before_a_v1_endpoint_is_a_usage_error(fake, scenario_file, tmp_path,
+                                                                 capsys):
+    # the OpenAI client's base URL style: every request would go to /v1/v1/completions
+    status = main(["bench", fake.url + "/v1", str(scenario_file), "--out", str(tmp_path / "o")])
+    assert status == 2
+    assert "ends in /v1 and --endpoint /v1/completions begins with it, so every request would " \
+           "go to /v1/v1/completions" in capsys.readouterr().err
+    assert fake.bodies == [] and not (tmp_path / "o").exists()
+
+
 def test_bench_options_refuse_a_bad_url_or_endpoint():
     with pytest.raises(ValueError, match="^url 'notaurl': no http"):
         BenchOptions("notaurl")

@@ -57,6 +57,21 @@ def scenario_file(tmp_path):
     return path
 
 
+def test_priorities_are_sent_and_a_server_without_a_priority_queue_refuses_them_alone(
+        server, tmp_path):
+    # the module's server is fcfs: a request with priority 1 fails with its 400, as vLLM's
+    path = tmp_path / "prio.toml"
+    path.write_text(SCENARIO.replace("[workload]", "[workload]\npriority = { dist = \"choice\", "
+                                                   "values = [0, 1] }"))
+    run, = bench_runs(scenarios.load(path, TINY), BenchOptions(server))
+    sent = [r.priority for r in run.results]
+    assert set(sent) == {0, 1}
+    assert run.recorder.request_columns()["priority"] == sent
+    for r in run.results:
+        assert r.finished == (r.priority == 0), r.reason
+        assert r.finished or "priority scheduling is not enabled" in r.reason
+
+
 def test_the_client_counts_the_tokens_the_engine_generated(server, scenario_file):
     run, = bench_runs(scenarios.load(scenario_file, TINY), BenchOptions(server))
     assert [r.status for r in run.results] == ["finished"] * 12

@@ -68,6 +68,20 @@ def test_unknown_paths_wrong_methods_and_oversized_bodies_get_json_errors():
     assert too_big[0] == 413 and "Maximum request body size" in too_big[1]["error"]["message"]
 
 
+def test_a_body_that_cannot_be_decoded_is_a_json_400_and_one_log_line(capsys):
+    # a body claiming an encoding it does not have: the request fails alone, as a 400
+    async def test(client, url, engine):
+        async with client.post(f"{url}{COMPLETE}", data=b'{"prompt": "hi", "max_tokens": 2}',
+                               headers={"Content-Encoding": "gzip",
+                                        "Content-Type": "application/json"}) as r:
+            bad = r.status, await r.json()
+        await assert_recovered(client, url, engine)
+        return bad
+    status, body = served(test)
+    assert status == 400 and "the request body could not be read" in body["error"]["message"]
+    assert "Traceback" not in capsys.readouterr().err
+
+
 # --- sampling values -----------------------------------------------------------------------------
 
 

@@ -167,6 +167,28 @@ def test_bad_completion_parameters_answer_400_naming_the_field(body, param):
     assert set(error["error"]) == {"message", "type", "param", "code"}
 
 
+def test_a_priority_is_taken_by_a_priority_queue_and_refused_by_another():
+    # vLLM's `priority` field: an fcfs server refuses any but 0, naming the field
+    body = {"prompt": PROMPT, "max_tokens": 2, "priority": 3}
+    status, error = served(lambda client, url, engine: post(client, f"{url}/v1/completions",
+                                                            body))
+    assert status == 400 and error["error"]["param"] == "priority"
+    assert "priority scheduling is not enabled" in error["error"]["message"]
+
+    async def test(client, url, engine):
+        seen, add = [], engine.scheduler.add
+        engine.scheduler.add = lambda seq: seen.append(seq.priority) or add(seq)
+        status, _ = await post(client, f"{url}/v1/completions", body)
+        return status, seen
+
+    assert served(test, 'scheduler.queue="priority"') == (200, [3])
+    for bad_value in ("high", 1.5, True):
+        status, error = served(lambda client, url, engine: post(
+            client, f"{url}/v1/completions", body | {"priority": bad_value}),
+            'scheduler.queue="priority"')
+        assert status == 400 and error["error"]["param"] == "priority"
+
+
 def test_malformed_json_and_bad_messages_answer_400():
     async def test(client, url, engine):
         async with client.post(f"{url}/v1/completions", data=b"{not json") as response:

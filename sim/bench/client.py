@@ -21,8 +21,8 @@ from aiohttp.http_exceptions import LineTooLong
 from .checked import BadResponse, described, json_object, quoted_bytes, usage_counts
 from .sse import DONE, chunk_error, chunk_text, chunk_usage, event_data, parse_chunk
 from .timing import RequestResult
+from .urls import is_chat
 
-CHAT_ENDPOINT = "/v1/chat/completions"
 EVENT_STREAM = "text/event-stream"
 QUOTED_BODY_BYTES = 200  # of an error's body, in the request's reason
 MAX_BODY_BYTES = 8 * 2**20  # of a whole (not streamed) answer: a model list, a probe's usage
@@ -40,15 +40,19 @@ class Target:
 
     @property
     def chat(self) -> bool:
-        return self.endpoint.rstrip("/").endswith("/chat/completions")
+        return is_chat(self.endpoint)
 
     @property
     def url(self) -> str:
         return self.base_url.rstrip("/") + self.endpoint
 
-    def payload(self, prompt, max_tokens: int, stream: bool = True) -> dict:
-        """The request body: `max_tokens` with `ignore_eos`, streamed with usage."""
+    def payload(self, prompt, max_tokens: int, stream: bool = True,
+                priority: int | None = None) -> dict:
+        """The request body: `max_tokens` with `ignore_eos`, streamed with usage, and the
+        request's `priority` where it has one (vLLM's field)."""
         body = {"max_tokens": max_tokens, "ignore_eos": True, "stream": stream}
+        if priority is not None:
+            body["priority"] = priority
         if self.model is not None:
             body["model"] = self.model
         if self.chat:
@@ -183,9 +187,8 @@ async def send(session, target: Target, result: RequestResult, prompt) -> Reques
     timeout = client_timeout(target.timeout_s)
     result.sent_s = time.perf_counter()
     try:
-        async with session.post(target.url, json=target.payload(prompt,
-                                                                result.planned_output_tokens),
-                                timeout=timeout) as response:
+        body = target.payload(prompt, result.planned_output_tokens, priority=result.priority)
+        async with session.post(target.url, json=body, timeout=timeout) as response:
             if response.status != 200:
                 raise BadResponse(await status_reason(response))
             if response.content_type != EVENT_STREAM:

@@ -26,6 +26,8 @@ class BenchRecorder(RunRecorder):
         super().__init__(kv_blocks_total=0)
         self.served_model = served_model  # the model asked for (vLLM's `model_id`)
         self.itl_end = array("d")  # when each gap ended, on the client's clock
+        self.failed = [(r.sent_s, r.end_s) for r in results  # when each failed one was given up
+                       if not r.finished and not math.isnan(r.end_s)]
         for result in sorted(results, key=lambda r: r.request_id):
             self._record(result)
 
@@ -37,7 +39,8 @@ class BenchRecorder(RunRecorder):
         if not finished:
             self.reject_reasons[result.request_id] = result.reason
         sent = result.sent_s if not math.isnan(result.sent_s) else result.planned_arrival_s
-        for name, value in (("priority", 0), ("arrival_s", sent), ("first_scheduled_s", math.nan),
+        for name, value in (("priority", result.priority or 0), ("arrival_s", sent),
+                            ("first_scheduled_s", math.nan),
                             ("first_token_s", result.first_token_s if finished else math.nan),
                             ("finish_s", result.end_s if finished else math.nan),
                             ("prompt_tokens", result.prompt_tokens
@@ -51,6 +54,10 @@ class BenchRecorder(RunRecorder):
             self.itl_gaps.extend(gaps.tolist())
             self.itl_counts.extend([1] * len(gaps))
             self.itl_end.extend(result.chunk_s[1:])
+
+    def failed_end_s(self, warmup_s: float = 0.0) -> float | None:
+        t0 = self.origin_s()
+        return max((end - t0 for sent, end in self.failed if sent - t0 >= warmup_s), default=None)
 
     def itl_end_s(self, origin_s: float | None = None) -> np.ndarray:
         t0 = self.origin_s() if origin_s is None else origin_s

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from ..workloads import build_workload, seeded_streams
 from .checked import one_line
-from .client import CHAT_ENDPOINT, Target, first_model, prompt_token_counts, replay
+from .client import Target, first_model, prompt_token_counts, replay
 from .prompts import PROBE_WORDS, TextScale, fit_text_scale, id_prompts, probe_text, text_prompt
 from .recorder import BenchRecorder
 from .timing import RequestResult, max_in_flight
-from .urls import check_base_url, check_endpoint
+from .urls import check_base_url, check_endpoint, is_chat
 
 DEFAULT_TIMEOUT_S = 600.0
 REQUEST_CSV_COLUMNS = ("request_id", "status", "reason", "planned_prompt_tokens",
@@ -55,7 +55,7 @@ class BenchOptions:
 
     @property
     def prompt_kind(self) -> str:
-        return self.prompt or ("text" if self.endpoint.rstrip("/") == CHAT_ENDPOINT else "ids")
+        return self.prompt or ("text" if is_chat(self.endpoint) else "ids")
 
 
 @dataclass(frozen=True)
@@ -112,10 +112,17 @@ def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
         concurrency = slots.concurrency
     else:
         arrivals = workload.arrival_s.tolist()
-    requests = [RequestResult(i, arrival_s, int(p), int(o)) for i, (arrival_s, p, o) in
-                enumerate(zip(arrivals, workload.prompt_tokens, workload.output_tokens))]
+    # priorities are sent where the workload draws them (a server without priority
+    # scheduling answers 400, as vLLM does: the request fails, saying so)
+    priorities = workload.priority.tolist() if config.workload.priority is not None else \
+        [None] * len(workload)
+    requests = [RequestResult(i, arrival_s, int(p), int(o), priority) for i, (arrival_s, p, o,
+                priority) in enumerate(zip(arrivals, workload.prompt_tokens,
+                                           workload.output_tokens, priorities))]
     results, notes, model = asyncio.run(_send_all(options, requests, workload.prompt_tokens,
                                                   streams["tokens"], concurrency, spec.label))
+    if config.workload.priority is not None:
+        notes.append("priorities: each request's sent as its `priority`")
     return BenchRun(replace(spec, config=config.with_mode("bench")),
                     BenchRecorder(results, model), results, notes + [token_check(results)],
                     max_in_flight(results))

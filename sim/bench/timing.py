@@ -30,6 +30,7 @@ class RequestResult:
     planned_arrival_s: float
     planned_prompt_tokens: int
     planned_output_tokens: int
+    priority: int | None = None  # sent as the request's `priority` (None: not sent)
     sent_s: float = math.nan
     chunk_s: list = field(default_factory=list)
     end_s: float = math.nan

@@ -28,6 +28,12 @@ def check_endpoint(endpoint: str) -> None:
         raise ValueError(f"{endpoint!r}: expected {ENDPOINT_FORM}, without spaces")
 
 
+def is_chat(endpoint: str) -> bool:
+    """Whether an endpoint takes chat messages (`.../chat/completions`) rather than a
+    prompt."""
+    return endpoint.rstrip("/").endswith("/chat/completions")
+
+
 def url_problem(url: str) -> str | None:
     if not _printable(url):
         return "it holds spaces or control characters"

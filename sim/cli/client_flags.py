@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from .common import UsageError
 
 
@@ -27,7 +29,7 @@ def bench_options(args, url_flag: str):
     (given as `url_flag`) and the endpoint checked; --max-concurrency is the scenario's
     `workload.max_concurrency`, as in `run`."""
     from ..bench import BenchOptions
-    from ..bench.urls import check_base_url, check_endpoint
+    from ..bench.urls import check_base_url, check_endpoint, is_chat
 
     for flag, value, check in ((url_flag, args.url, check_base_url),
                                ("--endpoint", args.endpoint, check_endpoint)):
@@ -37,6 +39,14 @@ def bench_options(args, url_flag: str):
             raise UsageError(f"{flag} {exc}") from None
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError("--timeout must be a positive number of seconds, or inf (no limit)")
+    path = urlsplit(args.url).path.rstrip("/")
+    if path.endswith("/v1") and args.endpoint.startswith("/v1/"):
+        raise UsageError(f"{url_flag} {args.url}: ends in /v1 and --endpoint {args.endpoint} "
+                         f"begins with it, so every request would go to {path}{args.endpoint}; "
+                         f"give the server's root (http://HOST:PORT, as vLLM's --base-url)")
+    if args.prompt == "ids" and is_chat(args.endpoint):
+        raise UsageError(f"--prompt ids: a chat endpoint ({args.endpoint}) takes messages of "
+                         f"text, not token ids; use --prompt text")
     return BenchOptions(args.url, args.endpoint, args.model,
                         args.timeout or BenchOptions.timeout_s, prompt=args.prompt,
                         progress=not args.quiet)

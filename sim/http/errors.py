@@ -9,9 +9,12 @@ error as one more event, then `data: [DONE]` (`sse_error`).
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from .engine_thread import describe
 
@@ -38,10 +41,13 @@ def bad(param: str, message: str) -> ApiError:
 
 
 def as_api_error(exc: Exception) -> ApiError:
-    """The error a client gets for `exc`: an ApiError as it is; anything else a 500 naming the
-    exception (and logged, since it is a fault of the server, not of the request)."""
+    """The error a client gets for `exc`: an ApiError as it is; a body that cannot be read (a
+    content encoding it does not have, say) a 400; anything else a 500 naming the exception
+    (and logged, since it is a fault of the server, not of the request)."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, (RequestPayloadError, HttpProcessingError)):
+        return ApiError(400, f"the request body could not be read: {describe(exc)}")
     print(f"servesim serve: a request failed: {describe(exc)}", file=sys.stderr, flush=True)
     return ApiError(500, f"the server failed on this request: {describe(exc)}",
                     error_type="server_error")
@@ -50,6 +56,19 @@ def as_api_error(exc: Exception) -> ApiError:
 def sse_error(error: ApiError) -> bytes:
     """The events that end a stream with `error`: the error body, then [DONE]."""
     return f"data: {json.dumps(error.body())}\n\ndata: [DONE]\n\n".encode()
+
+
+class OneLine(logging.Filter):
+    """aiohttp's own log records of a request it could not parse (a header too long, a bad
+    chunk size), each one line without its traceback: the request was answered (400) and
+    failed alone."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:
+            record.msg, record.args = f"servesim serve: {record.getMessage()}: " \
+                                      f"{describe(record.exc_info[1])}", ()
+            record.exc_info = record.exc_text = None
+        return True
 
 
 @web.middleware

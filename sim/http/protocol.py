@@ -47,6 +47,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool = False
+    priority: int = 0  # vLLM's: the lower the sooner, with a priority queue
 
 
 def parse_completion(body, vocab_size: int) -> GenerationRequest:
@@ -96,9 +97,12 @@ def _generation(body: dict, prompt, max_tokens: int, max_tokens_field: str) -> G
     include_usage = _get(options, "include_usage", bool, False, "stream_options.include_usage")
     continuous = _get(options, "continuous_usage_stats", bool, False,
                       "stream_options.continuous_usage_stats")
+    priority = _get(body, "priority", int, 0)
+    if not -2**63 <= priority < 2**63:
+        raise bad("priority", f"must be an integer from -2^63 to 2^63 - 1, got {priority}")
     return GenerationRequest(prompt, max_tokens, _sampling(body), _seed(body), _stop(body),
                              _get(body, "ignore_eos", bool, False), stream, include_usage,
-                             continuous)
+                             continuous, priority)
 
 
 def _sampling(body: dict) -> SamplingParams:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -22,7 +23,7 @@ from engine.tokenizer import encode_prompt
 
 from . import protocol
 from .engine_thread import EngineStopped, EngineThread, QueueFull, RequestFailed
-from .errors import ApiError, api_errors, as_api_error, bad, sse_error
+from .errors import ApiError, OneLine, api_errors, as_api_error, bad, sse_error
 from .metrics import ServerMetrics
 from .protocol import GenerationRequest
 from .text import Detokenizer, render_chat
@@ -156,13 +157,19 @@ async def _json_body(request: web.Request, model: Model) -> dict:
 def new_sequence(engine: EngineThread, model: Model, gen: GenerationRequest,
                  prompt_field: str) -> Sequence:
     """The engine's sequence for a request; 400 naming the field when it can never fit."""
+    scheduler = engine.engine.scheduler
+    if gen.priority and scheduler.config.queue != "priority":
+        raise bad("priority", f"got priority {gen.priority}, but priority scheduling is not "
+                              f"enabled (this server's queue is {scheduler.config.queue})")
     ids = encode_prompt(gen.prompt, model.vocab) if isinstance(gen.prompt, str) else gen.prompt
     seq = Sequence(uuid.uuid4().hex, len(ids), gen.max_tokens, prompt_token_ids=list(ids),
                    arrival_s=engine.now_s(), sampling=gen.sampling, ignore_eos=gen.ignore_eos,
-                   eos_token_id=model.eos_token_id)
-    reason = engine.engine.scheduler.rejection_reason(seq)
+                   eos_token_id=model.eos_token_id, priority=gen.priority)
+    reason = scheduler.rejection_reason(seq)
     if reason:
-        field = prompt_field if len(ids) >= model.max_seq_len else "max_tokens"
+        # the prompt's fault when it cannot run even with one token to generate
+        alone = Sequence("-", len(ids), 1, prompt_token_ids=list(ids))
+        field = prompt_field if scheduler.rejection_reason(alone) else "max_tokens"
         raise bad(field, f"the prompt is {len(ids)} tokens: {reason}")
     if gen.seed is not None:
         seq.generator = np.random.default_rng(gen.seed)
@@ -261,6 +268,10 @@ async def start_server(engine: LLMEngine, model: Model, host: str = "127.0.0.1",
                           max_waiting)
     runner = web.AppRunner(build_app(thread, model), handler_cancellation=True,
                            access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    for name in ("aiohttp.server", "aiohttp.web"):  # a malformed request: one line, no traceback
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, OneLine) for f in logger.filters):
+            logger.addFilter(OneLine())
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
