@@ -195,3 +195,22 @@ def test_the_outcome_line_names_the_most_common_reasons_with_their_counts():
     assert outcome_line(results[:2]) == ("bench: 1 of 2 requests succeeded; 1 failed: 1 HTTP 503: "
                                           "busy")
     assert outcome_line(results[:1]) == "bench: all 1 request succeeded"
+
+
+def test_token_id_prompts_share_the_prefixes_a_trace_shares(tmp_path):
+    # Mooncake's hash ids: requests 0 and 1 share their first 512-token block, 2 shares none
+    from helpers.configs import resolved
+    from sim.bench.prompts import ID_HIGH, ID_LOW
+    from sim.workloads import build_workload
+
+    path = tmp_path / "m.jsonl"
+    row = '{{"timestamp": {}, "input_length": {}, "output_length": 4, "hash_ids": {}}}\n'
+    path.write_text(row.format(0, 600, [7, 8]) + row.format(5, 530, [7, 9])
+                    + row.format(9, 520, [3, 4]))
+    spec = resolved({"workload": {"trace": {"path": str(path), "format": "mooncake"}}}).workload
+    workload = build_workload(spec, np.random.default_rng(0))
+    prompts = id_prompts(workload.prompt_tokens, np.random.default_rng(1), workload.prompt_ids)
+    assert [len(p) for p in prompts] == [600, 530, 520]
+    assert prompts[0][:512] == prompts[1][:512] and prompts[0][512:530] != prompts[1][512:]
+    assert prompts[2][:512] != prompts[0][:512]
+    assert all(ID_LOW <= t < ID_HIGH for p in prompts for t in p)

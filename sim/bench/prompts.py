@@ -58,6 +58,11 @@ def text_prompt(index: int, tokens: int, scale: TextScale) -> str:
     return f"{index} " + probe_text(scale.words_for(tokens))
 
 
-def id_prompts(prompt_tokens, rng: np.random.Generator) -> list[list[int]]:
-    """One list of token ids per request, in request order."""
-    return [rng.integers(ID_LOW, ID_HIGH, size=int(n)).tolist() for n in prompt_tokens]
+def id_prompts(prompt_tokens, rng: np.random.Generator, shared=None) -> list[list[int]]:
+    """One list of token ids per request, in request order; with `shared` (a trace's
+    `Workload.prompt_ids`: requests whose prompts share blocks), the trace's shared blocks hold
+    the same ids in every request that shares them, so a server's prefix cache finds them."""
+    if shared is None:
+        return [rng.integers(ID_LOW, ID_HIGH, size=int(n)).tolist() for n in prompt_tokens]
+    return [[ID_LOW + t for t in shared(i, ID_HIGH - ID_LOW, rng)]
+            for i in range(len(prompt_tokens))]

@@ -119,7 +119,7 @@ def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
     requests = [RequestResult(i, arrival_s, int(p), int(o), priority) for i, (arrival_s, p, o,
                 priority) in enumerate(zip(arrivals, workload.prompt_tokens,
                                            workload.output_tokens, priorities))]
-    results, notes, model = asyncio.run(_send_all(options, requests, workload.prompt_tokens,
+    results, notes, model = asyncio.run(_send_all(options, requests, workload,
                                                   streams["tokens"], concurrency, spec.label))
     if config.workload.priority is not None:
         notes.append("priorities: each request's sent as its `priority`")
@@ -128,7 +128,7 @@ def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
                     max_in_flight(results))
 
 
-async def _send_all(options: BenchOptions, requests, prompt_tokens, token_rng,
+async def _send_all(options: BenchOptions, requests, workload, token_rng,
                     concurrency, label: str) -> tuple[list, list, str | None]:
     """(the requests sent, what the bench noted, the model asked for: None where no model was
     named and the server listed none)."""
@@ -143,12 +143,15 @@ async def _send_all(options: BenchOptions, requests, prompt_tokens, token_rng,
         notes.append(f"model: {model}")
     target = Target(options.url, options.endpoint, model, options.timeout_s)
     if options.prompt_kind == "ids":
-        prompts = id_prompts(prompt_tokens, token_rng)
-        notes.append("prompts: lists of token ids of the planned lengths")
+        prompts = id_prompts(workload.prompt_tokens, token_rng, workload.prompt_ids)
+        notes.append("prompts: lists of token ids of the planned lengths" + (
+            ", sharing the prefixes the trace shares" if workload.prompt_ids else ""))
     else:
         scale = await text_scale(target)
         prompts = [text_prompt(r.request_id, r.planned_prompt_tokens, scale) for r in requests]
-        notes.append(f"prompts: text of repeated words, {scale.note}")
+        notes.append(f"prompts: text of repeated words, {scale.note}" + (
+            "; they share none of the prefixes the trace shares (--prompt ids does)"
+            if workload.prompt_ids else ""))
     bar = _bar(label, len(requests)) if options.progress else None
     try:
         results = await replay(target, requests, prompts, concurrency,
