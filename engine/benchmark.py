@@ -210,8 +210,9 @@ def summarize(recorder: RunRecorder, slo: dict | None = None, warmup_s: float = 
     output_tokens = int(np.asarray(cols["output_tokens"])[done].sum())
     # to the end of the last request, as vLLM's benchmark duration: a benchmarked server's
     # failed requests count too (a timeout at the end of an overloaded run)
+    failed_end_s = recorder.failed_end_s(warmup_s)
     last_s = max(float(np.asarray(cols["finish_s"])[done].max()) if completed else -math.inf,
-                 recorder.failed_end_s(warmup_s) or -math.inf)
+                 -math.inf if failed_end_s is None else failed_end_s)
     duration_s = last_s - warmup_s if completed else math.nan
     summary = {"completed": completed, "rejected": int((status == "rejected").sum()),
                "unfinished": int(np.isin(status, ("unfinished", "failed")).sum()),

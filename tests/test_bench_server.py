@@ -63,13 +63,18 @@ def test_priorities_are_sent_and_a_server_without_a_priority_queue_refuses_them_
     path = tmp_path / "prio.toml"
     path.write_text(SCENARIO.replace("[workload]", "[workload]\npriority = { dist = \"choice\", "
                                                    "values = [0, 1] }"))
-    run, = bench_runs(scenarios.load(path, TINY), BenchOptions(server))
+    run, = bench_runs(scenarios.load(path, [*TINY, 'scheduler.queue="priority"']),
+                      BenchOptions(server))
     sent = [r.priority for r in run.results]
     assert set(sent) == {0, 1}
     assert run.recorder.request_columns()["priority"] == sent
     for r in run.results:
         assert r.finished == (r.priority == 0), r.reason
         assert r.finished or "priority scheduling is not enabled" in r.reason
+    # a run whose own queue ignores priorities sends none, and says so
+    fcfs, = bench_runs(scenarios.load(path, TINY), BenchOptions(server))
+    assert all(r.finished and r.priority is None for r in fcfs.results)
+    assert "priorities: drawn but not sent (scheduler.queue is fcfs" in " ".join(fcfs.notes)
 
 
 def test_the_client_counts_the_tokens_the_engine_generated(server, scenario_file):

@@ -68,6 +68,23 @@ def test_unknown_paths_wrong_methods_and_oversized_bodies_get_json_errors():
     assert too_big[0] == 413 and "Maximum request body size" in too_big[1]["error"]["message"]
 
 
+def test_only_aiohttp_records_of_unparsable_requests_lose_their_traceback():
+    import logging
+
+    from aiohttp.http_exceptions import LineTooLong
+
+    from sim.http.errors import OneLine
+
+    def record(exc):
+        return logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1, "Error handling "
+                                 "request", (), (type(exc), exc, None))
+    parse, fault = record(LineTooLong("x" * 9000, "8190")), record(ZeroDivisionError("boom"))
+    assert OneLine().filter(parse) and OneLine().filter(fault)
+    assert parse.exc_info is None and parse.getMessage().startswith(
+        "servesim serve: Error handling request: LineTooLong")
+    assert fault.exc_info[0] is ZeroDivisionError  # a real fault keeps its traceback
+
+
 def test_a_body_that_cannot_be_decoded_is_a_json_400_and_one_log_line(capsys):
     # a body claiming an encoding it does not have: the request fails alone, as a 400
     async def test(client, url, engine):

@@ -112,17 +112,22 @@ def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
         concurrency = slots.concurrency
     else:
         arrivals = workload.arrival_s.tolist()
-    # priorities are sent where the workload draws them (a server without priority
-    # scheduling answers 400, as vLLM does: the request fails, saying so)
-    priorities = workload.priority.tolist() if config.workload.priority is not None else \
-        [None] * len(workload)
+    # priorities are sent where the workload draws them for a priority queue (a server without
+    # priority scheduling answers 400 to any but 0, as vLLM does: the request fails, saying
+    # so); under another queue the run ignores them, as the simulation does
+    drawn = config.workload.priority is not None
+    sent = drawn and config.scheduler.queue == "priority"
+    priorities = workload.priority.tolist() if sent else [None] * len(workload)
     requests = [RequestResult(i, arrival_s, int(p), int(o), priority) for i, (arrival_s, p, o,
                 priority) in enumerate(zip(arrivals, workload.prompt_tokens,
                                            workload.output_tokens, priorities))]
     results, notes, model = asyncio.run(_send_all(options, requests, workload,
                                                   streams["tokens"], concurrency, spec.label))
-    if config.workload.priority is not None:
+    if sent:
         notes.append("priorities: each request's sent as its `priority`")
+    elif drawn:
+        notes.append(f"priorities: drawn but not sent (scheduler.queue is "
+                     f"{config.scheduler.queue}, which ignores them)")
     return BenchRun(replace(spec, config=config.with_mode("bench")),
                     BenchRecorder(results, model), results, notes + [token_check(results)],
                     max_in_flight(results))

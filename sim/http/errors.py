@@ -64,9 +64,10 @@ class OneLine(logging.Filter):
     failed alone."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):  # any other fault keeps its traceback
             record.msg, record.args = f"servesim serve: {record.getMessage()}: " \
-                                      f"{describe(record.exc_info[1])}", ()
+                                      f"{describe(exc)}", ()
             record.exc_info = record.exc_text = None
         return True
 

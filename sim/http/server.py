@@ -168,9 +168,9 @@ def new_sequence(engine: EngineThread, model: Model, gen: GenerationRequest,
     reason = scheduler.rejection_reason(seq)
     if reason:
         # the prompt's fault when it cannot run even with one token to generate
-        alone = Sequence("-", len(ids), 1, prompt_token_ids=list(ids))
-        field = prompt_field if scheduler.rejection_reason(alone) else "max_tokens"
-        raise bad(field, f"the prompt is {len(ids)} tokens: {reason}")
+        alone = scheduler.rejection_reason(Sequence("-", len(ids), 1, prompt_token_ids=list(ids)))
+        field = prompt_field if alone else "max_tokens"
+        raise bad(field, f"the prompt is {len(ids)} tokens: {alone or reason}")
     if gen.seed is not None:
         seq.generator = np.random.default_rng(gen.seed)
     return seq
