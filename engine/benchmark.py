@@ -181,15 +181,21 @@ def meets_slo(metrics: dict, slo: dict | None) -> np.ndarray:
     return ok
 
 
+def counted(cols: dict, warmup_s: float = 0.0) -> np.ndarray:
+    """[n] whether each request of the request columns `cols` counts in the figures: it
+    arrived (was sent) from `warmup_s` on; those before are the warm-up's."""
+    return np.asarray(cols["arrival_s"], float) >= warmup_s
+
+
 def _counted_requests(recorder: RunRecorder, warmup_s: float):
     """(request columns, the counted requests' statuses, the finished counted ones' mask, their
     request metrics): the requests that arrive before `warmup_s` are not counted."""
     cols = recorder.request_columns()
     status = np.asarray(cols["status"], dtype=object)
-    counted = np.asarray(cols["arrival_s"], float) >= warmup_s
-    done = (status == "finished") & counted
+    kept = counted(cols, warmup_s)
+    done = (status == "finished") & kept
     metrics = {k: v[done] for k, v in request_metrics(cols).items()}
-    return cols, status[counted], done, metrics
+    return cols, status[kept], done, metrics
 
 
 def _defined(name: str, values: np.ndarray) -> np.ndarray:
@@ -232,7 +238,7 @@ def _prefix_cache_stats(recorder: RunRecorder, cols: dict, warmup_s: float) -> d
     """The prefix cache's hit rates over the counted requests that were admitted (prompt
     tokens found cached at first admission / prompt tokens, and the same in full blocks: NaN
     without the block size), and the prefill tokens every step's admissions skipped."""
-    admitted = (np.asarray(cols["arrival_s"], float) >= warmup_s) & \
+    admitted = counted(cols, warmup_s) & \
         ~np.isnan(np.asarray(cols["first_scheduled_s"], float))
     prompt = np.asarray(cols["prompt_tokens"], np.int64)[admitted]
     cached = np.asarray(cols["cached_tokens"], np.int64)[admitted]  # whole blocks

@@ -3,9 +3,9 @@
 TTFT, TPOT and E2E are per request (finished requests; TPOT needs two output tokens). ITL is
 token-weighted from the recorder's exact (gap, count) pairs, so a gap shared by 30 tokens
 weighs 30 times one gap of one token. Each line counts what its summary counts: the requests
-sent after the warm-up and the gaps of tokens sampled after it. A panel's x axis is logarithmic when its latencies span
-more than two decades (static and continuous batching can differ by that much), linear
-otherwise (`figures.scale_axis`). A CDF of hundreds of thousands of distinct latencies is
+sent after the warm-up and the gaps of tokens sampled after it. A panel's x axis is
+logarithmic when its latencies span more than two decades (static and continuous batching can
+differ by that much), linear otherwise (`figures.scale_axis`). A CDF of hundreds of thousands of distinct latencies is
 drawn from the first point in each cell of a grid of `LEVELS` x `LEVELS` over (log latency,
 fraction): the same line at the chart's resolution (`thin`).
 """

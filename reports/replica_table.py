@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from engine.benchmark import counted
 from engine.records import ClusterRecorder
 
 from .tables import label_values, run_keys
@@ -73,8 +74,7 @@ def replica_row(index: int, pool: str, recorder, duration_s: float, origin_s: fl
     the summary counts it: the requests arriving from `warmup_s` after the cluster's first
     arrival, `origin_s`)."""
     requests = recorder.request_columns(origin_s)
-    done = (np.asarray(requests["status"]) == "finished") & \
-        (np.asarray(requests["arrival_s"], float) >= warmup_s)
+    done = (np.asarray(requests["status"]) == "finished") & counted(requests, warmup_s)
     steps = recorder.step_columns()
     waiting = np.asarray(steps["num_waiting"], float)
     kv = np.asarray(steps["kv_blocks_used"], float) / recorder.kv_blocks_total

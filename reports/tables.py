@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.benchmark import request_metrics, summarize
+from engine.benchmark import counted, request_metrics, summarize
 
 REQUEST_COLUMNS = ("request_id", "priority", "arrival_s", "first_scheduled_s", "first_token_s",
                    "finish_s", "prompt_tokens", "output_tokens", "cached_tokens", "ttft_s",
@@ -66,9 +66,7 @@ def request_frame(spec, recorder, keys: list[str] | None = None) -> pd.DataFrame
     columns.update(request_metrics(columns))
     reasons = recorder.reject_reasons
     columns["reject_reason"] = [reasons.get(rid, "") for rid in columns["request_id"]]
-    # in the figures: sent once the warm-up was over (`engine.benchmark.summarize`)
-    warmup_s = spec.config.workload.warmup_s
-    columns["counted"] = [arrival >= warmup_s for arrival in columns["arrival_s"]]
+    columns["counted"] = counted(columns, spec.config.workload.warmup_s)  # in the figures
     return _frame(columns, spec, keys or ["variant", *spec.sweep],
                   _with_replica(columns, REQUEST_COLUMNS))
 

@@ -20,7 +20,8 @@ from engine.scheduler_config import SchedulerConfig
 
 from .defaults import HARDWARE_MODEL_KEYS
 from .overrides import apply
-from .workload import ArrivalProcess, Choice, LengthDist, arrival_of, length_of, priority_of
+from .workload import (ArrivalProcess, Choice, Fixed, LengthDist, arrival_of, length_of,
+                       priority_of)
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,11 @@ class SessionSettings:
     turns: int | LengthDist
     system_prompt_tokens: int
     think_time_s: float
+
+    @property
+    def turn_counts(self) -> LengthDist:
+        """The distribution of turns a conversation has (a fixed count as `Fixed`)."""
+        return Fixed(self.turns) if isinstance(self.turns, int) else self.turns
 
 
 @dataclass(frozen=True)

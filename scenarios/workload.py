@@ -283,12 +283,17 @@ class LogNormal(LengthDist):
                                     "min": LENGTH_BOUND, "max": LENGTH_BOUND},
                                    required=("median", "sigma", "max"))
 
+    def _bounds(self) -> tuple[float, float]:
+        """[min - 0.5, max + 0.5], the draws that round into [min, max], in standard normal
+        units of the log."""
+        mu = math.log(self.median)
+        lo = (math.log(self.min - 0.5) - mu) / self.sigma if self.min > 0.5 else -math.inf
+        return lo, (math.log(self.max + 0.5) - mu) / self.sigma
+
     @property
     def acceptance(self) -> float:
         """Probability that one draw rounds into [min, max]."""
-        mu = math.log(self.median)
-        lo = (math.log(self.min - 0.5) - mu) / self.sigma if self.min > 0.5 else -math.inf
-        hi = (math.log(self.max + 0.5) - mu) / self.sigma
+        lo, hi = self._bounds()
         return _normal_cdf(hi) - (_normal_cdf(lo) if lo > -math.inf else 0.0)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -312,11 +317,10 @@ class LogNormal(LengthDist):
     def mean(self) -> float:
         """The mean of a draw kept in [min - 0.5, max + 0.5] before rounding (rounding moves it
         by well under one): E[X | a < X < b] of a lognormal X, in closed form."""
-        mu, s = math.log(self.median), self.sigma
-        lo = (math.log(self.min - 0.5) - mu) / s if self.min > 0.5 else -math.inf
-        hi = (math.log(self.max + 0.5) - mu) / s
+        (lo, hi), s = self._bounds(), self.sigma
         below = _normal_cdf(lo - s) if lo > -math.inf else 0.0
-        return math.exp(mu + s * s / 2) * (_normal_cdf(hi - s) - below) / self.acceptance
+        return self.median * math.exp(s * s / 2) * (_normal_cdf(hi - s) - below) / \
+            self.acceptance
 
     @property
     def lowest(self) -> int:

@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 
 from scenarios import RunConfig
-from scenarios.workload import Fixed
 
 from . import notes
 from .build import build_cost, build_scheduler, hardware_of, speed_process
@@ -93,7 +92,7 @@ def _check_sessions(config: RunConfig) -> int:
     hardware = hardware_of(_servers(config)[0][1])
     max_seq_len = config.model.max_seq_len if hardware is None else hardware.arch.max_seq_len
     sessions = config.workload.sessions
-    turns = Fixed(sessions.turns) if isinstance(sessions.turns, int) else sessions.turns
+    turns = sessions.turn_counts
     workload = config.workload
     turn = workload.prompt_tokens.lowest + workload.output_tokens.lowest  # a message, a reply
     fewest = sessions.system_prompt_tokens + turns.lowest * turn

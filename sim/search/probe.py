@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.benchmark import meets_slo, request_metrics, summarize
+from engine.benchmark import counted, meets_slo, request_metrics, summarize
 
 from scenarios import RunConfig
 
@@ -82,7 +82,7 @@ def slo_attainment(recorder, slo: dict, warmup_s: float = 0.0) -> float:
     """The share of requests arriving from `warmup_s` on that finished meeting every SLO
     (NaN when none arrived then)."""
     columns = recorder.request_columns()
-    counted = np.asarray(columns["arrival_s"], float) >= warmup_s
+    kept = counted(columns, warmup_s)
     finished = np.asarray(columns["status"], dtype=object) == "finished"
     met = meets_slo(request_metrics(columns), slo) & finished
-    return float(met[counted].mean()) if counted.any() else math.nan
+    return float(met[kept].mean()) if kept.any() else math.nan

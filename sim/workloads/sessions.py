@@ -25,7 +25,6 @@ import numpy as np
 
 from engine.sequence import SequenceStatus
 from scenarios.config import WorkloadSettings
-from scenarios.workload import Fixed
 
 KEY = "workload.sessions"
 
@@ -79,7 +78,7 @@ class SessionPlan:
 def plan_sessions(spec: WorkloadSettings, rng: np.random.Generator) -> SessionPlan:
     """The conversations of a resolved workload with `sessions` (draw order: module)."""
     sessions = spec.sessions
-    turns = sessions.turns if not isinstance(sessions.turns, int) else Fixed(sessions.turns)
+    turns = sessions.turn_counts
     n_conv = int(sessions.conversations)
     start_s = spec.arrival.times(rng, n_conv)  # [N]
     offset = np.concatenate(([0], np.cumsum(turns.sample(rng, n_conv)))).astype(np.int64)
