@@ -41,7 +41,7 @@ from .server import (Server, build_completion_response, collect_request_output,
                      drive_until_complete, format_stream_chunk, serve, submit_request)
 # Part 8: benchmarking
 from .benchmark import (aggregate_throughput, inter_token_latency, latency_percentiles,
-                        latency_std, request_metrics, run_benchmark, summarize,
-                        time_to_first_token, vllm_summary, weighted_percentile)
+                        latency_std, peak_figures, request_metrics, run_benchmark,
+                        summarize, time_to_first_token, vllm_summary, weighted_percentile)
 
 __all__ = [name for name in dir() if not name.startswith("_")]

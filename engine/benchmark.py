@@ -19,10 +19,13 @@
 - Standard deviations (`latency_std`, for vLLM's `std_*_ms`) are population ones (NumPy's
   default), over the same requests and gaps as the percentiles.
 
+- vLLM's peaks (`peak_figures`): the most output tokens sampled in one second (one-second
+  buckets from the first counted request's arrival) and the most finished requests in flight.
+
 The engine's part 8 steps (`time_to_first_token`, `inter_token_latency`, `aggregate_throughput`,
 `latency_percentiles`, `run_benchmark`) are the building blocks `summarize` uses; reports read
-`summarize`, `latency_std`, `vllm_summary` and `request_metrics` and never recompute a metric
-themselves.
+`summarize`, `latency_std`, `peak_figures`, `vllm_summary` and `request_metrics` and never
+recompute a metric themselves.
 """
 
 from __future__ import annotations
@@ -275,6 +278,35 @@ def latency_std(recorder: RunRecorder, warmup_s: float = 0.0) -> dict:
     return {f"{name}_std_s": out[f"{name}_std_s"] for name in LATENCIES}
 
 
+def peak_figures(recorder, warmup_s: float = 0.0) -> dict:
+    """vLLM's two peaks of one run. `max_output_tokens_per_s`: the most output tokens sampled
+    within one second, in one-second buckets from the first counted finished request's
+    arrival (vLLM's `start_time`), over the tokens sampled from `warmup_s` on: first tokens
+    and the tokens the ITL figures count. `max_concurrent_requests`: the most counted finished
+    requests in flight at once, each over [arrival, finish) (one ending as another starts
+    overlaps it not). Both 0 when no counted request finished, as vLLM writes them."""
+    cols = recorder.request_columns()
+    arrival = np.asarray(cols["arrival_s"], float)
+    done = counted(cols, warmup_s) & (np.asarray(cols["status"], dtype=object) == "finished")
+    if not done.any():
+        return {"max_output_tokens_per_s": 0.0, "max_concurrent_requests": 0}
+    origin = float(arrival[done].min())
+    first = np.asarray(cols["first_token_s"], float)
+    first = first[~np.isnan(first) & (first >= warmup_s)]
+    _, counts = itl_weights(recorder, warmup_s)
+    times = np.concatenate([first, recorder.itl_end_s()]) - origin
+    weights = np.concatenate([np.ones(first.size), counts])
+    kept = times >= 0  # vLLM's buckets start at its first request
+    per_second = np.bincount(np.floor(times[kept]).astype(np.int64), weights=weights[kept])
+    # [arrival, finish): at one instant an end comes before a start
+    edges = np.concatenate([arrival[done], np.asarray(cols["finish_s"], float)[done]])
+    change = np.concatenate([np.ones(int(done.sum()), np.int64),
+                             -np.ones(int(done.sum()), np.int64)])
+    order = np.lexsort((change, edges))
+    return {"max_output_tokens_per_s": float(per_second.max(initial=0.0)),
+            "max_concurrent_requests": int(np.cumsum(change[order]).max())}
+
+
 # A cluster's replica that ran no step (the router sent it nothing): it batched nothing and
 # held no KV block, so it counts 0 in the cluster's means rather than being left out of them
 IDLE_REPLICA = {"preemptions": 0, "mean_batch_size": 0.0, "kv_util_mean": 0.0,
@@ -312,16 +344,17 @@ def _nan_low(value: float) -> float:
     return -math.inf if math.isnan(value) else value
 
 
-def vllm_summary(summary: dict, std: dict | None = None) -> dict:
+def vllm_summary(summary: dict, std: dict | None = None, peaks: dict | None = None) -> dict:
     """One run's figures under vLLM `bench serve` result-file names, in its order (latencies in
-    milliseconds): duration, completed, failed, tokens, throughputs, then for TTFT, TPOT, ITL
-    and E2E `mean_*_ms, median_*_ms, std_*_ms, p90_*_ms, p95_*_ms, p99_*_ms`; then what vLLM
-    does not report, in the same style: `max_*_ms`, queueing time (`*_queue_ms`), `rejected`,
-    `unfinished`, `preemptions`, `mean_batch_size`, `mean_kv_util`, `max_kv_util` (fractions
-    of the KV blocks), `prefix_cache_hit_rate`, `prefix_cache_block_hit_rate`,
-    `prefill_tokens_saved`. `failed` = rejected + unfinished. `std`: `latency_std` of the same run
-    (without it the std keys are NaN)."""
-    std = std or {}
+    milliseconds): duration, completed, failed, tokens, throughputs, `max_output_tokens_per_s`
+    and `max_concurrent_requests`, then for TTFT, TPOT, ITL and E2E `mean_*_ms, median_*_ms,
+    std_*_ms, p90_*_ms, p95_*_ms, p99_*_ms`; then what vLLM does not report, in the same style:
+    `max_*_ms`, queueing time (`*_queue_ms`), `rejected`, `unfinished`, `preemptions`,
+    `mean_batch_size`, `mean_kv_util`, `max_kv_util` (fractions of the KV blocks),
+    `prefix_cache_hit_rate`, `prefix_cache_block_hit_rate`, `prefill_tokens_saved`. `failed` =
+    rejected + unfinished. `std`: `latency_std` of the same run, `peaks`: its `peak_figures`
+    (without them those keys are NaN)."""
+    std, peaks = std or {}, peaks or {}
     out = {"duration": summary["duration_s"], "completed": summary["completed"],
            "failed": summary["rejected"] + summary["unfinished"],
            "total_input_tokens": summary["total_input_tokens"],
@@ -330,6 +363,8 @@ def vllm_summary(summary: dict, std: dict | None = None) -> dict:
            "request_goodput": summary["goodput"],
            "output_throughput": summary["output_throughput"],
            "total_token_throughput": summary["total_token_throughput"]}
+    for key in ("max_output_tokens_per_s", "max_concurrent_requests"):
+        out[key] = peaks.get(key, math.nan)
     for ours, theirs in _VLLM_NAMES.items():
         out.update(_vllm_latency(summary, std, ours, theirs))
     for ours, theirs in _VLLM_NAMES.items():

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from engine.benchmark import latency_std, vllm_summary
+from engine.benchmark import latency_std, peak_figures, vllm_summary
 
 from .tables import run_summaries
 
@@ -59,13 +59,14 @@ def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
              "num_prompts": summary["completed"] + summary["rejected"] + summary["unfinished"],
              "request_rate": request_rate, "burstiness": burstiness,
              "max_concurrency": max_concurrency}
-    std = latency_std(recorder, config.workload.warmup_s)
+    warmup_s = config.workload.warmup_s
+    std, peaks = latency_std(recorder, warmup_s), peak_figures(recorder, warmup_s)
     run = {"scenario": config.name, "variant": spec.variant, "sweep": dict(spec.sweep),
            "seed": config.seed, "arrival_process": config.workload.arrival.process}
     derived = config.hardware.derived if config.hardware is not None else None
     if derived:  # the hardware model's: what ran on what
         run["hardware"] = hardware_record(config, derived)
-    return setup | vllm_summary(summary, std) | run
+    return setup | vllm_summary(summary, std, peaks) | run
 
 
 def hardware_record(config, derived: dict) -> dict:

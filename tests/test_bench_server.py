@@ -98,6 +98,7 @@ def test_max_concurrency_caps_the_requests_in_flight_and_is_recorded(server, sce
                  "--request-rate", "inf", "--max-concurrency", "2", "--set", *TINY]) == 0
     record = json.loads((out / "summary.json").read_text())
     assert record["max_concurrency"] == 2 and record["request_rate"] == "inf"
+    assert record["max_concurrent_requests"] == 2  # vLLM's peak, of the finished requests
     assert "at most 2 requests in flight" in (out / "report.md").read_text()
     # every request sent at t=0, as the flags above ask: at 20 req/s a tiny request can end
     # before the next is sent, and one is in flight at a time

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.benchmark import (aggregate_throughput, inter_token_latency, latency_percentiles,
-                              latency_std, request_metrics, summarize, time_to_first_token,
-                              vllm_summary, weighted_percentile)
+                              latency_std, peak_figures, request_metrics, summarize,
+                              time_to_first_token, vllm_summary, weighted_percentile)
 from engine.block_manager import BlockManager
 from engine.llm_engine import LLMEngine
 from engine.records import RunRecorder
@@ -112,6 +112,36 @@ def test_pooled_itl_equals_every_request_gap_even_across_preemptions(fake_execut
     np.testing.assert_allclose(pooled, expected, rtol=0, atol=1e-12)
 
 
+def test_peak_figures_of_a_hand_computed_run(fake_executor):
+    # first tokens of both at 1 s, then "three"'s at 2 and 3 s; both in flight from 0 to 1 s
+    recorder, _ = run_engine(fake_executor, [Sequence("three", 4, 3), Sequence("one", 4, 1)])
+    assert peak_figures(recorder) == {"max_output_tokens_per_s": 2.0,
+                                      "max_concurrent_requests": 2}
+    # nothing counted, nothing at its peak
+    assert peak_figures(recorder, warmup_s=1e6) == {"max_output_tokens_per_s": 0.0,
+                                                    "max_concurrent_requests": 0}
+
+
+@pytest.mark.parametrize("warmup_s", [0.0, 1.0])
+def test_peak_figures_equal_vllms_bucketing_of_every_token(fake_executor, warmup_s):
+    # vLLM's own rule on every request's token times: one-second buckets from the first
+    # counted request's arrival; requests in flight over [arrival, finish)
+    durations = np.random.default_rng(5).uniform(0.05, 0.6, size=800)
+    seqs = [Sequence(f"r{i}", 3 + i % 5, 4 + i % 7, arrival_s=0.37 * i) for i in range(12)]
+    recorder, times = run_engine(fake_executor, seqs, num_blocks=10, block_size=2,
+                                 step_s=lambda k: float(durations[k]))
+    assert summarize(recorder)["preemptions"] > 0
+    cols = recorder.request_columns()
+    kept = [i for i, a in enumerate(cols["arrival_s"]) if a >= warmup_s]
+    origin = min(cols["arrival_s"][i] for i in kept)
+    tokens = [t for ts in times.values() for t in ts if t >= warmup_s]
+    buckets = np.bincount(np.floor(np.asarray(tokens) - origin).astype(int))
+    spans = [(cols["arrival_s"][i], cols["finish_s"][i]) for i in kept]
+    in_flight = max(sum(a <= t < f for a, f in spans) for t, _ in spans)
+    assert peak_figures(recorder, warmup_s) == {"max_output_tokens_per_s": buckets.max(),
+                                                "max_concurrent_requests": in_flight}
+
+
 def test_an_empty_run_summarizes_to_nan_not_zero():
     s = summarize(RunRecorder(8))
     assert s["completed"] == 0 and math.isnan(s["ttft_p50_s"]) and math.isnan(s["itl_mean_s"])
@@ -127,6 +157,8 @@ def test_vllm_summary_uses_vllm_names_in_milliseconds(fake_executor):
     assert {"request_throughput", "output_throughput", "total_token_throughput",
             "request_goodput", "mean_tpot_ms", "p90_ttft_ms", "p95_tpot_ms"} <= set(v)
     assert math.isnan(vllm_summary(summarize(recorder))["std_ttft_ms"])  # not given: NaN
+    peaks = vllm_summary(summarize(recorder), peaks=peak_figures(recorder))
+    assert (peaks["max_output_tokens_per_s"], peaks["max_concurrent_requests"]) == (2.0, 2)
 
 
 def test_latency_std_is_numpys_population_std_and_itl_is_token_weighted(fake_executor):

@@ -39,7 +39,8 @@ output_tokens = { dist = "uniform", low = 1, high = 24 }
 VLLM_KEYS = ["date", "backend", "label", "model_id", "num_prompts", "request_rate", "burstiness",
              "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
              "total_output_tokens", "request_throughput", "request_goodput",
-             "output_throughput", "total_token_throughput"] + [
+             "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
+             "max_concurrent_requests"] + [
     f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el")
     for stat in ("mean", "median", "std", "p90", "p95", "p99")]
 EXTRA_KEYS = ["max_ttft_ms", "max_tpot_ms", "max_itl_ms", "max_e2el_ms", "mean_queue_ms",
