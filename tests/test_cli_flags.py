@@ -68,11 +68,21 @@ def test_set_takes_only_key_value_words_and_leaves_the_scenario():
      {"ttft_s": 0.5, "tpot_s": 0.04, "e2e_s": 9.0}),
     (["--max-seconds", "30"], "workload.max_seconds", 30.0),
     (["--warmup-seconds", "5"], "workload.warmup_s", 5.0),
+    # vLLM's random dataset: fixed lengths, or uniform from floor(N(1-R)) to ceil(N(1+R))
+    (["--random-input-len", "1024"], "workload.prompt_tokens", {"dist": "fixed", "value": 1024}),
+    (["--output-len", "128"], "workload.output_tokens", {"dist": "fixed", "value": 128}),
+    (["--input-len", "1000", "--random-range-ratio", "0.25"], "workload.prompt_tokens",
+     {"dist": "uniform", "low": 750, "high": 1250}),
+    (["--random-input-len", "7", "--random-output-len", "3", "--random-range-ratio", "0.5"],
+     "workload", {"prompt_tokens": {"dist": "uniform", "low": 3, "high": 11},
+                  "output_tokens": {"dist": "uniform", "low": 1, "high": 5}}),
 ])
 def test_each_flag_sets_the_scenario_key_it_stands_for(flags, key, expected):
     value = loaded("static-vs-continuous", *flags).base.to_dict()
     for part in key.split("."):
         value = value[part]
+    if isinstance(expected, dict) and key == "workload":
+        value = {k: value[k] for k in expected}
     assert value == expected
 
 
@@ -285,6 +295,14 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     (["--sweep", "workload.arrival.rate=1,2", "--sweep", "workload.arrival.rate=3"],
      "--sweep workload.arrival.rate is given twice; give all its values in one"),
     (["--goodput", "ttft:x"], "--goodput ttft:x: must be a positive number"),
+    (["--random-range-ratio", "0.1"], "--random-range-ratio needs --random-input-len or "
+                                      "--random-output-len"),
+    (["--random-input-len", "1", "--random-range-ratio", "0.5"],
+     "--random-input-len 1 with --random-range-ratio 0.5: the shortest prompt would be 0"),
+    (["--random-range-ratio", "1", "--input-len", "9"],
+     "argument --random-range-ratio: invalid range_ratio value: '1'"),
+    (["azure-code", "--output-len", "64"], "--random-output-len: workload.output_tokens: not "
+                                           "allowed with workload.trace"),
     (["--set", "scheduler.policy=\"bogus\"", "--variant", "static"],
      "--set scheduler.policy: changes no run: every variant (static) sets again what it sets"),
     (["load-sweep", "--set", "workload.arrival.rate=3"], "--set workload.arrival.rate sets "

@@ -12,6 +12,11 @@
                          variants, a sweep or a --set of them), each run keeping its own
     --num-prompts N      workload.num_requests (a trace: workload.trace.max_requests;
                          multi-turn sessions: workload.sessions.conversations)
+    --random-input-len N, --random-output-len M, --random-range-ratio R (vLLM's random
+                         dataset; --input-len and --output-len are the same): every prompt N
+                         tokens (workload.prompt_tokens = { dist = "fixed", value = N }),
+                         every output M; with R > 0 uniform from floor(N(1 - R)) to
+                         ceil(N(1 + R)) (an output at least 1), as vLLM draws them
     --seed S             seed
     --goodput ttft:MS tpot:MS e2el:MS   goodput counts the requests that meet these SLOs and
                          no others (slo.*_s; the SLOs not named are set to false), as in
@@ -52,6 +57,15 @@ def add_workload_flags(parser, searching: bool = False) -> None:
                             "trace, search, variants, sweep or --set)")
     group.add_argument("--num-prompts", metavar="N", type=positive_integer,
                        help="requests to send (multi-turn sessions: conversations)")
+    group.add_argument("--random-input-len", "--input-len", dest="input_len", metavar="N",
+                       type=positive_integer, help="every prompt N tokens (vLLM's random "
+                       "dataset; workload.prompt_tokens)")
+    group.add_argument("--random-output-len", "--output-len", dest="output_len", metavar="M",
+                       type=positive_integer, help="every output M tokens "
+                       "(workload.output_tokens)")
+    group.add_argument("--random-range-ratio", dest="range_ratio", metavar="R",
+                       type=range_ratio, help="with the lengths above: each drawn uniformly "
+                       "from floor(N(1 - R)) to ceil(N(1 + R)), 0 <= R < 1 (default 0)")
     group.add_argument("--seed", metavar="S", type=seed_value, help="the scenario's seed")
     group.add_argument("--goodput", nargs="+", action="extend", metavar="METRIC:MS",
                        help="goodput counts the requests meeting these SLOs, e.g. ttft:500 "
@@ -97,6 +111,8 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
     if args.num_prompts is not None:
         put("--num-prompts", scenario_of(pairs, flags).base.workload.count_key, args.num_prompts)
+    for key, flag, length in length_flags(args):
+        put(flag, key, length)
     if args.seed is not None:
         put("--seed", "seed", args.seed)
     for key, value in goodput_pairs(args.goodput):
@@ -129,6 +145,35 @@ def arrival_of(rate: float, burst: float | None) -> dict:
         return {"process": "burst"}
     process, *cv = gaps_of(burst).items()
     return dict([process, ("rate", rate), *cv])  # the order the docs write it in
+
+
+LENGTH_FLAGS = (("input_len", "--random-input-len", "workload.prompt_tokens", 0),
+                ("output_len", "--random-output-len", "workload.output_tokens", 1))
+
+
+def length_flags(args) -> list:
+    """[(dotted key, flag, length table)] of --random-input-len / --random-output-len and
+    --random-range-ratio: vLLM's random dataset's lengths, drawn as it draws them (uniform over
+    whole numbers from floor(N(1 - R)) to ceil(N(1 + R)), an output at least 1)."""
+    ratio = getattr(args, "range_ratio", None)
+    given = [(key, flag, getattr(args, name), least) for name, flag, key, least in LENGTH_FLAGS
+             if getattr(args, name, None) is not None]
+    if ratio is not None and not given:
+        raise FlagError("--random-range-ratio needs --random-input-len or --random-output-len "
+                        "(it widens the lengths they give)")
+    out = []
+    for key, flag, length, least in given:
+        if not ratio:
+            out.append((key, flag, {"dist": "fixed", "value": length}))
+            continue
+        low = max(math.floor(length * (1 - ratio)), least)
+        if low < 1:
+            raise FlagError(f"{flag} {length} with --random-range-ratio {ratio:g}: the "
+                            f"shortest prompt would be {low} tokens; a prompt holds at least 1")
+        high = math.ceil(length * (1 + ratio))
+        out.append((key, f"{flag} and --random-range-ratio",
+                    {"dist": "uniform", "low": low, "high": high}))
+    return out
 
 
 def check_burstiness(burst: float) -> None:
@@ -274,6 +319,13 @@ def non_negative_number(text: str) -> float:
 def positive_integer(text: str) -> int:
     value = int(text)
     if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def range_ratio(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1:
         raise ValueError(text)
     return value
 
