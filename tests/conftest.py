@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny model, a seeded rng, a fake executor for policy tests, and a profile
 cache of the test session's own (profiles and one-time notes never touch the user's cache).
+Hypothesis runs without its per-example deadline: a stall of a loaded machine is no failure.
 
 The fake executor samples a token that is a pure function of the sequence's identity and its
 position, so a sequence recomputed after a preemption samples the same tokens again, and it
@@ -13,8 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from engine.model import ModelConfig, init_params
+
+settings.register_profile("servesim", deadline=None)
+settings.load_profile("servesim")
 
 @pytest.fixture(autouse=True, scope="session")
 def private_profile_cache(tmp_path_factory):

@@ -39,7 +39,7 @@ def server(tmp_path_factory):
     with open(log, "w") as stderr:
         process = subprocess.Popen([sys.executable, "-m", "sim.cli", "serve", "--port", "0",
                                     "--set", *TINY], stderr=stderr, text=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     url = None
     while url is None:
         assert time.monotonic() < deadline and process.poll() is None, "the server never started"

@@ -19,7 +19,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from helpers.http import PROMPT, TINY, kv_usage, metric, post, served, sse_events
+from helpers.http import (POLLS, PROMPT, TINY, kv_usage, metric, post, served, sse_events,
+                          until)
 from sim.http.text import Detokenizer, model_vocab
 from sim.profiling.threads import THREAD_ENV
 
@@ -234,11 +235,11 @@ def test_disconnect_mid_stream_frees_the_kv_blocks():
                 await response.content.readline()
             busy = await kv_usage(client, url)
             response.close()  # the client goes away mid-stream
-        for _ in range(200):
-            if not engine.scheduler.has_unfinished():
+        await until(lambda: not engine.scheduler.has_unfinished())
+        for _ in range(POLLS):  # the gauges follow the step after the abort
+            if await kv_usage(client, url) == 0:
                 break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)  # the gauges follow the step after the abort
+            await asyncio.sleep(0.005)
         async with client.get(f"{url}/metrics") as response:
             text = await response.text()
         return busy, text, engine.scheduler.block_manager.num_used

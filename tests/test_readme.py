@@ -143,7 +143,7 @@ def test_the_serving_example_serves_and_validates_the_same_server(workdir):
         process = subprocess.Popen(serve + ["--set", *model], cwd=workdir, env=env,
                                    stderr=stderr, text=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         url = None
         while url is None:
             assert time.monotonic() < deadline and process.poll() is None, log.read_text()
