@@ -195,7 +195,7 @@ def build_completion_response(server: Server, request_id: str, vocab: dict | Non
 
 def serve(scheduler: Scheduler, executor, requests: list[Sequence], recorder: RunRecorder,
           time_limit_s: float | None = None, progress=None,
-          max_in_flight: int | None = None) -> RunRecorder:
+          max_in_flight: int | None = None, send_until_s: float | None = None) -> RunRecorder:
     """Serve `requests` in real time: each is submitted at its `arrival_s` (the run's clock
     starts at the first arrival), steps run back to back while there is work, and the engine
     sleeps to the next arrival when idle. Requests not done `time_limit_s` after the first
@@ -204,18 +204,23 @@ def serve(scheduler: Scheduler, executor, requests: list[Sequence], recorder: Ru
     `max_in_flight`: at most this many requests submitted and not done; one that arrives
     while the cap is reached waits for a slot, and its `arrival_s` becomes the moment it is
     sent (vLLM's --max-concurrency: latencies start then). A request sent while a step runs
-    reaches the scheduler after that step, as it would a server's.
+    reaches the scheduler after that step, as it would a server's. `send_until_s` (with
+    `max_in_flight`, on the requests' clock): no request is sent later; those arriving after
+    it, or still waiting for a slot then, are never sent nor recorded (the simulator's client
+    slots under `workload.max_seconds`).
     `progress(done, total, elapsed_s, last_arrival_s)`, when given, is called at the start and
     whenever the count of requests done (finished or rejected) grows; times are seconds from
     the first arrival (a progress bar: work done, and time against the last arrival's)."""
     engine = LLMEngine(scheduler, executor, recorder, timing="wall")
     pending = sorted(requests, key=lambda s: s.arrival_s)
+    until_s = math.inf if send_until_s is None or max_in_flight is None else send_until_s
+    pending = [seq for seq in pending if seq.arrival_s <= until_s]
     if not pending:
         return recorder
     origin_s, wall0 = pending[0].arrival_s, time.perf_counter()
     last_arrival_s, base = pending[-1].arrival_s - origin_s, recorder.num_requests
     done = base
-    client = _ClientSlots(max_in_flight, base)
+    client = _ClientSlots(max_in_flight, base, until_s)
 
     def clock() -> float:
         return origin_s + (time.perf_counter() - wall0)
@@ -246,9 +251,11 @@ def serve(scheduler: Scheduler, executor, requests: list[Sequence], recorder: Ru
         wake = pending[i].arrival_s if i < len(pending) else math.inf
         if out is not None and out.plan.idle_until_s is not None:
             wake = min(wake, out.plan.idle_until_s)
-        assert wake < math.inf or client.holds_any(), "requests wait but nothing can run"
         if wake < math.inf:
             sleep_until(min(wake, end_s), clock)
+        else:  # the last requests were rejected, or wait on the client for a slot
+            assert client.holds_any() or not engine.has_unfinished(), \
+                "requests wait but nothing can run"
     for seq in client.unsent() + pending[i:]:  # never sent before the time limit
         recorder.record_request(seq, "unfinished")
     engine.record_unfinished()
@@ -262,8 +269,8 @@ class _ClientSlots:
     """`serve`'s client side under a cap on requests in flight: requests that arrived and wait
     for a slot, and those sent while a step ran (the scheduler sees them after it)."""
 
-    def __init__(self, cap: int | None, done_before: int):
-        self.cap = cap
+    def __init__(self, cap: int | None, done_before: int, until_s: float = math.inf):
+        self.cap, self.until_s = cap, until_s  # no request is sent after until_s
         self.waiting: deque[Sequence] = deque()  # arrived, not sent (no slot is free)
         self.mail: list[Sequence] = []  # sent while the engine was busy
         self.sent = 0
@@ -284,6 +291,9 @@ class _ClientSlots:
         """Send waiting requests into free slots (a request is done when it is recorded); an
         idle engine sees them at once, a busy one after its next step."""
         if self.cap is None:
+            return
+        if now > self.until_s:  # too late: what still waits is never sent
+            self.waiting.clear()
             return
         busy = engine.has_unfinished()
         in_flight = self.sent - (recorder.num_requests - self.done_before)

@@ -108,5 +108,6 @@ def _serve(scheduler, executor, recorder, workload: Workload, make) -> RunRecord
 
     arrival_s, cap = workload.served_arrivals()
     requests = [make(i, float(t)) for i, t in enumerate(arrival_s.tolist())]
-    serve(scheduler, executor, requests, recorder, max_in_flight=cap)
+    serve(scheduler, executor, requests, recorder, max_in_flight=cap,
+          send_until_s=workload.send_until_s)
     return recorder

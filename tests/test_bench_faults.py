@@ -657,3 +657,36 @@ def test_validate_against_a_dead_server_says_so_and_fails(tmp_path, capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("bench: 0 of 3 requests succeeded; 3 failed:")
     assert (out / "manifest.json").is_file()
+
+
+def test_validate_against_a_server_failing_some_requests_says_the_sides_are_unlike(
+        fake, scenario_file, tmp_path, capsys):
+    # the server's failed requests count on neither side of its figures, the simulation serves
+    # them: the headline says so and the status is 1
+    from sim.cli import main
+
+    fake.answers = [empty_error] * BAD
+    out = tmp_path / "v"
+    status = main(["validate", str(scenario_file), "--against", fake.url, "--out", str(out),
+                   "--quiet", "--set", 'cost.model="linear"'])
+    printed = capsys.readouterr().out
+    assert status == 1
+    assert f"but over unlike requests: {BAD} of 5 failed on the server" in printed
+    assert "unlike requests" in (out / "report.md").read_text()
+
+
+def test_under_max_concurrency_nothing_is_sent_after_max_seconds(fake, scenario_file):
+    # one slot, held 0.5 s by the first request: by then max_seconds has passed, and the
+    # others, which waited for the slot, are never sent (as the simulator's client slots)
+    async def slow(request, body):
+        await asyncio.sleep(0.5)
+        return await healthy(request, body)
+
+    fake.answers = [slow]
+    run, = bench_runs(scenarios.load(scenario_file, ["workload.max_concurrency=1",
+                                                     "workload.max_seconds=0.2"]),
+                      BenchOptions(fake.url, model="m"))
+    assert [r.request_id for r in run.results] == [0] and run.results[0].finished
+    assert len(fake.bodies) == 1 and run.recorder.num_requests == 1
+    assert "4 requests not sent: workload.max_seconds passed while they waited for a slot" \
+        in run.notes

@@ -1,5 +1,7 @@
 """The serving API on a tiny real model: submit, stream, drive, collect, respond; and serve()."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -141,6 +143,36 @@ def test_serve_replays_arrivals_in_real_time_and_records_every_request(params):
     steps = recorder.step_columns()
     assert steps["start_s"][0] >= 0 and (np.diff(steps["start_s"]) > 0).all()
     assert scheduler.block_manager.num_used == 0
+
+
+def test_serve_ends_when_its_last_requests_are_rejected(params):
+    # nothing waits once the last arrival is refused: the loop ends, it does not assert
+    scheduler, executor = engine_parts(params)
+    too_long = Sequence("long", 200, 2, prompt_token_ids=[1] * 200, arrival_s=10.2,
+                        sampling=GREEDY)  # past max_seq_len 128
+    recorder = serve(scheduler, executor, workload(2, 0.05) + [too_long], RunRecorder(64))
+    status = dict(zip(recorder.request_ids, recorder.statuses))
+    assert status == {"w0": "finished", "w1": "finished", "long": "rejected"}
+    assert scheduler.block_manager.num_used == 0
+
+
+def test_under_a_cap_no_request_is_sent_after_send_until(params):
+    # one slot: w0 is sent at once; the deadline passes while w1 and w2 wait for the slot,
+    # and w3 arrives after it: none of them is sent or recorded (the simulator's client slots)
+    scheduler, executor = engine_parts(params)
+    execute = executor.execute
+
+    def first_step_slow(plan):  # w0's prefill outlasts the deadline, whatever the machine
+        if plan.step == 0:
+            time.sleep(0.3)
+        return execute(plan)
+
+    executor.execute = first_step_slow
+    requests = workload(3, 0.0) + [Sequence("w3", 6, 4, prompt_token_ids=[1] * 6,
+                                            arrival_s=11.0, sampling=GREEDY)]
+    recorder = serve(scheduler, executor, requests, RunRecorder(64), max_in_flight=1,
+                     send_until_s=10.2)
+    assert recorder.request_ids == ["w0"] and recorder.statuses == ["finished"]
 
 
 def test_serve_marks_requests_past_the_time_limit_unfinished(params):

@@ -40,6 +40,7 @@ num_requests = 6
 arrival = { process = "poisson", rate = 40.0 }
 prompt_tokens = { dist = "uniform", low = 4, high = 40 }
 output_tokens = { dist = "uniform", low = 2, high = 12 }
+warmup_s = 0.001  # the first request is served, not counted, in every figure
 [[variants]]
 name = "continuous"
 [[variants]]
@@ -108,6 +109,7 @@ def test_the_error_table_matches_the_runs_own_summaries(validated):
     row = next(r for r in result.rows if r["variant"] == "continuous"
                and (r["metric"], r["stat"]) == ("ttft", "p90"))
     assert row["serve"] == pytest.approx(served_p90, rel=1e-8)
+    assert int(first[header.index("completed")]) == 5  # after the warm-up
 
 
 def test_each_mode_gets_its_usual_files_and_the_comparison_files_exist(validated):
@@ -219,6 +221,47 @@ def test_what_cannot_be_validated_is_one_line_and_nothing_runs(tmp_path, capsys,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--against", "http://127.0.0.1:9", "--calibrate"],
+     "--calibrate: with --against the server is benched from here"),
+    (["--against", "http://127.0.0.1:9", "--jobs", "2"], "--jobs: with --against"),
+    (["--timeout", "5"], "--timeout is the HTTP client's, for --against URL"),
+    (["--endpoint", "/v1/chat/completions"], "--endpoint is the HTTP client's"),
+])
+def test_a_flag_the_chosen_way_ignores_is_refused(tmp_path, capsys, flags, message):
+    path = tmp_path / "small.toml"
+    path.write_text(SCENARIO)
+    out = tmp_path / "v"
+    assert main(["validate", str(path), "--variant", "static", "--out", str(out), "--quiet",
+                 *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not out.exists()
+
+
+def test_a_profile_that_is_no_profile_says_so(tmp_path, capsys):
+    path, bad = tmp_path / "small.toml", tmp_path / "bad.json"
+    path.write_text(SCENARIO)
+    bad.write_text("not json")
+    assert main(["validate", str(path), "--variant", "static", "--out", str(tmp_path / "v"),
+                 "--quiet", "--set", 'cost.model="profile"', "--profile", str(bad)]) == 2
+    assert "cost.profile: " + str(bad) + ": not a servesim profile (not JSON" in \
+        capsys.readouterr().err
+
+
+def test_the_hardware_model_is_validated_against_a_server_not_in_process(tmp_path, capsys):
+    # a GPU's costs are checked against a GPU server's URL; here the URL is dead, so every
+    # request fails and the files say so
+    out = tmp_path / "v"
+    argv = ["validate", "llama3-8b-h100", "--variant", "static", "--num-prompts", "3",
+            "--out", str(out), "--quiet"]
+    assert main(argv + ["--against", "http://127.0.0.1:9"]) == 1
+    assert (out / "validation.csv").is_file()
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "must be one of profile, linear, got 'hardware'" in capsys.readouterr().err
 
 
 def test_runs_validated_on_a_process_pool_simulate_as_they_do_one_by_one(tmp_path, validated):

@@ -157,20 +157,24 @@ async def body_start(response, limit: int) -> bytes:
 
 
 async def replay(target: Target, requests: list, prompts: list, max_concurrency: int | None,
-                 on_done=None) -> list[RequestResult]:
+                 on_done=None, send_until_s: float = math.inf) -> list[RequestResult]:
     """Send each of `requests` (RequestResults with their plan) with its prompt at its planned
-    arrival time after the start; `on_done()` after each. Returns them filled in."""
+    arrival time after the start; `on_done()` after each. Returns them filled in; under
+    `max_concurrency`, one whose slot frees only after `send_until_s` (on the planned clock) is
+    never sent (its `sent_s` stays NaN)."""
     start = time.perf_counter()
     slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     connector = aiohttp.TCPConnector(limit=max_concurrency or 0)  # 0: no pool limit of its own
 
     async def one(session, result: RequestResult, prompt) -> RequestResult:
-        await asyncio.sleep(max(0.0, start + result.planned_arrival_s - time.perf_counter()))
         if slots is None:
+            await asyncio.sleep(max(0.0, start + result.planned_arrival_s - time.perf_counter()))
             await send(session, target, result, prompt)
-        else:
+        elif result.planned_arrival_s <= send_until_s:
+            await asyncio.sleep(max(0.0, start + result.planned_arrival_s - time.perf_counter()))
             async with slots:
-                await send(session, target, result, prompt)
+                if time.perf_counter() - start <= send_until_s:
+                    await send(session, target, result, prompt)
         if on_done is not None:
             on_done()
         return result

@@ -15,6 +15,7 @@ sent as every request at once with at most C in flight.
 from __future__ import annotations
 
 import asyncio
+import math
 import csv
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -123,6 +124,11 @@ def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
                                            workload.output_tokens, priorities))]
     results, notes, model = asyncio.run(_send_all(options, requests, workload,
                                                   streams["tokens"], concurrency, spec.label))
+    sent_any = [r for r in results if not math.isnan(r.sent_s)]
+    if len(sent_any) < len(results):  # --max-seconds passed while they waited for a slot
+        notes.append(f"{len(results) - len(sent_any)} requests not sent: workload.max_seconds "
+                     f"passed while they waited for a slot")
+        results = sent_any
     if sent:
         notes.append("priorities: each request's sent as its `priority`")
     elif drawn:
@@ -159,8 +165,10 @@ async def _send_all(options: BenchOptions, requests, workload, token_rng,
             if workload.prompt_ids else ""))
     bar = _bar(label, len(requests)) if options.progress else None
     try:
+        until_s = workload.send_until_s
         results = await replay(target, requests, prompts, concurrency,
-                               None if bar is None else lambda: bar.update(1))
+                               None if bar is None else lambda: bar.update(1),
+                               math.inf if until_s is None else until_s)
     finally:
         if bar is not None:
             bar.close()

@@ -67,7 +67,8 @@ def serve_logged(config, base_dir=None, before_serving=None,
     if before_serving is not None:
         before_serving(executor)
     log = StepLog(executor)
-    serve(scheduler, log, requests, recorder, progress=progress, max_in_flight=cap)
+    serve(scheduler, log, requests, recorder, progress=progress, max_in_flight=cap,
+          send_until_s=workload.send_until_s)
     return recorder, log
 
 

@@ -2,9 +2,10 @@
 
 Each distinct workload of the scenario's runs is sent to the server (`sim.bench`, latencies
 measured by the client) and simulated with the scenario's cost model on the same requests;
-validation.csv compares them as `validate` does. A client cannot see the server's steps, so
-there is no step table (`step_errors.csv`) and no speed-normalized comparison. Written to
-`out_dir`: validation.csv, validation_cdfs.png, report.md, report.html, and each side's own
+validation.csv compares them as `validate` does; when requests failed on the server, the
+headline says the two sides counted different requests (and the command's exit status is 1).
+A client cannot see the server's steps, so there is no step table (`step_errors.csv`) and no
+speed-normalized comparison. Written to `out_dir`: validation.csv, validation_cdfs.png, report.md, report.html, and each side's own
 report in `bench/` and `simulate/`.
 """
 
@@ -37,17 +38,32 @@ def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "a
         simulated = [run_config(mode_config(spec.config, "simulate"), base_dir=base_dir)
                      for spec in specs]
         rows = [row for run, sim in zip(benched, simulated)
-                for row in error_rows(run.spec.label, summarize(run.recorder,
-                                                                run.spec.config.slo.limits()),
-                                      summarize(sim, run.spec.config.slo.limits()))]
+                for row in error_rows(run.spec.label, *(summarize(recorder, *counted(run.spec))
+                                                        for recorder in (run.recorder, sim)))]
         notes = [f"{run.spec.label}: " + "; ".join(run.notes) for run in benched]
         headline = (f"max |error| over p50/p90/p99 of TTFT, TPOT, E2E: "
-                    f"{max_abs_error(rows):.1f}%")
+                    f"{max_abs_error(rows):.1f}%" + unlike(benched))
         _write(scenario, options, benched, list(zip(specs, simulated)), rows, notes, headline,
                folder)
     text = "\n".join([text_table(rows), "", *notes, headline,
                       f"report: {Path(out_dir) / 'report.html'}"])
     return text, [result for run in benched for result in run.results]
+
+
+def unlike(benched) -> str:
+    """What the headline adds when requests failed on the server: the simulation serves every
+    one, so the two sides' figures are over different requests."""
+    results = [result for run in benched for result in run.results]
+    failed = sum(not result.finished for result in results)
+    if not failed:
+        return ""
+    return (f", but over unlike requests: {failed} of {len(results)} failed on the server "
+            f"(bench/bench_requests.csv says why), and the simulation serves every one")
+
+
+def counted(spec) -> tuple:
+    """(SLO limits, warm-up) of a run: what its summaries count, as its own report's do."""
+    return spec.config.slo.limits(), spec.config.workload.warmup_s
 
 
 def _write(scenario, options, benched, simulated, rows, notes, headline, folder: Path) -> None:

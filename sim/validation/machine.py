@@ -19,7 +19,7 @@ from pathlib import Path
 from scenarios import ScenarioError
 from scenarios.config import as_table
 
-from ..costs import profile_path
+from ..costs import load_profile, profile_path
 from ..profiling import cache
 from ..profiling.fingerprint import differences, fingerprint, key
 
@@ -46,6 +46,10 @@ def check_profile(profile, model: dict, where: str) -> Path:
     """The path of `profile` (a shipped name or a path) when it was measured on this machine
     for this model; else a one-line ScenarioError saying how it differs and what to run."""
     path = profile_path(profile)
+    try:
+        load_profile(path)  # a file that is no profile says so first
+    except (OSError, ValueError) as exc:
+        raise ScenarioError(f"{where}cost.profile: {exc}") from None
     measured = _fingerprint_of(path)
     if measured is None:
         raise ScenarioError(f"{where}cost.profile: {path} records no machine fingerprint (it "

@@ -114,4 +114,5 @@ def speed_ratio(rows: list[dict]) -> float:
     if not rows:
         return math.nan
     served = sum(r["measured_s"] if math.isnan(r["cycle_s"]) else r["cycle_s"] for r in rows)
-    return float(served / sum(r["predicted_s"] for r in rows))
+    predicted = sum(r["predicted_s"] for r in rows)
+    return float(served / predicted) if predicted > 0 else math.nan  # nothing to scale

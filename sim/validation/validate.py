@@ -24,6 +24,7 @@ machine's overall speed while serving.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -98,8 +99,11 @@ class Validation:
             s = step_error_summary(run.steps)
             lines.append(f"{run.label}: {s['steps']} served steps, step-time prediction error "
                          f"median {s['median_error_pct']:+.1f}%, mean {s['mean_error_pct']:+.1f}%"
-                         f" (|error| median {s['median_abs_error_pct']:.1f}%); served steps took "
-                         f"{run.speed_ratio:.2f}x the predicted time in total")
+                         f" (|error| median {s['median_abs_error_pct']:.1f}%); "
+                         + (f"served steps took {run.speed_ratio:.2f}x the predicted time in "
+                            f"total" if math.isfinite(run.speed_ratio) else
+                            "no speed-normalized simulation (no step served, or the cost "
+                            "model predicts the served steps take no time)"))
         return lines
 
     def headline(self) -> str:
@@ -217,15 +221,19 @@ def validate_run_job(job: tuple) -> ValidationRun:
 
 def check_validatable(scenario, spec, calibrate: bool = False, in_process: bool = True) -> None:
     """Refuse what cannot be compared, before anything runs: a live cost model (nothing to
-    validate), conversations and a closed loop with think time (serving sends requests at their
+    validate) or, served in-process, the hardware model (a GPU's, not this machine's; against
+    a server's URL it is what is checked), conversations and a closed loop with think time (serving sends requests at their
     arrival times or as slots free), a cluster (one engine is served) and a calibration without
     a profiled reference step. A cluster is refused only `in_process` (a server at a URL may
     be one)."""
     where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
     model = spec.config.cost.model
-    if model not in VALIDATED_COST_MODELS:
+    allowed = VALIDATED_COST_MODELS + (() if in_process else ("hardware",))
+    if model not in allowed:
+        also = "" if in_process else " (the hardware model too, against a server's URL)"
         raise ScenarioError(f"{where}cost.model: validate compares a cost model with serving, "
-                            f"so it must be one of {', '.join(VALIDATED_COST_MODELS)}, got {model!r}")
+                            f"so it must be one of {', '.join(VALIDATED_COST_MODELS)}{also}, "
+                            f"got {model!r}")
     if spec.config.workload.sessions is not None:
         raise ScenarioError(f"{where}workload.sessions: validate serves requests at arrival "
                             f"times given up front; a conversation's turns (each sent when the "
@@ -278,11 +286,15 @@ def validate_run(spec, base_dir=None, calibrate: bool = False,
     simulated = run_config(simulate_config, base_dir=base_dir, cost=cost)
     steps = step_rows(spec.label, served, log, cost)
     ratio = speed_ratio(steps)
-    scaled = run_config(simulate_config, base_dir=base_dir, cost=ScaledCost(cost, ratio))
-    slo = spec.config.slo.limits()
-    served_summary = summarize(served, slo)
-    errors = error_rows(spec.label, served_summary, summarize(simulated, slo))
-    normalized = error_rows(spec.label, served_summary, summarize(scaled, slo))
+    slo, warmup_s = spec.config.slo.limits(), spec.config.workload.warmup_s
+    served_summary = summarize(served, slo, warmup_s)
+    errors = error_rows(spec.label, served_summary, summarize(simulated, slo, warmup_s))
+    if math.isfinite(ratio):
+        scaled = run_config(simulate_config, base_dir=base_dir, cost=ScaledCost(cost, ratio))
+        scaled_summary = summarize(scaled, slo, warmup_s)
+    else:  # no step served, or none predicted to take time: nothing to scale by
+        scaled_summary = dict.fromkeys(served_summary, math.nan)
+    normalized = error_rows(spec.label, served_summary, scaled_summary)
     return ValidationRun(spec, served, simulated, errors, steps, ratio, normalized,
                          speeds[0] if calibrate else None)
 

@@ -68,6 +68,12 @@ class Workload:
         arrival_s = slots.arrival_s if slots.arrival_s is not None else np.zeros(len(self))
         return arrival_s, slots.concurrency
 
+    @property
+    def send_until_s(self) -> float | None:
+        """When a capped or closed loop's slots stop sending (`workload.max_seconds` after its
+        first arrival; a request still waiting for a slot then is never sent), else None."""
+        return None if self.closed_loop is None else self.closed_loop.max_seconds
+
 
 STREAMS = ("workload", "tokens", "sampling", "jitter", "router")
 
