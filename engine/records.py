@@ -80,6 +80,9 @@ class RunRecorder:
         # Real-time serving only: how long after its planned arrival each request reached the
         # scheduler (the rest of a running step, or the wake-up overshoot when idle).
         self.submit_lag_s = array("d")
+        # Real-time serving only: {step: when the server last slept until before it (the next
+        # arrival, or a static batch's timeout)}, on the requests' clock
+        self.sleeps: dict[int, float] = {}
         self.notes: tuple = ()  # what the run told its user, for its report
 
     # --- filling ---------------------------------------------------------------------------------
@@ -184,6 +187,10 @@ class RunRecorder:
         """Real-time serving: the submission delay of one request (seconds, >= 0)."""
         self.submit_lag_s.append(lag_s)
 
+    def record_sleep(self, until_s: float) -> None:
+        """Real-time serving: the server sleeps until `until_s` before its next step."""
+        self.sleeps[self.num_steps] = until_s
+
     @staticmethod
     def _time(times: array, step: int | None) -> float:
         return NAN if step is None else times[step]
@@ -228,6 +235,16 @@ class RunRecorder:
         ends = np.frombuffer(self._end, dtype=np.float64)
         t0 = self.origin_s() if origin_s is None else origin_s
         return ends[np.frombuffer(self.itl_steps, dtype=np.int64)] - t0
+
+    def slept_before(self, origin_s: float | None = None) -> np.ndarray:
+        """[steps] until when the server slept before each step, from the first arrival (or
+        from `origin_s`); NaN where it went on at once (and in a simulation)."""
+        t0 = self.origin_s() if origin_s is None else origin_s
+        until = np.full(self.num_steps, np.nan)
+        for step, until_s in self.sleeps.items():
+            if step < self.num_steps:  # not a sleep after the last step
+                until[step] = until_s - t0
+        return until
 
     def step_columns(self, origin_s: float | None = None) -> dict:
         """Step rows as {column: array}, times from the first arrival (or from `origin_s`)."""

@@ -252,6 +252,7 @@ def serve(scheduler: Scheduler, executor, requests: list[Sequence], recorder: Ru
         if out is not None and out.plan.idle_until_s is not None:
             wake = min(wake, out.plan.idle_until_s)
         if wake < math.inf:
+            recorder.record_sleep(min(wake, end_s))
             sleep_until(min(wake, end_s), clock)
         else:  # the last requests were rejected, or wait on the client for a slot
             assert client.holds_any() or not engine.has_unfinished(), \

@@ -156,7 +156,8 @@ def check_cluster(config: dict) -> None:
                                           "replicas, or pools of them)")
     if not {"replicas", "pools", "prefill_replicas"} & cluster.keys():
         raise FieldError("cluster.replicas", "required (a positive integer) unless "
-                                             "cluster.pools is given")
+                                             "cluster.pools, or cluster.prefill_replicas with "
+                                             "cluster.decode_replicas, is given")
     if config["mode"] == "serve":
         raise FieldError("cluster", "runs in modes simulate and cosimulate only (serve runs "
                                     "one engine on the wall clock)")

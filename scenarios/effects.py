@@ -139,6 +139,15 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
             raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
                                 f"(a pool's set applies last), so it changes no run; set it "
                                 f"in the pools")
+    for variant in variants if pool_writes else ():
+        if any(overlap(w, "cluster") for w in writes(variant.set)):
+            continue  # its own pools, perhaps: judged by what they are once built
+        for key, value in variant.set.items():
+            if all(_covered(writes({key: value}), pool) for pool in pool_writes):
+                raise ScenarioError(f"{shown}: variant {variant.name!r}: {key}: every pool "
+                                    f"of [cluster] sets it again (a pool's set applies last), "
+                                    f"so the variant's value changes no run; set it in the "
+                                    f"pools")
     variant_writes = [writes(variant.set) for variant in variants]
     if sweep and len(variants) > 1 and any(w != variant_writes[0] for w in variant_writes):
         all_swept = {w for key, values in sweep.items() for w in swept_writes(key, values)}

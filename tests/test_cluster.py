@@ -65,6 +65,20 @@ def test_prefix_affinity_keeps_no_keys_of_requests_that_share_no_prefix():
     assert router.sent_to == {}
 
 
+def test_prefix_affinity_follows_real_token_ids_in_cosimulate(tmp_path):
+    # a cosimulated request carries token ids, not keys: the router hashes its prompt's blocks
+    # as the replicas' caches do, so conversations go back to the replica holding them
+    def hit_rate(router: str) -> float:
+        text = (f'mode = "cosimulate"\n[engine]\nenable_prefix_caching = true\n[cluster]\n'
+                f'replicas = 3\nrouter = "{router}"\n'
+                + SESSIONS.replace("conversations = 30", "conversations = 8"))
+        _, recorder, _ = run_cluster_of(load_config(tmp_path, text))
+        cols = recorder.request_columns()
+        return sum(cols["cached_tokens"]) / sum(cols["prompt_tokens"])
+
+    assert hit_rate("prefix_affinity") > hit_rate("least_outstanding") + 0.1  # 0.82 vs 0.55
+
+
 def test_a_delayed_report_shows_the_counts_of_that_time():
     log = LoadLog(kv_blocks_total=10)
     log.sent(0.0)

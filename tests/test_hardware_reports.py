@@ -140,6 +140,17 @@ def test_a_sweep_every_pool_sets_again_is_refused(tmp_path):
         scenarios.load(write(tmp_path), sweep={"hardware.tp": [2, 2.0]})
 
 
+def test_a_variant_key_every_pool_sets_again_is_refused(tmp_path):
+    # the pools' set applies last: the variants would run the same, under different names
+    path = write(tmp_path, POOLS.format(gpu="a100-80gb-sxm").replace(
+        '"hardware.tp" = 2', '"hardware.tp" = 2, "hardware.gpu" = "h200"')
+        + '[[variants]]\nname = "h100"\nset = { "hardware.gpu" = "h100-sxm" }\n'
+          '[[variants]]\nname = "l40s"\nset = { "hardware.gpu" = "l40s" }\n')
+    with pytest.raises(ScenarioError, match="variant 'h100': hardware.gpu: every pool of "
+                                            "\\[cluster\\] sets it again"):
+        scenarios.load(path)
+
+
 def test_variant_loads_that_variant_alone(tmp_path):
     variants = ('[[variants]]\nname = "good"\n'
                 '[[variants]]\nname = "bad"\nset = { "hardware.tp" = 3 }\n')

@@ -11,7 +11,7 @@ import pytest
 
 from sim.cli import main
 from sim.validation.validate import validate
-from sim.validation.steps import busy_after
+from sim.validation.steps import busy_after, step_rows
 from sim.validation.table import COLUMNS, METRICS, STATS, error_pct, max_abs_error, read_csv
 
 SCENARIO = """
@@ -181,12 +181,38 @@ def test_max_abs_error_counts_only_the_headline_cells_and_never_skips_nan():
         == math.inf
 
 
-def test_busy_after_a_step_means_an_arrived_request_is_not_finished():
-    ends = [1.0, 2.0, 3.0, 4.0]
-    arrivals = [0.5, 2.5]
-    finishes = [2.0, 3.0]  # the first finishes at step 2's end, the second at step 3's
-    assert busy_after(ends, arrivals, finishes).tolist() == [True, False, False, False]
-    assert busy_after(ends, arrivals, [2.0, np.nan]).tolist() == [True, False, True, True]
+def test_a_static_batch_waiting_for_its_timeout_is_a_sleep_not_step_time(tiny_params):
+    # six requests at once, batches of 4 with a 1 s timeout: the first batch runs at once, the
+    # last two wait (asleep) for the timeout; the step before that wait has no cycle, the step
+    # after it pays a wake-up
+    from engine.block_manager import BlockManager
+    from engine.executor import NumpyExecutor
+    from engine.records import RunRecorder
+    from engine.scheduler import Scheduler, SchedulerConfig
+    from engine.sequence import Sequence
+    from engine.server import serve
+    from sim.costs import LinearCost
+    from sim.profiling.serving import StepLog
+
+    bm = BlockManager(64, 4)
+    scheduler = Scheduler(SchedulerConfig(policy="static", max_batch_size=4, max_seq_len=128,
+                                          batch_timeout_s=1.0), bm)
+    log = StepLog(NumpyExecutor(tiny_params, bm, rng=np.random.default_rng(0)))
+    requests = [Sequence(f"r{i}", 6, 3, prompt_token_ids=[1 + i] * 6, arrival_s=0.0)
+                for i in range(6)]
+    recorder = serve(scheduler, log, requests, RunRecorder(64))
+    busy = busy_after(recorder)
+    slept = np.flatnonzero(~np.isnan(recorder.slept_before()))
+    assert slept.tolist() == [3] and busy.tolist() == [True, True, False, True, True, True]
+    assert recorder.slept_before()[3] == pytest.approx(1.0)  # the timeout, from the arrivals
+    class Waking(LinearCost):
+        def wake_cost(self, idle_s: float) -> float:
+            return 0.5
+
+    cost = Waking(0.001, 1e-5, 1e-4, 0.0)
+    rows = step_rows("static", recorder, log, cost)
+    assert math.isnan(rows[2]["cycle_s"]) and rows[2]["measured_s"] < 0.9  # no wait inside
+    assert rows[3]["predicted_s"] == pytest.approx(cost.step_time(log.shapes[3]) + 0.5)
 
 
 def test_cli_prints_the_error_table(tmp_path, capsys):

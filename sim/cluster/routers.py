@@ -1,7 +1,8 @@
 """Routers: which replica of a cluster a new request goes to.
 
 A router sees only what a real one would: each replica's `Load` as reported (requests
-outstanding, KV blocks in use) and the request itself (its prefix-cache block keys). It never
+outstanding, KV blocks in use) and the request itself (its prefix-cache block keys, or the
+hashes of its prompt's token blocks where it has real token ids). It never
 reads a replica's scheduler, and draws random numbers only from the generator it is given.
 Policies, by `cluster.router`:
 
@@ -22,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from engine.prefix_cache import own_keys
+from engine.prefix_cache import block_hashes, own_keys
 from scenarios.defaults import ROUTERS
 
 # prefix_affinity: how much busier than the least busy replica a replica holding a request's
@@ -75,13 +76,19 @@ class LeastKv:
 
 class PrefixAffinity:
     """Remembers, for every block key, the replicas it sent a request holding it to (a bit
-    mask); a replica holds a request's prefix up to the first key it was never sent."""
+    mask); a replica holds a request's prefix up to the first key it was never sent. A request
+    with real token ids (cosimulate) is keyed by hashing its prompt's full blocks of
+    `block_size` tokens, as the replicas' prefix caches hash them."""
 
-    def __init__(self):
+    def __init__(self, block_size: int | None = None):
+        self.block_size = block_size
         self.sent_to: dict = {}  # block key -> bit mask of replicas
 
     def choose(self, seq, loads: list[Load]) -> int:
-        keys = seq.block_hashes or ()
+        keys = seq.block_hashes
+        if self.block_size and keys is not None and seq.prompt_token_ids is not None:
+            keys = block_hashes(seq, self.block_size, len(seq.prompt_token_ids) // self.block_size)
+        keys = keys or ()
         if own_keys(keys):  # a request that shares no prefix: nothing to follow
             keys = ()
         least = min(load.outstanding for load in loads)
@@ -110,14 +117,16 @@ class PrefixAffinity:
         return depth
 
 
-def make_router(name: str, num_replicas: int, rng: np.random.Generator):
+def make_router(name: str, num_replicas: int, rng: np.random.Generator,
+                block_size: int | None = None):
     """The router `cluster.router` names, for `num_replicas` replicas; `rng`: the seed's
-    "router" stream (only `random` draws from it)."""
+    "router" stream (only `random` draws from it); `block_size`: the replicas' KV block size
+    (`prefix_affinity` hashes real token ids in blocks of it)."""
     routers = {"round_robin": lambda: RoundRobin(num_replicas),
                "random": lambda: Random(num_replicas, rng),
                "least_outstanding": LeastOutstanding,
                "least_kv": LeastKv,
-               "prefix_affinity": PrefixAffinity}
+               "prefix_affinity": lambda: PrefixAffinity(block_size)}
     assert tuple(routers) == ROUTERS
     if name not in routers:
         raise ValueError(f"cluster.router must be one of {', '.join(ROUTERS)}, got {name!r}")

@@ -58,6 +58,7 @@ class Cluster:
             scheduler, executor, self.model = build_server(replica_config, mode, streams,
                                                            cost, rng, steady)
             scheduler.prefill_only = pool == "prefill"
+            block_size = scheduler.block_manager.block_size  # one in a cluster
             recorder = RunRecorder(scheduler.block_manager.num_blocks)
             llm = LLMEngine(scheduler, executor, recorder, timing="executor")
             self.replicas.append(Replica(llm, index, LoadLog(scheduler.block_manager.num_blocks)))
@@ -65,14 +66,15 @@ class Cluster:
         self.prefill_replicas = cluster.prefill_replicas
         if not self.prefill_replicas:
             self.dispatch = Dispatch(self.env, self.replicas, make_router(
-                cluster.router, len(configs), streams["router"]), cluster.report_delay_s)
+                cluster.router, len(configs), streams["router"], block_size),
+                cluster.report_delay_s)
             return
         prefill, decode = (self.replicas[:self.prefill_replicas],
                            self.replicas[self.prefill_replicas:])
         self.dispatch = Disaggregation(
             self.env, prefill, decode,
-            make_router(cluster.router, len(prefill), streams["router"]),
-            make_router(cluster.decode_router, len(decode), streams["router"]),
+            make_router(cluster.router, len(prefill), streams["router"], block_size),
+            make_router(cluster.decode_router, len(decode), streams["router"], block_size),
             cluster.report_delay_s, kv_link(config, hardware_of(config)))
 
     def block_manager(self):

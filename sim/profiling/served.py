@@ -8,8 +8,9 @@ through `engine.server.serve` and learns from what each step took there:
 
 - a step followed at once by another (the server had work) took its cycle, from its start to the
   next one's: what the simulated clock must advance by, scheduling and recording included;
-- the first step after an idle wait also took the wake-up: from the arrival that woke the
-  server to the step's start (the sleep's overshoot), and the step's own extra time, colder;
+- the first step after an idle wait also took the wake-up: from when the sleep was to end (the
+  arrival, or a static batch's timeout, that woke the server; the server records each sleep)
+  to the step's start (the sleep's overshoot), and the step's own extra time, colder;
 - the k-th step after one with prefill chunks (k = 1..AFTER_STEPS, counted as the simulator
   counts them: reset by an idle wait) runs slower by an amount that grows with the prefill's
   tokens (it evicted what the steps around it keep in cache).
@@ -40,7 +41,7 @@ class ServedSteps:
     """The steps of served runs, columnar. For step i: its shape; `seconds[i]` what it took
     (its cycle when the server went on at once, else start to end); `busy[i]` whether it went
     on at once; `idle_s[i]` the idle wait before it (NaN when it followed a step at once) and
-    `lag_s[i]` from the arrival that woke the server to its start; `after_k[i]`, `after_tokens
+    `lag_s[i]` from when the sleep was to end to its start; `after_k[i]`, `after_tokens
     [i]`: it is the after_k-th step after one with after_tokens prefill tokens (0: none)."""
 
     shapes: list
@@ -75,12 +76,11 @@ def served_steps(recorder, shapes: list) -> ServedSteps:
     """The steps of one served run (`serving.serve_logged`'s recorder and log shapes)."""
     from ..validation.steps import busy_after
 
-    steps, reqs = recorder.step_columns(), recorder.request_columns()
+    steps = recorder.step_columns()
     start, end = np.asarray(steps["start_s"]), np.asarray(steps["end_s"])  # [S]
     assert len(start) == len(shapes), "every executed plan is one recorded step"
-    served = np.asarray(reqs["status"], dtype=object) != "rejected"
-    arrivals = np.sort(np.asarray(reqs["arrival_s"])[served])
-    busy = busy_after(end, arrivals, np.asarray(reqs["finish_s"])[served])  # [S]
+    busy = busy_after(recorder)  # [S]
+    woken_at = recorder.slept_before()  # [S] when the sleep before a step was to end
     cycle = np.append(np.diff(start), np.nan)  # [S]
     seconds = np.where(busy & ~np.isnan(cycle), cycle, end - start)
     idle = np.full(len(start), np.nan)
@@ -91,8 +91,7 @@ def served_steps(recorder, shapes: list) -> ServedSteps:
     for i, shape in enumerate(shapes):
         if i and not busy[i - 1]:  # the server slept before this step: as the simulator, reset
             idle[i] = start[i] - end[i - 1]
-            woken_by = arrivals[np.searchsorted(arrivals, start[i], side="right") - 1]
-            lag[i] = max(start[i] - woken_by, 0.0)
+            lag[i] = max(start[i] - woken_at[i], 0.0)
             tokens = 0
         if tokens:
             k += 1

@@ -35,26 +35,20 @@ STEP_COLUMNS = ("variant", "step", *COUNTS, "executor_s", "measured_s", "cycle_s
                 "predicted_s", "error_pct")
 
 
-def busy_after(step_end_s, arrival_s, finish_s) -> np.ndarray:
-    """[S] True where a request had arrived by the step's end and was not finished by it, i.e.
-    the server started its next step at once. Times on one clock; unfinished requests have
-    finish NaN (never finished)."""
-    ends = np.asarray(step_end_s, float)  # [S]
-    arrived = np.searchsorted(np.sort(np.asarray(arrival_s, float)), ends, side="right")  # [S]
-    finish = np.asarray(finish_s, float)
-    finish = np.sort(np.where(np.isnan(finish), np.inf, finish))
-    done = np.searchsorted(finish, ends, side="right")  # [S]
-    return arrived > done
+def busy_after(recorder) -> np.ndarray:
+    """[S] True where the served engine started its next step at once: the server did not
+    sleep before it (to the next arrival, or to a static batch's timeout; the server records
+    each sleep). The last step's: True (nothing follows it)."""
+    slept = ~np.isnan(recorder.slept_before())  # [S]
+    return np.append(~slept[1:], True)
 
 
 def step_rows(variant: str, recorder, log, cost_model) -> list[dict]:
     """One row per served step (STEP_COLUMNS); times in seconds."""
-    steps, reqs = recorder.step_columns(), recorder.request_columns()
+    steps = recorder.step_columns()
     start, end = np.asarray(steps["start_s"]), np.asarray(steps["end_s"])  # [S]
     assert len(start) == len(log.shapes), "every executed plan is one recorded step"
-    served = np.asarray(reqs["status"], dtype=object) != "rejected"  # rejected never queue
-    busy = busy_after(end, np.asarray(reqs["arrival_s"])[served],
-                      np.asarray(reqs["finish_s"])[served])
+    busy = busy_after(recorder)
     rows, last_prefill, since = [], 0, 0
     for k, shape in enumerate(log.shapes):
         measured = float(end[k] - start[k])
