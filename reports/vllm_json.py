@@ -66,7 +66,10 @@ def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
     derived = config.hardware.derived if config.hardware is not None else None
     if derived:  # the hardware model's: what ran on what
         run["hardware"] = hardware_record(config, derived)
-    return setup | vllm_summary(summary, std, peaks) | run
+    figures = vllm_summary(summary, std, peaks)
+    if not config.slo.any:  # no SLO to meet: vLLM writes null without --goodput
+        figures["request_goodput"] = None
+    return setup | figures | run
 
 
 def hardware_record(config, derived: dict) -> dict:

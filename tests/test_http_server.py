@@ -18,6 +18,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers.http import (POLLS, PROMPT, TINY, kv_usage, metric, post, served, sse_events,
                           until)
@@ -116,6 +118,28 @@ def test_detokenizer_holds_back_a_possible_stop_string():
     pieces = [detokenizer.push(token) for token in ids]
     assert pieces == ["", "", "abx", "", "", ""]
     assert detokenizer.stopped and detokenizer.text == "abx"
+
+
+@settings(max_examples=300)
+@given(text=st.text(alphabet="abc", max_size=40),
+       stops=st.lists(st.text(alphabet="abc", min_size=1, max_size=4), max_size=3))
+def test_the_detokenizer_stops_at_the_first_stop_string_searching_only_new_text(text, stops):
+    # as vLLM: at the first token that completes a stop string, the text is cut before it (the
+    # first in the list's order, of those it completes); the whole text when none is reached
+    vocab = model_vocab(64)
+    detokenizer = Detokenizer(vocab, tuple(stops))
+    sent = ""
+    for char in text:
+        if detokenizer.stopped:
+            break
+        sent += detokenizer.push(vocab["token_to_id"][char])
+    if not detokenizer.stopped:
+        sent += detokenizer.flush()
+    cuts = [[end - len(stop) for stop in stops if text[:end].endswith(stop)]
+            for end in range(1, len(text) + 1)]
+    cut = next((found[0] for found in cuts if found), None)
+    assert sent == text[:len(text) if cut is None else cut]
+    assert detokenizer.stopped == (cut is not None)
 
 
 # --- models, health, metrics ---------------------------------------------------------------------

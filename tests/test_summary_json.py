@@ -73,6 +73,11 @@ def test_a_single_run_writes_one_flat_summary_json_with_vllms_keys_in_order(sing
     assert record["model_id"] == "servesim-numpy-v512-d512-l4-h8-ff2048-ctx128"
 
 
+def test_goodput_is_null_without_an_slo_as_vllm_writes_it_without_goodput(tmp_path):
+    _, out = write(tmp_path, overrides=["slo.ttft_s=false", "slo.tpot_s=false"])
+    assert json.loads((out / "summary.json").read_text())["request_goodput"] is None
+
+
 def test_the_figures_are_summarizes_in_milliseconds(single):
     results, out = single
     record = json.loads((out / "summary.json").read_text())

@@ -46,10 +46,12 @@ class Detokenizer:
         self.stopped = False
 
     def push(self, token_id: int) -> str:
+        before = len(self.text)
         self.text += decode_tokens([token_id], self.vocab)
         end = len(self.text) - self._held()
         for stop in self.stop:
-            at = self.text.find(stop)
+            # a stop string not found before can only end in the new text: search its tail
+            at = self.text.find(stop, max(0, before - len(stop) + 1))
             if at >= 0:
                 self.stopped = True
                 self.text = self.text[:at]
