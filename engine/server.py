@@ -272,6 +272,7 @@ class _ClientSlots:
 
     def __init__(self, cap: int | None, done_before: int, until_s: float = math.inf):
         self.cap, self.until_s = cap, until_s  # no request is sent after until_s
+        self.free_since: float | None = None  # since when a slot has stood free, seen last
         self.waiting: deque[Sequence] = deque()  # arrived, not sent (no slot is free)
         self.mail: list[Sequence] = []  # sent while the engine was busy
         self.sent = 0
@@ -293,18 +294,23 @@ class _ClientSlots:
         idle engine sees them at once, a busy one after its next step."""
         if self.cap is None:
             return
-        if now > self.until_s:  # too late: what still waits is never sent
-            self.waiting.clear()
-            return
         busy = engine.has_unfinished()
         in_flight = self.sent - (recorder.num_requests - self.done_before)
+        free_since = now if self.free_since is None else self.free_since
         while self.waiting and in_flight < self.cap:
+            # due once it arrived and a slot was free (the simulator's client slots): a request
+            # that arrived during a step into a free slot was due on time, however late the
+            # step ended; one due after until_s is never sent, nor is any after it
+            if max(self.waiting[0].arrival_s, free_since) > self.until_s:
+                self.waiting.clear()
+                break
             seq = self.waiting.popleft()
             recorder.record_submit_lag(0.0)
             seq.arrival_s = now  # its latencies start when it is sent
             (self.mail.append if busy else engine.add_request)(seq)
             self.sent += 1
             in_flight += 1
+        self.free_since = free_since if in_flight < self.cap else None
 
     def unsent(self) -> list[Sequence]:
         return list(self.waiting)

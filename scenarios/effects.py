@@ -139,7 +139,10 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
             raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
                                 f"(a pool's set applies last), so it changes no run; set it "
                                 f"in the pools")
-    for variant in variants if pool_writes else ():
+    # the file's pools are every run's unless an override, the sweep or the variant sets them
+    reset = any(overlap(w, "cluster") for _, key, values in given
+                for w in swept_writes(key, values))
+    for variant in variants if pool_writes and not reset else ():
         if any(overlap(w, "cluster") for w in writes(variant.set)):
             continue  # its own pools, perhaps: judged by what they are once built
         for key, value in variant.set.items():

@@ -671,7 +671,8 @@ def test_validate_against_a_server_failing_some_requests_says_the_sides_are_unli
                    "--quiet", "--set", 'cost.model="linear"'])
     printed = capsys.readouterr().out
     assert status == 1
-    assert f"but over unlike requests: {BAD} of 5 failed on the server" in printed
+    assert (f"but over unlike requests: of 5, {BAD} finished in the simulation and not on the "
+            f"server") in printed
     assert "unlike requests" in (out / "report.md").read_text()
 
 
@@ -690,3 +691,27 @@ def test_under_max_concurrency_nothing_is_sent_after_max_seconds(fake, scenario_
     assert len(fake.bodies) == 1 and run.recorder.num_requests == 1
     assert "4 requests not sent: workload.max_seconds passed while they waited for a slot" \
         in run.notes
+
+
+def test_validate_against_counts_a_request_both_sides_refuse_as_alike(
+        fake, scenario_file, tmp_path, capsys):
+    # prompts past the context are refused by the server (400) and by the simulation alike:
+    # the two sides count the same requests
+    from sim.cli import main
+
+    context = 14
+
+    async def as_the_context_allows(request, body):
+        if prompt_length(body) + body["max_tokens"] > context:
+            return web.json_response({"error": {"message": "too long"}}, status=400)
+        return await healthy(request, body)
+
+    fake.answers = [as_the_context_allows] * 5
+    out = tmp_path / "v"
+    status = main(["validate", str(scenario_file), "--against", fake.url, "--out", str(out),
+                   "--quiet", "--set", 'cost.model="linear"', f"model.max_seq_len={context}",
+                   "engine.block_size=2"])
+    printed = capsys.readouterr().out
+    refused = [r for r in rows(out / "simulate" / "requests.csv") if r["status"] == "rejected"]
+    assert 0 < len(refused) < 5, "the case needs requests refused and served"
+    assert status == 0 and "unlike" not in printed

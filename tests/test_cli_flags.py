@@ -300,7 +300,8 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     (["--random-input-len", "1", "--random-range-ratio", "0.5"],
      "--random-input-len 1 with --random-range-ratio 0.5: the shortest prompt would be 0"),
     (["--random-range-ratio", "1", "--input-len", "9"],
-     "argument --random-range-ratio: invalid range_ratio value: '1'"),
+     "argument --random-range-ratio: must be a number from 0 to below 1 (vLLM's range), "
+     "got '1'"),
     (["azure-code", "--output-len", "64"], "--random-output-len: workload.output_tokens: not "
                                            "allowed with workload.trace"),
     (["--set", "scheduler.policy=\"bogus\"", "--variant", "static"],

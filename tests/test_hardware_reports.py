@@ -149,6 +149,10 @@ def test_a_variant_key_every_pool_sets_again_is_refused(tmp_path):
     with pytest.raises(ScenarioError, match="variant 'h100': hardware.gpu: every pool of "
                                             "\\[cluster\\] sets it again"):
         scenarios.load(path)
+    # pools of their own, from the command line, leave the GPU to the variants
+    pools = ('cluster.pools=[{name = "a", replicas = 1, set = {"hardware.tp" = 2}}, '
+             '{name = "b", replicas = 2}]')
+    assert len(scenarios.load(path, [pools]).runs()) == 2
 
 
 def test_variant_loads_that_variant_alone(tmp_path):

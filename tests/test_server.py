@@ -175,6 +175,27 @@ def test_under_a_cap_no_request_is_sent_after_send_until(params):
     assert recorder.request_ids == ["w0"] and recorder.statuses == ["finished"]
 
 
+def test_under_a_cap_a_request_due_before_send_until_is_sent_after_a_long_step(params):
+    # two slots: w1 arrives at 10.1 into the free one while w0's first step runs to 10.3; it
+    # was due then and is sent, as the simulator sends it; w2 (10.15) finds both slots taken
+    # until after 10.2 and is never sent
+    scheduler, executor = engine_parts(params)
+    execute = executor.execute
+
+    def first_step_slow(plan):
+        if plan.step == 0:
+            time.sleep(0.3)
+        return execute(plan)
+
+    executor.execute = first_step_slow
+    requests = [Sequence(f"w{i}", 6, 4, prompt_token_ids=[1 + i] * 6, arrival_s=t,
+                         sampling=GREEDY) for i, t in enumerate((10.0, 10.1, 10.15))]
+    recorder = serve(scheduler, executor, requests, RunRecorder(64), max_in_flight=2,
+                     send_until_s=10.2)
+    assert sorted(recorder.request_ids) == ["w0", "w1"]
+    assert set(recorder.statuses) == {"finished"}
+
+
 def test_serve_marks_requests_past_the_time_limit_unfinished(params):
     scheduler, executor = engine_parts(params)
     requests = workload(3, 0.5, out=2)  # arrivals at 0, 0.5, 1.0 on the run's clock

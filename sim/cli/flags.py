@@ -324,9 +324,14 @@ def positive_integer(text: str) -> int:
 
 
 def range_ratio(text: str) -> float:
-    value = float(text)
+    from argparse import ArgumentTypeError
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
     if not 0 <= value < 1:
-        raise ValueError(text)
+        raise ArgumentTypeError(f"must be a number from 0 to below 1 (vLLM's range), got {text!r}")
     return value
 
 

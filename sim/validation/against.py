@@ -2,8 +2,9 @@
 
 Each distinct workload of the scenario's runs is sent to the server (`sim.bench`, latencies
 measured by the client) and simulated with the scenario's cost model on the same requests;
-validation.csv compares them as `validate` does; when requests failed on the server, the
-headline says the two sides counted different requests (and the command's exit status is 1).
+validation.csv compares them as `validate` does; when a request finished on one side only (it
+failed on the server, say, where the simulation served it), the headline says the two sides
+counted different requests (and the command's exit status is 1).
 A client cannot see the server's steps, so there is no step table (`step_errors.csv`) and no
 speed-normalized comparison. Written to `out_dir`: validation.csv, validation_cdfs.png, report.md, report.html, and each side's own
 report in `bench/` and `simulate/`.
@@ -26,7 +27,8 @@ def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "a
                      manifest: dict | None = None) -> tuple[str, list]:
     """Bench and simulate every distinct workload of `scenario`, write the files to `out_dir`
     (whole or not at all) and return (the printed text: the error table, what the client saw,
-    the headline and where the report is; every request sent, as `RequestResult`s)."""
+    the headline and where the report is; every request sent, as `RequestResult`s; how many
+    requests finished on one side only)."""
     from reports.output import output_folder
 
     specs = distinct_runs(validatable_runs(scenario, False, profile, options.progress,
@@ -41,24 +43,40 @@ def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "a
                 for row in error_rows(run.spec.label, *(summarize(recorder, *counted(run.spec))
                                                         for recorder in (run.recorder, sim)))]
         notes = [f"{run.spec.label}: " + "; ".join(run.notes) for run in benched]
+        apart = [finished_apart(run.recorder, sim) for run, sim in zip(benched, simulated)]
         headline = (f"max |error| over p50/p90/p99 of TTFT, TPOT, E2E: "
-                    f"{max_abs_error(rows):.1f}%" + unlike(benched))
+                    f"{max_abs_error(rows):.1f}%" + unlike(apart, benched))
         _write(scenario, options, benched, list(zip(specs, simulated)), rows, notes, headline,
                folder)
     text = "\n".join([text_table(rows), "", *notes, headline,
                       f"report: {Path(out_dir) / 'report.html'}"])
-    return text, [result for run in benched for result in run.results]
+    return (text, [result for run in benched for result in run.results],
+            sum(server + simulation for server, simulation in apart))
 
 
-def unlike(benched) -> str:
-    """What the headline adds when requests failed on the server: the simulation serves every
-    one, so the two sides' figures are over different requests."""
-    results = [result for run in benched for result in run.results]
-    failed = sum(not result.finished for result in results)
-    if not failed:
+def finished_apart(served, simulated) -> tuple[int, int]:
+    """(requests that finished on the server and not in the simulation, the reverse), matched
+    by request id: a request both refused (a prompt too long for either) is alike on both."""
+    def finished(recorder) -> dict:
+        cols = recorder.request_columns()
+        return {rid: status == "finished" for rid, status in zip(cols["request_id"],
+                                                                  cols["status"])}
+
+    server, simulation = finished(served), finished(simulated)
+    ids = server.keys() | simulation.keys()
+    return (sum(server.get(i, False) and not simulation.get(i, False) for i in ids),
+            sum(simulation.get(i, False) and not server.get(i, False) for i in ids))
+
+
+def unlike(apart: list, benched) -> str:
+    """What the headline adds when some requests finished on one side only: the two sides'
+    figures are then over different requests."""
+    server, simulation = (sum(side) for side in zip(*apart))
+    if not server + simulation:
         return ""
-    return (f", but over unlike requests: {failed} of {len(results)} failed on the server "
-            f"(bench/bench_requests.csv says why), and the simulation serves every one")
+    total = sum(len(run.results) for run in benched)
+    return (f", but over unlike requests: of {total}, {simulation} finished in the simulation "
+            f"and not on the server (bench/bench_requests.csv says why), {server} the reverse")
 
 
 def counted(spec) -> tuple:
