@@ -22,10 +22,14 @@ memory instead (`StepPlan.swap_out`) and back when it is readmitted (`StepPlan.s
 resumes where it stopped; a victim whose blocks do not fit in the free swap space is preempted by
 recompute.
 
-Prefill/decode disaggregation (`sim.cluster`): a `prefill_only` scheduler releases every
-sequence that sampled its first token and goes on (`StepPlan.handed_off`, status transferred,
-its blocks freed); the decode engine's scheduler takes it with `add_transferred` and readmits it
-as it readmits a swapped-out sequence, its KV already computed, without a copy from host memory.
+Prefill/decode disaggregation (`sim.cluster`), as vLLM's KV connectors move KV: a
+`prefill_only` scheduler releases every sequence that sampled its first token and goes on
+(`StepPlan.handed_off`, status transferred), keeping its blocks until its KV has been read
+(`kv_sent`); the decode engine's scheduler queues it with `add_transferred`, and when it reaches
+the head of the queue reserves blocks for all its tokens (`StepPlan.kv_requested`: the caller
+moves its KV) and holds them while the KV comes in; once it has (`kv_landed`) the sequence is
+readmitted as a swapped-out one is, ahead of the queue, its KV computed, without a copy from
+host memory.
 
 The policy's building blocks on KV blocks (`has_free_capacity`, `admit_sequence`,
 `preempt_sequence`, `reserve_decode_blocks`) live in `kv_reservation.py` and are re-exported
@@ -45,6 +49,8 @@ running list) and `sync` (bring every count up to date before something outside 
 from __future__ import annotations
 
 import bisect
+from collections import deque
+from dataclasses import dataclass, field
 
 from .batch_wait import BatchWait, hold_prefills
 from .block_manager import BlockManager, blocks_needed
@@ -65,6 +71,23 @@ _SWAPPED = SequenceStatus.SWAPPED
 
 
 # --- the policy ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class KvInFlight:
+    """Prefill/decode disaggregation at one engine: its role and its KV on its way (one
+    object: the scheduler keeps few attributes, docs/sim/speed.md)."""
+
+    prefill_only: bool = False  # release sequences after their first token
+    # queued transferred sequences (seq_id) whose KV is still at the engine that prefilled them
+    remote: set = field(default_factory=set)
+    # seq_id -> sequence whose blocks are reserved here while its KV comes in
+    receiving: dict = field(default_factory=dict)
+    # prefill-only: seq_id -> handed-off sequence whose blocks are kept until its KV is read
+    sending: dict = field(default_factory=dict)
+    # transferred sequences whose KV came in, holding their blocks: readmitted before the
+    # queue (behind a head that waits for the blocks they hold, they could never run)
+    landed: deque = field(default_factory=deque)
 
 
 class Scheduler:
@@ -90,8 +113,17 @@ class Scheduler:
             if config.queue == "priority" else None
         )
         self._caching = block_manager.prefix_caching  # engine.prefix_cache
-        self.prefill_only = False  # disaggregation: release sequences after their first token
+        self.kv = KvInFlight()  # disaggregation: this engine's role, its KV on its way
         self.batch_wait = BatchWait()  # TensorRT-LLM's batch waiting (`batch_wait.py`)
+
+    @property
+    def prefill_only(self) -> bool:
+        """Disaggregation: a prefill engine, releasing each sequence after its first token."""
+        return self.kv.prefill_only
+
+    @prefill_only.setter
+    def prefill_only(self, value: bool) -> None:
+        self.kv.prefill_only = value
 
     def sync(self) -> None:
         """Bring every running sequence's counts up to date before something outside the
@@ -114,13 +146,33 @@ class Scheduler:
         return True
 
     def add_transferred(self, seq: Sequence) -> None:
-        """Queue a sequence another engine prefilled (disaggregation), its KV now here: it is
-        readmitted like a swapped-out one. Its engine's limits are this one's, so it fits."""
+        """Queue a sequence another engine prefilled (disaggregation), its KV still there: at
+        the head of the queue, once its blocks fit, they are reserved and it is listed in the
+        plan's `kv_requested`; `kv_landed` readmits it. Its engine's limits are this one's, so
+        it fits."""
         if seq.status is not SequenceStatus.TRANSFERRED:
             raise ValueError(f"request {seq.request_id}: only a transferred sequence can be "
                              f"added with its KV, this one is {seq.status.value}")
         assert self.rejection_reason(seq) is None, "a transferred sequence must fit"
+        self.kv.remote.add(seq.seq_id)
         self.waiting.push(seq)
+
+    def kv_landed(self, seq: Sequence) -> None:
+        """The KV of a sequence whose blocks `kv_requested` reserved has come in: it is
+        readmitted as a swapped-out one is, ahead of the queue (it stood at its head, and
+        holds its blocks)."""
+        del self.kv.receiving[seq.seq_id]
+        self.kv.landed.append(seq)
+
+    def kv_sent(self, seq: Sequence) -> None:
+        """Prefill-only: the KV of a handed-off sequence has been read; its blocks are freed."""
+        del self.kv.sending[seq.seq_id]
+        self.block_manager.free_sequence(seq.seq_id)
+
+    def awaiting_kv(self) -> bool:
+        """Whether blocks are held for KV in flight (sent or coming in): progress that a
+        transfer's end, not a step, brings."""
+        return bool(self.kv.receiving or self.kv.sending)
 
     def rejection_reason(self, seq: Sequence) -> str | None:
         """Why the sequence can never run under this configuration, or None when it can."""
@@ -141,7 +193,7 @@ class Scheduler:
         return None
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting) or bool(self.running)
+        return bool(self.waiting) or bool(self.running) or bool(self.kv.landed)
 
     def abort(self, seq: Sequence) -> None:
         """Cancel a queued or running sequence between steps (its client went away): it leaves
@@ -178,7 +230,7 @@ class Scheduler:
                 if seq.first_scheduled_step is None:
                     seq.first_scheduled_step = plan.step
         plan.num_running = len(self.running)
-        plan.num_waiting = len(self.waiting)
+        plan.num_waiting = len(self.waiting) + len(self.kv.landed)
         plan.kv_blocks_used = self.block_manager.num_used
         if self._caching:
             plan.kv_blocks_cached = self.block_manager.num_cached
@@ -190,8 +242,10 @@ class Scheduler:
         plan.decodes = self.reserve_decodes(plan, prefilling)
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size - len(plan.decodes)
         # a step that preempted admits no waiting sequence (vLLM: the blocks just freed are
-        # the victims' to win back, not a newcomer's)
-        admitting = not plan.preempted
+        # the victims' to win back, not a newcomer's), unless it would run nothing: vLLM then
+        # plans again at once, and admits (blocks held outside the running list, KV coming in
+        # or come in under disaggregation, can leave a preempting step with nothing to run)
+        admitting = not plan.preempted or not (plan.decodes or prefilling)
         if cfg.batch_wait_timeout_iters and hold_prefills(self, plan.decodes, prefilling, budget):
             if admitting:  # those whose KV is computed still join, to decode
                 self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size,
@@ -248,16 +302,28 @@ class Scheduler:
         budget None: no token budget (static batching prefills its whole batch at once).
         `decoders`: only those whose KV is computed but for the last token (they decode), up to
         the first that would prefill (batch waiting holds those)."""
-        bm, waiting = self.block_manager, self.waiting
+        bm, waiting, landed = self.block_manager, self.waiting, self.kv.landed
+        while landed and len(self.running) < max_running and budget != 0:
+            n = self._swap_in(plan, landed[0], budget)
+            if not n:
+                break
+            landed.popleft()
+            if budget is not None:
+                budget -= n
         while waiting and len(self.running) < max_running and budget != 0:
             seq = waiting.peek()
             if decoders and not (seq.status in RESUMING
                                  and seq.num_tokens - seq.num_computed_tokens == 1):
                 break
+            if seq.seq_id in self.kv.remote:  # its KV is at the engine that prefilled it
+                if not self._reserve_remote(plan, seq):
+                    break
+                continue
             if seq.status in RESUMING:
                 n = self._swap_in(plan, seq, budget)
                 if not n:
                     break
+                waiting.pop()
                 if budget is not None:
                     budget -= n
                 continue
@@ -282,18 +348,34 @@ class Scheduler:
             if budget is not None:
                 budget -= chunk
 
+    def _reserve_remote(self, plan: StepPlan, seq: Sequence) -> bool:
+        """Reserve blocks for all the tokens of the transferred sequence at the head of the
+        queue and list it in `plan.kv_requested` (it waits for its KV, neither queued nor
+        running, taking no slot or token budget: vLLM's WAITING_FOR_REMOTE_KVS); False when
+        they do not fit (then nothing changes)."""
+        bm = self.block_manager
+        if not has_free_capacity(bm, blocks_needed(seq.num_tokens, bm.block_size)):
+            return False
+        self.waiting.pop()
+        self.kv.remote.discard(seq.seq_id)
+        bm.ensure_capacity(seq.seq_id, seq.num_tokens)
+        self.kv.receiving[seq.seq_id] = seq
+        plan.kv_requested.append(seq)
+        return True
+
     def _swap_in(self, plan: StepPlan, seq: Sequence, budget: int | None) -> int:
-        """Readmit the sequence at the head of the queue whose KV is computed (swapped out, or
-        transferred from the engine that prefilled it): blocks for all its tokens, a swapped-out
-        one's KV copied back from the swap space, and it decodes (or goes on with its prefill)
-        in this step. Returns the tokens it computes; 0 when it does not fit (then nothing
-        changes)."""
+        """Readmit a sequence whose KV is computed (swapped out, or transferred from the engine
+        that prefilled it), at the head of its queue (the caller takes it off): blocks for all
+        its tokens, a swapped-out one's KV copied back from the swap space, and it decodes (or
+        goes on with its prefill) in this step. Returns the tokens it computes; 0 when it does
+        not fit (then nothing changes)."""
         bm = self.block_manager
         left = seq.num_tokens - seq.num_computed_tokens
         n = 1 if left == 1 else self.first_chunk(left, budget)
-        if not n or not has_free_capacity(bm, blocks_needed(seq.num_tokens, bm.block_size)):
+        held = len(bm.block_tables.get(seq.seq_id, ()))  # reserved while its KV came in
+        if not n or not has_free_capacity(bm, blocks_needed(seq.num_tokens, bm.block_size)
+                                          - held):
             return 0
-        self.waiting.pop()
         host = self.swap.swap_in(seq.seq_id) if seq.status is _SWAPPED else ()
         admit_sequence(seq, bm)
         seq.filled_from = seq.num_computed_tokens // bm.block_size  # the KV it brought
@@ -423,10 +505,11 @@ class Scheduler:
 
     def _hand_off(self, plan: StepPlan) -> None:
         """Prefill-only: release every running sequence that has sampled its first token (it
-        goes on at a decode engine) and list it in `plan.handed_off`."""
+        goes on at a decode engine) and list it in `plan.handed_off`; its blocks stay held
+        until its KV has been read (`kv_sent`)."""
         leaving = [seq for seq in self.running if seq.num_output_tokens]
         for seq in leaving:
-            self.block_manager.free_sequence(seq.seq_id)
+            self.kv.sending[seq.seq_id] = seq
             seq.set_status(SequenceStatus.TRANSFERRED)
         self.running = [s for s in self.running if s.status is _RUNNING]
         plan.handed_off = leaving

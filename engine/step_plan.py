@@ -37,9 +37,13 @@ class StepPlan:
     swap_in: list[tuple[int, int]] = field(default_factory=list)
     swapped_in: list[Sequence] = field(default_factory=list)  # the readmitted sequences
     # A prefill-only engine (prefill/decode disaggregation): the sequences that sampled their
-    # first token in this step and left (their blocks freed), their KV to move to a decode
-    # engine. Filled by postprocess.
+    # first token in this step and left (their blocks held until their KV is read), their KV
+    # to move to a decode engine. Filled by postprocess.
     handed_off: list[Sequence] = field(default_factory=list)
+    # A decode engine (disaggregation): the transferred sequences whose blocks this planning
+    # reserved, whose KV the caller moves here now (`Scheduler.kv_landed` when it has); they
+    # take no part in the step, which may be empty
+    kv_requested: list[Sequence] = field(default_factory=list)
     # Filled by postprocess, for exact inter-token latencies without per-token timestamps:
     itl_consecutive: int = 0  # tokens whose previous token came from the previous step
     itl_from_steps: list[int] = field(default_factory=list)  # previous-token step of the others

@@ -14,7 +14,8 @@ fuller batch) sleeps until that time or the next arrival, whichever comes first.
 process may feed several engines (a cluster's replicas, `sim.cluster`): each engine is a
 `Replica` with its own process, and the state's `router` picks the replica of each request.
 With prefill/decode disaggregation a prefill replica hands each request off after its first
-token (`SimState.hand_off`) and the router moves its KV to a decode replica.
+token (`SimState.hand_off`) to a decode replica's queue; once that replica has reserved its
+blocks (`SimState.fetch`) the router moves its KV there.
 
 Async scheduling: a server that plans each step while the one before runs (the cost model's
 `async_scheduling`: vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers)
@@ -45,6 +46,10 @@ from engine.sequence import SequenceStatus
 from .clients import start_clients
 from .fastpath import finish_run, start_run
 
+# what a replica holds until its engine has planned its next step (async scheduling): a new
+# request, a transferred one (its KV still at its prefill replica), one whose KV has come in
+NEW, TRANSFERRED, LANDED = "new", "transferred", "landed"
+
 
 class Replica:
     """One engine of the simulation and the event it waits on while idle. `kv_log`: where a
@@ -72,9 +77,12 @@ class Replica:
         True when any was queued."""
         held, self.held = self.held, []
         queued = False
-        for seq, transferred in held:
-            if transferred:
+        for seq, kind in held:
+            if kind is TRANSFERRED:
                 self.scheduler.add_transferred(seq)
+                queued = True
+            elif kind is LANDED:
+                self.scheduler.kv_landed(seq)
                 queued = True
             elif self.engine.add_request(seq):
                 queued = True
@@ -83,12 +91,19 @@ class Replica:
         return queued
 
     def receive(self, seq) -> None:
-        """Queue a request whose KV a prefill replica computed and sent (disaggregation):
+        """Queue a request a prefill replica computed (disaggregation), its KV still there:
         at once, or with async scheduling once the engine has planned its next step."""
+        self._hear(seq, TRANSFERRED, self.scheduler.add_transferred)
+
+    def landed(self, seq) -> None:
+        """The KV of a request whose blocks this replica reserved has come in."""
+        self._hear(seq, LANDED, self.scheduler.kv_landed)
+
+    def _hear(self, seq, kind, now) -> None:
         if self.plans_ahead:
-            self.held.append((seq, True))
+            self.held.append((seq, kind))
         else:
-            self.scheduler.add_transferred(seq)
+            now(seq)
         self.wake()
 
 
@@ -123,7 +138,7 @@ class SimState:
             self.waiters[seq.seq_id] = done
         replica = self.replicas[0] if self.router is None else self.router.route(seq)
         if replica.plans_ahead:
-            replica.held.append((seq, False))  # queued once the engine planned its next step
+            replica.held.append((seq, NEW))  # queued once the engine planned its next step
             replica.wake()
         elif replica.engine.add_request(seq):
             replica.wake()
@@ -157,6 +172,12 @@ class SimState:
     def hand_off(self, seq, replica: Replica) -> None:
         """A prefill replica is done with `seq` (disaggregation): the router moves it on."""
         self.router.hand_off(seq, replica, self)
+
+    def fetch(self, plan, replica: Replica) -> None:
+        """A decode replica reserved blocks for the requests of `plan.kv_requested`
+        (disaggregation): the router moves their KV to it."""
+        for seq in plan.kv_requested:
+            self.router.fetch(seq, replica, self)
 
     def retire(self, seq, sent: bool = True) -> None:
         """A request is done (finished or rejected, and recorded): tell its user (and the
@@ -199,16 +220,21 @@ def engine(env, state: SimState, replica: Replica):
         if idle_since is not None and after_idle is not None:
             after_idle(start_s - idle_since)
         plan, result = llm.start_step(start_s)
+        if plan.kv_requested:
+            state.fetch(plan, replica)
         queued = False
         if replica.held and replica.queue_held(state):
             if result is None:  # nothing was planned ahead of them: they go now
                 plan, result = llm.start_step(start_s)
+                if plan.kv_requested:
+                    state.fetch(plan, replica)
             else:
                 queued = True
         if result is None:
             if state.drained() and not scheduler.has_unfinished():
                 return
-            if plan.idle_until_s is None and scheduler.has_unfinished():
+            if plan.idle_until_s is None and scheduler.has_unfinished() and \
+                    not scheduler.awaiting_kv():
                 raise RuntimeError(f"the scheduler made no progress at t={env.now:.6f}s with "
                                    f"{len(scheduler.waiting)} waiting and "
                                    f"{len(scheduler.running)} running")

@@ -162,9 +162,15 @@ def test_a_handed_over_sequence_decodes_and_is_never_held():
     decoding(decode)
     decode.add_transferred(handed)
     decode.add(Sequence("b", 10, 5))
+    plan = decode.schedule()  # its blocks reserved, for its KV to come in
+    assert decode.batch_wait.holding and not plan.prefills and plan.kv_requested == [handed]
+    advance(decode, plan)
+    decode.kv_landed(handed)
+    prefill.kv_sent(handed)
     plan = decode.schedule()
     assert decode.batch_wait.holding and not plan.prefills
     assert [s.request_id for s in plan.decodes] == ["a", "h"]
+    assert prefill.block_manager.num_used == 0  # its KV read, the prefill engine let it go
 
 
 def test_batch_waiting_is_refused_with_data_parallel_ranks():

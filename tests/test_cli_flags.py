@@ -295,6 +295,11 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     (["--sweep", "workload.arrival.rate=1,2", "--sweep", "workload.arrival.rate=3"],
      "--sweep workload.arrival.rate is given twice; give all its values in one"),
     (["--goodput", "ttft:x"], "--goodput ttft:x: must be a positive number"),
+    # vllm bench serve's flags that servesim does not take: what it offers instead
+    (["--save-result", "--result-dir", "x"], "--save-result is a flag of vllm bench serve "
+                                             "that servesim does not take: servesim always "
+                                             "writes vLLM's result file"),
+    (["--metric-percentiles=50,99"], "--metric-percentiles is a flag of vllm bench serve"),
     (["--random-range-ratio", "0.1"], "--random-range-ratio needs --random-input-len or "
                                       "--random-output-len"),
     (["--random-input-len", "1", "--random-range-ratio", "0.5"],

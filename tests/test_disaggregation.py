@@ -93,6 +93,25 @@ def test_a_prefill_replica_link_moves_one_request_at_a_time_in_turn(tmp_path):
     assert sorted(columns["kv_transfer_s"]) == pytest.approx([one, 2 * one], rel=1e-12)
 
 
+def test_kv_moves_only_once_the_decode_replica_has_room_and_is_held_until_read(tmp_path):
+    # each replica's cache holds one request (10 blocks of 16 tokens; one needs 7 to 9): the
+    # prefill replica keeps r0's blocks until its KV is read, so r1 prefills only then; the
+    # decode replica reserves r1's blocks only once r0 has finished there, and only then does
+    # r1's KV move (as vLLM's connectors move KV: into blocks reserved for it)
+    config = load_config(tmp_path, tiny_text(2) + "[engine]\nnum_kv_blocks = 10\n",
+                         ['workload.output_tokens={dist = "fixed", value = 40}'])
+    columns = run_config(config).request_columns()
+    r0, r1 = ({k: columns[k][i] for k in columns} for i in sorted(
+        range(2), key=lambda i: columns["first_token_s"][i]))
+    one = transfer_s(config)
+    assert r0["kv_transfer_s"] == pytest.approx(one, rel=1e-12)
+    landed0 = r0["first_token_s"] + r0["kv_transfer_s"]
+    assert r1["first_scheduled_s"] == pytest.approx(landed0, rel=1e-12)
+    assert r0["finish_s"] > r1["first_token_s"]  # r1 waits for decode blocks, not the link
+    assert r1["first_token_s"] + r1["kv_transfer_s"] == pytest.approx(r0["finish_s"] + one,
+                                                                      rel=1e-12)
+
+
 @pytest.mark.parametrize("router, decode_router, engine", [
     ("round_robin", "least_kv", ""),
     ("least_kv", "least_outstanding", ""),

@@ -35,13 +35,14 @@ from pathlib import Path
 
 from ..profiling import threads
 from .common import STOP_SIGNALS, USAGE_ERROR, RunFailed, Terminated, UsageError, version
-from .flags import split_set_values
+from .flags import split_set_values, vllm_flag_hint
 
 
 class Parser(argparse.ArgumentParser):
     """argparse with its errors as the project's one line (and status 2)."""
 
     def error(self, message: str):
+        message = vllm_flag_hint(message) or message
         self.exit(USAGE_ERROR, f"servesim: error: {message} (see `{self.prog} --help`)\n")
 
 

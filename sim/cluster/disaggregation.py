@@ -2,15 +2,17 @@
 only prefill, `cluster.decode_replicas` only decode, and each request's KV moves between them.
 
 The router (`cluster.router`) sends a new request to a prefill replica. There it prefills and
-samples its first token (its TTFT), then its scheduler (`prefill_only`) releases it: its blocks
-are freed at once, and it is handed to a decode replica chosen by `cluster.decode_router`
-(`least_kv` or `least_outstanding`, on the decode replicas' loads as reported). Its KV, the
-computed tokens' rows, moves over its prefill replica's one link, one transfer at a time in the
-order they were handed off: tokens x KV bytes a token / bandwidth + latency. With tensor
-parallelism every GPU moves its shard over its own link at once, so a token's bytes are one
-GPU's. When the KV lands, the decode replica queues the request to be readmitted as a swapped-out
-sequence is (`Scheduler.add_transferred`): blocks for all its tokens, no prefill, and it decodes
-as soon as it fits.
+samples its first token (its TTFT), then its scheduler (`prefill_only`) releases it, keeping
+its blocks until its KV has been read, and it is handed to a decode replica chosen by
+`cluster.decode_router` (`least_kv` or `least_outstanding`, on the decode replicas' loads as
+reported), whose queue it joins (`Scheduler.add_transferred`). As vLLM's KV connectors do, the
+decode replica reserves blocks for all its tokens when it reaches the head of the queue
+(`StepPlan.kv_requested`), and only then is its KV, the computed tokens' rows, moved, over its
+prefill replica's one link, one transfer at a time in the order they were asked for: tokens x
+KV bytes a token / bandwidth + latency. With tensor parallelism every GPU moves its shard over
+its own link at once, so a token's bytes are one GPU's. When the KV lands, the prefill replica
+frees its blocks and the decode replica readmits the request as a swapped-out sequence is
+(`Scheduler.kv_landed`): no prefill, and it decodes as soon as it fits.
 """
 
 from __future__ import annotations
@@ -95,16 +97,23 @@ class Disaggregation(Dispatch):
         seq.kv_transfer = KvTransfer(prefill.index, first_scheduled_s, first_token_s, now)
         seq.forget_steps()
         loads = [replica.kv_log.at(now - self.report_delay_s) for replica in self.decode]
-        decode = self.send(seq, self.decode[self.decode_policy.choose(seq, loads)])
-        self.env.process(self._move(seq, self.links[prefill.index], decode, state))
+        self.send(seq, self.decode[self.decode_policy.choose(seq, loads)]).receive(seq)
 
-    def _move(self, seq, link: simpy.Resource, decode: Replica, state):
-        """Wait for the link, move the KV, queue the request at its decode replica."""
-        with link.request() as turn:
+    def fetch(self, seq, decode: Replica, state) -> None:
+        """`decode` reserved blocks for `seq`: move its KV there from its prefill replica."""
+        prefill = self.replicas[seq.kv_transfer.prefill_replica]
+        self.env.process(self._move(seq, prefill, decode, state))
+
+    def _move(self, seq, prefill: Replica, decode: Replica, state):
+        """Wait for the prefill replica's link, move the KV; the prefill replica frees its
+        blocks, the decode replica readmits the request."""
+        with self.links[prefill.index].request() as turn:
             yield turn
             yield self.env.timeout(self.link.transfer_s(seq.num_computed_tokens))
         seq.kv_transfer = seq.kv_transfer._replace(arrived_s=self.env.now)
         self.in_flight -= 1
-        decode.receive(seq)
+        prefill.scheduler.kv_sent(seq)
+        prefill.wake()  # its freed blocks may admit what waits there
+        decode.landed(seq)
         if state.drained():  # the last one: idle engines may end
             state.wake_all()

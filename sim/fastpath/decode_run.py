@@ -119,7 +119,7 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
     static = scheduler.config.policy == "static"
     if plan.preempted or not members or \
             len(plan.decodes) + len(plan.prefills) != len(members) or \
-            (plan.prefills and not static and scheduler.waiting):
+            (plan.prefills and not static and (scheduler.waiting or scheduler.kv.landed)):
         return None  # a prefill's budget may admit the queue's head next step
     for seq, n in plan.prefills:
         if seq.num_computed_tokens + n != seq.num_tokens:
@@ -135,7 +135,8 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
     steady = _steady(scheduler)
     if steady is not None:  # steady decoders' counts lag (`sim.fastpath.steady`)
         first = steady.next_finish() - plan.step  # repeats to the first steady finish
-        if first < 1 or (first < STEADY_MIN_RUN and (scheduler.waiting or not through_finishes)):
+        if first < 1 or (first < STEADY_MIN_RUN and (scheduler.waiting or scheduler.kv.landed
+                                                      or not through_finishes)):
             return None  # a finish in `plan`, or a short run: stepping costs less
         steady.rebase()
     if any(seq.num_output_tokens + 1 >= seq.max_new_tokens for seq in members):
@@ -150,7 +151,7 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
         finish.append(seq.max_new_tokens - seq.num_output_tokens - 1)
         first_block.append(blocks * bs - (seq.prompt_len + seq.num_output_tokens - 1))
         held.append(blocks)
-    on = through_finishes and (static or not scheduler.waiting)
+    on = through_finishes and (static or not (scheduler.waiting or scheduler.kv.landed))
     max_steps = _fitting_steps(finish, first_block, held, max(finish) if on else min(finish),
                                bs, bm.num_free)
     if not max_steps:
