@@ -12,6 +12,8 @@ only counts them (`output_token_ids` stays empty).
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 from dataclasses import dataclass
 from enum import Enum
 
@@ -51,10 +53,19 @@ class SamplingParams:
     top_p: float = 1.0
 
     def __post_init__(self):
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not _number(self.temperature) or not 0 <= self.temperature < math.inf:
+            raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got "
+                             f"{self.temperature!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, numbers.Integral):
+            raise ValueError(f"top_k must be a whole number (0 or less is off), got "
+                             f"{self.top_k!r}")
+        if not _number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+
+def _number(value) -> bool:
+    """A real number, not a bool (True is no temperature)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 GREEDY = SamplingParams(temperature=0.0)

@@ -35,8 +35,8 @@ def sampling_params_from(spec) -> SamplingParams:
     if unknown:
         raise ValueError(f"sampling_params: unknown key(s) {', '.join(unknown)}; allowed: "
                          f"{', '.join(SAMPLING_KEYS)}")
-    temperature = 0.0 if spec.get("greedy", False) else float(spec.get("temperature", 1.0))
-    return SamplingParams(temperature, int(spec.get("top_k", 0)), float(spec.get("top_p", 1.0)))
+    temperature = 0.0 if spec.get("greedy", False) else spec.get("temperature", 1.0)
+    return SamplingParams(temperature, spec.get("top_k", 0), spec.get("top_p", 1.0))
 
 
 def make_request(request_id, prompt_token_ids, max_new_tokens: int, sampling_params=None) -> dict:

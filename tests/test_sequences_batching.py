@@ -152,6 +152,13 @@ def test_sampled_generation_is_reproducible_with_a_seeded_rng():
     (("r", [1], -1, {}), "max_new_tokens"),
     (("r", [1], 2, {"temprature": 1.0}), "unknown key"),
     (("r", [1], 2, {"top_p": 0.0}), "top_p"),
+    # values that would fail at the first decode step, refused when the request is made
+    (("r", [1], 2, {"temperature": float("nan")}), "temperature must be a finite number"),
+    (("r", [1], 2, {"temperature": float("inf")}), "temperature must be a finite number"),
+    (("r", [1], 2, {"temperature": "hot"}), "temperature must be a finite number"),
+    (("r", [1], 2, {"top_k": 2.9}), "top_k must be a whole number"),
+    (("r", [1], 2, {"top_k": True}), "top_k must be a whole number"),
+    (("r", [1], 2, {"top_p": float("nan")}), "top_p"),
 ])
 def test_make_request_rejects_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
@@ -162,6 +169,8 @@ def test_static_batch_generate_rejects_bad_config_and_oversized_requests():
     request = make_request("r", [1, 2], 3)
     with pytest.raises(ValueError, match="unknown config key"):
         static_batch_generate(PARAMS, [request], {"temp": 0.5}, 3)
+    with pytest.raises(ValueError, match="temperature must be a finite number"):
+        static_batch_generate(PARAMS, [request], {"temperature": float("inf")}, 3)
     with pytest.raises(ValueError, match="max_seq_len"):
         static_batch_generate(PARAMS, [make_request("long", [1] * 60, 10)], {}, 10)
     with pytest.raises(ValueError, match="max_seq_len"):

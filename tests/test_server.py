@@ -43,6 +43,16 @@ def test_submit_request_numbers_requests_in_order(params):
     assert ids == ["req-0", "req-1", "req-2"]
 
 
+def test_a_bad_sampling_value_is_refused_at_submit_and_the_others_are_served(params):
+    # a NaN temperature would fail its first step, every step, holding the batch for good
+    server = make_server(params)
+    good = server.submit("hello", 4, sampling=GREEDY)
+    with pytest.raises(ValueError, match="temperature must be a finite number"):
+        server.submit("world", 4, sampling={"temperature": float("nan")})
+    drive_until_complete(server)
+    assert len(collect_request_output(server, good)["output_ids"]) == 4
+
+
 def test_tokens_stream_while_the_batch_is_still_running(params):
     server = make_server(params)
     seen = []
