@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from itertools import chain
 from dataclasses import dataclass, field
 
 from .batch_wait import BatchWait, hold_prefills
@@ -223,14 +224,15 @@ class Scheduler:
             self._schedule_continuous(plan)
         else:
             self._schedule_static(plan, now_s)
-        if plan.prefills or plan.decodes:
-            plan.step = self.num_steps
+        if plan.prefills or plan.decodes or plan.preempted:  # a step that only preempted
+            plan.step = self.num_steps                       # is one: vLLM's zero-token step
             self.num_steps += 1
             for seq, _ in plan.prefills:
                 if seq.first_scheduled_step is None:
                     seq.first_scheduled_step = plan.step
         plan.num_running = len(self.running)
-        plan.num_waiting = len(self.waiting) + len(self.kv.landed)
+        kv = self.kv  # a request whose KV comes in or came in waits, as vLLM counts it
+        plan.num_waiting = len(self.waiting) + len(kv.receiving) + len(kv.landed)
         plan.kv_blocks_used = self.block_manager.num_used
         if self._caching:
             plan.kv_blocks_cached = self.block_manager.num_cached
@@ -284,12 +286,13 @@ class Scheduler:
                                                  lambda: self.preempt_last(plan))
             plan.padding_seqs = self._batch_slots - len(plan.decodes)
             return
-        cfg = self.config
-        if not self.waiting:
+        cfg, landed = self.config, self.kv.landed
+        if not self.waiting and not landed:
             return
-        if cfg.batch_timeout_s > 0 and len(self.waiting) < cfg.max_batch_size:
+        if cfg.batch_timeout_s > 0 and len(self.waiting) + len(landed) < cfg.max_batch_size:
             # fewer than max_batch_size waiting, so this scan is short
-            deadline = min(seq.arrival_s for seq in self.waiting) + cfg.batch_timeout_s
+            deadline = min(seq.arrival_s for seq in chain(self.waiting, landed)) \
+                + cfg.batch_timeout_s
             if now_s < deadline:
                 plan.idle_until_s = deadline
                 return

@@ -58,4 +58,5 @@ class StepPlan:
 
     @property
     def is_empty(self) -> bool:
-        return not (self.prefills or self.decodes or self.swap_out or self.swap_in)
+        return not (self.prefills or self.decodes or self.swap_out or self.swap_in
+                    or self.preempted)

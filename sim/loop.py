@@ -62,9 +62,9 @@ class Replica:
         self.index = index
         self.kv_log = kv_log
         self.wakeup = None  # the event an idle engine waits on
-        # async scheduling (module docstring): (request, whether its KV came from a prefill
-        # replica) for each that reached the replica since its engine last planned a step,
-        # queued once it has planned the next
+        # async scheduling (module docstring): (request, NEW, TRANSFERRED or LANDED) for each
+        # that reached the replica since its engine last planned a step, queued once it has
+        # planned the next
         self.plans_ahead = getattr(engine.executor, "async_scheduling", False)
         self.held: list = []
 
@@ -220,23 +220,28 @@ def engine(env, state: SimState, replica: Replica):
         if idle_since is not None and after_idle is not None:
             after_idle(start_s - idle_since)
         plan, result = llm.start_step(start_s)
-        if plan.kv_requested:
+        reserved = bool(plan.kv_requested)
+        if reserved:
             state.fetch(plan, replica)
         queued = False
         if replica.held and replica.queue_held(state):
             if result is None:  # nothing was planned ahead of them: they go now
                 plan, result = llm.start_step(start_s)
                 if plan.kv_requested:
+                    reserved = True
                     state.fetch(plan, replica)
             else:
                 queued = True
         if result is None:
+            if reserved and kv_log is not None:  # blocks reserved, and no step logs them
+                kv_log.kv_changed(env.now, scheduler.block_manager.num_used)
             if state.drained() and not scheduler.has_unfinished():
                 return
             if plan.idle_until_s is None and scheduler.has_unfinished() and \
                     not scheduler.awaiting_kv():
                 raise RuntimeError(f"the scheduler made no progress at t={env.now:.6f}s with "
-                                   f"{len(scheduler.waiting)} waiting and "
+                                   f"{len(scheduler.waiting)} waiting, "
+                                   f"{len(scheduler.kv.landed)} landed and "
                                    f"{len(scheduler.running)} running")
             if stepped and idle_since is None:
                 idle_since = env.now

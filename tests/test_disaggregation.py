@@ -112,6 +112,37 @@ def test_kv_moves_only_once_the_decode_replica_has_room_and_is_held_until_read(t
                                                                       rel=1e-12)
 
 
+@pytest.mark.parametrize("engine", ["", 'swap_blocks = 8\n[scheduler]\npreemption = "swap"'])
+def test_a_step_that_only_preempts_is_a_step(tmp_path, engine):
+    # 7 blocks of 4: the second request's blocks are reserved while its KV is on the (slow)
+    # link, and the first, growing, preempts itself with nothing else to run: a zero-token
+    # step, recorded as one (vLLM's), after which the first is readmitted
+    text = ("[cluster]\nprefill_replicas = 1\ndecode_replicas = 1\n"
+            "kv_transfer_latency_s = 0.5\n[engine]\nnum_kv_blocks = 7\nblock_size = 4\n"
+            + engine + "\n" + TINY_WORKLOAD.replace("N", "2").replace(
+                f"value = {PROMPT}", "value = 8").replace(f"value = {OUTPUT}", "value = 12"))
+    cluster, recorder, _ = run_cluster_of(load_config(tmp_path, text))
+    columns = recorder.request_columns()
+    assert columns["status"] == ["finished"] * 2 and sum(columns["preemptions"]) == 1
+    decode = recorder.replicas[1].step_columns()
+    assert 1 in decode["preemptions"]
+    for replica in cluster.replicas:
+        assert replica.scheduler.block_manager.num_used == 0
+
+
+def test_a_static_decode_replica_batches_what_has_landed(tmp_path):
+    config = load_config(tmp_path, tiny_text(6) + '[scheduler]\npolicy = "static"\n'
+                                                  'max_batch_size = 4\n')
+    columns = run_config(config).request_columns()
+    assert columns["status"] == ["finished"] * 6
+
+
+def test_a_prefill_replica_reports_the_blocks_it_freed_once_its_kv_was_read(tmp_path):
+    cluster, _, _ = run_cluster_of(load_config(tmp_path, tiny_text(2)))
+    prefill = cluster.replicas[0]
+    assert prefill.kv_log.at(float("inf")).kv_use == 0  # not the blocks of its last hand-off
+
+
 @pytest.mark.parametrize("router, decode_router, engine", [
     ("round_robin", "least_kv", ""),
     ("least_kv", "least_outstanding", ""),

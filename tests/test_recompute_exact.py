@@ -14,6 +14,7 @@ from engine.block_manager import BlockManager
 from engine.continuous_batching import run_continuous_batching
 from engine.executor import NumpyExecutor
 from engine.llm_engine import LLMEngine
+from engine.prefix_cache import PrefixCachingBlockManager
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import GREEDY, Sequence
 from engine.sequences import generate_single_sequence, make_request
@@ -83,3 +84,34 @@ def test_static_batch_under_block_pressure_matches(requests, tiny_params, refere
         engine.step()
     assert scheduler.num_preemptions > 0
     assert [s.output_token_ids for s in seqs] == reference
+
+
+@pytest.mark.parametrize("budget", [5, 8])
+def test_shared_prefixes_cached_while_chunked_prefills_run_match(tiny_config, tiny_params,
+                                                                  budget):
+    # a new request each step sharing a 13-token prefix (three full blocks of 4 and a partial
+    # one) with the others, while earlier ones still prefill in chunks: each finds the prefix
+    # blocks cached as they fill, and generates what full recomputation does
+    rng = np.random.default_rng(11)
+    prefix = rng.integers(0, tiny_config.vocab_size, size=13).tolist()
+    prompts = [prefix + rng.integers(0, tiny_config.vocab_size, size=n).tolist()
+               for n in (0, 1, 3, 4, 6, 9)]
+    reference = []
+    for prompt in prompts:
+        ids = list(prompt)
+        for _ in range(5):
+            ids.append(int(np.argmax(forward_full(np.array(ids), tiny_params)[-1])))
+        reference.append(ids[len(prompt):])
+    bm = PrefixCachingBlockManager(64, 4)
+    scheduler = Scheduler(SchedulerConfig(chunked_prefill=True, max_num_batched_tokens=budget,
+                                          max_num_seqs=4, max_seq_len=256), bm)
+    engine = LLMEngine(scheduler, NumpyExecutor(tiny_params, bm, rng=np.random.default_rng(0)))
+    seqs = [Sequence(f"s{i}", len(p), 5, prompt_token_ids=p, sampling=GREEDY)
+            for i, p in enumerate(prompts)]
+    for seq in seqs:  # one arrives each step, while the ones before it prefill
+        assert scheduler.add(seq)
+        engine.step()
+    while engine.has_unfinished():
+        engine.step()
+    assert sum(seq.num_cached_tokens for seq in seqs) > 0, "the prefix was meant to be found"
+    assert [seq.output_token_ids for seq in seqs] == reference

@@ -113,6 +113,7 @@ class Disaggregation(Dispatch):
         seq.kv_transfer = seq.kv_transfer._replace(arrived_s=self.env.now)
         self.in_flight -= 1
         prefill.scheduler.kv_sent(seq)
+        prefill.kv_log.kv_changed(self.env.now, prefill.scheduler.block_manager.num_used)
         prefill.wake()  # its freed blocks may admit what waits there
         decode.landed(seq)
         if state.drained():  # the last one: idle engines may end

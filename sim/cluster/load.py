@@ -47,6 +47,11 @@ class LoadLog:
     def step_ended(self, end_s: float, kv_blocks_used: int) -> None:
         self.step_started(end_s, kv_blocks_used)
 
+    def kv_changed(self, now_s: float, kv_blocks_used: int) -> None:
+        """KV use that changed between steps (disaggregation: blocks freed once their KV was
+        read, or reserved by a plan that runs nothing)."""
+        self.step_started(now_s, kv_blocks_used)
+
     def run_started(self, timed, block_manager) -> None:
         """Log the KV use of each step of `timed` (a `sim.fastpath.start_run` result whose plan
         was just scheduled) at its start: the blocks in use now plus those the run's steps
