@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 
 from .batch_wait import BatchWait, hold_prefills
 from .block_manager import BlockManager, blocks_needed

@@ -4,10 +4,10 @@ Each distinct workload of the scenario's runs is sent to the server (`sim.bench`
 measured by the client) and simulated with the scenario's cost model on the same requests;
 validation.csv compares them as `validate` does; when a request finished on one side only (it
 failed on the server, say, where the simulation served it), the headline says the two sides
-counted different requests (and the command's exit status is 1).
-A client cannot see the server's steps, so there is no step table (`step_errors.csv`) and no
-speed-normalized comparison. Written to `out_dir`: validation.csv, validation_cdfs.png, report.md, report.html, and each side's own
-report in `bench/` and `simulate/`.
+counted different requests (and the command's exit status is 1). A client cannot see the
+server's steps, so there is no step table (`step_errors.csv`) and no speed-normalized
+comparison. Written to `out_dir`: validation.csv, validation_cdfs.png, report.md, report.html,
+and each side's own report in `bench/` and `simulate/`.
 """
 
 from __future__ import annotations

@@ -222,10 +222,10 @@ def validate_run_job(job: tuple) -> ValidationRun:
 def check_validatable(scenario, spec, calibrate: bool = False, in_process: bool = True) -> None:
     """Refuse what cannot be compared, before anything runs: a live cost model (nothing to
     validate) or, served in-process, the hardware model (a GPU's, not this machine's; against
-    a server's URL it is what is checked), conversations and a closed loop with think time (serving sends requests at their
-    arrival times or as slots free), a cluster (one engine is served) and a calibration without
-    a profiled reference step. A cluster is refused only `in_process` (a server at a URL may
-    be one)."""
+    a server's URL it is what is checked), conversations and a closed loop with think time
+    (serving sends requests at their arrival times or as slots free), a cluster (one engine is
+    served) and a calibration without a profiled reference step. A cluster is refused only
+    `in_process` (a server at a URL may be one)."""
     where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
     model = spec.config.cost.model
     allowed = VALIDATED_COST_MODELS + (() if in_process else ("hardware",))
