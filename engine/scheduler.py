@@ -244,9 +244,10 @@ class Scheduler:
         plan.decodes = self.reserve_decodes(plan, prefilling)
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size - len(plan.decodes)
         # a step that preempted admits no waiting sequence (vLLM: the blocks just freed are
-        # the victims' to win back, not a newcomer's), unless it would run nothing: vLLM then
-        # plans again at once, and admits (blocks held outside the running list, KV coming in
-        # or come in under disaggregation, can leave a preempting step with nothing to run)
+        # the victims' to win back, not a newcomer's), unless it would run nothing: vLLM would
+        # run that step of no tokens, then admit in the next; here the two are one (blocks held
+        # outside the running list, KV coming in or come in under disaggregation, can leave a
+        # preempting step with nothing to run)
         admitting = not plan.preempted or not (plan.decodes or prefilling)
         if cfg.batch_wait_timeout_iters and hold_prefills(self, plan.decodes, prefilling, budget):
             if admitting:  # those whose KV is computed still join, to decode
@@ -284,6 +285,8 @@ class Scheduler:
         if self.running:  # lockstep decode of the batch in flight
             plan.decodes = reserve_decode_blocks(self.running, self.block_manager,
                                                  lambda: self.preempt_last(plan))
+            if not plan.decodes:  # every one preempted: a step of no tokens, the batch over
+                self._batch_slots = 0
             plan.padding_seqs = self._batch_slots - len(plan.decodes)
             return
         cfg, landed = self.config, self.kv.landed

@@ -17,6 +17,8 @@ import numbers
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
+
 
 class SequenceStatus(Enum):
     WAITING = "waiting"  # queued, never run
@@ -64,8 +66,9 @@ class SamplingParams:
 
 
 def _number(value) -> bool:
-    """A real number, not a bool (True is no temperature)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    """A float or an integer (Python's or NumPy's), not a bool (True is no temperature)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and \
+        not isinstance(value, bool)
 
 
 GREEDY = SamplingParams(temperature=0.0)

@@ -130,6 +130,28 @@ def test_a_step_that_only_preempts_is_a_step(tmp_path, engine):
         assert replica.scheduler.block_manager.num_used == 0
 
 
+def test_a_static_batch_all_preempted_is_a_step_of_no_tokens_and_no_padding():
+    # blocks held outside the running list (as KV coming in holds them) leave the batch's
+    # last sequence no block: it preempts itself, and the step runs no row, padded or not
+    from engine.block_manager import BlockManager
+    from engine.scheduler import Scheduler, SchedulerConfig
+    from engine.sequence import Sequence
+
+    bm = BlockManager(6, 4)
+    scheduler = Scheduler(SchedulerConfig(policy="static", max_batch_size=2, max_seq_len=64), bm)
+    for seq in (Sequence("a", 4, 2), Sequence("b", 4, 12)):
+        scheduler.add(seq)
+    for _ in range(2):  # both prefill; a finishes
+        scheduler.postprocess(scheduler.schedule())
+    bm.ensure_capacity(999, bm.num_free * 4)  # every free block held elsewhere
+    plan = scheduler.schedule()
+    while not plan.preempted:
+        scheduler.postprocess(plan)
+        plan = scheduler.schedule()
+    assert plan.step >= 0 and not plan.is_empty  # a step, recorded as one
+    assert (plan.prefills, plan.decodes, plan.padding_seqs) == ([], [], 0)
+
+
 def test_a_static_decode_replica_batches_what_has_landed(tmp_path):
     config = load_config(tmp_path, tiny_text(6) + '[scheduler]\npolicy = "static"\n'
                                                   'max_batch_size = 4\n')

@@ -1,6 +1,8 @@
 """The engine's part 5: requests, single-sequence generation and static batching
 (engine.sequences, engine.batching), cross-checked against each other and full recomputation."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -159,6 +161,7 @@ def test_sampled_generation_is_reproducible_with_a_seeded_rng():
     (("r", [1], 2, {"top_k": 2.9}), "top_k must be a whole number"),
     (("r", [1], 2, {"top_k": True}), "top_k must be a whole number"),
     (("r", [1], 2, {"top_p": float("nan")}), "top_p"),
+    (("r", [1], 2, {"temperature": Fraction(1, 2)}), "temperature must be a finite number"),
 ])
 def test_make_request_rejects_bad_input(args, match):
     with pytest.raises(ValueError, match=match):

@@ -4,7 +4,9 @@ kept as step functions of simulated time so the router can read them as they wer
 
 Outstanding requests change when the router sends one (+1) and when one finishes or is
 rejected (-1). The KV blocks in use change when a step is planned (its allocations) and when
-it ends (the blocks of finished sequences come back). A run of decode steps advanced in one go
+it ends (the blocks of finished sequences come back), and under disaggregation between steps
+(`kv_changed`: a prefill replica's blocks freed once their KV is read, a decode replica's
+reserved by a plan that runs nothing). A run of decode steps advanced in one go
 (`sim.fastpath.start_run`) is applied only at its end, but an arrival may read a replica in the
 middle of it: the run's KV use at each of its steps is logged when it starts, from the blocks
 each step allocates (a run in a cluster stops at its first finish, so none come back before
