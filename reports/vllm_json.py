@@ -16,8 +16,9 @@ reads servesim's unchanged.
 - `request_rate` is the arrival rate of an open process, "inf" (vLLM's spelling) when every
   request is sent at once or by a closed loop, and for a trace, or conversations (whose process
   starts conversations, not requests), the mean rate of the requests' arrivals;
-  `burstiness` is vLLM's gamma shape (1 / cv^2: 1 for Poisson, "inf" for constant gaps), null
-  where arrivals have no such shape; `max_concurrency` is `workload.max_concurrency` (the cap
+  `burstiness` is vLLM's gamma shape (1 / cv^2: 1 for Poisson, "inf" for constant gaps; 1 for
+  a burst, as vLLM writes its flag's default at rate inf), null where arrivals have no such
+  shape (a closed loop, a trace, conversations); `max_concurrency` is `workload.max_concurrency` (the cap
   on requests in flight, vLLM's `--max-concurrency`) or a closed loop's number of users.
 """
 

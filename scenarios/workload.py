@@ -147,6 +147,9 @@ class Burst(ArrivalProcess):
     def describe(self) -> str:
         return "all at once, at time 0"
 
+    def traffic(self) -> tuple:
+        return "inf", 1.0, None  # vLLM writes its --burstiness, 1.0 by default, at rate inf
+
 
 @dataclass(frozen=True)
 class ClosedLoop(ArrivalProcess):

@@ -133,7 +133,7 @@ def test_traffic_keys_of_every_arrival_process():
 
     assert traffic(workload(Poisson(3.0)), None) == (3.0, 1.0, None)
     assert traffic(workload(Constant(2.0)), None) == (2.0, "inf", None)
-    assert traffic(workload(Burst()), None) == ("inf", None, None)
+    assert traffic(workload(Burst()), None) == ("inf", 1.0, None)  # as vLLM at rate inf
     assert traffic(workload(ClosedLoop(8, 0.0)), None) == ("inf", None, 8)
     assert traffic(workload(TraceArrivals()), Trace()) == (0.5, None, None)  # 2 gaps in 4 s
     # the process starts conversations: the rate written is their turns'
