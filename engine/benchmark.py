@@ -298,13 +298,20 @@ def peak_figures(recorder, warmup_s: float = 0.0) -> dict:
     weights = np.concatenate([np.ones(first.size), counts])
     kept = times >= 0  # vLLM's buckets start at its first request
     per_second = np.bincount(np.floor(times[kept]).astype(np.int64), weights=weights[kept])
-    # [arrival, finish): at one instant an end comes before a start
-    edges = np.concatenate([arrival[done], np.asarray(cols["finish_s"], float)[done]])
-    change = np.concatenate([np.ones(int(done.sum()), np.int64),
-                             -np.ones(int(done.sum()), np.int64)])
-    order = np.lexsort((change, edges))
     return {"max_output_tokens_per_s": float(per_second.max(initial=0.0)),
-            "max_concurrent_requests": int(np.cumsum(change[order]).max())}
+            "max_concurrent_requests": peak_overlap(
+                arrival[done], np.asarray(cols["finish_s"], float)[done])}
+
+
+def peak_overlap(starts, ends) -> int:
+    """The most of the intervals [start, end) that hold at one instant (an end before a start
+    at the same instant); 0 for none. `ends` may be inf (never ended)."""
+    edges = np.concatenate([np.asarray(starts, float), np.asarray(ends, float)])
+    if not edges.size:
+        return 0
+    n = edges.size // 2
+    change = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+    return int(np.cumsum(change[np.lexsort((change, edges))]).max())
 
 
 # A cluster's replica that ran no step (the router sent it nothing): it batched nothing and

@@ -22,14 +22,10 @@ memory instead (`StepPlan.swap_out`) and back when it is readmitted (`StepPlan.s
 resumes where it stopped; a victim whose blocks do not fit in the free swap space is preempted by
 recompute.
 
-Prefill/decode disaggregation (`sim.cluster`), as vLLM's KV connectors move KV: a
-`prefill_only` scheduler releases every sequence that sampled its first token and goes on
-(`StepPlan.handed_off`, status transferred), keeping its blocks until its KV has been read
-(`kv_sent`); the decode engine's scheduler queues it with `add_transferred`, and when it reaches
-the head of the queue reserves blocks for all its tokens (`StepPlan.kv_requested`: the caller
-moves its KV) and holds them while the KV comes in; once it has (`kv_landed`) the sequence is
-readmitted as a swapped-out one is, ahead of the queue, its KV computed, without a copy from
-host memory.
+Prefill/decode disaggregation (`sim.cluster`), as vLLM's KV connectors move KV, is mixed in
+from `disaggregation.py` (`KvTransfers`): a prefill-only engine keeps a handed-off sequence's
+blocks until its KV is read; a decode engine reserves blocks for a transferred sequence at the
+head of its queue before its KV moves, and readmits it, ahead of the queue, once it has come in.
 
 The policy's building blocks on KV blocks (`has_free_capacity`, `admit_sequence`,
 `preempt_sequence`, `reserve_decode_blocks`) live in `kv_reservation.py` and are re-exported
@@ -49,12 +45,11 @@ running list) and `sync` (bring every count up to date before something outside 
 from __future__ import annotations
 
 import bisect
-from collections import deque
-from dataclasses import dataclass, field
 from itertools import chain
 
 from .batch_wait import BatchWait, hold_prefills
 from .block_manager import BlockManager, blocks_needed
+from .disaggregation import KvInFlight, KvTransfers
 from .kv_reservation import RESUMING, admit_sequence, has_free_capacity, preempt_sequence, \
     reserve_decode_blocks
 from .prefix_cache import block_hashes, own_keys
@@ -74,24 +69,7 @@ _SWAPPED = SequenceStatus.SWAPPED
 # --- the policy ----------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class KvInFlight:
-    """Prefill/decode disaggregation at one engine: its role and its KV on its way (one
-    object: the scheduler keeps few attributes, docs/sim/speed.md)."""
-
-    prefill_only: bool = False  # release sequences after their first token
-    # queued transferred sequences (seq_id) whose KV is still at the engine that prefilled them
-    remote: set = field(default_factory=set)
-    # seq_id -> sequence whose blocks are reserved here while its KV comes in
-    receiving: dict = field(default_factory=dict)
-    # prefill-only: seq_id -> handed-off sequence whose blocks are kept until its KV is read
-    sending: dict = field(default_factory=dict)
-    # transferred sequences whose KV came in, holding their blocks: readmitted before the
-    # queue (behind a head that waits for the blocks they hold, they could never run)
-    landed: deque = field(default_factory=deque)
-
-
-class Scheduler:
+class Scheduler(KvTransfers):
     """Waiting queue, running list and block manager, advanced one step at a time."""
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
@@ -117,15 +95,6 @@ class Scheduler:
         self.kv = KvInFlight()  # disaggregation: this engine's role, its KV on its way
         self.batch_wait = BatchWait()  # TensorRT-LLM's batch waiting (`batch_wait.py`)
 
-    @property
-    def prefill_only(self) -> bool:
-        """Disaggregation: a prefill engine, releasing each sequence after its first token."""
-        return self.kv.prefill_only
-
-    @prefill_only.setter
-    def prefill_only(self, value: bool) -> None:
-        self.kv.prefill_only = value
-
     def sync(self) -> None:
         """Bring every running sequence's counts up to date before something outside the
         scheduler reads them: here they always are; a subclass that counts lazily
@@ -145,35 +114,6 @@ class Scheduler:
             return False
         self.waiting.push(seq)
         return True
-
-    def add_transferred(self, seq: Sequence) -> None:
-        """Queue a sequence another engine prefilled (disaggregation), its KV still there: at
-        the head of the queue, once its blocks fit, they are reserved and it is listed in the
-        plan's `kv_requested`; `kv_landed` readmits it. Its engine's limits are this one's, so
-        it fits."""
-        if seq.status is not SequenceStatus.TRANSFERRED:
-            raise ValueError(f"request {seq.request_id}: only a transferred sequence can be "
-                             f"added with its KV, this one is {seq.status.value}")
-        assert self.rejection_reason(seq) is None, "a transferred sequence must fit"
-        self.kv.remote.add(seq.seq_id)
-        self.waiting.push(seq)
-
-    def kv_landed(self, seq: Sequence) -> None:
-        """The KV of a sequence whose blocks `kv_requested` reserved has come in: it is
-        readmitted as a swapped-out one is, ahead of the queue (it stood at its head, and
-        holds its blocks)."""
-        del self.kv.receiving[seq.seq_id]
-        self.kv.landed.append(seq)
-
-    def kv_sent(self, seq: Sequence) -> None:
-        """Prefill-only: the KV of a handed-off sequence has been read; its blocks are freed."""
-        del self.kv.sending[seq.seq_id]
-        self.block_manager.free_sequence(seq.seq_id)
-
-    def awaiting_kv(self) -> bool:
-        """Whether blocks are held for KV in flight (sent or coming in): progress that a
-        transfer's end, not a step, brings."""
-        return bool(self.kv.receiving or self.kv.sending)
 
     def rejection_reason(self, seq: Sequence) -> str | None:
         """Why the sequence can never run under this configuration, or None when it can."""
@@ -354,21 +294,6 @@ class Scheduler:
             if budget is not None:
                 budget -= chunk
 
-    def _reserve_remote(self, plan: StepPlan, seq: Sequence) -> bool:
-        """Reserve blocks for all the tokens of the transferred sequence at the head of the
-        queue and list it in `plan.kv_requested` (it waits for its KV, neither queued nor
-        running, taking no slot or token budget: vLLM's WAITING_FOR_REMOTE_KVS); False when
-        they do not fit (then nothing changes)."""
-        bm = self.block_manager
-        if not has_free_capacity(bm, blocks_needed(seq.num_tokens, bm.block_size)):
-            return False
-        self.waiting.pop()
-        self.kv.remote.discard(seq.seq_id)
-        bm.ensure_capacity(seq.seq_id, seq.num_tokens)
-        self.kv.receiving[seq.seq_id] = seq
-        plan.kv_requested.append(seq)
-        return True
-
     def _swap_in(self, plan: StepPlan, seq: Sequence, budget: int | None) -> int:
         """Readmit a sequence whose KV is computed (swapped out, or transferred from the engine
         that prefilled it), at the head of its queue (the caller takes it off): blocks for all
@@ -508,17 +433,6 @@ class Scheduler:
             if seq.should_stop(token):
                 finished.append(seq)
         plan.itl_consecutive += consecutive
-
-    def _hand_off(self, plan: StepPlan) -> None:
-        """Prefill-only: release every running sequence that has sampled its first token (it
-        goes on at a decode engine) and list it in `plan.handed_off`; its blocks stay held
-        until its KV has been read (`kv_sent`)."""
-        leaving = [seq for seq in self.running if seq.num_output_tokens]
-        for seq in leaving:
-            self.kv.sending[seq.seq_id] = seq
-            seq.set_status(SequenceStatus.TRANSFERRED)
-        self.running = [s for s in self.running if s.status is _RUNNING]
-        plan.handed_off = leaving
 
     def retire(self, finished: list[Sequence], step: int) -> None:
         """Sequences that emitted their last token in `step`: free their blocks, mark them

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.benchmark import peak_overlap
+
 from .checked import one_line
 
 
@@ -77,13 +79,6 @@ class RequestResult:
 
 def max_in_flight(results) -> int:
     """The most requests in flight at once (sent, stream not yet ended) over `results`."""
-    events = []
-    for r in results:
-        if not math.isnan(r.sent_s):
-            end = r.end_s if not math.isnan(r.end_s) else math.inf
-            events += [(r.sent_s, 1), (end, -1)]
-    running = peak = 0
-    for _, change in sorted(events, key=lambda e: (e[0], e[1])):  # ends before starts at a tie
-        running += change
-        peak = max(peak, running)
-    return peak
+    sent = [r for r in results if not math.isnan(r.sent_s)]
+    return peak_overlap([r.sent_s for r in sent],
+                        [math.inf if math.isnan(r.end_s) else r.end_s for r in sent])
