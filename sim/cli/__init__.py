@@ -15,9 +15,9 @@ Each command is one module (`run.py`, `search.py`, `listing.py`, `profile.py`, `
 `bench.py`, `serve.py`) whose `add_parser` adds its subparser and sets its `cmd_*` function,
 which takes the parsed arguments and returns the exit status. What they share is in
 `common.py` (errors, scenario loading, output folders, parallel backends), `flags.py` (the
-flags of `vllm bench serve`) and `client_flags.py` (the HTTP client's); they never import each
-other. A mistake in a scenario, an override or a model setting is one line on stderr and exit
-status 2, with no traceback; nothing runs.
+flags of `vllm bench serve`; `vllm_flags.py` those it does not take) and `client_flags.py`
+(the HTTP client's); they never import each other. A mistake in a scenario, an override or
+a model setting is one line on stderr and exit status 2, with no traceback; nothing runs.
 
 Nothing that loads NumPy is imported before the arguments are read: a command that runs NumPy
 names its BLAS thread count (`blas_threads`), which BLAS reads once, when NumPy loads
@@ -35,7 +35,8 @@ from pathlib import Path
 
 from ..profiling import threads
 from .common import STOP_SIGNALS, USAGE_ERROR, RunFailed, Terminated, UsageError, version
-from .flags import split_set_values, vllm_flag_hint
+from .flags import split_set_values
+from .vllm_flags import vllm_flag_hint
 
 
 class Parser(argparse.ArgumentParser):
