@@ -97,6 +97,29 @@ def test_whole_chat_completion_and_token_id_prompt():
     assert ids["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
 
 
+@pytest.mark.parametrize("blocks, room", [(64, 256), (16, 16 * 8 + 1)])
+def test_a_chat_without_a_limit_runs_to_the_end_of_its_context_as_vllm(blocks, room):
+    """vLLM's chat default for max_tokens: max_model_len less the prompt (here 256), or the
+    most one sequence's KV can hold where the cache is smaller (16 blocks of 8, + 1)."""
+    async def test(client, url, engine):
+        return await post(client, f"{url}/v1/chat/completions",
+                          {"messages": [{"role": "user", "content": "hi"}], "ignore_eos": True})
+    status, chat = served(test, f"engine.num_kv_blocks={blocks}")
+    assert status == 200 and chat["choices"][0]["finish_reason"] == "length"
+    usage = chat["usage"]
+    assert usage["prompt_tokens"] + usage["completion_tokens"] == room
+
+
+def test_a_limit_too_long_for_the_context_is_refused_naming_the_field_given():
+    async def test(client, url, engine):
+        return await post(client, f"{url}/v1/chat/completions",
+                          {"messages": [{"role": "user", "content": "hi"}],
+                           "max_completion_tokens": 1000})
+    status, answer = served(test)
+    assert status == 400 and answer["error"]["param"] == "max_completion_tokens"
+    assert "exceeds max_seq_len (256)" in answer["error"]["message"]
+
+
 def test_stop_string_cuts_the_text_before_it():
     async def test(client, url, engine):
         body = {"prompt": PROMPT, "max_tokens": 40, "ignore_eos": True, "temperature": 0}

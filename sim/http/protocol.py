@@ -19,7 +19,7 @@ from engine.sequence import SamplingParams
 from .errors import ApiError, bad
 from .messages import parse_messages
 
-DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default
+DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default; a chat's is the context left
 MAX_STOP_STRINGS = 4
 KIND_NAMES = {int: "an integer", float: "a number", bool: "a boolean"}
 # field -> the values that mean "off"; anything else is refused with 400
@@ -39,7 +39,7 @@ class GenerationRequest:
     `continuous_usage`: every stream chunk carries the usage so far (with `include_usage`)."""
 
     prompt: str | list[int]
-    max_tokens: int
+    max_tokens: int | None  # None: what is left of the context (a chat that sets no limit)
     sampling: SamplingParams
     seed: int | None
     stop: tuple[str, ...]
@@ -48,6 +48,7 @@ class GenerationRequest:
     include_usage: bool
     continuous_usage: bool = False
     priority: int = 0  # vLLM's: the lower the sooner, with a priority queue
+    max_tokens_field: str = "max_tokens"  # the field that set the limit, for an error to name
 
 
 def parse_completion(body, vocab_size: int) -> GenerationRequest:
@@ -68,7 +69,8 @@ def parse_completion(body, vocab_size: int) -> GenerationRequest:
 
 def parse_chat(body) -> tuple[list[tuple[str, str]], GenerationRequest]:
     """A /v1/chat/completions body: its messages as (role, text) pairs (`messages.py`) and the
-    request. The output limit is `max_completion_tokens` or, as before it, `max_tokens`."""
+    request. The output limit is `max_completion_tokens` or, as before it, `max_tokens`; with
+    neither, what is left of the context once the prompt is in, as vLLM's chat default."""
     body = _object(body)
     messages = parse_messages(body.get("messages"))
     limits = {field: _get(body, field, int, None)
@@ -77,17 +79,18 @@ def parse_chat(body) -> tuple[list[tuple[str, str]], GenerationRequest]:
     if len(set(given.values())) > 1:
         raise bad("max_completion_tokens", f"{given['max_completion_tokens']} differs from "
                                            f"max_tokens {given['max_tokens']} (give one of them)")
-    field, limit = next(iter(given.items()), ("max_tokens", DEFAULT_MAX_TOKENS))
+    field, limit = next(iter(given.items()), ("max_tokens", None))
     return messages, _generation(body, "", limit, field)
 
 
-def _generation(body: dict, prompt, max_tokens: int, max_tokens_field: str) -> GenerationRequest:
+def _generation(body: dict, prompt, max_tokens: int | None,
+                max_tokens_field: str) -> GenerationRequest:
     for field, off in UNSUPPORTED.items():
         if field in body and body[field] not in off:
             raise bad(field, "is not supported by this server")
     if _get(body, "n", int, 1) != 1:
         raise bad("n", "only n = 1 is supported")
-    if max_tokens < 1:
+    if max_tokens is not None and max_tokens < 1:
         raise bad(max_tokens_field, f"must be at least 1, got {max_tokens}")
     stream = _get(body, "stream", bool, False)
     options = body.get("stream_options")
@@ -102,7 +105,7 @@ def _generation(body: dict, prompt, max_tokens: int, max_tokens_field: str) -> G
         raise bad("priority", f"must be an integer from -2^63 to 2^63 - 1, got {priority}")
     return GenerationRequest(prompt, max_tokens, _sampling(body), _seed(body), _stop(body),
                              _get(body, "ignore_eos", bool, False), stream, include_usage,
-                             continuous, priority)
+                             continuous, priority, max_tokens_field)
 
 
 def _sampling(body: dict) -> SamplingParams:

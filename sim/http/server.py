@@ -162,18 +162,29 @@ def new_sequence(engine: EngineThread, model: Model, gen: GenerationRequest,
         raise bad("priority", f"got priority {gen.priority}, but priority scheduling is not "
                               f"enabled (this server's queue is {scheduler.config.queue})")
     ids = encode_prompt(gen.prompt, model.vocab) if isinstance(gen.prompt, str) else gen.prompt
-    seq = Sequence(uuid.uuid4().hex, len(ids), gen.max_tokens, prompt_token_ids=list(ids),
+    limit = gen.max_tokens if gen.max_tokens is not None else context_left(scheduler, len(ids))
+    seq = Sequence(uuid.uuid4().hex, len(ids), limit, prompt_token_ids=list(ids),
                    arrival_s=engine.now_s(), sampling=gen.sampling, ignore_eos=gen.ignore_eos,
                    eos_token_id=model.eos_token_id, priority=gen.priority)
     reason = scheduler.rejection_reason(seq)
     if reason:
         # the prompt's fault when it cannot run even with one token to generate
         alone = scheduler.rejection_reason(Sequence("-", len(ids), 1, prompt_token_ids=list(ids)))
-        field = prompt_field if alone else "max_tokens"
+        field = prompt_field if alone else gen.max_tokens_field
         raise bad(field, f"the prompt is {len(ids)} tokens: {alone or reason}")
     if gen.seed is not None:
         seq.generator = np.random.default_rng(gen.seed)
     return seq
+
+
+def context_left(scheduler, prompt_len: int) -> int:
+    """vLLM's output limit for a chat that sets none: `max_model_len` less the prompt. Where
+    this server's KV cache holds fewer tokens than `max_seq_len` (vLLM refuses to start so),
+    the cache's reach for one sequence less the prompt. At least 1, so that a prompt that
+    leaves no room is refused as the prompt's fault."""
+    cfg, bm = scheduler.config, scheduler.block_manager
+    cache = bm.num_blocks // cfg.data_parallel_size * bm.block_size + 1  # the last token: no KV
+    return max(min(cfg.max_seq_len, cache) - prompt_len, 1)
 
 
 async def _generate(request: web.Request, gen: GenerationRequest, prompt_field: str,
