@@ -292,9 +292,11 @@ def step_costs(config) -> str:
     return "linear: " + ", ".join(f"{name} {value:g}" for name, value in coefficients.items())
 
 
-def workload_text(workload) -> str:
+def workload_text(workload, rate: str | None = None) -> str:
+    """`rate`: words in place of a rate process's rate (a search varies it)."""
     parts = []
-    arrival = workload.arrival.describe()
+    arrival = workload.arrival.describe(rate) if rate and workload.arrival.at_rate \
+        else workload.arrival.describe()
     if workload.trace is not None:
         trace = workload.trace
         limit = (f"first {trace.max_requests} requests" if trace.max_requests

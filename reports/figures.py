@@ -94,11 +94,11 @@ def plain_log_axis(axis) -> None:
 def legend_below(fig, handles, labels, title: str | None = None) -> None:
     """One legend for the whole figure, under the panels (never over a title or a line), read
     row by row, as many entries a row as their length allows; then lay out. Its height is
-    measured, so a legend of many runs still fits."""
+    measured, so a legend of many runs still fits. A title without entries is still shown."""
     fig.tight_layout()
-    if not labels:
+    if not labels and title is None:
         return
-    width = max(len(str(label)) for label in labels) + 6  # characters, the handle's included
+    width = max((len(str(label)) for label in labels), default=0) + 6  # the handle's included
     ncol = max(1, min(len(labels), LEGEND_CHARS // width))
     order = [i for col in range(ncol) for i in range(col, len(labels), ncol)]  # row-major
     legend = fig.legend([handles[i] for i in order], [labels[i] for i in order],

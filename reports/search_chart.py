@@ -5,17 +5,19 @@
   pointing up (its capacity is at least that), one that failed even at its bottom is left out
   and named under the chart;
 - cost efficiency: capacity per GPU against capacity per dollar-hour, both better up and right,
-  with the Pareto front (no point better on both) ringed and joined by a line. Without prices (a cost
-  model other than "hardware", or a GPU without one) the panel says so.
+  with the Pareto front (no point better on both) ringed and joined by a line. Without prices
+  (a cost model other than "hardware", or a GPU without one), or when no point met the target,
+  the panel says so.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 
 from matplotlib.lines import Line2D
 
-from .figures import legend_below, new_figure, png_bytes, run_colors
+from .figures import LEGEND_CHARS, legend_below, new_figure, png_bytes, run_colors
 
 MARKERS = {"found": "o", "at_least_high": "^"}
 
@@ -41,9 +43,12 @@ def search_chart(labels: list[str], rows: list[dict]) -> bytes:
     capacity.set_title("Capacity (triangle: at least the bracket's top)")
     capacity.set_ylim(bottom=0)
     _cost_panel(cost, rows)
+    if not handles:
+        capacity.text(0.5, 0.5, "no point met the target", ha="center", va="center",
+                      transform=capacity.transAxes, color="dimgrey")
     failed = [label for label, row in zip(labels, rows) if row["status"] == "fails_at_low"]
-    title = f"not shown, failing even at the bracket's bottom: {', '.join(failed)}" \
-        if failed else None
+    title = textwrap.fill(f"not shown, failing even at the bracket's bottom: "
+                          f"{'; '.join(failed)}", LEGEND_CHARS) if failed else None
     legend_below(fig, handles, [h.get_label() for h in handles], title)
     return png_bytes(fig)
 
@@ -56,7 +61,9 @@ def _cost_panel(ax, rows: list[dict]) -> None:
                 markerfacecolor="none", zorder=0, label="Pareto front")
         ax.legend(loc="upper left", frameon=False)
     else:
-        ax.text(0.5, 0.5, "no prices: set hardware.cost_per_hour", ha="center", va="center",
+        priced = any(not math.isnan(row["dollars_per_hour"]) for row in rows)
+        ax.text(0.5, 0.5, "no point met the target" if priced
+                else "no prices: set hardware.cost_per_hour", ha="center", va="center",
                 transform=ax.transAxes, color="dimgrey")
     ax.set_xlabel("capacity per GPU (requests/s at which the target meets the SLOs)")
     ax.set_ylabel("capacity per dollar-hour (requests/s per $/h)")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .describe import config_rows, differing_settings, varying_by_sweep
+from .describe import config_rows, differing_settings, varying_by_sweep, workload_text
 from .key_figures import text_table
 from .labels import short_labels, value_text
 from .render import Heading, Image, Paragraph, Table, to_html, to_markdown
@@ -171,6 +171,7 @@ def _settings_rows(result) -> list[list[str]]:
                            f"{len(result.points) // len(scenario.variants)} grid points), "
                            f"{probes} simulations"])
     shared = config_rows(config)
+    shared["workload"] = workload_text(config.workload, rate="the rate searched")
     points = [point.spec for point in result.points]
     varying = set(varying_by_sweep(points)) | set(differing_settings(points))
     for field in ("step costs", "model", "cluster", "hardware", "scheduler", "workload"):

@@ -83,8 +83,9 @@ class RateProcess(ArrivalProcess):
     def span(self, n: int) -> tuple[float, str, str]:
         return n / self.rate, "rate", f"at {self.rate:g}/s"
 
-    def describe(self) -> str:
-        return f"{self.process} at {self.rate:g} req/s"
+    def describe(self, rate: str | None = None) -> str:
+        """`rate`: words in place of the rate (a search's "the rate searched")."""
+        return f"{self.process} at {rate or f'{self.rate:g} req/s'}"
 
     def traffic(self) -> tuple:
         return self.rate, self.burstiness, None
@@ -120,8 +121,8 @@ class Gamma(RateProcess):
     def times(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.cumsum(rng.gamma(self.shape, 1.0 / (self.rate * self.shape), size=n))  # [n]
 
-    def describe(self) -> str:
-        return f"gamma at {self.rate:g} req/s (cv {self.cv:g})"
+    def describe(self, rate: str | None = None) -> str:
+        return f"gamma at {rate or f'{self.rate:g} req/s'} (cv {self.cv:g})"
 
     def traffic(self) -> tuple:
         return self.rate, self.shape, None

@@ -97,6 +97,14 @@ def test_bisection_stops_at_low_when_it_fails_and_at_high_when_it_meets():
     assert [p.rate for p in bisect_rate(probe_below(100.0), 0.5, 64.0, 0.05)] == [0.5, 64.0]
 
 
+@pytest.mark.parametrize("tolerance", [1e-15, 1e-16, 1e-300])
+def test_a_tolerance_finer_than_floats_ends_when_the_midpoint_cannot_split_them(tolerance):
+    probes = bisect_rate(probe_below(3.0), 0.5, 64.0, tolerance)
+    met, failed = answer(probes)
+    assert met <= 3.0 < failed and (failed - met) / failed < max(tolerance, 1e-15)
+    assert len(probes) < 80  # before, 1e-16 probed forever
+
+
 def test_search_finds_the_capacity_of_a_server_it_can_be_computed_for(linear):
     point, = search(search_scenario(scenarios.load(linear)), SERIAL).points
     met, failed = answer(point.probes)
@@ -172,6 +180,24 @@ def test_bad_search_input_is_one_line_exit_2_and_nothing_runs(linear, tmp_path, 
     assert message in err and not out.exists()
 
 
+def test_a_grid_key_also_swept_and_a_variant_setting_the_rate_are_refused(linear, tmp_path,
+                                                                         capsys):
+    out = tmp_path / "out"
+    grid = "search.grid={\"engine.max_num_seqs\" = [1, 2]}"
+    assert main(["search", str(linear), "--out", str(out), "--quiet", "--set", grid,
+                 "--sweep", "engine.max_num_seqs=3,4"]) == 2
+    err = capsys.readouterr().err
+    assert "search.grid.engine.max_num_seqs: is also a key of the sweep" in err
+    variant = tmp_path / "variant.toml"
+    variant.write_text(linear.read_text() + '[[variants]]\nname = "fast"\n'
+                                            'set = { "workload.arrival.rate" = 2.0 }\n')
+    assert main(["search", str(variant), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "variant 'fast': sets " \
+        "workload.arrival.rate, which the search sets itself" in err
+    assert not out.exists()
+
+
 def test_a_bracket_whose_top_probe_would_count_nothing_after_the_warm_up_is_refused(
         linear, tmp_path, capsys):
     # 100 requests at 10/s arrive over 10 s, past a 5 s warm-up; at 1,000/s, within it
@@ -231,6 +257,7 @@ def test_search_writes_every_file_with_a_row_per_point(linear, tmp_path, capsys)
     assert float(rows[1]["capacity"]) > 1.9 * float(rows[0]["capacity"])  # steps twice as fast
     report = (out / "report.md").read_text()
     assert "between 10 and 1000 requests/s" in report and "< 0.01" in report
+    assert "arrivals constant at the rate searched" in report  # not the file's 10/s
     assert "best by capacity per GPU: 0.005: " in capsys.readouterr().out
 
 

@@ -48,7 +48,15 @@ def search_scenario(scenario) -> scenarios.Scenario:
         if any(key.split(".")[0] == "search" for key in variant.set):
             raise scenario.error(f"variant {variant.name!r}: a variant cannot set search "
                                  f"keys; the search's settings are the scenario's")
+        if RATE_KEY in flatten(variant.set):
+            raise scenario.error(f"variant {variant.name!r}: sets {RATE_KEY}, which the search "
+                                 f"sets itself, from search.rate's low to its high (a variant "
+                                 f"may set the process and its cv)")
     grid = settings.grid
+    for key in grid:
+        if key in scenario.sweep:
+            raise scenario.error(f"search.grid.{key}: is also a key of the sweep; the grid is "
+                                 f"crossed into the sweep, so give its values in one of them")
     for key in [*scenario.sweep, *grid]:
         if key == RATE_KEY or key.split(".")[0] == "search":
             where = "search.grid" if key in grid else "sweep"
