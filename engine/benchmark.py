@@ -297,7 +297,9 @@ def peak_figures(recorder, warmup_s: float = 0.0) -> dict:
     times = np.concatenate([first, recorder.itl_end_s()]) - origin
     weights = np.concatenate([np.ones(first.size), counts])
     kept = times >= 0  # vLLM's buckets start at its first request
-    per_second = np.bincount(np.floor(times[kept]).astype(np.int64), weights=weights[kept])
+    # only the seconds that hold a token: a run's span never sizes an array
+    _, bucket = np.unique(np.floor(times[kept]), return_inverse=True)
+    per_second = np.bincount(bucket.ravel(), weights=weights[kept])
     return {"max_output_tokens_per_s": float(per_second.max(initial=0.0)),
             "max_concurrent_requests": peak_overlap(
                 arrival[done], np.asarray(cols["finish_s"], float)[done])}

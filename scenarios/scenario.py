@@ -9,6 +9,8 @@ variant at each sweep point) before anything runs. Every problem is one `Scenari
 
 from __future__ import annotations
 
+import re
+
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,8 +68,8 @@ class Scenario:
         was given: `--set: `, `--num-prompts: `), or in a variant at a sweep point."""
         where = ""
         if by_override:
-            key = problem.split(":")[0]
-            at = [pair for pair in self.overrides if effects.overlap(pair[0], key)]
+            key = re.match(r"[\w.]*", problem).group()  # "hardware.tp = 3 ...", "slo.ttft_s: "
+            at = [pair for pair in self.overrides if effects.overlap(pair[0], key)] if key else []
             where = effects.given_by(at or self.overrides or [("", None)], self.sources)
         if spec is not None:
             variant = next(v for v in self.variants if v.name == spec.variant)

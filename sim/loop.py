@@ -43,6 +43,8 @@ from engine.llm_engine import LLMEngine
 from engine.records import RunRecorder
 from engine.sequence import SequenceStatus
 
+from scenarios.defaults import MAX_TIME_S
+
 from .clients import start_clients
 from .fastpath import finish_run, start_run
 
@@ -204,6 +206,14 @@ class SimState:
         return env.peek()
 
 
+def check_clock(end_s: float) -> None:
+    """ValueError when a step would end past `MAX_TIME_S` of simulated time (or at no finite
+    time): its costs are too large to simulate."""
+    if not end_s <= MAX_TIME_S:
+        raise ValueError(f"a step would end at t = {end_s:.3g} s of simulated time, past "
+                         f"{MAX_TIME_S:.3g} s (136 years), where times lose sub-microsecond "
+                         f"precision: its costs (the cost or hardware settings) are too large")
+
 def engine(env, state: SimState, replica: Replica):
     """The engine loop: one iteration per step, sleeping while there is nothing to run. An
     executor with `after_idle(idle_s)` (the cost model's) is told how long the engine slept
@@ -249,6 +259,7 @@ def engine(env, state: SimState, replica: Replica):
             continue
         idle_since, stepped = None, True
         end_s = start_s + result.duration_s
+        check_clock(end_s)
         if kv_log is not None:
             kv_log.step_started(start_s, plan.kv_blocks_used)
         # no run after requests queued behind this plan: the next step takes them
@@ -258,6 +269,7 @@ def engine(env, state: SimState, replica: Replica):
             yield env.timeout(result.duration_s)
             finished = llm.finish_step(plan, result, start_s, env.now)
         else:  # the steps that repeat this one, up to the next event, in one go
+            check_clock(float(run.end_s[-1]))
             if kv_log is not None:
                 kv_log.run_started(run, scheduler.block_manager)
             for delay in delays_to(env.now, float(run.end_s[-1])):

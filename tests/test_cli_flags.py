@@ -213,6 +213,14 @@ def test_goodput_flags_add_up_and_an_error_names_the_flag_that_made_it(tmp_path,
         one_error_line(capsys)
 
 
+def test_an_error_found_building_the_hardware_names_only_the_override_that_made_it(capsys,
+                                                                                   tmp_path):
+    assert main(["run", "fp8-kv", "--num-prompts", "20", "--set", "hardware.tp=3",
+                 "--out", str(tmp_path / "o")]) == 2
+    line = one_error_line(capsys)
+    assert ": --set: hardware.tp = 3 does not divide" in line and "--num-prompts" not in line
+
+
 def test_a_dotted_key_may_be_quoted_as_in_a_file():
     scenario = loaded("static-vs-continuous", "--set", '"workload.num_requests"=5', "--sweep",
                       "'workload.arrival.rate'=1,2")

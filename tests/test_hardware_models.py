@@ -354,6 +354,58 @@ def test_a_kv_block_longer_than_the_model_takes_is_refused(tmp_path):
         check_scenario(scenarios.load(scenario(tmp_path), ["engine.block_size=8192"]))
 
 
+def test_a_gpu_defined_by_a_table_all_reduces_over_its_own_interconnect_whatever_its_name():
+    h100 = gpus()["h100-sxm"]
+    table = {key: h100[key] for key in ("memory_gib", "memory_bandwidth_gbs", "measured",
+                                        "peak_tflops")}
+    slow = table | {"interconnect_bandwidth_gbs": 1.0, "interconnect_latency_us": 10.0}
+    catalog = gpu_spec("h100-sxm").all_reduce(8)
+    for name in ("h100-sxm", "mine"):
+        ring = gpu_spec(slow | {"name": name}).all_reduce(8)
+        assert ring.latency_s == pytest.approx(10e-6)
+        assert ring.bus_bandwidth == pytest.approx(
+            catalog.bus_bandwidth / h100["interconnect_bandwidth_gbs"])
+
+
+def test_the_roofline_costs_what_quantized_checkpoints_keep_16_bit_in_16_bits(tmp_path):
+    """Under fp8 weights the LM head and the routers stay bf16 (as the memory plan and the
+    measured kernels have them) and attention computes in the bf16 activations: on a GPU
+    without tables they cost what they cost under bf16 weights, not at the fp8 peak."""
+    fp8, bf16 = (HardwareCost(setup_of(tmp_path, gpu="h100-pcie", hardware=f'dtype = "{d}"'))
+                 for d in ("fp8", "bf16"))
+    assert fp8.measured is None and fp8.peak == 2 * bf16.peak
+    np.testing.assert_array_equal(fp8._head, bf16._head)
+    assert [a.flop_s for a in fp8._prefill] == [a.flop_s for a in bf16._prefill]
+    mixtral = "mistralai/Mixtral-8x7B-v0.1"
+    routers = [layer_op_times(mixtral, "h100-pcie", 2, 256, dtype=d,
+                              kernels="roofline")["moe_router"] for d in ("fp8", "bf16")]
+    assert routers[0] == routers[1]
+
+
+def test_a_sliding_window_no_sequence_reaches_is_costed_as_full_attention(tmp_path):
+    """Mistral-7B-v0.1's 4,096-token window at max_seq_len 4,096 never binds: its attention is
+    the measured full attention, as Llama-2-7B's shape without a window; at 8,192 it slides."""
+    mistral = 'name = "mistralai/Mistral-7B-v0.1"'
+    at_4k = setup_of(tmp_path, model=mistral)
+    assert at_4k.arch.sliding_window == 0 and at_4k.arch.full_layers == 32
+    cost = HardwareCost(at_4k)
+    assert cost.measured.is_measured("prefill_attention") and \
+        cost.measured.is_measured("decode_attention")
+    at_8k = setup_of(tmp_path, model=mistral, max_seq_len=8192)
+    assert at_8k.arch.sliding_window == 4096 and at_8k.arch.sliding_layers == 32
+
+
+def test_a_model_whose_steps_need_more_memory_than_its_weights_names_the_step_keys(tmp_path):
+    path = scenario(tmp_path)
+    path.write_text(path.read_text().replace("max_num_batched_tokens = 4096",
+                                             "max_num_batched_tokens = 100000000"))
+    with pytest.raises(ScenarioError) as info:
+        check_scenario(scenarios.load(path))
+    assert "GiB of activations" in str(info.value) and str(info.value).endswith(
+        "use a smaller engine.max_num_batched_tokens or engine.max_num_seqs (the activations) "
+        "or a GPU with more memory")
+
+
 def test_a_gpu_defined_in_the_scenario_has_no_measured_tables_whatever_its_name(tmp_path):
     h100 = gpus()["h100-sxm"]
     table = ", ".join(f"{key} = {json.dumps(h100[key])}" for key in (
@@ -451,6 +503,9 @@ def test_a_models_folder_a_bom_and_the_home_folder_find_its_config_json(tmp_path
                            'LlamaForCausalLM, MistralForCausalLM'),
     ('{"architectures": ["BertModel"]}', "architecture 'BertModel' is not supported "
                                          "(supported: LlamaForCausalLM"),
+    ('{"architectures": ["LlamaForCausalLm"]}', "architecture 'LlamaForCausalLm' is not "
+                                                "supported (did you mean 'LlamaForCausalLM'? "),
+    ('{"architectures": ["Qwen3MOEForCausalLM"]}', "(did you mean 'Qwen3MoeForCausalLM'? "),
     (json.dumps({k: v for k, v in CONFIGS["mistralai/Mixtral-8x7B-v0.1"].items()
                  if k != "num_local_experts"}),
      "missing 'num_local_experts' (a MixtralForCausalLM config.json has it)"),
@@ -477,6 +532,10 @@ def test_a_models_folder_a_bom_and_the_home_folder_find_its_config_json(tmp_path
      "layer_types has 33 entries; it needs one per layer (num_hidden_layers is 32)"),
     ("[" * 100_000 + "]" * 100_000, "must hold a JSON object (a Hugging Face config.json), not "
                                     "arrays or objects nested thousands deep"),
+    # JSON reads it as an exact integer, which no float holds
+    (json.dumps(CONFIGS["meta-llama/Llama-3.1-405B"]).replace('"hidden_size": 16384',
+                                                              '"hidden_size": 1' + "0" * 400),
+     "hidden_size must be at most 1,000,000,000, got 401 digits"),
 ])
 def test_a_bad_config_json_is_one_line_naming_model_config(tmp_path, content, message):
     name = "missing.json" if content is None else "bad.json"

@@ -2,10 +2,10 @@
 or the path and a non-zero status, never a traceback, and writes nothing. Sizes that would not
 fit in memory together (many runs, many replicas), values that make no sense (a block longer
 than the model's context, static batching with chunked prefill, token counts past 2^31, a GPU
-with no bandwidth, a trace in several time zones), an interruption before the command starts
-and memory running out while drawing. Also what a user is told rather than left to find: a
-dataset smaller than --num-prompts, entries skipped, and reports that are the same from any
-working directory.
+with no bandwidth or so little that a step ends past 136 years, a trace in several time zones),
+an interruption before the command starts and memory running out while drawing. Also what a
+user is told rather than left to find: a dataset smaller than --num-prompts, entries skipped,
+and reports that are the same from any working directory.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ arrival = { process = "poisson", rate = 1.0 }
 prompt_tokens = { dist = "fixed", value = 100 }
 output_tokens = { dist = "fixed", value = 10 }
 """
+ROOFLINE = 'hardware.kernels="roofline"'  # as a defined GPU has: said without a note
 SESSIONS = """
 [workload]
 arrival = { process = "poisson", rate = 1.0 }
@@ -76,6 +77,13 @@ def cases(tmp_path: Path) -> list:
          "hardware.gpu.memory_bandwidth_gbs: must be a positive number below 1e+09, got nan"),
         ([], HARDWARE.replace("BANDWIDTH", "1e300"),  # no bytes or seconds of inf or nan
          "hardware.gpu.memory_bandwidth_gbs: must be a positive number below 1e+09, got 1e+300"),
+        # a GPU so slow, or a step's overhead so long, that time passes 136 years: refused as
+        # the step that would pass it is planned (the per-second token peaks never size an
+        # array by the run's span)
+        (["--set", ROOFLINE], HARDWARE.replace("BANDWIDTH", "1e-9"),
+         "a step would end at t = 1.98e+10 s of simulated time, past 4.29e+09 s"),
+        (["--set", ROOFLINE, "hardware.step_overhead_s=1e300"],
+         HARDWARE.replace("BANDWIDTH", "3350"), "a step would end at t = 1e+300 s"),
         ([], f'[cost]\nmodel = "linear"\n[workload]\ntrace = {{ path = "{zones}" }}\n',
          "is in time zone +05:00, the rows before in +00:00"),
         # what a flag gave is named by the flag

@@ -21,8 +21,8 @@ import numpy as np
 from scenarios.defaults import ACTIVATION_SCHEMES, FRAMEWORKS, KERNEL_SOURCES, MAX_GPUS
 
 from ...notes import say_once
-from .architecture import (DTYPE_BYTES, Architecture, compute_dtype, engine_architecture,
-                           expert_bytes)
+from .architecture import (DTYPE_BYTES, Architecture, activation_dtype, compute_dtype,
+                           engine_architecture, expert_bytes)
 from .catalog import MODEL_KEYS, Gpu, gpu_spec, gpus, model_architecture, models
 from .cost import HardwareCost, operator_times
 from .kernels import TablesMiss
@@ -76,7 +76,8 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     tokens = _tokens(num_tokens)
     times = operator_times(arch, tp, ep, tokens, DTYPE_BYTES[dtype], ACT_BYTES,
                            device.peak_flops(compute_dtype(dtype)), device.bandwidth,
-                           device.efficiency(), expert_bytes(dtype))
+                           device.efficiency(), expert_bytes(dtype),
+                           device.peak_flops(activation_dtype(dtype)))
     measured = _measured_ops(arch, device, tp, ep, dtype, kernels, framework, activation_scheme)
     if measured is not None:
         times, beyond = measured.layer_times(times, np.atleast_1d(tokens))

@@ -18,7 +18,8 @@ optional parts, each off at its zero default:
   latent and the shared rotary key, `kv_lora_rank + qk_rope_head_dim` values a token a layer.
 - **Sliding-window attention** (`sliding_window` > 0): `sliding_layers` of the `n_layers` layers
   attend to at most the last `sliding_window` tokens (gpt-oss: 18 of 36 layers, 128 tokens;
-  Mistral-7B-v0.1: all 32, 4,096), the others to every token.
+  Mistral-7B-v0.1: all 32, 4,096), the others to every token. A window of `max_seq_len` tokens
+  or more never binds, so the model is costed as attending to every token.
 
 Tensor parallelism (`tp` GPUs) splits the query heads, the MLP's columns and the vocabulary
 across the GPUs; key-value heads are split too, or replicated when there are fewer of them than
@@ -53,6 +54,13 @@ def expert_bytes(dtype: str) -> float:
 def compute_dtype(dtype: str) -> str:
     """The tensor-core dtype a model of weights in `dtype` computes in."""
     return COMPUTE_DTYPES.get(dtype, dtype)
+
+
+def activation_dtype(dtype: str) -> str:
+    """The 16-bit dtype of the activations of a model of weights in `dtype`: the weights' own
+    for fp16 and bf16, else bf16 (a quantized checkpoint's). Attention computes in it, and the
+    weights a quantized checkpoint keeps 16-bit (`KEPT_BYTES`: the LM head, the routers)."""
+    return dtype if dtype in ("fp16", "bf16") else "bf16"
 
 
 NORMS = ("rmsnorm", "layernorm")
@@ -120,6 +128,9 @@ class Architecture:
         self._check_experts()
         self._check_latent_attention()
         self._check_window()
+        if self.sliding_window >= self.max_seq_len:  # a window no sequence reaches: none
+            object.__setattr__(self, "sliding_window", 0)
+            object.__setattr__(self, "sliding_layers", 0)
 
     def _check_experts(self) -> None:
         if not self.n_experts:

@@ -154,7 +154,7 @@ class Gpu:
         fits = {int(n): v for n, v in measured["all_reduce"].items()}
         n = min(fits, key=lambda k: (abs(k - workers), k))
         latency, bus = fits[n]
-        if measured["catalog_id"] == self.id:
+        if self.in_catalog and measured["catalog_id"] == self.id:  # a table's: its own figures
             return AllReduce(latency, bus)
         ratio = self.interconnect_bandwidth_gbs / gpus()[measured["catalog_id"]][
             "interconnect_bandwidth_gbs"]

@@ -46,7 +46,7 @@ import numpy as np
 from ...notes import say_once
 from ..model import CostModel
 from ..shape import StepShape
-from .architecture import compute_dtype
+from .architecture import KEPT_BYTES, activation_dtype, compute_dtype
 from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
                         elementwise_bytes, expert_counts, layers_of, lm_head_counts,
                         matmul_counts)
@@ -62,15 +62,21 @@ SEQ_OVERHEAD_S = 10e-6  # and per sequence in the batch (an assumption; hardware
 
 
 def operator_times(arch, tp: int, ep: int, tokens, weight_bytes: float, act_bytes: float,
-                   peak: float, bandwidth: float, eff, expert_bytes: float | None = None) -> dict:
+                   peak: float, bandwidth: float, eff, expert_bytes: float | None = None,
+                   kept_peak: float | None = None) -> dict:
     """{operator: seconds} of one layer's operators on one GPU for `tokens` rows (a number or
     an array): the matmuls, then the elementwise kernels (`operators.py` names them). An
     elementwise kernel that was not measured takes the efficiency of the one it is timed as
     (`TIMED_AS`). The routed experts' weights take `expert_bytes` an element (default
-    `weight_bytes`)."""
+    `weight_bytes`); the router stays 16-bit under quantized weights (`KEPT_BYTES`, at
+    `kept_peak`, the activations' dtype's; default `peak`)."""
     times = {op: matmul_time(flops, wb + ab, tokens, peak, bandwidth, eff)
              for op, (flops, wb, ab) in matmul_counts(arch, tp, tokens, weight_bytes,
                                                       act_bytes).items()}
+    if "moe_router" in times and weight_bytes < KEPT_BYTES:
+        flops, wb, ab = matmul_counts(arch, tp, tokens, KEPT_BYTES, act_bytes)["moe_router"]
+        times["moe_router"] = matmul_time(flops, wb + ab, tokens, kept_peak or peak, bandwidth,
+                                          eff)
     times |= {op: matmul_time(flops, wb + ab, rows, peak, bandwidth, eff)
               for op, (flops, wb, ab, rows) in expert_counts(
                   arch, tp, ep, tokens, weight_bytes if expert_bytes is None else expert_bytes,
@@ -111,6 +117,8 @@ class HardwareCost(CostModel):
         self.async_scheduling = async_scheduling
         self.arch, self.gpu, self.tp = setup.arch, setup.gpu, setup.tp
         self.peak = setup.gpu.peak_flops(compute_dtype(setup.dtype))
+        # attention, the LM head and the routers run in the activations' 16 bits
+        self.kept_peak = setup.gpu.peak_flops(activation_dtype(setup.dtype))
         self.bandwidth = setup.gpu.bandwidth
         self.eff = efficiency or setup.gpu.efficiency()
         self.all_reduce = setup.gpu.all_reduce(setup.tp)
@@ -150,7 +158,8 @@ class HardwareCost(CostModel):
         for layers, window in ((self.arch.full_layers, 0),
                                (self.arch.sliding_layers, self.arch.sliding_window)):
             if layers:
-                groups.append(Attention(layers * self.eff.launch_s, layers * flops / self.peak,
+                groups.append(Attention(layers * self.eff.launch_s,
+                                        layers * flops / self.kept_peak,
                                         layers * queries * self.setup.act_bytes / memory,
                                         layers * keys * self.setup.kv_bytes / memory, window,
                                         layers))
@@ -170,7 +179,8 @@ class HardwareCost(CostModel):
         counts = {"dense": arch.dense_layers, "moe": arch.moe_layers}
         layer = {kind: np.zeros(size) for kind, n in counts.items() if n}  # one layer's seconds
         times = operator_times(arch, tp, self.setup.ep, t, w, self.setup.act_bytes, self.peak,
-                               self.bandwidth, self.eff, self.setup.expert_bytes)
+                               self.bandwidth, self.eff, self.setup.expert_bytes,
+                               self.kept_peak)
         beyond: dict = {}
         if self.measured is not None:
             if self.measured.mla_block:  # the block's projections, should a step fall back
@@ -197,8 +207,8 @@ class HardwareCost(CostModel):
         rows = sum(counts[kind] * seconds for kind, seconds in layer.items()) + elementwise_time(
             "emb", embedding_bytes(arch, t, self.setup.act_bytes), self.bandwidth, self.eff)
         rows[0] = 0.0
-        flops, wb, ab = lm_head_counts(arch, tp, t, w, self.setup.act_bytes)
-        head = matmul_time(flops, wb + ab, t, self.peak, self.bandwidth, self.eff)
+        flops, wb, ab = lm_head_counts(arch, tp, t, max(w, KEPT_BYTES), self.setup.act_bytes)
+        head = matmul_time(flops, wb + ab, t, self.kept_peak, self.bandwidth, self.eff)
         if self.measured is not None:
             head = self.measured.lm_head(head, t, beyond)
         head[0] = 0.0
@@ -214,7 +224,8 @@ class HardwareCost(CostModel):
         t = np.arange(size, dtype=np.float64)  # [size]
         arch, act, spread = self.arch, self.setup.act_bytes, self.tp * self.dp
         times = operator_times(arch, spread, self.setup.ep, t, self.setup.weight_bytes, act,
-                               self.peak, self.bandwidth, self.eff, self.setup.expert_bytes)
+                               self.peak, self.bandwidth, self.eff, self.setup.expert_bytes,
+                               self.kept_peak)
         beyond: dict = {}
         if self.measured is not None:
             times, beyond = self.measured.layer_times(times, t, ROUTED_OPS)

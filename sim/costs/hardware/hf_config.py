@@ -12,8 +12,11 @@ Every problem is one ValueError naming `model.config`, the file and what is allo
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
+
+MAX_INT = 10**9  # no size in a config.json is larger (the longest contexts are 10^7 tokens)
 
 
 def config_architecture(path: str, given: dict | None = None) -> dict:
@@ -27,8 +30,11 @@ def config_architecture(path: str, given: dict | None = None) -> dict:
                          f"class (one of {', '.join(READERS)})")
     reader = READERS.get(names[0])
     if reader is None:
+        near = [known for known in READERS if known.lower() == names[0].lower()]
+        near = near or difflib.get_close_matches(names[0], READERS, n=1, cutoff=0.8)
+        hint = f"did you mean {near[0]!r}? " if near else ""
         raise ValueError(f"model.config: {path}: architecture {names[0]!r} is not supported "
-                         f"(supported: {', '.join(READERS)}; or define the model with "
+                         f"({hint}supported: {', '.join(READERS)}; or define the model with "
                          f"model.n_layers, d_model, ...)")
     c = _Config(config, path, names[0], given or {})
     keys = reader(c)
@@ -80,8 +86,8 @@ class _Config:
         return ValueError(f"model.config: {self.path}: {text}")
 
     def int(self, key: str, default=None, minimum: int = 1) -> int:
-        """An integer >= `minimum`; `default` when the key is absent or null (None: the key
-        is required)."""
+        """An integer from `minimum` to `MAX_INT`; `default` when the key is absent or null
+        (None: the key is required)."""
         value = self.table.get(key)
         if value is None:
             if default is None:
@@ -90,6 +96,8 @@ class _Config:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.error(f"{key} must be an integer >= {minimum}, got {value!r}")
+        if value > MAX_INT:
+            raise self.error(f"{key} must be at most {MAX_INT:,}, got {len(str(value))} digits")
         return value
 
     def bool(self, key: str, default: bool) -> bool:

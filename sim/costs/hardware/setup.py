@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...notes import say_once
-from .architecture import (DTYPE_BYTES, EXPERT_BYTES, Architecture, compute_dtype,
-                           expert_bytes)
+from .architecture import (DTYPE_BYTES, EXPERT_BYTES, Architecture, activation_dtype,
+                           compute_dtype, expert_bytes)
 from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
 from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
 from .measured import MeasuredOps
@@ -93,6 +93,11 @@ def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto
     quantizes, and the KV dtype and activation scheme go with them (else a ValueError naming
     the key)."""
     gpu.peak_flops(compute_dtype(dtype))  # the GPU computes in this dtype
+    activations = activation_dtype(dtype)
+    if activations not in gpu.peak_tflops:  # a GPU a table defines, with quantized peaks only
+        raise ValueError(f"hardware.gpu.peak_tflops: {dtype} weights keep {activations} "
+                         f"activations (attention, the LM head and the routers run in them); "
+                         f"give {gpu.id} a {activations} peak")
     if dtype in EXPERT_BYTES and not arch.is_moe:
         raise ValueError(f"hardware.dtype: mxfp4 quantizes a mixture of experts' routed experts "
                          f"(gpt-oss's checkpoints); {arch.name or 'the model'} has none (use "
@@ -137,6 +142,9 @@ def hardware_setup(config) -> HardwareSetup:
             options = ["a GPU with more memory"] + \
                 [f"a smaller dtype ({', '.join(smaller)})"] * bool(smaller) + \
                 ["fewer ranks"] * (dp > 1)
+            if plan.activations > plan.weights:  # a step's size, not the model, is too large
+                options = ["a smaller engine.max_num_batched_tokens or engine.max_num_seqs "
+                           "(the activations)"] + options[:1]
             hint = (f"no tensor parallelism{ranks} up to {8 // dp} fits: use "
                     + ", ".join(options[:-1]) + " or " * (len(options) > 1) + options[-1])
         else:
