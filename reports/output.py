@@ -10,14 +10,17 @@ files.
   folder is servesim's when its `manifest.json` lists every file in it, at the listed size
   and SHA-256), a mount point (it cannot be replaced whole), and a place inside a folder
   servesim wrote (that folder would no longer be servesim's own);
-- it takes a lock beside the folder (a second command writing the same place at the same time
-  is refused with `OutputBusy`), removes what killed commands left there (`.partial` and `.old`
-  folders of this name), and creates a temporary folder beside it, with the user's umask, so a
-  folder that cannot be created or written is found before any work;
+- it creates the folders above it that are missing (removed again if the command fails), takes
+  a lock beside the folder (`.NAME.lock`, a file holding `LOCK_TEXT`: a second command writing
+  the same place at the same time is refused with `OutputBusy`, a file of that name servesim
+  did not make with `OutputRefused`), removes what killed commands left there (`.partial` and
+  `.old` folders of this name), and creates a temporary folder beside it, with the user's
+  umask, so a folder that cannot be created or written is found before any work;
 - the command writes its files into the temporary folder;
 - when the block ends without error, `manifest.json` is written (what was run, and every file
   with its size and SHA-256, status "complete"), and the temporary folder replaces the
-  destination whole: an earlier run there is replaced at once, never mixed with this one;
+  destination whole, with the replaced folder's permissions: an earlier run there is replaced
+  at once, never mixed with this one, and a stop signal during the swap waits for its end;
 - on any error, an interruption included, the temporary folder is removed and the destination
   is left as it was.
 
@@ -32,7 +35,10 @@ import json
 import os
 import re
 import shutil
+import signal
+import stat
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,6 +46,8 @@ MANIFEST = "manifest.json"
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 TEMP_SUFFIX = r"\.[a-z0-9_]{8}\.(partial|old)"  # what tempfile.mkdtemp adds to our prefixes
 SHOWN_ENTRIES = 3  # foreign entries named in a refusal
+LOCK_TEXT = b"servesim output lock\n"  # what a lock file servesim made holds
+WRITTEN: set = set()  # the output folders this process put in place (`was_written`)
 
 
 class OutputError(RuntimeError):
@@ -64,22 +72,41 @@ def output_folder(out_dir, manifest: dict):
     """Yield a temporary folder to write into; on success it becomes `out_dir`, whole, with a
     manifest of `manifest` (what was run) and its files."""
     target = destination(out_dir)
+    WRITTEN.discard(target)  # until this command's output is in place
     parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    prefix = hidden_prefix(target.name)
-    with _locked(parent / f"{prefix}.lock", out_dir):
-        check_replaceable(target, out_dir)
-        remove_stale(parent, prefix)
-        partial = Path(tempfile.mkdtemp(prefix=f"{prefix}.", suffix=".partial", dir=parent))
-        try:
-            os.chmod(partial, 0o777 & ~_umask())  # mkdtemp's own mode is 0700
-            yield partial
-            write_manifest(partial, manifest)
-            check_replaceable(target, out_dir, while_running=True)
-            _replace(partial, target, prefix)
-        finally:
-            if partial.exists():
-                shutil.rmtree(partial, ignore_errors=True)
+    with _parents_made(parent):
+        prefix = hidden_prefix(target.name)
+        with _locked(parent / f"{prefix}.lock", out_dir):
+            check_replaceable(target, out_dir)
+            remove_stale(parent, prefix)
+            partial = Path(tempfile.mkdtemp(prefix=f"{prefix}.", suffix=".partial",
+                                            dir=parent))
+            try:
+                os.chmod(partial, 0o777 & ~_umask())  # mkdtemp's own mode is 0700
+                yield partial
+                write_manifest(partial, manifest)
+                check_replaceable(target, out_dir, while_running=True)
+                _replace(partial, target, prefix)
+            finally:
+                if partial.exists():
+                    shutil.rmtree(partial, ignore_errors=True)
+
+
+@contextmanager
+def _parents_made(folder: Path):
+    """Create `folder` and the folders above it that are missing; if the block fails, remove
+    those it created (still empty), so a failed command leaves no trace."""
+    missing = [p for p in (folder, *folder.parents) if not _exists(p)]
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for place in missing:  # the deepest first
+            try:
+                place.rmdir()
+            except OSError:  # no longer empty (another command's), or gone
+                break
+        raise
 
 
 def check_place(out_dir) -> Path:
@@ -331,10 +358,20 @@ def _umask() -> int:
 
 @contextmanager
 def _locked(lock_path: Path, out_dir: Path):
-    """Hold an exclusive lock on `lock_path` (created if need be; released if the process
-    dies); OutputBusy if another process holds it."""
+    """Hold an exclusive lock on `lock_path` (created if need be, holding `LOCK_TEXT`;
+    released if the process dies); OutputBusy if another process holds it, OutputRefused if a
+    file servesim did not make is there (it is never removed)."""
     while True:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock_path, os.O_RDWR)
+        except FileNotFoundError:
+            _make_lock(lock_path)
+            continue
+        if os.read(fd, len(LOCK_TEXT) + 1) != LOCK_TEXT:
+            os.close(fd)
+            raise OutputRefused(f"{lock_path}: a file servesim did not make is where it keeps "
+                                f"the lock for {out_dir}; move it, or write elsewhere with "
+                                f"--out")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -356,14 +393,94 @@ def _locked(lock_path: Path, out_dir: Path):
             os.close(fd)
 
 
-def _replace(partial: Path, target: Path, prefix: str) -> None:
-    """Put the complete folder in place of `target`, removing the earlier one only once the
-    new one is there."""
-    if not target.exists():
-        os.rename(partial, target)
+def _make_lock(lock_path: Path) -> None:
+    """Create `lock_path` holding `LOCK_TEXT`, whole from its first instant (written beside it,
+    then linked into place); a file already there is left as it is."""
+    fd, temporary = tempfile.mkstemp(prefix=f"{lock_path.name[:-len('.lock')]}.",
+                                     suffix=".partial", dir=lock_path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(LOCK_TEXT)
+        try:
+            os.link(temporary, lock_path)
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links (FAT, some network ones)
+            _create_lock(lock_path)
+    finally:
+        os.unlink(temporary)
+
+
+def _create_lock(lock_path: Path) -> None:
+    """`_make_lock` where files cannot be linked: created, then written."""
+    try:
+        fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
         return
-    old = Path(tempfile.mkdtemp(prefix=f"{prefix}.", suffix=".old", dir=target.parent))
-    os.rmdir(old)
-    os.rename(target, old)
-    os.rename(partial, target)
-    shutil.rmtree(old, ignore_errors=True)
+    with os.fdopen(fd, "wb") as f:
+        f.write(LOCK_TEXT)
+
+
+def _replace(partial: Path, target: Path, prefix: str) -> None:
+    """Put the complete folder in place of `target` (with the mode of a folder it replaces),
+    removing the earlier one only once the new one is there. A stop signal while the two
+    renames run waits until both are done: the place never stands empty."""
+    if target.exists():
+        _keep_mode(target, partial)
+        old = Path(tempfile.mkdtemp(prefix=f"{prefix}.", suffix=".old", dir=target.parent))
+        os.rmdir(old)
+        try:
+            with _signals_deferred():
+                os.rename(target, old)
+                try:
+                    os.rename(partial, target)
+                except BaseException:
+                    os.rename(old, target)  # the earlier folder back in its place
+                    raise
+                WRITTEN.add(target)
+        finally:  # a signal held meanwhile acts once the earlier folder is gone
+            shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(partial, target)
+        WRITTEN.add(target)
+
+
+def _keep_mode(folder: Path, new: Path) -> None:
+    """Give `new` the permissions (and, where this user may, the group) of `folder`, which it
+    replaces: a shared folder a user made stays shared."""
+    info = folder.stat()
+    os.chmod(new, stat.S_IMODE(info.st_mode))
+    if info.st_gid != new.stat().st_gid:
+        try:
+            os.chown(new, -1, info.st_gid)
+        except OSError:  # not a group of this user's
+            pass
+
+
+@contextmanager
+def _signals_deferred():
+    """Hold the stop signals (Ctrl-C, SIGTERM, SIGHUP) until the block ends, then let the
+    first one act as it would have; elsewhere than the main thread, nothing to hold."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+                for sig in stops}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
+def was_written(out_dir) -> bool:
+    """Whether this process put a complete output folder at `out_dir` (an interruption after
+    that leaves the new output whole, not the earlier one)."""
+    try:
+        return Path(out_dir).resolve() in WRITTEN
+    except (OSError, RuntimeError):
+        return False

@@ -24,6 +24,7 @@ reads servesim's unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from datetime import datetime, timezone
@@ -35,6 +36,7 @@ from engine.benchmark import latency_std, peak_figures, vllm_summary
 from .tables import run_summaries
 
 DATE_FORMAT = "%Y%m%d-%H%M%S"  # vLLM's
+MAX_SLUG = 160  # characters of a run's label in its file name (a longer one ends in a hash)
 # A hardware-model run's `hardware` record: the GPU, the layout, the dtypes and whose kernels
 # (framework and version null where the roofline costs every operator)
 HARDWARE_KEYS = ("gpu", "tp", "dp", "ep", "dtype", "kv_dtype", "framework", "framework_version",
@@ -115,12 +117,16 @@ def model_id(model) -> str:
 
 def summary_json_names(specs) -> list[str]:
     """The file name of each run's record: `summary.json` for a single run, else
-    `summary-<label slug>.json`, unique."""
+    `summary-<label slug>.json`, unique; a slug past `MAX_SLUG` characters is cut and ends in
+    a hash of the whole label."""
     if len(specs) == 1:
         return ["summary.json"]
     names: list[str] = []
     for index, spec in enumerate(specs):
         slug = re.sub(r"[^A-Za-z0-9._]+", "-", spec.label).strip("-.") or f"run-{index}"
+        if len(slug) > MAX_SLUG:  # a file name has at most 255 bytes
+            digest = hashlib.sha256(spec.label.encode()).hexdigest()[:12]
+            slug = f"{slug[:MAX_SLUG - 13].rstrip('-.')}-{digest}"
         name = f"summary-{slug}.json"
         if name in names:  # labels that differ only in punctuation
             name = f"summary-{slug}-{index}.json"

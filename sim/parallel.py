@@ -32,6 +32,7 @@ import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from multiprocessing import forkserver, resource_tracker
 from typing import Callable
 
 from . import notes
@@ -106,6 +107,7 @@ def run_config_job(job: tuple):
 
 def _on_pool(function, jobs: list, workers: int, done) -> list:
     context = multiprocessing.get_context("forkserver")
+    _start_helpers()
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker)
     try:
         futures = {pool.submit(_noted, function, job): i for i, job in enumerate(jobs)}
@@ -134,10 +136,25 @@ def _released(outcome: tuple):
     return result
 
 
+def _start_helpers() -> None:
+    """Start multiprocessing's fork server and resource tracker (once a process) deaf to
+    SIGHUP, which a closed terminal sends the whole process group: killed by it, the tracker
+    is restarted by this process as it stops and prints tracebacks for every queue it never
+    saw. This process keeps its own handler (a hang-up in these milliseconds is missed)."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 def _start_worker() -> None:
     """A pool worker: BLAS on one thread (before NumPy loads); Ctrl-C is the caller's to
-    handle (it stops the pool), not a traceback from every worker."""
+    handle (it stops the pool), not a traceback from every worker; a hang-up ends it (the fork
+    server it comes from ignores them)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if "numpy" not in sys.modules:
         threads.apply(threads.DEFAULT_THREADS)
 

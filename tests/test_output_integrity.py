@@ -60,6 +60,9 @@ def test_a_run_writes_a_manifest_of_every_file_and_replaces_an_earlier_run_whole
     assert main(["run", str(scenario_file), "--out", str(out), "--quiet",
                  "--sweep", "workload.arrival.rate=4,8"]) == 0
     assert (out / "sweep.png").is_file()  # an earlier run with a chart this one has not
+    swept = json.loads((out / "manifest.json").read_text())
+    assert swept["sweep"] == {"workload.arrival.rate": [4, 8]} and swept["variants"] == [
+        "default"] and swept["overrides"] == []
     assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["scenario"] == "integrity"
@@ -73,6 +76,14 @@ def test_a_run_writes_a_manifest_of_every_file_and_replaces_an_earlier_run_whole
     assert leftovers(tmp_path) == []
 
 
+def test_the_manifest_writes_overrides_as_set_takes_them_back(scenario_file, tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet",
+                 "--max-concurrency", "2"]) == 0
+    overrides = json.loads((out / "manifest.json").read_text())["overrides"]
+    assert overrides == ['workload.arrival={process = "burst"}', "workload.max_concurrency=2"]
+
+
 def test_a_second_command_into_the_same_folder_is_refused_in_one_line(scenario_file, tmp_path,
                                                                        capsys):
     out = tmp_path / "out"
@@ -80,6 +91,61 @@ def test_a_second_command_into_the_same_folder_is_refused_in_one_line(scenario_f
         assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 2
     assert "is being written by another servesim command" in one_line(capsys)
     assert not out.exists()
+
+
+def test_a_stop_signal_while_the_folders_swap_waits_for_the_swap(scenario_file, tmp_path,
+                                                                 capsys, monkeypatch):
+    """Ctrl-C between moving the earlier folder aside and the new one in would leave the place
+    empty: it is held until both renames are done, and the line says the output was written."""
+    out = tmp_path / "out"
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    rename, calls = output.os.rename, []
+
+    def interrupted(source, destination):
+        calls.append(destination)
+        rename(source, destination)
+        if len(calls) == 1:  # the earlier folder is aside, the new one not yet in
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(output.os, "rename", interrupted)
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet", "--seed", "3"]) == 130
+    assert f"interrupted; the output in {out}/ was written whole first" in one_line(capsys)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and "seed=3" in manifest["overrides"][0]
+    assert leftovers(tmp_path) == []
+
+
+def test_a_file_of_the_locks_name_that_servesim_did_not_make_is_refused_and_kept(
+        scenario_file, tmp_path, capsys):
+    lock = tmp_path / ".out.lock"
+    lock.write_text("mine\n")
+    assert main(["run", str(scenario_file), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "a file servesim did not make is where it keeps the lock" in one_line(capsys)
+    assert lock.read_text() == "mine\n" and not (tmp_path / "out").exists()
+
+
+def test_a_failed_command_removes_the_folders_it_made_above_its_output(scenario_file, tmp_path,
+                                                                       capsys, monkeypatch):
+    def failing(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("reports.writer._json", failing)
+    (tmp_path / "kept").mkdir()
+    out = tmp_path / "kept" / "new" / "deep" / "out"
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 130
+    assert "interrupted; nothing written" in one_line(capsys)
+    assert list((tmp_path / "kept").iterdir()) == []
+
+
+def test_a_bad_source_date_epoch_is_one_line_before_any_work(scenario_file, tmp_path, capsys,
+                                                            monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000.5")
+    simulated = []
+    monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
+    assert main(["run", str(scenario_file), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "SOURCE_DATE_EPOCH must be whole seconds since 1970" in one_line(capsys)
+    assert simulated == [] and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("fault, status, message", [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import signal
 import subprocess
 import sys
@@ -112,16 +113,21 @@ def test_places_that_cannot_be_replaced_whole_are_refused_before_simulating(
     assert a_file.read_text() == "mine" and sorted(p.name for p in volume.iterdir()) == []
 
 
-def test_an_empty_folder_is_written_with_the_users_umask(scenario_file, tmp_path):
-    out = tmp_path / "empty"
+def test_an_empty_folder_keeps_its_permissions_and_its_files_take_the_users_umask(
+        scenario_file, tmp_path):
+    """The folder is replaced whole, but a folder a user made (here shared with a group, new
+    files joining it) keeps what they set; a new folder and the files take the umask."""
+    out, new = tmp_path / "empty", tmp_path / "new"
     out.mkdir()
+    os.chmod(out, 0o2770)
     previous = os.umask(0o027)
     try:
-        assert run(scenario_file, out) == 0
+        assert run(scenario_file, out) == 0 and run(scenario_file, new) == 0
     finally:
         os.umask(previous)
     assert (out / "manifest.json").is_file()
-    assert out.stat().st_mode & 0o777 == 0o750
+    assert stat.S_IMODE(out.stat().st_mode) == 0o2770
+    assert stat.S_IMODE(new.stat().st_mode) == 0o750
     assert (out / "summary.csv").stat().st_mode & 0o777 == 0o640
 
 

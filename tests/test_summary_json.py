@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -139,6 +140,15 @@ def test_traffic_keys_of_every_arrival_process():
     # the process starts conversations: the rate written is their turns'
     conversations = workload(Poisson(0.1), SessionSettings(3, 2, 0, 0.0))
     assert traffic(conversations, Trace()) == (0.5, None, None)
+
+
+def test_a_run_label_too_long_for_a_file_name_is_cut_and_ends_in_its_hash():
+    labels = ["a" + "x" * 250, "b" + "x" * 250, "a" + "x" * 250 + "y"]
+    names = summary_json_names([SimpleNamespace(label=label) for label in labels])
+    assert len(set(names)) == 3 and all(len(name.encode()) <= 255 for name in names)
+    assert names[0].startswith("summary-axxx") and names[0] != names[2]
+    assert summary_json_names([SimpleNamespace(label="short")] * 2) == \
+        ["summary-short.json", "summary-short-1.json"]
 
 
 def test_several_runs_write_one_file_each_named_after_the_run(tmp_path):

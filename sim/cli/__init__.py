@@ -99,6 +99,12 @@ def _run_command(args) -> int:
     from reports.output import OutputError
     from scenarios import ScenarioError
 
+    from reports.vllm_json import record_date
+
+    try:
+        record_date()  # a bad SOURCE_DATE_EPOCH is found before any work, not after it
+    except ValueError as exc:
+        return _fail(str(exc), USAGE_ERROR)
     try:
         return args.func(args)
     except (ScenarioError, UsageError, OutputError) as exc:
@@ -123,8 +129,13 @@ def _fail(message: str, status: int, prefix: str = "servesim: error: ") -> int:
 
 
 def _kept(args) -> str:
-    """What an interrupted or failed command left: nothing new, and any earlier output whole."""
+    """What an interrupted or failed command left: nothing new, and any earlier output whole;
+    or, stopped once its output was in place, that output."""
+    from reports.output import was_written
+
     out_dir = getattr(args, "out_dir", None)
+    if out_dir is not None and was_written(out_dir):
+        return f"; the output in {out_dir}/ was written whole first"
     try:
         earlier = out_dir is not None and Path(out_dir).is_dir() and \
             any(Path(out_dir).iterdir())
