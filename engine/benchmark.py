@@ -243,14 +243,15 @@ def _prefix_cache_stats(recorder: RunRecorder, cols: dict, warmup_s: float) -> d
     without the block size), and the prefill tokens every step's admissions skipped."""
     admitted = counted(cols, warmup_s) & \
         ~np.isnan(np.asarray(cols["first_scheduled_s"], float))
-    prompt = np.asarray(cols["prompt_tokens"], np.int64)[admitted]
-    cached = np.asarray(cols["cached_tokens"], np.int64)[admitted]  # whole blocks
+    prompt = np.asarray(cols["prompt_tokens"], np.float64)[admitted].astype(np.int64)
+    cached = np.asarray(cols["cached_tokens"], np.float64)[admitted].astype(np.int64)  # blocks
     size = recorder.block_size
     prompt_blocks, cached_blocks = ((int((prompt // size).sum()), int((cached // size).sum()))
                                     if size else (0, 0))
     return {"prefix_cache_hit_rate": _share(int(cached.sum()), int(prompt.sum())),
             "prefix_cache_block_hit_rate": _share(cached_blocks, prompt_blocks),
-            "prefill_tokens_saved": int(np.sum(recorder.step_columns()["cached_tokens"]))}
+            "prefill_tokens_saved": int(np.sum(recorder.step_columns()["cached_tokens"]))
+            if recorder.sees_steps else math.nan}
 
 
 def _share(part: int, whole: int) -> float:
@@ -334,6 +335,8 @@ def _step_stats(recorder) -> dict:
                 "kv_util_mean": _mean([s["kv_util_mean"] for s in per_replica]),
                 "kv_util_max": max((s["kv_util_max"] for s in per_replica), key=_nan_low)}
     steps = recorder.step_columns()
+    if not recorder.sees_steps:  # a client's benchmark: the server's steps are unknown
+        return {name: math.nan for name in IDLE_REPLICA}
     kv = np.asarray(steps["kv_blocks_used"], float) / recorder.kv_blocks_total
     batch = np.asarray(steps["num_prefill_seqs"]) + np.asarray(steps["num_decode_seqs"])
     any_steps = recorder.num_steps > 0

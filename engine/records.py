@@ -62,6 +62,8 @@ class KvTransfer(NamedTuple):
 class RunRecorder:
     """Collects the rows of one run (one variant at one sweep point)."""
 
+    sees_steps = True  # the engine's steps are recorded (a client's benchmark sees none)
+
     def __init__(self, kv_blocks_total: int, block_size: int | None = None):
         self.kv_blocks_total = kv_blocks_total
         self.block_size = block_size  # tokens a KV block holds; an engine tells its recorder
@@ -265,6 +267,8 @@ class ClusterRecorder:
     rejected one); their `replica` is empty. `prefill_replicas`: with disaggregation, how many
     of the first replicas prefill (each request row then has its `prefill_replica` and
     `kv_transfer_s`)."""
+
+    sees_steps = True
 
     def __init__(self, replicas: list[RunRecorder], unrouted: RunRecorder,
                  prefill_replicas: int = 0):

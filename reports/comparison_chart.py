@@ -10,6 +10,8 @@ numbers are in summary.csv.
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
@@ -19,6 +21,8 @@ LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
 STATS = (("p50", "tab:blue"), ("p99", "tab:red"))
 MAX_LABELLED_RUNS = 12
 ROW_IN = 0.36  # height of one run's row of bars (inches): room for two labelled bars
+LABEL_CHARS = 34  # a run's name is wrapped to lines of this many characters at most
+LINE_IN = 0.14  # height of one line of a run's name (inches)
 
 
 def comparison_chart(labels: list[str], summaries: list[dict],
@@ -33,7 +37,9 @@ def comparison_figure(labels: list[str], summaries: list[dict],
     """The chart's matplotlib Figure (panels in reading order: TTFT, TPOT, ITL, E2E, output
     throughput, preemptions)."""
     n = len(labels)
-    panel_in = max(1.9, 0.5 + ROW_IN * n)
+    labels = [wrapped(label) for label in labels]
+    lines = max((label.count("\n") + 1 for label in labels), default=1)
+    panel_in = max(1.9, 0.5 + max(ROW_IN, LINE_IN * lines + 0.08) * n)
     fig, axes = new_figure(2, 3, 11, 1.1 + 2 * panel_in, sharey=True)
     y = np.arange(n)
     height = 0.8 / len(STATS)
@@ -72,6 +78,31 @@ def comparison_figure(labels: list[str], summaries: list[dict],
     fig.suptitle("Comparison of runs")
     legend_below(fig, *axes[0, 0].get_legend_handles_labels())
     return fig
+
+
+def wrapped(label: str) -> str:
+    """A run's name in lines of at most `LABEL_CHARS` characters (a long name would squeeze
+    the panels to slivers), broken after the commas between its parts where it can be, else
+    at spaces."""
+    lines: list[str] = []
+    for part in _parts(str(label)):
+        if lines and len(lines[-1]) + 1 + len(part) <= LABEL_CHARS:
+            lines[-1] += " " + part
+        else:
+            lines += textwrap.wrap(part, LABEL_CHARS, break_on_hyphens=False) or [""]
+    return "\n".join(lines)
+
+
+def _parts(label: str) -> list[str]:
+    """`label` split after each comma outside braces and brackets, each part keeping its
+    comma ("a, b={c = 1, d = 2}" -> ["a,", "b={c = 1, d = 2}"])."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(label):
+        depth += (char in "{[") - (char in "}]")
+        if char == "," and depth == 0:
+            parts.append(label[start:i + 1].strip())
+            start = i + 1
+    return [*parts, label[start:].strip()]
 
 
 def _bars(ax, y, values, height, color, label, n: int) -> None:

@@ -8,6 +8,8 @@ for a sweep of one variant over the arrival rate, the labels are `1`, `2`, ... a
 
 from __future__ import annotations
 
+from scenarios.overrides import toml_text
+
 UNITS = {"workload.arrival.rate": "request rate (requests/s)",
          "workload.arrival.concurrency": "concurrent users",
          "workload.trace.time_scale": "trace time scale (x slower)"}
@@ -19,10 +21,20 @@ def axis_label(key: str) -> str:
 
 
 def value_text(value) -> str:
-    """A swept value as written on a chart: 4.0 as "4", 0.25 as "0.25", names as they are."""
+    """A swept value as written on a chart: 4.0 as "4", 0.25 as "0.25", names as they are, a
+    table as TOML writes it (`{process = "poisson", rate = 2}`)."""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_inner(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_inner, value)) + "]"
     return str(value)
+
+
+def _inner(value) -> str:
+    """A value inside a table or list: a name in quotes, as TOML has it."""
+    return toml_text(value) if isinstance(value, (str, bool)) else value_text(value)
 
 
 def varying_keys(specs) -> list[str]:

@@ -42,7 +42,7 @@ def to_markdown(blocks) -> str:
         if isinstance(block, Heading):
             out.append("#" * block.level + " " + block.text)
         elif isinstance(block, Paragraph):
-            out.append(block.text)
+            out.append(_no_tags(block.text))
         elif isinstance(block, Table):
             out.append(_markdown_table(block))
         else:
@@ -50,6 +50,13 @@ def to_markdown(blocks) -> str:
     return "\n\n".join(out) + "\n"
 
 
+def _no_tags(text: str) -> str:
+    """Text as Markdown shows it literally, not as HTML: a "<" that could open a tag (a name a
+    user gave, e.g. a variant's) is written "&lt;"; a "<" before a number or a space stays."""
+    return TAG_START.sub("&lt;", text)
+
+
+TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 NUMBER = re.compile(r"[+-]?\d[\d,]*(\.\d+)?(e[+-]?\d+)?%?")
 MISSING = ("", "n/a")
 
@@ -66,7 +73,7 @@ def numeric_columns(table: Table) -> list[bool]:
 
 def _markdown_table(table: Table) -> str:
     def cell(text) -> str:
-        return str(text).replace("|", "\\|")
+        return _no_tags(str(text)).replace("|", "\\|")
 
     lines = ["| " + " | ".join(map(cell, table.header)) + " |",
              "|" + "|".join("---:" if numeric else ":---"

@@ -52,8 +52,8 @@ def label_values(spec, keys: list[str]) -> list:
 def _frame(columns: dict, spec, keys: list[str], order) -> pd.DataFrame:
     frame = pd.DataFrame({name: columns[name] for name in order})
     for name in order:
-        if name in INT_COLUMNS:
-            frame[name] = frame[name].astype("int64")
+        if name in INT_COLUMNS:  # whole numbers; a count no one saw (a client's) is empty
+            frame[name] = frame[name].astype("Int64" if frame[name].isna().any() else "int64")
     for position, (key, value) in enumerate(_label_columns(spec, keys).items()):
         frame.insert(position, key, [value] * len(frame))
     return frame

@@ -136,9 +136,13 @@ def test_the_recorder_gives_the_summaries_the_client_latencies_and_counts_failur
     assert summary["ttft_mean_s"] == pytest.approx(0.5)
     assert summary["itl_mean_s"] == pytest.approx(0.25)
     assert math.isnan(summary["queue_mean_s"]) and math.isnan(summary["mean_batch_size"])
+    # what a client cannot see is unknown, never a fake 0
+    assert math.isnan(summary["preemptions"]) and math.isnan(summary["prefill_tokens_saved"])
+    assert math.isnan(summary["prefix_cache_hit_rate"])
     assert vllm_summary(summary)["failed"] == 1
     columns = recorder.request_columns()
     assert columns["status"] == ["finished", "failed"]
+    assert all(math.isnan(v) for v in [*columns["preemptions"], *columns["cached_tokens"]])
     assert recorder.reject_reasons == {1: "HTTP 500: boom"}
     assert summary["duration_s"] == pytest.approx(1.1)  # the failure ended before the finish
 

@@ -246,6 +246,26 @@ def test_a_column_is_numeric_only_when_every_cell_is_a_number_or_missing():
     assert numeric_columns(table) == [False, True, False, False]
 
 
+def test_a_name_a_user_gave_reads_literally_in_the_markdown_report():
+    from reports.render import Paragraph, Table, to_markdown
+
+    text = to_markdown([Paragraph("variant a|b <i>x</i>, p < 0.5"),
+                        Table(["variant"], [["a|b <i>x</i>"]])])
+    assert "variant a|b &lt;i>x&lt;/i>, p < 0.5" in text and "| a\\|b &lt;i>x&lt;/i> |" in text
+
+
+def test_a_swept_table_is_named_as_toml_writes_it_and_long_names_wrap():
+    from reports.comparison_chart import wrapped
+    from reports.labels import value_text
+
+    arrival = {"process": "gamma", "rate": 2.0, "cv": 3, "burst": True}
+    assert value_text(arrival) == '{process = "gamma", rate = 2, cv = 3, burst = true}'
+    name = f"continuous, arrival={value_text(arrival)}"
+    assert wrapped(name) == 'continuous,\narrival={process = "gamma", rate =\n2, cv = 3, ' \
+                            'burst = true}'
+    assert wrapped("short, name") == "short, name"
+
+
 def test_html_report_embeds_every_chart(run):
     _, _, out = run
     page = (out / "report.html").read_text()

@@ -4,9 +4,10 @@ charts read it as they read a simulation.
 A request's row: `arrival_s` is when the client sent it (its latencies start there, as
 vLLM's do), `first_token_s` its first chunk with a choice, `finish_s` the end of its stream;
 `first_scheduled_s` is unknown to a client (NaN, so queueing figures are NaN), as are
-preemptions and cached tokens (0). Its prompt and output tokens are the server's counts when
-it reported them. A failed request has status "failed" and its reason. Each inter-token gap
-is one (gap, 1) pair, ended at its chunk's arrival. There are no steps.
+preemptions and cached tokens (NaN: `sees_steps` is false, so the summary's are NaN too). Its
+prompt and output tokens are the server's counts when it reported them. A failed request has
+status "failed" and its reason. Each inter-token gap is one (gap, 1) pair, ended at its chunk's
+arrival. There are no steps.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from engine.records import RunRecorder
 
 class BenchRecorder(RunRecorder):
     """The records of one benchmark: requests and inter-token gaps, no steps."""
+
+    sees_steps = False
 
     def __init__(self, results, served_model: str | None = None):
         super().__init__(kv_blocks_total=0)
@@ -46,8 +49,8 @@ class BenchRecorder(RunRecorder):
                             ("prompt_tokens", result.prompt_tokens
                              if result.prompt_tokens is not None else
                              result.planned_prompt_tokens),
-                            ("output_tokens", result.output_tokens), ("preemptions", 0),
-                            ("cached_tokens", 0)):
+                            ("output_tokens", result.output_tokens),
+                            ("preemptions", math.nan), ("cached_tokens", math.nan)):
             cols[name].append(value)
         if finished:
             gaps = result.itl_s()

@@ -220,8 +220,8 @@ def remote_text(options: BenchOptions, runs: list[BenchRun]) -> str:
         lines.append(f"{run.spec.label}: " + "; ".join(run.notes)
                      + f"; at most {run.max_in_flight} requests were in flight.")
     lines.append("The server's steps are not visible to a client, so steps.csv and the "
-                 "timeline are left out; batch size, KV use, queueing and prefix cache figures "
-                 "are n/a, preemptions 0. The model, engine, scheduler and cost settings "
+                 "timeline are left out; batch size, KV use, queueing, preemption and prefix "
+                 "cache figures are n/a. The model, engine, scheduler and cost settings "
                  "above describe the scenario, not the server. Each request's planned and reported "
                  "token counts, status and reason are in `bench_requests.csv`.")
     return " ".join(lines)

@@ -74,9 +74,15 @@ def output_dir(out, name: str, suffix: str = "") -> Path:
 
 
 def manifest(command: str, scenario) -> dict:
-    """What a command's output folder records of what was run."""
+    """What a command's output folder records of what was run: the scenario, its seed, the
+    variants run and the sweep (the file's and --sweep's), and the overrides (--set and the
+    flags) as `--set` takes them."""
+    from scenarios.overrides import toml_text
+
     return {"servesim": version(), "command": command, "scenario": scenario.name,
-            "seed": scenario.seed, "overrides": [f"{k}={v!r}" for k, v in scenario.overrides]}
+            "seed": scenario.seed, "variants": scenario.variant_names,
+            "sweep": {key: list(values) for key, values in scenario.sweep.items()},
+            "overrides": [f"{k}={toml_text(v)}" for k, v in scenario.overrides]}
 
 
 def version() -> str:

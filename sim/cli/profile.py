@@ -5,6 +5,7 @@ count (`blas_threads`, set before NumPy loads).
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -74,7 +75,8 @@ def cmd_profile(args) -> int:
     kept = args.quick and cache.holds_full(profile["fingerprint_key"])
     where = ("the full profile cached earlier is kept for `servesim validate --profile auto`"
              if kept else "and cached for `servesim validate --profile auto`")
-    print(f"profile written to {out} ({where}); use it with --set cost.profile={out}")
+    use = shlex.quote(f"cost.profile={out}")  # a path with spaces pastes whole
+    print(f"profile written to {out} ({where}); use it with --set {use}")
     return 0
 
 
