@@ -2,6 +2,7 @@
 malformed traces are refused with the file and line named."""
 
 import gzip
+import warnings
 
 import numpy as np
 import pytest
@@ -78,12 +79,24 @@ def test_unreadable_files_are_one_line_naming_them(tmp_path, name, data, message
     # a bare number is no timestamp (NumPy would read it as a year)
     ("1700000000,10,5\n", r"line 2: TIMESTAMP '1700000000' is not a date and time"),
     ("20231116,10,5\n", r"line 2: TIMESTAMP '20231116' is not a date and time"),
+    # a zone NumPy would convert (with a warning) or misread: refused, never guessed
+    ("2023-11-16 18:17:03 UTC,100,10\n", r"line 2: malformed row"),
+    ("2023-11-16 18:17:03 +05:00,100,10\n", r"line 2: malformed row"),
+    ("2023-11-16T18:17:03.123+0530Z,10,5\n", r"line 2: malformed row"),
+    ("2023-11-16 18:00:00.0,1_000,5\n", r"line 2: malformed row"),
 ])
 def test_bad_rows_are_refused_with_the_line_named(tmp_path, rows, message):
     path = tmp_path / "bad.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows)
-    with pytest.raises(ValueError, match=message):
-        load_trace(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning printed beside the error would be a second line
+        with pytest.raises(ValueError, match=message):
+            load_trace(path)
+
+
+def test_a_device_is_not_a_trace_file():
+    with pytest.raises(FileNotFoundError, match="/dev/null is not a regular file"):
+        resolve_path("/dev/null")
 
 
 def test_wrong_header_is_refused(tmp_path):

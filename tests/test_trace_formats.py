@@ -58,6 +58,16 @@ def test_a_compressed_table_reads_as_its_content(tmp_path):
     ("arrival_s,prompt_tokens,output_tokens\n1,2.5,3\n", "line 2: prompt_tokens must be an "
                                                          "integer, got '2.5'"),
     ("arrival_s,prompt_tokens,output_tokens\n1,2,0\n", "line 2: output_tokens must be >= 1"),
+    # ASCII digits only, as a trace writes them (Python's int() takes these too)
+    ("arrival_s,prompt_tokens,output_tokens\n1,1_000,3\n", "line 2: prompt_tokens must be an "
+                                                           "integer, got '1_000'"),
+    ("arrival_s,prompt_tokens,output_tokens\n1,\uff11\uff10,3\n", "line 2: prompt_tokens must "
+                                                                   "be an integer"),
+    ("arrival_s,prompt_tokens,output_tokens\n1," + "9" * 5000 + ",3\n",
+     "line 2: prompt_tokens: a number of more than 4,300 digits"),
+    # a quoted field across lines: the next row's number is its own line's
+    ('arrival_s,prompt_tokens,output_tokens\n0,"10\n",5\n1,x,5\n', "line 4: prompt_tokens must "
+                                                                    "be an integer, got 'x'"),
     ("arrival_s,prompt_tokens,output_tokens\nnan,2,3\n", "line 2: arrival_s must be a number >= 0"),
     ("arrival_s,prompt_tokens,output_tokens\n-1,2,3\n", "line 2: arrival_s must be a number >= 0"),
     ("arrival_s,prompt_tokens,output_tokens\n2,2,3\n1,2,3\n", "line 3: arrival_s 1.0 is earlier"),
@@ -87,6 +97,8 @@ def test_bad_csv_rows_are_one_line_naming_the_line(tmp_path, text, message):
     ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 9}\n\n', "line 2: an empty line"),
     ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 9, "prompt_tokens": 99}\n',
      "line 1: the key 'prompt_tokens' is given twice"),
+    ('{"arrival_s": 0, "prompt_tokens": ' + "9" * 5000 + ', "output_tokens": 9}\n',
+     "line 1: a number of more than 4,300 digits"),
 ])
 def test_bad_jsonl_rows_are_one_line_naming_the_line(tmp_path, text, message):
     assert message in error(write(tmp_path, "t.jsonl", text), "jsonl")
@@ -198,6 +210,11 @@ def test_sharegpt_shuffles_with_the_generator_then_keeps_max_requests(tmp_path):
     ('[\n{"conversations": []},\n{"conversations": [}\n]', "line 3: not JSON"),
     ('[{"conversations": []}', "line 1: expected , or ] after entry 0"),
     ('[{"conversations": []}] []', "line 1: more after the end of the JSON list"),
+    ('[\n{"conversations": [{"from": "human", "value": "a", "value": "bbbb"}]}]',
+     "line 2: entry 0: the key 'value' is given twice in one object"),
+    ('[{"conversations": []},\n]', "line 2: a comma after the last entry (not JSON)"),
+    ('[{"id": ' + "1" * 5000 + ', "conversations": []}]',
+     "line 1: entry 0: a number of more than 4,300 digits"),
     ("[" * 100_000, "nested too deeply"),
 ])
 def test_bad_sharegpt_files_are_one_line_naming_the_line(tmp_path, text, message):
@@ -265,6 +282,23 @@ def test_a_sharegpt_scenario_runs_with_vllm_style_arrivals(tmp_path):
     assert workload_text(scenario.base.workload) == (
         "lengths from `chats.json.gz` (sharegpt format, first 12 requests shuffled with the "
         "seed, tokens counted by `char`), arrivals poisson at 5 req/s")
+
+
+def test_max_concurrency_alone_sends_a_sharegpt_file_at_once_as_vllm(tmp_path):
+    """`vllm bench serve --dataset-name sharegpt --max-concurrency 2`: the rate is inf, so a
+    scenario that gives only the file runs with --max-concurrency alone."""
+    from sim.cli.common import load_scenario
+    from sim.cli import build_parser
+
+    write(tmp_path, "chats.json", json.dumps([conversation(("human", "q" * 9), ("gpt", "a" * 3))
+                                              for _ in range(4)]))
+    path = write(tmp_path, "s.toml", '[cost]\nmodel = "linear"\n[workload]\n'
+                 'trace = { path = "chats.json", format = "sharegpt" }\n')
+    args = build_parser().parse_args(["run", str(path), "--max-concurrency", "2"])
+    workload = load_scenario(args).base.workload
+    assert workload.arrival.process == "burst" and workload.max_concurrency == 2
+    with pytest.raises(ScenarioError, match="workload.arrival: required with a sharegpt trace"):
+        load_scenario(build_parser().parse_args(["run", str(path)]))
 
 
 def test_a_bad_sharegpt_entry_stops_the_scenario_before_it_runs(tmp_path):

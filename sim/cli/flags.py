@@ -8,8 +8,9 @@
     --max-concurrency C  workload.max_concurrency: at most C requests in flight, the others
                          wait for a slot (their latencies start when sent); without
                          --request-rate every request arrives at once (vLLM's default rate,
-                         inf), except where the scenario gives them (a trace, a search,
-                         variants, a sweep or a --set of them), each run keeping its own
+                         inf), except where the scenario gives them (a timed trace, a
+                         search, variants, a sweep or a --set of them), each run keeping
+                         its own; a ShareGPT file gives lengths only, so it is sent at once
     --num-prompts N      workload.num_requests (a trace: workload.trace.max_requests;
                          multi-turn sessions: workload.sessions.conversations)
     --random-input-len N, --random-output-len M, --random-range-ratio R (vLLM's random
@@ -106,7 +107,7 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
         for key, value in gaps_of(burst).items():
             put("--burstiness", f"workload.arrival.{key}", value)
     if args.max_concurrency is not None:
-        if rate is None and not arrivals_given(scenario_of(pairs, flags), sweep, searching):
+        if rate is None and not arrivals_of_scenario(scenario_of, pairs, flags, sweep, searching):
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
     if args.num_prompts is not None:
@@ -124,17 +125,38 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
     return pairs, sweep, flags
 
 
+def arrivals_of_scenario(scenario_of, pairs: list, flags: dict, sweep: dict,
+                         searching: bool) -> bool:
+    """`arrivals_given` of the scenario with the overrides so far; False where it loads only
+    once the flag gives it arrivals (a ShareGPT trace with no `workload.arrival`), and the
+    scenario's own error where it loads neither way."""
+    from scenarios import ScenarioError
+
+    try:
+        return arrivals_given(scenario_of(pairs, flags), sweep, searching)
+    except ScenarioError as refused:
+        burst = [("workload.arrival", {"process": "burst"})]
+        try:
+            scenario_of(pairs + burst, flags | {"workload.arrival": "--max-concurrency"})
+        except ScenarioError:
+            raise refused from None
+        return False
+
+
 def arrivals_given(scenario, sweep: dict, searching: bool) -> bool:
     """Whether the scenario gives the arrivals, which --max-concurrency alone then leaves as
-    they are: a trace, a search of the rate, or what its overrides (--set), any of the file's
-    variants (picked by --variant or not) or a sweep (the file's, the flags' `sweep`) write."""
+    they are: a timed trace (a ShareGPT file gives lengths only), a search of the rate, or what
+    its overrides (--set), any of the file's variants (picked by --variant or not) or a sweep
+    (the file's, the flags' `sweep`) write."""
+    from scenarios.defaults import UNTIMED_TRACE_FORMATS
     from scenarios.effects import overlap, swept_writes, writes
 
     written = [w for variant in scenario.file_variants for w in writes(variant.set)]
     written += [w for key, value in scenario.overrides for w in writes({key: value})]
     written += [w for key, values in {**scenario.sweep, **sweep}.items()
                 for w in swept_writes(key, values)]
-    return (scenario.base.workload.trace is not None
+    trace = scenario.base.workload.trace
+    return ((trace is not None and trace.format not in UNTIMED_TRACE_FORMATS)
             or (searching and scenario.base.search is not None)
             or any(overlap(w, "workload.arrival") for w in written))
 

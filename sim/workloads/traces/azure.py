@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import csv
 import re
+import warnings
 
 import numpy as np
 
+from .files import csv_rows
+from .table import INTEGER
 from .trace import Trace, check_tokens, shorten
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -32,7 +35,7 @@ def read(path, f, max_rows: int | None) -> Trace:
         raise ValueError(f"{path}: line 1: expected the header {','.join(COLUMNS)} "
                          f"(format azure), got {shorten(','.join(header or []))!r}")
     stamps, prompts, outputs, zone = [], [], [], None
-    for line, row in enumerate(reader, start=2):
+    for line, row in csv_rows(path, reader):
         if max_rows is not None and len(stamps) == max_rows:
             break
         stamp, row_zone, prompt, output = _parse_row(path, line, row)
@@ -63,10 +66,15 @@ def _parse_row(path, line: int, row: list):
         raise ValueError(f"{path}: line {line}: TIMESTAMP {shorten(row[0].strip())!r} is not a "
                          f"date and time (e.g. 2023-11-16 18:17:03.979960)")
     zone = ZONE.search(text) if "T" in text else None  # a date alone has no zone, only a '-'
+    counts = [field.strip() for field in row[1:]]
     try:  # microseconds: every date from year -290,000 to 290,000, no wrapping
-        stamp = np.datetime64(text[:zone.start()] if zone else text, "us")
-        prompt, output = int(row[1]), int(row[2])
-    except (ValueError, OverflowError):
+        with warnings.catch_warnings():  # NumPy converts a zone it finds left with a warning
+            warnings.simplefilter("error")
+            stamp = np.datetime64(text[:zone.start()] if zone else text, "us")
+        if not all(INTEGER.fullmatch(count) for count in counts):
+            raise ValueError("token counts in ASCII digits")
+        prompt, output = int(counts[0]), int(counts[1])
+    except (ValueError, OverflowError, Warning):
         raise ValueError(f"{path}: line {line}: malformed row {shorten(','.join(row))!r}") \
             from None
     return stamp, zone.group() if zone else None, \

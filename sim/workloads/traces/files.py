@@ -18,7 +18,9 @@ from pathlib import Path
 
 from scenarios.paths import REPO_ROOT, shipped_trace
 
-__all__ = ["json_objects", "open_text", "reading", "resolve_path", "shipped_trace"]
+__all__ = ["csv_rows", "json_objects", "open_text", "reading", "resolve_path", "shipped_trace"]
+
+TOO_LONG = "a number of more than 4,300 digits, longer than any trace's"
 
 
 def resolve_path(path, base_dir=None) -> Path:
@@ -31,6 +33,9 @@ def resolve_path(path, base_dir=None) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate
+    special = next((c for c in candidates if c.exists() and not c.is_dir()), None)
+    if special is not None:  # a device, a pipe, a socket
+        raise FileNotFoundError(f"workload.trace.path: {special} is not a regular file")
     folder = next((candidate for candidate in candidates if candidate.is_dir()), None)
     if folder is not None:
         raise FileNotFoundError(f"workload.trace.path: {folder} is a folder; give a file in it")
@@ -66,6 +71,21 @@ def reading(path: Path, kind: str):
         raise ValueError(f"{path}: not {kind}: nested too deeply") from None
 
 
+def csv_rows(path: Path, reader):
+    """(line number, row) for each row `reader` (a `csv.reader`) reads after the header: the
+    line a row ends on, so a quoted field spanning lines does not shift the numbers after it;
+    a row the reader gives up on (a field past its size limit) is an error naming its line."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise ValueError(f"{path}: line {reader.line_num + 1}: not a CSV row: {exc}") \
+                from None
+        yield reader.line_num, row
+
+
 def json_objects(path: Path, lines, fmt: str, keys: str):
     """(line number, object) for each line of a JSON-lines file; a line that is blank, not
     JSON or not an object is an error naming it (`keys` lists what an object holds)."""
@@ -80,6 +100,8 @@ def json_objects(path: Path, lines, fmt: str, keys: str):
                                                             f"{exc.colno})"
             raise ValueError(f"{path}: line {number}: {what}; format {fmt} is one JSON object "
                              f"a line with {keys}") from None
+        except ValueError:  # an integer past Python's 4,300 digits
+            raise ValueError(f"{path}: line {number}: {TOO_LONG}") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path}: line {number}: expected a JSON object with {keys} "
                              f"(format {fmt}), got {type(row).__name__}")

@@ -82,9 +82,9 @@ def trace_notes(trace_config, base_dir=None) -> list[str]:
                      f"for (workload.trace.max_requests, --num-prompts): all {len(trace):,} "
                      f"are sent")
     if trace.skipped:
-        entries = "entry holds" if trace.skipped == 1 else "entries hold"
-        notes.append(f"{name}: {trace.skipped:,} {entries} no request (no human turn "
-                     f"followed by a reply with text) and were skipped")
+        entries, were = ("entry holds", "was") if trace.skipped == 1 else ("entries hold", "were")
+        notes.append(f"{name}: {trace.skipped:,} {entries} no request (no human turn with text "
+                     f"followed by a gpt turn with text) and {were} skipped")
     return notes
 
 

@@ -14,7 +14,11 @@ number of tokens to generate), counted by a tokenizer:
 An entry without such a pair, or whose pair has a turn of blank text, holds no request: it is
 counted in `Trace.skipped`, not read (vLLM likewise skips conversations of fewer than two turns).
 A malformed entry (not an object, no "conversations" list, a turn without string "from" and
-"value") is an error naming the line it starts on and its index.
+"value", a key given twice) is an error naming the line it starts on and its index.
+
+vLLM's benchmark pairs `conversations[0]` and `[1]` whatever their roles; servesim pairs the
+first "human" turn with the next "gpt" turn, so an entry that opens with a "gpt" turn or names
+its roles otherwise ("user", "assistant") is skipped here where vLLM would read it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import re
 
 import numpy as np
 
+from .files import TOO_LONG, DuplicateKey, _unique_keys
 from .trace import Trace, check_tokens, shorten
 
 TOKENIZERS = {"char": len, "whitespace": lambda text: len(text.split())}
@@ -83,7 +88,7 @@ def _kind(value) -> str:
 def _entries(path, text: str):
     """(line, index, entry) for each element of the file's top-level JSON list, decoded one at
     a time so that an error can name the line the element starts on."""
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(object_pairs_hook=_unique_keys)
     counted, line = 0, 1
 
     def line_at(pos: int) -> int:  # positions only grow, so the text is counted once
@@ -102,13 +107,22 @@ def _entries(path, text: str):
     while not text.startswith("]", pos):  # [] holds no entry
         try:
             entry, end = decoder.raw_decode(text, pos)
+        except DuplicateKey as exc:
+            raise ValueError(f"{path}: line {line_at(pos)}: entry {index}: the key "
+                             f"{exc.args[0]!r} is given twice in one object") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: line {exc.lineno}: not JSON ({exc.msg} at column "
                              f"{exc.colno})") from None
+        except ValueError:  # an integer past Python's 4,300 digits
+            raise ValueError(f"{path}: line {line_at(pos)}: entry {index}: {TOO_LONG}") \
+                from None
         yield line_at(pos), index, entry
         pos, index = _BLANK.match(text, end).end(), index + 1
         if text.startswith(",", pos):
             pos = _BLANK.match(text, pos + 1).end()
+            if text.startswith("]", pos):
+                raise ValueError(f"{path}: line {line_at(pos)}: a comma after the last entry "
+                                 f"(not JSON)")
         elif not text.startswith("]", pos):
             raise ValueError(f"{path}: line {line_at(pos)}: expected , or ] after entry "
                              f"{index - 1} (format sharegpt is a JSON list)")

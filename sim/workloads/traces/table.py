@@ -12,10 +12,11 @@ are allowed and not read. `read_json_lines` with other `Columns` also reads the 
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, replace
 from itertools import islice
 
-from .files import json_objects
+from .files import TOO_LONG, csv_rows, json_objects
 from .trace import Trace, check_time, check_tokens, shorten, timed
 
 
@@ -37,6 +38,9 @@ class Columns:
         return ", ".join(self.names)
 
 
+INTEGER = re.compile(r"[+-]?[0-9]+")
+NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf(inity)?)",
+                    re.IGNORECASE)  # NaN and infinity read, to be refused as times
 CSV = Columns("csv", "arrival_s", "prompt_tokens", "output_tokens")
 JSONL = replace(CSV, fmt="jsonl")
 CSV_KIND, JSONL_KIND = "a CSV file", "a JSON-lines file"
@@ -60,7 +64,7 @@ def read_csv(path, f, max_rows: int | None) -> Trace:
         raise ValueError(f"{path}: line 1: column {', '.join(twice)} appears more than once")
     where = [header.index(name) for name in CSV.names]
     times, prompts, outputs = [], [], []
-    for line, row in enumerate(reader, start=2):
+    for line, row in csv_rows(path, reader):
         if max_rows is not None and len(times) == max_rows:
             break
         if len(row) != len(header):
@@ -75,12 +79,15 @@ def read_csv(path, f, max_rows: int | None) -> Trace:
 
 
 def _number(path, line: int, name: str, text: str, integer: bool):
+    """`text` as an int or a float, written in ASCII digits only (Python's `int` would also
+    take "1_000" and other scripts' digits)."""
+    what = "an integer" if integer else "a number"
+    if not (INTEGER if integer else NUMBER).fullmatch(text):
+        raise ValueError(f"{path}: line {line}: {name} must be {what}, got {shorten(text)!r}")
     try:
         return int(text) if integer else float(text)
-    except ValueError:
-        what = "an integer" if integer else "a number"
-        raise ValueError(f"{path}: line {line}: {name} must be {what}, got "
-                         f"{shorten(text)!r}") from None
+    except ValueError:  # past Python's 4,300 digits
+        raise ValueError(f"{path}: line {line}: {name}: {TOO_LONG}") from None
 
 
 def read_jsonl(path, f, max_rows: int | None) -> Trace:
