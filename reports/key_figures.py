@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from scenarios.scenario import point_text
+
 # (summary key, column title, scale, decimals)
 KEY_FIGURES = (
     ("completed", "completed", 1, 0),
@@ -45,7 +47,7 @@ def key_rows(specs, summaries: list[dict],
     header = ["variant"] + [short_key(k) for k in sweep_keys] + [t for _, t, _, _ in figures]
     rows = []
     for spec, summary in zip(specs, summaries):
-        row = [spec.variant] + [str(spec.sweep.get(k, "")) for k in sweep_keys]
+        row = [spec.variant] + [point_text(spec.sweep.get(k, "")) for k in sweep_keys]
         row += [_number(summary[key] * scale, decimals) for key, _, scale, decimals in figures]
         rows.append(row)
     return header, rows

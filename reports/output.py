@@ -96,12 +96,17 @@ def output_folder(out_dir, manifest: dict):
 def _parents_made(folder: Path):
     """Create `folder` and the folders above it that are missing; if the block fails, remove
     those it created (still empty), so a failed command leaves no trace."""
-    missing = [p for p in (folder, *folder.parents) if not _exists(p)]
-    folder.mkdir(parents=True, exist_ok=True)
+    made = []  # those this command created (not another at the same moment), outermost first
+    for place in reversed([p for p in (folder, *folder.parents) if not _exists(p)]):
+        try:
+            place.mkdir()
+            made.append(place)
+        except FileExistsError:
+            pass
     try:
         yield
     except BaseException:
-        for place in missing:  # the deepest first
+        for place in reversed(made):  # the deepest first
             try:
                 place.rmdir()
             except OSError:  # no longer empty (another command's), or gone
@@ -363,15 +368,17 @@ def _locked(lock_path: Path, out_dir: Path):
     file servesim did not make is there (it is never removed)."""
     while True:
         try:
-            fd = os.open(lock_path, os.O_RDWR)
+            fd = os.open(lock_path, os.O_RDWR | os.O_NONBLOCK)  # a FIFO there: no waiting
         except FileNotFoundError:
             _make_lock(lock_path)
             continue
-        if os.read(fd, len(LOCK_TEXT) + 1) != LOCK_TEXT:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or \
+                os.read(fd, len(LOCK_TEXT) + 1) != LOCK_TEXT:
             os.close(fd)
             raise OutputRefused(f"{lock_path}: a file servesim did not make is where it keeps "
-                                f"the lock for {out_dir}; move it, or write elsewhere with "
-                                f"--out")
+                                f"the lock for {out_dir} (an empty one is left by an earlier "
+                                f"version's killed command, and may be removed); move it, or "
+                                f"write elsewhere with --out")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -395,24 +402,27 @@ def _locked(lock_path: Path, out_dir: Path):
 
 def _make_lock(lock_path: Path) -> None:
     """Create `lock_path` holding `LOCK_TEXT`, whole from its first instant (written beside it,
-    then linked into place); a file already there is left as it is."""
-    fd, temporary = tempfile.mkstemp(prefix=f"{lock_path.name[:-len('.lock')]}.",
-                                     suffix=".partial", dir=lock_path.parent)
+    then linked into place); a file already there is left as it is. The file written beside
+    it is named as no stale entry is (`remove_stale` under another command's lock would take
+    it); if it goes anyway, the caller tries again."""
+    fd, temporary = tempfile.mkstemp(prefix=f"{lock_path.name}.", suffix=".new",
+                                     dir=lock_path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(LOCK_TEXT)
         try:
             os.link(temporary, lock_path)
-        except FileExistsError:
+        except (FileExistsError, FileNotFoundError):
             pass
         except OSError:  # a file system without hard links (FAT, some network ones)
             _create_lock(lock_path)
     finally:
-        os.unlink(temporary)
+        Path(temporary).unlink(missing_ok=True)
 
 
 def _create_lock(lock_path: Path) -> None:
-    """`_make_lock` where files cannot be linked: created, then written."""
+    """`_make_lock` where files cannot be linked: created, then written (a command opening it
+    in between finds it empty and is refused: the rare cost of such a file system)."""
     try:
         fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
@@ -438,8 +448,9 @@ def _replace(partial: Path, target: Path, prefix: str) -> None:
                     os.rename(old, target)  # the earlier folder back in its place
                     raise
                 WRITTEN.add(target)
-        finally:  # a signal held meanwhile acts once the earlier folder is gone
-            shutil.rmtree(old, ignore_errors=True)
+        finally:  # a signal held meanwhile is raised first (a killed command's `.old`: stale)
+            if target in WRITTEN:  # never the only copy of the earlier output
+                shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(partial, target)
         WRITTEN.add(target)

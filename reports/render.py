@@ -40,7 +40,7 @@ def to_markdown(blocks) -> str:
     out = []
     for block in blocks:
         if isinstance(block, Heading):
-            out.append("#" * block.level + " " + block.text)
+            out.append("#" * block.level + " " + _no_tags(block.text))
         elif isinstance(block, Paragraph):
             out.append(_no_tags(block.text))
         elif isinstance(block, Table):
@@ -52,10 +52,13 @@ def to_markdown(blocks) -> str:
 
 def _no_tags(text: str) -> str:
     """Text as Markdown shows it literally, not as HTML: a "<" that could open a tag (a name a
-    user gave, e.g. a variant's) is written "&lt;"; a "<" before a number or a space stays."""
-    return TAG_START.sub("&lt;", text)
+    user gave, e.g. a variant's) is written "&lt;", outside code spans (which show it as it
+    is); a "<" before a number or a space stays."""
+    return "".join(part if part.startswith("`") else TAG_START.sub("&lt;", part)
+                   for part in CODE_SPAN.split(text))
 
 
+CODE_SPAN = re.compile(r"(`[^`]*`)")
 TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 NUMBER = re.compile(r"[+-]?\d[\d,]*(\.\d+)?(e[+-]?\d+)?%?")
 MISSING = ("", "n/a")

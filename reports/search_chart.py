@@ -61,9 +61,9 @@ def _cost_panel(ax, rows: list[dict]) -> None:
                 markerfacecolor="none", zorder=0, label="Pareto front")
         ax.legend(loc="upper left", frameon=False)
     else:
-        priced = any(not math.isnan(row["dollars_per_hour"]) for row in rows)
-        ax.text(0.5, 0.5, "no point met the target" if priced
-                else "no prices: set hardware.cost_per_hour", ha="center", va="center",
+        met = any(row["status"] != "fails_at_low" for row in rows)
+        ax.text(0.5, 0.5, "no prices: set hardware.cost_per_hour" if met
+                else "no point met the target", ha="center", va="center",
                 transform=ax.transAxes, color="dimgrey")
     ax.set_xlabel("capacity per GPU (requests/s at which the target meets the SLOs)")
     ax.set_ylabel("capacity per dollar-hour (requests/s per $/h)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
 import tomllib
 
 from .errors import FieldError
@@ -113,6 +114,12 @@ def wider_first(sweep: dict) -> dict:
     return {key: sweep[key] for key in keys}
 
 
+def _key(key: str) -> str:
+    """A table's key as TOML reads it back: bare where it may be, else quoted (a dotted key
+    such as a search grid's "engine.max_num_seqs" would otherwise be read as nested tables)."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
+
+
 def toml_text(value) -> str:
     """`value` written as TOML (inline tables and arrays), as a file or --set takes it."""
     if isinstance(value, bool):
@@ -120,7 +127,7 @@ def toml_text(value) -> str:
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)  # a TOML basic string, escaped
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {toml_text(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_key(k)} = {toml_text(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(toml_text(v) for v in value) + "]"
     return str(value)

@@ -26,6 +26,11 @@ DEFAULT_SCENARIO = "static-vs-continuous"
 DEFAULT_VARIANT = "default"  # the variant name of a scenario without [[variants]]
 
 
+def point_text(value) -> str:
+    """A swept value in a run's label: a table or a list as TOML writes it, else as is."""
+    return ov.toml_text(value) if isinstance(value, (dict, list)) else str(value)
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One run: a variant at one sweep point ({dotted key: value}; empty without a sweep)."""
@@ -36,7 +41,8 @@ class RunSpec:
 
     @property
     def label(self) -> str:
-        point = ", ".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in self.sweep.items())
+        point = ", ".join(f"{key.rsplit('.', 1)[-1]}={point_text(value)}"
+                          for key, value in self.sweep.items())
         return f"{self.variant} ({point})" if point else self.variant
 
 

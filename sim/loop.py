@@ -214,6 +214,7 @@ def check_clock(end_s: float) -> None:
                          f"{MAX_TIME_S:.3g} s (136 years), where times lose sub-microsecond "
                          f"precision: its costs (the cost or hardware settings) are too large")
 
+
 def engine(env, state: SimState, replica: Replica):
     """The engine loop: one iteration per step, sleeping while there is nothing to run. An
     executor with `after_idle(idle_s)` (the cost model's) is told how long the engine slept

@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import forkserver, resource_tracker
@@ -118,6 +119,10 @@ def _on_pool(function, jobs: list, workers: int, done) -> list:
             if done is not None:
                 done(index, results[index])
         return results
+    except BaseException:  # a failure, Ctrl-C, a stop signal: the jobs running are not wanted
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()  # the workers ignore Ctrl-C, so the pool would wait for them
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -141,12 +146,16 @@ def _start_helpers() -> None:
     SIGHUP, which a closed terminal sends the whole process group: killed by it, the tracker
     is restarted by this process as it stops and prints tracebacks for every queue it never
     saw. This process keeps its own handler (a hang-up in these milliseconds is missed)."""
+    if threading.current_thread() is not threading.main_thread():  # no signals to set here
+        resource_tracker.ensure_running()
+        forkserver.ensure_running()
+        return
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         resource_tracker.ensure_running()
         forkserver.ensure_running()
     finally:
-        signal.signal(signal.SIGHUP, previous)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL if previous is None else previous)
 
 
 def _start_worker() -> None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from engine.benchmark import summarize, vllm_summary
+from engine.benchmark import peak_figures, summarize, vllm_summary
 from sim.bench.checked import BadResponse, token_count
 from sim.bench.client import read_stream
 from sim.bench.outcome import outcome_line
@@ -115,6 +115,16 @@ def test_fit_text_scale_is_the_line_through_the_probe():
     scale = fit_text_scale({16: 100, 64: 292})  # 4 tokens a word, 36 for the template
     assert scale.words_for(36 + 4 * 50) == 50
     assert TextScale().words_for(0) == 1
+
+
+def test_peak_tokens_a_second_count_the_seconds_that_hold_tokens_not_the_span():
+    """A benchmark whose last token came 10^12 s after the first (a stalled server, a bad
+    clock): vLLM's one-second buckets are counted for the seconds that hold a token, never an
+    array of the span's length."""
+    ok = finished(0, 0.0, [0.5, 0.7, 1e12], 1e12 + 1)
+    other = finished(1, 0.0, [0.6, 1e12 + 0.5], 1e12 + 1)
+    assert peak_figures(BenchRecorder([ok, other])) == {"max_output_tokens_per_s": 3.0,
+                                                        "max_concurrent_requests": 2}
 
 
 def test_text_prompts_start_with_their_index_so_no_two_share_a_prefix():

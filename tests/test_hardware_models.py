@@ -382,6 +382,19 @@ def test_the_roofline_costs_what_quantized_checkpoints_keep_16_bit_in_16_bits(tm
     assert routers[0] == routers[1]
 
 
+def test_fp32_weights_keep_fp32_activations_on_a_gpu_of_fp32_peaks_alone():
+    """As benchmarks/hardware_accuracy.py costs the NumPy engine on a CPU: attention, the LM
+    head and everything else at the fp32 peak, no 16-bit peak needed."""
+    cpu = {"name": "cpu", "memory_gib": 64.0, "memory_bandwidth_gbs": 25.0,
+           "peak_tflops": {"fp32": 0.1}, "interconnect_bandwidth_gbs": 1.0,
+           "interconnect_latency_us": 0.0, "measured": "a100"}
+    times = layer_op_times("meta-llama/Llama-3.1-8B", cpu, 1, 16, dtype="fp32")
+    assert times["attn_pre_proj"] > 0
+    model = {"vocab_size": 512, "d_model": 512, "n_layers": 4, "n_heads": 8, "n_kv_heads": 8,
+             "d_ff": 2048, "max_seq_len": 1024}
+    assert layer_op_times(model, cpu, 1, 16, dtype="fp32")["attn_post_proj"] > 0
+
+
 def test_a_sliding_window_no_sequence_reaches_is_costed_as_full_attention(tmp_path):
     """Mistral-7B-v0.1's 4,096-token window at max_seq_len 4,096 never binds: its attention is
     the measured full attention, as Llama-2-7B's shape without a window; at 8,192 it slides."""

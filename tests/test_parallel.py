@@ -9,7 +9,12 @@ import importlib.util
 import json
 import logging
 import math
+import os
 import pickle
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +22,8 @@ import scenarios
 from sim.cli import main
 from sim.parallel import RAY_MISSING, Parallel, run_config_job, run_jobs
 from sim.search import search, search_scenario
+
+REPO = Path(__file__).resolve().parents[1]
 
 SERIAL, POOL = Parallel(workers=1), Parallel(workers=2)
 
@@ -61,6 +68,37 @@ def test_results_keep_the_jobs_order_and_each_job_is_reported_done_once():
                        done=lambda index, result: finished.append((index, result)))
     assert results == [4.0, 1.0, 3.0, 2.0]
     assert sorted(finished) == [(0, 4.0), (1, 1.0), (2, 3.0), (3, 2.0)]
+
+
+def test_a_pool_runs_from_a_thread_other_than_the_main_one():
+    """A library user's thread (a web app's, a notebook's) may run jobs on a process pool;
+    only the main thread may set signal handlers, so none is set there."""
+    results = {}
+    thread = threading.Thread(target=lambda: results.update(
+        r=run_jobs(math.sqrt, [1.0, 4.0], POOL)))
+    thread.start()
+    thread.join()
+    assert results == {"r": [1.0, 2.0]}
+
+
+def test_the_pools_helper_processes_ignore_a_hang_up():
+    """A closed terminal hangs up the whole process group: the fork server (and the workers'
+    resource tracker) must outlive it, or the tracker's restart prints a traceback a queue;
+    the workers themselves end on it, as this process does."""
+    code = ("import math, signal\n"
+            "from multiprocessing import forkserver, resource_tracker\n"
+            "from sim.parallel import Parallel, run_jobs\n"
+            "run_jobs(math.sqrt, [1.0, 4.0], Parallel(workers=2))\n"
+            "for pid in (forkserver._forkserver._forkserver_pid,\n"
+            "            resource_tracker._resource_tracker._pid):\n"
+            "    status = open(f'/proc/{pid}/status').read()\n"
+            "    ignored = int(status.split('SigIgn:')[1].split()[0], 16)\n"
+            "    print(bool(ignored & (1 << (signal.SIGHUP - 1))))\n")
+    # a fresh process: the first pool of a process starts its helpers
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=os.environ | {"PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
 
 
 def test_a_failing_job_raises_its_own_exception_from_the_pool():

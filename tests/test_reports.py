@@ -247,11 +247,14 @@ def test_a_column_is_numeric_only_when_every_cell_is_a_number_or_missing():
 
 
 def test_a_name_a_user_gave_reads_literally_in_the_markdown_report():
-    from reports.render import Paragraph, Table, to_markdown
+    from reports.render import Heading, Paragraph, Table, to_markdown
 
-    text = to_markdown([Paragraph("variant a|b <i>x</i>, p < 0.5"),
+    text = to_markdown([Heading(1, "Run <b>"), Paragraph("variant a|b <i>x</i>, p < 0.5, "
+                                                          "`summary-<run>.json`"),
                         Table(["variant"], [["a|b <i>x</i>"]])])
-    assert "variant a|b &lt;i>x&lt;/i>, p < 0.5" in text and "| a\\|b &lt;i>x&lt;/i> |" in text
+    assert text.startswith("# Run &lt;b>\n")
+    assert "variant a|b &lt;i>x&lt;/i>, p < 0.5, `summary-<run>.json`" in text  # code as is
+    assert "| a\\|b &lt;i>x&lt;/i> |" in text
 
 
 def test_a_swept_table_is_named_as_toml_writes_it_and_long_names_wrap():

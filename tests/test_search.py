@@ -187,7 +187,12 @@ def test_a_grid_key_also_swept_and_a_variant_setting_the_rate_are_refused(linear
     assert main(["search", str(linear), "--out", str(out), "--quiet", "--set", grid,
                  "--sweep", "engine.max_num_seqs=3,4"]) == 2
     err = capsys.readouterr().err
-    assert "search.grid.engine.max_num_seqs: is also a key of the sweep" in err
+    assert "search.grid.engine.max_num_seqs: also a key of the sweep" in err
+    table = "search.grid={\"engine\" = [{max_num_seqs = 1}, {max_num_seqs = 2}]}"
+    assert main(["search", str(linear), "--out", str(out), "--quiet", "--set", table,
+                 "--sweep", "engine.max_num_seqs=3,4"]) == 2
+    assert "search.grid.engine: overlaps the sweep's engine.max_num_seqs" in \
+        capsys.readouterr().err
     variant = tmp_path / "variant.toml"
     variant.write_text(linear.read_text() + '[[variants]]\nname = "fast"\n'
                                             'set = { "workload.arrival.rate" = 2.0 }\n')

@@ -75,7 +75,9 @@ def set_threads(args) -> None:
 def main(argv=None) -> int:
     """Run one command; its exit status. Every failure a user can cause, an interruption at any
     point included, is one line on stderr and a non-zero status, never a traceback."""
-    previous = {sig: signal.signal(sig, _terminate) for sig in STOP_SIGNALS}
+    # a signal ignored when servesim starts (`nohup` ignores SIGHUP) stays ignored
+    previous = {sig: signal.signal(sig, _terminate) for sig in STOP_SIGNALS
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     args = None
     try:
         argv = split_set_values(list(sys.argv[1:] if argv is None else argv))
@@ -93,6 +95,9 @@ def main(argv=None) -> int:
             signal.signal(sig, handler)
 
 
+RECORDING = ("run", "validate", "bench")  # the commands that write vLLM's result files
+
+
 def _run_command(args) -> int:
     """The command's status, with the errors it can meet turned into one line."""
     from reports.chart_worker import ChartsFailed
@@ -101,10 +106,11 @@ def _run_command(args) -> int:
 
     from reports.vllm_json import record_date
 
-    try:
-        record_date()  # a bad SOURCE_DATE_EPOCH is found before any work, not after it
-    except ValueError as exc:
-        return _fail(str(exc), USAGE_ERROR)
+    if args.command in RECORDING:  # a bad SOURCE_DATE_EPOCH is found before any work
+        try:
+            record_date()
+        except ValueError as exc:
+            return _fail(str(exc), USAGE_ERROR)
     try:
         return args.func(args)
     except (ScenarioError, UsageError, OutputError) as exc:

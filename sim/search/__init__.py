@@ -20,6 +20,7 @@ from pathlib import Path
 
 import scenarios
 
+from scenarios.effects import overlap
 from scenarios.overrides import flatten
 from scenarios.workload import RATE_PROCESSES
 
@@ -54,9 +55,11 @@ def search_scenario(scenario) -> scenarios.Scenario:
                                  f"may set the process and its cv)")
     grid = settings.grid
     for key in grid:
-        if key in scenario.sweep:
-            raise scenario.error(f"search.grid.{key}: is also a key of the sweep; the grid is "
-                                 f"crossed into the sweep, so give its values in one of them")
+        swept = next((k for k in scenario.sweep if overlap(k, key)), None)
+        if swept is not None:  # the same key, or a table and a key inside it
+            also = "also a key of the sweep" if swept == key else f"overlaps the sweep's {swept}"
+            raise scenario.error(f"search.grid.{key}: {also}; the grid is crossed into the "
+                                 f"sweep, so give its values in one of them")
     for key in [*scenario.sweep, *grid]:
         if key == RATE_KEY or key.split(".")[0] == "search":
             where = "search.grid" if key in grid else "sweep"

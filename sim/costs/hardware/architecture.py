@@ -44,6 +44,9 @@ DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp
 # weights), every other weight in bf16, computed in bf16 (the kernels dequantize: w4a16)
 EXPERT_BYTES = {"mxfp4": 4.25 / 8}
 COMPUTE_DTYPES = {"mxfp4": "bf16"}
+# Dtypes whose activations (and KV cache, by default) are the weights' own; the others (fp8,
+# nvfp4, mxfp4 weights) run with bf16 activations
+NATIVE_DTYPES = ("fp32", "fp16", "bf16")
 
 
 def expert_bytes(dtype: str) -> float:
@@ -57,10 +60,11 @@ def compute_dtype(dtype: str) -> str:
 
 
 def activation_dtype(dtype: str) -> str:
-    """The 16-bit dtype of the activations of a model of weights in `dtype`: the weights' own
-    for fp16 and bf16, else bf16 (a quantized checkpoint's). Attention computes in it, and the
-    weights a quantized checkpoint keeps 16-bit (`KEPT_BYTES`: the LM head, the routers)."""
-    return dtype if dtype in ("fp16", "bf16") else "bf16"
+    """The dtype of the activations of a model of weights in `dtype`: the weights' own for
+    fp32, fp16 and bf16 (`NATIVE_DTYPES`), else bf16 (a quantized checkpoint's). Attention
+    computes in it, and a quantized checkpoint keeps its LM head and routers in it
+    (`KEPT_BYTES`)."""
+    return dtype if dtype in NATIVE_DTYPES else "bf16"
 
 
 NORMS = ("rmsnorm", "layernorm")

@@ -16,18 +16,12 @@ from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
 from .measured import MeasuredOps
 from .memory import GIB, MemoryPlan, memory_plan, smallest_tp
 
-# Dtypes whose activations (and KV cache, by default) are the weights' own; the others (fp8,
-# nvfp4 weights) run with 16-bit activations and, as vLLM's --kv-cache-dtype auto, a bf16 cache.
-NATIVE_DTYPES = ("fp32", "fp16", "bf16")
-
 
 def kv_cache_dtype(dtype: str, kv_dtype: str = "auto") -> str:
     """The KV cache's dtype: `kv_dtype`, or for "auto" the model's activation dtype (the
     weights' for fp32, fp16 and bf16; bf16 under fp8 or nvfp4 weights, as vLLM's "auto" takes
     the checkpoint's bf16 dtype)."""
-    if kv_dtype != "auto":
-        return kv_dtype
-    return dtype if dtype in NATIVE_DTYPES else "bf16"
+    return kv_dtype if kv_dtype != "auto" else activation_dtype(dtype)
 
 
 @dataclass(frozen=True)
