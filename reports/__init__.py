@@ -1,7 +1,7 @@
 """Reports of a run: pandas tables from the recorders (requests, steps, summary), matplotlib
 charts (latency CDFs, timeline, comparison, sweep), and report.md / report.html.
 
-    files = reports.write_report(scenario, results, "out/static-vs-continuous")
+    files = reports.write_report(scenario, results, "out/my-run")  # into the folder as is
     print(reports.summary_text(results, files.summaries))
 
 Every metric comes from `engine.benchmark`; see docs/reports/ for each file and chart.

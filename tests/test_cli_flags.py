@@ -259,11 +259,12 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
      "--burstiness: must be from 0.01 to 10,000 (gaps with a coefficient of variation"),
     (["--goodput", "latency:5"], "--goodput latency:5: expected METRIC:MS"),
     (["--goodput", "ttft:-1"], "--goodput ttft:-1: must be a positive number"),
-    (["--request-rate", "0"], "argument --request-rate: invalid rate value: '0'"),
+    (["--request-rate", "0"], "argument --request-rate: must be a positive number of requests "
+                              "a second, or inf (every request at once), got '0'"),
     (["--sweep", "workload.arrival.rate"], "--sweep workload.arrival.rate: expected KEY=V1,V2"),
     (["--sweep", "workload.arrival.rate=1,-1"],
      "sweep workload.arrival.rate=-1: workload.arrival.rate: must be a positive number"),
-    (["--num-prompts", "many"], "argument --num-prompts: invalid positive_integer value"),
+    (["--num-prompts", "many"], "argument --num-prompts: must be a whole number >= 1, got 'many'"),
     (["prefix-caching", "--request-rate", "1e-30"], "workload.arrival.rate: 120 conversations "
                                                     "at 1e-30/s would span about 1.2e+32 s"),
     (["prefix-caching", "--max-concurrency", "4"],

@@ -287,7 +287,8 @@ def test_the_hardware_model_is_validated_against_a_server_not_in_process(tmp_pat
     assert (out / "validation.csv").is_file()
     capsys.readouterr()
     assert main(argv) == 2
-    assert "must be one of profile, linear, got 'hardware'" in capsys.readouterr().err
+    assert "must be one of profile, linear (the hardware model is validated against a GPU " \
+           "server: --against URL), got 'hardware'" in capsys.readouterr().err
 
 
 def test_runs_validated_on_a_process_pool_simulate_as_they_do_one_by_one(tmp_path, validated):

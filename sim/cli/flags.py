@@ -310,39 +310,59 @@ def split_set_values(argv: list[str]) -> list[str]:
     return out
 
 
+# argparse's types: each refuses a value in one line saying what is allowed
+# ("argument --num-prompts: must be a whole number >= 1, got '0'")
+
+
 def rate(text: str) -> float:
-    value = float(text)
+    value = _float(text)
     if not value > 0:
-        raise ValueError(text)
+        raise _refused("a positive number of requests a second, or inf (every request at "
+                       "once)", text)
     return value
 
 
 def positive_number(text, where: str = "") -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        if where:
-            raise FlagError(f"{where}: must be a positive number") from None
-        raise
+    value = _float(text)
     if not 0 < value < math.inf:
         if where:
             raise FlagError(f"{where}: must be a positive number")
-        raise ValueError(text)
+        raise _refused("a positive number", text)
     return value
 
 
 def non_negative_number(text: str) -> float:
-    value = float(text)
+    value = _float(text)
     if not 0 <= value < math.inf:
-        raise ValueError(text)
+        raise _refused("a number >= 0", text)
     return value
 
 
 def positive_integer(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
+    value = _int(text)
+    if value is None or value < 1:
+        raise _refused("a whole number >= 1", text)
     return value
+
+
+def _float(text) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _int(text) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _refused(allowed: str, text):
+    from argparse import ArgumentTypeError
+
+    return ArgumentTypeError(f"must be {allowed}, got {text!r}")
 
 
 def range_ratio(text: str) -> float:
@@ -358,7 +378,7 @@ def range_ratio(text: str) -> float:
 
 
 def seed_value(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
+    value = _int(text)
+    if value is None or value < 0:
+        raise _refused("a whole number >= 0", text)
     return value

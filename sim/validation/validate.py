@@ -230,7 +230,8 @@ def check_validatable(scenario, spec, calibrate: bool = False, in_process: bool 
     model = spec.config.cost.model
     allowed = VALIDATED_COST_MODELS + (() if in_process else ("hardware",))
     if model not in allowed:
-        also = "" if in_process else " (the hardware model too, against a server's URL)"
+        also = " (the hardware model is validated against a GPU server: --against URL)" \
+            if in_process else " (the hardware model too, against a server's URL)"
         raise ScenarioError(f"{where}cost.model: validate compares a cost model with serving, "
                             f"so it must be one of {', '.join(VALIDATED_COST_MODELS)}{also}, "
                             f"got {model!r}")
