@@ -21,11 +21,13 @@
 
 - vLLM's peaks (`peak_figures`): the most output tokens sampled in one second (one-second
   buckets from the first counted request's arrival) and the most finished requests in flight.
+- vLLM's `--metric-percentiles` (`metric_percentiles`): any percentile of any latency, over
+  the same requests and gaps.
 
 The engine's part 8 steps (`time_to_first_token`, `inter_token_latency`, `aggregate_throughput`,
 `latency_percentiles`, `run_benchmark`) are the building blocks `summarize` uses; reports read
-`summarize`, `latency_std`, `peak_figures`, `vllm_summary` and `request_metrics` and never
-recompute a metric themselves.
+`summarize`, `latency_std`, `peak_figures`, `metric_percentiles`, `vllm_summary` and
+`request_metrics` and never recompute a metric themselves.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 PREFIX_CACHE_KEYS = ("prefix_cache_hit_rate", "prefix_cache_block_hit_rate",
                      "prefill_tokens_saved")
 _VLLM_NAMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
+THEIR_NAMES = {theirs: ours for ours, theirs in _VLLM_NAMES.items()}
+VLLM_METRICS = tuple(_VLLM_NAMES.values())  # vLLM's --percentile-metrics choices
 _VLLM_STATS = {"mean": "mean", "p50": "median", "p90": "p90", "p95": "p95", "p99": "p99"}
 
 
@@ -277,6 +281,33 @@ def latency_std(recorder: RunRecorder, warmup_s: float = 0.0) -> dict:
     else:
         out["itl_std_s"] = math.nan
     return {f"{name}_std_s": out[f"{name}_std_s"] for name in LATENCIES}
+
+
+def metric_percentiles(recorder, percentiles, metrics=VLLM_METRICS,
+                       warmup_s: float = 0.0) -> dict:
+    """vLLM's `--metric-percentiles` of its `--percentile-metrics`: {`p<P>_<metric>_ms`: value}
+    for each metric (vLLM's names: ttft, tpot, itl, e2el) and each percentile P (written as
+    vLLM writes it: 50 as "50", 99.9 as "99.9"), in milliseconds, over the same requests and
+    gaps as `summarize`'s percentiles; NaN where there is no value."""
+    _, _, _, per_request = _counted_requests(recorder, warmup_s)
+    gaps, counts = itl_weights(recorder, warmup_s)
+    out = {}
+    for metric in metrics:
+        ours = THEIR_NAMES[metric]
+        if ours == "itl":
+            values = weighted_percentile(gaps, counts.astype(np.int64), percentiles) \
+                if counts.sum() else [math.nan] * len(percentiles)
+        else:
+            values = list(latency_percentiles(_defined(ours, per_request[f"{ours}_s"]),
+                                              percentiles).values())
+        for p, value in zip(percentiles, values):
+            out[f"p{percentile_word(p)}_{metric}_ms"] = float(value) * 1000.0
+    return out
+
+
+def percentile_word(p: float) -> str:
+    """A percentile as vLLM names it in its keys: 50.0 -> "50", 99.9 -> "99.9"."""
+    return str(int(p)) if float(p).is_integer() else str(p)
 
 
 def peak_figures(recorder, warmup_s: float = 0.0) -> dict:

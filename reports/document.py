@@ -11,6 +11,7 @@ import re
 import numpy as np
 
 from engine.benchmark import latency_percentiles
+from scenarios.scenario import point_text
 
 from .describe import sweep_table, variant_table, what_was_run
 from .key_figures import REPORT_FIGURES, key_rows
@@ -35,7 +36,8 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
     if len(scenario.variants) > 1 or scenario.variants[0].set:
         blocks += [Heading(3, "Variants"), Table(*variant_table(scenario, specs))]
     if scenario.sweep:
-        rows = [[f"`{key}`", ", ".join(map(str, values))] for key, values in scenario.sweep.items()]
+        rows = [[f"`{key}`", ", ".join(map(point_text, values))]
+                for key, values in scenario.sweep.items()]
         blocks += [Heading(3, "Sweep (crossed with every variant)"),
                    Table(["key", "values"], rows)]
         points = sweep_table(scenario, specs)

@@ -8,7 +8,7 @@ for a sweep of one variant over the arrival rate, the labels are `1`, `2`, ... a
 
 from __future__ import annotations
 
-from scenarios.overrides import toml_text
+from scenarios.overrides import toml_key, toml_text
 
 UNITS = {"workload.arrival.rate": "request rate (requests/s)",
          "workload.arrival.concurrency": "concurrent users",
@@ -26,7 +26,7 @@ def value_text(value) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_inner(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{toml_key(k)} = {_inner(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(map(_inner, value)) + "]"
     return str(value)

@@ -77,8 +77,8 @@ def output_folder(out_dir, manifest: dict):
     with _parents_made(parent):
         prefix = hidden_prefix(target.name)
         with _locked(parent / f"{prefix}.lock", out_dir):
+            remove_stale(parent, prefix, target)
             check_replaceable(target, out_dir)
-            remove_stale(parent, prefix)
             partial = Path(tempfile.mkdtemp(prefix=f"{prefix}.", suffix=".partial",
                                             dir=parent))
             try:
@@ -223,13 +223,18 @@ def _listed_files(manifest: Path) -> dict | None:
     return listed if ours and all(isinstance(p, str) for p in listed) else None
 
 
-def remove_stale(parent: Path, prefix: str) -> list[str]:
+def remove_stale(parent: Path, prefix: str, target: Path | None = None) -> list[str]:
     """Remove the temporary and old folders (and files) that commands killed while writing this
     place left beside it; called under the place's lock, so none of them is in use. Returns
-    their names."""
+    their names. An old folder while `target` is missing is the earlier output a failed swap
+    left aside (`_replace`): it is put back in its place, not removed."""
     stale = re.compile(re.escape(prefix) + TEMP_SUFFIX)
     removed = []
     for entry in parent.iterdir():
+        if target is not None and entry.name.endswith(".old") and stale.fullmatch(entry.name) \
+                and entry.is_dir() and not entry.is_symlink() and not _exists(target):
+            os.rename(entry, target)
+            continue
         if stale.fullmatch(entry.name):
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
@@ -372,13 +377,15 @@ def _locked(lock_path: Path, out_dir: Path):
         except FileNotFoundError:
             _make_lock(lock_path)
             continue
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or \
-                os.read(fd, len(LOCK_TEXT) + 1) != LOCK_TEXT:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        text = os.read(fd, len(LOCK_TEXT) + 1) if regular else None
+        if text != LOCK_TEXT:
             os.close(fd)
+            empty = " (an empty one is left by an earlier version's killed command, and may " \
+                    "be removed)" if text == b"" else ""
             raise OutputRefused(f"{lock_path}: a file servesim did not make is where it keeps "
-                                f"the lock for {out_dir} (an empty one is left by an earlier "
-                                f"version's killed command, and may be removed); move it, or "
-                                f"write elsewhere with --out")
+                                f"the lock for {out_dir}{empty}; move it, or write elsewhere "
+                                f"with --out")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from scenarios.overrides import toml_text
+
 from .describe import config_rows, differing_settings, varying_by_sweep, workload_text
 from .key_figures import text_table
 from .labels import short_labels, value_text
@@ -179,7 +181,7 @@ def _settings_rows(result) -> list[list[str]]:
             rows.append([field, shared[field] + (" (the first point's; it changes from point "
                                                  "to point)" if field in varying else "")])
     if scenario.overrides:
-        rows.append(["overrides (--set)", ", ".join(f"`{k} = {v!r}`"
+        rows.append(["overrides (--set)", ", ".join(f"`{k} = {toml_text(v)}`"
                                                     for k, v in scenario.overrides)])
     return rows
 

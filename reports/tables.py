@@ -14,6 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from engine.benchmark import counted, request_metrics, summarize
+from scenarios.scenario import point_text
 
 REQUEST_COLUMNS = ("request_id", "priority", "arrival_s", "first_scheduled_s", "first_token_s",
                    "finish_s", "prompt_tokens", "output_tokens", "cached_tokens", "ttft_s",
@@ -41,7 +42,13 @@ def run_keys(results) -> list[str]:
 
 
 def _label_columns(spec, keys: list[str]) -> dict:
-    return {key: spec.variant if key == "variant" else spec.sweep.get(key) for key in keys}
+    """A run's variant and sweep values; a swept table or list as TOML writes it."""
+    return {key: spec.variant if key == "variant" else _cell(spec.sweep.get(key))
+            for key in keys}
+
+
+def _cell(value):
+    return point_text(value) if isinstance(value, (dict, list)) else value
 
 
 def label_values(spec, keys: list[str]) -> list:

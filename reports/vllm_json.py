@@ -27,11 +27,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
 
-from engine.benchmark import latency_std, peak_figures, vllm_summary
+from engine.benchmark import (VLLM_METRICS, latency_std, metric_percentiles, peak_figures,
+                              percentile_word, vllm_summary)
 
 from .tables import run_summaries
 
@@ -43,16 +45,36 @@ HARDWARE_KEYS = ("gpu", "tp", "dp", "ep", "dtype", "kv_dtype", "framework", "fra
                  "kv_tokens")
 
 
-def vllm_records(results, summaries: list[dict] | None = None,
-                 date: str | None = None) -> list[dict]:
+@dataclass(frozen=True)
+class MetricPercentiles:
+    """vLLM's `--metric-percentiles` (each P in [0, 100] adds `p<P>_<metric>_ms`) of its
+    `--percentile-metrics` (which of ttft, tpot, itl, e2el get them). Every metric's mean,
+    median, std, p90, p95 and p99 are written whatever these say: a superset of vLLM's file."""
+
+    percentiles: tuple = ()
+    metrics: tuple = VLLM_METRICS
+
+    def record(self) -> dict:
+        """What a manifest records of them (nothing when none is asked for)."""
+        if not self.percentiles:
+            return {}
+        return {"metric_percentiles": [percentile_word(p) for p in self.percentiles],
+                "percentile_metrics": list(self.metrics)}
+
+
+def vllm_records(results, summaries: list[dict] | None = None, date: str | None = None,
+                 percentiles: MetricPercentiles | None = None) -> list[dict]:
     """One flat record per run of `results` ([(RunSpec, RunRecorder)])."""
     summaries = summaries if summaries is not None else run_summaries(results)
-    return [vllm_record(spec, recorder, summary, date)
+    return [vllm_record(spec, recorder, summary, date, percentiles)
             for (spec, recorder), summary in zip(results, summaries)]
 
 
-def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
-    """One run's record: setup and traffic, vLLM's figures and servesim's extras, the run."""
+def vllm_record(spec, recorder, summary: dict, date: str | None = None,
+                percentiles: MetricPercentiles | None = None) -> dict:
+    """One run's record: setup and traffic, vLLM's figures and servesim's extras, the run;
+    with `percentiles`, each asked-for metric's extra percentiles after its p99, where vLLM
+    writes its percentiles."""
     config = spec.config
     request_rate, burstiness, max_concurrency = traffic(config.workload, recorder)
     max_concurrency = config.workload.max_concurrency or max_concurrency
@@ -72,7 +94,23 @@ def vllm_record(spec, recorder, summary: dict, date: str | None = None) -> dict:
     figures = vllm_summary(summary, std, peaks)
     if not config.slo.any:  # no SLO to meet: vLLM writes null without --goodput
         figures["request_goodput"] = None
+    if percentiles is not None and percentiles.percentiles:
+        figures = _with_percentiles(figures, metric_percentiles(
+            recorder, percentiles.percentiles, percentiles.metrics, warmup_s))
     return setup | figures | run
+
+
+def _with_percentiles(figures: dict, extra: dict) -> dict:
+    """`figures` with each metric's `extra` percentiles after its p99 (one already there, such
+    as p90, keeps its place)."""
+    out = {}
+    for key, value in figures.items():
+        out[key] = value
+        if key.startswith("p99_") and key.endswith("_ms"):
+            metric = key[len("p99_"):-len("_ms")]
+            out |= {k: v for k, v in extra.items()
+                    if k.endswith(f"_{metric}_ms") and k not in figures}
+    return out
 
 
 def hardware_record(config, derived: dict) -> dict:

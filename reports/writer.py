@@ -41,14 +41,15 @@ class ReportFiles:
         return self.out_dir / "report.md"
 
 
-def write_report(scenario, results, out_dir, worker=None,
-                 date: str | None = None, remote: str | None = None) -> ReportFiles:
+def write_report(scenario, results, out_dir, worker=None, date: str | None = None,
+                 remote: str | None = None, percentiles=None) -> ReportFiles:
     """`results`: [(RunSpec, RunRecorder)] of `scenario`; returns the files written. `worker`:
     a `chart_worker.ChartWorker` that draws the charts while the tables are written (else they
     are drawn here, after them). `date`: the vLLM records' `date` (default: from
     SOURCE_DATE_EPOCH, else null). `remote`: the runs benchmarked a server a client cannot see
     the steps of (`sim.bench`): no steps.csv, no timeline, and this text says so in the
-    report."""
+    report. `percentiles`: vLLM's --metric-percentiles of --percentile-metrics for the vLLM
+    records (`vllm_json.MetricPercentiles`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = [spec for spec, _ in results]
@@ -64,7 +65,7 @@ def write_report(scenario, results, out_dir, worker=None,
     replicas = replicas_table(results, summaries)
     if replicas is not None:
         written.append(_csv(replicas, out_dir / "replicas.csv"))
-    records = vllm_records(results, summaries, record_date(date))
+    records = vllm_records(results, summaries, record_date(date), percentiles)
     for name, record in zip(summary_json_names(specs), records):
         written.append(_json(record, out_dir / name))
     if worker is not None:

@@ -114,7 +114,7 @@ def wider_first(sweep: dict) -> dict:
     return {key: sweep[key] for key in keys}
 
 
-def _key(key: str) -> str:
+def toml_key(key: str) -> str:
     """A table's key as TOML reads it back: bare where it may be, else quoted (a dotted key
     such as a search grid's "engine.max_num_seqs" would otherwise be read as nested tables)."""
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
@@ -127,7 +127,7 @@ def toml_text(value) -> str:
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)  # a TOML basic string, escaped
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{_key(k)} = {toml_text(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{toml_key(k)} = {toml_text(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(toml_text(v) for v in value) + "]"
     return str(value)

@@ -17,9 +17,10 @@ draws only from its own seeded streams.
 
 Workers run BLAS on one thread, the project's default (`profiling.threads`): a pool worker
 sets it before NumPy loads; Ray sets OMP_NUM_THREADS=1 in its workers, which OpenBLAS reads.
-A job's exception is raised here as itself (a Ray task's cause, unwrapped). A job's notes
-(`sim.notes`: a fallback to the roofline, say) are printed here as it finishes, each once, not
-by every worker that meets them.
+A job's exception is raised here as itself (a Ray task's cause, unwrapped); a pool worker
+killed under its job is `WorkerLost`. A failure or an interruption ends the pool's other jobs
+at once. A job's notes (`sim.notes`: a fallback to the roofline, say) are printed here as it
+finishes, each once, not by every worker that meets them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import signal
 import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import forkserver, resource_tracker
 from typing import Callable
@@ -109,7 +111,9 @@ def run_config_job(job: tuple):
 def _on_pool(function, jobs: list, workers: int, done) -> list:
     context = multiprocessing.get_context("forkserver")
     _start_helpers()
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker)
+    hangup_ignored = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN  # nohup: so are they
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                               initargs=(hangup_ignored,))
     try:
         futures = {pool.submit(_noted, function, job): i for i, job in enumerate(jobs)}
         results = [None] * len(jobs)
@@ -119,6 +123,9 @@ def _on_pool(function, jobs: list, workers: int, done) -> list:
             if done is not None:
                 done(index, results[index])
         return results
+    except BrokenProcessPool:  # a worker killed (the out-of-memory killer, a signal)
+        raise WorkerLost("a worker process ended before its run did (killed: out of memory, "
+                         "or a signal); run again, with fewer --jobs") from None
     except BaseException:  # a failure, Ctrl-C, a stop signal: the jobs running are not wanted
         for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.terminate()  # the workers ignore Ctrl-C, so the pool would wait for them
@@ -158,12 +165,16 @@ def _start_helpers() -> None:
         signal.signal(signal.SIGHUP, signal.SIG_DFL if previous is None else previous)
 
 
-def _start_worker() -> None:
+class WorkerLost(ValueError):
+    """A pool worker ended before its job did; one line, as a run that failed on its data."""
+
+
+def _start_worker(hangup_ignored: bool = False) -> None:
     """A pool worker: BLAS on one thread (before NumPy loads); Ctrl-C is the caller's to
     handle (it stops the pool), not a traceback from every worker; a hang-up ends it (the fork
-    server it comes from ignores them)."""
+    server it comes from ignores them), unless the caller ignores hang-ups (nohup)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN if hangup_ignored else signal.SIG_DFL)
     if "numpy" not in sys.modules:
         threads.apply(threads.DEFAULT_THREADS)
 

@@ -113,11 +113,13 @@ def test_bench_and_validate_against_write_their_files(server, scenario_file, tmp
 
     out = tmp_path / "bench"
     assert main(["bench", server, str(scenario_file), "--out", str(out), "--quiet",
-                 "--set", *TINY]) == 0
+                 "--metric-percentiles", "50,99.9", "--set", *TINY]) == 0
     with open(out / "requests.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 12 and {r["status"] for r in rows} == {"finished"}
-    assert (out / "summary.json").is_file() and not (out / "steps.csv").exists()
+    assert not (out / "steps.csv").exists()
+    record = json.loads((out / "summary.json").read_text())
+    assert record["p50_ttft_ms"] == record["median_ttft_ms"] and "p99.9_itl_ms" in record
     against = tmp_path / "against"
     assert main(["validate", str(scenario_file), "--against", server, "--out", str(against),
                  "--quiet", "--set", *TINY, "cost.model=\"linear\""]) == 0

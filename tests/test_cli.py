@@ -159,8 +159,11 @@ def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_p
 
 
 def test_profile_refuses_fewer_than_one_blas_thread(capsys):
-    assert main(["profile", "--threads", "0"]) == 2
-    assert one_error_line(capsys) == "servesim: error: --threads must be a positive integer"
+    with pytest.raises(SystemExit) as exit_:  # argparse's own checks exit as it parses
+        main(["profile", "--threads", "0"])
+    assert exit_.value.code == 2
+    assert one_error_line(capsys) == "servesim: error: argument --threads: must be a whole " \
+        "number >= 1, got '0' (see `servesim profile --help`)"
 
 
 def test_every_command_line_is_read_and_its_blas_threads_set_before_numpy_loads(tmp_path):

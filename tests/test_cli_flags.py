@@ -308,7 +308,12 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     (["--save-result", "--result-dir", "x"], "--save-result is a flag of vllm bench serve "
                                              "that servesim does not take: servesim always "
                                              "writes vLLM's result file"),
-    (["--metric-percentiles=50,99"], "--metric-percentiles is a flag of vllm bench serve"),
+    (["--metric-percentiles=50,101"], "argument --metric-percentiles: must be numbers from 0 "
+                                      "to 100, separated by commas (e.g. 25,50,99.9), got '101'"),
+    (["--metric-percentiles=50,50"], "argument --metric-percentiles: 50 is given twice"),
+    (["--percentile-metrics", "ttft,e2e"], "argument --percentile-metrics: must be metrics "
+                                           "among ttft, tpot, itl, e2el, separated by commas, "
+                                           "got 'e2e'"),
     (["--random-range-ratio", "0.1"], "--random-range-ratio needs --random-input-len or "
                                       "--random-output-len"),
     (["--random-input-len", "1", "--random-range-ratio", "0.5"],

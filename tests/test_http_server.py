@@ -391,7 +391,8 @@ def test_serve_command_with_a_named_scenario_serves_its_first_variant_and_keeps_
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--port", "99999"], "--port 99999: must be from 0 to 65535 (0: any free port)"),
+    (["--port", "99999"], "argument --port: must be a port from 0 to 65535 (0: any free port), "
+                          "got '99999'"),
     (["--port", "0", "--set", *TINY, "engine.num_kv_blocks=100000000000"],
      "engine.num_kv_blocks: serving would need about"),
     (["--port", "0", "--set", *TINY, "model.d_model=262144", "model.d_ff=262144"],

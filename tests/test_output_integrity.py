@@ -116,6 +116,33 @@ def test_a_stop_signal_while_the_folders_swap_waits_for_the_swap(scenario_file, 
     assert leftovers(tmp_path) == []
 
 
+def test_an_earlier_output_a_failed_swap_left_aside_is_put_back_not_removed(
+        scenario_file, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    rename, calls = output.os.rename, []
+
+    def failing(source, destination):  # the earlier folder moves aside; nothing after
+        calls.append(destination)
+        if len(calls) > 1:
+            raise OSError(errno.EIO, "Input/output error", str(destination))
+        rename(source, destination)
+
+    monkeypatch.setattr(output.os, "rename", failing)
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet", "--seed", "3"]) == 1
+    capsys.readouterr()
+    monkeypatch.setattr(output.os, "rename", rename)
+    assert not out.exists() and [p.name.endswith(".old") for p in tmp_path.glob(".out.*")] == [
+        True]
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet", "--seed", "3"]) == 0
+    assert before != {p.name: p.read_bytes() for p in out.iterdir()}  # the new run replaced it
+    assert leftovers(tmp_path) == []
+    aside = tmp_path / ".out.abcdefgh.old"  # as a killed swap leaves it: put back
+    out.rename(aside)
+    assert output.remove_stale(tmp_path, ".out", out) == [] and (out / "manifest.json").is_file()
+
+
 def test_a_file_of_the_locks_name_that_servesim_did_not_make_is_refused_and_kept(
         scenario_file, tmp_path, capsys):
     lock = tmp_path / ".out.lock"

@@ -20,7 +20,7 @@ import pytest
 
 import scenarios
 from sim.cli import main
-from sim.parallel import RAY_MISSING, Parallel, run_config_job, run_jobs
+from sim.parallel import RAY_MISSING, Parallel, WorkerLost, run_config_job, run_jobs
 from sim.search import search, search_scenario
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,6 +101,13 @@ def test_the_pools_helper_processes_ignore_a_hang_up():
     assert done.stdout.split() == ["True", "True"]
 
 
+def test_a_worker_killed_under_its_job_is_one_error_not_a_broken_pool():
+    """The out-of-memory killer ends a worker mid-run: `WorkerLost`, a ValueError the commands
+    print in one line, not concurrent.futures' BrokenProcessPool traceback."""
+    with pytest.raises(WorkerLost, match="a worker process ended before its run did"):
+        run_jobs(os._exit, [3], POOL)
+
+
 def test_a_failing_job_raises_its_own_exception_from_the_pool():
     with pytest.raises(ValueError, match="math domain error"):
         run_jobs(math.sqrt, [4.0, -1.0], POOL)
@@ -128,9 +135,13 @@ def test_without_ray_installed_ray_is_one_line_saying_how_to_install_it(monkeypa
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--jobs", "0"], "--jobs must be a positive integer, got 0"),
+    (["--jobs", "0"], "argument --jobs: must be a whole number >= 1, got '0'"),
     (["--ray-address", "127.0.0.1:6379", "--jobs", "2"], "--jobs sets the CPUs of a local Ray"),
 ])
 def test_bad_parallel_flags_are_one_line_exit_2(flags, message, tmp_path, capsys):
-    assert main(["run", "kv-pressure", "--out", str(tmp_path / "out"), *flags]) == 2
+    try:
+        status = main(["run", "kv-pressure", "--out", str(tmp_path / "out"), *flags])
+    except SystemExit as exit_:  # argparse's own checks exit as it parses
+        status = exit_.code
+    assert status == 2
     assert message in capsys.readouterr().err

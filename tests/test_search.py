@@ -165,6 +165,8 @@ def test_a_cluster_of_pools_counts_and_prices_each_pools_gpus():
     ("search.grid={\"engine.bogus\" = [1, 2]}", "engine.bogus: unknown key"),
     ("search.grid={\"workload.arrival.rate\" = [1, 2]}",
      "search.grid.workload.arrival.rate: cannot be searched over"),
+    ("search.grid={\"workload.arrival\" = [{process = \"poisson\", rate = 2.0}]}",
+     "search.grid.workload.arrival: cannot be searched over"),  # a table holding the rate
     ("workload.arrival={process = \"closed_loop\", concurrency = 4}",
      "workload.arrival.process: the search varies workload.arrival.rate"),
     # a client's limit holds requests back before their latencies start: any rate would pass

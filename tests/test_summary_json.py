@@ -117,6 +117,54 @@ def test_standard_deviations_are_numpys_over_the_same_requests(single):
         assert record[f"std_{name}_ms"] == pytest.approx(value * 1e3, rel=1e-8), name
 
 
+def test_metric_percentiles_are_vllms_keys_over_the_same_requests(single):
+    """vLLM's --metric-percentiles 25,50,99.9 --percentile-metrics ttft,tpot,itl: p<P>_*_ms
+    after each asked-for metric's p99, equal to NumPy's percentiles of every finished request
+    (TPOT over those of two tokens or more; ITL over every gap); none for e2el."""
+    from reports.vllm_json import MetricPercentiles, vllm_record
+
+    results, _ = single
+    spec, recorder = results[0]
+    summary = reports.run_summaries(results)[0]
+    asked = MetricPercentiles((25.0, 50.0, 99.9), ("ttft", "tpot", "itl"))
+    record = vllm_record(spec, recorder, summary, percentiles=asked)
+    plain = vllm_record(spec, recorder, summary)
+    columns = recorder.request_columns()
+    finished = np.asarray(columns["status"]) == "finished"
+    metrics = {k: v[finished] for k, v in request_metrics(columns).items()}
+    values = {"ttft": metrics["ttft_s"], "tpot": metrics["tpot_s"][~np.isnan(metrics["tpot_s"])],
+              "itl": np.repeat(recorder.itl_gaps, recorder.itl_counts)}
+    for metric, samples in values.items():
+        for p, word in ((25.0, "25"), (50.0, "50"), (99.9, "99.9")):
+            assert record[f"p{word}_{metric}_ms"] == pytest.approx(
+                np.percentile(samples, p) * 1e3, rel=1e-9), (metric, p)
+    assert record["p50_ttft_ms"] == record["median_ttft_ms"]
+    keys = list(record)
+    assert keys[keys.index("p99_ttft_ms") + 1:][:3] == ["p25_ttft_ms", "p50_ttft_ms",
+                                                        "p99.9_ttft_ms"]
+    assert "p25_e2el_ms" not in record and {k: plain[k] for k in plain} == \
+        {k: record[k] for k in plain}  # only keys added, in vLLM's places
+
+
+def test_the_flags_of_vllms_result_file_reach_summary_json_and_the_manifest(tmp_path):
+    from engine.benchmark import VLLM_METRICS
+    from sim.cli import main
+    from sim.cli.result_flags import VLLM_METRICS as NAMES_READ
+
+    assert NAMES_READ == VLLM_METRICS  # the command line's copy, read before NumPy loads
+
+    path = tmp_path / "json-case.toml"
+    path.write_text(SCENARIO)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--metric-percentiles",
+                 "50,75", "--percentile-metrics", "e2el"]) == 0
+    record = json.loads((out / "summary.json").read_text())
+    assert "p75_e2el_ms" in record and "p75_ttft_ms" not in record
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["metric_percentiles"] == ["50", "75"]
+    assert manifest["percentile_metrics"] == ["e2el"]
+
+
 def test_gamma_arrivals_give_vllms_burstiness_and_their_rate(single):
     _, out = single
     record = json.loads((out / "summary.json").read_text())

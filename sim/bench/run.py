@@ -227,19 +227,22 @@ def remote_text(options: BenchOptions, runs: list[BenchRun]) -> str:
     return " ".join(lines)
 
 
-def bench(scenario, options: BenchOptions, out_dir, manifest: dict | None = None):
+def bench(scenario, options: BenchOptions, out_dir, manifest: dict | None = None,
+          percentiles=None):
     """Bench every distinct workload of `scenario`; write the report to `out_dir` (whole or not
-    at all). Returns (runs, `reports.ReportFiles`)."""
+    at all); `percentiles`: vLLM's --metric-percentiles for summary.json
+    (`reports.vllm_json.MetricPercentiles`). Returns (runs, `reports.ReportFiles`)."""
     from reports.output import output_folder
 
     manifest = manifest or {"command": "bench", "scenario": scenario.name}
     with output_folder(out_dir, manifest) as folder:
         runs = bench_runs(scenario, options)
-        files = write_bench_report(scenario, runs, options, folder)
+        files = write_bench_report(scenario, runs, options, folder, percentiles)
     return runs, replace(files, out_dir=Path(out_dir))
 
 
-def write_bench_report(scenario, runs: list[BenchRun], options: BenchOptions, folder: Path):
+def write_bench_report(scenario, runs: list[BenchRun], options: BenchOptions, folder: Path,
+                       percentiles=None):
     """The report of `runs` in `folder`, and bench_requests.csv; returns `ReportFiles`."""
     import reports
     from reports.vllm_json import DATE_FORMAT, record_date
@@ -248,7 +251,7 @@ def write_bench_report(scenario, runs: list[BenchRun], options: BenchOptions, fo
     moded = replace(scenario, base=scenario.base.with_mode("bench"))
     date = record_date() or datetime.now().strftime(DATE_FORMAT)  # when, as vLLM's bench writes
     files = reports.write_report(moded, results, folder, date=date,
-                                 remote=remote_text(options, runs))
+                                 remote=remote_text(options, runs), percentiles=percentiles)
     extra = write_request_csv(runs, Path(folder) / "bench_requests.csv")
     return replace(files, files=files.files + (extra,))
 

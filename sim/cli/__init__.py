@@ -137,8 +137,10 @@ def _fail(message: str, status: int, prefix: str = "servesim: error: ") -> int:
 def _kept(args) -> str:
     """What an interrupted or failed command left: nothing new, and any earlier output whole;
     or, stopped once its output was in place, that output."""
-    from reports.output import was_written
-
+    try:  # an interruption may have come while a module loaded: one line all the same
+        from reports.output import was_written
+    except Exception:
+        return "; nothing written"
     out_dir = getattr(args, "out_dir", None)
     if out_dir is not None and was_written(out_dir):
         return f"; the output in {out_dir}/ was written whole first"

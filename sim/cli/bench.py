@@ -8,6 +8,7 @@ from .client_flags import add_client_flags, bench_options
 from .common import (DEFAULT_SCENARIO, SERVE_VARIANT, RunFailed, add_common_flags,
                      load_scenario, manifest, output_dir)
 from .flags import add_workload_flags
+from .result_flags import add_result_flags, result_percentiles
 
 
 def add_parser(subparsers) -> None:
@@ -21,6 +22,7 @@ def add_parser(subparsers) -> None:
                      "bench this variant's workload only (default: every variant's distinct "
                      f"workload; without SCENARIO: {SERVE_VARIANT})")
     add_workload_flags(parser)
+    add_result_flags(parser)
     add_client_flags(parser)
     parser.set_defaults(func=cmd_bench)
 
@@ -41,8 +43,10 @@ def cmd_bench(args) -> int:
         if problem is not None:
             raise scenario.error(problem, spec)
     args.out_dir = out_dir = output_dir(args.out, scenario.name, "-bench")
+    percentiles = result_percentiles(args)
     try:
-        runs, files = bench(scenario, options, out_dir, manifest("bench", scenario))
+        runs, files = bench(scenario, options, out_dir,
+                            manifest("bench", scenario) | percentiles.record(), percentiles)
     except (ValueError, FileNotFoundError) as exc:
         raise RunFailed(f"{scenario.name}: {exc}") from None
     results = [(run.spec, run.recorder) for run in runs]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from .common import UsageError
+from .flags import seconds_or_inf
 
 
 def add_client_flags(parser) -> None:
@@ -16,7 +17,7 @@ def add_client_flags(parser) -> None:
                        help="/v1/completions (default) or /v1/chat/completions")
     group.add_argument("--model", dest="model", metavar="NAME",
                        help="the model to ask for (default: the first of GET /v1/models)")
-    group.add_argument("--timeout", type=float, metavar="S",
+    group.add_argument("--timeout", type=seconds_or_inf, metavar="S",
                        help="seconds a request may take before it counts as failed "
                             "(default: 600; inf: no limit)")
     group.add_argument("--prompt", choices=("ids", "text"),

@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .flags import FlagError, flag_overrides
+from .flags import FlagError, flag_overrides, positive_integer
 
 DEFAULT_SCENARIO = "static-vs-continuous"  # scenarios.DEFAULT_SCENARIO, without loading it
 SERVE_VARIANT = "continuous"  # the default scenario's variant `serve` serves, `bench` labels
@@ -135,7 +135,7 @@ def add_common_flags(parser, out_help: str, variant_help: str = "run this varian
 def add_parallel_flags(parser, what: str, default: str | None = None) -> None:
     """--jobs, --ray and --ray-address (read by `parallel_of`)."""
     default = default or f"as many as there are CPUs and {what}"
-    parser.add_argument("--jobs", type=int, metavar="N",
+    parser.add_argument("--jobs", type=positive_integer, metavar="N",
                         help=f"run the {what} on N processes (1: one after the other; default: "
                              f"{default}), or a local Ray of N CPUs with --ray")
     parser.add_argument("--ray", action="store_true",

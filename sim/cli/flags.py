@@ -327,14 +327,14 @@ def positive_number(text, where: str = "") -> float:
     if not 0 < value < math.inf:
         if where:
             raise FlagError(f"{where}: must be a positive number")
-        raise _refused("a positive number", text)
+        raise _refused("a finite number above 0", text)
     return value
 
 
 def non_negative_number(text: str) -> float:
     value = _float(text)
     if not 0 <= value < math.inf:
-        raise _refused("a number >= 0", text)
+        raise _refused("a finite number >= 0", text)
     return value
 
 
@@ -342,6 +342,20 @@ def positive_integer(text: str) -> int:
     value = _int(text)
     if value is None or value < 1:
         raise _refused("a whole number >= 1", text)
+    return value
+
+
+def seconds_or_inf(text: str) -> float:
+    value = _float(text)
+    if not value > 0:
+        raise _refused("a number of seconds above 0, or inf (no limit)", text)
+    return value
+
+
+def port_number(text: str) -> int:
+    value = _int(text)
+    if value is None or not 0 <= value <= 65535:
+        raise _refused("a port from 0 to 65535 (0: any free port)", text)
     return value
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..profiling import threads
 from .common import UsageError
+from .flags import positive_integer
 
 
 def add_parser(subparsers) -> None:
@@ -22,7 +23,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", metavar="FILE", help="profile JSON (default: out/profile.json)")
     parser.add_argument("--quick", action="store_true",
                         help="serve a sixth of the requests (under 30 s, a rougher fit)")
-    parser.add_argument("--threads", type=int, metavar="N",
+    parser.add_argument("--threads", type=positive_integer, metavar="N",
                         help=f"BLAS threads to measure with (default: {threads.DEFAULT_THREADS},"
                              f" or the count set in the environment)")
     parser.add_argument("--method", choices=("served", "grid"), default="served",

@@ -10,6 +10,7 @@ from pathlib import Path
 from .common import (DEFAULT_SCENARIO, RunFailed, add_common_flags, add_parallel_flags,
                      load_scenario, manifest, output_dir, parallel_of, progress_lines)
 from .flags import add_workload_flags
+from .result_flags import add_result_flags, result_percentiles
 
 
 def add_parser(subparsers) -> None:
@@ -18,6 +19,7 @@ def add_parser(subparsers) -> None:
                         help=f"built-in name or TOML path (default: {DEFAULT_SCENARIO})")
     add_common_flags(parser, "output directory (default: out/<scenario name>/)")
     add_workload_flags(parser)
+    add_result_flags(parser)
     add_parallel_flags(parser, "runs")
     parser.set_defaults(func=cmd_run)
 
@@ -36,11 +38,13 @@ def cmd_run(args) -> int:
     args.out_dir = out_dir = output_dir(args.out, scenario.name)
     for note in note_foreign_profiles(scenario) + run_notes(scenario):
         print(note, file=sys.stderr)
-    with output_folder(out_dir, manifest("run", scenario)) as folder:
+    percentiles = result_percentiles(args)
+    with output_folder(out_dir, manifest("run", scenario) | percentiles.record()) as folder:
         worker = reports.ChartWorker.start()  # imports the chart code while we simulate
         try:
             results = _run_all(scenario, parallel, show=not args.quiet)
-            files = reports.write_report(scenario, results, folder, worker)
+            files = reports.write_report(scenario, results, folder, worker,
+                                         percentiles=percentiles)
         except BaseException:  # interrupted or failed: the charts are not wanted any more
             if worker is not None:
                 worker.kill()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..profiling import threads
 from .common import DEFAULT_SCENARIO, SERVE_VARIANT, UsageError
+from .flags import port_number, positive_integer
 
 
 def add_parser(subparsers) -> None:
@@ -17,15 +18,15 @@ def add_parser(subparsers) -> None:
                              f"continuous variant)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on "
                                                             "(default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any "
-                                                               "free)")
+    parser.add_argument("--port", type=port_number, default=8000,
+                        help="port (default: 8000; 0: any free)")
     parser.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
                         help="override a dotted key, e.g. model.n_layers=1 (repeatable; values "
                              "are TOML)")
     parser.add_argument("--variant", metavar="NAME",
                         help="the scenario variant whose settings are served (default: the "
                              "first of a named scenario)")
-    parser.add_argument("--max-waiting", type=int, metavar="N",
+    parser.add_argument("--max-waiting", type=positive_integer, metavar="N",
                         help="answer 429 while N requests wait for admission (default: no "
                              "limit)")
     parser.set_defaults(func=cmd_serve, blas_threads=blas_threads)

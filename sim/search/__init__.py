@@ -61,7 +61,7 @@ def search_scenario(scenario) -> scenarios.Scenario:
             raise scenario.error(f"search.grid.{key}: {also}; the grid is crossed into the "
                                  f"sweep, so give its values in one of them")
     for key in [*scenario.sweep, *grid]:
-        if key == RATE_KEY or key.split(".")[0] == "search":
+        if overlap(key, RATE_KEY) or key.split(".")[0] == "search":  # the key, or a table of it
             where = "search.grid" if key in grid else "sweep"
             raise scenario.error(f"{where}.{key}: cannot be searched over (the search "
                                  f"sets {RATE_KEY} and reads [search] itself)")

@@ -117,7 +117,7 @@ class HardwareCost(CostModel):
         self.async_scheduling = async_scheduling
         self.arch, self.gpu, self.tp = setup.arch, setup.gpu, setup.tp
         self.peak = setup.gpu.peak_flops(compute_dtype(setup.dtype))
-        # attention, the LM head and the routers run in the activations' 16 bits
+        # attention, the LM head and the routers run in the activations' dtype
         self.kept_peak = setup.gpu.peak_flops(activation_dtype(setup.dtype))
         self.bandwidth = setup.gpu.bandwidth
         self.eff = efficiency or setup.gpu.efficiency()
