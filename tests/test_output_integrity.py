@@ -7,8 +7,10 @@ gives a traceback."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -141,6 +143,30 @@ def test_an_earlier_output_a_failed_swap_left_aside_is_put_back_not_removed(
     aside = tmp_path / ".out.abcdefgh.old"  # as a killed swap leaves it: put back
     out.rename(aside)
     assert output.remove_stale(tmp_path, ".out", out) == [] and (out / "manifest.json").is_file()
+
+
+def test_a_command_making_the_lock_as_another_takes_it_is_told_the_place_is_busy(
+        tmp_path, monkeypatch):
+    """Command B writes its lock beside the place as command A makes and takes its own, then
+    (under it) removes what killed commands left: B's file must survive A's clean-up, and B
+    hear that the place is busy, not a FileNotFoundError."""
+    lock, real_link = tmp_path / ".out.lock", output.os.link
+
+    def link(source, destination):  # meanwhile, command A
+        if not hasattr(link, "held"):
+            (tmp_path / "a.tmp").write_bytes(output.LOCK_TEXT)
+            real_link(tmp_path / "a.tmp", lock)
+            (tmp_path / "a.tmp").unlink()
+            link.held = os.open(lock, os.O_RDWR)
+            fcntl.flock(link.held, fcntl.LOCK_EX)
+            output.remove_stale(tmp_path, ".out", tmp_path / "out")
+        return real_link(source, destination)
+
+    monkeypatch.setattr(output.os, "link", link)
+    with pytest.raises(output.OutputBusy, match="is being written by another servesim command"):
+        with output._locked(lock, tmp_path / "out"):
+            pass
+    os.close(link.held)
 
 
 def test_a_file_of_the_locks_name_that_servesim_did_not_make_is_refused_and_kept(
