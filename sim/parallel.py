@@ -153,16 +153,14 @@ def _start_helpers() -> None:
     SIGHUP, which a closed terminal sends the whole process group: killed by it, the tracker
     is restarted by this process as it stops and prints tracebacks for every queue it never
     saw. This process keeps its own handler (a hang-up in these milliseconds is missed)."""
-    if threading.current_thread() is not threading.main_thread():  # no signals to set here
-        resource_tracker.ensure_running()
-        forkserver.ensure_running()
-        return
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    main = threading.current_thread() is threading.main_thread()  # only it may set signals
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN) if main else None
     try:
         resource_tracker.ensure_running()
         forkserver.ensure_running()
     finally:
-        signal.signal(signal.SIGHUP, signal.SIG_DFL if previous is None else previous)
+        if main:
+            signal.signal(signal.SIGHUP, signal.SIG_DFL if previous is None else previous)
 
 
 class WorkerLost(ValueError):

@@ -38,8 +38,6 @@ def bench_options(args, url_flag: str):
             check(value)
         except ValueError as exc:
             raise UsageError(f"{flag} {exc}") from None
-    if args.timeout is not None and not args.timeout > 0:
-        raise UsageError("--timeout must be a positive number of seconds, or inf (no limit)")
     path = urlsplit(args.url).path.rstrip("/")
     if path.endswith("/v1") and args.endpoint.startswith("/v1/"):
         raise UsageError(f"{url_flag} {args.url}: ends in /v1 and --endpoint {args.endpoint} "

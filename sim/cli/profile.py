@@ -44,8 +44,6 @@ def blas_threads(args) -> int:
 
 
 def cmd_profile(args) -> int:
-    if args.threads is not None and args.threads < 1:
-        raise UsageError("--threads must be a positive integer")
     model = model_config(args.model or ())
     check_profile_memory(model)
     from reports.output import check_writable_file

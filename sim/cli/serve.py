@@ -43,10 +43,6 @@ def cmd_serve(args) -> int:
 
     from ..http import serve_scenario
 
-    if args.max_waiting is not None and args.max_waiting < 1:
-        raise UsageError("--max-waiting must be a positive integer")
-    if not 0 <= args.port <= 65535:
-        raise UsageError(f"--port {args.port}: must be from 0 to 65535 (0: any free port)")
     scenario = scenarios.load(args.scenario or DEFAULT_SCENARIO, args.set or (),
                               variant=args.variant or (None if args.scenario else SERVE_VARIANT))
     specs = scenario.runs()
