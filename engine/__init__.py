@@ -41,7 +41,8 @@ from .server import (Server, build_completion_response, collect_request_output,
                      drive_until_complete, format_stream_chunk, serve, submit_request)
 # Part 8: benchmarking
 from .benchmark import (aggregate_throughput, inter_token_latency, latency_percentiles,
-                        latency_std, peak_figures, request_metrics, run_benchmark,
-                        summarize, time_to_first_token, vllm_summary, weighted_percentile)
+                        request_metrics, run_benchmark, summarize, time_to_first_token,
+                        weighted_percentile)
+from .vllm_figures import latency_std, peak_figures, vllm_summary
 
 __all__ = [name for name in dir() if not name.startswith("_")]

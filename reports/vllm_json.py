@@ -6,7 +6,7 @@ reads servesim's unchanged.
   run (`summary_json_names`), as `bench serve` writes one file per benchmark run: every run's
   file matches `summary*.json`.
 - Setup and traffic keys first (`date, backend, label, model_id, num_prompts, request_rate,
-  burstiness, max_concurrency`), then `engine.benchmark.vllm_summary` (vLLM's figures, then what
+  burstiness, max_concurrency`), then `engine.vllm_figures.vllm_summary` (vLLM's figures, then what
   vLLM does not report under names in its style), then how servesim names the run (`scenario,
   variant, sweep, seed, arrival_process`, and with the hardware model `hardware`: the GPU, TP,
   DP, EP, dtypes, the measured kernels' framework and version, the KV cache's tokens on a
@@ -32,8 +32,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from engine.benchmark import (VLLM_METRICS, latency_std, metric_percentiles, peak_figures,
-                              percentile_word, vllm_summary)
+from engine.vllm_figures import (VLLM_METRICS, latency_std, metric_percentiles, peak_figures,
+                                 percentile_word, vllm_summary)
 
 from .tables import run_summaries
 

@@ -19,7 +19,8 @@ from .defaults import (DISAGGREGATION_KEYS, GPU_TABLE_KEYS, HARDWARE_MODEL_KEYS,
                        UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
 from .paths import find_file, is_path, model_config, shipped_trace
-from .workload import LENGTHS, OPEN_PROCESSES, arrival_of
+from .arrival import OPEN_PROCESSES, arrival_of
+from .lengths import LENGTHS
 from engine.model import ModelConfig
 from engine.scheduler_config import SchedulerConfig
 

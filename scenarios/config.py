@@ -6,9 +6,9 @@ whose fields are the scenario file's keys (docs/scenarios/format.md), every defa
     config.engine.num_kv_blocks, config.workload.arrival.describe()
     config.updated({"engine.num_kv_blocks": 64})      # a changed copy, as `--set` would give
 
-The workload's processes and distributions are classes of their own (`workload.py`). A config
-converts to the plain nested dict of its keys and back (`to_dict`, `RunConfig.from_dict`), which
-is how a dotted key changes a resolved config (`updated`).
+The workload's processes and distributions are classes of their own (`arrival.py`,
+`lengths.py`). A config converts to the plain nested dict of its keys and back (`to_dict`,
+`RunConfig.from_dict`), which is how a dotted key changes a resolved config (`updated`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from engine.scheduler_config import SchedulerConfig
 
 from .defaults import HARDWARE_MODEL_KEYS
 from .overrides import apply
-from .workload import (ArrivalProcess, Choice, Fixed, LengthDist, arrival_of, length_of,
-                       priority_of)
+from .arrival import ArrivalProcess, arrival_of
+from .lengths import Choice, Fixed, LengthDist, length_of, priority_of
 
 
 @dataclass(frozen=True)

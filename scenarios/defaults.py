@@ -166,7 +166,7 @@ GAMMA_CV = (0.01, 10.0)  # beyond 10 the gamma shape (1 / cv^2) is so small that
 MAX_TIME_S = 2.0**32  # about 136 years: simulated times stay below a microsecond's resolution
 
 # Defaults inside the workload's optional parts (the parts themselves have none; a process's or
-# a distribution's own defaults are its class's, scenarios/workload.py).
+# a distribution's own defaults are its class's, scenarios/arrival.py and lengths.py).
 # workload.sessions: no shared system prompt; each turn sent as soon as the last one finishes
 SESSIONS_DEFAULTS = {"system_prompt_tokens": 0, "think_time_s": 0.0}
 TRACE_DEFAULTS = {"name": None, "format": "azure", "time_scale": 1.0, "max_requests": None}

@@ -1,6 +1,6 @@
 """What a scenario file may contain: every key, its type and its allowed values, as a `Table`
 of `Spec`s (`specs.py`, whose `check_table` walks a parsed TOML table against it). The arrival
-processes and length distributions bring their own tables (`workload.py`). Rules that tie
+processes and length distributions bring their own tables (`arrival.py`, `lengths.py`). Rules that tie
 several keys together (files that must exist, a cluster's pools) live in `checks.py`.
 """
 
@@ -17,7 +17,8 @@ from .overrides import flatten
 from .specs import (BOOL, NON_EMPTY_TEXT, NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT,
                     POSITIVE_NUMBER, SLO_LIMIT, TEXT, TOKENS_OR_NONE, Spec, Table, check_table,
                     choice, is_int, is_number)
-from .workload import ARRIVAL_SCHEMA, LENGTH_SCHEMA, PRIORITY_SCHEMA
+from .arrival import ARRIVAL_SCHEMA
+from .lengths import LENGTH_SCHEMA, PRIORITY_SCHEMA
 from engine.queues import QUEUES
 from engine.scheduler_config import POLICIES, PREEMPTION_MODES
 

@@ -3,7 +3,7 @@
 `{dist = "lognormal", median, sigma, ...}`), and `check_table`, which walks a parsed TOML table
 against one and raises a `FieldError` naming the dotted key of the first unknown key, wrong type
 or bad value. The scenario's own schema is `schema.SCENARIO`; the workload's processes and
-distributions declare their tables themselves (`workload.py`)."""
+distributions declare their tables themselves (`arrival.py`, `lengths.py`)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from engine.benchmark import peak_figures, summarize, vllm_summary
+from engine.benchmark import summarize
+from engine.vllm_figures import peak_figures, vllm_summary
 from sim.bench.checked import BadResponse, token_count
 from sim.bench.client import read_stream
 from sim.bench.outcome import outcome_line

@@ -8,10 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.benchmark import (aggregate_throughput, inter_token_latency, latency_percentiles,
-                              latency_std, peak_figures, request_metrics, summarize,
-                              time_to_first_token, vllm_summary, weighted_percentile)
+                              request_metrics, summarize, time_to_first_token,
+                              weighted_percentile)
 from engine.block_manager import BlockManager
 from engine.llm_engine import LLMEngine
+from engine.vllm_figures import latency_std, peak_figures, vllm_summary
 from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence

@@ -12,7 +12,8 @@ import scenarios
 from engine.model import ModelConfig
 from scenarios import DEFAULTS, RunConfig, ScenarioError
 from scenarios.config import TraceSettings, as_table
-from scenarios.workload import Fixed, Poisson, TraceArrivals
+from scenarios.arrival import Poisson, TraceArrivals
+from scenarios.lengths import Fixed
 from sim.checks import check_scenario
 
 WORKLOAD = """

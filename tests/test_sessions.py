@@ -20,7 +20,8 @@ from scenarios import ScenarioError
 from sim.costs import CostModelExecutor, cost_model
 from sim.checks import check_scenario
 from sim.runner import run_config
-from scenarios.workload import Poisson, Uniform
+from scenarios.arrival import Poisson
+from scenarios.lengths import Uniform
 from sim.workloads import build_workload, seeded_streams
 from sim.workloads.sessions import REJECTED_EARLIER
 

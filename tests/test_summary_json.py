@@ -18,7 +18,7 @@ from engine.benchmark import request_metrics, summarize
 from helpers.hardware import hardware_text
 from reports.vllm_json import summary_json_names, traffic
 from scenarios.config import SessionSettings, WorkloadSettings
-from scenarios.workload import Burst, ClosedLoop, Constant, Poisson, TraceArrivals
+from scenarios.arrival import Burst, ClosedLoop, Constant, Poisson, TraceArrivals
 
 SCENARIO = """
 name = "json-case"
@@ -147,7 +147,7 @@ def test_metric_percentiles_are_vllms_keys_over_the_same_requests(single):
 
 
 def test_the_flags_of_vllms_result_file_reach_summary_json_and_the_manifest(tmp_path):
-    from engine.benchmark import VLLM_METRICS
+    from engine.vllm_figures import VLLM_METRICS
     from sim.cli import main
     from sim.cli.result_flags import VLLM_METRICS as NAMES_READ
 

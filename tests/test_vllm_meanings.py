@@ -17,7 +17,7 @@ from sim.cli import build_parser, main
 from sim.cli.common import load_scenario
 from sim.cli.flags import split_set_values
 from sim.runner import run_config
-from scenarios.workload import Burst
+from scenarios.arrival import Burst
 
 SMALL = ["--num-prompts", "60"]
 

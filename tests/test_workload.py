@@ -9,9 +9,9 @@ import pytest
 
 from helpers.configs import resolved
 from scenarios.specs import check_table
-from scenarios.workload import (ARRIVAL_SCHEMA, LENGTH_SCHEMA, PRIORITY_SCHEMA, Choice,
-                                ClosedLoop, Constant, Fixed, Gamma, LogNormal, Poisson, Uniform,
-                                arrival_of, length_of, priority_of)
+from scenarios.arrival import ARRIVAL_SCHEMA, ClosedLoop, Constant, Gamma, Poisson, arrival_of
+from scenarios.lengths import (LENGTH_SCHEMA, PRIORITY_SCHEMA, Choice, Fixed, LogNormal, Uniform,
+                              length_of, priority_of)
 from sim.workloads import build_workload, seeded_streams
 
 N = 200_000

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.benchmark import peak_overlap
+from engine.vllm_figures import peak_overlap
 
 from .checked import one_line
 

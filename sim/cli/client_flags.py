@@ -7,7 +7,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from .common import UsageError
-from .flags import seconds_or_inf
+from .flag_types import seconds_or_inf
 
 
 def add_client_flags(parser) -> None:

@@ -12,7 +12,8 @@ import signal
 import sys
 from pathlib import Path
 
-from .flags import FlagError, flag_overrides, positive_integer
+from .flag_types import positive_integer
+from .flags import FlagError, flag_overrides
 
 DEFAULT_SCENARIO = "static-vs-continuous"  # scenarios.DEFAULT_SCENARIO, without loading it
 SERVE_VARIANT = "continuous"  # the default scenario's variant `serve` serves, `bench` labels

@@ -33,6 +33,10 @@ flag says the same thing as the `--set` it stands for, and the scenario records 
 from __future__ import annotations
 
 import math
+from argparse import ArgumentTypeError
+
+from .flag_types import (non_negative_number, positive_integer, positive_number, range_ratio,
+                         rate, seed_value)
 
 GOODPUT_KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2e_s"}
 
@@ -230,7 +234,12 @@ def goodput_pairs(items) -> list:
                             f"{', '.join(GOODPUT_KEYS)}")
         if GOODPUT_KEYS[metric] in limits:
             raise FlagError(f"--goodput {item}: {metric} is given twice; give it once")
-        limits[GOODPUT_KEYS[metric]] = positive_number(value, f"--goodput {item}") / 1000.0
+        try:
+            milliseconds = positive_number(value)
+        except ArgumentTypeError:
+            raise FlagError(f"--goodput {item}: must be a positive number of "
+                            f"milliseconds") from None
+        limits[GOODPUT_KEYS[metric]] = milliseconds / 1000.0
     return [(f"slo.{key}", limits.get(key, False)) for key in GOODPUT_KEYS.values()]
 
 
@@ -308,91 +317,3 @@ def split_set_values(argv: list[str]) -> list[str]:
         out.append(argv[i])
         i += 1
     return out
-
-
-# argparse's types: each refuses a value in one line saying what is allowed
-# ("argument --num-prompts: must be a whole number >= 1, got '0'")
-
-
-def rate(text: str) -> float:
-    value = _float(text)
-    if not value > 0:
-        raise _refused("a positive number of requests a second, or inf (every request at "
-                       "once)", text)
-    return value
-
-
-def positive_number(text, where: str = "") -> float:
-    value = _float(text)
-    if not 0 < value < math.inf:
-        if where:
-            raise FlagError(f"{where}: must be a positive number")
-        raise _refused("a finite number above 0", text)
-    return value
-
-
-def non_negative_number(text: str) -> float:
-    value = _float(text)
-    if not 0 <= value < math.inf:
-        raise _refused("a finite number >= 0", text)
-    return value
-
-
-def positive_integer(text: str) -> int:
-    value = _int(text)
-    if value is None or value < 1:
-        raise _refused("a whole number >= 1", text)
-    return value
-
-
-def seconds_or_inf(text: str) -> float:
-    value = _float(text)
-    if not value > 0:
-        raise _refused("a number of seconds above 0, or inf (no limit)", text)
-    return value
-
-
-def port_number(text: str) -> int:
-    value = _int(text)
-    if value is None or not 0 <= value <= 65535:
-        raise _refused("a port from 0 to 65535 (0: any free port)", text)
-    return value
-
-
-def _float(text) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
-
-
-def _int(text) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def _refused(allowed: str, text):
-    from argparse import ArgumentTypeError
-
-    return ArgumentTypeError(f"must be {allowed}, got {text!r}")
-
-
-def range_ratio(text: str) -> float:
-    from argparse import ArgumentTypeError
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < 1:
-        raise ArgumentTypeError(f"must be a number from 0 to below 1 (vLLM's range), got {text!r}")
-    return value
-
-
-def seed_value(text: str) -> int:
-    value = _int(text)
-    if value is None or value < 0:
-        raise _refused("a whole number >= 0", text)
-    return value

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..profiling import threads
 from .common import UsageError
-from .flags import positive_integer
+from .flag_types import positive_integer
 
 
 def add_parser(subparsers) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from argparse import ArgumentTypeError
 
-# vLLM's metric names (engine.benchmark.VLLM_METRICS, which loads NumPy: a command line is read
+# vLLM's metric names (engine.vllm_figures.VLLM_METRICS, which loads NumPy: a command line is read
 # before the BLAS threads are set, so nothing here may)
 VLLM_METRICS = ("ttft", "tpot", "itl", "e2el")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..profiling import threads
 from .common import DEFAULT_SCENARIO, SERVE_VARIANT, UsageError
-from .flags import port_number, positive_integer
+from .flag_types import port_number, positive_integer
 
 
 def add_parser(subparsers) -> None:

@@ -22,7 +22,7 @@ import scenarios
 
 from scenarios.effects import overlap
 from scenarios.overrides import flatten
-from scenarios.workload import RATE_PROCESSES
+from scenarios.arrival import RATE_PROCESSES
 
 from ..build import resolved_spec
 from ..checks import check_scenario, warmup_problem

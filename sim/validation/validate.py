@@ -34,7 +34,7 @@ from engine.records import RunRecorder
 from engine.benchmark import summarize
 from scenarios import ScenarioError
 from scenarios.config import as_table
-from scenarios.workload import ClosedLoop
+from scenarios.arrival import ClosedLoop
 
 from ..costs import cost_model as build_cost_model
 from ..costs.calibrate import ScaledCost, reference_of

@@ -1,7 +1,7 @@
 """Workloads: what the simulated server is asked to serve. Every request's arrival time,
 prompt and output lengths and priority, built from a resolved config's workload before the run.
 The arrival processes and length distributions are the scenario's own classes
-(`scenarios.workload`); this package draws from them.
+(`scenarios.arrival`, `scenarios.lengths`); this package draws from them.
 
 - `arrivals.py`: `Slots`, the requests sent as earlier ones finish (a closed loop's users, or
   an open process behind a cap on requests in flight);

@@ -1,6 +1,6 @@
 """The requests a run sends as earlier ones finish (`Slots`): a closed loop's users, or the
 client slots of an open process behind a cap on requests in flight. The arrival processes
-themselves are the scenario's (`scenarios.workload`); open ones draw their times up front.
+themselves are the scenario's (`scenarios.arrival`); open ones draw their times up front.
 """
 
 from __future__ import annotations

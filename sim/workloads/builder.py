@@ -25,7 +25,7 @@ import numpy as np
 
 from scenarios.config import TraceSettings, WorkloadSettings
 from scenarios.defaults import MAX_TIME_S
-from scenarios.workload import ClosedLoop
+from scenarios.arrival import ClosedLoop
 
 from .arrivals import Slots
 from .block_keys import trace_block_keys, trace_token_ids
