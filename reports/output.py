@@ -93,9 +93,10 @@ def output_folder(out_dir, manifest: dict):
 
 
 @contextmanager
-def _parents_made(folder: Path):
-    """Create `folder` and the folders above it that are missing; if the block fails, remove
-    those it created (still empty), so a failed command leaves no trace."""
+def _parents_made(folder: Path, keep: bool = True):
+    """Create `folder` and the folders above it that are missing; if the block fails (with
+    `keep` false, however it ends), remove those it created, still empty, so a failed command
+    leaves no trace."""
     made = []  # those this command created (not another at the same moment), outermost first
     for place in reversed([p for p in (folder, *folder.parents) if not _exists(p)]):
         try:
@@ -106,12 +107,18 @@ def _parents_made(folder: Path):
     try:
         yield
     except BaseException:
-        for place in reversed(made):  # the deepest first
-            try:
-                place.rmdir()
-            except OSError:  # no longer empty (another command's), or gone
-                break
+        _remove_made(made)
         raise
+    if not keep:
+        _remove_made(made)
+
+
+def _remove_made(made: list) -> None:
+    for place in reversed(made):  # the deepest first
+        try:
+            place.rmdir()
+        except OSError:  # no longer empty (another command's), or gone
+            break
 
 
 def check_place(out_dir) -> Path:
@@ -304,11 +311,11 @@ def check_writable_file(path, is_ours=None) -> None:
                             f"another path")
     _check_outside_outputs(Path(os.path.abspath(path)), path)
     check_replaceable_file(path, is_ours)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f"{hidden_prefix(path.name)}.", suffix=".check",
-                                     dir=path.parent)
-    os.close(fd)
-    os.unlink(temporary)
+    with _parents_made(path.parent, keep=False):  # the file is written later, not now
+        fd, temporary = tempfile.mkstemp(prefix=f"{hidden_prefix(path.name)}.",
+                                         suffix=".check", dir=path.parent)
+        os.close(fd)
+        os.unlink(temporary)
 
 
 def check_replaceable_file(path: Path, is_ours) -> None:

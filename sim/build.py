@@ -149,7 +149,7 @@ def build_cost(config: RunConfig, hardware=None):
         return HardwareCost(hardware or hardware_of(config), config.hardware.step_overhead_s,
                             config.hardware.seq_overhead_s,
                             async_scheduling=config.hardware.async_scheduling)
-    return cost_model(config.cost, config.model)
+    return cost_model(config.cost, config.model, config.engine.block_size)
 
 
 def resolved_spec(spec):

@@ -48,8 +48,9 @@ def engine_memory(model, num_kv_blocks: int, block_size: int) -> dict:
     """{dotted key: bytes} of one NumPy engine: its float32 KV cache and weights."""
     d, layers = model.d_model, model.n_layers
     return {"engine.num_kv_blocks": 2 * layers * num_kv_blocks * block_size * d * 4,
-            "model.d_model": 4 * (2 * model.vocab_size * d + model.max_seq_len * d
-                                  + layers * (4 * d * d + 2 * d * model.d_ff))}
+            "model.d_model": 4 * (2 * model.vocab_size * d
+                                  + layers * (4 * d * d + 2 * d * model.d_ff)),
+            "model.max_seq_len": 4 * model.max_seq_len * d}  # the position table
 
 
 def scenario_memory(runs: list[tuple[object, int]]) -> dict:

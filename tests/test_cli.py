@@ -132,8 +132,10 @@ def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_p
 
     calls, error = [], [0.05]
 
-    def profile_engine(model_config, out_path, quick=False, progress=True, method="served"):
-        calls.append((model_config, Path(out_path), quick, progress, method))
+    def profile_engine(model_config, out_path, quick=False, progress=True, method="served",
+                       store=True):
+        calls.append((model_config, Path(out_path), quick, progress, method, store))
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)  # as write_atomic does
         Path(out_path).write_text("{}")
         return {"machine": {"profiling_s": 1.0}, "fingerprint": {"blas_threads": "1"},
                 "fingerprint_key": "no-such-key",
@@ -143,9 +145,10 @@ def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_p
     out = tmp_path / "profiles" / "small.json"
     assert main(["profile", "--model", "d_model=256", "n_layers=2", "--out", str(out),
                  "--quick", "--quiet"]) == 0
-    [(model, path, quick, progress, method)] = calls[:1]
+    [(model, path, quick, progress, method, store)] = calls[:1]
     assert (model.d_model, model.n_layers, model.n_heads) == (256, 2, 8)
     assert path == out and quick is True and progress is False and method == "served"
+    assert store is True
     captured = capsys.readouterr()
     printed = captured.out
     assert f"cost.profile={out}" in printed and "held-out step error median 5.0%" in printed
@@ -156,6 +159,63 @@ def test_profile_passes_the_model_and_options_to_the_profiler(monkeypatch, tmp_p
                  str(out.with_name("busy.json")), "--quick", "--quiet"]) == 0
     assert "note: a held-out median error above 10% says the steps were not timed steadily" \
         in capsys.readouterr().err
+
+
+@pytest.fixture
+def fake_profiler(monkeypatch):
+    """`profile_engine` replaced by one that writes its file at once: [its keyword arguments]."""
+    import sim.profiling.profiler
+
+    calls = []
+
+    def profile_engine(model_config, out_path, **options):
+        calls.append(options)
+        Path(out_path).write_text('{"format": "servesim-profile/3"}')
+        return {"machine": {"profiling_s": 1.0}, "fingerprint": {"blas_threads": "1"},
+                "fingerprint_key": "no-such-key", "fit": {"held_out": {"median_abs_rel_error": 0}}}
+
+    monkeypatch.setattr(sim.profiling.profiler, "profile_engine", profile_engine)
+    return calls
+
+
+def test_profile_says_a_bare_file_name_as_a_path_cost_profile_reads(fake_profiler, tmp_path,
+                                                                    monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", "--out", "mine", "--quiet"]) == 0
+    assert "use it with --set cost.profile=./mine" in capsys.readouterr().out
+    assert main(["profile", "--out", "", "--quiet"]) == 2  # not the default place
+    assert "--out: give a file's path" in one_error_line(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_profile_refuses_max_seq_len_below_the_grids_reference_step(fake_profiler, capsys,
+                                                                      tmp_path):
+    assert main(["profile", "--method", "grid", "--model", "max_seq_len=100", "--out",
+                 str(tmp_path / "p.json")]) == 2
+    assert "--model max_seq_len: profiling (grid) runs sequences of up to 128 tokens" in \
+        one_error_line(capsys)
+    assert fake_profiler == []
+
+
+def test_profile_refuses_threads_the_environment_overrules(fake_profiler, monkeypatch, capsys,
+                                                           tmp_path):
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert main(["profile", "--threads", "2", "--out", str(tmp_path / "p.json")]) == 2
+    assert "--threads 2: the environment sets OPENBLAS_NUM_THREADS=1" in one_error_line(capsys)
+    assert main(["profile", "--threads", "1", "--out", str(tmp_path / "p.json"),
+                 "--quiet"]) == 0
+
+
+def test_profile_with_a_cache_it_cannot_write_writes_its_file_and_says_so(
+        fake_profiler, monkeypatch, capsys, tmp_path):
+    blocked = tmp_path / "a_file"
+    blocked.write_text("mine")
+    monkeypatch.setenv("SERVESIM_CACHE", str(blocked))
+    assert main(["profile", "--out", str(tmp_path / "p.json"), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "note: the profile cache cannot be written" in captured.err
+    assert "and cached for" not in captured.out and fake_profiler[0]["store"] is False
+    assert (tmp_path / "p.json").is_file() and blocked.read_text() == "mine"
 
 
 def test_profile_refuses_fewer_than_one_blas_thread(capsys):

@@ -20,6 +20,7 @@ from sim.costs import (FEATURES, FittedCost, LinearCost, StepShape, check_profil
 from sim.costs.fitted import feature_vector
 from sim.costs.shape import gathered_keys
 from sim.costs.fitting import error_summary, fit_relative, nnls
+from sim import notes
 from sim.loop import run_loop
 from sim.build import sequence_factory
 from sim.workloads import build_workload
@@ -319,6 +320,69 @@ def test_a_file_that_is_not_a_profile_is_refused_naming_the_file_and_field(tmp_p
         with pytest.raises(ValueError, match=str(path)) as info:
             load_profile(str(path))
         assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("cost_model.after_prefill", None, "cost_model.after_prefill: missing or not a table"),
+    ("cost_model.coefficients.step", 10 ** 400, "cost_model.coefficients.step: must be a "
+                                                "finite number"),
+    ("cost_model.rows.knots", [1.5, 2, 4], "cost_model.rows.knots: must be whole numbers"),
+    ("cost_model.after_prefill.prefill_tokens", [2.7], "cost_model.after_prefill."
+                                                       "prefill_tokens: must be whole numbers"),
+    ("cost_model.reference_s", 0, "cost_model.reference_s must be above 0"),
+    ("cost_model.reference_s", -1e-3, "cost_model.reference_s must be above 0"),
+    ("cost_model.jitter", [1, 2], "cost_model.jitter: missing or not a table"),
+    ("cost_model.jitter.timescales_s", "1", "cost_model.jitter.timescales_s: missing or not "
+                                            "a list"),
+    ("cost_model.jitter.sigmas", "abc", "cost_model.jitter.sigmas: missing or not a list"),
+    ("cost_model.rows_cost", 1.0, "cost_model.rows_cost: not a key of a profile"),
+    ("cost_model.coefficients.steps", 1e-3, "cost_model.coefficients.steps: not a key of a "
+                                            "profile"),
+    ("cost_model.features", ["step"], "cost_model.features: must list the coefficients' names"),
+    ("block_size", "16", "block_size: must be a whole number >= 1, got '16'"),
+])
+def test_every_damaged_profile_field_is_one_line_naming_it(tmp_path, field, value, message):
+    """Fields read through their types: none gives a traceback, is truncated (1.5 rows), read
+    as something else ("1" as [1.0]) or dropped unread (a misspelt key)."""
+    data = json.loads(open(load_profile("default").source).read())
+    *parents, name = field.split(".")
+    table = data
+    for parent in parents:
+        table = table[parent]
+    table[name] = value
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError) as info:
+        load_profile(str(path))
+    assert str(info.value).startswith(str(path)) and message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_folder_given_as_a_profile_is_named_a_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match=rf"cost.profile: {tmp_path}/d.json is a folder"):
+        (tmp_path / "d.json").mkdir()
+        load_profile(str(tmp_path / "d.json"))
+
+
+def test_a_step_past_twice_the_largest_measured_is_costed_by_the_last_segment_and_said_once():
+    cost = FittedCost((0.0,) * len(FEATURES), dict(MODEL), source="p.json",
+                      row_knots=(1, 10), row_costs=(1.0, 10.0))
+    with notes.collected() as said:
+        assert cost.rows_cost(20) == pytest.approx(20.0)  # within twice: nothing said
+        assert said == []
+        assert cost.rows_cost(21) == pytest.approx(21.0)
+        assert cost.rows_cost(np.array([30, 40])) == pytest.approx([30.0, 40.0])
+    assert len(said) == 1 and "p.json measured steps of up to 10 rows" in said[0]
+
+
+def test_a_profile_measured_with_other_kv_blocks_is_said_once(tmp_path):
+    settings = resolved({"workload": ONE_REQUEST}).cost
+    with notes.collected() as said:
+        cost_model(settings, ModelConfig(**MODEL), block_size=16)
+        assert said == []
+        cost_model(settings, ModelConfig(**MODEL), block_size=32)
+    assert len(said) == 1 and "measured with KV blocks of 16 tokens and the run's are 32" \
+        in said[0]
 
 
 def test_live_cost_model_is_not_a_simulated_one():

@@ -306,7 +306,7 @@ def hostile_cases(tmp_path: Path) -> list:
         (["profile", "--model", "seed=-1", "--out", str(tmp_path / "p.json")], None,
          "model.seed must be an integer from 0"),
         (["profile", "--quick", "--model", "max_seq_len=16", "--out", str(tmp_path / "p.json")],
-         None, "--model max_seq_len: profiling serves requests of up to"),
+         None, "--model max_seq_len: profiling (served) runs sequences of up to 2,096"),
     ]
 
 

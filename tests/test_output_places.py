@@ -235,6 +235,14 @@ def test_profile_does_not_overwrite_a_file_it_did_not_write(tmp_path, capsys):
     assert json.loads(mine.read_text()) == {"my": "data"}
 
 
+def test_checking_a_file_place_leaves_no_folder_it_made(tmp_path):
+    """`profile --out new/deep/p.json` checks its place before minutes of work: an interruption
+    then leaves nothing behind, the folders it made to try included."""
+    place = tmp_path / "new" / "deep" / "p.json"
+    output.check_writable_file(place)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_profile_out_a_folder_or_under_a_file_is_a_usage_error(tmp_path, capsys):
     a_file = tmp_path / "a_file"
     a_file.write_text("mine")

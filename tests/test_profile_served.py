@@ -19,8 +19,10 @@ from sim.costs import load_profile
 from sim.profiling import cache, threads
 from sim.profiling.fingerprint import differences, fingerprint, key
 from sim.profiling.profiler import profile_engine
+from sim.profiling.reference import BLOCK_SIZE
 from sim.profiling.served import AFTER_STEPS, ServedSteps, served_steps
 from sim.profiling.serving import serve_logged
+from sim.profiling.workloads import HELD_OUT, TRAIN
 from sim.validation.machine import check_profile, note_foreign_profiles, profile_for
 from sim.validation.validate import validate
 
@@ -56,7 +58,7 @@ def profile(tmp_path_factory):
 def test_a_served_profile_holds_its_fingerprint_fit_and_errors_and_loads(profile):
     path, data = profile
     assert json.loads(path.read_text()) == data
-    assert data["fingerprint"] == fingerprint(data["model"])
+    assert data["fingerprint"] == fingerprint(data["model"]) and data["block_size"] == BLOCK_SIZE
     assert data["fingerprint_key"] == key(data["fingerprint"])
     fit = data["fit"]
     for split in ("train", "held_out"):
@@ -215,3 +217,9 @@ def test_differences_name_each_field_that_differs():
     assert differences(other, here) == [f"cores {here['cores'] + 1!r} there, {here['cores']!r} "
                                         f"here", "model.d_model 64 there, 32 here"]
     assert differences(dict(here, blas_threads="4"), here, ignore=("blas_threads",)) == []
+    damaged = differences(dict(here, model=[1]), here)  # a damaged file: every key differs
+    assert "model.d_model None there, 32 here" in damaged
+
+
+def test_the_served_workloads_use_the_block_size_the_profile_records():
+    assert {w.config(TINY).engine.block_size for w in TRAIN + HELD_OUT} == {BLOCK_SIZE}

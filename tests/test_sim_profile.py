@@ -35,7 +35,7 @@ def profile(tmp_path_factory):
 def test_profile_file_holds_model_machine_grid_fit_and_held_out_error(profile):
     path, data = profile
     assert json.loads(path.read_text()) == data
-    assert data["model"] == TINY | {"seed": 0}
+    assert data["model"] == TINY | {"seed": 0} and data["fit"]["quick"] is True
     assert data["machine"]["numpy"] == np.__version__ and data["machine"]["cpu_count"] >= 1
     fit = data["cost_model"]
     report = data["fit"]

@@ -22,7 +22,9 @@ def add_parser(subparsers) -> None:
                              "model)")
     parser.add_argument("--out", metavar="FILE", help="profile JSON (default: out/profile.json)")
     parser.add_argument("--quick", action="store_true",
-                        help="serve a sixth of the requests (under 30 s, a rougher fit)")
+                        help="a shorter, rougher profile (about half a minute): a sixth of "
+                             "the served requests, or with --method grid a smaller grid "
+                             "timed 3 times")
     parser.add_argument("--threads", type=positive_integer, metavar="N",
                         help=f"BLAS threads to measure with (default: {threads.DEFAULT_THREADS},"
                              f" or the count set in the environment)")
@@ -51,32 +53,55 @@ def cmd_profile(args) -> int:
     from ..profiling.profiler import profile_engine
     from ..profiling.workloads import longest_request
 
-    if args.method == "served" and model.max_seq_len < longest_request():
-        raise UsageError(f"--model max_seq_len: profiling serves requests of up to "
-                         f"{longest_request():,} tokens, so the model's max_seq_len must be at "
-                         f"least that, got {model.max_seq_len}")
+    longest = longest_request() if args.method == "served" else longest_reference()
+    if model.max_seq_len < longest:
+        raise UsageError(f"--model max_seq_len: profiling ({args.method}) runs sequences of up "
+                         f"to {longest:,} tokens, so the model's max_seq_len must be at least "
+                         f"that, got {model.max_seq_len}")
+    if args.threads is not None and threads.current() not in (None, str(args.threads)):
+        raise UsageError(f"--threads {args.threads}: the environment sets "
+                         f"{threads.set_by()}={threads.current()}, which BLAS reads instead; "
+                         f"unset it, or give the same count")
+    if args.out == "":
+        raise UsageError("--out: give a file's path (an empty one names no file)")
     out = Path(args.out) if args.out else Path("out") / "profile.json"
     from ..costs.profile_file import is_profile_text
+    from ..profiling import cache
 
     check_writable_file(out, is_profile_text)  # before minutes of profiling
+    unstorable = cache.unwritable()
+    if unstorable:
+        print(f"note: the profile cache cannot be written ({unstorable}); the profile is "
+              f"written to {out} alone", file=sys.stderr)
     profile = profile_engine(model, out, quick=args.quick, progress=not args.quiet,
-                             method=args.method)
+                             method=args.method, store=not unstorable)
     held = profile["fit"]["held_out"]["median_abs_rel_error"]
     print(f"profiled in {profile['machine']['profiling_s']:.0f} s with "
           f"{profile['fingerprint']['blas_threads']} BLAS thread(s); held-out step error "
           f"median {100 * held:.1f}%")
     if held > NOISY_FIT:
+        cause = "a --quick profile's few steps, " if args.quick else ""
         print(f"note: a held-out median error above {100 * NOISY_FIT:.0f}% says the steps were "
-              f"not timed steadily (a busy machine, or a model too small to time well): "
-              f"profile again on a quiet machine before trusting this one", file=sys.stderr)
-    from ..profiling import cache
-
+              f"not timed steadily ({cause}a busy machine, or a model too small to time well): "
+              f"profile again{' without --quick' if args.quick else ''} on a quiet machine "
+              f"before trusting this one", file=sys.stderr)
     kept = args.quick and cache.holds_full(profile["fingerprint_key"])
-    where = ("the full profile cached earlier is kept for `servesim validate --profile auto`"
-             if kept else "and cached for `servesim validate --profile auto`")
-    use = shlex.quote(f"cost.profile={out}")  # a path with spaces pastes whole
-    print(f"profile written to {out} ({where}); use it with --set {use}")
+    where = ("" if unstorable else
+             " (the full profile cached earlier is kept for `servesim validate --profile auto`)"
+             if kept else " (and cached for `servesim validate --profile auto`)")
+    path = str(out) if "/" in str(out) else f"./{out}"  # cost.profile reads a bare name as
+    use = shlex.quote(f"cost.profile={path}")  # a shipped profile's; spaces paste whole
+    print(f"profile written to {out}{where}; use it with --set {use}")
     return 0
+
+
+def longest_reference() -> int:
+    """The most tokens a sequence of the isolated grid's reference steps holds."""
+    from ..profiling.grid import longest
+    from ..profiling.reference import BLOCK_SIZE, REFERENCE
+    from ..profiling.wake import reference_shapes
+
+    return max(longest(shape) for shape in (REFERENCE, *reference_shapes(BLOCK_SIZE)))
 
 
 def check_profile_memory(model) -> None:

@@ -10,11 +10,12 @@
 - `jitter.py`: the machine's speed from moment to moment; `fitting.py`: non-negative least
   squares on relative error; `calibrate.py`: a cost model scaled to the machine's speed now.
 
-`cost_model(cost, model)` builds the one a resolved `cost` table selects.
+`cost_model(cost, model, block_size)` builds the one a resolved `cost` table selects.
 """
 
 from __future__ import annotations
 
+from ..notes import say_once
 from .executor import CostModelExecutor
 from .fitted import FEATURES, FittedCost
 from .linear import LINEAR_FIELDS, LinearCost
@@ -27,15 +28,20 @@ __all__ = ["COUNTS", "FEATURES", "CostModel", "CostModelExecutor", "FittedCost",
            "load_profile", "profile_path", "shape_of"]
 
 
-def cost_model(settings, model) -> CostModel:
+def cost_model(settings, model, block_size: int | None = None) -> CostModel:
     """The cost model a resolved config's cost settings select ("profile" or "linear"), for
-    the NumPy engine's `model`."""
+    the NumPy engine's `model` (and, if given, its KV `block_size`)."""
     kind = settings.model
     if kind == "linear":
         return LinearCost(**{name: getattr(settings, name) for name in LINEAR_FIELDS})
     if kind == "profile":
         fitted = load_profile(settings.profile)
         check_profile_model(fitted, model)
+        if block_size is not None and block_size != fitted.block_size:
+            say_once(f"note: cost.profile: {fitted.source} was measured with KV blocks of "
+                     f"{fitted.block_size} tokens and the run's are {block_size} "
+                     f"(engine.block_size): its steps are costed as measured; profile with "
+                     f"this block size for its own costs")
         return fitted
     raise ValueError(f"cost.model must be one of profile, linear, live (live runs the real "
                      f"engine: mode cosimulate), got {kind!r}")

@@ -5,13 +5,15 @@
 where rows_cost is piecewise linear over `row_knots` plus a cost per leftover row block: BLAS
 multiplies one row as a matrix-vector product (its own, cheaper kernel) and processes more rows
 in blocks of 2^k, so rows not a multiple of 2, 4 or 8 go through slower tail code and a step of
-7 rows costs more than one of 8. The coefficients include the engine loop's own cost
-(scheduling, postprocessing, records), measured through the real server loop;
+7 rows costs more than one of 8; past the last knot (the largest step measured) it extends the
+last segment, and a run with steps past twice that says so once. The coefficients include the
+engine loop's own cost (scheduling, postprocessing, records): the served method times steps
+inside the serving loop, the isolated grid adds the loop's cost measured apart;
 `wake_cost(idle_s)` is added to the first step after the engine was idle that long (its CPU
 slowed down or served other work meanwhile, and its caches went cold), and
 `after_prefill_cost(tokens, k)` to the k-th step after a prefill of that many tokens (the
-prefill evicted what the steps around it keep in cache). A profile may also carry its
-machine's `jitter` (`sim.costs.jitter`), which the simulator applies when `cost.jitter`.
+prefill evicted what the steps around it keep in cache). A profile may also carry its machine's
+`jitter` (`sim.costs.jitter`), which the simulator applies when `cost.jitter`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from ..notes import say_once
 from .jitter import Jitter
 from .model import CostModel
 from .shape import StepShape
@@ -63,6 +66,7 @@ class FittedCost(CostModel):
     reference_s: float | None = None  # the profile's reference step, median seconds (calibrate)
     after_tokens: tuple = ()  # increasing prefill lengths ...
     after_extra_s: tuple = ()  # ... and, for each, the seconds added to each step after it
+    block_size: int = 16  # the KV block size it was measured with (tokens)
 
     def __post_init__(self):
         if len(self.coefficients) != len(FEATURES):
@@ -77,6 +81,9 @@ class FittedCost(CostModel):
                 any(k < 1 for k in knots) or knots != sorted(set(knots)):
             raise ValueError(f"{self.source}: cost_model.rows needs increasing knots >= 1, one "
                              f"cost per knot and {len(ROW_TAILS)} tail costs")
+        if self.reference_s is not None and not 0 < self.reference_s <= MAX_COST_S:
+            raise ValueError(f"{self.source}: cost_model.reference_s must be above 0 and at "
+                             f"most {MAX_COST_S:g} s, got {self.reference_s}")
         idle = list(self.wake_idle_s)
         if len(idle) != len(self.wake_extra_s) or any(not x > 0 for x in idle) or \
                 idle != sorted(set(idle)) or \
@@ -138,6 +145,8 @@ class FittedCost(CostModel):
         if i < len(knots) and knots[i] == rows:
             base = costs[i]
         else:
+            if rows > 2 * knots[-1]:
+                self._say_past_reach()
             lo = max(min(i, len(knots) - 1) - 1, 0)  # segment [lo, lo + 1], the last past the end
             hi = min(lo + 1, len(knots) - 1)
             slope = (costs[hi] - costs[lo]) / (knots[hi] - knots[lo]) if hi > lo \
@@ -147,6 +156,12 @@ class FittedCost(CostModel):
             t1, t2, t4 = self.row_tails
             base += t1 * (rows & 1) + t2 * (rows >> 1 & 1) + t4 * (rows >> 2 & 1)
         return base
+
+    def _say_past_reach(self) -> None:
+        say_once(f"note: cost.profile: {self.source} measured steps of up to "
+                 f"{self.row_knots[-1]:,} rows; steps of more than twice that are costed by "
+                 f"extending its last segment (scheduler.chunked_prefill with a smaller "
+                 f"engine.max_num_batched_tokens keeps steps within it)")
 
     @property
     def counts_gathered(self) -> bool:

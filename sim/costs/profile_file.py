@@ -15,6 +15,9 @@ from .fitted import FEATURES, LATER_FEATURES, ROW_TAILS, FittedCost
 from .jitter import Jitter
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+COST_MODEL_KEYS = ("features", "coefficients", "rows", "wake", "after_prefill", "jitter",
+                   "reference_s")
+PROFILED_BLOCK_SIZE = 16  # the block size of a profile that does not record its own
 FORMAT = "servesim-profile/3"
 READS = ("servesim-profile/2", FORMAT)  # /2: before fingerprints and served fits
 
@@ -40,6 +43,8 @@ def profile_path(name_or_path) -> Path:
                                     f"(shipped: {shipped}; or give a path to a .json profile)")
         return path
     path = Path(text)
+    if path.is_dir():
+        raise FileNotFoundError(f"cost.profile: {text} is a folder; give a profile file's path")
     if not path.is_file():
         raise FileNotFoundError(f"cost.profile: file not found: {text}")
     return path
@@ -63,31 +68,42 @@ def load_profile(name_or_path) -> FittedCost:
                          f"`servesim profile`")
     read = _Reader(path)
     fit = read.table(data, "cost_model")
-    given = LATER_FEATURES | read.table(fit, "coefficients", "cost_model")
+    read.known(fit, COST_MODEL_KEYS, "cost_model")
+    given = read.table(fit, "coefficients", "cost_model")
+    read.known(given, FEATURES, "cost_model.coefficients")
+    if "features" in fit and (not isinstance(fit["features"], list) or
+                              sorted(map(str, fit["features"])) != sorted(given)):
+        read.fail("cost_model.features", f"must list the coefficients' names "
+                                         f"({', '.join(given)}), got {fit['features']!r:.80}")
+    given = LATER_FEATURES | given
     coefficients = tuple(read.number(given, name, "cost_model.coefficients") for name in FEATURES)
     rows = read.table(fit, "rows", "cost_model")
     wake = read.table(fit, "wake", "cost_model")
-    after = fit.get("after_prefill", {"prefill_tokens": [], "extra_s": []})
+    after = read.table(fit, "after_prefill", "cost_model") if "after_prefill" in fit else \
+        {"prefill_tokens": [], "extra_s": []}
+    block_size = data.get("block_size", PROFILED_BLOCK_SIZE)
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        read.fail("block_size", f"must be a whole number >= 1, got {block_size!r:.40}")
     jitter = None
     if "jitter" in fit:
-        try:
-            jitter = Jitter.from_dict(fit["jitter"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}: cost_model.jitter: {exc}") from None
+        table = read.table(fit, "jitter", "cost_model")
+        jitter = Jitter(read.numbers(table, "timescales_s", "cost_model.jitter"),
+                        read.numbers(table, "sigmas", "cost_model.jitter"),
+                        read.number(table, "step_sigma", "cost_model.jitter"))
     try:
         return FittedCost(
             coefficients, dict(read.table(data, "model")), str(path),
-            tuple(int(k) for k in read.numbers(rows, "knots", "cost_model.rows")),
+            read.whole_numbers(rows, "knots", "cost_model.rows"),
             read.numbers(rows, "costs_s", "cost_model.rows"),
             tuple(read.number(read.table(rows, "tails_s", "cost_model.rows"), name,
                               "cost_model.rows.tails_s") for name in ROW_TAILS),
             read.numbers(wake, "idle_s", "cost_model.wake"),
             read.numbers(wake, "extra_s", "cost_model.wake"), jitter,
             read.number(fit, "reference_s", "cost_model") if "reference_s" in fit else None,
-            tuple(int(n) for n in read.numbers(after, "prefill_tokens",
-                                               "cost_model.after_prefill")),
+            read.whole_numbers(after, "prefill_tokens", "cost_model.after_prefill"),
             tuple(read.numbers({"row": row}, "row", "cost_model.after_prefill.extra_s")
-                  for row in read.list(after, "extra_s", "cost_model.after_prefill")))
+                  for row in read.list(after, "extra_s", "cost_model.after_prefill")),
+            block_size)
     except ValueError as exc:
         message = str(exc)
         raise ValueError(message if message.startswith(str(path)) else f"{path}: {message}") \
@@ -100,30 +116,50 @@ class _Reader:
     def __init__(self, path: Path):
         self.path = path
 
-    def _fail(self, where: str, problem: str):
+    def fail(self, where: str, problem: str):
         raise ValueError(f"{self.path}: {where}: {problem}; write a profile with "
                          f"`servesim profile`")
+
+    def known(self, data: dict, keys, where: str) -> None:
+        """Refuse a key `keys` does not hold (a misspelt one would be dropped unread)."""
+        unknown = sorted(set(data) - set(keys))
+        if unknown:
+            self.fail(f"{where}.{unknown[0]}", f"not a key of a profile (allowed: "
+                                               f"{', '.join(keys)})")
 
     def table(self, data: dict, name: str, where: str = "") -> dict:
         key = f"{where}.{name}" if where else name
         if not isinstance(data.get(name), dict):
-            self._fail(key, f"missing or not a table (got {data.get(name)!r:.40})")
+            self.fail(key, f"missing or not a table (got {data.get(name)!r:.40})")
         return data[name]
 
     def list(self, data: dict, name: str, where: str) -> list:
         if not isinstance(data.get(name), list):
-            self._fail(f"{where}.{name}", f"missing or not a list (got {data.get(name)!r:.40})")
+            self.fail(f"{where}.{name}", f"missing or not a list (got {data.get(name)!r:.40})")
         return data[name]
 
     def number(self, data: dict, name: str, where: str) -> float:
         value = data.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                not math.isfinite(value):
-            self._fail(f"{where}.{name}", f"must be a finite number, got {value!r:.40}")
+        try:
+            finite = not isinstance(value, bool) and isinstance(value, (int, float)) and \
+                math.isfinite(value)
+        except OverflowError:  # an integer past any float
+            finite = False
+        if not finite:
+            self.fail(f"{where}.{name}" if where else name,
+                      f"must be a finite number, got {value!r:.40}")
         return float(value)
 
     def numbers(self, data: dict, name: str, where: str) -> tuple:
         return tuple(self.number({name: v}, name, where) for v in self.list(data, name, where))
+
+    def whole_numbers(self, data: dict, name: str, where: str) -> tuple:
+        values = self.list(data, name, where) if isinstance(data.get(name), list) else None
+        numbers = self.numbers(data, name, where)
+        if any(not n.is_integer() for n in numbers):
+            self.fail(f"{where}.{name}" if where else name,
+                      f"must be whole numbers, got {values!r:.60}")
+        return tuple(int(n) for n in numbers)
 
 
 def cost_model_dict(cost: FittedCost) -> dict:
@@ -149,7 +185,7 @@ def check_profile_model(cost: FittedCost, model) -> None:
     `engine.model.ModelConfig`); refuse any other shape (max_seq_len and seed do not change a
     step's cost)."""
     keys = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff")
-    diff = [f"{k} {cost.model.get(k)} vs {getattr(model, k)}" for k in keys
+    diff = [f"{k} {cost.model.get(k)!r} vs {getattr(model, k)!r}" for k in keys
             if cost.model.get(k) != getattr(model, k)]
     if diff:
         raise ValueError(f"cost.profile: {cost.source} was measured on another model "

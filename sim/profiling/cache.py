@@ -34,6 +34,19 @@ def store(key: str, text: str) -> Path:
     return path
 
 
+def unwritable() -> str | None:
+    """Why no profile can be stored in the cache (a file where its folder goes, a folder
+    without write permission), or None when one can."""
+    place = folder() / "profiles"
+    try:
+        place.mkdir(parents=True, exist_ok=True)
+        if not os.access(place, os.W_OK | os.X_OK):
+            return f"{place}: no permission to write there"
+    except OSError as exc:
+        return f"{place}: {exc.strerror or exc}"
+    return None
+
+
 def holds_full(key: str) -> bool:
     """Whether the cache holds a full (not `--quick`) profile for this key: a quick profile
     never replaces one."""

@@ -41,10 +41,12 @@ def differences(measured: dict, here: dict, ignore=()) -> list[str]:
         if name not in ignore and measured.get(name) != here.get(name):
             out.append(f"{name.replace('_', ' ')} {measured.get(name)!r} there, "
                        f"{here.get(name)!r} here")
+    model = measured.get("model")
+    model = model if isinstance(model, dict) else {}  # a damaged one: every key differs
     for name in MODEL_KEYS:
-        a, b = (measured.get("model") or {}).get(name), here["model"].get(name)
+        a, b = model.get(name), here["model"].get(name)
         if a != b:
-            out.append(f"model.{name} {a} there, {b} here")
+            out.append(f"model.{name} {a!r} there, {b!r} here")
     return out
 
 

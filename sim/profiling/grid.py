@@ -105,9 +105,14 @@ def arrival_order(contexts, seed: int) -> tuple:
 
 def fits(shape: ShapeSpec, max_tokens: int, max_seq_len: int) -> bool:
     """Whether the shape holds at most max_tokens KV tokens and every position < max_seq_len."""
-    longest = max([c + n + sum(rest) for c, n, *rest in shape.prefills] + list(shape.decodes),
-                  default=0)
-    return shape.kv_tokens <= max_tokens and longest <= max_seq_len
+    return shape.kv_tokens <= max_tokens and longest(shape) <= max_seq_len
+
+
+def longest(shape: ShapeSpec) -> int:
+    """The most tokens one of the shape's sequences holds (the model's max_seq_len must be at
+    least this)."""
+    return max([c + n + sum(rest) for c, n, *rest in shape.prefills] + list(shape.decodes),
+               default=0)
 
 
 def held_out_shapes(rng: np.random.Generator, count: int, quick: bool = False,

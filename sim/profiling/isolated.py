@@ -58,7 +58,7 @@ def profile_isolated(model: ModelConfig, rng, executor, quick: bool, repeats: in
     loop, loop_fit = measure_loop_overhead(executor, rng, model.vocab_size, model.max_seq_len)
     total = with_loop(fitted, loop, wake, None, reference_s, after)
     report = {"method": "isolated grid: non-negative least squares on relative error",
-              "repeats": repeats,
+              "quick": quick, "repeats": repeats,
               "burst": {"min_runs": BURST, "min_s": BURST_S, "max_runs": MAX_BURST},
               "statistic": statistic,
               "train": error_summary(_predict(fitted, s_train), y_train),

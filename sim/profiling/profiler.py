@@ -23,7 +23,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -31,7 +31,6 @@ from engine.block_manager import BlockManager
 from engine.executor import NumpyExecutor
 from engine.model import ModelConfig, init_params
 
-from ..costs.fitted import FittedCost
 from ..costs.profile_file import FORMAT, cost_model_dict
 from . import cache
 from .fingerprint import fingerprint, key
@@ -74,14 +73,13 @@ def profile_engine(model_config, out_path=None, quick: bool = False, progress: b
                                              progress)
     jitter_s = jitter_s if jitter_s is not None else JITTER_S / 8 if quick else JITTER_S
     jitter = measure_jitter(_reference_executor(params), model, rng, jitter_s)
-    cost = FittedCost(cost.coefficients, cost.model, cost.source, cost.row_knots,
-                      cost.row_costs, cost.row_tails, cost.wake_idle_s, cost.wake_extra_s,
-                      jitter, cost.reference_s, cost.after_tokens, cost.after_extra_s)
+    cost = replace(cost, jitter=jitter)
     print_ = fingerprint(model_dict)
     profile = {
         "format": FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "model": model_dict,
+        "block_size": BLOCK_SIZE,
         "fingerprint": print_,
         "fingerprint_key": key(print_),
         "machine": machine_info() | {"load_average_1m": [load_before, _load_average()],
@@ -99,7 +97,11 @@ def profile_engine(model_config, out_path=None, quick: bool = False, progress: b
 
         write_atomic(out_path, text, is_profile_text)
     if store and not (quick and cache.holds_full(profile["fingerprint_key"])):
-        cache.store(profile["fingerprint_key"], text)
+        try:
+            cache.store(profile["fingerprint_key"], text)
+        except OSError as exc:  # the profile itself is written: a cache is no reason to fail
+            print(f"note: the profile cache cannot be written ({exc.strerror or exc}); the "
+                  f"profile is not cached", file=sys.stderr)
     return profile
 
 
@@ -132,9 +134,7 @@ def _profile_served(model: dict, params: dict, quick: bool, progress: bool):
     train = ServedSteps.join([runs[w.name] for w in TRAIN])
     held = ServedSteps.join([runs[w.name] for w in HELD_OUT])
     cost = fit_served(train, model)
-    cost = FittedCost(cost.coefficients, cost.model, cost.source, cost.row_knots,
-                      cost.row_costs, cost.row_tails, cost.wake_idle_s, cost.wake_extra_s,
-                      None, reference_s, cost.after_tokens, cost.after_extra_s)
+    cost = replace(cost, jitter=None, reference_s=reference_s)
     fit = {"method": "served: non-negative least squares on error relative to the prediction, "
                      "over the steps of synthetic workloads served in real time",
            "quick": quick, "train": step_errors(cost, train), "held_out": step_errors(cost, held),

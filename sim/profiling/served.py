@@ -17,13 +17,13 @@ through `engine.server.serve` and learns from what each step took there:
 
 `served_steps` turns a served run into these quantities; `fit_served` fits the `FittedCost` on
 busy steps (rows cost, features and the after-prefill cost together, by non-negative least
-squares on relative error, once more without the 5% of steps the machine disturbed most), then
+squares on relative error, once more without the 0.5% of steps the machine disturbed most), then
 the wake-up cost from what the steps after idle waits took beyond the fit, by idle time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -153,9 +153,8 @@ def _with_wake(cost: FittedCost, steps: ServedSteps, predicted: np.ndarray) -> F
         if len(here) >= 3:
             idle.append(knot)
             added.append(max(float(np.median(here)), added[-1] if added else 0.0))
-    return FittedCost(cost.coefficients, cost.model, cost.source, cost.row_knots,
-                      cost.row_costs, cost.row_tails, tuple(idle), tuple(added),
-                      after_tokens=cost.after_tokens, after_extra_s=cost.after_extra_s)
+    return replace(cost, wake_idle_s=tuple(idle), wake_extra_s=tuple(added), jitter=None,
+                   reference_s=None)
 
 
 def predict_served(cost, steps: ServedSteps) -> np.ndarray:

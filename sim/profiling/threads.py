@@ -25,10 +25,13 @@ PROFILE_DIR = Path(__file__).resolve().parent.parent / "costs" / "profiles"
 def current() -> str | None:
     """The BLAS thread count set in the environment (the first of THREAD_ENV set), or None
     (BLAS then uses every core)."""
-    for name in THREAD_ENV:
-        if os.environ.get(name):
-            return os.environ[name]
-    return None
+    name = set_by()
+    return os.environ[name] if name else None
+
+
+def set_by() -> str | None:
+    """The name of the variable `current` reads, or None."""
+    return next((name for name in THREAD_ENV if os.environ.get(name)), None)
 
 
 def apply(count) -> bool:

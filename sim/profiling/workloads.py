@@ -3,7 +3,7 @@ never the scenarios a validation compares against.
 
 Each is a resolved config (the profiled model, an engine and scheduler setting, a workload)
 served in real time through the real serving loop (`serving.serve_logged`). Together they give
-decode batches from 1 to 96 sequences, contexts from a few tokens to 3,000, prefills of every
+decode batches from 1 to 96 sequences, contexts from a few tokens to 2,096, prefills of every
 size alone and beside decodes, chunked prefill, static batching's padding rows, recompute after
 preemption, and idle gaps between requests. `TRAIN` is what the cost model is fitted on;
 `HELD_OUT` (other seeds and mixtures) measures its error on steps it never saw.

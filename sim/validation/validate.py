@@ -267,7 +267,7 @@ def validate_run(spec, base_dir=None, calibrate: bool = False,
     """Serve, then simulate, one run; compare them. With `calibrate`, the machine's speed is
     measured just before serving and the simulation's cost model scaled by it. `progress`: a
     progress bar while serving, on a terminal."""
-    cost = build_cost_model(spec.config.cost, spec.config.model)
+    cost = build_cost_model(spec.config.cost, spec.config.model, spec.config.engine.block_size)
     speeds = []
 
     def calibration(executor):
