@@ -3,9 +3,9 @@ the prefix cache): at every instant, the replicas' running and waiting requests,
 use and cached, summed; their prefill and cached tokens counted in the slice their step
 starts in.
 
-A replica's value holds from its step's start to its end; while it is idle it runs nothing,
-holds no KV block in use and has nothing waiting that it could run, and keeps its cached
-blocks. `chart_steps(recorder)` gives a single engine's step columns as they are.
+A replica's value holds from its step's start to its end; while it is idle it runs nothing and
+holds no KV block in use (as the timeline draws it: `timeline_chart`), and keeps its waiting
+requests (nothing is admitted while idle) and its cached blocks. `chart_steps(recorder)` gives a single engine's step columns as they are.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def cluster_steps(recorder: ClusterRecorder) -> dict:
         busy = started & (grid[:-1] < own_end[last])
         for name in SUMMED:
             values = np.asarray(steps[name], float)[mine][last]
-            held = started if name == "kv_blocks_cached" else busy
+            held = started if name in ("kv_blocks_cached", "num_waiting") else busy
             columns[name] += np.where(held, values, 0.0)
         slot = np.searchsorted(grid, own_start)  # the interval each step starts
         for name in COUNTED:

@@ -24,8 +24,9 @@ def replicas_figure(runs):
     """The chart's matplotlib Figure: throughput, queue length and KV use, a row per run."""
     fig, axes = new_figure(len(runs), 3, 12, 1.4 + ROW_HEIGHT_IN * len(runs),
                            gridspec_kw={"width_ratios": [1, 2, 2]})
+    most = max(len(recorder.replicas) for _, recorder, _, _ in runs)
     for (bars, queue, kv), (label, recorder, summary, warmup_s) in zip(axes, runs):
-        colors = run_colors(len(recorder.replicas))
+        colors = run_colors(most)[:len(recorder.replicas)]  # replica i one colour in every row
         throughput = [replica_row(i, "", r, summary["duration_s"], recorder.origin_s(),
                                   warmup_s)["request_throughput"]
                       for i, r in enumerate(recorder.replicas)]
@@ -40,7 +41,7 @@ def replicas_figure(runs):
             start, end = steps["start_s"], steps["end_s"]
             if not len(start):
                 continue
-            t, y = minmax(*step_series(start, end, steps["num_waiting"], 0.0))
+            t, y = minmax(*step_series(start, end, steps["num_waiting"], None))
             queue.step(t, y, where="post", color=color, linewidth=1.0, label=f"replica {i}")
             used = 100.0 * np.asarray(steps["kv_blocks_used"], float) / steps["kv_blocks_total"]
             t, y = minmax(*step_series(start, end, used, 0.0))

@@ -1,10 +1,13 @@
 """The engine over time, one panel per run: requests running and waiting (left axis) and the
 share of KV blocks in use (right axis, %), as recorded at each step.
 
-Between steps the engine may sit idle; then nothing runs and no KV block is held (running and
-KV drop to 0), while the waiting count is not recorded (a static batch may be waiting for its
-timeout), so its line breaks there. Queues that grow without bound, a cache that stays full, or
-a batch that drains between static batches show up here.
+Between steps the engine may sit idle; then nothing runs (running drops to 0), and the waiting
+count holds the last step's, since nothing is admitted while idle (a static batch waiting for
+its timeout, a prefill replica whose blocks all wait to be sent; arrivals add to it from the
+next step on). The KV line drops to 0: a single engine idles with no request in flight, but a
+disaggregated prefill replica may hold the blocks of requests whose KV is still being sent,
+which the steps do not record. Queues that grow without bound, a cache that stays full, or a
+batch that drains between static batches show up here.
 
 A long run has far more steps than the chart has pixels across: each line keeps, in each of
 `BINS` slices of the time axis, its first and last points and its lowest and highest (`minmax`),
@@ -31,11 +34,14 @@ SHARE_RATIO = 0.67  # runs share a time axis when the shortest lasts this share 
 KV_COLOR = "tab:green"
 
 
-def step_series(start_s, end_s, values, idle_value: float):
+def step_series(start_s, end_s, values, idle_value: float | None):
     """Points for a post-step plot of a per-step value, with `idle_value` (0, or NaN for
-    unknown) over every idle gap between one step's end and the next step's start."""
+    unknown) over every idle gap between one step's end and the next step's start; None: the
+    step's value holds through the gap."""
     start_s, end_s = np.asarray(start_s, float), np.asarray(end_s, float)  # [n], [n]
     values = np.asarray(values, float)  # [n]
+    if idle_value is None:
+        return start_s, values
     gap = np.append(start_s[1:] > end_s[:-1], True)  # [n]: idle after step i (and at the end)
     t = np.column_stack([start_s, end_s]).ravel()  # [2n]: start_i, end_i
     y = np.column_stack([values, np.where(gap, idle_value, values)]).ravel()  # [2n]
@@ -123,7 +129,7 @@ def _panel(ax, label: str, steps) -> None:
         return
     series = []
     for column, color, name, idle in (("num_running", "tab:blue", "running", 0.0),
-                                      ("num_waiting", "tab:orange", "waiting", np.nan)):
+                                      ("num_waiting", "tab:orange", "waiting", None)):
         t, y = minmax(*step_series(start, end, steps[column], idle))
         ax.step(t, y, where="post", color=color, label=name, linewidth=1.2)
         series.append(y)

@@ -212,7 +212,8 @@ def check_clock(end_s: float) -> None:
     if not end_s <= MAX_TIME_S:
         raise ValueError(f"a step would end at t = {end_s:.3g} s of simulated time, past "
                          f"{MAX_TIME_S:.3g} s (136 years), where times lose sub-microsecond "
-                         f"precision: its costs (the cost or hardware settings) are too large")
+                         f"precision: its costs (the cost or hardware settings, or cluster.kv_transfer_*) "
+                         f"are too large")
 
 
 def engine(env, state: SimState, replica: Replica):

@@ -171,6 +171,17 @@ def test_pools_build_their_replicas_with_their_own_settings(tmp_path):
     assert [r.kv_blocks_total for r in recorder.replicas] == [256, 64, 64]
 
 
+def test_pools_named_prefill_and_decode_are_pools_like_any_other(tmp_path):
+    """Only disaggregation makes a replica prefill-only, never a pool's name."""
+    text = ('[cluster]\nrouter = "least_outstanding"\n[[cluster.pools]]\nname = "prefill"\n'
+            'replicas = 2\n[[cluster.pools]]\nname = "decode"\nreplicas = 1\n'
+            + OPEN.format(n=30, rate=9.0))
+    cluster, recorder, _ = run_cluster_of(load_config(tmp_path, text))
+    assert not any(r.scheduler.prefill_only for r in cluster.replicas)
+    statuses = [s for r in recorder.replicas for s in r.request_columns()["status"]]
+    assert len(statuses) == 30 and set(statuses) == {"finished"}
+
+
 @pytest.mark.parametrize("extra, message", [
     ("", "cluster.replicas: must be a positive integer, got 0"),
     ('router = "nearest"', "cluster.router: must be one of round_robin, random, "

@@ -357,6 +357,27 @@ def test_step_series_shows_idle_gaps_at_the_idle_value():
     assert list(y) == [3, 4, 0, 2, 0]
 
 
+def test_a_carried_step_series_holds_each_value_through_idle_gaps():
+    t, y = step_series([0.0, 1.0, 5.0], [1.0, 2.0, 6.0], [3, 4, 2], None)
+    assert list(t) == [0.0, 1.0, 5.0] and list(y) == [3, 4, 2]
+
+
+def test_a_clusters_idle_replica_keeps_its_queue_and_drops_its_running_requests():
+    """Nothing is admitted while a replica idles (a prefill replica whose blocks all wait to be
+    sent): its waiting requests count on through the gap, its running ones do not."""
+    from types import SimpleNamespace
+
+    from reports.cluster_steps import cluster_steps
+
+    columns = {"replica": [0, 0], "start_s": [0.0, 4.0], "end_s": [1.0, 5.0],  # idle 1 to 4 s
+               "num_running": [2, 1], "num_waiting": [5, 6], "kv_blocks_used": [8, 9],
+               "kv_blocks_cached": [0, 0], "cached_tokens": [0, 0], "num_prefill_tokens": [0, 0]}
+    steps = cluster_steps(SimpleNamespace(step_columns=lambda: columns, kv_blocks_total=10))
+    assert list(steps["start_s"]) == [0.0, 1.0, 4.0]
+    assert list(steps["num_waiting"]) == [5, 5, 6] and list(steps["num_running"]) == [2, 0, 1]
+    assert list(steps["kv_blocks_used"]) == [8, 0, 9]
+
+
 def test_minmax_keeps_each_slices_first_lowest_and_highest_point_and_every_gap():
     from reports.timeline_chart import minmax
 

@@ -57,7 +57,7 @@ class Cluster:
                 zip(configs, [jitter, *jitter.spawn(len(configs) - 1)])):
             scheduler, executor, self.model = build_server(replica_config, mode, streams,
                                                            cost, rng, steady)
-            scheduler.prefill_only = pool == "prefill"
+            scheduler.prefill_only = index < config.cluster.prefill_replicas
             block_size = scheduler.block_manager.block_size  # one in a cluster
             recorder = RunRecorder(scheduler.block_manager.num_blocks)
             llm = LLMEngine(scheduler, executor, recorder, timing="executor")
