@@ -72,6 +72,7 @@ def test_only_aiohttp_records_of_unparsable_requests_lose_their_traceback():
     import logging
 
     from aiohttp.http_exceptions import LineTooLong
+    from aiohttp.web_protocol import RequestPayloadError
 
     from sim.http.errors import OneLine
 
@@ -79,9 +80,12 @@ def test_only_aiohttp_records_of_unparsable_requests_lose_their_traceback():
         return logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1, "Error handling "
                                  "request", (), (type(exc), exc, None))
     parse, fault = record(LineTooLong("x" * 9000, "8190")), record(ZeroDivisionError("boom"))
-    assert OneLine().filter(parse) and OneLine().filter(fault)
+    drained = record(RequestPayloadError("Can not decode content-encoding: gzip"))
+    assert OneLine().filter(parse) and OneLine().filter(fault) and OneLine().filter(drained)
     assert parse.exc_info is None and parse.getMessage().startswith(
         "servesim serve: Error handling request: LineTooLong")
+    # a body that cannot be decoded, read again as aiohttp drains it after the 400
+    assert drained.exc_info is None and "RequestPayloadError" in drained.getMessage()
     assert fault.exc_info[0] is ZeroDivisionError  # a real fault keeps its traceback
 
 
@@ -417,3 +421,23 @@ def test_clients_that_go_away_mid_stream_or_while_queued_leak_nothing():
         await until(lambda: not engine.scheduler.has_unfinished())
         await assert_recovered(client, url, engine)
     served(test, "engine.max_num_seqs=1", "model.max_seq_len=4096", "engine.num_kv_blocks=600")
+
+
+@pytest.mark.parametrize("field, value, accepted", [
+    ("presence_penalty", 0.0, True), ("frequency_penalty", 0, True), ("echo", False, True),
+    ("logprobs", None, True), ("presence_penalty", False, False), ("best_of", True, False),
+    ("echo", 0, False), ("logprobs", 0, False), ("logprobs", 0.0, False)])
+def test_an_unsupported_field_passes_only_at_its_off_value_of_its_own_kind(field, value,
+                                                                           accepted):
+    """`0.0` is the off value 0; `true` is no 1 and `0` no `false`; a completion's `logprobs: 0`
+    asks for the sampled token's log probability, which this server does not give."""
+    from sim.http.errors import ApiError
+    from sim.http.protocol import parse_completion
+
+    body = {"prompt": "hi", field: value}
+    if accepted:
+        parse_completion(body, vocab_size=64)
+    else:
+        with pytest.raises(ApiError) as error:
+            parse_completion(body, vocab_size=64)
+        assert error.value.param == field

@@ -174,6 +174,7 @@ def test_models_health_and_metrics():
                    {"prompt": PROMPT, "max_tokens": 6, "ignore_eos": True})
         async with client.get(f"{url}/v1/models") as models, \
                 client.get(f"{url}/health") as health, client.get(f"{url}/metrics") as metrics:
+            assert metrics.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
             return await models.json(), health.status, await metrics.text()
     models, health, text = served(test)
     assert health == 200
@@ -201,6 +202,9 @@ def test_models_health_and_metrics():
     ({"prompt": PROMPT, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"prompt": PROMPT, "stream_options": {"include_usage": True}}, "stream_options"),
     ({"prompt": PROMPT, "logprobs": 2}, "logprobs"),
+    ({"prompt": PROMPT, "logprobs": 0}, "logprobs"),  # the sampled token's: not given
+    ({"prompt": PROMPT, "best_of": True}, "best_of"),  # no "off" value of another type
+    ({"prompt": PROMPT, "echo": 0}, "echo"),
     ({"prompt": ["one", "two"]}, "prompt"),
     ({"prompt": [0, 64]}, "prompt"),
     ({"prompt": "x" * 300}, "prompt"),

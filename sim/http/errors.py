@@ -65,7 +65,8 @@ class OneLine(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, HttpProcessingError):  # any other fault keeps its traceback
+        # (a body that cannot be decoded raises again when aiohttp drains it after the answer)
+        if isinstance(exc, (HttpProcessingError, RequestPayloadError)):  # others: a traceback
             record.msg, record.args = f"servesim serve: {record.getMessage()}: " \
                                       f"{describe(exc)}", ()
             record.exc_info = record.exc_text = None

@@ -23,7 +23,8 @@ DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default; a chat's is the conte
 MAX_STOP_STRINGS = 4
 KIND_NAMES = {int: "an integer", float: "a number", bool: "a boolean"}
 # field -> the values that mean "off"; anything else is refused with 400
-UNSUPPORTED = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False),
+# (a completion's `logprobs: 0` asks for the sampled token's: not off)
+UNSUPPORTED = {"logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False),
                "best_of": (None, 1), "suffix": (None, ""), "logit_bias": (None, {}),
                "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
                "tools": (None, []), "tool_choice": (None, "none", "auto"),
@@ -83,10 +84,16 @@ def parse_chat(body) -> tuple[list[tuple[str, str]], GenerationRequest]:
     return messages, _generation(body, "", limit, field)
 
 
+def _same(given, off) -> bool:
+    """`given` is the "off" value `off`, a boolean only where `off` is one (`true` is no 1,
+    `0` no `false`; `0.0` is 0)."""
+    return given == off and isinstance(given, bool) == isinstance(off, bool)
+
+
 def _generation(body: dict, prompt, max_tokens: int | None,
                 max_tokens_field: str) -> GenerationRequest:
     for field, off in UNSUPPORTED.items():
-        if field in body and body[field] not in off:
+        if field in body and not any(_same(body[field], value) for value in off):
             raise bad(field, "is not supported by this server")
     if _get(body, "n", int, 1) != 1:
         raise bad("n", "only n = 1 is supported")

@@ -136,8 +136,8 @@ async def health(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     text = request.app[STATE]["engine"].metrics.render()
-    return web.Response(text=text, content_type="text/plain", charset="utf-8",
-                        headers={"X-Content-Format": "version=0.0.4"})
+    return web.Response(text=text, headers={  # Prometheus's text format, as prometheus_client
+        "Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
 async def _json_body(request: web.Request, model: Model) -> dict:
@@ -232,18 +232,20 @@ async def _send_events(response: web.StreamResponse, generation: Generation,
     kind = "chat.completion.chunk" if chat else "text_completion"
     prompt_len = generation.seq.prompt_len
 
-    async def send(choices: list, final: bool = False) -> None:
+    async def send(choices: list, final: bool = False, tokens: int | None = None) -> None:
         chunk = protocol.envelope(*meta, kind, choices)
         if gen.include_usage:  # every chunk: null, or the counts so far (continuous_usage_stats)
             show = final or gen.continuous_usage
-            chunk["usage"] = protocol.usage(prompt_len, generation.num_tokens) if show else None
+            counted = generation.num_tokens if tokens is None else tokens
+            chunk["usage"] = protocol.usage(prompt_len, counted) if show else None
         await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
     try:
         role = chat  # a chat stream opens with the role, when its first token is ready (vLLM)
         async for text, finish in generation.pieces():
             if role:
-                await send([protocol.chat_delta({"role": "assistant", "content": ""}, None)])
+                await send([protocol.chat_delta({"role": "assistant", "content": ""}, None)],
+                           tokens=0)  # as vLLM counts the role's chunk
                 role = False
             await send([protocol.chat_delta({"content": text}, finish) if chat
                         else protocol.completion_choice(text, finish)])
