@@ -266,15 +266,18 @@ class ClusterRecorder:
     `unrouted`: the requests never sent to any replica (a conversation's turns after a
     rejected one); their `replica` is empty. `prefill_replicas`: with disaggregation, how many
     of the first replicas prefill (each request row then has its `prefill_replica` and
-    `kv_transfer_s`)."""
+    `kv_transfer_s`). `kv_series`: each replica's KV use over time, (times [n] seconds, blocks
+    in use from each [n]), between its steps too (a prefill replica holds the blocks of
+    requests whose KV is being sent); None where not logged."""
 
     sees_steps = True
 
     def __init__(self, replicas: list[RunRecorder], unrouted: RunRecorder,
-                 prefill_replicas: int = 0):
+                 prefill_replicas: int = 0, kv_series: list | None = None):
         self.replicas = replicas
         self.unrouted = unrouted
         self.prefill_replicas = prefill_replicas
+        self.kv_series = kv_series
         self.block_size = replicas[0].block_size  # one block size in a cluster
         self.notes: tuple = ()  # what the run told its user, for its report
 
@@ -312,6 +315,14 @@ class ClusterRecorder:
     def itl_end_s(self) -> np.ndarray:
         t0 = self.origin_s()
         return np.concatenate([r.itl_end_s(t0) for r in self.replicas])
+
+    def kv_used(self, replica: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Replica `replica`'s KV use over time, times from the first arrival (`kv_series`),
+        or None where it was not logged."""
+        if self.kv_series is None:
+            return None
+        times, used = self.kv_series[replica]
+        return times - self.origin_s(), used
 
     def request_columns(self) -> dict:
         """Request rows of every replica (`replica` first), in arrival order (requests

@@ -15,7 +15,7 @@ from .figures import ordered_colors
 from .labels import is_ordered_sweep, short_labels
 from .prefix_cache_chart import caching_runs, prefix_cache_chart
 from .render import Image
-from .replica_table import cluster_results
+from .replica_table import cluster_results, pool_names
 from .replicas_chart import replicas_chart
 from .sweep_chart import sweep_chart
 from .tables import run_keys
@@ -51,7 +51,7 @@ def make_charts(results, summaries: list[dict], steps: bool = True) -> list[Imag
     clusters = cluster_results(results, summaries)
     if clusters:
         charts.append(Image("replicas.png", replicas_chart(
-            [(spec.label, rec, summary, spec.config.workload.warmup_s)
+            [(spec.label, rec, summary, spec.config.workload.warmup_s, pool_names(spec.config))
              for spec, rec, summary in clusters]),
             "Load balance: each replica's throughput, queue and KV cache use"))
     return charts

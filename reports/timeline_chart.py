@@ -4,9 +4,9 @@ share of KV blocks in use (right axis, %), as recorded at each step.
 Between steps the engine may sit idle; then nothing runs (running drops to 0), and the waiting
 count holds the last step's, since nothing is admitted while idle (a static batch waiting for
 its timeout, a prefill replica whose blocks all wait to be sent; arrivals add to it from the
-next step on). The KV line drops to 0: a single engine idles with no request in flight, but a
-disaggregated prefill replica may hold the blocks of requests whose KV is still being sent,
-which the steps do not record. Queues that grow without bound, a cache that stays full, or a
+next step on). The KV line drops to 0, as a single engine idles with no request in flight; a
+cluster's panel reads each replica's log of its KV use, which holds between steps too (a
+disaggregated prefill replica keeps the blocks of requests whose KV is still being sent). Queues that grow without bound, a cache that stays full, or a
 batch that drains between static batches show up here.
 
 A long run has far more steps than the chart has pixels across: each line keeps, in each of

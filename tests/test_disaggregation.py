@@ -6,6 +6,7 @@ one-line errors for bad keys."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import reports
@@ -185,6 +186,16 @@ def test_every_request_is_served_once_and_no_kv_block_stays_held(tmp_path, route
         assert not replica.scheduler.has_unfinished()
         assert replica.kv_log.outstanding == 0
     assert cluster.dispatch.in_flight == 0
+    from reports.replicas_chart import _throughputs
+
+    bars = _throughputs(recorder, 10.0, 0.0)  # prefill bars: what each prefilled
+    assert sum(bars[:2]) == pytest.approx(sum(bars[2:])) and min(bars) > 0
+    for i, replica in enumerate(recorder.replicas):  # the reports' log of each one's KV use
+        times, used = recorder.kv_used(i)
+        steps = replica.step_columns(recorder.origin_s())
+        assert np.all(np.diff(times) >= 0) and used[-1] == 0
+        at_starts = used[np.searchsorted(times, steps["start_s"], side="right") - 1]
+        assert list(at_starts) == list(steps["kv_blocks_used"])  # each step's plan, as recorded
 
 
 @pytest.mark.parametrize("text", [open_text(), open_text(cluster="report_delay_s = 0.05"),

@@ -378,6 +378,33 @@ def test_a_clusters_idle_replica_keeps_its_queue_and_drops_its_running_requests(
     assert list(steps["kv_blocks_used"]) == [8, 0, 9]
 
 
+def test_a_clusters_kv_use_is_read_from_each_replicas_log_between_steps_too():
+    """A prefill replica idle from 1 to 4 s holds 8 blocks until their KV is sent at 2.5 s;
+    its steps record only the plans."""
+    from types import SimpleNamespace
+
+    from reports.cluster_steps import cluster_steps
+
+    columns = {"replica": [0, 0], "start_s": [0.0, 4.0], "end_s": [1.0, 5.0],
+               "num_running": [2, 1], "num_waiting": [0, 0], "kv_blocks_used": [8, 9],
+               "kv_blocks_cached": [0, 0], "cached_tokens": [0, 0], "num_prefill_tokens": [0, 0]}
+    log = (np.array([0.0, 1.0, 2.5, 4.0, 5.0]), np.array([8, 8, 0, 9, 1]))
+    idle = (np.array([]), np.array([], dtype=np.int64))  # a replica sent nothing
+    recorder = SimpleNamespace(step_columns=lambda: columns, kv_blocks_total=10,
+                               replicas=[None, None], kv_series=[log, idle],
+                               kv_used=lambda r: (log, idle)[r])
+    steps = cluster_steps(recorder)
+    assert list(steps["start_s"]) == [0.0, 1.0, 2.5, 4.0]
+    assert list(steps["kv_blocks_used"]) == [8, 8, 0, 9]
+
+
+def test_the_replicas_chart_names_each_pools_replicas():
+    from reports.replicas_chart import pool_spans
+
+    assert pool_spans(["prefill", "prefill", "decode", "decode"]) == "prefill 0-1, decode 2-3"
+    assert pool_spans(["big", "small", "small", "small"]) == "big 0, small 1-3"
+
+
 def test_minmax_keeps_each_slices_first_lowest_and_highest_point_and_every_gap():
     from reports.timeline_chart import minmax
 

@@ -68,6 +68,12 @@ class LoadLog:
         self._kv_s.extend(timed.start_s.tolist())
         self._kv_used.extend(used.tolist())
 
+    def kv_series(self) -> tuple[np.ndarray, np.ndarray]:
+        """(times [n] seconds, KV blocks in use from each [n]): the replica's whole KV use, its
+        steps' and what changed between them, for the reports."""
+        return np.frombuffer(self._kv_s, dtype=np.float64).copy(), \
+            np.frombuffer(self._kv_used, dtype=np.int64).copy()
+
     def at(self, time_s: float) -> Load:
         """The load as it stood at `time_s` (nothing before the first report)."""
         i = bisect_right(self._outstanding_s, time_s) - 1

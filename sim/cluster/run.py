@@ -94,7 +94,8 @@ class Cluster:
                     num_requests=len(workload), progress=progress, fast_forward=fast_forward,
                     router=self.dispatch, refused=unrouted)
         return ClusterRecorder([r.engine.recorder for r in self.replicas], unrouted,
-                               self.prefill_replicas)
+                               self.prefill_replicas,
+                               [r.kv_log.kv_series() for r in self.replicas])
 
 
 def run_cluster(config: RunConfig, mode: str, streams: dict, base_dir=None, *,
