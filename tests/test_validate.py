@@ -179,6 +179,24 @@ def test_max_abs_error_counts_only_the_headline_cells_and_never_skips_nan():
     assert max_abs_error(rows) == 4.0
     assert max_abs_error(rows + [{"metric": "tpot", "stat": "p90", "error_pct": math.nan}]) \
         == math.inf
+    one_side = {"metric": "tpot", "stat": "p90", "serve": 0.01, "simulate": math.nan,
+                "error_pct": math.nan}
+    assert max_abs_error(rows + [one_side]) == math.inf
+    neither = dict(one_side, serve=math.nan)  # every request one token: no TPOT on either side
+    assert max_abs_error(rows + [neither]) == 4.0
+
+
+def test_requests_finished_on_one_side_only_make_the_headline_say_so_and_exit_1(tmp_path,
+                                                                                capsys):
+    """A workload cut at max_seconds sends what arrived by then; served, a slower server
+    admits differently: here every prompt is too long to serve and the figures compare
+    nothing."""
+    path = tmp_path / "small.toml"
+    path.write_text(SCENARIO)
+    assert main(["validate", str(path), "--variant", "static", "--out", str(tmp_path / "v"),
+                 "--quiet", "--input-len", "300"]) == 1
+    printed = capsys.readouterr().out
+    assert "no request finished when served: nothing to compare" in printed
 
 
 def test_a_static_batch_waiting_for_its_timeout_is_a_sleep_not_step_time(tiny_params):
@@ -255,6 +273,14 @@ def test_what_cannot_be_validated_is_one_line_and_nothing_runs(tmp_path, capsys,
     (["--against", "http://127.0.0.1:9", "--jobs", "2"], "--jobs: with --against"),
     (["--timeout", "5"], "--timeout is the HTTP client's, for --against URL"),
     (["--endpoint", "/v1/chat/completions"], "--endpoint is the HTTP client's"),
+    (["--endpoint", "/v1/completions"], "--endpoint is the HTTP client's"),  # its default too
+    (["--profile", "default"], "--profile default: no run of the scenario costs its steps with "
+                               "a profile (cost.model is 'linear')"),
+    (["--calibrate"], "cost.model: --calibrate scales a profile's step costs"),
+    (["--set", 'cost.model="profile"', "--profile", "nosuch"],
+     "cost.profile: no shipped profile 'nosuch'"),
+    (["--set", 'cost.model="profile"'], "model.max_seq_len: --profile auto profiles this "
+                                        "machine with requests of up to 2,096 tokens"),
 ])
 def test_a_flag_the_chosen_way_ignores_is_refused(tmp_path, capsys, flags, message):
     path = tmp_path / "small.toml"

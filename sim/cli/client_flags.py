@@ -10,10 +10,13 @@ from .common import UsageError
 from .flag_types import seconds_or_inf
 
 
+DEFAULT_ENDPOINT = "/v1/completions"
+
+
 def add_client_flags(parser) -> None:
     """The HTTP client's options of `bench` and `validate --against` (`sim.bench`)."""
     group = parser.add_argument_group("HTTP client (bench, validate --against)")
-    group.add_argument("--endpoint", default="/v1/completions", metavar="PATH",
+    group.add_argument("--endpoint", metavar="PATH",
                        help="/v1/completions (default) or /v1/chat/completions")
     group.add_argument("--model", dest="model", metavar="NAME",
                        help="the model to ask for (default: the first of GET /v1/models)")
@@ -32,6 +35,7 @@ def bench_options(args, url_flag: str):
     from ..bench import BenchOptions
     from ..bench.urls import check_base_url, check_endpoint, is_chat
 
+    args.endpoint = args.endpoint or DEFAULT_ENDPOINT
     for flag, value, check in ((url_flag, args.url, check_base_url),
                                ("--endpoint", args.endpoint, check_endpoint)):
         try:

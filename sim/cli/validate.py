@@ -46,7 +46,7 @@ def blas_threads(args) -> int:
 # the flags of one way to validate that the other has no use for: (flag, argument, unset)
 IN_PROCESS_ONLY = (("--calibrate", "calibrate", False), ("--jobs", "jobs", None),
                    ("--ray", "ray", False), ("--ray-address", "ray_address", None))
-CLIENT_ONLY = (("--endpoint", "endpoint", "/v1/completions"), ("--model", "model", None),
+CLIENT_ONLY = (("--endpoint", "endpoint", None), ("--model", "model", None),
                ("--timeout", "timeout", None), ("--prompt", "prompt", None))
 
 
@@ -82,14 +82,15 @@ def cmd_validate(args) -> int:
         parallel = replace(parallel, workers=1)  # each other's timing: one at a time
     try:
         result = validate(scenario, out_dir, progress=not args.quiet, calibrate=args.calibrate,
-                          profile=args.profile, manifest=manifest("validate", scenario),
-                          parallel=parallel)
+                          profile=args.profile, parallel=parallel,
+                          manifest=manifest("validate", scenario) | {
+                              "profile": args.profile, "calibrate": args.calibrate})
     except (ValueError, FileNotFoundError) as exc:
         if isinstance(exc, scenarios.ScenarioError):
             raise
         raise RunFailed(f"{scenario.name}: {exc}") from None
     print(result.text())  # ends with the report's path
-    return 0
+    return 0 if result.compared() else 1  # else the figures are over unlike requests
 
 
 def cmd_validate_against(args) -> int:
@@ -108,7 +109,9 @@ def cmd_validate_against(args) -> int:
     try:
         text, sent, apart = validate_against(scenario, options, out_dir,
                                              profile=args.profile,
-                                             manifest=manifest("validate", scenario))
+                                             manifest=manifest("validate", scenario) | {
+                                                 "profile": args.profile,
+                                                 "against": args.against})
     except (ValueError, FileNotFoundError) as exc:
         import scenarios
 

@@ -1,7 +1,8 @@
 """Validation: the simulator against the real engine on the same requests.
 
 - `validate.py`: `validate(scenario, out_dir)`: serve, simulate, compare, write the files;
-- `serve.py`: a config served in real time with every step's shape logged;
+- `against.py`: `validate --against URL`: the simulation against a bench of a running server;
+- `machine.py`: which profile a validation may use (one measured on this machine);
 - `steps.py`: the step-level table (each served step with its prediction);
 - `table.py`: the percentile error table (`validation.csv`).
 """

@@ -16,23 +16,30 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.benchmark import summarize
+from scenarios import ScenarioError
 
 from ..bench.run import BenchOptions, bench_run, distinct_runs, write_bench_report
 from ..runner import run_config
 from .table import display_rows, error_rows, max_abs_error, text_table, write_csv
-from .validate import mode_config, validatable_runs
+from .validate import finished_apart, mode_config, percent_text, validatable_runs
 
 
 def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "auto",
-                     manifest: dict | None = None) -> tuple[str, list]:
+                     manifest: dict | None = None) -> tuple[str, list, int]:
     """Bench and simulate every distinct workload of `scenario`, write the files to `out_dir`
     (whole or not at all) and return (the printed text: the error table, what the client saw,
     the headline and where the report is; every request sent, as `RequestResult`s; how many
     requests finished on one side only)."""
     from reports.output import output_folder
 
-    specs = distinct_runs(validatable_runs(scenario, False, profile, options.progress,
-                                           in_process=False))
+    runs = validatable_runs(scenario, False, profile, options.progress, in_process=False)
+    specs = distinct_runs(runs)
+    if len(specs) < len(runs):  # runs that send the same requests to differently set servers
+        same = [spec.label for spec in runs if spec not in specs]
+        raise ScenarioError(f"{scenario.path}: --against: {', '.join(same)} send the same "
+                            f"requests as another run and differ in the server's settings; "
+                            f"the server at the URL runs one of them: keep that one (--variant, "
+                            f"or one value of the sweep)")
     base_dir = Path(scenario.path).parent if scenario.path else None
     manifest = manifest or {"command": "validate", "scenario": scenario.name}
     with output_folder(out_dir, manifest) as folder:
@@ -45,27 +52,13 @@ def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "a
         notes = [f"{run.spec.label}: " + "; ".join(run.notes) for run in benched]
         apart = [finished_apart(run.recorder, sim) for run, sim in zip(benched, simulated)]
         headline = (f"max |error| over p50/p90/p99 of TTFT, TPOT, E2E: "
-                    f"{max_abs_error(rows):.1f}%" + unlike(apart, benched))
+                    f"{percent_text(max_abs_error(rows))}" + unlike(apart, benched))
         _write(scenario, options, benched, list(zip(specs, simulated)), rows, notes, headline,
                folder)
     text = "\n".join([text_table(rows), "", *notes, headline,
                       f"report: {Path(out_dir) / 'report.html'}"])
     return (text, [result for run in benched for result in run.results],
             sum(server + simulation for server, simulation in apart))
-
-
-def finished_apart(served, simulated) -> tuple[int, int]:
-    """(requests that finished on the server and not in the simulation, the reverse), matched
-    by request id: a request both refused (a prompt too long for either) is alike on both."""
-    def finished(recorder) -> dict:
-        cols = recorder.request_columns()
-        return {rid: status == "finished" for rid, status in zip(cols["request_id"],
-                                                                  cols["status"])}
-
-    server, simulation = finished(served), finished(simulated)
-    ids = server.keys() | simulation.keys()
-    return (sum(server.get(i, False) and not simulation.get(i, False) for i in ids),
-            sum(simulation.get(i, False) and not server.get(i, False) for i in ids))
 
 
 def unlike(apart: list, benched) -> str:

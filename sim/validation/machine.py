@@ -45,9 +45,11 @@ def profile_for(model: dict, progress: bool = False) -> Path:
 def check_profile(profile, model: dict, where: str) -> Path:
     """The path of `profile` (a shipped name or a path) when it was measured on this machine
     for this model; else a one-line ScenarioError saying how it differs and what to run."""
-    path = profile_path(profile)
     try:
+        path = profile_path(profile)
         load_profile(path)  # a file that is no profile says so first
+    except FileNotFoundError as exc:  # its words name cost.profile already
+        raise ScenarioError(f"{where}{exc}") from None
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"{where}cost.profile: {exc}") from None
     measured = _fingerprint_of(path)

@@ -106,10 +106,31 @@ class Validation:
                             "model predicts the served steps take no time)"))
         return lines
 
+    def apart(self) -> tuple[int, int]:
+        """(requests that finished served and not simulated, the reverse), over every run."""
+        pairs = [finished_apart(run.serve, run.simulate) for run in self.runs]
+        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+    def finished(self) -> int:
+        """Requests that finished served, over every run."""
+        return sum(status == "finished" for run in self.runs
+                   for status in run.serve.request_columns()["status"])
+
+    def compared(self) -> bool:
+        """Whether the figures compare the same requests, and some finished."""
+        return self.finished() > 0 and self.apart() == (0, 0)
+
     def headline(self) -> str:
-        return (f"max |error| over p50/p90/p99 of TTFT, TPOT, E2E: {self.max_abs_error():.1f}% "
-                f"(simulation scaled by the served speed: "
-                f"{self.max_abs_error(normalized=True):.1f}%)")
+        if not self.finished():
+            return "no request finished when served: nothing to compare (requests.csv of " \
+                   "each side says why)"
+        served, simulated = self.apart()
+        unlike = "" if not served + simulated else \
+            (f", but over unlike requests: {simulated} finished in the simulation and not when "
+             f"served, {served} the reverse (requests.csv of each side says why)")
+        return (f"max |error| over p50/p90/p99 of TTFT, TPOT, E2E: "
+                f"{percent_text(self.max_abs_error())} (simulation scaled by the served speed: "
+                f"{percent_text(self.max_abs_error(normalized=True))}){unlike}")
 
     def text(self) -> str:
         """The printed error table, each run's step-level prediction error, the headline and
@@ -118,6 +139,24 @@ class Validation:
         if self.out_dir is not None:
             lines.append(f"report: {self.out_dir / 'report.html'}")
         return "\n".join(lines)
+
+
+def finished_apart(served, simulated) -> tuple[int, int]:
+    """(requests that finished on the server and not in the simulation, the reverse), matched
+    by request id: a request both refused (a prompt too long for either) is alike on both."""
+    def finished(recorder) -> dict:
+        cols = recorder.request_columns()
+        return {rid: status == "finished" for rid, status in zip(cols["request_id"],
+                                                                  cols["status"])}
+
+    server, simulation = finished(served), finished(simulated)
+    ids = server.keys() | simulation.keys()
+    return (sum(server.get(i, False) and not simulation.get(i, False) for i in ids),
+            sum(simulation.get(i, False) and not server.get(i, False) for i in ids))
+
+
+def percent_text(value: float) -> str:
+    return "n/a (a statistic defined on one side only)" if math.isinf(value) else f"{value:.1f}%"
 
 
 def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
@@ -155,6 +194,11 @@ def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool,
     that cannot be compared is refused first, as one line (`in_process`: served here, not
     benched at a server's URL)."""
     specs = scenario.runs()
+    if profile != "auto" and all(spec.config.cost.model != "profile" for spec in specs):
+        raise ScenarioError(f"{scenario.path}: --profile {profile}: no run of the scenario "
+                            f"costs its steps with a profile (cost.model is "
+                            f"{specs[0].config.cost.model!r}); drop --profile, or set "
+                            f"cost.model = 'profile'")
     for i, spec in enumerate(specs):
         check_validatable(scenario, spec, calibrate=False, in_process=in_process)
         if spec.config.cost.model == "profile" and profile != "auto":
@@ -162,6 +206,9 @@ def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool,
             specs[i] = _with_profile(spec, check_profile(profile, as_table(spec.config.model),
                                                          where))
     if profile == "auto":
+        for spec in specs:  # before anything is profiled or served
+            if spec.config.cost.model == "profile":
+                check_profilable(scenario, spec)
         for i, spec in enumerate(specs):  # this machine's profile (profiled first, the first time)
             if spec.config.cost.model == "profile":
                 specs[i] = _with_profile(spec, profile_for(as_table(spec.config.model),
@@ -170,6 +217,20 @@ def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool,
     for spec in specs:
         check_validatable(scenario, spec, calibrate, in_process)
     return specs
+
+
+def check_profilable(scenario, spec) -> None:
+    """A one-line ScenarioError where `--profile auto` would have to profile a model shorter
+    than the profiler's longest request (`servesim profile` refuses it too)."""
+    from ..profiling.workloads import longest_request
+
+    if spec.config.model.max_seq_len < longest_request():
+        where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
+        raise ScenarioError(f"{where}model.max_seq_len: --profile auto profiles this machine "
+                            f"with requests of up to {longest_request():,} tokens, so the "
+                            f"model's max_seq_len must be at least that, got "
+                            f"{spec.config.model.max_seq_len}; give --profile a profile of this "
+                            f"model, or use cost.model = 'linear'")
 
 
 def _with_profile(spec, profile: Path):
@@ -251,6 +312,11 @@ def check_validatable(scenario, spec, calibrate: bool = False, in_process: bool 
                             f"think time is not served (set it to 0, or use "
                             f"workload.max_concurrency)")
     if calibrate:
+        if spec.config.cost.model != "profile":
+            raise ScenarioError(f"{where}cost.model: --calibrate scales a profile's step costs "
+                                f"by the machine's speed, and this run's cost model is "
+                                f"{spec.config.cost.model!r}; drop --calibrate, or set "
+                                f"cost.model = 'profile'")
         try:
             reference_of(build_cost_model(spec.config.cost, spec.config.model))
         except ValueError as exc:
