@@ -9,7 +9,7 @@ overlapping the GPU's, as TensorRT-LLM's overlap scheduler runs by default, and 
 
 Part 0d of `benchmarks/hardware_accuracy.py`; `serving_accuracy.py --only trtllm` runs it too.
 
-    python benchmarks/trtllm_page.py   # about 40 seconds
+    python benchmarks/trtllm_page.py   # about a minute
 """
 
 from __future__ import annotations
@@ -74,4 +74,7 @@ def trtllm_part() -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     trtllm_part()

@@ -13,11 +13,12 @@ last block again, into one of its own): both stay cached, as in vLLM, and a look
 one registered first, then the next once that one is evicted. `num_free` counts never-used
 and evictable blocks alike, `num_used` the blocks held.
 Free blocks that no hash finds and that were freed before every cached one are kept apart, in
-no order (none of them changes what a hash finds), and while no hash finds any block no
-reference count is kept (nothing is shared then: a block is shared only once a hash found it,
-and it stays cached while held); the counts are set from the block tables when the first block
-is registered. A run of requests that share nothing frees and takes blocks as plainly as a
-`BlockManager` does.
+no order (none of them changes what a hash finds), and until a hash finds a block no reference
+count is kept (nothing is shared then: a block is shared only once a hash found it, and it
+stays cached while held); the counts are set from the block tables when the first block is
+registered, and kept from then on (counting them again each time the cache emptied and filled,
+as every preemption under memory pressure does, took a pass over every held block). A run of
+requests that share nothing frees and takes blocks as plainly as a `BlockManager` does.
 
 Block hashes (`block_hashes`): a sequence with token ids hashes them block by block (Python's
 hash of (parent hash, the block's token ids): deterministic for integers); a simulated sequence
@@ -82,9 +83,10 @@ class PrefixCachingBlockManager(BlockManager):
 
     def __init__(self, num_blocks: int, block_size: int):
         super().__init__(num_blocks, block_size)
-        # [fresh]: holders of each block handed out; kept only while `_hash_of` is not empty
-        # (until then every block handed out and not loose has one holder)
+        # [fresh]: holders of each block handed out; kept once `_counted` (until the first block
+        # is cached, every block handed out and not loose has one holder)
         self._refs: list[int] = []
+        self._counted = False
         # The free blocks handed out before, least recently freed first: `_loose`, none of
         # them cached and all freed before any of `_evictable` (so their order matters to no
         # eviction, and they are taken as a stack), then `_evictable`, in order
@@ -117,10 +119,10 @@ class PrefixCachingBlockManager(BlockManager):
     def is_free(self, block_id: int) -> bool:
         if block_id >= self._fresh:
             return True
-        return not self._refs[block_id] if self._hash_of else block_id in self._loose
+        return not self._refs[block_id] if self._counted else block_id in self._loose
 
     def ref_count(self, block_id: int) -> int:
-        if self._hash_of:
+        if self._counted:
             return 0 if block_id >= self._fresh else self._refs[block_id]
         return 0 if self.is_free(block_id) else 1
 
@@ -147,7 +149,7 @@ class PrefixCachingBlockManager(BlockManager):
         fresh = min(n, self.num_blocks - self._fresh)
         taken = list(range(self._fresh, self._fresh + fresh))
         self._fresh += fresh
-        refs, loose, counted = self._refs, self._loose, bool(self._hash_of)
+        refs, loose, counted = self._refs, self._loose, self._counted
         if counted:
             refs.extend([1] * fresh)
         if n > fresh and loose:  # the oldest: none cached, in no order that matters
@@ -211,7 +213,7 @@ class PrefixCachingBlockManager(BlockManager):
         to the sequence's table and return its id."""
         if self._loose and self._fresh == self.num_blocks:  # the common case, inlined
             block = self._loose.pop()
-            if self._hash_of:
+            if self._counted:
                 self._refs[block] = 1
         elif not self.num_free:
             raise OutOfBlocksError(f"no free KV block for sequence {seq_id} "
@@ -243,7 +245,7 @@ class PrefixCachingBlockManager(BlockManager):
         blocks: a free one's place among the free ones would no longer say when it goes)."""
         if not blocks:
             return
-        if not self._hash_of:
+        if not self._counted:
             self._count_refs()
         block_of, hash_of, refs, fresh = self._block_of, self._hash_of, self._refs, self._fresh
         for block_id, block_hash in zip(blocks, hashes):
@@ -261,6 +263,7 @@ class PrefixCachingBlockManager(BlockManager):
         refs = self._refs = [0] * self._fresh
         for table in self.block_tables.values():
             consume(map(refs.__setitem__, table, repeat(1, len(table))))
+        self._counted = True
 
     def free_block(self, block_id: int, seq_id: int | None = None) -> None:
         """Drop one holder's reference to a block (the block leaves that holder's table)."""
@@ -280,7 +283,7 @@ class PrefixCachingBlockManager(BlockManager):
         last is evicted first, as vLLM does); returns how many it held."""
         table = self.block_tables.pop(seq_id, ())
         refs, hash_of, evictable, loose = self._refs, self._hash_of, self._evictable, self._loose
-        if not hash_of:  # nothing cached, nothing counted: each block was its alone
+        if not self._counted:  # nothing cached yet: each block was its alone
             loose.extend(reversed(table))
             return len(table)
         for block in reversed(table):  # `_release`, inlined: a long prompt has many blocks
@@ -298,7 +301,7 @@ class PrefixCachingBlockManager(BlockManager):
         return len(table)
 
     def _release(self, block: int) -> None:
-        if not self._hash_of:
+        if not self._counted:
             self._loose.append(block)
             return
         refs = self._refs
@@ -319,7 +322,7 @@ class PrefixCachingBlockManager(BlockManager):
         for table in self.block_tables.values():
             for b in table:
                 counts[b] = counts.get(b, 0) + 1
-        if self._hash_of:
+        if self._counted:
             for b in range(self._fresh):
                 assert self._refs[b] == counts.get(b, 0), f"block {b}: refs {self._refs[b]}, " \
                                                           f"held {counts.get(b, 0)} times"
