@@ -22,6 +22,7 @@ import argparse
 import os
 import time
 
+
 import numpy as np
 
 from engine.block_manager import BlockManager
@@ -32,6 +33,7 @@ from engine.model_runner import decode_attention
 from engine.sampling import sample_token
 from engine.sequence import GREEDY, Sequence
 from engine.step_plan import StepPlan
+from sim.cli.flag_types import positive_integer
 
 BLOCK_SIZE = 16
 
@@ -213,9 +215,10 @@ def bench_decode(cfg, params, gflops, gbs, batches, contexts, repeats):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smaller grid (~30 s)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per shape (median)")
+    parser.add_argument("--repeats", type=positive_integer, default=5,
+                        help="timed runs per shape (median)")
     args = parser.parse_args(argv)
     cfg = ModelConfig()
     params = init_params(cfg)

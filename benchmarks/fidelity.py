@@ -38,16 +38,18 @@ import argparse
 import os
 import sys
 
+from sim.cli.flag_types import positive_integer
+
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="out/fidelity", help="output directory")
-    parser.add_argument("--requests", type=int, default=300,
+    parser.add_argument("--requests", type=positive_integer, default=300,
                         help="requests per scenario at least (default 300: a stable p90)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scenarios")
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--repeats", type=positive_integer, default=3,
                         help="servings of each scenario (the reference is their median)")
-    parser.add_argument("--jitter-runs", type=int, default=21,
+    parser.add_argument("--jitter-runs", type=positive_integer, default=21,
                         help="realisations of the jittered simulation (the table is their median)")
     return parser.parse_args(argv)
 
@@ -165,6 +167,10 @@ def build_scenarios(out_dir: Path, requests: int, only) -> list:
     the rate from its capacity) and load it."""
     from sim.validation.machine import profile_for
 
+    unknown = sorted(set(only or ()) - set(SCENARIOS))
+    if unknown:
+        sys.exit(f"fidelity.py: error: --only: no scenario {', '.join(unknown)} (the "
+                 f"scenarios: {', '.join(SCENARIOS)})")
     loaded = []
     (out_dir / "scenarios").mkdir(parents=True, exist_ok=True)
     for name, (load, overrides) in SCENARIOS.items():

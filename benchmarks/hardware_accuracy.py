@@ -34,6 +34,7 @@ import json
 import os
 import sys
 
+from sim.cli.flag_types import positive_integer
 from sim.profiling import threads
 
 threads.apply(threads.DEFAULT_THREADS)  # before NumPy loads: the engine is served as profiled
@@ -338,13 +339,13 @@ def _served(config, params):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-engine", action="store_true",
                         help="only the GPU measurements (no serving on this machine)")
     parser.add_argument("--only", choices=("tables", "serving", "trtllm", "calibration",
                                            "engine"),
                         action="append", help="run only this part (repeatable)")
-    parser.add_argument("--runs", type=int, default=None,
+    parser.add_argument("--runs", type=positive_integer, default=None,
                         help="end to end: at most about this many of the measured runs")
     args = parser.parse_args(argv)
     parts = set(args.only or ("tables", "serving", "trtllm", "calibration", "engine"))

@@ -26,11 +26,13 @@ import sys
 import time
 from pathlib import Path
 
+
 import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sim.cli.flag_types import positive_integer  # noqa: E402
 from sim.profiling import threads  # noqa: E402  (imports nothing heavy)
 
 threads.apply(threads.DEFAULT_THREADS)  # before NumPy loads: the BLAS threads `serve` runs with
@@ -127,10 +129,12 @@ def measure(name: str, sets: list[str], args) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--requests", type=int, default=64, help="streamed requests (default 64)")
-    parser.add_argument("--max-tokens", type=int, default=128, help="tokens each (default 128)")
-    parser.add_argument("--concurrency", type=int, default=64,
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=positive_integer, default=64,
+                        help="streamed requests (default 64)")
+    parser.add_argument("--max-tokens", type=positive_integer, default=128,
+                        help="tokens each (default 128)")
+    parser.add_argument("--concurrency", type=positive_integer, default=64,
                         help="one-token requests in flight (default 64)")
     args = parser.parse_args(argv)
     print(machine_state())

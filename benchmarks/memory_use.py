@@ -105,7 +105,7 @@ def slope(make, low: int, high: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts")
     args = parser.parse_args()
     scale = 5 if args.quick else 1

@@ -35,7 +35,7 @@ from sim.profiling.workloads import HELD_OUT  # noqa: E402
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="out/profile-methods", help="output directory")
     parser.add_argument("--full-grid", action="store_true", help="the full grid (13 minutes)")
     args = parser.parse_args(argv)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from sim.cli.flag_types import positive_integer  # noqa: E402
 from sim.profiling import threads  # noqa: E402
 
 threads.apply(threads.DEFAULT_THREADS)  # before NumPy loads: workers run BLAS on one thread too
@@ -39,8 +40,9 @@ GRID = {"hardware.gpu": ["a100-80gb-sxm", "h100-sxm", "l40s", "h200", "a100-40gb
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=100, help="requests a probe")
-    parser.add_argument("--workers", type=int, default=2, help="pool processes and Ray CPUs")
+    parser.add_argument("--requests", type=positive_integer, default=100, help="requests a probe")
+    parser.add_argument("--workers", type=positive_integer, default=2,
+                        help="pool processes and Ray CPUs")
     args = parser.parse_args()
     grid = "search.grid = " + "{" + ", ".join(f'"{k}" = {v!r}'.replace("'", '"')
                                               for k, v in GRID.items()) + "}"

@@ -29,11 +29,13 @@ import sys
 import time
 from pathlib import Path
 
+
 import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sim.cli.flag_types import positive_integer  # noqa: E402
 from sim.profiling.threads import THREAD_ENV  # noqa: E402  (imports nothing heavy)
 from sim_speed import machine_state  # noqa: E402  (benchmarks/ is on the path)
 
@@ -112,14 +114,19 @@ def spread(values: list[float]) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--requests", type=int, default=24, help="streamed requests a pass "
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=positive_integer, default=24,
+                        help="streamed requests a pass "
                                                                    "(default 24)")
-    parser.add_argument("--max-tokens", type=int, default=64, help="tokens each (default 64)")
-    parser.add_argument("--concurrency", type=int, default=4, help="in flight (default 4)")
+    parser.add_argument("--max-tokens", type=positive_integer, default=64,
+                        help="tokens each (default 64)")
+    parser.add_argument("--concurrency", type=positive_integer, default=4,
+                        help="in flight (default 4)")
     parser.add_argument("--busy", type=int, default=2, help="busy processes (default 2)")
-    parser.add_argument("--repeats", type=int, default=3, help="quiet/busy pairs (default 3)")
-    parser.add_argument("--blas-threads", type=int, help="BLAS threads of the server (default: "
+    parser.add_argument("--repeats", type=positive_integer, default=3,
+                        help="quiet/busy pairs (default 3)")
+    parser.add_argument("--blas-threads", type=positive_integer,
+                        help="BLAS threads of the server (default: "
                                                          "what servesim serve sets, one)")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="scenario overrides for the server, e.g. model.n_layers=1")

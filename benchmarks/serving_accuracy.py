@@ -29,10 +29,12 @@ import os
 import sys
 from pathlib import Path
 
+
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trtllm_page  # noqa: E402  (this folder's)
+from sim.cli.flag_types import positive_integer  # noqa: E402
 
 SILICON_MODELS = {"nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B",
                   "meta-llama/Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
@@ -375,10 +377,10 @@ def simulate_row(row):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=("serving", "trtllm"), action="append",
                         help="run only this part (repeatable)")
-    parser.add_argument("--runs", type=int, default=None,
+    parser.add_argument("--runs", type=positive_integer, default=None,
                         help="serving: at most about this many of the measured runs")
     args = parser.parse_args(argv)
     parts = args.only or ("serving", "trtllm")

@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sim.cli.flag_types import positive_integer
+
 HERE = Path(__file__).resolve().parent
 PARTS = ("replay", "replay-whole", "saturated", "synthetic")
 
@@ -127,11 +129,11 @@ def main(argv=None) -> None:
     parser.add_argument("--other", type=Path, required=True,
                         help="the root of the other checkout (e.g. a git worktree of an "
                              "earlier commit)")
-    parser.add_argument("--pairs", type=int, default=6,
+    parser.add_argument("--pairs", type=positive_integer, default=6,
                         help="ABBA pairs of the replay and saturated parts (default 6)")
-    parser.add_argument("--big-pairs", type=int, default=2,
+    parser.add_argument("--big-pairs", type=positive_integer, default=2,
                         help="pairs of the synthetic part (default 2)")
-    parser.add_argument("--requests", type=int, default=1_000_000,
+    parser.add_argument("--requests", type=positive_integer, default=1_000_000,
                         help="synthetic workload size (default 1,000,000)")
     parser.add_argument("--only", choices=PARTS, action="append", help="run only this part")
     args = parser.parse_args(argv)

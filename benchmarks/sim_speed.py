@@ -47,11 +47,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+
 import numpy as np
 
 from engine.benchmark import summarize, weighted_percentile
 from engine.model import ModelConfig
 from scenarios.resolve import resolve
+from sim.cli.flag_types import positive_integer
 from sim.runner import run_config
 from sim.workloads.traces import load_trace, shipped_trace
 
@@ -291,10 +293,10 @@ def show_saturated(r: dict) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--requests", type=int, default=1_000_000,
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=positive_integer, default=1_000_000,
                         help="synthetic workload size (default 1,000,000; e.g. 50000 to check)")
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--repeats", type=positive_integer, default=3,
                         help="whole-process replays to time (best and median; default 3)")
     parser.add_argument("--only", choices=("replay", "saturated", "synthetic", "hardware",
                                             "mooncake", "cluster"),

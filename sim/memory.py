@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 
-# benchmarks/memory_use.py on a 2-core machine (a 5M-iteration Python loop in 0.24 s, load 1.3):
-# 6,012 bytes a request (the default workload, kept up with: many small steps, whose rows, table
-# and timeline cost as much as the requests') and 2,693 at 1.5x overload; 104 KB a replica;
-# 1.46 MB a run (its config, table rows, chart lines and the report's images). Rounded up.
+# benchmarks/memory_use.py on a 2-core machine (a 5M-iteration Python loop in 0.17 s, load 1.7):
+# 6,050 bytes a request (the default workload, kept up with: many small steps, whose rows, table
+# and timeline cost as much as the requests') and 3,017 at 1.5x overload; 112 KB a replica;
+# 1.43 MB a run (its config, table rows, chart lines and the report's images). Rounded up.
 REQUEST_BYTES = 6_500
-REPLICA_BYTES = 110_000
+REPLICA_BYTES = 120_000
 RUN_BYTES = 1_500_000
 
 
