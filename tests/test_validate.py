@@ -274,6 +274,8 @@ def test_what_cannot_be_validated_is_one_line_and_nothing_runs(tmp_path, capsys,
     (["--timeout", "5"], "--timeout is the HTTP client's, for --against URL"),
     (["--endpoint", "/v1/chat/completions"], "--endpoint is the HTTP client's"),
     (["--endpoint", "/v1/completions"], "--endpoint is the HTTP client's"),  # its default too
+    (["--against", "http://127.0.0.1:9", "--sweep", "engine.num_kv_blocks=32,64"],
+     "send the same requests as another run and differ in the server's settings"),
     (["--profile", "default"], "--profile default: no run of the scenario costs its steps with "
                                "a profile (cost.model is 'linear')"),
     (["--calibrate"], "cost.model: --calibrate scales a profile's step costs"),

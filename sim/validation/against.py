@@ -21,7 +21,8 @@ from scenarios import ScenarioError
 from ..bench.run import BenchOptions, bench_run, distinct_runs, write_bench_report
 from ..runner import run_config
 from .table import display_rows, error_rows, max_abs_error, text_table, write_csv
-from .validate import finished_apart, mode_config, percent_text, validatable_runs
+from .runs import validatable_runs
+from .validate import finished_apart, mode_config, percent_text
 
 
 def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "auto",

@@ -32,23 +32,15 @@ from pathlib import Path
 import scenarios
 from engine.records import RunRecorder
 from engine.benchmark import summarize
-from scenarios import ScenarioError
-from scenarios.config import as_table
-from scenarios.arrival import ClosedLoop
 
 from ..costs import cost_model as build_cost_model
 from ..costs.calibrate import ScaledCost, reference_of
 from ..profiling.reference import measure_speed
 from ..profiling.serving import serve_logged
-from ..checks import check_scenario
 from ..runner import run_config
-from .machine import check_profile, profile_for
-from .steps import (speed_ratio, step_error_summary, step_rows,
-                               write_steps_csv)
+from .runs import validatable_runs
+from .steps import speed_ratio, step_error_summary, step_rows, write_steps_csv
 from .table import display_rows, error_rows, max_abs_error, text_table, write_csv
-
-VALIDATED_COST_MODELS = ("profile", "linear")
-
 
 @dataclass(frozen=True)
 class ValidationRun:
@@ -188,57 +180,6 @@ def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
     return result
 
 
-def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool,
-                     in_process: bool = True) -> list:
-    """The scenario's runs, each with this machine's profile where it uses one; everything
-    that cannot be compared is refused first, as one line (`in_process`: served here, not
-    benched at a server's URL)."""
-    specs = scenario.runs()
-    if profile != "auto" and all(spec.config.cost.model != "profile" for spec in specs):
-        raise ScenarioError(f"{scenario.path}: --profile {profile}: no run of the scenario "
-                            f"costs its steps with a profile (cost.model is "
-                            f"{specs[0].config.cost.model!r}); drop --profile, or set "
-                            f"cost.model = 'profile'")
-    for i, spec in enumerate(specs):
-        check_validatable(scenario, spec, calibrate=False, in_process=in_process)
-        if spec.config.cost.model == "profile" and profile != "auto":
-            where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
-            specs[i] = _with_profile(spec, check_profile(profile, as_table(spec.config.model),
-                                                         where))
-    if profile == "auto":
-        for spec in specs:  # before anything is profiled or served
-            if spec.config.cost.model == "profile":
-                check_profilable(scenario, spec)
-        for i, spec in enumerate(specs):  # this machine's profile (profiled first, the first time)
-            if spec.config.cost.model == "profile":
-                specs[i] = _with_profile(spec, profile_for(as_table(spec.config.model),
-                                                           progress))
-    check_scenario(scenario, specs)
-    for spec in specs:
-        check_validatable(scenario, spec, calibrate, in_process)
-    return specs
-
-
-def check_profilable(scenario, spec) -> None:
-    """A one-line ScenarioError where `--profile auto` would have to profile a model shorter
-    than the profiler's longest request (`servesim profile` refuses it too)."""
-    from ..profiling.workloads import longest_request
-
-    if spec.config.model.max_seq_len < longest_request():
-        where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
-        raise ScenarioError(f"{where}model.max_seq_len: --profile auto profiles this machine "
-                            f"with requests of up to {longest_request():,} tokens, so the "
-                            f"model's max_seq_len must be at least that, got "
-                            f"{spec.config.model.max_seq_len}; give --profile a profile of this "
-                            f"model, or use cost.model = 'linear'")
-
-
-def _with_profile(spec, profile: Path):
-    """A run whose cost model reads `profile`."""
-    config = spec.config
-    return replace(spec, config=replace(config, cost=replace(config.cost, profile=str(profile))))
-
-
 def _validate_runs(scenario, specs, out_dir, progress: bool, calibrate: bool,
                    parallel=None) -> Validation:
     base_dir = Path(scenario.path).parent if scenario.path else None
@@ -278,49 +219,6 @@ def validate_run_job(job: tuple) -> ValidationRun:
     """`validate_run` of one job (spec, base_dir, calibrate), for `sim.parallel`."""
     spec, base_dir, calibrate = job
     return validate_run(spec, base_dir, calibrate)
-
-
-def check_validatable(scenario, spec, calibrate: bool = False, in_process: bool = True) -> None:
-    """Refuse what cannot be compared, before anything runs: a live cost model (nothing to
-    validate) or, served in-process, the hardware model (a GPU's, not this machine's; against
-    a server's URL it is what is checked), conversations and a closed loop with think time
-    (serving sends requests at their arrival times or as slots free), a cluster (one engine is
-    served) and a calibration without a profiled reference step. A cluster is refused only
-    `in_process` (a server at a URL may be one)."""
-    where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
-    model = spec.config.cost.model
-    allowed = VALIDATED_COST_MODELS + (() if in_process else ("hardware",))
-    if model not in allowed:
-        also = " (the hardware model is validated against a GPU server: --against URL)" \
-            if in_process else " (the hardware model too, against a server's URL)"
-        raise ScenarioError(f"{where}cost.model: validate compares a cost model with serving, "
-                            f"so it must be one of {', '.join(VALIDATED_COST_MODELS)}{also}, "
-                            f"got {model!r}")
-    if spec.config.workload.sessions is not None:
-        raise ScenarioError(f"{where}workload.sessions: validate serves requests at arrival "
-                            f"times given up front; a conversation's turns (each sent when the "
-                            f"last one ends) are not served (validate a scenario without "
-                            f"sessions)")
-    if in_process and spec.config.cluster is not None:
-        raise ScenarioError(f"{where}cluster: validate serves one NumPy engine, so a cluster's "
-                            f"replicas cannot be compared with it (validate one server: leave "
-                            f"[cluster] out)")
-    arrival = spec.config.workload.arrival
-    if isinstance(arrival, ClosedLoop) and arrival.think_time_s:
-        raise ScenarioError(f"{where}workload.arrival.think_time_s: validate serves requests "
-                            f"at their arrival times or as slots free; a closed loop with "
-                            f"think time is not served (set it to 0, or use "
-                            f"workload.max_concurrency)")
-    if calibrate:
-        if spec.config.cost.model != "profile":
-            raise ScenarioError(f"{where}cost.model: --calibrate scales a profile's step costs "
-                                f"by the machine's speed, and this run's cost model is "
-                                f"{spec.config.cost.model!r}; drop --calibrate, or set "
-                                f"cost.model = 'profile'")
-        try:
-            reference_of(build_cost_model(spec.config.cost, spec.config.model))
-        except ValueError as exc:
-            raise ScenarioError(f"{where}cost: {exc}") from None
 
 
 def mode_config(config, mode: str):
