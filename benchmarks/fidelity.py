@@ -299,11 +299,10 @@ def main(args) -> int:
           "median:\n")
     print(table_text(tables["calibrated"]))
     print(f"\n{headline}: {worst(tables['calibrated']):.1f}%\n")
-    if args.jitter_runs:
-        print(f"\nsimulate with the profiled machine's jitter (cost.jitter; median of "
-              f"{args.jitter_runs} realisations) vs the median of the servings:\n")
-        print(table_text(tables["jitter"]))
-        print(f"\n{headline}: {worst(tables['jitter']):.1f}%")
+    print(f"\nsimulate with the profiled machine's jitter (cost.jitter; median of "
+          f"{args.jitter_runs} realisations) vs the median of the servings:\n")
+    print(table_text(tables["jitter"]))
+    print(f"\n{headline}: {worst(tables['jitter']):.1f}%")
     if args.repeats > 1 and tables["jitter_spread"][0][1] is not None:
         print(f"\nthe jittered simulation's own noise floor: median spread of its realisations "
               f"taken {args.repeats} at a time (compare with the servings' above):\n")

@@ -77,7 +77,8 @@ def _throughputs(recorder, duration_s: float, warmup_s: float) -> list[float]:
     if recorder.prefill_replicas:
         cols = recorder.request_columns()
         done = (np.asarray(cols["status"]) == "finished") & counted(cols, warmup_s)
-        prefilled = np.asarray(cols["prefill_replica"], float)[done]
+        # (a request never sent to a replica has no prefill replica, and never finished)
+        prefilled = np.asarray([p for p, d in zip(cols["prefill_replica"], done) if d], float)
         for i in range(recorder.prefill_replicas):
             out[i] = float(np.sum(prefilled == i)) / duration_s
     return out

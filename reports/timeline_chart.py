@@ -6,8 +6,9 @@ count holds the last step's, since nothing is admitted while idle (a static batc
 its timeout, a prefill replica whose blocks all wait to be sent; arrivals add to it from the
 next step on). The KV line drops to 0, as a single engine idles with no request in flight; a
 cluster's panel reads each replica's log of its KV use, which holds between steps too (a
-disaggregated prefill replica keeps the blocks of requests whose KV is still being sent). Queues that grow without bound, a cache that stays full, or a
-batch that drains between static batches show up here.
+disaggregated prefill replica keeps the blocks of requests whose KV is still being sent). Queues
+that grow without bound, a cache that stays full, or a batch that drains between static batches
+show up here.
 
 A long run has far more steps than the chart has pixels across: each line keeps, in each of
 `BINS` slices of the time axis, its first and last points and its lowest and highest (`minmax`),

@@ -599,15 +599,16 @@ def test_a_bad_url_is_a_usage_error_naming_the_flag(scenario_file, tmp_path, cap
 
 
 @pytest.mark.parametrize("command", ["bench", "validate"])
+@pytest.mark.parametrize("endpoint", ["v1/completions", ""])  # given empty: not the default
 def test_an_endpoint_without_a_leading_slash_is_a_usage_error(fake, scenario_file, tmp_path,
-                                                              capsys, command):
+                                                              capsys, command, endpoint):
     argv = (["bench", fake.url, str(scenario_file)] if command == "bench" else
             ["validate", str(scenario_file), "--against", fake.url])
-    status = main([*argv, "--endpoint", "v1/completions", "--out", str(tmp_path / "out")])
+    status = main([*argv, "--endpoint", endpoint, "--out", str(tmp_path / "out")])
     assert status == 2
     assert capsys.readouterr().err == (
-        "servesim: error: --endpoint 'v1/completions': expected a path starting with '/', "
-        "e.g. /v1/completions or /v1/chat/completions, without spaces\n")
+        f"servesim: error: --endpoint {endpoint!r}: expected a path starting with '/', "
+        f"e.g. /v1/completions or /v1/chat/completions, without spaces\n")
     assert fake.bodies == [] and not (tmp_path / "out").exists()
 
 

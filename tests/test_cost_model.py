@@ -358,6 +358,20 @@ def test_every_damaged_profile_field_is_one_line_naming_it(tmp_path, field, valu
     assert "\n" not in str(info.value)
 
 
+def test_a_profile_of_the_earlier_format_still_loads():
+    """tests/data/profile-format-2.json: the cost model of a shipped profile as an earlier
+    servesim wrote it (servesim-profile/2: its formula in words and the coefficients' two parts
+    beside their sum)."""
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "profile-format-2.json"
+    data = json.loads(path.read_text())
+    assert data["format"] == "servesim-profile/2" and "loop_coefficients" in data["cost_model"]
+    cost = load_profile(str(path))
+    assert cost.coefficients[0] == data["cost_model"]["coefficients"]["step"]
+    assert cost.block_size == 16 and cost.reference_s is None
+
+
 def test_a_folder_given_as_a_profile_is_named_a_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match=rf"cost.profile: {tmp_path}/d.json is a folder"):
         (tmp_path / "d.json").mkdir()

@@ -205,6 +205,19 @@ def test_fast_forward_records_exactly_the_step_by_step_cluster(tmp_path, text):
     assert records(run_config(config)) == records(run_config(config, fast_forward=False))
 
 
+def test_a_prefill_replicas_bar_counts_what_it_prefilled_beside_requests_never_sent(tmp_path):
+    """A conversation's turns after a rejected one are never sent to a replica: they have no
+    prefill replica, and the chart's bars count only finished requests."""
+    from reports.replicas_chart import _throughputs
+
+    config = load_config(tmp_path, SESSIONS.replace("num_kv_blocks = 64", "num_kv_blocks = 40"))
+    _, recorder, _ = run_cluster_of(config)
+    columns = recorder.request_columns()
+    assert "" in columns["prefill_replica"]  # some turns never sent
+    bars = _throughputs(recorder, 10.0, 0.0)
+    assert sum(bars[:2]) == pytest.approx(sum(bars[2:])) and sum(bars) > 0
+
+
 def test_the_same_seed_gives_the_same_records(tmp_path):
     config = load_config(tmp_path, open_text(router="random"))
     assert records(run_config(config)) == records(run_config(config))

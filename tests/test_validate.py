@@ -186,6 +186,56 @@ def test_max_abs_error_counts_only_the_headline_cells_and_never_skips_nan():
     assert max_abs_error(rows + [neither]) == 4.0
 
 
+def test_profile_auto_uses_a_cached_profile_of_a_model_too_short_to_profile(tmp_path,
+                                                                            monkeypatch):
+    """Only profiling needs max_seq_len >= 2,096: a profile of this machine cached already (as
+    `servesim profile --method grid` makes for a short model) is used."""
+    import json
+
+    import scenarios
+    from sim.costs import load_profile
+    from sim.profiling import cache
+    from sim.profiling.fingerprint import fingerprint, key
+    from sim.validation.runs import validatable_runs
+
+    monkeypatch.setenv("SERVESIM_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "small.toml"
+    linear = SCENARIO[SCENARIO.index("[cost]"):SCENARIO.index("[workload]")]
+    path.write_text(SCENARIO.replace(linear, '[cost]\nmodel = "profile"\n'))
+    scenario = scenarios.load(path)
+    model = scenarios.config.as_table(scenario.base.model)
+    with pytest.raises(scenarios.ScenarioError, match="--profile auto profiles this machine"):
+        validatable_runs(scenario, False, "auto", False)
+    profile = json.loads(open(load_profile("default").source).read()) | {"model": model}
+    cache.store(key(fingerprint(model)), json.dumps(profile))
+    specs = validatable_runs(scenario, False, "auto", False)
+    assert {spec.config.cost.profile for spec in specs} == \
+        {str(cache.profile_file(key(fingerprint(model))))}
+
+
+def test_the_headline_counts_requests_finished_on_one_side_only():
+    """A slower server sends fewer requests before workload.max_seconds: the two sides' figures
+    are then over unlike requests, which the headline counts and `compared` refuses."""
+    from types import SimpleNamespace
+
+    from sim.validation.validate import Validation
+
+    def side(statuses):
+        return SimpleNamespace(request_columns=lambda: {"request_id": list(range(len(statuses))),
+                                                        "status": statuses})
+    rows = [{"metric": "ttft", "stat": "p50", "serve": 1.0, "simulate": 1.1, "error_pct": 10.0}]
+    run = SimpleNamespace(serve=side(["finished", "finished", "unfinished"]),
+                          simulate=side(["finished", "finished", "finished"]),
+                          errors=rows, normalized_errors=rows)
+    result = Validation(None, (run,), None)
+    assert result.apart() == (0, 1) and not result.compared()
+    assert result.headline().endswith(", but over unlike requests: 1 finished in the simulation "
+                                      "and not when served, 0 the reverse (requests.csv of each "
+                                      "side says why)")
+    alike = SimpleNamespace(**{**vars(run), "serve": run.simulate})
+    assert Validation(None, (alike,), None).compared()
+
+
 def test_requests_finished_on_one_side_only_make_the_headline_say_so_and_exit_1(tmp_path,
                                                                                 capsys):
     """A workload cut at max_seconds sends what arrived by then; served, a slower server
@@ -284,7 +334,8 @@ def test_what_cannot_be_validated_is_one_line_and_nothing_runs(tmp_path, capsys,
     (["--set", 'cost.model="profile"'], "model.max_seq_len: --profile auto profiles this "
                                         "machine with requests of up to 2,096 tokens"),
 ])
-def test_a_flag_the_chosen_way_ignores_is_refused(tmp_path, capsys, flags, message):
+def test_a_flag_the_chosen_way_ignores_is_refused(tmp_path, capsys, monkeypatch, flags, message):
+    monkeypatch.setenv("SERVESIM_CACHE", str(tmp_path / "cache"))  # no profile of this machine
     path = tmp_path / "small.toml"
     path.write_text(SCENARIO)
     out = tmp_path / "v"

@@ -35,7 +35,8 @@ def bench_options(args, url_flag: str):
     from ..bench import BenchOptions
     from ..bench.urls import check_base_url, check_endpoint, is_chat
 
-    args.endpoint = args.endpoint or DEFAULT_ENDPOINT
+    if args.endpoint is None:
+        args.endpoint = DEFAULT_ENDPOINT
     for flag, value, check in ((url_flag, args.url, check_base_url),
                                ("--endpoint", args.endpoint, check_endpoint)):
         try:

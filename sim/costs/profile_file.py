@@ -17,6 +17,9 @@ from .jitter import Jitter
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 COST_MODEL_KEYS = ("features", "coefficients", "rows", "wake", "after_prefill", "jitter",
                    "reference_s")
+# what a servesim-profile/2 file's cost_model also holds, read past: its formula in words and
+# its coefficients' two parts (they sum to `coefficients`)
+FORMAT_2_KEYS = ("form", "executor_coefficients", "loop_coefficients")
 PROFILED_BLOCK_SIZE = 16  # the block size of a profile that does not record its own
 FORMAT = "servesim-profile/3"
 READS = ("servesim-profile/2", FORMAT)  # /2: before fingerprints and served fits
@@ -68,7 +71,8 @@ def load_profile(name_or_path) -> FittedCost:
                          f"`servesim profile`")
     read = _Reader(path)
     fit = read.table(data, "cost_model")
-    read.known(fit, COST_MODEL_KEYS, "cost_model")
+    read.known(fit, COST_MODEL_KEYS + (FORMAT_2_KEYS if data["format"] == READS[0] else ()),
+               "cost_model")
     given = read.table(fit, "coefficients", "cost_model")
     read.known(given, FEATURES, "cost_model.coefficients")
     if "features" in fit and (not isinstance(fit["features"], list) or

@@ -48,8 +48,8 @@ def check_profile(profile, model: dict, where: str) -> Path:
     try:
         path = profile_path(profile)
         load_profile(path)  # a file that is no profile says so first
-    except FileNotFoundError as exc:  # its words name cost.profile already
-        raise ScenarioError(f"{where}{exc}") from None
+    except FileNotFoundError as exc:  # (its words name cost.profile, which --profile sets)
+        raise ScenarioError(f"{where}--profile {profile}: {exc}") from None
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"{where}cost.profile: {exc}") from None
     measured = _fingerprint_of(path)

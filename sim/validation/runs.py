@@ -38,6 +38,8 @@ def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool,
                             f"cost.model = 'profile'")
     for i, spec in enumerate(specs):
         check_validatable(scenario, spec, calibrate=False, in_process=in_process)
+        if calibrate:  # before any profile is made (the reference step is checked below)
+            check_calibratable(scenario, spec)
         if spec.config.cost.model == "profile" and profile != "auto":
             where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
             specs[i] = _with_profile(spec, check_profile(profile, as_table(spec.config.model),
@@ -58,9 +60,15 @@ def validatable_runs(scenario, calibrate: bool, profile: str, progress: bool,
 
 def check_profilable(scenario, spec) -> None:
     """A one-line ScenarioError where `--profile auto` would have to profile a model shorter
-    than the profiler's longest request (`servesim profile` refuses it too)."""
+    than the profiler's longest request (`servesim profile` refuses it too); a profile of this
+    machine cached already (by `servesim profile --method grid`, say) is used as it is."""
+    from ..profiling import cache
+    from ..profiling.fingerprint import fingerprint, key
     from ..profiling.workloads import longest_request
 
+    model = as_table(spec.config.model)
+    if cache.profile_file(key(fingerprint(model))).is_file():
+        return
     if spec.config.model.max_seq_len < longest_request():
         where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
         raise ScenarioError(f"{where}model.max_seq_len: --profile auto profiles this machine "
@@ -108,12 +116,18 @@ def check_validatable(scenario, spec, calibrate: bool = False, in_process: bool 
                             f"think time is not served (set it to 0, or use "
                             f"workload.max_concurrency)")
     if calibrate:
-        if spec.config.cost.model != "profile":
-            raise ScenarioError(f"{where}cost.model: --calibrate scales a profile's step costs "
-                                f"by the machine's speed, and this run's cost model is "
-                                f"{spec.config.cost.model!r}; drop --calibrate, or set "
-                                f"cost.model = 'profile'")
+        check_calibratable(scenario, spec)
         try:
             reference_of(build_cost_model(spec.config.cost, spec.config.model))
         except ValueError as exc:
             raise ScenarioError(f"{where}cost: {exc}") from None
+
+
+def check_calibratable(scenario, spec) -> None:
+    """`--calibrate` scales a profile's costs: a run costed otherwise is refused."""
+    if spec.config.cost.model != "profile":
+        where = f"{scenario.path}: " + (f"run {spec.label!r}: " if spec.variant else "")
+        raise ScenarioError(f"{where}cost.model: --calibrate scales a profile's step costs by "
+                            f"the machine's speed, and this run's cost model is "
+                            f"{spec.config.cost.model!r}; drop --calibrate, or set "
+                            f"cost.model = 'profile'")

@@ -148,7 +148,7 @@ def finished_apart(served, simulated) -> tuple[int, int]:
 
 
 def percent_text(value: float) -> str:
-    return "n/a (a statistic defined on one side only)" if math.isinf(value) else f"{value:.1f}%"
+    return "n/a" if math.isinf(value) else f"{value:.1f}%"  # (the table says which cell)
 
 
 def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
