@@ -485,12 +485,14 @@ def _keep_mode(folder: Path, new: Path) -> None:
 @contextmanager
 def _signals_deferred():
     """Hold the stop signals (Ctrl-C, SIGTERM, SIGHUP) until the block ends, then let the
-    first one act as it would have; elsewhere than the main thread, nothing to hold."""
+    first one act as it would have; elsewhere than the main thread, nothing to hold, and a
+    signal the process ignores (`nohup`, a background job's Ctrl-C) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught = []
-    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    stops = [sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+             if signal.getsignal(sig) is not signal.SIG_IGN]
     previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
                 for sig in stops}
     try:

@@ -111,7 +111,13 @@ def test_a_stop_signal_while_the_folders_swap_waits_for_the_swap(scenario_file, 
             signal.raise_signal(signal.SIGINT)
 
     monkeypatch.setattr(output.os, "rename", interrupted)
-    assert main(["run", str(scenario_file), "--out", str(out), "--quiet", "--seed", "3"]) == 130
+    # Ctrl-C as at a terminal (a suite started in the background begins with it ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        status = main(["run", str(scenario_file), "--out", str(out), "--quiet", "--seed", "3"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert status == 130
     assert f"interrupted; the output in {out}/ was written whole first" in one_line(capsys)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete" and "seed=3" in manifest["overrides"][0]
