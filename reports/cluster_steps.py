@@ -34,7 +34,7 @@ def cluster_steps(recorder: ClusterRecorder) -> dict:
     replica = np.asarray(steps["replica"])
     start, end = np.asarray(steps["start_s"], float), np.asarray(steps["end_s"], float)
     logged = [recorder.kv_used(r) for r in range(len(recorder.replicas))] \
-        if getattr(recorder, "kv_series", None) is not None else None
+        if recorder.kv_series is not None else None
     changes = [times for times, _ in logged] if logged else []
     grid = np.unique(np.concatenate([start, end, *changes]))  # [m] every boundary
     columns = {"start_s": grid[:-1], "end_s": grid[1:]}

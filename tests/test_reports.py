@@ -372,7 +372,8 @@ def test_a_clusters_idle_replica_keeps_its_queue_and_drops_its_running_requests(
     columns = {"replica": [0, 0], "start_s": [0.0, 4.0], "end_s": [1.0, 5.0],  # idle 1 to 4 s
                "num_running": [2, 1], "num_waiting": [5, 6], "kv_blocks_used": [8, 9],
                "kv_blocks_cached": [0, 0], "cached_tokens": [0, 0], "num_prefill_tokens": [0, 0]}
-    steps = cluster_steps(SimpleNamespace(step_columns=lambda: columns, kv_blocks_total=10))
+    steps = cluster_steps(SimpleNamespace(step_columns=lambda: columns, kv_blocks_total=10,
+                                          kv_series=None))
     assert list(steps["start_s"]) == [0.0, 1.0, 4.0]
     assert list(steps["num_waiting"]) == [5, 5, 6] and list(steps["num_running"]) == [2, 0, 1]
     assert list(steps["kv_blocks_used"]) == [8, 0, 9]

@@ -173,12 +173,13 @@ def test_error_pct_is_relative_to_the_served_value_and_nan_when_undefined():
 
 
 def test_max_abs_error_counts_only_the_headline_cells_and_never_skips_nan():
-    rows = [{"metric": "ttft", "stat": "p50", "error_pct": -4.0},
-            {"metric": "itl", "stat": "p99", "error_pct": 40.0},  # not a headline cell
-            {"metric": "e2e", "stat": "mean", "error_pct": 30.0}]  # nor this
+    def row(metric, stat, error_pct, serve=1.0, simulate=1.0):
+        return {"metric": metric, "stat": stat, "error_pct": error_pct, "serve": serve,
+                "simulate": simulate}
+    rows = [row("ttft", "p50", -4.0), row("itl", "p99", 40.0),  # not a headline cell
+            row("e2e", "mean", 30.0)]  # nor this
     assert max_abs_error(rows) == 4.0
-    assert max_abs_error(rows + [{"metric": "tpot", "stat": "p90", "error_pct": math.nan}]) \
-        == math.inf
+    assert max_abs_error(rows + [row("tpot", "p90", math.nan, serve=0.0)]) == math.inf
     one_side = {"metric": "tpot", "stat": "p90", "serve": 0.01, "simulate": math.nan,
                 "error_pct": math.nan}
     assert max_abs_error(rows + [one_side]) == math.inf

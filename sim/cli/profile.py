@@ -86,9 +86,12 @@ def cmd_profile(args) -> int:
               f"profile again{' without --quick' if args.quick else ''} on a quiet machine "
               f"before trusting this one", file=sys.stderr)
     kept = args.quick and cache.holds_full(profile["fingerprint_key"])
-    where = ("" if unstorable else
-             " (the full profile cached earlier is kept for `servesim validate --profile auto`)"
-             if kept else " (and cached for `servesim validate --profile auto`)")
+    if unstorable:
+        where = ""
+    elif kept:
+        where = " (the full profile cached earlier is kept for `servesim validate --profile auto`)"
+    else:
+        where = " (and cached for `servesim validate --profile auto`)"
     path = str(out) if "/" in str(out) else f"./{out}"  # cost.profile reads a bare name as
     use = shlex.quote(f"cost.profile={path}")  # a shipped profile's; spaces paste whole
     print(f"profile written to {out}{where}; use it with --set {use}")

@@ -38,6 +38,7 @@ FEATURES = ("step", "sampled_seqs", "prefill_seqs", "prefill_attention", "prefil
 LATER_FEATURES = {"decode_gathered": 0.0, "decoding": 0.0}
 ROW_TAILS = ("rows_tail_1", "rows_tail_2", "rows_tail_4")  # rows % 2, rows // 2 % 2, rows // 4 % 2
 MAX_COST_S = 3600.0  # no coefficient, row cost or extra cost of a step is an hour or more
+PROFILED_BLOCK_SIZE = 16  # the KV block size the profiler measures with (`sim.profiling`)
 
 
 _SHAPE_FEATURES = attrgetter(*FEATURES[1:])  # a shape's fields FEATURES[1:], as a tuple
@@ -66,7 +67,7 @@ class FittedCost(CostModel):
     reference_s: float | None = None  # the profile's reference step, median seconds (calibrate)
     after_tokens: tuple = ()  # increasing prefill lengths ...
     after_extra_s: tuple = ()  # ... and, for each, the seconds added to each step after it
-    block_size: int = 16  # the KV block size it was measured with (tokens)
+    block_size: int = PROFILED_BLOCK_SIZE  # the KV block size it was measured with (tokens)
 
     def __post_init__(self):
         if len(self.coefficients) != len(FEATURES):

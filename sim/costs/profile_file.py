@@ -11,7 +11,7 @@ import json
 import math
 from pathlib import Path
 
-from .fitted import FEATURES, LATER_FEATURES, ROW_TAILS, FittedCost
+from .fitted import FEATURES, LATER_FEATURES, PROFILED_BLOCK_SIZE, ROW_TAILS, FittedCost
 from .jitter import Jitter
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
@@ -20,7 +20,6 @@ COST_MODEL_KEYS = ("features", "coefficients", "rows", "wake", "after_prefill", 
 # what a servesim-profile/2 file's cost_model also holds, read past: its formula in words and
 # its coefficients' two parts (they sum to `coefficients`)
 FORMAT_2_KEYS = ("form", "executor_coefficients", "loop_coefficients")
-PROFILED_BLOCK_SIZE = 16  # the block size of a profile that does not record its own
 FORMAT = "servesim-profile/3"
 READS = ("servesim-profile/2", FORMAT)  # /2: before fingerprints and served fits
 
@@ -85,7 +84,7 @@ def load_profile(name_or_path) -> FittedCost:
     wake = read.table(fit, "wake", "cost_model")
     after = read.table(fit, "after_prefill", "cost_model") if "after_prefill" in fit else \
         {"prefill_tokens": [], "extra_s": []}
-    block_size = data.get("block_size", PROFILED_BLOCK_SIZE)
+    block_size = data.get("block_size", PROFILED_BLOCK_SIZE)  # not recorded: measured at it
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         read.fail("block_size", f"must be a whole number >= 1, got {block_size!r:.40}")
     jitter = None
@@ -150,19 +149,16 @@ class _Reader:
         except OverflowError:  # an integer past any float
             finite = False
         if not finite:
-            self.fail(f"{where}.{name}" if where else name,
-                      f"must be a finite number, got {value!r:.40}")
+            self.fail(f"{where}.{name}", f"must be a finite number, got {value!r:.40}")
         return float(value)
 
     def numbers(self, data: dict, name: str, where: str) -> tuple:
         return tuple(self.number({name: v}, name, where) for v in self.list(data, name, where))
 
     def whole_numbers(self, data: dict, name: str, where: str) -> tuple:
-        values = self.list(data, name, where) if isinstance(data.get(name), list) else None
         numbers = self.numbers(data, name, where)
         if any(not n.is_integer() for n in numbers):
-            self.fail(f"{where}.{name}" if where else name,
-                      f"must be whole numbers, got {values!r:.60}")
+            self.fail(f"{where}.{name}", f"must be whole numbers, got {data[name]!r:.60}")
         return tuple(int(n) for n in numbers)
 
 

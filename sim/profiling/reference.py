@@ -17,9 +17,10 @@ from engine.block_manager import BlockManager
 from engine.executor import NumpyExecutor
 
 from ..costs import jitter as jitter_model
+from ..costs.fitted import PROFILED_BLOCK_SIZE
 from .grid import ShapeSpec, build_plan, release
 
-BLOCK_SIZE = 16
+BLOCK_SIZE = PROFILED_BLOCK_SIZE  # every profile's (recorded in it)
 BURST, BURST_S, MAX_BURST = 3, 0.01, 16  # runs of a point in a row: >= 3, >= 10 ms, <= 16
 REFERENCE = ShapeSpec(prefills=((0, 32),), decodes=(128,) * 8)  # paired with every measurement
 JITTER_S = 20.0  # REFERENCE back to back, for the machine's jitter

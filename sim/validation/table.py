@@ -46,7 +46,7 @@ def max_abs_error(rows: list[dict], metrics=HEADLINE[0], stats=HEADLINE[1]) -> f
     both (no TPOT where every request generated one token) agrees."""
     worst = 0.0
     for row in rows:
-        if math.isnan(row.get("serve", 0.0)) and math.isnan(row.get("simulate", 0.0)):
+        if math.isnan(row["serve"]) and math.isnan(row["simulate"]):
             continue
         if row["metric"] in metrics and row["stat"] in stats:
             err = abs(row["error_pct"])
