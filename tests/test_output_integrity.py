@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reports import output
+from reports import output, places
 from sim.cli import main
 
 SCENARIO = """
@@ -169,7 +169,7 @@ def test_a_command_making_the_lock_as_another_takes_it_is_told_the_place_is_busy
         return real_link(source, destination)
 
     monkeypatch.setattr(output.os, "link", link)
-    with pytest.raises(output.OutputBusy, match="is being written by another servesim command"):
+    with pytest.raises(places.OutputBusy, match="is being written by another servesim command"):
         with output._locked(lock, tmp_path / "out"):
             pass
     os.close(link.held)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from reports import output
+from reports import output, places
 from sim.cli import main
 
 SCENARIO = """
@@ -266,6 +266,6 @@ def test_write_atomic_replaces_only_what_it_recognises_and_follows_the_umask(tmp
     assert path.stat().st_mode & 0o777 == 0o600
     output.write_atomic(path, "ours", lambda text: text == "ours")
     path.write_text("theirs")
-    with pytest.raises(output.OutputRefused):
+    with pytest.raises(places.OutputRefused):
         output.write_atomic(path, "ours", lambda text: text == "ours")
     assert path.read_text() == "theirs"

@@ -101,7 +101,7 @@ RECORDING = ("run", "validate", "bench")  # the commands that write vLLM's resul
 def _run_command(args) -> int:
     """The command's status, with the errors it can meet turned into one line."""
     from reports.chart_worker import ChartsFailed
-    from reports.output import OutputError
+    from reports.places import OutputError
     from scenarios import ScenarioError
 
     from reports.vllm_json import record_date

@@ -58,8 +58,8 @@ def load_scenario(args):
 
 def output_dir(out, name: str, suffix: str = "") -> Path:
     """--out, or out/<scenario name><suffix> when the name is a plain folder name; refused now,
-    before any work, where the command could not write its folder (`reports.output`)."""
-    from reports.output import check_place, is_plain_name
+    before any work, where the command could not write its folder (`reports.places`)."""
+    from reports.places import check_place, is_plain_name
 
     if out is not None:
         if not out.strip():
