@@ -11,7 +11,8 @@ Policies:
   vLLM v1), waiting sequences are admitted while `max_num_seqs`, the KV blocks and the token
   budget allow (head-of-line: admission stops at the first request that does not fit).
 - static: when idle, take up to `max_batch_size` waiting sequences, prefill them together and
-  decode them in lockstep until all finish; finished slots stay empty (padding) until then.
+  decode them in lockstep until all finish; finished slots stay empty (padding) until then. One
+  whose KV is whole (swapped out, or transferred) decodes in the batch's first step.
 
 The running list is kept in victim order (fcfs: admission order; priority: best priority first,
 then earlier arrival), so a running sequence that needs a KV block when none is free preempts
@@ -382,7 +383,7 @@ class Scheduler(KvTransfers):
         being planned."""
         seq = self.running.pop()
         self.running_removed(seq)
-        if own_keys(seq.block_hashes):  # the blocks it filled: found again on readmission
+        if self._caching and own_keys(seq.block_hashes):  # found again on readmission
             bm, first = self.block_manager, seq.filled_from
             n = seq.num_computed_tokens // bm.block_size
             bm.cache_filled(bm.block_tables[seq.seq_id][first:n], seq.block_hashes[first:n])

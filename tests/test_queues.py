@@ -46,6 +46,19 @@ def test_preempted_sequence_keeps_its_priority_and_arrival():
     assert [q.pop().request_id for _ in range(3)] == ["urgent", "old", "newer"]
 
 
+def test_a_preempted_request_of_a_burst_keeps_its_place():
+    # one arrival time, one priority (`--request-rate inf`): requests made earlier go first,
+    # and one pushed back after a preemption goes back ahead of those made after it, as in vLLM
+    q = PriorityQueue()
+    burst = [Sequence(f"r{i}", 3, 1, arrival_s=0.0) for i in range(4)]
+    for seq in burst[2:]:
+        q.push(seq)
+    q.push_front(burst[1])  # the later of two victims goes back first
+    q.push_front(burst[0])
+    assert burst[0] in q and Sequence("other", 3, 1) not in q
+    assert [q.pop().request_id for _ in range(4)] == ["r0", "r1", "r2", "r3"]
+
+
 def test_priority_queue_can_share_a_heap_filled_by_the_part_6_functions():
     heap = []
     priority_queue_push(heap, 1, "b")

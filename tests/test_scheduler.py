@@ -140,6 +140,18 @@ def test_fcfs_preempts_the_most_recently_admitted(fake_executor):
     assert sched.waiting.peek() is c
 
 
+def test_own_block_keys_on_an_engine_without_prefix_caching_are_ignored(fake_executor):
+    # in a cluster where another pool caches prefixes, every simulated request carries block
+    # keys; a replica that does not cache preempts such a request as any other
+    sched, bm = make(num_blocks=4, block_size=4)
+    ex = fake_executor(bm)
+    for i in range(3):
+        sched.add(Sequence(f"r{i}", 4, 6, block_hashes=range(-10 * i - 1, -10 * i - 4, -1)))
+    plans = run(sched, ex)
+    assert sum(len(plan.preempted) for plan in plans) >= 1
+    assert bm.num_free == 4
+
+
 def test_priority_preempts_the_lowest_priority_latest_arrival(fake_executor):
     sched, bm = make(num_blocks=4, block_size=4, queue="priority")
     ex = fake_executor(bm)
