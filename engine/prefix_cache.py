@@ -20,16 +20,18 @@ registered, and kept from then on (counting them again each time the cache empti
 as every preemption under memory pressure does, took a pass over every held block). A run of
 requests that share nothing frees and takes blocks as plainly as a `BlockManager` does.
 
-Block hashes (`block_hashes`): a sequence with token ids hashes them block by block (Python's
-hash of (parent hash, the block's token ids): deterministic for integers); a simulated sequence
-carries the hashes of its blocks from its workload (`Sequence.block_hashes`, e.g. a trace's
-prefix hash ids), and one with neither takes no part. The scheduler asks `match_prefix` at
+Block hashes (`block_hashes`): a sequence with token ids hashes them block by block (SHA-256 of
+the parent hash and the block's token ids, `hash_block`); a simulated sequence carries the
+hashes of its blocks from its workload (`Sequence.block_hashes`, e.g. a trace's prefix hash
+ids), and one with neither takes no part. The scheduler asks `match_prefix` at
 admission, takes the blocks with `take_prefix`, and registers each block that its step fills
 with `cache_block`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from collections import OrderedDict, deque
 from itertools import repeat
 
@@ -52,8 +54,12 @@ def own_keys(hashes) -> bool:
 
 
 def hash_block(parent: int, tokens) -> int:
-    """The hash of a full block of token ids after the block whose hash is `parent`."""
-    return hash((parent, tuple(tokens)))
+    """The hash of a full block of token ids after the block whose hash is `parent`: 128 bits
+    of the SHA-256 of both, as vLLM keys blocks (SHA-256 since 0.10.2). Python's own hash of
+    integers can be collided on purpose: a prompt made to would read another's KV."""
+    tokens = tuple(tokens)
+    data = parent.to_bytes(16, "little") + struct.pack(f"<{len(tokens)}q", *tokens)
+    return int.from_bytes(hashlib.sha256(data).digest()[:16], "little")
 
 
 def block_hashes(seq, block_size: int, n_blocks: int) -> list | None:

@@ -6,6 +6,8 @@ leak, double free or wrongly share a block."""
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -31,6 +33,16 @@ def test_a_sequence_hashes_its_blocks_chained_from_its_token_ids():
     other = Sequence("b", 10, 4, prompt_token_ids=[9] + list(range(1, 10)))
     assert block_hashes(other, 4, 2)[1] != block_hashes(seq, 4, 2)[1]  # a different parent
     assert block_hashes(Sequence("c", 10, 4), 4, 2) is None  # no tokens, no given hashes
+
+
+def test_a_block_hash_is_a_sha256_no_prompt_can_collide_on_purpose():
+    # 128 bits of SHA-256(parent as 16 little-endian bytes, the tokens as int64s), as vLLM keys
+    # blocks; Python's hash would give blocks [0] and [2**61 - 1] one key (ints hash mod 2**61-1)
+    data = ROOT_HASH.to_bytes(16, "little") + np.array([5, 7], dtype="<i8").tobytes()
+    assert hash_block(ROOT_HASH, [5, 7]) == int.from_bytes(
+        hashlib.sha256(data).digest()[:16], "little")
+    assert hash((ROOT_HASH, (0,))) == hash((ROOT_HASH, (2**61 - 1,)))
+    assert hash_block(ROOT_HASH, [0]) != hash_block(ROOT_HASH, [2**61 - 1])
 
 
 def test_freed_cached_blocks_are_found_again_and_evicted_least_recently_freed_first():
