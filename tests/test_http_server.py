@@ -117,7 +117,9 @@ def test_a_limit_too_long_for_the_context_is_refused_naming_the_field_given():
                            "max_completion_tokens": 1000})
     status, answer = served(test)
     assert status == 400 and answer["error"]["param"] == "max_completion_tokens"
-    assert "exceeds max_seq_len (256)" in answer["error"]["message"]
+    assert answer["error"]["message"] == (  # vLLM's words, which clients look for
+        "max_completion_tokens: the prompt is 20 tokens: this model's maximum context length is "
+        "256 tokens, and prompt (20) + max_new_tokens (1000) exceeds max_seq_len (256)")
 
 
 def test_stop_string_cuts_the_text_before_it():

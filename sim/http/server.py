@@ -171,7 +171,11 @@ def new_sequence(engine: EngineThread, model: Model, gen: GenerationRequest,
         # the prompt's fault when it cannot run even with one token to generate
         alone = scheduler.rejection_reason(Sequence("-", len(ids), 1, prompt_token_ids=list(ids)))
         field = prompt_field if alone else gen.max_tokens_field
-        raise bad(field, f"the prompt is {len(ids)} tokens: {alone or reason}")
+        reason = alone or reason
+        context = scheduler.config.max_seq_len
+        if len(ids) + (1 if alone else limit) > context:  # in vLLM's words, which clients seek
+            reason = f"this model's maximum context length is {context} tokens, and {reason}"
+        raise bad(field, f"the prompt is {len(ids)} tokens: {reason}")
     if gen.seed is not None:
         seq.generator = np.random.default_rng(gen.seed)
     return seq
