@@ -9,24 +9,19 @@ real clients send: test_http_clients.py.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import aiohttp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.http import (POLLS, PROMPT, TINY, kv_usage, metric, post, served, sse_events,
-                          until)
+from helpers.http import (POLLS, PROMPT, ROOT, TINY, kv_usage, metric, post, serve_command,
+                          served, sse_events, until)
 from sim.http.text import Detokenizer, model_vocab
-from sim.profiling.threads import THREAD_ENV
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # --- completions ---------------------------------------------------------------------------------
@@ -320,14 +315,6 @@ def test_200_concurrent_streams_lose_nothing_and_leak_no_block():
 
 
 # --- the command ---------------------------------------------------------------------------------
-
-
-def serve_command(*args: str, **env: str) -> subprocess.Popen:
-    """`servesim serve ARGS` in a subprocess, with no BLAS thread count set unless given."""
-    environ = {k: v for k, v in os.environ.items() if k not in THREAD_ENV}
-    return subprocess.Popen([sys.executable, "-m", "sim.cli", "serve", *args], cwd=ROOT,
-                            stderr=subprocess.PIPE, text=True,
-                            env=environ | {"PYTHONUNBUFFERED": "1"} | env)
 
 
 def health_of(url: str) -> int:

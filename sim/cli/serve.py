@@ -6,7 +6,7 @@ otherwise (`blas_threads`).
 from __future__ import annotations
 
 from ..profiling import threads
-from .common import DEFAULT_SCENARIO, SERVE_VARIANT, UsageError
+from .common import DEFAULT_SCENARIO, SERVE_VARIANT, UsageError, manifest
 from .flag_types import port_number, positive_integer
 
 
@@ -29,6 +29,10 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--max-waiting", type=positive_integer, metavar="N",
                         help="answer 429 while N requests wait for admission (default: no "
                              "limit)")
+    parser.add_argument("--write-tokenizer", metavar="DIR",
+                        help="first write the served model's tokenizer to DIR in Hugging Face's "
+                             "format, for clients that count tokens (vllm bench serve, "
+                             "guidellm, aiperf: --tokenizer DIR)")
     parser.set_defaults(func=cmd_serve, blas_threads=blas_threads)
 
 
@@ -40,6 +44,7 @@ def blas_threads(args) -> int:
 
 def cmd_serve(args) -> int:
     import scenarios
+    from reports.places import check_place
 
     from ..http import serve_scenario
 
@@ -51,9 +56,15 @@ def cmd_serve(args) -> int:
     if spec is None:
         raise UsageError(f"--variant {name}: the scenario's variants are "
                          f"{', '.join(scenario.variant_names)}")
+    if args.write_tokenizer is not None:
+        if not args.write_tokenizer.strip():
+            raise UsageError("--write-tokenizer: an empty path; give a folder, e.g. "
+                             "--write-tokenizer tokenizer")
+        check_place(args.write_tokenizer)  # refused now, before the model is built
     try:
         serve_scenario(spec.config, args.host, args.port, args.max_waiting,
-                       f"{scenario.name} (variant {name})")
+                       f"{scenario.name} (variant {name})", args.write_tokenizer,
+                       manifest("serve", scenario))
     except ValueError as exc:
         raise scenario.error(str(exc), spec) from None
     return 0

@@ -5,7 +5,8 @@ application; `engine_thread.py` steps the engine on its own thread and hands tok
 failures) to the event loop; `protocol.py` reads requests and writes responses in the OpenAI
 shapes, `messages.py` reads chat messages and their content parts, `errors.py` turns every
 failure into the OpenAI error body; `text.py` turns text into token ids and back (a character
-tokenizer, the chat template, stop strings); `metrics.py` keeps the Prometheus metrics.
+tokenizer, the chat template, stop strings), `hf_tokenizer.py` writes that tokenizer in Hugging
+Face's format for clients; `metrics.py` keeps the Prometheus metrics.
 See docs/server/http.md.
 """
 

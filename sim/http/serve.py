@@ -15,6 +15,7 @@ import sys
 
 from engine.llm_engine import LLMEngine
 
+from .hf_tokenizer import tokenizer_files
 from .server import Model, start_server
 from .text import model_vocab
 
@@ -49,15 +50,34 @@ def describe_served(config, model: Model, blas_threads: str | None) -> str:
 
 
 def serve_scenario(config, host: str, port: int, max_waiting: int | None = None,
-                   name: str = "the scenario") -> None:
+                   name: str = "the scenario", tokenizer_out=None,
+                   manifest: dict | None = None) -> None:
     """Serve until SIGINT or SIGTERM. Once the port listens, one line goes to stderr:
     "serving NAME: <what is served>, on http://HOST:PORT". A port it cannot listen on raises
-    ValueError."""
+    ValueError. `tokenizer_out`: a folder to write the model's tokenizer to first
+    (`write_tokenizer`, with `manifest`)."""
     from sim.profiling import threads
 
     engine, model = engine_for(config)
+    if tokenizer_out is not None:
+        write_tokenizer(model, tokenizer_out, manifest)
     banner = f"serving {name}: {describe_served(config, model, threads.current())}"
     asyncio.run(_serve_until_signal(engine, model, host, port, max_waiting, banner))
+
+
+def write_tokenizer(model: Model, out_dir, manifest: dict | None = None) -> None:
+    """The served model's tokenizer in Hugging Face's format (`hf_tokenizer.py`), written to
+    `out_dir` as an output folder is (whole or not at all, never over files servesim did not
+    write), with `manifest` (what was run) recorded; one line to stderr says where."""
+    from reports.output import output_folder
+
+    files = tokenizer_files(len(model.vocab["id_to_token"]), model.max_seq_len)
+    with output_folder(out_dir, (manifest or {"command": "serve"}) | {"model": model.id}) \
+            as folder:
+        for file_name, text in files.items():
+            (folder / file_name).write_text(text, encoding="utf-8")
+    print(f"tokenizer of {model.id} written to {out_dir}/ (give it to a client as --tokenizer "
+          f"{out_dir})", file=sys.stderr, flush=True)
 
 
 async def _serve_until_signal(engine: LLMEngine, model: Model, host: str, port: int,

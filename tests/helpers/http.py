@@ -1,18 +1,24 @@
 """What the HTTP server's tests share: a fresh server of a tiny model on a free loopback port
-(`served`), spoken to by aiohttp's client, readers of its answers, and the check that a server
-is healthy again after an abuse (`assert_recovered`).
+(`served`), spoken to by aiohttp's client, readers of its answers, the check that a server
+is healthy again after an abuse (`assert_recovered`), and `servesim serve` in a subprocess
+(`serve_command`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import aiohttp
 
 import scenarios
 from sim.http import engine_for, start_server
+from sim.profiling.threads import THREAD_ENV
 
 TINY = ["model.vocab_size=64", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
         "model.d_ff=64", "model.max_seq_len=256", "engine.num_kv_blocks=64",
@@ -20,6 +26,7 @@ TINY = ["model.vocab_size=64", "model.d_model=32", "model.n_layers=1", "model.n_
 TINY_MODEL_ID = "servesim-char64-L1-d32"
 PROMPT = "the quick brown fox"
 POLLS = 2000  # of 5 ms: how long a test waits for the engine thread to catch up, at most
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_config(*sets: str) -> dict:
@@ -97,3 +104,11 @@ async def assert_recovered(client, url: str, engine) -> None:
     assert status == 200 and body["usage"]["completion_tokens"] == 4, body
     bm = engine.scheduler.block_manager
     await until(lambda: not engine.scheduler.has_unfinished() and bm.num_free == bm.num_blocks)
+
+
+def serve_command(*args: str, **env: str) -> subprocess.Popen:
+    """`servesim serve ARGS` in a subprocess, with no BLAS thread count set unless given."""
+    environ = {k: v for k, v in os.environ.items() if k not in THREAD_ENV}
+    return subprocess.Popen([sys.executable, "-m", "sim.cli", "serve", *args], cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True,
+                            env=environ | {"PYTHONUNBUFFERED": "1"} | env)
