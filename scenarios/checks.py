@@ -45,7 +45,9 @@ def check_workload_parts(workload: dict) -> None:
                                                  "rate = 4.0 })")
         if not untimed and process != "trace":
             raise FieldError("workload.arrival.process",
-                             f"must be 'trace' (or absent) with workload.trace, got {process!r}")
+                             f"must be 'trace' (or absent) with workload.trace, which times the "
+                             f"arrivals, got {process!r} (workload.trace.time_scale stretches "
+                             f"or shrinks its gaps)")
         return
     if workload.get("arrival", {}).get("process") == "trace":
         raise FieldError("workload.trace", "required when workload.arrival.process = 'trace'")

@@ -1,9 +1,9 @@
 """What an override or a sweep changes: refused in one line when it would change no run, or
 leave the variants differing in name only (docs/scenarios/cli.md). An override of a key the
 sweep also sets (the sweep would replace it), one every variant undoes (variants apply after
-overrides), either written over by every pool of a `[cluster]` (a pool's `set` applies last),
-a swept key written over by a later one, and a sweep after which the variants set nothing
-else."""
+overrides) or does not read, either written over by every pool of a `[cluster]` (a pool's
+`set` applies last), a swept key written over by a later one, a sweep after which the variants
+set nothing else, and a key that no run reads (`reads.READ_WITH`)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,18 @@ from pathlib import Path
 
 from . import overrides as ov
 from .errors import FieldError, ScenarioError
+from .reads import READ_WITH, reads, setting_of, unread_cleared
 from .resolve import resolve
 
 
 def check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: dict,
                             path: Path, sources: dict, specs: list) -> None:
     """ScenarioError when an override changes the file's config but no run: every variant's
-    run at the first sweep point resolves the same without it (the variants, applied after
-    it, set again all it changes: `--request-rate R` where every variant sets the rate of the
-    file's own Poisson arrivals). One restating the file's own value is harmless."""
+    run at the first sweep point resolves the same without it, but for keys the run does not
+    read (the variants, applied after it, set again all it changes: `--request-rate R` where
+    every variant sets the rate of the file's own Poisson arrivals; `--set
+    scheduler.max_batch_size=8` where the static variant sets its own and the continuous one
+    reads none). One restating the file's own value is harmless."""
     if not pairs:
         return
     try:
@@ -37,12 +40,16 @@ def check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: d
             without = ov.apply_all(file_raw, others)
             if resolve(without, path) == overridden:
                 continue  # it restates the file's own value: harmless
-            same = all(resolve(ov.apply_all(ov.apply_all(without, v.set), first), path)
-                       == runs[v.name] for v in variants)
+            alike = {v.name: resolve(ov.apply_all(ov.apply_all(without, v.set), first), path)
+                     for v in variants}
         except FieldError:
             continue  # needed: without it the file or a run would not resolve
-        if same:
-            _refuse_undone(shown, key, variants, sources)
+        unread = [v for v in variants if alike[v.name] != runs[v.name]]
+        if len(unread) == len(variants):
+            continue  # no run reads it: `reads.check_keys_read` says under what it would
+        if all(unread_cleared(alike[v.name]) == unread_cleared(runs[v.name]) for v in unread):
+            _refuse_undone(shown, key, [v for v in variants if v not in unread], sources,
+                           unread)
 
 
 def undoes(settings: dict, pairs) -> bool:
@@ -52,11 +59,52 @@ def undoes(settings: dict, pairs) -> bool:
     return _covered(written, writes(settings))
 
 
-def _refuse_undone(shown: str, key: str, variants, sources: dict):
+def _refuse_undone(shown: str, key: str, variants, sources: dict, unread=()):
+    """`variants` set again what the override at `key` sets; the `unread` ones do not read it."""
     what = sources.get(key, f"--set {key}")
     names = ", ".join(v.name for v in variants)
-    raise ScenarioError(f"{shown}: {what}: changes no run: every variant ({names}) sets again "
-                        f"what it sets, after it; drop it, or set it in the variants")
+    if not unread:
+        raise ScenarioError(f"{shown}: {what}: changes no run: every variant ({names}) sets "
+                            f"again what it sets, after it; drop it, or set it in the variants")
+    again = f"{names} set{'s' if len(variants) == 1 else ''} it again after it, " \
+        if variants else ""
+    raise ScenarioError(f"{shown}: {what}: changes no run: {again}"
+                        f"{', '.join(v.name for v in unread)} "
+                        f"{'does' if len(unread) == 1 else 'do'} not read it; drop it, or set "
+                        f"it in the variants")
+
+
+def check_keys_read(shown: str, file_raw: dict, pairs, sources: dict, variants, sweep: dict,
+                    flag_sweep: set, specs) -> None:
+    """ScenarioError naming the first key of READ_WITH that the file, an override, a variant
+    or the sweep gives and that none of the runs it reaches reads. The file's, a variant's and
+    the sweep's keys are judged so only where neither an override nor a search grid sets what
+    they are read under: `--set cost.model=linear` on a file with a `cost.profile` leaves that
+    key unread, as asked, and a `search.grid` over `scheduler.policy` makes some points read
+    the static batch size."""
+    settings = set(writes(dict(pairs)))
+    settings |= {key.removeprefix("search.grid.") for key in settings
+                 if key.startswith("search.grid.")}
+    settings |= set((file_raw.get("search") or {}).get("grid") or {})
+    given = [("", key, specs) for key in writes(file_raw)]
+    for variant in variants:
+        own = [spec for spec in specs if spec.variant == variant.name]
+        given += [(f"variant {variant.name!r}: ", key, own) for key in writes(variant.set)]
+    for swept, values in sweep.items():
+        where = "--sweep: " if swept in flag_sweep else "[sweep]: "
+        given += [(where, key, specs) for key in swept_writes(swept, values)]
+    given = [(where, key, runs) for where, key, runs in given
+             if key in READ_WITH and not any(overlap(READ_WITH[key][0], setting)
+                                             for setting in settings)]
+    given += [(given_by([(key, value)], sources), written, specs)
+              for key, value in pairs for written in writes({key: value})]
+    for where, key, runs in given:
+        if key in READ_WITH and runs and not any(reads(spec.config, key) for spec in runs):
+            setting, value = READ_WITH[key]
+            actual = sorted({repr(setting_of(spec.config, setting)) for spec in runs})
+            raise ScenarioError(f"{shown}: {where}{key}: read with {setting} = {value!r} only, "
+                                f"and no run has it ({setting} is {', '.join(actual)}); drop "
+                                f"it, or set {setting} = {value!r}")
 
 
 def check_not_written_over(shown: str, pairs, names: list[str]) -> None:

@@ -15,11 +15,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import effects, reads
+from . import effects
 from . import overrides as ov
 from .errors import FieldError, ScenarioError
 from .config import RunConfig
 from .resolve import resolve
+from .specs import nearest_option
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 DEFAULT_SCENARIO = "static-vs-continuous"
@@ -115,19 +116,23 @@ def list_builtin() -> list[tuple[str, str]]:
 
 
 def find(name_or_path) -> Path:
+    """The file of a scenario: a built-in's name is the built-in (a file or folder of that name
+    here is `./NAME`), anything else a path."""
     if not isinstance(name_or_path, (str, Path)):
         raise ScenarioError(f"{name_or_path!r}: a scenario is a built-in name or a path, got "
                             f"{type(name_or_path).__name__}")
     path = Path(name_or_path)
+    builtin = BUILTIN_DIR / f"{name_or_path}.toml"
+    if str(name_or_path) in builtin_names():  # even beside an output folder of its name
+        return builtin
     if path.is_dir():
         raise ScenarioError(f"{path}: is a folder, not a scenario file")
     if path.is_file():
         return path.resolve()
-    builtin = BUILTIN_DIR / f"{name_or_path}.toml"
-    if builtin.is_file():
-        return builtin
+    near = nearest_option(str(name_or_path), builtin_names())
+    hint = f"did you mean {near!r}? " if near else ""
     raise ScenarioError(f"{name_or_path}: no such scenario file or built-in scenario "
-                        f"(built-ins: {', '.join(builtin_names())})")
+                        f"({hint}built-ins: {', '.join(builtin_names())})")
 
 
 def load(name_or_path, overrides=(), sweep: dict | None = None,
@@ -194,9 +199,9 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
             seen[run] = point
             specs.append(RunSpec(variant.name, point, config))
     effects.check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources or {},
+                                   specs)
+    effects.check_keys_read(shown, file_raw, pairs, sources or {}, variants, sweep, flag_sweep,
                             specs)
-    reads.check_keys_read(shown, file_raw, pairs, sources or {}, variants, sweep, flag_sweep,
-                          specs)
     return Scenario(base.name, base.description, base.seed, path, base,
                     tuple(variants), sweep, tuple(specs), pairs, file_base,
                     tuple(file_variants), dict(sources or {}))
@@ -320,7 +325,9 @@ def _variants(table) -> list[Variant]:
             raise FieldError(key, f"must be a table with name and set, got {item!r}")
         for name in item:
             if name not in ("name", "set"):
-                raise FieldError(f"{key}.{name}", "unknown key (allowed: name, set)")
+                near = nearest_option(name, ("name", "set"))
+                hint = f"did you mean {near!r}? " if near else ""
+                raise FieldError(f"{key}.{name}", f"unknown key ({hint}allowed: name, set)")
         name = item.get("name")
         if not isinstance(name, str) or not name.strip():
             raise FieldError(f"{key}.name", f"required (a non-empty string), got {name!r}")

@@ -121,7 +121,9 @@ def check_table(value, schema: Table | Tagged, key: str = "") -> None:
         sub = f"{key}.{name}" if key else name
         if name not in schema.fields:
             allowed = ", ".join(schema.fields) or "nothing"
-            raise FieldError(sub, f"unknown key (allowed: {allowed})")
+            near = nearest_option(name, schema.fields)
+            hint = f"did you mean {near!r}? " if near else ""
+            raise FieldError(sub, f"unknown key ({hint}allowed: {allowed})")
         spec = schema.fields[name]
         if isinstance(spec, Spec):
             spec.check(sub, item)
@@ -148,6 +150,8 @@ def _select_option(value: dict, schema: Tagged, key: str):
     for name in rest:
         if name not in option.fields:
             names = ", ".join(fields)
+            near = nearest_option(name, fields)
+            hint = f"did you mean {near!r}? " if near else ""
             raise FieldError(f"{key}.{name}",
-                             f"unknown key for {schema.tag} = {tag!r} (allowed: {names})")
+                             f"unknown key for {schema.tag} = {tag!r} ({hint}allowed: {names})")
     return Table(option.fields, option.required), rest, key

@@ -77,7 +77,8 @@ def test_set_overrides_reach_the_run(scenario_file, tmp_path):
 
 @pytest.mark.parametrize("override, expected", [
     ("workload.arrival.rate=-1", "--set: workload.arrival.rate: must be a positive number, got -1"),
-    ("engine.num_blocks=4", "--set: engine.num_blocks: unknown key (allowed: block_size"),
+    ("engine.num_blocks=4", "--set: engine.num_blocks: unknown key (did you mean "
+                            "'num_kv_blocks'? allowed: block_size"),
     ("scheduler.policy=fifo", "--set: scheduler.policy: must be one of static, continuous"),
     ("rate", "--set: rate: --set expects KEY=VALUE"),
 ])

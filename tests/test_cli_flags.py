@@ -335,6 +335,9 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
     (["--set", "scheduler.policy=\"static\""],
      "--set scheduler.policy: changes no run: every variant (static, continuous) sets again "
      "what it sets, after it"),
+    (["--set", "scheduler.max_batch_size=8"],  # static sets its own, continuous reads none
+     "--set scheduler.max_batch_size: changes no run: static sets it again after it, "
+     "continuous does not read it"),
     (["--set", "engine.block_size=100000000"], "engine.block_size: must be at most "
                                                "model.max_seq_len (4096)"),
 ])

@@ -211,7 +211,8 @@ BAD_FILES = {
                                "only"),
     "unknown top key": ("colour = 1\n" + WORKLOAD, "colour: unknown key"),
     "unknown engine key": ("[engine]\nnum_blocks = 3\n" + WORKLOAD,
-                           "engine.num_blocks: unknown key (allowed: block_size, num_kv_blocks"),
+                           "engine.num_blocks: unknown key (did you mean 'num_kv_blocks'? "
+                           "allowed: block_size, num_kv_blocks"),
     "wrong type": ('[engine]\nblock_size = "16"\n' + WORKLOAD,
                    "engine.block_size: must be a positive integer, got '16'"),
     "float for int": ("seed = 1.5\n" + WORKLOAD, "seed: must be a non-negative integer, got 1.5"),
@@ -265,7 +266,7 @@ BAD_FILES = {
     "bad heads": ("[model]\nn_heads = 3\n" + WORKLOAD, "model.d_model (512) must be divisible"),
     "invalid toml": ("seed = \n" + WORKLOAD, "not valid TOML"),
     "variant unknown key": (WORKLOAD + '[[variants]]\nname = "a"\nsett = {}\n',
-                            "variants[0].sett: unknown key (allowed: name, set)"),
+                            "variants[0].sett: unknown key (did you mean 'set'? allowed: name, set)"),
     "variant twice": (WORKLOAD + '[[variants]]\nname = "a"\n[[variants]]\nname = "a"\n',
                       "variants[1].name: must be unique"),
     "variant bad value": (WORKLOAD + '[[variants]]\nname = "x"\nset = { "scheduler.policy" = '
@@ -394,6 +395,16 @@ def test_a_key_some_run_reads_is_taken_though_other_runs_ignore_it(tmp_path):
                  '[[variants]]\nname = "continuous"\n')
     static, _ = scenarios.load(path).runs()
     assert static.config.scheduler.max_batch_size == 4
+
+
+def test_a_builtins_name_is_the_builtin_beside_a_folder_or_file_of_that_name(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kv-pressure").mkdir()  # an output folder named after the scenario
+    (tmp_path / "load-sweep").write_text("not a scenario")
+    assert scenarios.load("kv-pressure").name == "kv-pressure"
+    assert scenarios.load("load-sweep").name == "load-sweep"
+    assert load_error("./load-sweep").startswith("load-sweep: not valid TOML")
 
 
 def test_an_unknown_scenario_lists_the_builtins():

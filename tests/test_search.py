@@ -168,7 +168,7 @@ def test_a_cluster_of_pools_counts_and_prices_each_pools_gpus():
     ("search.grid={\"workload.arrival\" = [{process = \"poisson\", rate = 2.0}]}",
      "search.grid.workload.arrival: cannot be searched over"),  # a table holding the rate
     ("workload.arrival={process = \"closed_loop\", concurrency = 4}",
-     "workload.arrival.process: the search varies workload.arrival.rate"),
+     "--set: workload.arrival.process: the search varies workload.arrival.rate"),
     # a client's limit holds requests back before their latencies start: any rate would pass
     ("workload.max_concurrency=4", "--set: workload.max_concurrency: a request's latencies "
                                    "start when it is sent"),

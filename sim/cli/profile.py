@@ -129,14 +129,17 @@ def model_config(pairs):
 
     from engine.model import ModelConfig
     from scenarios.overrides import parse_value
+    from scenarios.specs import nearest_option
 
     allowed = [f.name for f in fields(ModelConfig)]
     values = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or key not in allowed:
+            near = nearest_option(key, allowed) if sep else None
+            hint = f" (did you mean {near}?)" if near else ""
             raise UsageError(f"--model {pair}: expected KEY=VALUE with KEY one of "
-                             f"{', '.join(allowed)}")
+                             f"{', '.join(allowed)}{hint}")
         values[key] = parse_value(text)
     try:
         return ModelConfig(**values)

@@ -81,9 +81,12 @@ def search_scenario(scenario) -> scenarios.Scenario:
     for spec in gridded.specs:
         workload = spec.config.workload
         if not workload.arrival.at_rate:
+            overridden = any(overlap(key, "workload.arrival.process")
+                             for key, _ in scenario.overrides)
             raise gridded.error(f"workload.arrival.process: the search varies {RATE_KEY}, so "
                                 f"arrivals must come at a rate ({', '.join(RATE_PROCESSES)}), "
-                                f"got {workload.arrival.process!r}", spec)
+                                f"got {workload.arrival.process!r}",
+                                None if overridden else spec, by_override=overridden)
         if workload.max_concurrency is not None:  # a variant's or a grid point's
             raise gridded.error(CAPPED, spec)
         # the probe at the bracket's top counts only what arrives after the warm-up
