@@ -65,12 +65,12 @@ MISSING = ("", "n/a")
 
 
 def numeric_columns(table: Table) -> list[bool]:
-    """Per column: True when every cell is a number (or missing: empty, "n/a") and one is."""
+    """Per column: True when every cell is a number or missing (empty, "n/a"), and one is a
+    number or "n/a" (a figure no request had: every request of a run rejected)."""
     flags = []
     for index in range(len(table.header)):
         cells = [str(row[index]).strip() for row in table.rows]
-        flags.append(any(c not in MISSING for c in cells)
-                     and all(c in MISSING or NUMBER.fullmatch(c) for c in cells))
+        flags.append(any(cells) and all(c in MISSING or NUMBER.fullmatch(c) for c in cells))
     return flags
 
 

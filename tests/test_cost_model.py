@@ -299,9 +299,15 @@ def test_a_file_that_is_not_a_profile_is_refused_naming_the_file_and_field(tmp_p
     with pytest.raises(ValueError, match=rf"{path}: cost_model: missing or not a table"):
         load_profile(str(path))
     path.write_text(json.dumps({"format": "servesim-profile/1", "model": MODEL}))
-    with pytest.raises(ValueError, match="profile format 'servesim-profile/1', this servesim "
+    with pytest.raises(ValueError, match="format is 'servesim-profile/1'; this servesim "
                                          "reads 'servesim-profile/2' and 'servesim-profile/3'; "
                                          "profile again"):
+        load_profile(str(path))
+    path.write_text(json.dumps({"model": MODEL}))
+    with pytest.raises(ValueError, match=rf"{path}: format is missing; this servesim reads"):
+        load_profile(str(path))
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=rf"{path}: not a servesim profile \(a JSON list"):
         load_profile(str(path))
     path.write_text("{not json")
     with pytest.raises(ValueError, match=rf"{path}: not a servesim profile \(not JSON"):

@@ -241,9 +241,10 @@ def test_number_columns_are_right_aligned_and_text_columns_left_aligned(run):
 def test_a_column_is_numeric_only_when_every_cell_is_a_number_or_missing():
     from reports.render import Table, numeric_columns
 
-    table = Table(["name", "value", "mixed", "ids"],
-                  [["a", "1.5", "3", "0, 4"], ["b", "n/a", "x", "7"], ["c", "-2,048", "", "9"]])
-    assert numeric_columns(table) == [False, True, False, False]
+    table = Table(["name", "value", "mixed", "ids", "no request had it", "empty"],
+                  [["a", "1.5", "3", "0, 4", "n/a", ""], ["b", "n/a", "x", "7", "n/a", ""],
+                   ["c", "-2,048", "", "9", "", ""]])
+    assert numeric_columns(table) == [False, True, False, False, True, False]
 
 
 def test_a_name_a_user_gave_reads_literally_in_the_markdown_report():

@@ -63,10 +63,13 @@ def load_profile(name_or_path) -> FittedCost:
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"{path}: not a servesim profile (not JSON: {exc}); write one with "
                          f"`servesim profile`") from None
-    if not isinstance(data, dict) or data.get("format") not in READS:
-        raise ValueError(f"{path}: profile format "
-                         f"{data.get('format') if isinstance(data, dict) else None!r}, this "
-                         f"servesim reads {' and '.join(map(repr, READS))}; profile again with "
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a servesim profile (a JSON {type(data).__name__}, not "
+                         f"an object); write one with `servesim profile`")
+    if data.get("format") not in READS:
+        given = f"is {data['format']!r}" if "format" in data else "is missing"
+        raise ValueError(f"{path}: format {given}; this servesim reads "
+                         f"{' and '.join(map(repr, READS))}; profile again with "
                          f"`servesim profile`")
     read = _Reader(path)
     fit = read.table(data, "cost_model")
