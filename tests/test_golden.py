@@ -137,6 +137,16 @@ def test_chunked_prefill_keeps_inter_token_latency_low():
     assert chunked["ttft_p50_s"] < whole["ttft_p50_s"]
 
 
+def test_a_smaller_token_budget_keeps_the_azure_replays_decoding_and_queues_code_less():
+    for name, rejected in (("azure-conv", 74), ("azure-code", 277)):
+        runs = full_run(name)
+        big, small = runs["budget-2048"][2], runs["budget-512"][2]
+        assert big["rejected"] == small["rejected"] == rejected  # past the 4,096-token context
+        assert small["itl_p99_s"] < 0.8 * big["itl_p99_s"]  # decodes between prompt chunks
+        assert small["ttft_p99_s"] < big["ttft_p99_s"]
+    assert small["ttft_p50_s"] < big["ttft_p50_s"] / 2  # the code's bursts of long prompts
+
+
 def test_continuous_batching_on_an_h100_keeps_up_with_the_real_trace_and_static_does_not():
     runs = full_run("llama3-8b-h100")
     static, continuous = runs["static"][2], runs["continuous"][2]

@@ -49,5 +49,6 @@ def _options(parser, prog: str) -> list[str]:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     OUT.write_text(reference_text())
     print(f"wrote {OUT}")
