@@ -1,11 +1,13 @@
 """Latency distributions: empirical CDFs of TTFT, TPOT, ITL and E2E, one line per run.
 
 TTFT, TPOT and E2E are per request (finished requests; TPOT needs two output tokens). ITL is
-token-weighted from the recorder's exact (gap, count) pairs, so a gap shared by 30 tokens
-weighs 30 times one gap of one token. Each line counts what its summary counts: the requests
-sent after the warm-up and the gaps of tokens sampled after it. A panel's x axis is
-logarithmic when its latencies span more than two decades (static and continuous batching can
-differ by that much), linear otherwise (`figures.scale_axis`). A CDF of hundreds of thousands of distinct latencies is
+token-weighted from the recorder's exact (gap, count) pairs, so a gap shared by 30 tokens weighs
+30 times one gap of one token. Each line counts what its summary counts: the requests sent after
+the warm-up and the gaps of tokens sampled after it. A panel's x axis is logarithmic when its
+latencies span more than two decades (static and continuous batching can differ by that much),
+or when its longest latency is more than `figures.TAIL_SPAN` times the smallest of its lines'
+medians (a tail that would crowd the lines' bodies against the left edge of a linear axis),
+linear otherwise (`figures.scale_axis`). A CDF of hundreds of thousands of distinct latencies is
 drawn from the first point in each cell of a grid of `LEVELS` x `LEVELS` over (log latency,
 fraction): the same line at the chart's resolution (`thin`).
 """
@@ -68,17 +70,21 @@ def cdf_figure(runs, styles=None, legend_title: str | None = None):
     styles = styles or [(color, "-") for color in run_colors(len(runs))]
     fig, axes = new_figure(2, 2, 11, 7.5)
     for ax, (column, title) in zip(axes.flat, PANELS):
-        shown = []
+        shown, medians = [], []
         for (color, style), (label, frame, itl) in zip(styles, runs):
             if column == "itl":
                 values, counts = itl
             else:
                 values = frame[column].to_numpy(dtype=np.float64)
                 counts = np.ones(len(values))
-            x, y = thin(*weighted_cdf(values, counts))
+            x, y = weighted_cdf(values, counts)
+            if len(x):
+                medians.append(x[np.searchsorted(y, 0.5)] * 1e3)
+            x, y = thin(x, y)
             ax.step(x * 1e3, y, where="post", color=color, linestyle=style, label=label)
             shown.append(x * 1e3)
-        is_log = scale_axis(ax, "x", np.concatenate(shown) if shown else [])
+        is_log = scale_axis(ax, "x", np.concatenate(shown) if shown else [],
+                            middle=min(medians, default=None))
         ax.set_title(title)
         ax.set_xlabel(f"latency (ms{log_note(is_log)})")
         ax.set_ylabel("fraction of " + ("tokens" if column == "itl" else "requests"))

@@ -43,8 +43,8 @@ def make_charts(results, summaries: list[dict], steps: bool = True) -> list[Imag
                             "Timeline: running and waiting requests, KV cache use"))
     if specs and specs[0].sweep:
         charts.append(Image("sweep.png", sweep_chart(specs, summaries),
-                            "Latency against achieved throughput, over the swept value"))
-    cache_runs = caching_runs(results)
+                            "Latency and achieved throughput over the swept value"))
+    cache_runs = caching_runs(results, _cluster_label)
     if cache_runs:
         charts.append(Image("prefix_cache.png", prefix_cache_chart(cache_runs),
                             "Prefix cache: hit rate and KV blocks cached over time"))

@@ -17,8 +17,20 @@ from .describe import sweep_table, variant_table, what_was_run
 from .key_figures import REPORT_FIGURES, key_rows
 from .render import Heading, Image, Paragraph, Table
 from .tables import label_values, run_keys
+from .vllm_json import summary_json_names
 
 EXAMPLES_LISTED = 5  # request ids shown per reason; requests.csv has every one
+
+
+GLOSSARY = (
+    "Latencies in milliseconds (docs/benchmark/metrics.md). TTFT: arrival to first token. "
+    "TPOT: a request's time per output token after the first, (E2E - TTFT) / (output tokens "
+    "- 1), one value a request. ITL: every gap between two tokens of a request, weighted by "
+    "token, so a request's wait behind another's prefill shows in ITL's tail more than in "
+    "TPOT. E2E: arrival to last token. req/s: requests completed over the run's duration "
+    "(first arrival to last finish, the drain included); goodput: those a second that met "
+    "every SLO. Prefix cache hit %: the share of prompt tokens found cached at each "
+    "request's first admission.")
 
 
 def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
@@ -51,16 +63,16 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
                                 "every run" if len(labels) == every else ", ".join(labels)]
                                for note, labels in notes])]
     header, rows = key_rows(specs, summaries, REPORT_FIGURES)
-    blocks += [Heading(2, "Summary"), Table(header, rows),
-               Paragraph("Latencies in milliseconds. Every figure (mean, p50, p90, p95, p99 and "
-                         "max of TTFT, TPOT, ITL, E2E and queueing, goodput, batch size, KV use, "
-                         "prefix cache hit rates and prefill tokens saved) is in `summary.csv`; "
-                         "the prefix cache hit rate is the share of prompt tokens found cached "
-                         "at admission; each run's figures are also in a file in vLLM "
-                         "`bench serve`'s result layout (`summary.json` for a single run, "
-                         "`summary-<run>.json` for each of several); per-request rows are in "
-                         "`requests.csv`" + ("." if remote is not None else
-                                             " and per-step rows in `steps.csv`."))]
+    files = summary_json_names(specs)
+    named = f"`{files[0]}`" if len(files) == 1 else \
+        f"`{files[0]}` to `{files[-1]}`, one a run"
+    blocks += [Heading(2, "Summary"), Table(header, rows), Paragraph(GLOSSARY),
+               Paragraph("Every figure (mean, p50, p90, p95, p99 and max of TTFT, TPOT, ITL, E2E "
+                         "and queueing, goodput, batch size, KV use, prefix cache hit rates and "
+                         "prefill tokens saved) is in `summary.csv`; each run's figures are also "
+                         f"in vLLM `bench serve`'s result layout ({named}); per-request rows "
+                         "are in `requests.csv`" + ("." if remote is not None else
+                                                   " and per-step rows in `steps.csv`."))]
     blocks += priority_blocks(specs, requests)
     blocks += [Heading(2, "Charts")]
     for image in charts:

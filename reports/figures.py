@@ -38,6 +38,8 @@ def new_figure(rows: int, cols: int, width_in: float, height_in: float, **kwargs
 # More than two decades: on a linear axis the smaller values flatten to nothing (continuous
 # batching's 100 ms TTFT beside static batching's 25 s is a bar one pixel high).
 LOG_SPAN = 100.0
+# A tail this many times the middle: on a linear axis the body is a twentieth of the width.
+TAIL_SPAN = 20.0
 LEGEND_CHARS = 110  # characters of legend text across a figure 11-12 inches wide
 
 
@@ -63,10 +65,16 @@ def needs_log(values) -> bool:
     return bool(v.size) and bool((v > 0).all()) and v.max() > LOG_SPAN * v.min()
 
 
-def scale_axis(ax, which: str, values) -> bool:
+def scale_axis(ax, which: str, values, middle: float | None = None) -> bool:
     """Make `ax`'s "x" or "y" axis logarithmic, labelled with plain numbers, when
-    `needs_log(values)` (the values it shows); returns whether it did."""
-    if not needs_log(values):
+    `needs_log(values)` (the values it shows), or, given where the values' body lies
+    (`middle`, > 0), when their largest is more than TAIL_SPAN times it; returns whether it
+    did."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[np.isfinite(v)]
+    tail = middle is not None and middle > 0 and bool(v.size) and bool((v > 0).all()) \
+        and v.max() > TAIL_SPAN * middle
+    if not (needs_log(v) or tail):
         return False
     getattr(ax, f"set_{which}scale")("log")
     plain_log_axis(getattr(ax, f"{which}axis"))

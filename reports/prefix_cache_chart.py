@@ -8,8 +8,10 @@ outlive the requests that filled them (a freed block stays cached until it is ta
 one), so the cached line stays up through idle time while the blocks in use drop to 0: the gap
 between the two is what the cache keeps for requests to come.
 
-Only runs with `engine.enable_prefix_caching` on and a block cached at some step are drawn
-(`caching_runs`); runs share one time axis by the timeline's rule.
+Only runs with `engine.enable_prefix_caching` on in which some request found part of its
+prompt cached at its first admission are drawn (`caching_runs`): a run whose requests share no
+prefix caches blocks only for its preempted requests to find again, which its summary's hit
+rate (first admissions) leaves at 0. Runs share one time axis by the timeline's rule.
 """
 
 from __future__ import annotations
@@ -26,16 +28,14 @@ RATE_BINS = 60  # slices of the time axis the hit rate is taken over
 CACHED_COLOR, USED_COLOR, RATE_COLOR = "tab:purple", "tab:green", "tab:blue"
 
 
-def caching_runs(results) -> list:
+def caching_runs(results, label=lambda spec, recorder: spec.label) -> list:
     """[(label, step columns)] of the runs of `results` ([(RunSpec, RunRecorder)]) whose
-    engine caches prefixes and cached a block."""
-    runs = []
-    for spec, recorder in results:
-        steps = chart_steps(recorder)  # a cluster's replicas summed
-        if spec.config.engine.enable_prefix_caching and \
-                max(steps["kv_blocks_cached"], default=0) > 0:
-            runs.append((spec.label, steps))
-    return runs
+    engine caches prefixes and in which a request's first admission found some cached;
+    `label(spec, recorder)` names each."""
+    return [(label(spec, recorder), chart_steps(recorder))  # a cluster's replicas summed
+            for spec, recorder in results
+            if spec.config.engine.enable_prefix_caching and recorder.sees_steps
+            and max(recorder.request_columns()["cached_tokens"], default=0) > 0]
 
 
 def hit_rate_series(steps, bins: int = RATE_BINS):
@@ -77,8 +77,9 @@ def prefix_cache_figure(runs):
 
 def _rate_panel(ax, label: str, steps) -> None:
     edges, rate = hit_rate_series(steps)
-    ax.stairs(rate, edges, color=RATE_COLOR, linewidth=1.2,
-              label="hit rate: cached / (cached + prefilled) prompt tokens, per time slice")
+    ax.stairs(rate, edges, baseline=None, color=RATE_COLOR, linewidth=1.2,
+              label="hit rate: cached / (cached + prefilled) prompt tokens, per time slice "
+                    "(re-admissions after a preemption too)")
     ax.set_title(label, loc="left")
     ax.set_ylabel("hit rate")
     ax.set_ylim(0, 105)

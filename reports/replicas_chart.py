@@ -9,6 +9,7 @@ grows while others idle.
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from engine.benchmark import counted
 
@@ -57,6 +58,7 @@ def replicas_figure(runs):
             kv.step(t, y, where="post", color=color, linewidth=1.0)
         queue.set_ylabel("requests waiting")
         queue.set_ylim(bottom=0)
+        queue.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole requests
         kv.set_ylabel("KV in use (%)")
         kv.set_ylim(0, 105)
     for ax in axes[-1, 1:]:

@@ -2,8 +2,8 @@
 
 - capacity against GPUs: each point's highest rate meeting the target (requests/s) against how
   many GPUs it uses; a point that met the target at the bracket's top is drawn as a triangle
-  pointing up (its capacity is at least that), one that failed even at its bottom is left out
-  and named under the chart;
+  pointing up (its capacity is at least that; the title says so when there is one), one that
+  failed even at its bottom is left out and named under the chart;
 - cost efficiency: capacity per GPU against capacity per dollar-hour, both better up and right,
   with the Pareto front (no point better on both) ringed and joined by a line. Without prices
   (a cost model other than "hardware", or a GPU without one), or when no point met the target,
@@ -40,7 +40,9 @@ def search_chart(labels: list[str], rows: list[dict]) -> bytes:
     capacity.set_xticks(sorted({row["gpus"] for row in rows}))
     capacity.set_xlabel("GPUs (tensor parallel x replicas)")
     capacity.set_ylabel("highest rate meeting the target (requests/s)")
-    capacity.set_title("Capacity (triangle: at least the bracket's top)")
+    bounded = any(row["status"] == "at_least_high" for row in rows)
+    capacity.set_title("Capacity (triangle: at least the bracket's top)" if bounded
+                       else "Capacity")
     capacity.set_ylim(bottom=0)
     _cost_panel(cost, rows)
     if not handles:

@@ -91,8 +91,9 @@ def best_lines(result, labels: list[str]) -> list[str]:
     known), each with its figure, and the points whose capacity, only a lower bound, might
     rank them higher."""
     lines, rows = [], result.rows()
-    for figure, what in (("capacity_per_gpu", "capacity per GPU"),
-                         ("capacity_per_dollar_hour", "capacity per dollar-hour")):
+    for figure, what, unit in (("capacity_per_gpu", "capacity per GPU", "requests/s a GPU"),
+                               ("capacity_per_dollar_hour", "capacity per dollar-hour",
+                                "requests/s per $/h")):
         best = result.best(figure)
         if best is None:
             lines.append(f"best by {what}: none (no point has it)")
@@ -107,7 +108,7 @@ def best_lines(result, labels: list[str]) -> list[str]:
         if others:
             bound += (f"; {', '.join(others)} met the target at the bracket's top, so "
                       f"might rank higher (raise search.rate's high)")
-        lines.append(f"best by {what}: {labels[index]}: {row[figure]:.3g}{bound}")
+        lines.append(f"best by {what}: {labels[index]}: {row[figure]:.3g} {unit}{bound}")
     return lines
 
 

@@ -1,14 +1,16 @@
-"""Latency against the throughput a server actually achieved, for a sweep: p50 (solid) and p99
-(dashed) of TTFT, TPOT and E2E against completed requests per second, and that throughput
-against the swept value.
+"""Latency over a sweep: p50 (solid) and p99 (dashed) of TTFT, TPOT and E2E, and the throughput
+a server achieved against the swept value.
 
-The x axis of the latency panels is each run's `request_throughput` (requests completed per
-second), not the rate it was offered: past the knee the offered rate keeps growing while the
-achieved one stops, so the curve turns upwards where the server saturates, and a series that
-gets more work done sits further right. Each p50 point is marked with its swept value, and the
-fourth panel maps swept values to throughputs (for an arrival-rate sweep, with the line where
-achieved equals offered). A series is one variant at one value of the other sweep keys.
-Non-numeric swept values (policy names) are placed at evenly spaced ticks.
+In a sweep of the arrival rate the x axis of the latency panels is each run's
+`request_throughput` (requests completed per second), not the rate it was offered: past the
+knee the offered rate keeps growing while the achieved one stops, so the curve turns upwards
+where the server saturates, and a series that gets more work done sits further right; each p50
+point is marked with its swept value, and the fourth panel maps rates to throughputs, with the
+line where achieved equals offered. A sweep of anything else (a GPU count, a block count) is
+drawn against the swept value itself: its runs are offered one load, so their throughputs are
+alike and would draw a long line across a sliver of an axis. A series is one variant at one
+value of the other sweep keys. Non-numeric swept values (policy names) are placed at evenly
+spaced ticks, and a few whole numbers (tensor parallel sizes) at their own ticks.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ PANELS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))
 STYLES = (("p50", "-", "o"), ("p99", "--", "s"))
 RATE_KEY = "workload.arrival.rate"
 MARK_SPACING_PX = 14  # swept-value marks closer than this to one another would overlap
+MAX_VALUE_TICKS = 12  # whole swept values up to this many each get their own tick
 
 
 def sweep_chart(specs, summaries: list[dict]) -> bytes:
@@ -34,6 +37,7 @@ def sweep_figure(specs, summaries: list[dict]):
     """The chart's matplotlib Figure: TTFT, TPOT, E2E against achieved throughput, then
     achieved throughput against the swept value."""
     x_key = next(iter(specs[0].sweep))
+    by_load = x_key == RATE_KEY
     values = [spec.sweep[x_key] for spec in specs]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     ticks = sorted(set(values)) if numeric else list(dict.fromkeys(map(str, values)))
@@ -47,23 +51,28 @@ def sweep_figure(specs, summaries: list[dict]):
                           spec.sweep[x_key], summaries[index]) for spec, index in members),
                         key=lambda p: p[0])
         throughput = np.array([s["request_throughput"] for _, _, s in points])
+        xs = throughput if by_load else np.array([x for x, _, _ in points], dtype=float)
         for ax, (metric, _) in zip(latency_axes, PANELS):
             for stat, style, marker in STYLES:
                 ys = np.array([s[f"{metric}_{stat}_s"] * 1e3 for _, _, s in points])
-                ax.plot(throughput, ys, style, marker=marker, markersize=4, color=color)
+                ax.plot(xs, ys, style, marker=marker, markersize=4, color=color)
         marks.append([(throughput, [s[f"{metric}_p50_s"] * 1e3 for _, _, s in points],
                        [value_text(v) for _, v, _ in points]) for metric, _ in PANELS])
         axes[1, 1].plot([x for x, _, _ in points], throughput, "-", marker="o", color=color)
         handles.append(Line2D([], [], color=color, marker="o", label=name))
     for i, (ax, (metric, name)) in enumerate(zip(latency_axes, PANELS)):
         is_log = scale_axis(ax, "y", _plotted(ax, "y"))
-        x_log = scale_axis(ax, "x", _plotted(ax, "x"))
         ax.set_title(f"{name} p50 (solid) and p99 (dashed)")
         ax.set_ylabel(f"latency (ms{log_note(is_log)})")
-        ax.set_xlabel(f"achieved throughput (requests completed / s{log_note(x_log)})")
-        _mark_values(ax, [series_marks[i] for series_marks in marks])
+        if by_load:
+            x_log = scale_axis(ax, "x", _plotted(ax, "x"))
+            ax.set_xlabel(f"achieved throughput (requests completed / s{log_note(x_log)})")
+            _mark_values(ax, [series_marks[i] for series_marks in marks])
+        else:
+            _swept_axis(ax, x_key, numeric, ticks)
     _throughput_panel(axes[1, 1], x_key, numeric, ticks)
-    fig.suptitle(f"Latency against achieved throughput, over {axis_label(x_key)}")
+    fig.suptitle(f"Latency against achieved throughput, over {axis_label(x_key)}" if by_load
+                 else f"Latency and achieved throughput over {axis_label(x_key)}")
     handles += [Line2D([], [], color="black", linestyle=style, marker=marker, label=stat)
                 for stat, style, marker in STYLES]
     legend_below(fig, handles, [h.get_label() for h in handles])
@@ -78,13 +87,22 @@ def _throughput_panel(ax, x_key: str, numeric: bool, ticks: list) -> None:
         ax.plot([0, top], [0, top], ":", color="grey", label="achieved = offered")
         ax.legend(loc="upper left", frameon=False)
     is_log = scale_axis(ax, "y", _plotted(ax, "y"))
-    if numeric:
-        scale_axis(ax, "x", ticks)
-    else:
-        ax.set_xticks(range(len(ticks)), ticks)
+    if not is_log:
+        ax.set_ylim(bottom=0)  # throughputs alike look alike
+    _swept_axis(ax, x_key, numeric, ticks)
     ax.set_title("Achieved throughput")
-    ax.set_xlabel(axis_label(x_key))
     ax.set_ylabel(f"requests completed / s{log_note(is_log)}")
+
+
+def _swept_axis(ax, x_key: str, numeric: bool, ticks: list) -> None:
+    """An x axis of swept values: numbers on a linear or log scale (a few whole numbers at
+    their own ticks, never between them), names at evenly spaced ticks."""
+    if not numeric:
+        ax.set_xticks(range(len(ticks)), ticks)
+    elif not scale_axis(ax, "x", ticks) and len(ticks) <= MAX_VALUE_TICKS \
+            and all(float(v).is_integer() for v in ticks):
+        ax.set_xticks(ticks, [value_text(v) for v in ticks])
+    ax.set_xlabel(axis_label(x_key))
 
 
 def _mark_values(ax, series) -> None:

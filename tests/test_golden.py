@@ -258,7 +258,8 @@ def test_newer_gpu_generations_serve_more_at_the_slo_and_the_b200_costs_least_a_
     result = search(search_scenario(scenarios.load("gpu-generations")), Parallel())
     rows = {point.spec.variant: row for point, row in zip(result.points, result.rows())}
     capacity_per_gpu = {name: row["capacity_per_gpu"] for name, row in rows.items()}
-    hopper = (capacity_per_gpu["h100"], capacity_per_gpu["h200"])
-    assert capacity_per_gpu["a100"] < min(hopper) <= max(hopper) < capacity_per_gpu["b200"]
+    hopper = (capacity_per_gpu["h100-x4"], capacity_per_gpu["h200-x2"])
+    assert capacity_per_gpu["a100-x4"] < min(hopper) <= max(hopper) < capacity_per_gpu["b200-x1"]
     dollars = {name: row["dollars_per_million_tokens"] for name, row in rows.items()}
-    assert min(dollars, key=dollars.get) == "b200" and max(dollars, key=dollars.get) == "a100"
+    assert min(dollars, key=dollars.get) == "b200-x1"
+    assert max(dollars, key=dollars.get) == "a100-x4"

@@ -2,7 +2,7 @@
 cached, the block hit rate the same in full blocks, the prefill tokens saved every admission's
 cached tokens (re-admissions after a preemption too); caching off serves nothing from the cache;
 the requests' and steps' rows carry what the engine reported; the chart is drawn only for runs
-that cached a block."""
+whose requests found shared prefixes cached."""
 
 from __future__ import annotations
 
@@ -141,8 +141,13 @@ def test_the_hit_rate_of_a_time_slice_is_cached_over_cached_plus_prefilled_token
     assert np.isnan(rate[2]) and np.isnan(rate[3])  # nothing admitted or prefilled
 
 
-def test_the_chart_is_drawn_only_for_runs_that_cache_prefixes():
+def test_the_chart_is_drawn_only_for_runs_whose_requests_found_shared_prefixes():
     cached, plain = serve(SHARED), serve(SHARED, caching=False)
-    runs = caching_runs([(spec(True), cached), (spec(False), plain), (spec(True), plain)])
+    # requests sharing nothing: the cache holds a preempted request's blocks, found again on
+    # its readmission, but no first admission finds any (the summary's hit rate is 0)
+    readmitted = serve([(0.0, 8, 12, (1, 2)), (0.0, 8, 12, (3, 4))], num_blocks=8)
+    assert max(readmitted.step_columns()["cached_tokens"]) > 0
+    runs = caching_runs([(spec(True), cached), (spec(False), plain), (spec(True), plain),
+                         (spec(True), readmitted)])
     assert [label for label, _ in runs] == ["cached"]
     assert prefix_cache_chart(runs).startswith(b"\x89PNG")

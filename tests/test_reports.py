@@ -190,7 +190,9 @@ def test_report_says_what_was_run_and_shows_summary_and_charts(run):
     for text in ("# servesim report: tiny", "| seed | 5 |", "| mode | simulate |",
                  "linear: step_overhead_s 0.002", "| static | ", "TTFT p99 ms",
                  "![Latency distributions (CDFs)](latency_cdfs.png)",
-                 "## Latency by priority class"):
+                 "## Latency by priority class",
+                 "TPOT: a request's time per output token after the first",  # the terms
+                 "(`summary-static.json` to `summary-continuous.json`, one a run)"):
         assert text in markdown, text
 
 
@@ -487,6 +489,23 @@ def test_every_chart_applies_the_log_rule_to_its_value_axes():
     frame = pd.DataFrame({"ttft_s": [0.1, 30.0], "tpot_s": [0.02, 0.03], "e2e_s": [1.0, 2.0]})
     fig = cdf_figure([("run", frame, gaps)])
     assert [ax.get_xscale() for ax in fig.axes[:4]] == ["log", "linear", "linear", "linear"]
+    # gaps of 20 ms but a tail to 1 s: less than two decades, 50 times the median
+    fig = cdf_figure([("run", frame, ([0.02, 0.03, 1.0], [18, 1, 1]))])
+    assert [ax.get_xscale() for ax in fig.axes[:4]] == ["log", "linear", "log", "linear"]
+
+
+def test_a_sweep_of_anything_but_the_rate_is_drawn_against_the_swept_value():
+    from reports.sweep_chart import sweep_figure
+    from scenarios import RunSpec
+
+    specs = [RunSpec("continuous", {"hardware.tp": tp}, {}) for tp in (2, 4)]
+    summaries = [{f"{m}_{s}_s": 0.1 * tp for m in ("ttft", "tpot", "e2e") for s in ("p50", "p99")}
+                 | {"request_throughput": 1.50 + tp / 1000} for tp in (2, 4)]
+    fig = sweep_figure(specs, summaries)
+    ttft, throughput = fig.axes[0], fig.axes[3]
+    assert list(ttft.get_lines()[0].get_xdata()) == [2, 4]  # not the throughputs
+    assert list(ttft.get_xticks()) == [2, 4] and throughput.get_ylim()[0] == 0
+    assert "achieved throughput" not in ttft.get_xlabel()
 
 
 def test_sweep_runs_are_labelled_by_the_swept_value_alone():

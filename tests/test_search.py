@@ -241,9 +241,10 @@ def test_best_points_say_which_other_capacities_are_only_lower_bounds():
     result = SearchResult(None, None, (point(h100, [(1, True), (7, True)]),
                                        point(l40s, [(1, True), (8, False), (6, True)])))
     per_gpu, per_dollar = best_lines(result, ["h100", "l40s"])
-    assert per_gpu == "best by capacity per GPU: h100: 7 (a lower bound: it met the target " \
-                      "at the bracket's top)"
-    assert per_dollar.startswith("best by capacity per dollar-hour: l40s: 5.22; h100 met the "
+    assert per_gpu == "best by capacity per GPU: h100: 7 requests/s a GPU (a lower bound: it " \
+                      "met the target at the bracket's top)"
+    assert per_dollar.startswith("best by capacity per dollar-hour: l40s: 5.22 requests/s per "
+                                 "$/h; h100 met the "
                                  "target at the bracket's top, so might rank higher")
 
 
