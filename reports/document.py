@@ -28,9 +28,9 @@ GLOSSARY = (
     "- 1), one value a request. ITL: every gap between two tokens of a request, weighted by "
     "token, so a request's wait behind another's prefill shows in ITL's tail more than in "
     "TPOT. E2E: arrival to last token. req/s: requests completed over the run's duration "
-    "(first arrival to last finish, the drain included); goodput: those a second that met "
-    "every SLO. Prefix cache hit %: the share of prompt tokens found cached at each "
-    "request's first admission.")
+    "(first arrival, or the warm-up's end, to last finish: the drain included); goodput: "
+    "those a second that met every SLO. Prefix cache hit %: the share of prompt tokens found "
+    "cached at each request's first admission.")
 
 
 def report_blocks(scenario, specs, summaries, requests, charts: list[Image],

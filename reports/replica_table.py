@@ -3,7 +3,8 @@ the load: the requests sent to it (a prefill replica's: those it prefilled and h
 any it still held), what it served of the requests the summary counts (those arriving after
 any warm-up; per second of the cluster's run as the summary counts it, so they add up to the
 summary's throughputs), its queue length (requests waiting) and the share of its KV blocks in
-use, as means over its steps and maxima (0 for a replica that ran no step).
+use, as means over its steps and maxima (0 for a replica that ran no step); with
+disaggregation, what each prefill replica prefilled a second (`prefilled_throughput`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from engine.records import ClusterRecorder
 from .tables import label_values, run_keys
 
 COLUMNS = ("replica", "pool", "requests", "completed", "request_throughput",
-           "output_throughput", "queue_mean", "queue_max", "kv_util_mean", "kv_util_max")
+           "output_throughput", "queue_mean", "queue_max", "kv_util_mean", "kv_util_max",
+           "prefilled_throughput")
 
 
 def cluster_results(results, summaries=None):
@@ -48,13 +50,32 @@ def replicas_table(results, summaries: list[dict]) -> pd.DataFrame | None:
     for spec, recorder, summary in clusters:
         handed_off = handed_off_counts(recorder)
         origin, warmup_s = recorder.origin_s(), spec.config.workload.warmup_s
+        prefilled = prefilled_throughputs(recorder, summary["duration_s"], warmup_s)
         for index, (replica, pool) in enumerate(zip(recorder.replicas,
                                                     pool_names(spec.config))):
             row = replica_row(index, pool, replica, summary["duration_s"], origin, warmup_s)
             row["requests"] += handed_off.get(index, 0)
+            row["prefilled_throughput"] = prefilled[index]
             rows.append(dict(zip(keys, label_values(spec, keys))) | row)
     frame = pd.DataFrame(rows)
+    if not any(recorder.prefill_replicas for _, recorder, _ in clusters):
+        frame = frame.drop(columns="prefilled_throughput")  # disaggregation's alone
     return frame if (frame["pool"] != "").any() else frame.drop(columns="pool")
+
+
+def prefilled_throughputs(recorder, duration_s: float, warmup_s: float) -> list[float]:
+    """Per replica of a cluster run, the counted finished requests it prefilled, per second of
+    the run: with disaggregation, a prefill replica's work (it completes none); 0 for every
+    other replica."""
+    out = [0.0] * len(recorder.replicas)
+    if recorder.prefill_replicas:
+        cols = recorder.request_columns()
+        done = (np.asarray(cols["status"]) == "finished") & counted(cols, warmup_s)
+        # (a request never sent to a replica has no prefill replica, and never finished)
+        prefilled = np.asarray([p for p, d in zip(cols["prefill_replica"], done) if d], float)
+        for i in range(recorder.prefill_replicas):
+            out[i] = float(np.sum(prefilled == i)) / duration_s
+    return out
 
 
 def handed_off_counts(recorder) -> dict[int, int]:

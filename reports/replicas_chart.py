@@ -11,10 +11,8 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from engine.benchmark import counted
-
 from .figures import legend_below, new_figure, png_bytes, run_colors
-from .replica_table import replica_row
+from .replica_table import prefilled_throughputs, replica_row
 from .timeline_chart import minmax, step_series
 
 ROW_HEIGHT_IN = 2.4
@@ -76,14 +74,8 @@ def _throughputs(recorder, duration_s: float, warmup_s: float) -> list[float]:
     origin = recorder.origin_s()
     out = [replica_row(i, "", r, duration_s, origin, warmup_s)["request_throughput"]
            for i, r in enumerate(recorder.replicas)]
-    if recorder.prefill_replicas:
-        cols = recorder.request_columns()
-        done = (np.asarray(cols["status"]) == "finished") & counted(cols, warmup_s)
-        # (a request never sent to a replica has no prefill replica, and never finished)
-        prefilled = np.asarray([p for p, d in zip(cols["prefill_replica"], done) if d], float)
-        for i in range(recorder.prefill_replicas):
-            out[i] = float(np.sum(prefilled == i)) / duration_s
-    return out
+    prefilled = prefilled_throughputs(recorder, duration_s, warmup_s)
+    return prefilled[:recorder.prefill_replicas] + out[recorder.prefill_replicas:]
 
 
 def pool_spans(pools: list[str]) -> str:

@@ -218,6 +218,22 @@ def test_a_prefill_replicas_bar_counts_what_it_prefilled_beside_requests_never_s
     assert sum(bars[:2]) == pytest.approx(sum(bars[2:])) and sum(bars) > 0
 
 
+def test_replicas_csv_says_what_each_prefill_replica_prefilled_as_its_bar_does(tmp_path):
+    from reports.replica_table import replicas_table
+    from reports.replicas_chart import _throughputs
+    from reports.tables import run_summaries
+
+    path = tmp_path / "split.toml"
+    path.write_text(open_text())
+    results = sim.simulate(scenarios.load(path))
+    (spec, recorder), = results
+    summary, = run_summaries(results)
+    table = replicas_table(results, [summary])
+    bars = _throughputs(recorder, summary["duration_s"], spec.config.workload.warmup_s)
+    assert list(table["prefilled_throughput"]) == pytest.approx(bars[:2] + [0.0] * 3)
+    assert min(table["prefilled_throughput"][:2]) > 0
+
+
 def test_the_same_seed_gives_the_same_records(tmp_path):
     config = load_config(tmp_path, open_text(router="random"))
     assert records(run_config(config)) == records(run_config(config))

@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 
 from engine.llm_engine import LLMEngine
 
@@ -76,8 +77,9 @@ def write_tokenizer(model: Model, out_dir, manifest: dict | None = None) -> None
             as folder:
         for file_name, text in files.items():
             (folder / file_name).write_text(text, encoding="utf-8")
-    print(f"tokenizer of {model.id} written to {out_dir}/ (give it to a client as --tokenizer "
-          f"{out_dir})", file=sys.stderr, flush=True)
+    shown = Path(out_dir)  # without a trailing slash
+    print(f"tokenizer of {model.id} written to {shown}/ (give it to a client as --tokenizer "
+          f"{shown})", file=sys.stderr, flush=True)
 
 
 async def _serve_until_signal(engine: LLMEngine, model: Model, host: str, port: int,
