@@ -20,9 +20,12 @@ _tiebreak = itertools.count()  # shared by every heap: only the order of its val
 
 
 def priority_queue_push(heap: list, priority, request, arrival_s: float = 0.0,
-                        order: int = 0) -> None:
+                        order: int | None = None) -> None:
     """Push `request` onto a heap list: lower `priority` first, then earlier `arrival_s`, then
-    lower `order`, then first pushed first."""
+    lower `order` (default: the request's `seq_id`, as `PriorityQueue` orders a sequence; 0
+    for a request without one), then first pushed first."""
+    if order is None:
+        order = getattr(request, "seq_id", 0)
     heapq.heappush(heap, (priority, arrival_s, order, next(_tiebreak), request))
 
 

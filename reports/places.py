@@ -136,6 +136,16 @@ def _as_listed(path: Path, listed: tuple | None) -> bool:
         return False
 
 
+def written_by(folder) -> str | None:
+    """The command that wrote `folder` (`run`, `search`, `serve` ...), as its servesim manifest
+    says; None when it has none."""
+    try:
+        data = json.loads((Path(folder) / MANIFEST).read_text())
+        return data["command"] if _listed_files(Path(folder) / MANIFEST) is not None else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _listed_files(manifest: Path) -> dict | None:
     """{path: (bytes, sha256)} of a servesim manifest, or None when `manifest` is not one."""
     try:

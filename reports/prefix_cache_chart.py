@@ -8,16 +8,18 @@ outlive the requests that filled them (a freed block stays cached until it is ta
 one), so the cached line stays up through idle time while the blocks in use drop to 0: the gap
 between the two is what the cache keeps for requests to come.
 
-Only runs with `engine.enable_prefix_caching` on in which some request found part of its
-prompt cached at its first admission are drawn (`caching_runs`): a run whose requests share no
-prefix caches blocks only for its preempted requests to find again, which its summary's hit
-rate (first admissions) leaves at 0. Runs share one time axis by the timeline's rule.
+Only runs in which some request the summary counts found part of its prompt cached at its
+first admission are drawn (`caching_runs`): a run whose requests share no prefix caches blocks
+only for its preempted requests to find again, which its summary's hit rate (first admissions)
+leaves at 0. Runs share one time axis by the timeline's rule.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from matplotlib.ticker import PercentFormatter
+
+from engine.benchmark import counted
 
 from .cluster_steps import chart_steps
 from .figures import legend_below, new_figure, png_bytes
@@ -29,13 +31,20 @@ CACHED_COLOR, USED_COLOR, RATE_COLOR = "tab:purple", "tab:green", "tab:blue"
 
 
 def caching_runs(results, label=lambda spec, recorder: spec.label) -> list:
-    """[(label, step columns)] of the runs of `results` ([(RunSpec, RunRecorder)]) whose
-    engine caches prefixes and in which a request's first admission found some cached;
+    """[(label, step columns)] of the runs of `results` ([(RunSpec, RunRecorder)]) in which a
+    request the summary counts found part of its prompt cached at its first admission (a
+    `prefix_cache_hit_rate` above 0: in a cluster, at a replica of any pool that caches);
     `label(spec, recorder)` names each."""
-    return [(label(spec, recorder), chart_steps(recorder))  # a cluster's replicas summed
-            for spec, recorder in results
-            if spec.config.engine.enable_prefix_caching and recorder.sees_steps
-            and max(recorder.request_columns()["cached_tokens"], default=0) > 0]
+    runs = []
+    for spec, recorder in results:
+        if not recorder.sees_steps:  # a client's benchmark: what the server cached is unknown
+            continue
+        cols = recorder.request_columns()
+        kept = counted(cols, spec.config.workload.warmup_s)
+        hits = np.asarray(cols["cached_tokens"], float)[kept]
+        if hits.size and hits.max() > 0:
+            runs.append((label(spec, recorder), chart_steps(recorder)))  # replicas summed
+    return runs
 
 
 def hit_rate_series(steps, bins: int = RATE_BINS):

@@ -1,15 +1,17 @@
 """Latency over a sweep: p50 (solid) and p99 (dashed) of TTFT, TPOT and E2E, and the throughput
 a server achieved against the swept value.
 
-In a sweep of the arrival rate the x axis of the latency panels is each run's
-`request_throughput` (requests completed per second), not the rate it was offered: past the
-knee the offered rate keeps growing while the achieved one stops, so the curve turns upwards
-where the server saturates, and a series that gets more work done sits further right; each p50
-point is marked with its swept value, and the fourth panel maps rates to throughputs, with the
-line where achieved equals offered. A sweep of anything else (a GPU count, a block count) is
-drawn against the swept value itself: its runs are offered one load, so their throughputs are
-alike and would draw a long line across a sliver of an axis. A series is one variant at one
-value of the other sweep keys. Non-numeric swept values (policy names) are placed at evenly
+The swept value on the x axis is the arrival rate where the sweep has it, else the first sweep
+key. In a sweep of the load (the arrivals, a trace's time scale, a concurrency cap:
+`LOAD_KEYS`) the x axis of the latency panels is each run's `request_throughput` (requests
+completed per second), not the load it was offered: past the knee the offered rate keeps
+growing while the achieved one stops, so the curve turns upwards where the server saturates,
+and a series that gets more work done sits further right; each p50 point is marked with its
+swept value, and the fourth panel maps swept values to throughputs, for the rate with the line
+where achieved equals offered. A sweep of anything else (a GPU count, a block count) is drawn
+against the swept value itself: its runs are offered one load, so their throughputs are alike
+and would draw a long line across a sliver of an axis. A series is one variant at one value of
+the other sweep keys. Non-numeric swept values (policy names) are placed at evenly
 spaced ticks, and a few whole numbers (tensor parallel sizes) at their own ticks.
 """
 
@@ -18,12 +20,16 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.lines import Line2D
 
+from scenarios.effects import overlap
+
 from .figures import legend_below, log_note, new_figure, png_bytes, run_colors, scale_axis
 from .labels import axis_label, value_text
 
 PANELS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))
 STYLES = (("p50", "-", "o"), ("p99", "--", "s"))
 RATE_KEY = "workload.arrival.rate"
+# what sets the load a server is offered: a sweep of one is drawn against achieved throughput
+LOAD_KEYS = ("workload.arrival", "workload.trace.time_scale", "workload.max_concurrency")
 MARK_SPACING_PX = 14  # swept-value marks closer than this to one another would overlap
 MAX_VALUE_TICKS = 12  # whole swept values up to this many each get their own tick
 
@@ -36,18 +42,20 @@ def sweep_chart(specs, summaries: list[dict]) -> bytes:
 def sweep_figure(specs, summaries: list[dict]):
     """The chart's matplotlib Figure: TTFT, TPOT, E2E against achieved throughput, then
     achieved throughput against the swept value."""
-    x_key = next(iter(specs[0].sweep))
-    by_load = x_key == RATE_KEY
+    swept = specs[0].sweep
+    x_key = RATE_KEY if RATE_KEY in swept else next(iter(swept))
+    by_load = any(overlap(x_key, key) for key in LOAD_KEYS)
     values = [spec.sweep[x_key] for spec in specs]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-    ticks = sorted(set(values)) if numeric else list(dict.fromkeys(map(str, values)))
+    ticks = sorted(set(values)) if numeric else list(dict.fromkeys(map(value_text, values)))
     series = _series(specs, x_key)
     colors = run_colors(len(series))
     fig, axes = new_figure(2, 2, 11, 8.5)
     latency_axes = [axes[0, 0], axes[0, 1], axes[1, 0]]
     handles, marks = [], []
     for color, (name, members) in zip(colors, series.items()):
-        points = sorted(((spec.sweep[x_key] if numeric else ticks.index(str(spec.sweep[x_key])),
+        points = sorted(((spec.sweep[x_key] if numeric
+                          else ticks.index(value_text(spec.sweep[x_key])),
                           spec.sweep[x_key], summaries[index]) for spec, index in members),
                         key=lambda p: p[0])
         throughput = np.array([s["request_throughput"] for _, _, s in points])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import overrides as ov
 from .errors import FieldError, ScenarioError
-from .reads import READ_WITH, reads, setting_of, unread_cleared
+from .reads import READ_WITH, UNREAD_WITH, reads, setting_of, unread_cleared
 from .resolve import resolve
 
 
@@ -34,22 +34,39 @@ def check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: d
         return
     first = ov.grid(sweep)[0]
     runs = {spec.variant: spec.config for spec in specs if spec.sweep == first}
+    by_name = {variant.name: variant for variant in variants}
     for key, _ in pairs:
         others = dict(pair for pair in pairs if pair[0] != key)
         try:
             without = ov.apply_all(file_raw, others)
             if resolve(without, path) == overridden:
                 continue  # it restates the file's own value: harmless
-            alike = {v.name: resolve(ov.apply_all(ov.apply_all(without, v.set), first), path)
-                     for v in variants}
+            if all(resolve(ov.apply_all(ov.apply_all(without, v.set), first), path)
+                   == runs[v.name] for v in variants):
+                _refuse_undone(shown, key, variants, sources)
+            if _searched_over(file_raw, pairs):
+                continue  # what a run reads changes with the grid, crossed in later
+            alike = [(spec, resolve(ov.apply_all(ov.apply_all(without, by_name[spec.variant].set),
+                                                 spec.sweep), path)) for spec in specs]
         except FieldError:
             continue  # needed: without it the file or a run would not resolve
-        unread = [v for v in variants if alike[v.name] != runs[v.name]]
-        if len(unread) == len(variants):
-            continue  # no run reads it: `reads.check_keys_read` says under what it would
-        if all(unread_cleared(alike[v.name]) == unread_cleared(runs[v.name]) for v in unread):
-            _refuse_undone(shown, key, [v for v in variants if v not in unread], sources,
-                           unread)
+        # every run the same but for keys it does not read, and some variant sets it again
+        unread = list(dict.fromkeys(spec.variant for spec, run in alike if run != spec.config))
+        if len(unread) < len(variants) and all(
+                unread_cleared(run) == unread_cleared(spec.config) for spec, run in alike):
+            _refuse_undone(shown, key, [v for v in variants if v.name not in unread], sources,
+                           [by_name[name] for name in unread])
+
+
+def _searched_over(file_raw: dict, pairs, *settings: str) -> bool:
+    """Whether `search.grid` (the file's, or an override's) sets one of `settings` (default:
+    any that decides what a run reads, `reads.READ_WITH`'s): `servesim search` crosses the grid
+    in after loading, so what a run reads is known only then."""
+    grid = set((file_raw.get("search") or {}).get("grid") or {})
+    grid |= {k.removeprefix("search.grid.") for k in writes(dict(pairs))
+             if k.startswith("search.grid.")}
+    settings = settings or tuple(setting for setting, _ in READ_WITH.values())
+    return any(overlap(setting, key) for setting in settings for key in grid)
 
 
 def undoes(settings: dict, pairs) -> bool:
@@ -97,11 +114,18 @@ def check_keys_read(shown: str, file_raw: dict, pairs, sources: dict, variants, 
              if key in READ_WITH and not any(overlap(READ_WITH[key][0], setting)
                                              for setting in settings)]
     given += [(given_by([(key, value)], sources), written, specs)
-              for key, value in pairs for written in writes({key: value})]
+              for key, value in pairs for written in writes({key: value})
+              if not (written in READ_WITH and _searched_over(file_raw, pairs,
+                                                              READ_WITH[written][0]))]
     for where, key, runs in given:
         if key in READ_WITH and runs and not any(reads(spec.config, key) for spec in runs):
             setting, value = READ_WITH[key]
             actual = sorted({repr(setting_of(spec.config, setting)) for spec in runs})
+            if actual == [repr(value)] and key in UNREAD_WITH:  # but for another setting
+                other, unread, instead = UNREAD_WITH[key]
+                raise ScenarioError(f"{shown}: {where}{key}: not read with {other} = "
+                                    f"{unread!r}, which every run has ({instead} is read "
+                                    f"instead); drop it")
             raise ScenarioError(f"{shown}: {where}{key}: read with {setting} = {value!r} only, "
                                 f"and no run has it ({setting} is {', '.join(actual)}); drop "
                                 f"it, or set {setting} = {value!r}")

@@ -20,14 +20,20 @@ READ_WITH = {
     "engine.swap_blocks": ("scheduler.preemption", "swap"),
     "cost.swap_bandwidth_gbs": ("scheduler.preemption", "swap"),
 }
+# dotted key -> (a key whose setting makes it unread even so, that setting, what is read then)
+UNREAD_WITH = {
+    "cost.swap_bandwidth_gbs": ("cost.model", "hardware", "the GPU's host_bandwidth_gbs"),
+}
 
 
 def reads(config, key: str) -> bool:
     """Whether a run of `config` (one of its pools' servers, in a cluster of pools) reads
     `key` of READ_WITH."""
     setting, value = READ_WITH[key]
+    other, unread, _ = UNREAD_WITH.get(key, (None, None, None))
     servers = [pooled for _, pooled in config.pool_configs()] or [config]
-    return any(setting_of(server, setting) == value for server in servers)
+    return any(setting_of(server, setting) == value
+               and (other is None or setting_of(server, other) != unread) for server in servers)
 
 
 def unread_cleared(config):

@@ -353,6 +353,15 @@ def test_a_bad_flag_is_one_line_and_status_2(tmp_path, capsys, flags, message):
     assert not (tmp_path / "o").exists()
 
 
+def test_an_override_read_at_some_points_of_a_sweep_given_as_a_flag_is_taken(tmp_path, capsys):
+    # the default scenario's continuous variant reads the batch size where --sweep makes it
+    # static: the flags are resolved with the sweep, not without it
+    status = main(["run", "--sweep", "scheduler.policy=continuous,static", "--set",
+                   "scheduler.max_batch_size=8", "--num-prompts", "5", "--quiet", "--out",
+                   str(tmp_path / "o")])
+    assert status == 0, capsys.readouterr().err
+
+
 def test_version_names_the_package(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--version"])

@@ -13,6 +13,7 @@ import simpy
 
 import reports
 import scenarios
+import sim
 from helpers.cluster import OPEN, SESSIONS, cluster_text, load_config, run_cluster_of
 from helpers.runs import records
 from scenarios import ScenarioError
@@ -174,6 +175,19 @@ def test_the_same_seed_writes_the_same_files(tmp_path):
     assert {"replicas.csv", "replicas.png"} <= written[0].keys()
     header = written[0]["replicas.csv"].decode().splitlines()[0]
     assert header.startswith("variant,replica,requests,completed,request_throughput")
+
+
+def test_the_prefix_cache_chart_draws_a_cluster_where_only_a_pool_caches(tmp_path):
+    from reports.prefix_cache_chart import caching_runs
+
+    text = ('[engine]\nenable_prefix_caching = false\n[cluster]\nrouter = "least_outstanding"\n'
+            '[[cluster.pools]]\nname = "cached"\nreplicas = 1\n'
+            'set = { "engine.enable_prefix_caching" = true }\n[[cluster.pools]]\nname = "plain"'
+            '\nreplicas = 1\n' + SESSIONS.replace("conversations = 30", "conversations = 8"))
+    path = tmp_path / "pools.toml"
+    path.write_text(text)
+    (spec, recorder), = sim.simulate(scenarios.load(path))
+    assert [label for label, _ in caching_runs([(spec, recorder)])] == [spec.label]
 
 
 def test_pools_build_their_replicas_with_their_own_settings(tmp_path):

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import string
+import subprocess
+import sys
 
 import jinja2.sandbox
 import pytest
@@ -17,7 +20,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from engine.tokenizer import decode_tokens, encode_prompt
-from helpers.http import TINY, serve_command
+from helpers.http import ROOT, TINY, serve_command
 from sim.http.hf_tokenizer import tokenizer_files
 from sim.http.text import ALPHABET, SPECIAL_TOKENS, model_vocab, render_chat
 
@@ -60,10 +63,15 @@ def test_a_chat_renders_as_the_server_renders_it(tmp_path):
                                                                lstrip_blocks=True)
     messages = [("system", "be brief"), ("user", "two\nlines"), ("assistant", "ok"),
                 ("user", "  and again ")]
-    text = environment.from_string(config["chat_template"]).render(
-        messages=[{"role": r, "content": c} for r, c in messages], add_generation_prompt=True,
-        bos_token=config["bos_token"])
+    template = environment.from_string(config["chat_template"])
+    text = template.render(messages=[{"role": r, "content": c} for r, c in messages],
+                           add_generation_prompt=True, bos_token=config["bos_token"])
     assert text == "<bos>" + render_chat(messages)
+    # a content of text parts (as guidellm sends it), joined as the server joins them
+    parts = [{"type": "text", "text": "hi"}, {"type": "text", "text": "there"}]
+    text = template.render(messages=[{"role": "user", "content": parts}],
+                           add_generation_prompt=True, bos_token=config["bos_token"])
+    assert text == "<bos>" + render_chat([("user", "hi\nthere")])
 
 
 def test_the_config_names_the_special_tokens_and_the_context():
@@ -76,7 +84,7 @@ def test_the_config_names_the_special_tokens_and_the_context():
     assert set(string.ascii_letters) <= set(json.loads(files["tokenizer.json"])["model"]["vocab"])
 
 
-def test_serve_writes_the_tokenizer_before_it_listens(tmp_path):
+def test_serve_writes_the_tokenizer_before_it_says_it_serves(tmp_path):
     out = tmp_path / "tokenizer"
     process = serve_command("--port", "0", "--set", *TINY, "--write-tokenizer", str(out))
     try:
@@ -102,3 +110,29 @@ def test_serve_refuses_to_write_the_tokenizer_over_a_users_files(tmp_path):
     assert process.returncode == 2 and stderr.count("\n") == 1, stderr
     assert "the folder holds files servesim did not write (mine.txt)" in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+def test_serve_never_writes_the_tokenizer_over_another_commands_output(tmp_path):
+    out = tmp_path / "run"
+    run = subprocess.run([sys.executable, "-m", "sim.cli", "run", "--num-prompts", "3",
+                          "--quiet", "--out", str(out)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    before = sorted(p.name for p in out.iterdir())
+    process = serve_command("--port", "0", "--set", *TINY, "--write-tokenizer", str(out))
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 2 and stderr.count("\n") == 1, stderr
+    assert f"--write-tokenizer {out}: holds the output of servesim run" in stderr
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_a_server_that_cannot_listen_writes_no_tokenizer(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        process = serve_command("--port", port, "--set", *TINY, "--write-tokenizer",
+                                str(tmp_path / "tok"))
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 2 and "cannot listen" in stderr, stderr
+    assert not (tmp_path / "tok").exists()

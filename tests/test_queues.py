@@ -57,6 +57,10 @@ def test_a_preempted_request_of_a_burst_keeps_its_place():
     q.push_front(burst[0])
     assert burst[0] in q and Sequence("other", 3, 1) not in q
     assert [q.pop().request_id for _ in range(4)] == ["r0", "r1", "r2", "r3"]
+    heap = []  # a heap shared with the part 6 function orders sequences alike
+    priority_queue_push(heap, 0, burst[1])
+    PriorityQueue(heap).push_front(burst[0])
+    assert [priority_queue_pop(heap).request_id for _ in range(2)] == ["r0", "r1"]
 
 
 def test_priority_queue_can_share_a_heap_filled_by_the_part_6_functions():

@@ -506,6 +506,17 @@ def test_a_sweep_of_anything_but_the_rate_is_drawn_against_the_swept_value():
     assert list(ttft.get_lines()[0].get_xdata()) == [2, 4]  # not the throughputs
     assert list(ttft.get_xticks()) == [2, 4] and throughput.get_ylim()[0] == 0
     assert "achieved throughput" not in ttft.get_xlabel()
+    # the load swept as a table, or the rate as a later key: against achieved throughput
+    tables = [RunSpec("continuous", {"workload.arrival": {"process": "poisson", "rate": r}}, {})
+              for r in (2.0, 4.0)]
+    later = [RunSpec("continuous", {"engine.num_kv_blocks": 64, "workload.arrival.rate": r}, {})
+             for r in (2.0, 4.0)]
+    for swept in (tables, later):
+        ttft, throughput = sweep_figure(swept, summaries).axes[::3]
+        assert list(ttft.get_lines()[0].get_xdata()) == [1.502, 1.504]
+        assert "achieved throughput" in ttft.get_xlabel()
+    labels = [t.get_text() for t in sweep_figure(tables, summaries).axes[3].get_xticklabels()]
+    assert labels == ['{process = "poisson", rate = 2}', '{process = "poisson", rate = 4}']
 
 
 def test_sweep_runs_are_labelled_by_the_swept_value_alone():

@@ -388,6 +388,33 @@ def test_a_swept_key_no_run_reads_is_refused_and_one_a_search_grid_makes_read_is
     assert scenarios.load(write(tmp_path, WORKLOAD + grid, "grid.toml")).base.search is not None
 
 
+def test_the_swap_bandwidth_is_not_read_under_the_hardware_model(tmp_path):
+    path = write(tmp_path, '[model]\nname = "meta-llama/Llama-3.1-8B"\n[hardware]\n'
+                 'gpu = "h100-sxm"\n[cost]\nmodel = "hardware"\n' + WORKLOAD)
+    swap = ['scheduler.preemption="swap"', "engine.swap_blocks=64"]
+    assert load_error(path, swap + ["cost.swap_bandwidth_gbs=5"]).endswith(
+        "--set: cost.swap_bandwidth_gbs: not read with cost.model = 'hardware', which every "
+        "run has (the GPU's host_bandwidth_gbs is read instead); drop it")
+    assert scenarios.load(path, swap).specs  # the host link's own speed
+
+
+def test_an_override_some_variants_set_again_and_the_others_do_not_read_is_refused(tmp_path):
+    variants = ('[[variants]]\nname = "a"\nset = { "scheduler.max_batch_size" = 32, '
+                '"scheduler.policy" = "static" }\n[[variants]]\nname = "b"\n')
+    path = write(tmp_path, WORKLOAD + variants)
+    assert load_error(path, ["scheduler.max_batch_size=8"]).endswith(
+        "--set scheduler.max_batch_size: changes no run: a sets it again after it, b does not "
+        "read it; drop it, or set it in the variants")
+    # swept or searched over the policy, b reads it at some points: taken
+    swept = scenarios.load(path, ["scheduler.max_batch_size=8"],
+                           sweep={"scheduler.policy": ["continuous", "static"]})
+    assert {spec.config.scheduler.max_batch_size for spec in swept.specs} == {32, 8}
+    grid = write(tmp_path, WORKLOAD + '[slo]\nttft_s = 1.0\n[search]\nrate = { low = 0.5, '
+                 'high = 8.0 }\ngrid = { "scheduler.policy" = ["continuous", "static"] }\n'
+                 + variants.replace(', "scheduler.policy" = "static"', ""), "grid.toml")
+    assert scenarios.load(grid, ["scheduler.max_batch_size=8"]).specs
+
+
 def test_a_key_some_run_reads_is_taken_though_other_runs_ignore_it(tmp_path):
     # the static variant reads the base's batch size; the continuous one ignores it
     path = write(tmp_path, WORKLOAD + "[scheduler]\nmax_batch_size = 4\n"

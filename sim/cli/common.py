@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from .flag_types import positive_integer
-from .flags import FlagError, flag_overrides
+from .flags import FlagError, flag_overrides, sweep_flags
 
 DEFAULT_SCENARIO = "static-vs-continuous"  # scenarios.DEFAULT_SCENARIO, without loading it
 SERVE_VARIANT = "continuous"  # the default scenario's variant `serve` serves, `bench` labels
@@ -45,10 +45,12 @@ def load_scenario(args):
     sets = list(args.set or ())
     variant = getattr(args, "variant", None)
 
-    def scenario_of(pairs, sources):
-        return scenarios.load(args.scenario, sets + pairs, sources=sources, variant=variant)
+    def scenario_of(pairs, sources):  # with --sweep: what a run reads may change with it
+        return scenarios.load(args.scenario, sets + pairs, sweep=flag_sweep, sources=sources,
+                              variant=variant)
 
     try:
+        flag_sweep = sweep_flags(args.sweep or ())
         pairs, sweep, flags = flag_overrides(args, scenario_of)
     except FlagError as exc:
         raise UsageError(str(exc)) from None

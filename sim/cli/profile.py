@@ -137,7 +137,7 @@ def model_config(pairs):
         key, sep, text = pair.partition("=")
         if not sep or key not in allowed:
             near = nearest_option(key, allowed) if sep else None
-            hint = f" (did you mean {near}?)" if near else ""
+            hint = f" (did you mean {near!r}?)" if near else ""
             raise UsageError(f"--model {pair}: expected KEY=VALUE with KEY one of "
                              f"{', '.join(allowed)}{hint}")
         values[key] = parse_value(text)

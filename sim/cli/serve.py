@@ -30,9 +30,9 @@ def add_parser(subparsers) -> None:
                         help="answer 429 while N requests wait for admission (default: no "
                              "limit)")
     parser.add_argument("--write-tokenizer", metavar="DIR",
-                        help="first write the served model's tokenizer to DIR in Hugging Face's "
-                             "format, for clients that count tokens (vllm bench serve, "
-                             "guidellm, aiperf: --tokenizer DIR)")
+                        help="write the served model's tokenizer to DIR in Hugging Face's "
+                             "format as the server starts, for clients that count tokens "
+                             "(vllm bench serve, guidellm, aiperf: --tokenizer DIR)")
     parser.set_defaults(func=cmd_serve, blas_threads=blas_threads)
 
 
@@ -44,7 +44,7 @@ def blas_threads(args) -> int:
 
 def cmd_serve(args) -> int:
     import scenarios
-    from reports.places import check_place
+    from reports.places import check_place, written_by
 
     from ..http import serve_scenario
 
@@ -61,6 +61,10 @@ def cmd_serve(args) -> int:
             raise UsageError("--write-tokenizer: an empty path; give a folder, e.g. "
                              "--write-tokenizer tokenizer")
         check_place(args.write_tokenizer)  # refused now, before the model is built
+        other = written_by(args.write_tokenizer)
+        if other not in (None, "serve"):  # a run's results are not to be lost to a tokenizer
+            raise UsageError(f"--write-tokenizer {args.write_tokenizer}: holds the output of "
+                             f"servesim {other}; give another folder")
     try:
         serve_scenario(spec.config, args.host, args.port, args.max_waiting,
                        f"{scenario.name} (variant {name})", args.write_tokenizer,

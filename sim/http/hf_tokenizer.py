@@ -22,9 +22,14 @@ import json
 from .text import SPECIAL_TOKENS, model_vocab
 
 BOS, EOS, UNK = SPECIAL_TOKENS
-# render_chat's template, in Jinja: one "role: text" line per message, then "assistant:"
-CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ message['role'] }}: "
-                 "{{ message['content'] }}\n{% endfor %}assistant:")
+# render_chat's template, in Jinja: one "role: text" line per message, then "assistant:"; a
+# content of text parts joined with newlines, as the server joins them (`messages.py`)
+# (the newlines as expressions: transformers trims one that follows a block tag)
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{{ message['role'] }}: "
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if not loop.first %}{{ '\\n' }}{% endif %}"
+    "{{ part['text'] }}{% endfor %}{% endif %}{{ '\\n' }}{% endfor %}assistant:")
 
 
 def tokenizer_files(vocab_size: int, max_seq_len: int) -> dict[str, str]:

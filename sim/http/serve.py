@@ -55,15 +55,15 @@ def serve_scenario(config, host: str, port: int, max_waiting: int | None = None,
                    manifest: dict | None = None) -> None:
     """Serve until SIGINT or SIGTERM. Once the port listens, one line goes to stderr:
     "serving NAME: <what is served>, on http://HOST:PORT". A port it cannot listen on raises
-    ValueError. `tokenizer_out`: a folder to write the model's tokenizer to first
-    (`write_tokenizer`, with `manifest`)."""
+    ValueError. `tokenizer_out`: a folder to write the model's tokenizer to once the port
+    listens, before that line (`write_tokenizer`, with `manifest`)."""
     from sim.profiling import threads
 
     engine, model = engine_for(config)
-    if tokenizer_out is not None:
-        write_tokenizer(model, tokenizer_out, manifest)
     banner = f"serving {name}: {describe_served(config, model, threads.current())}"
-    asyncio.run(_serve_until_signal(engine, model, host, port, max_waiting, banner))
+    listening = None if tokenizer_out is None else \
+        (lambda: write_tokenizer(model, tokenizer_out, manifest))
+    asyncio.run(_serve_until_signal(engine, model, host, port, max_waiting, banner, listening))
 
 
 def write_tokenizer(model: Model, out_dir, manifest: dict | None = None) -> None:
@@ -83,13 +83,19 @@ def write_tokenizer(model: Model, out_dir, manifest: dict | None = None) -> None
 
 
 async def _serve_until_signal(engine: LLMEngine, model: Model, host: str, port: int,
-                              max_waiting: int | None, banner: str) -> None:
+                              max_waiting: int | None, banner: str, listening=None) -> None:
     loop, stop = asyncio.get_running_loop(), asyncio.Event()
     try:
         server = await start_server(engine, model, host, port, max_waiting)
     except OSError as exc:  # in use, not allowed, or no such address
         why = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or exc
         raise ValueError(f"cannot listen on {host}:{port}: {why}") from None
+    if listening is not None:
+        try:
+            listening()
+        except BaseException:
+            await server.close()
+            raise
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     for sig in previous:
         loop.add_signal_handler(sig, stop.set)

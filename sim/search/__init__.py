@@ -81,8 +81,8 @@ def search_scenario(scenario) -> scenarios.Scenario:
     for spec in gridded.specs:
         workload = spec.config.workload
         if not workload.arrival.at_rate:
-            overridden = any(overlap(key, "workload.arrival.process")
-                             for key, _ in scenario.overrides)
+            overridden = not scenario.base.workload.arrival.at_rate and any(
+                overlap(key, "workload.arrival.process") for key, _ in scenario.overrides)
             raise gridded.error(f"workload.arrival.process: the search varies {RATE_KEY}, so "
                                 f"arrivals must come at a rate ({', '.join(RATE_PROCESSES)}), "
                                 f"got {workload.arrival.process!r}",
