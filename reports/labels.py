@@ -23,6 +23,8 @@ def axis_label(key: str) -> str:
 def value_text(value) -> str:
     """A swept value as written on a chart: 4.0 as "4", 0.25 as "0.25", names as they are, a
     table as TOML writes it (`{process = "poisson", rate = 2}`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as TOML writes it
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, dict):

@@ -1,18 +1,18 @@
 """Latency over a sweep: p50 (solid) and p99 (dashed) of TTFT, TPOT and E2E, and the throughput
 a server achieved against the swept value.
 
-The swept value on the x axis is the arrival rate where the sweep has it, else the first sweep
-key. In a sweep of the load (the arrivals, a trace's time scale, a concurrency cap:
-`LOAD_KEYS`) the x axis of the latency panels is each run's `request_throughput` (requests
-completed per second), not the load it was offered: past the knee the offered rate keeps
-growing while the achieved one stops, so the curve turns upwards where the server saturates,
-and a series that gets more work done sits further right; each p50 point is marked with its
-swept value, and the fourth panel maps swept values to throughputs, for the rate with the line
-where achieved equals offered. A sweep of anything else (a GPU count, a block count) is drawn
-against the swept value itself: its runs are offered one load, so their throughputs are alike
-and would draw a long line across a sliver of an axis. A series is one variant at one value of
-the other sweep keys. Non-numeric swept values (policy names) are placed at evenly
-spaced ticks, and a few whole numbers (tensor parallel sizes) at their own ticks.
+The swept value on the x axis is the first of `LOAD_KEYS` the sweep varies (the rate, the
+arrivals as tables of differing rates, a trace's time scale, a concurrency cap), else the first
+sweep key. In a sweep of the load the x axis of the latency panels is each run's
+`request_throughput` (requests completed per second), not the load it was offered: past the knee
+the offered rate keeps growing while the achieved one stops, so the curve turns upwards where
+the server saturates, and a series that gets more work done sits further right; each p50 point
+is marked with its swept value, and the fourth panel maps swept values to throughputs, for the
+rate with the line where achieved equals offered. A sweep of anything else (a GPU count, a block
+count) is drawn against the swept value itself: its runs are offered one load, so their
+throughputs are alike and would draw a long line across a sliver of an axis. A series is one
+variant at one value of the other sweep keys. Non-numeric swept values (policy names) are placed
+at evenly spaced ticks, and a few whole numbers (tensor parallel sizes) at their own ticks.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.lines import Line2D
 
-from scenarios.effects import overlap
-
 from .figures import legend_below, log_note, new_figure, png_bytes, run_colors, scale_axis
 from .labels import axis_label, value_text
 
 PANELS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))
 STYLES = (("p50", "-", "o"), ("p99", "--", "s"))
 RATE_KEY = "workload.arrival.rate"
-# what sets the load a server is offered: a sweep of one is drawn against achieved throughput
-LOAD_KEYS = ("workload.arrival", "workload.trace.time_scale", "workload.max_concurrency")
+# what sets the load a server is offered (the arrivals as a table only when their rates
+# differ): a sweep of one is drawn against achieved throughput
+LOAD_KEYS = (RATE_KEY, "workload.arrival", "workload.trace.time_scale",
+             "workload.max_concurrency")
 MARK_SPACING_PX = 14  # swept-value marks closer than this to one another would overlap
 MAX_VALUE_TICKS = 12  # whole swept values up to this many each get their own tick
 
@@ -42,9 +42,9 @@ def sweep_chart(specs, summaries: list[dict]) -> bytes:
 def sweep_figure(specs, summaries: list[dict]):
     """The chart's matplotlib Figure: TTFT, TPOT, E2E against achieved throughput, then
     achieved throughput against the swept value."""
-    swept = specs[0].sweep
-    x_key = RATE_KEY if RATE_KEY in swept else next(iter(swept))
-    by_load = any(overlap(x_key, key) for key in LOAD_KEYS)
+    load_key = _load_key(specs)
+    x_key = load_key or next(iter(specs[0].sweep))
+    by_load = load_key is not None
     values = [spec.sweep[x_key] for spec in specs]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     ticks = sorted(set(values)) if numeric else list(dict.fromkeys(map(value_text, values)))
@@ -85,6 +85,21 @@ def sweep_figure(specs, summaries: list[dict]):
                 for stat, style, marker in STYLES]
     legend_below(fig, handles, [h.get_label() for h in handles])
     return fig
+
+
+def _load_key(specs) -> str | None:
+    """The sweep key that varies the offered load (`LOAD_KEYS`, the first that does), or
+    None: the arrivals swept as tables count only when their rates differ (a sweep of their
+    burstiness offers one rate)."""
+    for key in LOAD_KEYS:
+        values = [spec.sweep[key] for spec in specs if key in spec.sweep]
+        if not values:
+            continue
+        if key == "workload.arrival":
+            values = [v.get("rate") if isinstance(v, dict) else v for v in values]
+        if len({value_text(v) for v in values}) > 1:
+            return key
+    return None
 
 
 def _throughput_panel(ax, x_key: str, numeric: bool, ticks: list) -> None:

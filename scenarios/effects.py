@@ -18,11 +18,12 @@ from .resolve import resolve
 def check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: dict,
                             path: Path, sources: dict, specs: list) -> None:
     """ScenarioError when an override changes the file's config but no run: every variant's
-    run at the first sweep point resolves the same without it, but for keys the run does not
-    read (the variants, applied after it, set again all it changes: `--request-rate R` where
-    every variant sets the rate of the file's own Poisson arrivals; `--set
-    scheduler.max_batch_size=8` where the static variant sets its own and the continuous one
-    reads none). One restating the file's own value is harmless."""
+    run at the first sweep point resolves the same without it (the variants, applied after it,
+    set again all it changes: `--request-rate R` where every variant sets the rate of the
+    file's own Poisson arrivals), or, for a key read only under another's setting
+    (`reads.READ_WITH`), every run at every sweep point does but for the keys it does not read
+    (`--set scheduler.max_batch_size=8` where the static variant sets its own and the
+    continuous one reads none). One restating the file's own value is harmless."""
     if not pairs:
         return
     try:
@@ -35,17 +36,22 @@ def check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: d
     first = ov.grid(sweep)[0]
     runs = {spec.variant: spec.config for spec in specs if spec.sweep == first}
     by_name = {variant.name: variant for variant in variants}
-    for key, _ in pairs:
+    for key, value in pairs:
         others = dict(pair for pair in pairs if pair[0] != key)
         try:
             without = ov.apply_all(file_raw, others)
             if resolve(without, path) == overridden:
                 continue  # it restates the file's own value: harmless
-            if all(resolve(ov.apply_all(ov.apply_all(without, v.set), first), path)
-                   == runs[v.name] for v in variants):
+            at_first = {v.name: resolve(ov.apply_all(ov.apply_all(without, v.set), first), path)
+                        for v in variants}
+            if all(at_first[v.name] == runs[v.name] for v in variants):
                 _refuse_undone(shown, key, variants, sources)
-            if _searched_over(file_raw, pairs):
-                continue  # what a run reads changes with the grid, crossed in later
+            conditions = _conditions(writes({key: value}))
+            if not conditions or _searched_over(file_raw, pairs, conditions, crossed=sweep):
+                continue  # read by every run it reaches, or known only once the grid is in
+            if any(unread_cleared(at_first[v.name]) != unread_cleared(runs[v.name])
+                   for v in variants):
+                continue  # a run reads it: it matters
             alike = [(spec, resolve(ov.apply_all(ov.apply_all(without, by_name[spec.variant].set),
                                                  spec.sweep), path)) for spec in specs]
         except FieldError:
@@ -58,14 +64,22 @@ def check_overrides_matter(shown: str, file_raw: dict, pairs, variants, sweep: d
                            [by_name[name] for name in unread])
 
 
-def _searched_over(file_raw: dict, pairs, *settings: str) -> bool:
-    """Whether `search.grid` (the file's, or an override's) sets one of `settings` (default:
-    any that decides what a run reads, `reads.READ_WITH`'s): `servesim search` crosses the grid
-    in after loading, so what a run reads is known only then."""
-    grid = set((file_raw.get("search") or {}).get("grid") or {})
+def _conditions(written) -> tuple:
+    """The settings that decide whether the dotted keys `written` are read (`READ_WITH`,
+    `UNREAD_WITH`)."""
+    found = [READ_WITH[w][0] for w in written if w in READ_WITH]
+    found += [UNREAD_WITH[w][0] for w in written if w in UNREAD_WITH]
+    return tuple(dict.fromkeys(found))
+
+
+def _searched_over(file_raw: dict, pairs, settings, crossed=()) -> bool:
+    """Whether `search.grid` (the file's, or an override's) sets one of `settings`, unless it
+    is `crossed` in already (a sweep key): `servesim search` crosses the grid in after loading,
+    so what a run reads is known only then."""
+    grid = set(ov.flatten((file_raw.get("search") or {}).get("grid") or {}))
     grid |= {k.removeprefix("search.grid.") for k in writes(dict(pairs))
              if k.startswith("search.grid.")}
-    settings = settings or tuple(setting for setting, _ in READ_WITH.values())
+    grid -= set(crossed)
     return any(overlap(setting, key) for setting in settings for key in grid)
 
 
@@ -111,21 +125,21 @@ def check_keys_read(shown: str, file_raw: dict, pairs, sources: dict, variants, 
         where = "--sweep: " if swept in flag_sweep else "[sweep]: "
         given += [(where, key, specs) for key in swept_writes(swept, values)]
     given = [(where, key, runs) for where, key, runs in given
-             if key in READ_WITH and not any(overlap(READ_WITH[key][0], setting)
+             if key in READ_WITH and not any(overlap(condition, setting)
+                                             for condition in _conditions([key])
                                              for setting in settings)]
     given += [(given_by([(key, value)], sources), written, specs)
               for key, value in pairs for written in writes({key: value})
-              if not (written in READ_WITH and _searched_over(file_raw, pairs,
-                                                              READ_WITH[written][0]))]
+              if not _searched_over(file_raw, pairs, _conditions([written]), crossed=sweep)]
     for where, key, runs in given:
         if key in READ_WITH and runs and not any(reads(spec.config, key) for spec in runs):
             setting, value = READ_WITH[key]
             actual = sorted({repr(setting_of(spec.config, setting)) for spec in runs})
-            if actual == [repr(value)] and key in UNREAD_WITH:  # but for another setting
+            if repr(value) in actual and key in UNREAD_WITH:  # those are another's
                 other, unread, instead = UNREAD_WITH[key]
-                raise ScenarioError(f"{shown}: {where}{key}: not read with {other} = "
-                                    f"{unread!r}, which every run has ({instead} is read "
-                                    f"instead); drop it")
+                raise ScenarioError(f"{shown}: {where}{key}: read with {setting} = {value!r} "
+                                    f"only, and not with {other} = {unread!r} ({instead} is "
+                                    f"read instead): no run reads it; drop it")
             raise ScenarioError(f"{shown}: {where}{key}: read with {setting} = {value!r} only, "
                                 f"and no run has it ({setting} is {', '.join(actual)}); drop "
                                 f"it, or set {setting} = {value!r}")

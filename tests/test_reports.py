@@ -517,6 +517,10 @@ def test_a_sweep_of_anything_but_the_rate_is_drawn_against_the_swept_value():
         assert "achieved throughput" in ttft.get_xlabel()
     labels = [t.get_text() for t in sweep_figure(tables, summaries).axes[3].get_xticklabels()]
     assert labels == ['{process = "poisson", rate = 2}', '{process = "poisson", rate = 4}']
+    # burstiness swept at one rate: one load, drawn against the swept value
+    bursty = [RunSpec("continuous", {"workload.arrival.cv": cv}, {}) for cv in (1.0, 4.0)]
+    ttft = sweep_figure(bursty, summaries).axes[0]
+    assert list(ttft.get_lines()[0].get_xdata()) == [1.0, 4.0]
 
 
 def test_sweep_runs_are_labelled_by_the_swept_value_alone():

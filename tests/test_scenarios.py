@@ -393,9 +393,15 @@ def test_the_swap_bandwidth_is_not_read_under_the_hardware_model(tmp_path):
                  'gpu = "h100-sxm"\n[cost]\nmodel = "hardware"\n' + WORKLOAD)
     swap = ['scheduler.preemption="swap"', "engine.swap_blocks=64"]
     assert load_error(path, swap + ["cost.swap_bandwidth_gbs=5"]).endswith(
-        "--set: cost.swap_bandwidth_gbs: not read with cost.model = 'hardware', which every "
-        "run has (the GPU's host_bandwidth_gbs is read instead); drop it")
+        "--set: cost.swap_bandwidth_gbs: read with scheduler.preemption = 'swap' only, and not "
+        "with cost.model = 'hardware' (the GPU's host_bandwidth_gbs is read instead): no run "
+        "reads it; drop it")
     assert scenarios.load(path, swap).specs  # the host link's own speed
+    # the file's own bandwidth, left unread by an override of the cost model, as asked
+    numpy = write(tmp_path, '[scheduler]\npreemption = "swap"\n[engine]\nswap_blocks = 64\n'
+                  '[cost]\nswap_bandwidth_gbs = 5.0\n' + WORKLOAD, "numpy.toml")
+    assert scenarios.load(numpy, ['cost.model="hardware"', 'hardware.gpu="h100-sxm"',
+                                  'model.name="meta-llama/Llama-3.1-8B"']).specs
 
 
 def test_an_override_some_variants_set_again_and_the_others_do_not_read_is_refused(tmp_path):
@@ -413,6 +419,13 @@ def test_an_override_some_variants_set_again_and_the_others_do_not_read_is_refus
                  'high = 8.0 }\ngrid = { "scheduler.policy" = ["continuous", "static"] }\n'
                  + variants.replace(', "scheduler.policy" = "static"', ""), "grid.toml")
     assert scenarios.load(grid, ["scheduler.max_batch_size=8"]).specs
+    # a grid over another setting (what swap_blocks is read under) changes nothing of that
+    other = write(tmp_path, WORKLOAD + '[engine]\nswap_blocks = 64\n[slo]\nttft_s = 1.0\n'
+                  '[search]\nrate = { low = 0.5, high = 8.0 }\n'
+                  'grid = { "scheduler.preemption" = ["recompute", "swap"] }\n' + variants,
+                  "other.toml")
+    assert "a sets it again after it, b does not read it" in load_error(
+        other, ["scheduler.max_batch_size=8"])
 
 
 def test_a_key_some_run_reads_is_taken_though_other_runs_ignore_it(tmp_path):
