@@ -76,7 +76,7 @@ class PriorityQueue:
         self._heap: list = [] if heap is None else heap
 
     def push(self, seq) -> None:
-        priority_queue_push(self._heap, seq.priority, seq, seq.arrival_s, seq.seq_id)
+        priority_queue_push(self._heap, seq.priority, seq, seq.arrival_s)  # ties: seq_id
 
     push_front = push
 

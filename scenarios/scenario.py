@@ -20,7 +20,7 @@ from . import overrides as ov
 from .errors import FieldError, ScenarioError
 from .config import RunConfig
 from .resolve import resolve
-from .specs import nearest_option
+from .specs import did_you_mean
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 DEFAULT_SCENARIO = "static-vs-continuous"
@@ -129,10 +129,9 @@ def find(name_or_path) -> Path:
         raise ScenarioError(f"{path}: is a folder, not a scenario file")
     if path.is_file():
         return path.resolve()
-    near = nearest_option(str(name_or_path), builtin_names())
-    hint = f"did you mean {near!r}? " if near else ""
     raise ScenarioError(f"{name_or_path}: no such scenario file or built-in scenario "
-                        f"({hint}built-ins: {', '.join(builtin_names())})")
+                        f"({did_you_mean(str(name_or_path), builtin_names())}built-ins: "
+                        f"{', '.join(builtin_names())})")
 
 
 def load(name_or_path, overrides=(), sweep: dict | None = None,
@@ -325,8 +324,7 @@ def _variants(table) -> list[Variant]:
             raise FieldError(key, f"must be a table with name and set, got {item!r}")
         for name in item:
             if name not in ("name", "set"):
-                near = nearest_option(name, ("name", "set"))
-                hint = f"did you mean {near!r}? " if near else ""
+                hint = did_you_mean(name, ("name", "set"))
                 raise FieldError(f"{key}.{name}", f"unknown key ({hint}allowed: name, set)")
         name = item.get("name")
         if not isinstance(name, str) or not name.strip():

@@ -69,6 +69,13 @@ class Choice(Spec):
         raise FieldError(key, f"must be {self.allowed}, got {value!r}{hint}")
 
 
+def did_you_mean(value: str, options) -> str:
+    """"did you mean 'x'? " for the option `value` most likely meant (`nearest_option`), or ""
+    when none is near: the start of an error's list of what is allowed."""
+    near = nearest_option(value, options)
+    return f"did you mean {near!r}? " if near else ""
+
+
 def nearest_option(value: str, options) -> str | None:
     """The option `value` most likely meant: the same but for case ("BF16": 'bf16'), the
     most alike, or one it begins with ("fp8_e4m3": 'fp8'); None if none is near."""
@@ -121,9 +128,8 @@ def check_table(value, schema: Table | Tagged, key: str = "") -> None:
         sub = f"{key}.{name}" if key else name
         if name not in schema.fields:
             allowed = ", ".join(schema.fields) or "nothing"
-            near = nearest_option(name, schema.fields)
-            hint = f"did you mean {near!r}? " if near else ""
-            raise FieldError(sub, f"unknown key ({hint}allowed: {allowed})")
+            raise FieldError(sub, f"unknown key ({did_you_mean(name, schema.fields)}allowed: "
+                                  f"{allowed})")
         spec = schema.fields[name]
         if isinstance(spec, Spec):
             spec.check(sub, item)
@@ -150,8 +156,6 @@ def _select_option(value: dict, schema: Tagged, key: str):
     for name in rest:
         if name not in option.fields:
             names = ", ".join(fields)
-            near = nearest_option(name, fields)
-            hint = f"did you mean {near!r}? " if near else ""
-            raise FieldError(f"{key}.{name}",
-                             f"unknown key for {schema.tag} = {tag!r} ({hint}allowed: {names})")
+            raise FieldError(f"{key}.{name}", f"unknown key for {schema.tag} = {tag!r} "
+                                              f"({did_you_mean(name, fields)}allowed: {names})")
     return Table(option.fields, option.required), rest, key

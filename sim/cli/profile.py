@@ -129,17 +129,16 @@ def model_config(pairs):
 
     from engine.model import ModelConfig
     from scenarios.overrides import parse_value
-    from scenarios.specs import nearest_option
+    from scenarios.specs import did_you_mean
 
     allowed = [f.name for f in fields(ModelConfig)]
     values = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or key not in allowed:
-            near = nearest_option(key, allowed) if sep else None
-            hint = f" (did you mean {near!r}?)" if near else ""
+            hint = did_you_mean(key, allowed).rstrip() if sep else ""
             raise UsageError(f"--model {pair}: expected KEY=VALUE with KEY one of "
-                             f"{', '.join(allowed)}{hint}")
+                             f"{', '.join(allowed)}" + (f" ({hint})" if hint else ""))
         values[key] = parse_value(text)
     try:
         return ModelConfig(**values)
