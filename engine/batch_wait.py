@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .block_manager import blocks_needed
 from .kv_reservation import RESUMING, has_free_capacity
 
 
@@ -66,8 +65,10 @@ def prefill_preview(scheduler, prefilling: list, budget: int) -> int:
         left = seq.num_tokens - seq.num_computed_tokens
         decodes = seq.status in RESUMING and left == 1
         n = 1 if decodes else scheduler.first_chunk(left, budget)
-        blocks += blocks_needed(seq.num_tokens, bm.block_size)
-        if not n or not has_free_capacity(bm, blocks):
+        if not n:
+            break
+        blocks += bm.blocks_to_hold(seq.seq_id, seq.num_computed_tokens + n)
+        if not has_free_capacity(bm, blocks):
             break
         tokens, budget = tokens + (0 if decodes else seq.num_tokens), budget - n
     return tokens

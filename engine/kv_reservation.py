@@ -26,10 +26,11 @@ def has_free_capacity(block_manager: BlockManager, required_blocks: int) -> bool
     return block_manager.num_free >= required_blocks
 
 
-def admit_sequence(seq: Sequence, block_manager: BlockManager) -> None:
-    """Reserve blocks for every token the sequence has (its prompt, plus the generated tokens when
-    it recomputes after a preemption) and mark it running. Raises OutOfBlocksError, all or nothing."""
-    block_manager.ensure_capacity(seq.seq_id, seq.num_tokens)
+def admit_sequence(seq: Sequence, block_manager: BlockManager, n_tokens: int | None = None) -> None:
+    """Reserve blocks for the first `n_tokens` of the sequence (None: every token it has, its
+    prompt plus the generated tokens when it recomputes after a preemption) and mark it running.
+    Raises OutOfBlocksError, all or nothing."""
+    block_manager.ensure_capacity(seq.seq_id, seq.num_tokens if n_tokens is None else n_tokens)
     seq.set_status(_RUNNING)
     seq.admit_order = next(_admission_counter)
 

@@ -7,9 +7,10 @@ differ only in who executes the plan and what time it is.
 
 Policies:
 - continuous (Orca / vLLM): every step, running sequences decode one token each, prefills split
-  over earlier steps continue, then, unless a running sequence was preempted for a block (as in
-  vLLM v1), waiting sequences are admitted while `max_num_seqs`, the KV blocks and the token
-  budget allow (head-of-line: admission stops at the first request that does not fit).
+  over earlier steps continue (a prefill takes its KV blocks chunk by chunk, as in vLLM v1),
+  then, unless a running sequence was preempted for a block (as in vLLM v1), waiting sequences
+  are admitted while `max_num_seqs`, the KV blocks and the token budget allow (head-of-line:
+  admission stops at the first request that does not fit).
 - static: when idle, take up to `max_batch_size` waiting sequences, prefill them together and
   decode them in lockstep until all finish; finished slots stay empty (padding) until then. One
   whose KV is whole (swapped out, or transferred) decodes in the batch's first step.
@@ -38,6 +39,7 @@ last token and finish, so the caller turns indices into times with one table of 
 The decode half of a step is written once, step by step, behind the seams a faster driver may
 override in a subclass (the simulator's `sim.fastpath` does, for sequences that stop by length
 alone): `reserve_decodes` (give every decoding sequence room for its next KV row),
+`unplan_last_decode` (a decode planned in the step was preempted for a prefill's chunk),
 `apply_decodes` (count their tokens after the step), `decode_fills` (the blocks they filled,
 for prefix caching), `running_added` / `running_removed` (a sequence joins or leaves the
 running list) and `sync` (bring every count up to date before something outside reads them).
@@ -189,20 +191,49 @@ class Scheduler(KvTransfers):
         # run that step of no tokens, then admit in the next; here the two are one (blocks held
         # outside the running list, KV coming in or come in under disaggregation, can leave a
         # preempting step with nothing to run)
-        admitting = not plan.preempted or not (plan.decodes or prefilling)
         if cfg.batch_wait_timeout_iters and hold_prefills(self, plan.decodes, prefilling, budget):
-            if admitting:  # those whose KV is computed still join, to decode
+            if not plan.preempted or not (plan.decodes or prefilling):
+                # those whose KV is computed still join, to decode
                 self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size,
                             decoders=True)
             return
-        for seq in prefilling:  # prefills split over earlier steps: their blocks are reserved
+        for seq in prefilling:  # prefills split over earlier steps go on, in running order
             if budget == 0:
                 break
+            if seq.status is not _RUNNING:  # preempted for an earlier one's chunk
+                continue
             n = min(seq.num_tokens - seq.num_computed_tokens, budget, cfg.max_num_batched_tokens)
+            unplanned = self._reserve_chunk(plan, seq, n)
+            if unplanned is None:  # it was the victim itself: no one is left behind it
+                break
             self._prefill(plan, seq, n)
-            budget -= n
-        if admitting:
+            budget += unplanned - n
+        if not plan.preempted or not (plan.decodes or plan.prefills):
             self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
+
+    def _reserve_chunk(self, plan: StepPlan, seq: Sequence, n: int) -> int | None:
+        """Room for the KV of the next `n` prompt tokens of a sequence whose prefill goes on
+        (a prefill's blocks are taken chunk by chunk, as vLLM v1 allocates them): while too few
+        are free, the last running sequence is preempted, the sequence itself last. Returns the
+        decodes planned in this step that were preempted (their budget is given back); None
+        when the sequence itself was."""
+        bm, unplanned = self.block_manager, 0
+        need = bm.blocks_to_hold(seq.seq_id, seq.num_computed_tokens + n)
+        while need > bm.num_free:
+            victim = self.running[-1]
+            self.preempt_last(plan)
+            if victim is seq:
+                return None
+            if plan.decodes and plan.decodes[-1] is victim:  # decodes are in running order
+                self.unplan_last_decode(plan)
+                unplanned += 1
+        bm.ensure_capacity(seq.seq_id, seq.num_computed_tokens + n)
+        return unplanned
+
+    def unplan_last_decode(self, plan: StepPlan) -> None:
+        """The last decode planned in this step was preempted (for a prefill's chunk): it does
+        not run."""
+        plan.decodes.pop()
 
     def _prefill(self, plan: StepPlan, seq: Sequence, n: int) -> None:
         """Plan `n` prompt tokens of the sequence in this step. With prefix caching, the blocks
@@ -277,7 +308,7 @@ class Scheduler(KvTransfers):
             hits = self._cached_prefix(seq) if self._caching else ()
             cached = len(hits) * bm.block_size
             chunk = self.first_chunk(seq.num_tokens - cached, budget)
-            need = blocks_needed(seq.num_tokens, bm.block_size) - len(hits)
+            need = blocks_needed(cached + chunk, bm.block_size) - len(hits)  # its first chunk's
             if hits:
                 need += bm.evictable_among(hits)  # free blocks that its hits take up
             if not chunk or not has_free_capacity(bm, need):
@@ -286,7 +317,7 @@ class Scheduler(KvTransfers):
             if hits:
                 bm.take_prefix(seq.seq_id, hits)
                 seq.num_computed_tokens = cached
-            admit_sequence(seq, bm)
+            admit_sequence(seq, bm, cached + chunk)
             if seq.num_cached_tokens is None:
                 seq.num_cached_tokens = cached
             plan.cached_tokens += cached
@@ -297,19 +328,18 @@ class Scheduler(KvTransfers):
 
     def _swap_in(self, plan: StepPlan, seq: Sequence, budget: int | None) -> int:
         """Readmit a sequence whose KV is computed (swapped out, or transferred from the engine
-        that prefilled it), at the head of its queue (the caller takes it off): blocks for all
-        its tokens, a swapped-out one's KV copied back from the swap space, and it decodes (or
-        goes on with its prefill) in this step. Returns the tokens it computes; 0 when it does
-        not fit (then nothing changes)."""
+        that prefilled it), at the head of its queue (the caller takes it off): blocks for its
+        computed tokens and this step's, a swapped-out one's KV copied back from the swap space,
+        and it decodes (or goes on with its prefill) in this step. Returns the tokens it
+        computes; 0 when it does not fit (then nothing changes)."""
         bm = self.block_manager
         left = seq.num_tokens - seq.num_computed_tokens
         n = 1 if left == 1 else self.first_chunk(left, budget)
-        held = len(bm.block_tables.get(seq.seq_id, ()))  # reserved while its KV came in
-        if not n or not has_free_capacity(bm, blocks_needed(seq.num_tokens, bm.block_size)
-                                          - held):
-            return 0
+        if not n or not has_free_capacity(bm, bm.blocks_to_hold(seq.seq_id,
+                                                               seq.num_computed_tokens + n)):
+            return 0  # blocks held: reserved while its KV came in
         host = self.swap.swap_in(seq.seq_id) if seq.status is _SWAPPED else ()
-        admit_sequence(seq, bm)
+        admit_sequence(seq, bm, seq.num_computed_tokens + n)
         seq.filled_from = seq.num_computed_tokens // bm.block_size  # the KV it brought
         plan.swap_in += zip(host, bm.block_tables[seq.seq_id])
         plan.swapped_in.append(seq)

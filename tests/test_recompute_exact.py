@@ -115,3 +115,42 @@ def test_shared_prefixes_cached_while_chunked_prefills_run_match(tiny_config, ti
         engine.step()
     assert sum(seq.num_cached_tokens for seq in seqs) > 0, "the prefix was meant to be found"
     assert [seq.output_token_ids for seq in seqs] == reference
+
+
+def test_a_prefills_chunk_that_preempts_planned_decodes_changes_no_token(tiny_config,
+                                                                         tiny_params,
+                                                                         monkeypatch):
+    # priority: a 30-token prompt runs ahead of three decoders admitted before it, on 10
+    # blocks of 4; its chunks of 8 find no free block and preempt decoders already planned in
+    # the step (which then do not run), and every request still generates what full
+    # recomputation does
+    unplanned = []
+    unplan = Scheduler.unplan_last_decode
+    monkeypatch.setattr(Scheduler, "unplan_last_decode",
+                        lambda self, plan: unplanned.append(plan.step) or unplan(self, plan))
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(0, tiny_config.vocab_size, size=n).tolist() for n in (8, 8, 8, 30)]
+    outputs = [12, 12, 12, 3]
+    reference = []
+    for prompt, n in zip(prompts, outputs):
+        ids = list(prompt)
+        for _ in range(n):
+            ids.append(int(np.argmax(forward_full(np.array(ids), tiny_params)[-1])))
+        reference.append(ids[len(prompt):])
+    bm = BlockManager(10, 4)
+    scheduler = Scheduler(SchedulerConfig(chunked_prefill=True, max_num_batched_tokens=8,
+                                          max_num_seqs=6, queue="priority", max_seq_len=128), bm)
+    engine = LLMEngine(scheduler, NumpyExecutor(tiny_params, bm, rng=np.random.default_rng(0)))
+    seqs = [Sequence(f"s{i}", len(p), n, prompt_token_ids=p, sampling=GREEDY,
+                     priority=0 if i == 3 else 1) for i, (p, n) in enumerate(zip(prompts, outputs))]
+    for seq in seqs[:3]:
+        assert scheduler.add(seq)
+    engine.step()
+    engine.step()
+    assert scheduler.add(seqs[3])
+    while engine.has_unfinished():
+        engine.step()
+        bm.check_invariants()
+    assert unplanned, "the long prompt's chunks were meant to preempt planned decodes"
+    assert [seq.output_token_ids for seq in seqs] == reference
+    assert bm.num_used == 0

@@ -123,6 +123,70 @@ def test_chunked_prefill_shares_the_budget_with_decodes(fake_executor):
     assert len(plan.decodes) == 1 and [n for _, n in plan.prefills] == [15]
 
 
+def test_chunked_prefill_takes_its_blocks_chunk_by_chunk(fake_executor):
+    # as vLLM v1 allocates them: a 100-token prompt in chunks of 32 holds 8, 16, 24, then 25
+    # blocks of 4
+    sched, bm = make(max_num_batched_tokens=32, chunked_prefill=True)
+    ex = fake_executor(bm)
+    sched.add(seq("long", 100, 2))
+    held = []
+    for _ in range(4):
+        step(sched, ex)
+        held.append(len(bm.block_tables[sched.running[0].seq_id]))
+    assert held == [8, 16, 24, 25]
+
+
+def test_a_prompt_is_admitted_when_its_first_chunk_fits(fake_executor):
+    # 16 blocks of 4; "a" holds 5, so the 48-token prompt (12 blocks) does not fit whole, but
+    # its first chunk of 15 tokens (4 blocks) does, and it starts beside a's decode
+    sched, bm = make(num_blocks=16, block_size=4, max_num_batched_tokens=16,
+                     chunked_prefill=True)
+    ex = fake_executor(bm)
+    sched.add(seq("a", 16, 30))
+    step(sched, ex)
+    step(sched, ex)  # a's first decode takes its 5th block
+    sched.add(seq("long", 48, 1))
+    plan, _ = step(sched, ex)
+    assert [(s.request_id, n) for s, n in plan.prefills] == [("long", 15)]
+    assert bm.num_free == 16 - 5 - 4
+
+
+def test_a_prefills_chunk_preempts_the_last_running_and_unplans_its_decode(fake_executor):
+    # priority: "long" (priority 0) runs ahead of "b" (1), admitted before it. long's last
+    # chunk needs 2 blocks with 1 free: b, planned to decode in the step, is preempted instead
+    sched, bm = make(num_blocks=12, block_size=4, queue="priority", max_num_batched_tokens=16,
+                     chunked_prefill=True)
+    ex = fake_executor(bm)
+    sched.add(seq("b", 8, 30, priority=1))
+    step(sched, ex)
+    sched.add(seq("long", 40, 2, priority=0, arrival_s=1.0))
+    plan, _ = step(sched, ex)  # b's decode takes its 3rd block; long's first 15 tokens, 4
+    assert [(s.request_id, n) for s, n in plan.prefills] == [("long", 15)]
+    plan, _ = step(sched, ex)  # long's next 15 tokens: 4 blocks more, 1 left free
+    assert bm.num_free == 1 and [s.request_id for s in sched.running] == ["long", "b"]
+    plan, _ = step(sched, ex)
+    assert [s.request_id for s in plan.preempted] == ["b"]
+    assert plan.decodes == [] and [(s.request_id, n) for s, n in plan.prefills] == [("long", 10)]
+    assert len(bm.block_tables[sched.running[0].seq_id]) == 10
+    while sched.has_unfinished():  # b is readmitted and finishes: nothing leaks
+        step(sched, ex)
+    assert bm.num_free == 12
+
+
+def test_a_prefill_with_no_victim_behind_it_preempts_itself(fake_executor):
+    # two prompts of 24 tokens share 10 blocks of 4 in chunks of 8: the second's third chunk
+    # finds none free and, last in the running list, preempts itself; both finish
+    sched, bm = make(num_blocks=10, block_size=4, max_num_batched_tokens=8, chunked_prefill=True,
+                     max_num_seqs=2)
+    ex = fake_executor(bm)
+    sched.add(seq("a", 24, 4))
+    sched.add(seq("b", 20, 4))
+    plans = run(sched, ex)
+    preempted = [s.request_id for p in plans for s in p.preempted]
+    assert preempted and set(preempted) == {"b"}
+    assert bm.num_free == 10
+
+
 def test_fcfs_preempts_the_most_recently_admitted(fake_executor):
     # 4 blocks of 4 tokens; three 4-token prompts hold 3; the first decode takes the 4th block,
     # the next decode finds none free and preempts "c", the last admitted.

@@ -214,6 +214,22 @@ def test_a_later_more_urgent_request_takes_its_blocks_in_running_order():
                         chunked=True, caching=True, arrivals=[0, 1, 3], priorities=[2, 0, 1])
 
 
+def test_a_prefills_chunk_that_preempts_planned_decodes_is_counted_as_the_engine_counts_it(
+        monkeypatch):
+    """Priority queue: a long prompt runs ahead of three decoders admitted before it, and its
+    chunks find no free block: they preempt decoders already planned in the step, which the
+    bulk scheduler counts eagerly, for the engine's plans."""
+    unplanned = []
+    unplan = Scheduler.unplan_last_decode
+    monkeypatch.setattr(Scheduler, "unplan_last_decode",
+                        lambda self, plan: unplanned.append(type(self)) or unplan(self, plan))
+    for engage in [(1, 0), (3, 2)]:
+        assert_side_by_side([(8, 40), (8, 40), (8, 40), (100, 2)], blocks=30, queue="priority",
+                            chunked=True, engage=engage, arrivals=[0, 0, 0, 2],
+                            priorities=[1, 1, 1, 0])
+    assert unplanned.count(SteadyScheduler) == unplanned.count(Scheduler) > 0
+
+
 def test_sequences_finishing_together_finish_in_running_order():
     """The first (steady) and the third (admitted when the second left, two tokens long)
     emit their last token in the same step: the first finishes first, as counted eagerly."""

@@ -14,13 +14,14 @@ it is engaged while ENGAGE_AT sequences or more run, and let go (every count bro
 below RELEASE_BELOW.
 
 It is the engine's `Scheduler` with its decode seams overridden (`reserve_decodes`,
-`apply_decodes`, `decode_fills`, `running_added`, `running_removed`, `sync`): everything else,
-admission, preemption, prefix caching, swapping, is the engine's own code. Everything but the
-steady decoders is counted as the engine counts it, eagerly: new and prefilling sequences, and
-the first decode after a prefill, a swap-in or a preemption (then the sequence becomes steady).
-A step that might run out of free blocks (fewer free than sequences that could ask for one) is
-counted eagerly for every sequence, so preemption keeps its exact order. The plans, blocks,
-tokens, finishes and their order are the engine's, exactly (`tests/test_steady.py`).
+`unplan_last_decode`, `apply_decodes`, `decode_fills`, `running_added`, `running_removed`,
+`sync`): everything else, admission, preemption, prefix caching, swapping, is the engine's own
+code. Everything but the steady decoders is counted as the engine counts it, eagerly: new and
+prefilling sequences, and the first decode after a prefill, a swap-in or a preemption (then the
+sequence becomes steady). A step that might run out of free blocks (fewer free than the
+sequences that could ask for one, plus the blocks the prefills under way could take for their
+chunks) is counted eagerly for every sequence, so preemption keeps its exact order. The plans,
+blocks, tokens, finishes and their order are the engine's, exactly (`tests/test_steady.py`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ class SteadyScheduler(Scheduler):
 
     def decode_fills(self, plan):
         return self._filled(plan.step) if self.engaged else super().decode_fills(plan)
+
+    def unplan_last_decode(self, plan) -> None:
+        super().unplan_last_decode(plan)
+        if self.engaged:  # only after `_reserve` counted the step eagerly (`_chunk_blocks`)
+            assert not self.since, "a steady decoder preempted for a prefill's chunk"
+            self.plain.pop()
+            self.reserved -= 1
 
     def running_added(self, seq) -> None:
         if self.engaged:  # counted eagerly, in running order
@@ -178,7 +186,8 @@ class SteadyScheduler(Scheduler):
         visit = [seq for seq in self.counted if seq.status is _RUNNING]
         due = self.block_due.pop(k, None)
         needing = [seq for seq in due.values() if seq.seq_id in since] if due else []
-        if bm.num_free < len(visit) + len(needing):  # it might preempt: count it all eagerly
+        if bm.num_free < len(visit) + len(needing) + self._chunk_blocks(visit):
+            # it might preempt (for a decode's block or a prefill's chunk): count it all eagerly
             self.reset()
             decodes = super().reserve_decodes(plan, prefilling)
             self.plain = list(decodes)
@@ -211,6 +220,16 @@ class SteadyScheduler(Scheduler):
             return running[:n]
         skip = set(map(id, prefilling))
         return [seq for seq in running if id(seq) not in skip]
+
+    def _chunk_blocks(self, visit: list) -> int:
+        """At most how many blocks the prefills under way among `visit` (the eagerly counted)
+        take for their chunks in the step being planned."""
+        bm, most, blocks = self.block_manager, self.config.max_num_batched_tokens, 0
+        for seq in visit:
+            if seq.num_computed_tokens < seq.prompt_len + seq.num_output_tokens - 1:
+                blocks += bm.blocks_to_hold(seq.seq_id,
+                                            min(seq.num_tokens, seq.num_computed_tokens + most))
+        return blocks
 
     # --- after the step --------------------------------------------------------------------------
 
