@@ -276,6 +276,10 @@ def _check_hardware(config: dict, path: Path) -> None:
                                          "config.json), not both")
     if "config" in model:
         model["config"] = model_config(model["config"], path)
+        if not Path(model["config"]).expanduser().exists():
+            raise FieldError("model.config", f"file not found: {model['config']} (looked in "
+                                             f"the current directory, beside the scenario and "
+                                             f"at the repository root)")
     elif "name" not in model:
         missing = [k for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size",
                                "max_seq_len") if k not in model]

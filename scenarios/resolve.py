@@ -14,7 +14,7 @@ from .defaults import (CLUSTER_DEFAULTS, DEFAULTS, DISAGGREGATION_DEFAULTS, HARD
                        TRACE_DEFAULTS, UNTIMED_TRACE_FORMATS)
 from .errors import FieldError
 from .overrides import apply, flatten
-from .schema import SCENARIO, check_table
+from .schema import SCENARIO, check_table, key_elsewhere
 
 SECTIONS = ("model", "engine", "scheduler", "cost", "slo")
 
@@ -22,7 +22,7 @@ SECTIONS = ("model", "engine", "scheduler", "cost", "slo")
 def resolve(raw: dict, path: Path) -> RunConfig:
     """Validate `raw` (a scenario without its variants and sweep) and return the full config.
     Raises FieldError naming the first bad key."""
-    check_table(raw, SCENARIO)
+    check_table(raw, SCENARIO, elsewhere=key_elsewhere)
     config = {
         "name": raw.get("name", path.stem),
         "description": raw.get("description", DEFAULTS["description"]),

@@ -209,3 +209,21 @@ SCENARIO = Table({
     "cluster": CLUSTER,
     "search": SEARCH,
 }, required=("workload",))
+
+# vLLM's engine arguments (`vllm serve --max-model-len` is `max_model_len`) that servesim keys
+# under another name, for the hint of an unknown key
+VLLM_NAMES = {"max_model_len": "model.max_seq_len", "tensor_parallel_size": "hardware.tp",
+              "data_parallel_size": "hardware.dp", "enable_expert_parallel": "hardware.ep",
+              "kv_cache_dtype": "hardware.kv_dtype", "quantization": "hardware.dtype",
+              "enable_chunked_prefill": "scheduler.chunked_prefill",
+              "scheduling_policy": "scheduler.queue", "preemption_mode": "scheduler.preemption",
+              "num_gpu_blocks_override": "engine.num_kv_blocks"}
+
+
+def key_elsewhere(name: str) -> str | None:
+    """The whole key an unknown `name` most likely meant: a section's of that name (the first
+    of `SCENARIO`'s sections that has it), else the servesim key of a vLLM engine argument."""
+    for section, table in SCENARIO.fields.items():
+        if isinstance(table, Table) and name in table.fields:
+            return f"{section}.{name}"
+    return VLLM_NAMES.get(name)

@@ -118,8 +118,10 @@ WEIGHT_LIST = Spec("a non-empty list of non-negative numbers",
                    and all(is_number(x) and x >= 0 for x in v))
 
 
-def check_table(value, schema: Table | Tagged, key: str = "") -> None:
-    """Raise FieldError at the first key of `value` that `schema` does not allow."""
+def check_table(value, schema: Table | Tagged, key: str = "", elsewhere=None) -> None:
+    """Raise FieldError at the first key of `value` that `schema` does not allow.
+    `elsewhere(name)`: the whole key an unknown name most likely meant when none of its own
+    table's is near (another section's, or a name another tool gives it), else None."""
     if not isinstance(value, dict):
         raise FieldError(key, f"must be a table, got {value!r}")
     if isinstance(schema, Tagged):
@@ -128,13 +130,16 @@ def check_table(value, schema: Table | Tagged, key: str = "") -> None:
         sub = f"{key}.{name}" if key else name
         if name not in schema.fields:
             allowed = ", ".join(schema.fields) or "nothing"
-            raise FieldError(sub, f"unknown key ({did_you_mean(name, schema.fields)}allowed: "
-                                  f"{allowed})")
+            hint = did_you_mean(name, schema.fields)
+            meant = elsewhere(name) if elsewhere is not None and not hint else None
+            if meant and meant != sub:
+                hint = f"did you mean {meant!r}? "
+            raise FieldError(sub, f"unknown key ({hint}allowed: {allowed})")
         spec = schema.fields[name]
         if isinstance(spec, Spec):
             spec.check(sub, item)
         else:
-            check_table(item, spec, sub)
+            check_table(item, spec, sub, elsewhere)
     for name in schema.required:
         if name not in value:
             spec = schema.fields[name]

@@ -79,6 +79,10 @@ def test_set_overrides_reach_the_run(scenario_file, tmp_path):
     ("workload.arrival.rate=-1", "--set: workload.arrival.rate: must be a positive number, got -1"),
     ("engine.num_blocks=4", "--set: engine.num_blocks: unknown key (did you mean "
                             "'num_kv_blocks'? allowed: block_size"),
+    ("engine.gpu_memory_utilization=0.8", "--set: engine.gpu_memory_utilization: unknown key "
+                                          "(did you mean 'hardware.gpu_memory_utilization'? "),
+    ("engine.max_model_len=8192", "--set: engine.max_model_len: unknown key (did you mean "
+                                  "'model.max_seq_len'? "),  # vLLM's name of it
     ("scheduler.policy=fifo", "--set: scheduler.policy: must be one of static, continuous"),
     ("rate", "--set: rate: --set expects KEY=VALUE"),
 ])

@@ -323,7 +323,7 @@ def test_a_framework_version_the_tables_lack_is_refused_even_for_the_roofline(tm
     assert message in refusal(tmp_path, **kwargs)
 
 
-def test_without_the_tables_a_version_is_refused_as_kernels_unless_the_roofline_is_asked(
+def test_without_the_tables_a_version_is_refused_unless_the_roofline_is_asked(
         tmp_path, monkeypatch, capsys):
     from sim import notes
     from sim.costs.hardware import kernels, setup
@@ -331,8 +331,11 @@ def test_without_the_tables_a_version_is_refused_as_kernels_unless_the_roofline_
     notes.forget()
     monkeypatch.setattr(kernels, "data_root", lambda: None)  # servesim[gpu] not installed
     monkeypatch.setattr(setup, "data_root", lambda: None)
+    # the key the user set is named, not hardware.kernels, which it left unset
+    assert "hardware.framework_version: measured kernel tables need the optional extra " \
+        "servesim[gpu]" in refusal(tmp_path, hardware='framework_version = "0.24.0"')
     assert "hardware.kernels: measured kernel tables need the optional extra servesim[gpu]" in \
-        refusal(tmp_path, hardware='framework_version = "0.24.0"')
+        refusal(tmp_path, hardware='framework_version = "0.24.0"\nkernels = "measured"')
     path = scenario(tmp_path, hardware='framework_version = "0.24.0"\nkernels = "roofline"')
     check_scenario(scenarios.load(path))
     assert "note: hardware.framework_version = '0.24.0' is not checked" in capsys.readouterr().err
@@ -479,6 +482,20 @@ def test_sliding_layers_from_a_config(tmp_path, table, window, sliding):
     assert arch.qkv_bias == table["architectures"][0].startswith("Qwen2")
 
 
+@pytest.mark.parametrize("scaling, context", [
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131_072),
+    ({"type": "linear", "factor": 2}, 81_920),
+    ({"rope_type": "dynamic", "factor": 1.5}, 61_440),
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 40_960),
+    ({"rope_type": "longrope", "factor": 4.0}, 40_960),
+    (None, 40_960),
+])
+def test_a_rotary_scaling_stretches_the_context_as_vllm_derives_it(tmp_path, scaling, context):
+    # Qwen's model card: add YaRN with factor 4 to serve 131,072 tokens of Qwen3
+    table = CONFIGS["Qwen/Qwen3-32B"] | {"rope_scaling": scaling}
+    assert model_architecture({"config": write_config(tmp_path, table)}).max_seq_len == context
+
+
 def test_a_config_json_model_runs_and_keys_beside_it_change_it(tmp_path):
     write_config(tmp_path, CONFIGS["Qwen/Qwen3-30B-A3B"] | {
         "_name_or_path": "Qwen/Qwen3-30B-A3B"}, "qwen.json")
@@ -514,6 +531,11 @@ def test_a_models_folder_a_bom_and_the_home_folder_find_its_config_json(tmp_path
     ("[1, 2]", "must hold a JSON object (a Hugging Face config.json)"),
     ('{"hidden_size": 8}', 'no "architectures" list naming the model class (one of '
                            'LlamaForCausalLM, MistralForCausalLM'),
+    (json.dumps(CONFIGS["Qwen/Qwen3-32B"] | {"rope_scaling": {"type": "yarn", "factor": 4}}),
+     "rope_scaling.original_max_position_embeddings must be a positive integer under YaRN, "
+     "got None"),
+    (json.dumps(CONFIGS["Qwen/Qwen3-32B"] | {"rope_scaling": {"type": "linear", "factor": -1}}),
+     "rope_scaling.factor must be a positive number, got -1"),
     ('{"architectures": ["BertModel"]}', "architecture 'BertModel' is not supported "
                                          "(supported: LlamaForCausalLM"),
     ('{"architectures": ["LlamaForCausalLm"]}', "architecture 'LlamaForCausalLm' is not "

@@ -104,6 +104,8 @@ def test_the_report_gives_the_parallel_layout_in_numbers():
 # --- layer_op_times: its arguments checked ----------------------------------------------------
 
 LLAMA = "meta-llama/Llama-3.1-8B"
+GPU = {"name": "x", "memory_gib": 80, "memory_bandwidth_gbs": 3000, "peak_tflops": {"bf16": 900},
+       "interconnect_bandwidth_gbs": 400, "interconnect_latency_us": 10, "measured": "h100"}
 
 
 @pytest.mark.parametrize("args, kwargs, message", [
@@ -127,6 +129,19 @@ LLAMA = "meta-llama/Llama-3.1-8B"
     ((LLAMA, None, 1, 512), {}, "gpu must be a catalog id or a table of GPU keys, got None"),
     (("mistralai/Mixtral-8x7B-v0.1", "h100-sxm", 2, 512), {"ep": -2},
      "ep must be an integer from 1 to 8, got -2"),
+    ((LLAMA, dict(GPU, measured=["h100"]), 1, 512), {},
+     "hardware.gpu.measured: must be a string, got ['h100']"),
+    ((LLAMA, dict(GPU, memory_bandwith_gbs=3000), 1, 512), {},
+     "hardware.gpu.memory_bandwith_gbs: unknown key (nearest: memory_bandwidth_gbs"),
+    (({"name": LLAMA, "gated_mlp": "no"}, "h100-sxm", 1, 512), {},
+     "model.gated_mlp must be true or false, got 'no'"),
+    (({"name": LLAMA, "d_ff": 14337}, "h100-sxm", 2, 512), {},
+     "hardware.tp = 2 does not divide the model's MLP width (14337); use one of 1"),
+    (({"name": "mistralai/Mixtral-8x7B-v0.1", "moe_d_ff": 14337}, "h100-sxm", 2, 512), {},
+     "hardware.ep = 1 splits each expert over hardware.tp = 2 GPUs, which does not divide its "
+     "width (14337); use hardware.ep = 2 (whole experts)"),
+    (({"config": "/nowhere/config.json"}, "h100-sxm", 1, 512), {},
+     "model.config: file not found: /nowhere/config.json"),
 ])
 def test_layer_op_times_refuses_what_it_cannot_cost(args, kwargs, message):
     with pytest.raises(ValueError) as info:
@@ -146,3 +161,42 @@ def test_layer_op_times_past_the_tables_reach_is_the_roofline_and_says_so(capsys
     assert err.count("past the measured tables' reach") == 1 and "mlp_up_proj" in err
     assert measured["mlp_up_proj"][0, 0] == sim.layer_op_times(
         LLAMA, "h100-sxm", 1, 512, kernels="measured")["mlp_up_proj"]
+
+
+def test_a_step_is_said_past_the_tables_reach_only_once_one_is_costed(tmp_path, capsys):
+    """The tables grow to twice the largest step asked for: a step of 16,384 rows, which vLLM
+    0.14's A100 GEMMs (up to 8,192 rows) reach, says nothing; one of 16,385 says so, once."""
+    pytest.importorskip("aiconfigurator_core")
+    from sim.costs.hardware.cost import HardwareCost
+    from sim.costs.hardware.setup import hardware_setup
+    from sim.costs.shape import StepShape
+
+    path = write_hardware(tmp_path, gpu="a100-80gb-sxm", hardware='dtype = "bf16"')
+    cost = HardwareCost(hardware_setup(scenarios.load(path).base))
+    capsys.readouterr()
+
+    def prefill(tokens: int) -> StepShape:
+        return StepShape(prefill_tokens=tokens, prefill_seqs=1, sampled_seqs=1,
+                         prefill_attention=tokens * tokens, prefill_square=tokens * tokens)
+
+    cost.step_time(prefill(16_384))
+    assert "reach" not in capsys.readouterr().err
+    for _ in range(2):
+        cost.step_time(prefill(16_385))
+    err = capsys.readouterr().err
+    assert err.count("steps of 16,385 rows or more are past the measured tables' reach") == 1
+    assert "mlp_up_proj" in err and "lm_head" not in err
+
+
+def test_layer_op_times_keeps_a_measured_latent_blocks_operators_and_says_whose(capsys):
+    """A run costs DeepSeek-V3's measured latent-attention block whole, per step; the layer's
+    operators still list its projections (the roofline's), and a note says why."""
+    pytest.importorskip("aiconfigurator_core")
+    args = ("deepseek-ai/DeepSeek-V3", "h200", 8, 64)
+    measured = sim.layer_op_times(*args, dtype="fp8")
+    roofline = sim.layer_op_times(*args, dtype="fp8", kernels="roofline")
+    block = ["mla_down_proj", "mla_q_up_proj", "mla_kv_up_proj", "mla_norm", "attn_post_proj",
+             "attn_rope"]
+    assert [measured[op] for op in block] == [roofline[op] for op in block]
+    assert measured["moe_experts"] != roofline["moe_up_proj"]  # the rest measured
+    assert capsys.readouterr().err.count("latent attention is measured as a whole block") == 1

@@ -247,7 +247,11 @@ def test_a_hardware_run_says_what_ran_on_what(tmp_path, gpu, framework, version)
         rate=4.0, prompts=(100, 400), outputs=(10, 40)))
     record = json.loads((out / "summary.json").read_text())
     assert list(record)[-1] == "hardware"
+    derived = spec.config.hardware.derived
     assert record["hardware"] == {
-        "gpu": gpu, "tp": 4, "dp": 1, "ep": 4, "dtype": "fp16", "kv_dtype": "fp16",
-        "framework": framework, "framework_version": version,
-        "kv_tokens": spec.config.hardware.derived["kv_tokens"]}
+        "model": "mistralai/Mixtral-8x7B-v0.1", "gpu": gpu, "tp": 4, "dp": 1, "ep": 4,
+        "dtype": "fp16", "kv_dtype": "fp16", "activation_scheme": None, "framework": framework,
+        "framework_version": version, "kernel_sources": derived["kernel_sources"],
+        "kv_tokens": derived["kv_tokens"]}
+    assert (record["hardware"]["kernel_sources"].get("moe_experts") == "measured") == \
+        (framework is not None)

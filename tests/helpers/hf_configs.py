@@ -14,14 +14,20 @@ CONFIGS = {
         "moe_intermediate_size": 2048, "n_shared_experts": 1, "first_k_dense_replace": 3,
         "moe_layer_freq": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
-        "head_dim": 64},  # as recent transformers write it (= qk_rope_head_dim)
+        "head_dim": 64,  # as recent transformers write it (= qk_rope_head_dim)
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                         "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                         "type": "yarn"}},
     "openai/gpt-oss-120b": {
         "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 36, "hidden_size": 2880,
         "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
         "intermediate_size": 2880, "vocab_size": 201088, "max_position_embeddings": 131072,
         "tie_word_embeddings": False, "attention_bias": True, "num_local_experts": 128,
         "num_experts_per_tok": 4, "experts_per_token": 4, "sliding_window": 128,
-        "layer_types": ["sliding_attention", "full_attention"] * 18},
+        "layer_types": ["sliding_attention", "full_attention"] * 18,
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                         "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                         "truncate": False}},
     "Qwen/Qwen3-30B-A3B": {
         "architectures": ["Qwen3MoeForCausalLM"], "num_hidden_layers": 48, "hidden_size": 2048,
         "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
@@ -39,7 +45,9 @@ CONFIGS = {
         "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 126, "hidden_size": 16384,
         "num_attention_heads": 128, "num_key_value_heads": 8, "intermediate_size": 53248,
         "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": False,
-        "attention_bias": False, "mlp_bias": False},
+        "attention_bias": False, "mlp_bias": False,
+        "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
     "Qwen/Qwen3-32B": {
         "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 64, "hidden_size": 5120,
         "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,

@@ -80,7 +80,12 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
                            device.peak_flops(activation_dtype(dtype)))
     measured = _measured_ops(arch, device, tp, ep, dtype, kernels, framework, activation_scheme)
     if measured is not None:
-        times, beyond = measured.layer_times(times, np.atleast_1d(tokens))
+        times, beyond = measured.layer_times(times, np.atleast_1d(tokens), keep_block=True)
+        if measured.mla_block:
+            say_once(f"note: layer_op_times: {arch.name}'s latent attention is measured as a "
+                     f"whole block (projections, attention over the latent, output "
+                     f"projection), which a run costs per step; its operators here are the "
+                     f"roofline's")
         times = {op: t.reshape(tokens.shape) for op, t in times.items()}
         if beyond:
             say_once(f"note: layer_op_times: num_tokens past the measured tables' reach (2x "

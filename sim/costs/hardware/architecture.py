@@ -73,6 +73,8 @@ MOE_KEYS = ("experts_per_token", "moe_d_ff", "n_shared_experts", "shared_d_ff",
 MLA_KEYS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 OPTIONAL_INTS = ("head_dim", "n_experts", *MOE_KEYS, "kv_lora_rank", *MLA_KEYS,
                  "sliding_window", "sliding_layers")
+FLAGS = ("gated_mlp", "tie_embeddings", "qkv_bias", "parallel_attn_mlp", "fused_qkv", "rope",
+         "flash_attention")
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,9 @@ class Architecture:
             value = getattr(self, f)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"model.{f} must be an integer >= 0, got {value!r}")
+        for f in FLAGS:
+            if not isinstance(getattr(self, f), bool):
+                raise ValueError(f"model.{f} must be true or false, got {getattr(self, f)!r}")
         if not self.head_dim and not self.is_mla and self.d_model % self.n_heads:
             raise ValueError(f"model.d_model ({self.d_model}) must be divisible by "
                              f"model.n_heads ({self.n_heads}), or give model.head_dim")
@@ -241,23 +246,36 @@ class Architecture:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
     def splits(self, tp: int) -> bool:
-        """Whether tensor parallelism of degree `tp` splits the query heads evenly and the
-        key-value heads evenly or replicates them whole (tp a multiple of them)."""
-        if self.n_heads % tp:
+        """Whether tensor parallelism of degree `tp` splits the query heads evenly, the
+        key-value heads evenly or replicates them whole (tp a multiple of them), and the MLP
+        widths evenly (as vLLM's column-parallel layers require)."""
+        if self.n_heads % tp or any(width % tp for _, width in self._mlp_widths()):
             return False
         return self.is_mla or not (self.n_kv_heads % tp and tp % self.n_kv_heads)
+
+    def _mlp_widths(self) -> list[tuple[str, int]]:
+        """(what, width) of the MLPs tensor parallelism splits in every layout: the dense
+        MLP where a layer has one, and the shared experts."""
+        widths = [] if self.is_moe and not self.n_dense_layers else [("MLP width", self.d_ff)]
+        if self.n_shared_experts:
+            widths.append(("shared experts' width", self.shared_ff))
+        return widths
 
     def check_tp(self, tp: int) -> None:
         """ValueError naming the valid degrees unless `splits(tp)`."""
         if self.splits(tp):
             return
+        valid = ", ".join(str(t) for t in valid_tps(self))
         if self.n_heads % tp:
             raise ValueError(f"hardware.tp = {tp} does not divide the model's {self.n_heads} "
-                             f"attention heads; use one of "
-                             f"{', '.join(str(t) for t in valid_tps(self))}")
+                             f"attention heads; use one of {valid}")
+        for what, width in self._mlp_widths():
+            if width % tp:
+                raise ValueError(f"hardware.tp = {tp} does not divide the model's {what} "
+                                 f"({width}); use one of {valid}")
         raise ValueError(f"hardware.tp = {tp} neither divides the model's "
                          f"{self.n_kv_heads} key-value heads nor is a multiple of them; use "
-                         f"one of {', '.join(str(t) for t in valid_tps(self))}")
+                         f"one of {valid}")
 
     def check_ep(self, ep: int, tp: int, dp: int = 1) -> None:
         """ValueError unless expert parallelism `ep` is 1, or every GPU (`tp` x `dp`) on a
@@ -268,6 +286,12 @@ class Architecture:
                              f"so its data-parallel ranks would never meet; run them as "
                              f"replicas (cluster.replicas) with hardware.dp = 1")
         if ep == 1:
+            if self.is_moe and self.moe_d_ff % (tp * dp):
+                every = (f"hardware.tp = {tp}" if dp == 1
+                         else f"hardware.tp x hardware.dp = {tp * dp}")
+                raise ValueError(f"hardware.ep = 1 splits each expert over {every} GPUs, "
+                                 f"which does not divide its width ({self.moe_d_ff}); use "
+                                 f"hardware.ep = {tp * dp} (whole experts)")
             return
         if not self.is_moe:
             raise ValueError(f"hardware.ep = {ep}: {self.name or 'the model'} has no experts; "

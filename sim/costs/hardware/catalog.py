@@ -179,17 +179,20 @@ def gpu_spec(value) -> Gpu:
         table, gpu_id = catalog[value.lower()], value.lower()
     else:
         table, gpu_id = value, str(value.get("name", "custom"))
+        for key in table:
+            if key not in GPU_KEYS:
+                raise ValueError(f"hardware.gpu.{key}: unknown key ({nearest(str(key), GPU_KEYS)})")
     known = {k: v for k, v in table.items() if k in GPU_KEYS}
     known.setdefault("name", gpu_id)
     missing = [k for k in GPU_KEYS if k not in known and
                k not in ("interconnect", "host_bandwidth_gbs")]
     if missing:
         raise ValueError(f"hardware.gpu: a GPU defined here needs {', '.join(missing)}")
+    if not isinstance(value, str):
+        _check_gpu_table(known)
     if known["measured"] not in calibration()["gpus"]:
         raise ValueError(f"hardware.gpu.measured must be one of "
                          f"{', '.join(calibration()['gpus'])}, got {known['measured']!r}")
-    if not isinstance(value, str):
-        _check_gpu_table(known)
     return Gpu(id=gpu_id, **known, in_catalog=isinstance(value, str))
 
 

@@ -50,7 +50,7 @@ from .architecture import KEPT_BYTES, activation_dtype, compute_dtype
 from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
                         elementwise_bytes, expert_counts, layers_of, lm_head_counts,
                         matmul_counts)
-from .measured import EXPERT_OPS, MLA_BLOCK_OPS, MeasuredOps
+from .measured import EXPERT_OPS, MLA_BLOCK_OPS, MeasuredOps, PastReach
 from .ranks import rank_shape
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time
@@ -133,6 +133,8 @@ class HardwareCost(CostModel):
                        f"({setup.dtype}; {kernels})")
         if self.measured is not None:
             self.measured.say_roofline(self.source)
+        self._reach = PastReach(self.source)
+        self._reach_experts = PastReach(self.source, " (every rank's)")
         self.model = {"max_seq_len": self.arch.max_seq_len}
         self._block_list: list = []  # a measured latent block's projections, by T (roofline)
         self._rows = np.zeros(0)  # seconds of the T-dependent part, by T
@@ -212,7 +214,7 @@ class HardwareCost(CostModel):
         if self.measured is not None:
             head = self.measured.lm_head(head, t, beyond)
         head[0] = 0.0
-        self._say_beyond(beyond, "")
+        self._reach.tabulated(beyond)
         self._rows, self._rows_list = rows, rows.tolist()
         self._head, self._head_list = head, head.tolist()
         self._compute = self.eff.compute_at(np.maximum(t, 1))
@@ -235,23 +237,22 @@ class HardwareCost(CostModel):
         routed = sum(seconds for op, seconds in times.items() if op in ROUTED_OPS)
         experts = arch.moe_layers * (routed + exchange)
         experts[0] = 0.0
-        self._say_beyond(beyond, " (every rank's)")
+        self._reach_experts.tabulated(beyond)
         self._experts, self._experts_list = experts, experts.tolist()
 
-    def _say_beyond(self, beyond: dict, rows: str) -> None:
-        """Say once which operators' tables a tabulated step size is past the reach of."""
-        if beyond:
-            say_once(f"note: {self.source}: steps of {min(beyond.values()):,} rows or more"
-                     f"{rows} are past the measured tables' reach (2x their range) for "
-                     f"{', '.join(sorted(beyond))}; costed by the roofline there")
-
-    def _fit(self, largest: int) -> None:
+    def _fit(self, rows: int, sampled: int = 0) -> None:
+        """Tabulate up to a step of `rows` rows, `sampled` of them sampled, if need be."""
+        largest = max(rows, sampled)
         if largest >= len(self._rows_list):
             self._grow(covering(len(self._rows_list), largest))
+        if largest >= self._reach.first:
+            self._reach.reached(rows, sampled)
 
     def _fit_experts(self, largest: int) -> None:
         if largest >= len(self._experts_list):
             self._grow_experts(covering(max(len(self._experts_list), 1024), largest))
+        if largest >= self._reach_experts.first:
+            self._reach_experts.reached(largest)
 
     # --- the cost -----------------------------------------------------------------------------
     def step_time(self, shape: StepShape):
@@ -288,7 +289,7 @@ class HardwareCost(CostModel):
         with dp > 1)."""
         rows = shape.rows
         sampled, tokens, decodes = shape.sampled_seqs, shape.prefill_tokens, shape.decode_seqs
-        self._fit(max(rows, sampled))
+        self._fit(rows, sampled)
         time = self._rows_list[rows] + self._head_list[sampled]  # as on arrays
         if tokens:
             causal = shape.prefill_attention - (shape.prefill_square - tokens) / 2 \
@@ -363,7 +364,7 @@ class HardwareCost(CostModel):
         sampled = np.broadcast_to(np.asarray(shape.sampled_seqs), size)
         decodes = np.broadcast_to(np.asarray(shape.decode_seqs), size)
         context = np.broadcast_to(np.asarray(shape.decode_context), size)
-        self._fit(int(max(rows.max(initial=0), sampled.max(initial=0))))
+        self._fit(int(rows.max(initial=0)), int(sampled.max(initial=0)))
         time = self._rows[rows] + self._head[sampled]
         attended = time
         for group in self._decode:

@@ -44,16 +44,14 @@ def config_architecture(path: str, given: dict | None = None) -> dict:
 
 
 def _read(path: str) -> dict:
-    file = Path(path)
+    file = Path(path).expanduser()
     if file.is_dir():  # a model's folder, as vLLM takes one
         if not (file / "config.json").is_file():
-            raise FileNotFoundError(f"model.config: {path} is a folder without a config.json; "
-                                    f"give a Hugging Face config.json or the model's folder "
-                                    f"holding one")
+            raise ValueError(f"model.config: {path} is a folder without a config.json; give a "
+                             f"Hugging Face config.json or the model's folder holding one")
         file = file / "config.json"
     if not file.is_file():
-        raise FileNotFoundError(f"model.config: file not found: {path} (looked in the current "
-                                f"directory, beside the scenario and at the repository root)")
+        raise ValueError(f"model.config: file not found: {path}")
     try:
         config = json.loads(file.read_text(encoding="utf-8-sig"))  # a BOM, as some editors write
     except json.JSONDecodeError as exc:
@@ -125,13 +123,44 @@ def _dense(c: _Config, tie: bool = False) -> dict:
     keys = {"n_layers": c.int("num_hidden_layers"), "d_model": c.int("hidden_size"),
             "n_heads": n_heads, "n_kv_heads": c.int("num_key_value_heads", n_heads),
             "d_ff": c.int("intermediate_size"), "vocab_size": c.int("vocab_size"),
-            "max_seq_len": c.int("max_position_embeddings"),
+            "max_seq_len": _context(c),
             "tie_embeddings": c.bool("tie_word_embeddings", tie), "gated_mlp": True,
             "norm": "rmsnorm"}
     head_dim = c.int("head_dim", 0, minimum=0)
     if head_dim:
         keys["head_dim"] = head_dim
     return keys
+
+
+# Rotary scalings whose max_position_embeddings is the context already (vLLM leaves them as is)
+UNSCALED_ROPE = ("su", "longrope", "llama3", "default")
+
+
+def _context(c: _Config) -> int:
+    """The longest sequence vLLM serves of the model (its `_get_and_verify_max_len`):
+    `max_position_embeddings`, times the factor of a rotary scaling that stretches it (linear,
+    dynamic), or for YaRN `original_max_position_embeddings` times the factor."""
+    length = c.int("max_position_embeddings")
+    scaling = c.table.get("rope_scaling") or c.table.get("rope_parameters")
+    if scaling is None:
+        return length
+    if not isinstance(scaling, dict):
+        raise c.error(f"rope_scaling must be an object, got {scaling!r}")
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind in UNSCALED_ROPE:
+        return length
+    factor = scaling.get("factor", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
+            not 0 < factor <= MAX_INT:
+        raise c.error(f"rope_scaling.factor must be a positive number, got {factor!r}")
+    if kind == "yarn":
+        original = scaling.get("original_max_position_embeddings")
+        if isinstance(original, bool) or not isinstance(original, int) or \
+                not 1 <= original <= MAX_INT:
+            raise c.error(f"rope_scaling.original_max_position_embeddings must be a positive "
+                          f"integer under YaRN, got {original!r}")
+        length = original
+    return min(int(length * factor), MAX_INT)
 
 
 def _window(c: _Config, n_layers: int, default_sliding) -> dict:
@@ -184,7 +213,8 @@ def _gemma2(c: _Config) -> dict:
 
 
 def _gemma3(c: _Config) -> dict:
-    keys = _dense(c, tie=True)  # every `sliding_window_pattern`-th layer attends to all
+    keys = _dense(c, tie=True) | {"max_seq_len": c.int("max_position_embeddings")}  # scaled
+    # every `sliding_window_pattern`-th layer attends to all
     pattern = c.int("sliding_window_pattern", 6)
     return keys | _window(c, keys["n_layers"], lambda n: n - n // pattern)
 

@@ -171,17 +171,20 @@ class MeasuredOps:
                      f"{self.activations}")
 
     # --- what depends on the step's rows ----------------------------------------------------
-    def layer_times(self, roofline: dict, tokens, only=None) -> tuple[dict, dict]:
+    def layer_times(self, roofline: dict, tokens, only=None,
+                    keep_block: bool = False) -> tuple[dict, dict]:
         """(one layer's operator times with the measured ones in place, {operator: the fewest
         rows its tables do not reach}) for `tokens` rows (an array): each operator the
         tables have takes their time where they reach and keeps the roofline's elsewhere; a
         mixture-of-experts layer's routed experts become `moe_experts`. `only`: the operators
-        wanted (the others are left out)."""
+        wanted (the others are left out). A measured latent-attention block's operators are
+        left out too (a step costs the block whole, `prefill_attention`), unless `keep_block`:
+        then they keep the roofline's times."""
         if only is not None:
             roofline = {op: t for op, t in roofline.items() if op in only}
         times, beyond = dict(roofline), {}
         rows = np.maximum(tokens, 1.0)
-        if self.mla_block:  # in the block's per-step time instead (`prefill_attention`)
+        if self.mla_block and not keep_block:  # in the block's per-step time instead
             for op in (*MLA_BLOCK_OPS, "attn_rope"):
                 times.pop(op, None)
         for op, dtype in self._gemm_dtype.items():
@@ -269,3 +272,42 @@ def _merge(roofline, measured, op: str, beyond: dict, tokens):
     if np.ndim(out) and out.any():
         beyond[op] = int(np.broadcast_to(tokens, out.shape)[out].min())
     return np.where(missing, roofline, measured)
+
+
+class PastReach:
+    """The operators whose measured tables a tabulated step size is past the reach of (2x their
+    range), said once each when the first step that reaches them is costed, not when a table
+    is grown past them (a table grows to twice the largest step asked for). `rows`: what the
+    step's rows are, for the note ("" or " (every rank's)")."""
+
+    def __init__(self, source: str, rows: str = ""):
+        self.source, self.rows = source, rows
+        self.pending: dict[str, int] = {}  # operator -> the fewest rows past its reach
+        self.said: set[str] = set()
+        self.first = math.inf  # the fewest rows that reach a pending operator
+
+    def tabulated(self, beyond: dict) -> None:
+        """A table grew: `beyond` holds its operators' fewest rows past reach."""
+        self.pending.update((op, at) for op, at in beyond.items() if op not in self.said)
+        self.first = min(self.pending.values(), default=math.inf)
+
+    def reached(self, rows: int, sampled: int = 0) -> None:
+        """A step of `rows` rows, `sampled` of them sampled (the LM head's), is costed."""
+        if max(rows, sampled) < self.first:
+            return
+        ops = {op: at for op, at in self.pending.items()
+               if (sampled if op == "lm_head" else rows) >= at}
+        if not ops:
+            return
+        for op in ops:
+            del self.pending[op]
+        self.said.update(ops)
+        self.first = min(self.pending.values(), default=math.inf)
+        layers = {op: at for op, at in ops.items() if op != "lm_head"}
+        parts = [f"steps of {min(layers.values()):,} rows or more{self.rows} are past the "
+                 f"measured tables' reach (2x their range) for {', '.join(sorted(layers))}"] \
+            if layers else []
+        if "lm_head" in ops:
+            parts.append(f"steps sampling {ops['lm_head']:,} rows or more are past the LM "
+                         f"head's")
+        say_once(f"note: {self.source}: {'; '.join(parts)}; costed by the roofline there")

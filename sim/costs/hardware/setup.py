@@ -211,11 +211,12 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
             # a GPU without tables is the version's fault when one was asked for; a missing
             # servesim[gpu] stays hardware.kernels'
             about_version = version is not None and exc.key == "hardware.kernels" \
-                and data_root() is not None
+                and (data_root() is not None or hardware.kernels is None)
             key = "hardware.framework_version" if about_version else exc.key
             raise ValueError(f"{key}: {exc}") from None
-        say_once(f"note: {exc}; the hardware model costs every operator by the roofline "
-                 f"(hardware.kernels = \"roofline\" says so without this note)")
+        framework = f", not {hardware.framework}'s kernels" if data_root() is not None else ""
+        say_once(f"note: {exc}; the hardware model costs every operator by the roofline"
+                 f"{framework} (hardware.kernels = \"roofline\" says so without this note)")
         return None
     if hardware.kernels == "roofline":
         return None  # the version checked, not used
