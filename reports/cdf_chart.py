@@ -34,7 +34,9 @@ def weighted_cdf(values, counts) -> tuple[np.ndarray, np.ndarray]:
     distinct, index = np.unique(values[keep], return_inverse=True)  # [m], [n kept]
     weight = np.bincount(index, weights=counts[keep], minlength=len(distinct))  # [m]
     cumulative = np.cumsum(weight)  # [m]
-    return distinct, cumulative / (cumulative[-1] if len(cumulative) else 1.0)
+    if not len(cumulative) or cumulative[-1] <= 0:  # nothing weighs: no curve
+        return distinct[:0], cumulative[:0]
+    return distinct, cumulative / cumulative[-1]
 
 
 def thin(x: np.ndarray, y: np.ndarray, levels: int = LEVELS):

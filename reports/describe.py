@@ -328,7 +328,8 @@ def workload_text(workload, rate: str | None = None) -> str:
         parts.append("prompt tokens " + workload.prompt_tokens.describe())
         parts.append("output tokens " + workload.output_tokens.describe())
     if workload.max_concurrency is not None:
-        parts.append(f"at most {workload.max_concurrency} requests in flight (the others "
+        cap = workload.max_concurrency
+        parts.append(f"at most {cap} request{'s' if cap != 1 else ''} in flight (the others "
                      f"wait for a slot; latencies start when a request is sent)")
     if workload.max_seconds is not None and workload.sessions is not None:
         parts.append(f"no conversation started more than {workload.max_seconds:g} s after the "

@@ -144,7 +144,8 @@ class LogNormal(LengthDist):
             # Draw enough that one round usually suffices; the order of draws is fixed by n.
             want = n - filled
             batch = min(int(want / self.acceptance * 1.1) + 16, 4 * want + 1_000_000)
-            values = np.rint(np.exp(rng.normal(mu, self.sigma, size=batch)))  # [batch]
+            with np.errstate(over="ignore"):  # a wide sigma: past any max, out of range
+                values = np.rint(np.exp(rng.normal(mu, self.sigma, size=batch)))  # [batch]
             kept = values[(values >= self.min) & (values <= self.max)][:want]
             out[filled:filled + kept.size] = kept
             filled += kept.size

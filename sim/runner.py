@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.benchmark import counted
 from engine.records import RunRecorder
 from scenarios import RunConfig
 
@@ -41,8 +42,20 @@ def run_config(config: RunConfig, progress: bool = False, base_dir=None, cost=No
     with notes.collected() as said:
         recorder = _run_config(config, progress, base_dir, cost, jitter_rng, fast_forward,
                                steady)
+        _say_if_all_warmup(config, recorder)
     recorder.notes = tuple(said)
     return recorder
+
+
+def _say_if_all_warmup(config: RunConfig, recorder: RunRecorder) -> None:
+    """Say so when every request was sent within the warm-up (nothing counted): a closed
+    loop's, a capped client's or conversations' send times are known only once run
+    (`sim.checks.warmup_problem` refuses the others before they start)."""
+    warmup_s = config.workload.warmup_s
+    if warmup_s and not counted(recorder.request_columns(), warmup_s).any():
+        notes.say_once(f"note: {config.name}: every request was sent within the {warmup_s:g} s "
+                       f"warm-up (workload.warmup_s), so none is counted; shorten the warm-up "
+                       f"or send more requests")
 
 
 def _run_config(config: RunConfig, progress, base_dir, cost, jitter_rng, fast_forward,

@@ -20,6 +20,12 @@ def test_weighted_cdf_equals_the_cdf_of_the_expanded_values():
         assert yi == pytest.approx(np.searchsorted(expanded, xi, side="right") / len(expanded))
 
 
+def test_a_weighted_cdf_of_no_weight_is_no_curve():
+    # every request in a warm-up: values, but no gap counted
+    x, y = weighted_cdf(np.array([0.1, 0.2]), np.array([0, 0]))
+    assert x.size == y.size == 0
+
+
 def test_step_series_shows_idle_gaps_at_the_idle_value():
     t, y = step_series([0.0, 1.0, 5.0], [1.0, 2.0, 6.0], [3, 4, 2], 0.0)
     assert list(t) == [0.0, 1.0, 2.0, 5.0, 6.0]

@@ -255,6 +255,10 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
 
 @pytest.mark.parametrize("flags, message", [
     (["--burstiness", "2"], "--burstiness needs --request-rate"),
+    (["--request-rate", "inf", "--burstiness", "2"],
+     "--burstiness 2: --request-rate inf sends every request at once, with no gaps to shape"),
+    (["--random-prefix-len", "10"], "--random-prefix-len is a flag of vllm bench serve that "
+                                    "servesim does not take: prompts that share a prefix"),
     (["--request-rate", "1", "--burstiness", "1e-9"],
      "--burstiness: must be from 0.01 to 10,000 (gaps with a coefficient of variation"),
     (["--goodput", "latency:5"], "--goodput latency:5: expected METRIC:MS"),
@@ -340,8 +344,14 @@ def test_max_seconds_stops_arrivals_and_warmup_leaves_early_requests_out(tmp_pat
      "continuous does not read it"),
     (["--set", "engine.block_size=100000000"], "engine.block_size: must be at most "
                                                "model.max_seq_len (4096)"),
+    # alone, it would replace the loop's users and their think time with a capped burst
+    (["closed-loop", "--max-concurrency", "2"], "--max-concurrency: the scenario's arrivals are "
+                                                "a closed loop of 3 users, whose number is "
+                                                "workload.arrival.concurrency"),
 ])
 def test_a_bad_flag_is_one_line_and_status_2(tmp_path, capsys, flags, message):
+    if flags[0] == "closed-loop":
+        flags = [write_closed_loop(tmp_path), *flags[1:]]
     if flags[0].startswith("--"):
         flags = ["static-vs-continuous", *flags]
     argv = ["run", flags[0], "--out", str(tmp_path / "o"), *flags[1:]]
@@ -351,6 +361,14 @@ def test_a_bad_flag_is_one_line_and_status_2(tmp_path, capsys, flags, message):
         status = exit_.code
     assert status == 2 and message in one_error_line(capsys) + "\n"
     assert not (tmp_path / "o").exists()
+
+
+def write_closed_loop(tmp_path) -> str:
+    path = tmp_path / "loop.toml"
+    path.write_text('[workload]\nnum_requests = 10\narrival = { process = "closed_loop", '
+                    'concurrency = 3, think_time_s = 0.5 }\nprompt_tokens = { dist = "fixed", '
+                    'value = 50 }\noutput_tokens = { dist = "fixed", value = 10 }\n')
+    return str(path)
 
 
 def test_an_override_read_at_some_points_of_a_sweep_given_as_a_flag_is_taken(tmp_path, capsys):

@@ -280,3 +280,17 @@ def test_a_good_sessions_scenario_passes_every_check(tmp_path):
     scenario = scenarios.load(write(tmp_path, TOML))
     check_scenario(scenario)
     assert scenario.base.workload.sessions.turns == Uniform(2, 8)
+
+
+def test_a_warm_up_past_every_conversation_is_said_not_silently_empty(capsys):
+    """Conversations are sent as earlier turns end, so only the run knows that each was sent
+    within the warm-up: it says so once, and the report lists it."""
+    from sim import notes
+
+    notes.forget()
+    recorder = run_config(config(warmup_s=10_000.0))
+    assert len(recorder.notes) == 1 and "every request was sent within the 10000 s warm-up" \
+        in recorder.notes[0]
+    assert capsys.readouterr().err.count("none is counted") == 1
+    last_s = max(run_config(config()).request_columns()["arrival_s"])
+    assert not run_config(config(warmup_s=last_s / 2)).notes  # some counted: nothing to say

@@ -74,6 +74,11 @@ def test_unreadable_files_are_one_line_naming_them(tmp_path, name, data, message
     ("2023-11-16 18:00:00.0,10,0\n", r"line 2: GeneratedTokens must be >= 1, got 0"),
     ("2023-11-16 18:00:00.0,0,5\n", r"line 2: ContextTokens must be >= 1"),
     ("2023-11-16 18:00:01.0,10,5\n2023-11-16 18:00:00.0,10,5\n", r"line 3: TIMESTAMP .* earlier"),
+    # backwards by less than a microsecond (NumPy reads microseconds): still out of order
+    ("2023-11-16 18:17:03.9799609,10,5\n2023-11-16 18:17:03.9799601,10,5\n",
+     r"line 3: TIMESTAMP .* earlier"),
+    ("2023-11-16 18:00:00.0,10,5\n\n", r"line 3: an empty line; a CSV trace is one request a "
+                                        r"line"),
     ("2023-11-16 18:00:00.0,ten,5\n", r"line 2: malformed row"),
     ("2023-11-16 18:00:00.0,10\n", r"line 2: expected 3 fields"),
     # a bare number is no timestamp (NumPy would read it as a year)
@@ -92,6 +97,13 @@ def test_bad_rows_are_refused_with_the_line_named(tmp_path, rows, message):
         warnings.simplefilter("error")  # a warning printed beside the error would be a second line
         with pytest.raises(ValueError, match=message):
             load_trace(path)
+
+
+def test_one_zone_written_three_ways_is_one_zone(tmp_path):
+    path = tmp_path / "zones.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03Z,10,5\n"
+                    "2023-11-16 18:17:04+00:00,10,5\n2023-11-16 18:17:05.5+0000,10,5\n")
+    assert load_trace(path).arrival_s.tolist() == [0.0, 1.0, 2.5]
 
 
 def test_a_device_is_not_a_trace_file():

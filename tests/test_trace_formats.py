@@ -45,6 +45,9 @@ def test_csv_columns_may_come_in_any_order_beside_others(tmp_path):
 def test_a_compressed_table_reads_as_its_content(tmp_path):
     trace = load_trace(write(tmp_path, "t.jsonl.gz", gzip.compress(JSONL.encode())), "jsonl")
     assert trace.prompt_tokens.tolist() == [100, 7, 300]
+    for name in ("T.JSONL.GZ", "t.jsonl"):  # gzip's bytes, whatever the name
+        trace = load_trace(write(tmp_path, name, gzip.compress(JSONL.encode())), "jsonl")
+        assert trace.prompt_tokens.tolist() == [100, 7, 300]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -71,7 +74,8 @@ def test_a_compressed_table_reads_as_its_content(tmp_path):
     ("arrival_s,prompt_tokens,output_tokens\nnan,2,3\n", "line 2: arrival_s must be a number >= 0"),
     ("arrival_s,prompt_tokens,output_tokens\n-1,2,3\n", "line 2: arrival_s must be a number >= 0"),
     ("arrival_s,prompt_tokens,output_tokens\n2,2,3\n1,2,3\n", "line 3: arrival_s 1.0 is earlier"),
-    ("arrival_s,prompt_tokens,output_tokens\n1,2,3\n\n", "line 3: expected 3 fields"),
+    ("arrival_s,prompt_tokens,output_tokens\n1,2,3\n\n", "line 3: an empty line; a CSV trace "
+                                                         "is one request a line"),
     # a span no float tells apart to the microsecond, blamed on the file, not on time_scale
     ("arrival_s,prompt_tokens,output_tokens\n0,2,3\n1e300,2,3\n",
      "t.csv: its arrival times span 1e+300 s from the first row to the last"),

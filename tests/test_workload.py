@@ -140,6 +140,17 @@ def test_lognormal_truncates_by_redrawing_not_clipping():
     assert np.mean(x == 50) == pytest.approx((cdf(50.5) - cdf(49.5)) / dist.acceptance, rel=0.1)
 
 
+def test_a_wide_lognormal_draws_without_a_numpy_warning():
+    # exp() of its widest draws overflows to inf, which the range throws away, quietly
+    import warnings
+
+    dist = LogNormal(median=100, sigma=300.0, max=2000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x = dist.sample(rng(), 200)
+    assert x.min() >= 1 and x.max() <= 2000
+
+
 def test_lognormal_refuses_a_range_that_would_take_forever_to_redraw():
     with pytest.raises(ValueError, match=r"workload.prompt_tokens: lognormal.*widen the range"):
         LogNormal(median=10, sigma=0.1, min=1000, max=2000).check("workload.prompt_tokens")

@@ -105,12 +105,17 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
         raise FlagError("--burstiness needs --request-rate")
     if burst is not None:
         check_burstiness(burst)
+        if rate == math.inf and burst != 1:
+            raise FlagError(f"--burstiness {burst:g}: --request-rate inf sends every request "
+                            f"at once, with no gaps to shape; give a finite rate")
     if rate is not None:
         put("--request-rate", "workload.arrival", arrival_of(rate, burst))
     elif burst is not None:  # a search: the shape of the gaps, at every rate it probes
         for key, value in gaps_of(burst).items():
             put("--burstiness", f"workload.arrival.{key}", value)
     if args.max_concurrency is not None:
+        if rate is None and not searching:
+            refuse_closed_loop(scenario_of, pairs, flags)
         if rate is None and not arrivals_of_scenario(scenario_of, pairs, flags, sweep, searching):
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
@@ -127,6 +132,24 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
     if args.warmup_seconds is not None:
         put("--warmup-seconds", "workload.warmup_s", args.warmup_seconds)
     return pairs, sweep, flags
+
+
+def refuse_closed_loop(scenario_of, pairs: list, flags: dict) -> None:
+    """FlagError for --max-concurrency alone on a closed loop: its burst would replace the
+    loop's users and their think time, where its concurrency is what the flag means. (A
+    scenario that loads only once the flag gives it arrivals has none.)"""
+    from scenarios import ScenarioError
+
+    try:
+        arrival = scenario_of(pairs, flags).base.workload.arrival
+    except ScenarioError:
+        return
+    if arrival is not None and arrival.process == "closed_loop":
+        raise FlagError(f"--max-concurrency: the scenario's arrivals are a closed loop of "
+                        f"{arrival.concurrency} users, whose number is "
+                        f"workload.arrival.concurrency (--set workload.arrival.concurrency=N "
+                        f"keeps their think time; --request-rate R with --max-concurrency "
+                        f"replaces the loop)")
 
 
 def arrivals_of_scenario(scenario_of, pairs: list, flags: dict, sweep: dict,

@@ -22,6 +22,8 @@ NOT_TAKEN = {
     "--backend": "servesim bench speaks the OpenAI API: --endpoint /v1/completions (default) "
                  "or /v1/chat/completions",
     "--disable-tqdm": "--quiet",
+    "--random-prefix-len": "prompts that share a prefix are conversations whose turns resend "
+                           "it: workload.sessions' system_prompt_tokens (docs/sim/workloads.md)",
     "--ignore-eos": "servesim always sends ignore_eos, with max_tokens the planned output",
     "--num-warmups": "--warmup-seconds S leaves the requests of the first S seconds out of "
                      "the figures",

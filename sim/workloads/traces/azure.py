@@ -4,8 +4,9 @@ A CSV file with the header `TIMESTAMP,ContextTokens,GeneratedTokens`, then one r
 e.g. `2023-11-16 18:17:03.9799600,4808,10`: ContextTokens is the prompt length, GeneratedTokens
 the number of output tokens the request asks for. Timestamps are dates and times (a bare
 number is refused), read to the microsecond (any year, no wrapping), and must not go
-backwards. A timestamp may end in a time zone (`Z`, `+05:00`), the same on every row: rows in
-different zones would need converting, which is refused rather than guessed.
+backwards, to the last digit written. A timestamp may end in a time zone (`Z`, `+05:00`), the
+same on every row (`Z`, `+00:00` and `+0000` are one zone): rows in different zones would need
+converting, which is refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .trace import Trace, check_tokens, shorten
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 KIND = "a CSV file"
 ZONE = re.compile(r"(Z|[+-]\d\d(:?\d\d)?)$")  # an ISO 8601 zone at the end of a timestamp
+FRACTION = re.compile(r"\.(\d+)")  # a timestamp's fraction of a second
 # a date first (NumPy would read a bare number as a year: 1700000000 as the year 1,700,000,000)
 DATE = re.compile(r"-?\d{4,}-\d\d-\d\d(T|$)")
 
@@ -34,20 +36,21 @@ def read(path, f, max_rows: int | None) -> Trace:
     if header is None or tuple(h.strip() for h in header) != COLUMNS:
         raise ValueError(f"{path}: line 1: expected the header {','.join(COLUMNS)} "
                          f"(format azure), got {shorten(','.join(header or []))!r}")
-    stamps, prompts, outputs, zone = [], [], [], None
+    stamps, prompts, outputs, zone, last_order = [], [], [], None, ""
     for line, row in csv_rows(path, reader):
         if max_rows is not None and len(stamps) == max_rows:
             break
-        stamp, row_zone, prompt, output = _parse_row(path, line, row)
+        stamp, order, row_zone, prompt, output = _parse_row(path, line, row)
         if stamps and row_zone != zone:
             raise ValueError(f"{path}: line {line}: TIMESTAMP {row[0].strip()} is in time zone "
                              f"{row_zone or 'none'}, the rows before in {zone or 'none'}; "
                              f"every row must give the same zone (or none)")
         zone = row_zone
-        if stamps and stamp < stamps[-1]:
+        if stamps and (stamp, order) < (stamps[-1], last_order):
             raise ValueError(f"{path}: line {line}: TIMESTAMP {row[0]} is earlier than the "
                              f"line before (the trace must be in arrival order)")
         stamps.append(stamp)
+        last_order = order
         prompts.append(prompt)
         outputs.append(output)
     if not stamps:
@@ -55,6 +58,14 @@ def read(path, f, max_rows: int | None) -> Trace:
     stamps = np.array(stamps)  # [n] datetime64[us]
     seconds = (stamps - stamps[0]).astype(np.float64) * 1e-6  # [n] us -> s
     return Trace(seconds, np.array(prompts, dtype=np.int64), np.array(outputs, dtype=np.int64))
+
+
+def _zone(text: str) -> str:
+    """A zone as +HH:MM ("Z" is "+00:00", "+05" "+05:00", "+0530" "+05:30")."""
+    if text == "Z":
+        return "+00:00"
+    digits = text[1:].replace(":", "").ljust(4, "0")
+    return f"{text[0]}{digits[:2]}:{digits[2:]}"
 
 
 def _parse_row(path, line: int, row: list):
@@ -77,6 +88,8 @@ def _parse_row(path, line: int, row: list):
     except (ValueError, OverflowError, Warning):
         raise ValueError(f"{path}: line {line}: malformed row {shorten(','.join(row))!r}") \
             from None
-    return stamp, zone.group() if zone else None, \
+    fraction = FRACTION.search(text)  # past the microsecond: only to keep the rows' order
+    order = fraction.group(1)[6:].ljust(12, "0") if fraction else ""
+    return stamp, order, _zone(zone.group()) if zone else None, \
         check_tokens(path, line, "ContextTokens", prompt), \
         check_tokens(path, line, "GeneratedTokens", output)

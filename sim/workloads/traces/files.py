@@ -43,9 +43,15 @@ def resolve_path(path, base_dir=None) -> Path:
     raise FileNotFoundError(f"workload.trace.path: file not found: {path}{where}")
 
 
+GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of gzip data
+
+
 def open_text(path: Path):
-    """The file as text, decompressed on the fly when its name ends in `.gz`."""
-    if path.suffix == ".gz":
+    """The file as text, decompressed on the fly when its name ends in `.gz` (any case) or
+    its bytes are gzip's whatever its name."""
+    with open(path, "rb") as raw:
+        magic = raw.read(2)
+    if path.suffix.lower() == ".gz" or magic == GZIP_MAGIC:
         return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
     return open(path, encoding="utf-8-sig", newline="")
 
@@ -74,7 +80,8 @@ def reading(path: Path, kind: str):
 def csv_rows(path: Path, reader):
     """(line number, row) for each row `reader` (a `csv.reader`) reads after the header: the
     line a row ends on, so a quoted field spanning lines does not shift the numbers after it;
-    a row the reader gives up on (a field past its size limit) is an error naming its line."""
+    a row the reader gives up on (a field past its size limit), and an empty line, are errors
+    naming the line."""
     while True:
         try:
             row = next(reader)
@@ -83,6 +90,9 @@ def csv_rows(path: Path, reader):
         except csv.Error as exc:
             raise ValueError(f"{path}: line {reader.line_num + 1}: not a CSV row: {exc}") \
                 from None
+        if not row:
+            raise ValueError(f"{path}: line {reader.line_num}: an empty line; a CSV trace is "
+                             f"one request a line")
         yield reader.line_num, row
 
 
