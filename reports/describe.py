@@ -26,8 +26,9 @@ def config_rows(config) -> dict[str, str]:
     if pooled:  # each pool's own engine (its set applied) and, with the hardware model, GPU
         described = (derived or {}).get("pools") or [None] * len(pooled)
         hardware = "; ".join(f"pool `{pool.name}` ({_replicas(pool.replicas)}): "
-                             f"{hardware_text(own)}"
+                             f"{hardware_text(own)}; {kernels_text(own)}"
                              for (pool, _), own in zip(pooled, described) if own) or None
+        kernels = None  # each pool's with its hardware
         engine = "; ".join(
             f"pool `{pool.name}`: " + engine_text(
                 pool_config.engine,
@@ -36,6 +37,7 @@ def config_rows(config) -> dict[str, str]:
             for (pool, pool_config), own in zip(pooled, described))
     else:
         hardware = hardware_text(derived) if derived else None
+        kernels = kernels_text(derived) if derived else None
         engine = engine_text(config.engine, config.engine.num_kv_blocks, _auto(config))
     return {
         "seed": str(config.seed),
@@ -44,6 +46,7 @@ def config_rows(config) -> dict[str, str]:
         "model": model_text(config.model),
         **({"cluster": cluster_text(config)} if config.cluster is not None else {}),
         **({"hardware": hardware} if hardware else {}),
+        **({"kernels": kernels} if kernels else {}),
         "engine": engine,
         "scheduler": scheduler_text(config.scheduler),
         "workload": workload_text(config.workload),
@@ -119,8 +122,8 @@ def model_text(model) -> str:
 
 
 def hardware_text(derived: dict) -> str:
-    """The GPU, its parallel layout (TP, attention DP, EP), dtypes, the memory per GPU
-    (`hardware.derived`) and where the operators' times come from."""
+    """The GPU, its parallel layout (TP, attention DP, EP), dtypes and the memory per GPU
+    (`hardware.derived`); where the operators' times come from is `kernels_text`'s."""
     tp, ranks = derived["tp"], derived.get("dp", 1)
     layout = f"TP {tp}"
     if ranks > 1:  # attention data parallelism: each rank its own requests and KV cache
@@ -134,7 +137,7 @@ def hardware_text(derived: dict) -> str:
             f"{derived['weights_gib_per_gpu']:.1f} GiB of "
             f"weights, {derived['kv_gib_per_gpu']:.1f} GiB of KV cache "
             f"({derived['kv_tokens']:,} tokens, {derived['kv_bytes_per_token_per_gpu'] / 1024:g}"
-            f" KiB a token); {kernels_text(derived)}")
+            f" KiB a token)")
 
 
 def kernels_text(derived: dict) -> str:

@@ -226,3 +226,28 @@ def test_a_config_not_resolved_against_its_gpu_is_described(tmp_path):
     config = scenarios.load("llama3-8b-h100").runs()[0].config  # "auto" blocks, as bench has it
     assert config_rows(config)["engine"].startswith("KV blocks of 16 tokens: 'auto' (from the "
                                                     "GPU's memory)")
+
+
+def test_kernels_the_variants_share_are_described_once(tmp_path):
+    """Variants differing in their KV cache alone run the same measured kernels: the report's
+    kernels row says which once, and the Variants table gives each one's hardware without
+    them; a variant on another GPU gives its own."""
+    pytest.importorskip("aiconfigurator_core")
+    from reports.describe import variant_table, what_was_run
+
+    variants = ('[[variants]]\nname = "bf16"\nset = { "hardware.kv_dtype" = "bf16" }\n'
+                '[[variants]]\nname = "fp8"\nset = { "hardware.kv_dtype" = "fp8" }\n')
+    scenario = scenarios.load(write_hardware(tmp_path, hardware='dtype = "bf16"',
+                                             extra=variants))
+    specs = [sim.build.resolved_spec(spec) for spec in scenario.runs()]
+    rows = dict(what_was_run(scenario, specs))
+    assert rows["hardware"] == "differs by variant: see Variants below"
+    assert rows["kernels"].startswith("vllm 0.24.0 kernels measured on h100-sxm: ")
+    header, table = variant_table(scenario, specs)
+    assert "kernels" not in header and all("measured" not in " ".join(row) for row in table)
+    other = variants.replace('"hardware.kv_dtype" = "fp8"', '"hardware.gpu" = "h200"')
+    scenario = scenarios.load(write_hardware(tmp_path, hardware='dtype = "bf16"', extra=other))
+    specs = [sim.build.resolved_spec(spec) for spec in scenario.runs()]
+    assert dict(what_was_run(scenario, specs))["kernels"] == "differs by variant: see Variants " \
+                                                             "below"
+    assert "kernels" in variant_table(scenario, specs)[0]

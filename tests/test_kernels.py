@@ -169,9 +169,9 @@ def test_the_report_names_the_kernels_and_which_operators_were_measured(tmp_path
 
     spec = resolved_spec(load(tmp_path).runs()[0])
     rows = config_rows(spec.config)
-    assert "vllm 0.24.0 kernels measured on h100-sxm: `attn_pre_proj`" in rows["hardware"]
+    assert "vllm 0.24.0 kernels measured on h100-sxm: `attn_pre_proj`" in rows["kernels"]
     assert "the other elementwise kernels (norms, rotary embedding, activation, residual adds, " \
-        "embedding) by the roofline" in rows["hardware"]
+        "embedding) by the roofline" in rows["kernels"]
     assert "measured kernels where the tables have them" in rows["step costs"]
 
 
