@@ -49,16 +49,19 @@ def hold_prefills(scheduler, decodes: list, prefilling: list, budget: int) -> bo
 def prefill_preview(scheduler, prefilling: list, budget: int) -> int:
     """The tokens of the sequences the step would prefill, each counted whole (changing
     nothing): the prefills under way, then the queue's head as the scheduler's admission would
-    take it (prefix-cache hits not taken off)."""
+    take it (prefix-cache hits not taken off), with the blocks the prefills' chunks take
+    first (chunks that do not fit preempt, and a step that preempts admits no one)."""
     cfg, bm = scheduler.config, scheduler.block_manager
-    tokens = 0
+    tokens = blocks = 0
     for seq in prefilling:  # one rank: no per-sequence cap
         if budget == 0:
             return tokens
         n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+        blocks += bm.blocks_to_hold(seq.seq_id, seq.num_computed_tokens + n)
         tokens, budget = tokens + seq.num_tokens, budget - n
+    if not has_free_capacity(bm, blocks):
+        return tokens
     slots = cfg.max_num_seqs - len(scheduler.running)
-    blocks = 0
     for seq in scheduler.waiting.head(max(slots, 0)):
         if budget == 0:
             break

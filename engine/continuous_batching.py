@@ -3,9 +3,11 @@
 Each function is a thin entry to the policy that `Scheduler` runs every step, built from the same
 building blocks (`has_free_capacity`, `admit_sequence`, `preempt_sequence`,
 `reserve_decode_blocks` in `scheduler.py`), so there is one implementation of admission and
-preemption. `alloc` may be a `BlockManager` or anything with a `.block_manager` (such as the
-paged allocator of `init_block_allocator`); `waiting` may be a queue from `queues.py` or a plain
-heap list filled by `priority_queue_push`. Sequences are `Sequence` objects.
+preemption. These steps have no token budget, so no chunks: `select_admissions` reserves blocks
+for all of a sequence's tokens, as `Scheduler` does for a prompt prefilled whole. `alloc` may be
+a `BlockManager` or anything with a `.block_manager` (such as the paged allocator of
+`init_block_allocator`); `waiting` may be a queue from `queues.py` or a plain heap list filled
+by `priority_queue_push`. Sequences are `Sequence` objects.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ __all__ = ["has_free_capacity", "admit_sequence", "preempt_sequence", "reserve_d
 
 _RUNNING = SequenceStatus.RUNNING
 # Statuses of a waiting sequence whose KV is computed (swapped out, or prefilled by another
-# engine): it is readmitted with blocks for all its tokens, without prefilling them again
+# engine): it is readmitted with blocks for its computed tokens and the step's, without
+# prefilling them again
 RESUMING = (SequenceStatus.SWAPPED, SequenceStatus.TRANSFERRED)
 _admission_counter = itertools.count()  # admit_order: only its relative order matters
 

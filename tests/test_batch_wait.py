@@ -177,3 +177,27 @@ def test_batch_waiting_is_refused_with_data_parallel_ranks():
     with pytest.raises(ValueError, match="TensorRT-LLM does not hold prefills under attention "
                                          "data parallelism"):
         SchedulerConfig(batch_wait_timeout_iters=4, data_parallel_size=2)
+
+
+def test_the_preview_leaves_out_a_prompt_the_chunks_under_way_leave_no_blocks_for():
+    """A prefill under way takes its next chunk's blocks first: a waiting prompt whose first
+    chunk fits the free blocks now, but not after them, is not admitted, so it does not count
+    towards ending the wait (it counted, and the step ran without waiting)."""
+    from engine.batch_wait import prefill_preview
+
+    config = SchedulerConfig(chunked_prefill=True, max_num_batched_tokens=32, max_num_seqs=8,
+                             batch_wait_timeout_iters=100, batch_wait_max_tokens_ratio=0.75)
+    scheduler = Scheduler(config, BlockManager(14, 4))
+    scheduler.add(Sequence("D", 4, 20))
+    advance(scheduler, scheduler.schedule())  # D prefills (waiting for nothing: no decodes)
+    scheduler.add(Sequence("A", 27, 5))
+    scheduler.add(Sequence("P", 12, 5))
+    plan = scheduler.schedule()  # D decodes; A prefills whole, P its first 4 of 12 tokens
+    assert [(s.request_id, n) for s, n in plan.prefills] == [("A", 27), ("P", 4)]
+    advance(scheduler, plan)
+    scheduler.add(Sequence("W", 16, 5))  # its 16 tokens: 4 blocks, all there are free
+    prefilling = [s for s in scheduler.running if s.num_computed_tokens < s.prompt_len]
+    assert scheduler.block_manager.num_free == 4
+    assert prefill_preview(scheduler, prefilling, 32 - 2) == 12  # P alone: its 8 take 2
+    plan = scheduler.schedule()  # 12 tokens and 2 decodes fall short of 24: it holds
+    assert scheduler.batch_wait.holding and not plan.prefills

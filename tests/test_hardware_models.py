@@ -299,7 +299,7 @@ def test_what_cannot_run_is_refused_in_one_line(tmp_path, kwargs, message):
 @pytest.mark.parametrize("kwargs, message", [
     ({"model": 'name = "meta-llama/Llama-2-7b-hf"', "max_seq_len": 8192},
      "model.max_seq_len: meta-llama/Llama-2-7b-hf takes at most 4,096 tokens (its "
-     "max_position_embeddings), got 8,192"),
+     "max_position_embeddings, as its rope_scaling stretches it), got 8,192"),
     ({"hardware": "framework_version = 0.24"},
      'hardware.framework_version: must be a version in quotes, e.g. "0.24.0"'),
     ({"hardware": 'kv_dtype = "fp8_e4m3"'}, "(did you mean 'fp8'?)"),
@@ -488,6 +488,8 @@ def test_sliding_layers_from_a_config(tmp_path, table, window, sliding):
     ({"rope_type": "dynamic", "factor": 1.5}, 61_440),
     ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 40_960),
     ({"rope_type": "longrope", "factor": 4.0}, 40_960),
+    ({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768.0}, 131_072),
+    ({"rope_type": "default"}, 40_960),
     (None, 40_960),
 ])
 def test_a_rotary_scaling_stretches_the_context_as_vllm_derives_it(tmp_path, scaling, context):

@@ -99,11 +99,15 @@ def test_bad_rows_are_refused_with_the_line_named(tmp_path, rows, message):
             load_trace(path)
 
 
-def test_one_zone_written_three_ways_is_one_zone(tmp_path):
+def test_one_zone_written_four_ways_is_one_zone_and_a_fraction_of_zeros_is_none(tmp_path):
     path = tmp_path / "zones.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03Z,10,5\n"
-                    "2023-11-16 18:17:04+00:00,10,5\n2023-11-16 18:17:05.5+0000,10,5\n")
-    assert load_trace(path).arrival_s.tolist() == [0.0, 1.0, 2.5]
+                    "2023-11-16 18:17:04+00:00,10,5\n2023-11-16 18:17:05.5+0000,10,5\n"
+                    "2023-11-16 18:17:05.5000000-00:00,10,5\n")
+    assert load_trace(path).arrival_s.tolist() == [0.0, 1.0, 2.5, 2.5]
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.0000000,10,5\n"
+                    "2023-11-16 18:17:03,10,5\n")  # isoformat() leaves out a zero fraction
+    assert load_trace(path).arrival_s.tolist() == [0.0, 0.0]
 
 
 def test_a_device_is_not_a_trace_file():

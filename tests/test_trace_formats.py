@@ -118,6 +118,12 @@ def test_a_row_past_max_requests_is_not_read(tmp_path):
     path = write(tmp_path, "t.jsonl", JSONL + "not json\n")
     assert len(load_trace(path, "jsonl", max_requests=3)) == 3
     assert "line 4: not JSON" in error(path, "jsonl")
+    csv = write(tmp_path, "t.csv", CSV + "\n")  # a blank line past them, in either CSV format
+    assert len(load_trace(csv, "csv", max_requests=3)) == 3
+    assert "line 5: an empty line" in error(csv, "csv")
+    azure = write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                     "2023-11-16 18:17:03,10,5\n\n")
+    assert len(load_trace(azure, "azure", max_requests=1)) == 1
 
 
 # --- mooncake -------------------------------------------------------------------------------------

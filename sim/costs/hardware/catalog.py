@@ -101,12 +101,13 @@ def model_architecture(table: dict) -> Architecture:
 
 
 def _check_length(given: dict, base: dict, model: str) -> None:
-    """A `model.max_seq_len` past the model's own (its max_position_embeddings) is refused, as
-    vLLM refuses such a --max-model-len."""
+    """A `model.max_seq_len` past the model's own (its max_position_embeddings, as its
+    rope_scaling stretches it) is refused, as vLLM refuses such a --max-model-len."""
     length, limit = given.get("max_seq_len"), base.get("max_seq_len")
     if isinstance(length, int) and isinstance(limit, int) and length > limit:
         raise ValueError(f"model.max_seq_len: {model} takes at most {limit:,} tokens (its "
-                         f"max_position_embeddings), got {length:,}")
+                         f"max_position_embeddings, as its rope_scaling stretches it), got "
+                         f"{length:,}")
 
 
 @dataclass(frozen=True)

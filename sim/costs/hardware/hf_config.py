@@ -133,7 +133,7 @@ def _dense(c: _Config, tie: bool = False) -> dict:
 
 
 # Rotary scalings whose max_position_embeddings is the context already (vLLM leaves them as is)
-UNSCALED_ROPE = ("su", "longrope", "llama3", "default")
+UNSCALED_ROPE = ("su", "longrope", "llama3")
 
 
 def _context(c: _Config) -> int:
@@ -155,6 +155,8 @@ def _context(c: _Config) -> int:
         raise c.error(f"rope_scaling.factor must be a positive number, got {factor!r}")
     if kind == "yarn":
         original = scaling.get("original_max_position_embeddings")
+        if isinstance(original, float) and original.is_integer():  # 32768.0, as JSON may hold
+            original = int(original)
         if isinstance(original, bool) or not isinstance(original, int) or \
                 not 1 <= original <= MAX_INT:
             raise c.error(f"rope_scaling.original_max_position_embeddings must be a positive "

@@ -37,9 +37,7 @@ def read(path, f, max_rows: int | None) -> Trace:
         raise ValueError(f"{path}: line 1: expected the header {','.join(COLUMNS)} "
                          f"(format azure), got {shorten(','.join(header or []))!r}")
     stamps, prompts, outputs, zone, last_order = [], [], [], None, ""
-    for line, row in csv_rows(path, reader):
-        if max_rows is not None and len(stamps) == max_rows:
-            break
+    for line, row in csv_rows(path, reader, max_rows):
         stamp, order, row_zone, prompt, output = _parse_row(path, line, row)
         if stamps and row_zone != zone:
             raise ValueError(f"{path}: line {line}: TIMESTAMP {row[0].strip()} is in time zone "
@@ -62,10 +60,9 @@ def read(path, f, max_rows: int | None) -> Trace:
 
 def _zone(text: str) -> str:
     """A zone as +HH:MM ("Z" is "+00:00", "+05" "+05:00", "+0530" "+05:30")."""
-    if text == "Z":
-        return "+00:00"
-    digits = text[1:].replace(":", "").ljust(4, "0")
-    return f"{text[0]}{digits[:2]}:{digits[2:]}"
+    digits = "0000" if text == "Z" else text[1:].replace(":", "").ljust(4, "0")
+    sign = "+" if digits == "0000" else text[0]  # -00:00 is UTC too
+    return f"{sign}{digits[:2]}:{digits[2:]}"
 
 
 def _parse_row(path, line: int, row: list):
@@ -89,7 +86,7 @@ def _parse_row(path, line: int, row: list):
         raise ValueError(f"{path}: line {line}: malformed row {shorten(','.join(row))!r}") \
             from None
     fraction = FRACTION.search(text)  # past the microsecond: only to keep the rows' order
-    order = fraction.group(1)[6:].ljust(12, "0") if fraction else ""
+    order = (fraction.group(1) if fraction else "")[6:].ljust(12, "0")
     return stamp, order, _zone(zone.group()) if zone else None, \
         check_tokens(path, line, "ContextTokens", prompt), \
         check_tokens(path, line, "GeneratedTokens", output)

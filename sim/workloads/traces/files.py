@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import json
 import zlib
 from contextlib import contextmanager
@@ -77,12 +78,12 @@ def reading(path: Path, kind: str):
         raise ValueError(f"{path}: not {kind}: nested too deeply") from None
 
 
-def csv_rows(path: Path, reader):
-    """(line number, row) for each row `reader` (a `csv.reader`) reads after the header: the
-    line a row ends on, so a quoted field spanning lines does not shift the numbers after it;
-    a row the reader gives up on (a field past its size limit), and an empty line, are errors
-    naming the line."""
-    while True:
+def csv_rows(path: Path, reader, max_rows: int | None = None):
+    """(line number, row) for each of the first `max_rows` rows (all when None) `reader` (a
+    `csv.reader`) reads after the header: the line a row ends on, so a quoted field spanning
+    lines does not shift the numbers after it; a row the reader gives up on (a field past its
+    size limit), and an empty line, are errors naming the line (none past `max_rows` is read)."""
+    for _ in itertools.repeat(None) if max_rows is None else range(max_rows):
         try:
             row = next(reader)
         except StopIteration:

@@ -64,9 +64,7 @@ def read_csv(path, f, max_rows: int | None) -> Trace:
         raise ValueError(f"{path}: line 1: column {', '.join(twice)} appears more than once")
     where = [header.index(name) for name in CSV.names]
     times, prompts, outputs = [], [], []
-    for line, row in csv_rows(path, reader):
-        if max_rows is not None and len(times) == max_rows:
-            break
+    for line, row in csv_rows(path, reader, max_rows):
         if len(row) != len(header):
             raise ValueError(f"{path}: line {line}: expected {len(header)} fields (as the "
                              f"header), got {len(row)}")
