@@ -76,6 +76,7 @@ class RunRecorder:
         self.statuses: list[str] = []
         self.reject_reasons: dict = {}
         self.transfers: dict = {}  # request_id -> KvTransfer, of the requests prefilled elsewhere
+        self.decode_first_token: dict = {}  # request_id -> its first token here, of those
         self.itl_gaps = array("d")  # gap values, seconds
         self.itl_counts = array("q")  # how many tokens had that gap
         self.itl_steps = array("q")  # the step that ended the gap
@@ -177,6 +178,7 @@ class RunRecorder:
         self._requests["first_scheduled_s"].append(transfer.first_scheduled_s)
         self._requests["first_token_s"].append(transfer.first_token_s)
         if seq.first_token_step is not None:
+            self.decode_first_token[seq.request_id] = self._end[seq.first_token_step]
             self.itl_gaps.append(self._end[seq.first_token_step] - transfer.first_token_s)
             self.itl_counts.append(1)
             self.itl_steps.append(seq.first_token_step)
@@ -336,20 +338,25 @@ class ClusterRecorder:
         order = np.argsort(arrivals, kind="stable").tolist()
         columns = {"replica": [x for part in labels for x in part]}
         if self.prefill_replicas:
-            columns |= self._transfer_columns(tables, columns["replica"])
+            columns |= self._transfer_columns(tables, columns["replica"], t0)
         for name in REQUEST_COLUMNS:
             columns[name] = [x for t in tables for x in t[name]]
         return {name: [values[i] for i in order] for name, values in columns.items()}
 
-    def _transfer_columns(self, tables: list[dict], replica: list) -> dict:
-        """Each request's `prefill_replica` and `kv_transfer_s` (leaving its prefill replica
-        to its KV's arrival, the wait for the link included; NaN for a request that never
-        left: rejected, or done with its first token), in `tables`' order."""
+    def _transfer_columns(self, tables: list[dict], replica: list, t0: float) -> dict:
+        """Each request's `prefill_replica`, `kv_transfer_s` (leaving its prefill replica to
+        its KV's arrival, the wait for the link included) and `decode_first_token_s` (its
+        first token at its decode replica, from `t0`: when a client behind vLLM's P/D proxy,
+        which drops the prefill's token, sees its first); NaN for a request that never left
+        (rejected, or done with its first token), in `tables`' order."""
         transfers = {k: v for r in self.replicas for k, v in r.transfers.items()}
+        firsts = {k: v for r in self.replicas for k, v in r.decode_first_token.items()}
         request_ids = [x for t in tables for x in t["request_id"]]
         moved = [transfers.get(request_id) for request_id in request_ids]
         return {"prefill_replica": [t.prefill_replica if t else r for t, r in zip(moved, replica)],
-                "kv_transfer_s": [t.arrived_s - t.sent_s if t else NAN for t in moved]}
+                "kv_transfer_s": [t.arrived_s - t.sent_s if t else NAN for t in moved],
+                "decode_first_token_s": [firsts.get(request_id, NAN + t0) - t0
+                                         for request_id in request_ids]}
 
     def step_columns(self) -> dict:
         """Step rows of every replica in turn (`replica` first; `kv_blocks_total` per row),

@@ -70,15 +70,26 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
                Paragraph("Every figure (mean, p50, p90, p95, p99 and max of TTFT, TPOT, ITL, E2E "
                          "and queueing, goodput, batch size, KV use, prefix cache hit rates and "
                          "prefill tokens saved) is in `summary.csv`; each run's figures are also "
-                         f"in vLLM `bench serve`'s result layout ({named}); per-request rows "
-                         "are in `requests.csv`" + ("." if remote is not None else
-                                                   " and per-step rows in `steps.csv`."))]
+                         f"in vLLM `bench serve`'s result layout ({named}); "
+                         + _row_files(remote is None, any(spec.config.cluster is not None
+                                                          for spec in specs)))]
     blocks += priority_blocks(specs, requests)
     blocks += [Heading(2, "Charts")]
     for image in charts:
         blocks += [Heading(3, image.alt), image]
     blocks += rejected_blocks(specs, requests)
     return blocks
+
+
+def _row_files(stepped: bool, cluster: bool) -> str:
+    """Where the report's rows are: the requests', the steps' (runs with steps of their own:
+    not a remote server's) and a cluster's replicas'."""
+    files = ["per-request rows are in `requests.csv`"]
+    if stepped:
+        files.append("per-step rows in `steps.csv`")
+    if cluster:
+        files.append("per-replica rows in `replicas.csv`")
+    return (", ".join(files[:-1]) + " and " + files[-1] if len(files) > 1 else files[0]) + "."
 
 
 def _run_groups(specs, requests) -> list:

@@ -16,6 +16,10 @@ from .replica_table import prefilled_throughputs, replica_row
 from .timeline_chart import minmax, step_series
 
 ROW_HEIGHT_IN = 2.4
+# Replicas each named (a tick under its bar, a legend entry for its lines) up to this many; a
+# larger cluster gets whole-number ticks and its lines no legend (thousands of labels would
+# take minutes to lay out and could not be read)
+NAMED_REPLICAS = 32
 
 
 def replicas_chart(runs) -> bytes:
@@ -37,7 +41,11 @@ def replicas_figure(runs):
         bars.set_xlabel(f"replica ({pool_spans(pools)})" if any(pools) else "replica")
         bars.set_ylabel("requests/s" if not recorder.prefill_replicas
                         else "requests/s (prefill: prefilled)")
-        bars.set_xticks(range(len(throughput)))
+        named = len(throughput) <= NAMED_REPLICAS
+        if named:
+            bars.set_xticks(range(len(throughput)))
+        else:
+            bars.xaxis.set_major_locator(MaxNLocator(integer=True))
         t0 = recorder.origin_s()
         for i, (replica, color) in enumerate(zip(recorder.replicas, colors)):
             steps = replica.step_columns(t0)
@@ -45,7 +53,8 @@ def replicas_figure(runs):
             if not len(start):
                 continue
             t, y = minmax(*step_series(start, end, steps["num_waiting"], None))
-            queue.step(t, y, where="post", color=color, linewidth=1.0, label=f"replica {i}")
+            queue.step(t, y, where="post", color=color, linewidth=1.0,
+                       label=f"replica {i}" if named else None)
             logged = recorder.kv_used(i)  # between steps too
             if logged is None:
                 used = np.asarray(steps["kv_blocks_used"], float)

@@ -25,8 +25,8 @@ STEP_COLUMNS = ("step", "start_s", "end_s", "num_prefill_tokens", "num_prefill_s
                 "kv_blocks_used", "kv_blocks_total", "preemptions", "cached_tokens",
                 "kv_blocks_cached")
 # a cluster's run: the replica that served a request, and a disaggregated cluster's
-# prefill replica and KV transfer time
-CLUSTER_COLUMNS = ("replica", "prefill_replica", "kv_transfer_s")
+# prefill replica, KV transfer time and first token at the decode replica
+CLUSTER_COLUMNS = ("replica", "prefill_replica", "kv_transfer_s", "decode_first_token_s")
 INT_COLUMNS = ("priority", "prompt_tokens", "output_tokens", "cached_tokens", "preemptions",
                "step", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
                "num_padding_seqs", "num_running", "num_waiting", "kv_blocks_used",
@@ -87,7 +87,7 @@ def step_frame(spec, recorder, keys: list[str] | None = None) -> pd.DataFrame:
 
 def _with_replica(columns: dict, order: tuple) -> tuple:
     """`order`, after a `replica` column where the rows have one (a cluster's run), and a
-    disaggregated cluster's `prefill_replica` and `kv_transfer_s`."""
+    disaggregated cluster's `prefill_replica`, `kv_transfer_s` and `decode_first_token_s`."""
     cluster = [name for name in CLUSTER_COLUMNS if name in columns]
     return (*cluster, *order)
 

@@ -204,39 +204,51 @@ def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
                     f"points would differ in name only; sweep one of them")
 
 
-def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict,
-                        variants, raw: dict) -> None:
-    """ScenarioError when an override or a sweep is written over by every pool of `[cluster]`
-    (a pool's `set` applies last, at build time: every value it sets set again, or in a table
-    the pool replaces), or when a sweep leaves two or more variants setting nothing else (it
-    applies after them, replacing what each sets). An override every variant undoes is
-    `check_overrides_matter`'s."""
+def _pool_writes(raw: dict) -> list:
+    """What each pool of `raw`'s `[cluster]` writes (its `set`); [] without pools, or with a
+    malformed one (the schema says so, naming it)."""
     cluster = raw.get("cluster")
     pools = cluster.get("pools") if isinstance(cluster, dict) else None
-    pool_writes = [writes(pool["set"]) for pool in pools or ()
-                   if isinstance(pool, dict) and isinstance(pool.get("set"), dict)]
-    if len(pool_writes) != len(pools or ()):
-        pool_writes = []  # a malformed pool: the schema says so, naming it
+    if not isinstance(pools, list):
+        return []
+    written = [writes(pool["set"]) for pool in pools
+               if isinstance(pool, dict) and isinstance(pool.get("set"), dict)]
+    return written if len(written) == len(pools) else []
+
+
+def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict,
+                       variants, raw: dict) -> None:
+    """ScenarioError when an override or a sweep is written over by every pool of the cluster
+    every variant runs (a pool's `set` applies last, at build time: every value it sets set
+    again, or in a table the pool replaces), or a variant's own setting by every pool of its
+    cluster (the file's pools, or those an override or the variant gives), or when a sweep
+    leaves two or more variants setting nothing else (it applies after them, replacing what
+    each sets). An override every variant undoes is `check_overrides_matter`'s."""
     given = [(sources.get(key, f"--set {key}"), key, [value]) for key, value in pairs] + \
         [(_swept_name(key, flag_sweep), key, values) for key, values in sweep.items()]
-    for what, key, values in given:
-        written = swept_writes(key, values)
-        if pool_writes and all(_covered(written, pool) for pool in pool_writes):
-            raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} again "
-                                f"(a pool's set applies last), so it changes no run; set it "
-                                f"in the pools")
-    # the file's pools are every run's unless an override, the sweep or the variant sets them
-    reset = any(overlap(w, "cluster") for _, key, values in given
-                for w in swept_writes(key, values))
-    for variant in variants if pool_writes and not reset else ():
-        if any(overlap(w, "cluster") for w in writes(variant.set)):
-            continue  # its own pools, perhaps: judged by what they are once built
-        for key, value in variant.set.items():
-            if all(_covered(writes({key: value}), pool) for pool in pool_writes):
-                raise ScenarioError(f"{shown}: variant {variant.name!r}: {key}: every pool "
-                                    f"of [cluster] sets it again (a pool's set applies last), "
-                                    f"so the variant's value changes no run; set it in the "
-                                    f"pools")
+    swept_pools = any(overlap(w, "cluster") for key, values in sweep.items()
+                      for w in swept_writes(key, values))
+    try:
+        with_pairs = ov.apply_all(raw, dict(pairs))
+        pooled = [(variant, _pool_writes(ov.apply_all(with_pairs, variant.set)))
+                  for variant in variants]
+    except (FieldError, ValueError, TypeError):  # refused where the overrides are applied
+        pooled = []
+    if pooled and not swept_pools:  # the pools each variant runs with, the same at every point
+        for what, key, values in given:
+            written = swept_writes(key, values)
+            if all(pools and all(_covered(written, pool) for pool in pools)
+                   for _, pools in pooled):
+                raise ScenarioError(f"{shown}: {what}: every pool of [cluster] sets {key} "
+                                    f"again (a pool's set applies last), so it changes no "
+                                    f"run; set it in the pools")
+        for variant, pools in pooled:
+            for key, value in variant.set.items() if pools else ():
+                if all(_covered(writes({key: value}), pool) for pool in pools):
+                    raise ScenarioError(f"{shown}: variant {variant.name!r}: {key}: every "
+                                        f"pool of [cluster] sets it again (a pool's set "
+                                        f"applies last), so the variant's value changes no "
+                                        f"run; set it in the pools")
     variant_writes = [writes(variant.set) for variant in variants]
     if sweep and len(variants) > 1 and any(w != variant_writes[0] for w in variant_writes):
         all_swept = {w for key, values in sweep.items() for w in swept_writes(key, values)}

@@ -38,10 +38,23 @@ def run_memory(config, requests: int) -> dict:
     replicas = _replicas(config)
     need = {"cluster.replicas": replicas * REPLICA_BYTES} if replicas > 1 else {}
     if config.mode != "simulate" or config.cost.model == "live":
-        engine = config.engine
-        need |= {key: replicas * size for key, size in
-                 engine_memory(config.model, engine.num_kv_blocks, engine.block_size).items()}
+        # each pool's replicas run its own engine (its set applied), named by the pool's key
+        pooled = [(f"cluster.pools[{i}].set.", pool.replicas, own)
+                  for i, (pool, own) in enumerate(config.pool_configs())]
+        for prefix, count, own in pooled or [("", replicas, config)]:
+            engine = own.engine
+            for key, size in engine_memory(own.model, engine.num_kv_blocks,
+                                           engine.block_size).items():
+                named = prefix + key if prefix and _set_by(own, config, key) else key
+                need[named] = need.get(named, 0) + count * size
     return need
+
+
+def _set_by(own, config, key: str) -> bool:
+    """Whether a pool's config `own` differs from the base `config` in the setting `key`
+    (then the pool's set is what asks for it)."""
+    section, name = key.split(".")
+    return getattr(getattr(own, section), name) != getattr(getattr(config, section), name)
 
 
 def engine_memory(model, num_kv_blocks: int, block_size: int) -> dict:

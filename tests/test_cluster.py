@@ -177,6 +177,24 @@ def test_the_same_seed_writes_the_same_files(tmp_path):
     assert header.startswith("variant,replica,requests,completed,request_throughput")
 
 
+def test_a_large_clusters_replicas_chart_names_no_replica_one_by_one(tmp_path):
+    # 40 replicas: whole-number ticks, no legend of 40 entries (at thousands, minutes of layout)
+    from engine.benchmark import summarize
+    from reports.replicas_chart import NAMED_REPLICAS, replicas_figure
+
+    def figure(replicas):
+        config = load_config(tmp_path, cluster_text(replicas=replicas,
+                                                    workload=OPEN.format(n=50, rate=9.0)))
+        recorder = sim.runner.run_config(config)
+        run = ("run", recorder, summarize(recorder, {}), 0.0, [""] * replicas)
+        return replicas_figure([run])
+
+    small, large = figure(3), figure(NAMED_REPLICAS + 8)
+    assert [t.get_text() for t in small.axes[0].get_xticklabels()] == ["0", "1", "2"]
+    assert len(large.axes[0].get_xticks()) < 12 and not large.legends
+    assert small.legends and len(small.legends[0].get_texts()) == 3
+
+
 def test_the_prefix_cache_chart_draws_a_cluster_where_only_a_pool_caches(tmp_path):
     from reports.prefix_cache_chart import caching_runs
 

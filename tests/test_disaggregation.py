@@ -85,6 +85,8 @@ def test_ttft_is_at_the_prefill_replica_and_the_first_gap_includes_the_transfer(
     assert gaps[-1] == pytest.approx(decode["end_s"][0] - request["first_token_s"], rel=1e-12)
     assert gaps[-1] > request["kv_transfer_s"]
     assert sum(recorder.itl_counts) == OUTPUT - 1
+    # what a client behind vLLM's P/D proxy sees first: the decode replica's first token
+    assert request["decode_first_token_s"] == decode["end_s"][0]
 
 
 def test_a_prefill_replica_link_moves_one_request_at_a_time_in_turn(tmp_path):
@@ -302,7 +304,8 @@ set = { "cluster.prefill_replicas" = 1, "cluster.decode_replicas" = 1 }
     runs = sim.simulate(scenario)
     for results in (runs, runs[::-1]):
         table = reports.requests_table(results)
-        assert list(table.columns[:5]) == ["variant", "replica", "prefill_replica",
-                                           "kv_transfer_s", "request_id"]
+        assert list(table.columns[:6]) == ["variant", "replica", "prefill_replica",
+                                           "kv_transfer_s", "decode_first_token_s",
+                                           "request_id"]
         assert table.loc[table["variant"] == "co-located", "kv_transfer_s"].isna().all()
         assert table.loc[table["variant"] == "split", "kv_transfer_s"].notna().all()

@@ -155,6 +155,26 @@ def test_a_variant_key_every_pool_sets_again_is_refused(tmp_path):
     assert len(scenarios.load(path, [pools]).runs()) == 2
 
 
+def test_pools_given_by_an_override_or_a_variant_shadow_keys_as_the_files_do(tmp_path):
+    # judged against the pools each variant runs, wherever they were given
+    both = ('cluster.pools=[{name = "a", replicas = 1, set = {"engine.max_num_seqs" = 4}}, '
+            '{name = "b", replicas = 1, set = {"engine.max_num_seqs" = 8}}]')
+    with pytest.raises(ScenarioError, match="--sweep engine.max_num_seqs: every pool of "
+                                            "\\[cluster\\] sets engine.max_num_seqs again"):
+        scenarios.load(write(tmp_path), [both], sweep={"engine.max_num_seqs": [2, 3]})
+    with pytest.raises(ScenarioError, match="--set engine.max_num_seqs: every pool"):
+        scenarios.load(write(tmp_path), [both, "engine.max_num_seqs=2"])
+    pooled = ('[cluster]\nrouter = "least_kv"\n[[cluster.pools]]\nname = "x"\nreplicas = 2\n'
+              '[[variants]]\nname = "plain"\n[[variants]]\nname = "pooled"\n'
+              'set = { ' + both.replace("=[", " = [", 1).replace("cluster.pools", '"cluster.pools"')
+              + ' }\n')
+    path = write(tmp_path, pooled)
+    with pytest.raises(ScenarioError, match="--sweep engine.max_num_seqs: every pool"):
+        scenarios.load(path, sweep={"engine.max_num_seqs": [2, 3]}, variant="pooled")
+    # the plain variant's one pool reads it: the sweep changes its runs
+    assert len(scenarios.load(path, sweep={"engine.max_num_seqs": [2, 3]}).runs()) == 4
+
+
 def test_variant_loads_that_variant_alone(tmp_path):
     variants = ('[[variants]]\nname = "good"\n'
                 '[[variants]]\nname = "bad"\nset = { "hardware.tp" = 3 }\n')

@@ -51,6 +51,15 @@ output_tokens = { dist = "fixed", value = 1 }
 conversations = 2
 turns = TURNS
 """
+COSIMULATED_POOLS = SMALL.replace('name = "hostile"', 'name = "hostile"\nmode = "cosimulate"') \
+    .replace('[cost]\nmodel = "linear"\n', '') + """[[cluster.pools]]
+name = "big"
+replicas = 1
+set = { "engine.num_kv_blocks" = 100000000 }
+[[cluster.pools]]
+name = "small"
+replicas = 1
+"""
 ZONES = ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97+00:00,10,5\n"
          "2023-11-16 18:17:04.10+05:00,10,5\n")
 
@@ -67,6 +76,9 @@ def cases(tmp_path: Path) -> list:
          "cluster.replicas: the run would need about"),
         (["--set", "engine.block_size=100000000"], SMALL,
          "engine.block_size: must be at most model.max_seq_len"),
+        # a pool's own engine, on the real engine: its KV cache named by the pool's key
+        ([], COSIMULATED_POOLS,
+         "cluster.pools[0].set.engine.num_kv_blocks: the run would need about"),
         (["--set", "scheduler.policy=\"static\"", "scheduler.chunked_prefill=true"], SMALL,
          "scheduler.chunked_prefill: static batching prefills each batch whole"),
         (["--set", "workload.output_tokens.value=9223372036854775807"], SMALL,
