@@ -23,16 +23,18 @@ class BatchWait:
     holding: bool = False
 
 
-def hold_prefills(scheduler, decodes: list, prefilling: list, budget: int) -> bool:
+def hold_prefills(scheduler, decodes: list, prefilling: list, budget: int,
+                  admitting: bool = True) -> bool:
     """Whether the step being planned holds its prefills back (module docstring): it stops
     holding, and resets the count, once the prefill tokens and the decodes reach the ratio of
     the budget or the count reaches the iterations, else holds and counts one more. `prefilling`:
-    the running sequences still prefilling; `budget`: the tokens left after the decodes."""
+    the running sequences still prefilling; `budget`: the tokens left after the decodes;
+    `admitting`: False when the step already preempted (it admits no one from the queue)."""
     wait = scheduler.batch_wait
     wait.holding = False
     if not decodes:
         return False
-    tokens = prefill_preview(scheduler, prefilling, budget)
+    tokens = prefill_preview(scheduler, prefilling, budget, admitting)
     if not tokens:
         return False
     cfg = scheduler.config
@@ -46,11 +48,12 @@ def hold_prefills(scheduler, decodes: list, prefilling: list, budget: int) -> bo
     return True
 
 
-def prefill_preview(scheduler, prefilling: list, budget: int) -> int:
+def prefill_preview(scheduler, prefilling: list, budget: int, admitting: bool = True) -> int:
     """The tokens of the sequences the step would prefill, each counted whole (changing
-    nothing): the prefills under way, then the queue's head as the scheduler's admission would
-    take it (prefix-cache hits not taken off), with the blocks the prefills' chunks take
-    first (chunks that do not fit preempt, and a step that preempts admits no one)."""
+    nothing): the prefills under way, then, while `admitting`, the queue's head as the
+    scheduler's admission would take it (prefix-cache hits not taken off), with the blocks the
+    prefills' chunks take first (chunks that do not fit preempt, and a step that preempts
+    admits no one)."""
     cfg, bm = scheduler.config, scheduler.block_manager
     tokens = blocks = 0
     for seq in prefilling:  # one rank: no per-sequence cap
@@ -59,7 +62,7 @@ def prefill_preview(scheduler, prefilling: list, budget: int) -> int:
         n = min(seq.num_tokens - seq.num_computed_tokens, budget)
         blocks += bm.blocks_to_hold(seq.seq_id, seq.num_computed_tokens + n)
         tokens, budget = tokens + seq.num_tokens, budget - n
-    if not has_free_capacity(bm, blocks):
+    if not admitting or not has_free_capacity(bm, blocks):
         return tokens
     slots = cfg.max_num_seqs - len(scheduler.running)
     for seq in scheduler.waiting.head(max(slots, 0)):

@@ -191,7 +191,8 @@ class Scheduler(KvTransfers):
         # run that step of no tokens, then admit in the next; here the two are one (blocks held
         # outside the running list, KV coming in or come in under disaggregation, can leave a
         # preempting step with nothing to run)
-        if cfg.batch_wait_timeout_iters and hold_prefills(self, plan.decodes, prefilling, budget):
+        if cfg.batch_wait_timeout_iters and hold_prefills(self, plan.decodes, prefilling, budget,
+                                                          admitting=not plan.preempted):
             if not plan.preempted or not (plan.decodes or prefilling):
                 # those whose KV is computed still join, to decode
                 self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size,
@@ -335,9 +336,10 @@ class Scheduler(KvTransfers):
         bm = self.block_manager
         left = seq.num_tokens - seq.num_computed_tokens
         n = 1 if left == 1 else self.first_chunk(left, budget)
+        # blocks it holds already (reserved while its KV came in) are not asked for again
         if not n or not has_free_capacity(bm, bm.blocks_to_hold(seq.seq_id,
                                                                seq.num_computed_tokens + n)):
-            return 0  # blocks held: reserved while its KV came in
+            return 0
         host = self.swap.swap_in(seq.seq_id) if seq.status is _SWAPPED else ()
         admit_sequence(seq, bm, seq.num_computed_tokens + n)
         seq.filled_from = seq.num_computed_tokens // bm.block_size  # the KV it brought

@@ -16,6 +16,15 @@ from scenarios.overrides import toml_text
 FIELD_OF = {"seed": "seed", "mode": "mode", "cost": "step costs", "model": "model",
             "cluster": "cluster", "hardware": "hardware", "engine": "engine",
             "scheduler": "scheduler", "workload": "workload", "slo": "SLO (goodput)"}
+# The keys whose setting is the kernels row, where a run has one (a cluster of pools gives
+# each pool's kernels in its hardware row)
+KERNEL_KEYS = ("hardware.kernels", "hardware.framework", "hardware.framework_version")
+# The rows of `config_rows`, in order; a run may lack some (a cluster, the hardware model's)
+ROWS = ("seed", "mode", "step costs", "model", "cluster", "hardware", "kernels", "engine",
+        "scheduler", "workload", "SLO (goodput)")
+# What a run without a row has instead
+ABSENT = {"cluster": "none: one server", "hardware": "none (not the hardware model)",
+          "kernels": "in each pool's hardware"}
 
 
 def config_rows(config) -> dict[str, str]:
@@ -166,11 +175,26 @@ def first_runs(specs) -> list:
     return list(first.values())
 
 
+def row_text(rows: dict, field: str) -> str:
+    """A run's description of `field` (`config_rows`), or what it has instead (`ABSENT`)."""
+    return rows[field] if field in rows else ABSENT.get(field, "none")
+
+
+def field_of(key: str, rows: dict) -> str:
+    """The row of the "What was run" table a dotted key sets, for a run described by
+    `rows`."""
+    if key in KERNEL_KEYS and "kernels" in rows:
+        return "kernels"
+    return FIELD_OF.get(key.split(".")[0], key)
+
+
 def differing_settings(specs) -> list[str]:
-    """The settings the variants set differently (compared at the first sweep point)."""
+    """The settings the variants set differently (compared at the first sweep point), in
+    `ROWS` order; a row some variants lack (a cluster, a kernels row) is one."""
     described = [config_rows(spec.config) for spec in first_runs(specs)]
-    return [field for field in described[0]
-            if len({rows[field] for rows in described}) > 1]
+    fields = {field for rows in described for field in rows}
+    return [field for field in ROWS if field in fields
+            and len({row_text(rows, field) for rows in described}) > 1]
 
 
 def varying_by_sweep(specs) -> list[str]:
@@ -190,10 +214,13 @@ def what_was_run(scenario, specs) -> list[list[str]]:
     differing = differing_settings(specs)
     swept: dict = {}
     for key in scenario.sweep:
-        swept.setdefault(FIELD_OF.get(key.split(".")[0], key), []).append(f"`{key}`")
+        swept.setdefault(field_of(key, shared), []).append(f"`{key}`")
     varying = varying_by_sweep(specs) if scenario.sweep else []
     rows = [["scenario", f"{scenario.name} (`{scenario.source}`)"]]
-    for field, text in shared.items():
+    for field in ROWS:
+        if field not in shared and field not in differing:
+            continue
+        text = row_text(shared, field)
         if field in differing:
             text = "differs by variant: see Variants below"
         if field in swept:
@@ -219,14 +246,14 @@ def variant_table(scenario, specs) -> tuple[list[str], list[list[str]]]:
     for spec in first_runs(specs):
         described = config_rows(spec.config)
         rows.append([spec.variant, settings_text(sets.get(spec.variant, {}))]
-                    + [described[field] + (" (at the first sweep point)"
-                                           if field in varying else "")
+                    + [row_text(described, field) + (" (at the first sweep point)"
+                                                     if field in varying else "")
                        for field in differing])
     return ["variant", "sets", *differing], rows
 
 
 # The rows that say more than the keys set (a model's shape, a GPU's memory and KV blocks)
-DERIVED_ROWS = ("model", "cluster", "hardware", "engine")
+DERIVED_ROWS = ("model", "cluster", "hardware", "kernels", "engine")
 
 
 def sweep_table(scenario, specs) -> tuple[list[str], list[list[str]]] | None:
@@ -235,12 +262,13 @@ def sweep_table(scenario, specs) -> tuple[list[str], list[list[str]]] | None:
     say more than their keys (`DERIVED_ROWS`: a swept model's shape, a swept GPU's memory and
     KV blocks) are listed whatever is swept, so that a figure only a later sweep point has is
     in the report. None when nothing is left."""
-    swept = {FIELD_OF.get(key.split(".")[0], key) for key in scenario.sweep}
+    first = config_rows(specs[0].config)
+    swept = {field_of(key, first) for key in scenario.sweep}
     varying = [field for field in (varying_by_sweep(specs) if scenario.sweep else [])
                if field in DERIVED_ROWS or field not in swept]
     if not varying:
         return None
-    rows = [[spec.label] + [config_rows(spec.config)[field] for field in varying]
+    rows = [[spec.label] + [row_text(config_rows(spec.config), field) for field in varying]
             for spec in specs]
     return ["run", *varying], rows
 

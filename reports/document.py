@@ -71,8 +71,8 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
                          "and queueing, goodput, batch size, KV use, prefix cache hit rates and "
                          "prefill tokens saved) is in `summary.csv`; each run's figures are also "
                          f"in vLLM `bench serve`'s result layout ({named}); "
-                         + _row_files(remote is None, any(spec.config.cluster is not None
-                                                          for spec in specs)))]
+                         + _row_files(remote is None, remote is None and any(
+                             spec.config.cluster is not None for spec in specs)))]
     blocks += priority_blocks(specs, requests)
     blocks += [Heading(2, "Charts")]
     for image in charts:

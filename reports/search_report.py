@@ -177,7 +177,8 @@ def _settings_rows(result) -> list[list[str]]:
     shared["workload"] = workload_text(config.workload, rate="the rate searched")
     points = [point.spec for point in result.points]
     varying = set(varying_by_sweep(points)) | set(differing_settings(points))
-    for field in ("step costs", "model", "cluster", "hardware", "scheduler", "workload"):
+    for field in ("step costs", "model", "cluster", "hardware", "kernels", "scheduler",
+                  "workload"):
         if field in shared:
             rows.append([field, shared[field] + (" (the first point's; it changes from point "
                                                  "to point)" if field in varying else "")])

@@ -205,14 +205,14 @@ def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
 
 
 def _pool_writes(raw: dict) -> list:
-    """What each pool of `raw`'s `[cluster]` writes (its `set`); [] without pools, or with a
-    malformed one (the schema says so, naming it)."""
+    """What each pool of `raw`'s `[cluster]` writes (its `set`, none without one); [] without
+    pools, or with a malformed one (the schema says so, naming it)."""
     cluster = raw.get("cluster")
     pools = cluster.get("pools") if isinstance(cluster, dict) else None
     if not isinstance(pools, list):
         return []
-    written = [writes(pool["set"]) for pool in pools
-               if isinstance(pool, dict) and isinstance(pool.get("set"), dict)]
+    written = [writes(pool.get("set", {})) for pool in pools
+               if isinstance(pool, dict) and isinstance(pool.get("set", {}), dict)]
     return written if len(written) == len(pools) else []
 
 
@@ -226,7 +226,7 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
     each sets). An override every variant undoes is `check_overrides_matter`'s."""
     given = [(sources.get(key, f"--set {key}"), key, [value]) for key, value in pairs] + \
         [(_swept_name(key, flag_sweep), key, values) for key, values in sweep.items()]
-    swept_pools = any(overlap(w, "cluster") for key, values in sweep.items()
+    swept_pools = any(overlap(w, "cluster.pools") for key, values in sweep.items()
                       for w in swept_writes(key, values))
     try:
         with_pairs = ov.apply_all(raw, dict(pairs))

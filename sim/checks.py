@@ -58,13 +58,19 @@ def check_config(config: RunConfig, base_dir=None) -> int:
     return requests
 
 
+def sent_as_run(workload) -> bool:
+    """Whether requests are sent as earlier ones end (a closed loop, a capped client,
+    conversations), at times only the run knows."""
+    return workload.sessions is not None or workload.max_concurrency is not None or \
+        workload.arrival.process == "closed_loop"
+
+
 def warmup_problem(config: RunConfig, base_dir=None) -> str | None:
     """What is wrong with a warm-up that every arrival time given up front falls within
     (nothing would be counted), or None; a closed loop's, a capped client's and conversations'
     later requests are sent as earlier ones end, which only the run knows."""
     workload = config.workload
-    if not workload.warmup_s or workload.sessions is not None or \
-            workload.max_concurrency is not None or workload.arrival.process == "closed_loop":
+    if not workload.warmup_s or sent_as_run(workload):
         return None
     arrival_s = build_workload(workload, seeded_streams(config.seed)["workload"],
                                base_dir).arrival_s

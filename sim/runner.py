@@ -23,7 +23,7 @@ from scenarios import RunConfig
 
 from . import notes
 from .build import build_server, resolved_spec, run_mode, sequence_maker
-from .checks import SERVE_SESSIONS, SERVE_THINK_TIME, check_scenario
+from .checks import SERVE_SESSIONS, SERVE_THINK_TIME, check_scenario, sent_as_run
 from .loop import run_loop
 from .workloads import Workload, build_workload, seeded_streams
 
@@ -52,7 +52,8 @@ def _say_if_all_warmup(config: RunConfig, recorder: RunRecorder) -> None:
     loop's, a capped client's or conversations' send times are known only once run
     (`sim.checks.warmup_problem` refuses the others before they start)."""
     warmup_s = config.workload.warmup_s
-    if warmup_s and not counted(recorder.request_columns(), warmup_s).any():
+    if warmup_s and sent_as_run(config.workload) and \
+            not counted(recorder.request_columns(), warmup_s).any():
         notes.say_once(f"note: {config.name}: every request was sent within the {warmup_s:g} s "
                        f"warm-up (workload.warmup_s), so none is counted; shorten the warm-up "
                        f"or send more requests")

@@ -201,3 +201,23 @@ def test_the_preview_leaves_out_a_prompt_the_chunks_under_way_leave_no_blocks_fo
     assert prefill_preview(scheduler, prefilling, 32 - 2) == 12  # P alone: its 8 take 2
     plan = scheduler.schedule()  # 12 tokens and 2 decodes fall short of 24: it holds
     assert scheduler.batch_wait.holding and not plan.prefills
+
+
+def test_a_step_that_preempted_previews_no_admission_and_keeps_the_count():
+    """A step whose decodes preempted admits no one from the queue, so the preview does not
+    count the queue's head (the victim): the wait's count is left as it is, not reset."""
+    config = SchedulerConfig(chunked_prefill=True, max_num_batched_tokens=16, max_num_seqs=8,
+                             batch_wait_timeout_iters=50, batch_wait_max_tokens_ratio=0.9)
+    scheduler = Scheduler(config, BlockManager(14, 4))
+    scheduler.add(Sequence("D1", 4, 40))
+    scheduler.add(Sequence("D2", 24, 20))
+    for step in range(40):
+        if step == 3:
+            scheduler.add(Sequence("W", 4, 2))
+        waited = scheduler.batch_wait.waited
+        plan = scheduler.schedule()
+        advance(scheduler, plan)
+        if plan.preempted:
+            break
+    assert [s.request_id for s in plan.preempted] == ["D2"] and not plan.prefills
+    assert waited > 0 and scheduler.batch_wait.waited == waited

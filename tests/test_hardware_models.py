@@ -299,7 +299,7 @@ def test_what_cannot_run_is_refused_in_one_line(tmp_path, kwargs, message):
 @pytest.mark.parametrize("kwargs, message", [
     ({"model": 'name = "meta-llama/Llama-2-7b-hf"', "max_seq_len": 8192},
      "model.max_seq_len: meta-llama/Llama-2-7b-hf takes at most 4,096 tokens (its "
-     "max_position_embeddings, as its rope_scaling stretches it), got 8,192"),
+     "context: max_position_embeddings, or as a rope_scaling stretches it), got 8,192"),
     ({"hardware": "framework_version = 0.24"},
      'hardware.framework_version: must be a version in quotes, e.g. "0.24.0"'),
     ({"hardware": 'kv_dtype = "fp8_e4m3"'}, "(did you mean 'fp8'?)"),

@@ -175,6 +175,38 @@ def test_pools_given_by_an_override_or_a_variant_shadow_keys_as_the_files_do(tmp
     assert len(scenarios.load(path, sweep={"engine.max_num_seqs": [2, 3]}).runs()) == 4
 
 
+def test_a_report_describes_variants_whose_rows_differ_in_kind(tmp_path):
+    # a variant with pools (each pool's kernels in its hardware row) beside one without; a
+    # cluster beside a single server: each setting some variant lacks says what it has instead
+    from reports.describe import variant_table, what_was_run
+
+    pooled = ('[[variants]]\nname = "single"\nset = { "hardware.tp" = 2 }\n[[variants]]\n'
+              'name = "pooled"\nset = { "cluster" = { router = "round_robin", pools = ['
+              '{ name = "h", replicas = 1, set = { "hardware.gpu" = "h200" } }, { name = "a", '
+              'replicas = 1, set = { "hardware.gpu" = "a100-80gb-sxm" } }] } }\n')
+    scenario = scenarios.load(write(tmp_path, pooled))
+    specs = [sim.build.resolved_spec(spec) for spec in scenario.runs()]
+    rows = dict(what_was_run(scenario, specs))
+    assert rows["cluster"] == rows["kernels"] == "differs by variant: see Variants below"
+    header, table = variant_table(scenario, specs)
+    cells = dict(zip(header, table[1]))
+    assert cells["kernels"] == "in each pool's hardware" and "pool `h`" in cells["hardware"]
+    assert dict(zip(header, table[0]))["cluster"] == "none: one server"
+
+
+def test_a_sweep_of_another_cluster_key_leaves_the_pools_judged(tmp_path):
+    # the pools set engine.max_num_seqs at every point of a router or delay sweep
+    path = write(tmp_path, POOLS.format(gpu="a100-80gb-sxm").replace(
+        '"hardware.tp" = 2', '"hardware.tp" = 2, "engine.max_num_seqs" = 4').replace(
+        'replicas = 2\nset = {', 'replicas = 2\nset = { "engine.max_num_seqs" = 8,'))
+    with pytest.raises(ScenarioError, match="sweep engine.max_num_seqs: every pool"):
+        scenarios.load(path, sweep={"engine.max_num_seqs": [2, 3],
+                                    "cluster.report_delay_s": [0.0, 0.01]})
+    with pytest.raises(ScenarioError, match="--set engine.max_num_seqs: every pool"):
+        scenarios.load(path, ["engine.max_num_seqs=2"],
+                       sweep={"cluster.router": ["round_robin", "least_kv"]})
+
+
 def test_variant_loads_that_variant_alone(tmp_path):
     variants = ('[[variants]]\nname = "good"\n'
                 '[[variants]]\nname = "bad"\nset = { "hardware.tp" = 3 }\n')

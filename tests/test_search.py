@@ -299,6 +299,9 @@ grid = { "hardware.gpu" = ["h100-sxm", "a40"] }
     [row] = [line for line in notes.splitlines() if "roofline" in line]
     assert row.startswith("| no measured kernel tables for GPU 'a40'")
     assert row.endswith("| a40 |")  # said by the A40's point alone, not "every point"
+    # which kernels cost the first point's operators, said as the run's report says it
+    [kernels] = [line for line in report.splitlines() if line.startswith("| kernels |")]
+    assert "kernels measured on h100-sxm" in kernels and "changes from point to point" in kernels
 
 
 def test_a_shortened_capacity_search_reproduces_its_figures():

@@ -106,8 +106,8 @@ def _check_length(given: dict, base: dict, model: str) -> None:
     length, limit = given.get("max_seq_len"), base.get("max_seq_len")
     if isinstance(length, int) and isinstance(limit, int) and length > limit:
         raise ValueError(f"model.max_seq_len: {model} takes at most {limit:,} tokens (its "
-                         f"max_position_embeddings, as its rope_scaling stretches it), got "
-                         f"{length:,}")
+                         f"context: max_position_embeddings, or as a rope_scaling stretches "
+                         f"it), got {length:,}")
 
 
 @dataclass(frozen=True)
