@@ -176,8 +176,14 @@ def first_runs(specs) -> list:
 
 
 def row_text(rows: dict, field: str) -> str:
-    """A run's description of `field` (`config_rows`), or what it has instead (`ABSENT`)."""
-    return rows[field] if field in rows else ABSENT.get(field, "none")
+    """A run's description of `field` (`config_rows`), or what it has instead (`ABSENT`; a
+    run without a kernels row has them in each pool's hardware row, or has no hardware
+    model)."""
+    if field in rows:
+        return rows[field]
+    if field == "kernels" and "hardware" not in rows:
+        return ABSENT["hardware"]
+    return ABSENT.get(field, "none")
 
 
 def field_of(key: str, rows: dict) -> str:
@@ -204,7 +210,8 @@ def varying_by_sweep(specs) -> list[str]:
     for spec in specs:
         for field, text in config_rows(spec.config).items():
             seen.setdefault((spec.variant, field), set()).add(text)
-    return list(dict.fromkeys(field for (_, field), texts in seen.items() if len(texts) > 1))
+    fields = {field for (_, field), texts in seen.items() if len(texts) > 1}
+    return [field for field in ROWS if field in fields]
 
 
 def what_was_run(scenario, specs) -> list[list[str]]:

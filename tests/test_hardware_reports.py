@@ -192,6 +192,18 @@ def test_a_report_describes_variants_whose_rows_differ_in_kind(tmp_path):
     cells = dict(zip(header, table[1]))
     assert cells["kernels"] == "in each pool's hardware" and "pool `h`" in cells["hardware"]
     assert dict(zip(header, table[0]))["cluster"] == "none: one server"
+    # a variant on the hardware model beside one that is not: no hardware, hence no kernels
+    mixed = tmp_path / "mixed.toml"
+    mixed.write_text('[cost]\nmodel = "linear"\n[workload]\nnum_requests = 6\narrival = { '
+                     'process = "poisson", rate = 5.0 }\nprompt_tokens = { dist = "fixed", '
+                     'value = 20 }\noutput_tokens = { dist = "fixed", value = 10 }\n'
+                     '[[variants]]\nname = "linear"\n[[variants]]\nname = "gpu"\nset = { '
+                     '"cost.model" = "hardware", "model" = { name = "meta-llama/Llama-3.1-8B" '
+                     '}, "hardware.gpu" = "h100-sxm" }\n')
+    scenario = scenarios.load(mixed)
+    specs = [sim.build.resolved_spec(spec) for spec in scenario.runs()]
+    header, table = variant_table(scenario, specs)
+    assert dict(zip(header, table[0]))["kernels"] == "none (not the hardware model)"
 
 
 def test_a_sweep_of_another_cluster_key_leaves_the_pools_judged(tmp_path):
