@@ -221,8 +221,11 @@ VLLM_NAMES = {"max_model_len": "model.max_seq_len", "tensor_parallel_size": "har
 
 
 def key_elsewhere(name: str) -> str | None:
-    """The whole key an unknown `name` most likely meant: a section's of that name (the first
-    of `SCENARIO`'s sections that has it), else the servesim key of a vLLM engine argument."""
+    """The whole key an unknown `name` most likely meant: a top-level setting of that name
+    (`seed`, `mode`; not the scenario's `name` or `description`), a section's (the first of
+    `SCENARIO`'s sections that has it), else the servesim key of a vLLM engine argument."""
+    if name in ("seed", "mode"):
+        return name
     for section, table in SCENARIO.fields.items():
         if isinstance(table, Table) and name in table.fields:
             return f"{section}.{name}"

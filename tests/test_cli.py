@@ -83,6 +83,7 @@ def test_set_overrides_reach_the_run(scenario_file, tmp_path):
                                           "(did you mean 'hardware.gpu_memory_utilization'? "),
     ("engine.max_model_len=8192", "--set: engine.max_model_len: unknown key (did you mean "
                                   "'model.max_seq_len'? "),  # vLLM's name of it
+    ("workload.seed=3", "--set: workload.seed: unknown key (did you mean 'seed'? "),
     ("scheduler.policy=fifo", "--set: scheduler.policy: must be one of static, continuous"),
     ("rate", "--set: rate: --set expects KEY=VALUE"),
 ])
