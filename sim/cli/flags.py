@@ -114,8 +114,6 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
         for key, value in gaps_of(burst).items():
             put("--burstiness", f"workload.arrival.{key}", value)
     if args.max_concurrency is not None:
-        if rate is None and not searching:
-            refuse_closed_loop(scenario_of, pairs, flags)
         if rate is None and not arrivals_of_scenario(scenario_of, pairs, flags, sweep, searching):
             put("--max-concurrency", "workload.arrival", {"process": "burst"})  # rate inf
         put("--max-concurrency", "workload.max_concurrency", args.max_concurrency)
@@ -134,16 +132,10 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
     return pairs, sweep, flags
 
 
-def refuse_closed_loop(scenario_of, pairs: list, flags: dict) -> None:
+def refuse_closed_loop(scenario) -> None:
     """FlagError for --max-concurrency alone on a closed loop: its burst would replace the
-    loop's users and their think time, where its concurrency is what the flag means. (A
-    scenario that loads only once the flag gives it arrivals has none.)"""
-    from scenarios import ScenarioError
-
-    try:
-        arrival = scenario_of(pairs, flags).base.workload.arrival
-    except ScenarioError:
-        return
+    loop's users and their think time, where its concurrency is what the flag means."""
+    arrival = scenario.base.workload.arrival
     if arrival is not None and arrival.process == "closed_loop":
         raise FlagError(f"--max-concurrency: the scenario's arrivals are a closed loop of "
                         f"{arrival.concurrency} users, whose number is "
@@ -154,13 +146,14 @@ def refuse_closed_loop(scenario_of, pairs: list, flags: dict) -> None:
 
 def arrivals_of_scenario(scenario_of, pairs: list, flags: dict, sweep: dict,
                          searching: bool) -> bool:
-    """`arrivals_given` of the scenario with the overrides so far; False where it loads only
-    once the flag gives it arrivals (a ShareGPT trace with no `workload.arrival`), and the
-    scenario's own error where it loads neither way."""
+    """`arrivals_given` of the scenario with the overrides so far (a closed loop's refused,
+    `refuse_closed_loop`, unless searching); False where it loads only once the flag gives it
+    arrivals (a ShareGPT trace with no `workload.arrival`), and the scenario's own error where
+    it loads neither way."""
     from scenarios import ScenarioError
 
     try:
-        return arrivals_given(scenario_of(pairs, flags), sweep, searching)
+        scenario = scenario_of(pairs, flags)
     except ScenarioError as refused:
         burst = [("workload.arrival", {"process": "burst"})]
         try:
@@ -168,6 +161,9 @@ def arrivals_of_scenario(scenario_of, pairs: list, flags: dict, sweep: dict,
         except ScenarioError:
             raise refused from None
         return False
+    if not searching:
+        refuse_closed_loop(scenario)
+    return arrivals_given(scenario, sweep, searching)
 
 
 def arrivals_given(scenario, sweep: dict, searching: bool) -> bool:
