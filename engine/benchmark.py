@@ -31,7 +31,8 @@ import math
 
 import numpy as np
 
-from .records import ClusterRecorder, RunRecorder
+from .cluster_records import ClusterRecorder
+from .records import RunRecorder
 
 PERCENTILES = (50, 90, 95, 99)
 STATS = ("mean", "p50", "p90", "p95", "p99", "max")

@@ -6,7 +6,7 @@ a second to import)."""
 
 from __future__ import annotations
 
-from engine.records import ClusterRecorder
+from engine.cluster_records import ClusterRecorder
 
 from .cdf_chart import cdf_chart, cdf_line
 from .cluster_steps import chart_steps

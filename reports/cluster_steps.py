@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.records import ClusterRecorder
+from engine.cluster_records import ClusterRecorder
 
 SUMMED = ("num_running", "num_waiting", "kv_blocks_used", "kv_blocks_cached")
 COUNTED = ("cached_tokens", "num_prefill_tokens")

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from engine.benchmark import counted
-from engine.records import ClusterRecorder
+from engine.cluster_records import ClusterRecorder
 
 from .tables import label_values, run_keys
 

@@ -14,7 +14,8 @@ import pandas as pd
 
 from scenarios.overrides import toml_text
 
-from .describe import config_rows, differing_settings, varying_by_sweep, workload_text
+from .describe import config_rows, differing_settings, varying_by_sweep
+from .section_text import workload_text
 from .key_figures import text_table
 from .labels import short_labels, value_text
 from .render import Heading, Image, Paragraph, Table, to_html, to_markdown

@@ -14,7 +14,7 @@ import csv
 import io
 from pathlib import Path
 
-from engine.records import ClusterRecorder
+from engine.cluster_records import ClusterRecorder
 
 from .tables import STEP_COLUMNS, label_values
 

@@ -11,7 +11,7 @@ import pytest
 import scenarios
 import sim
 from helpers.hardware import write_hardware
-from reports.describe import hardware_text
+from reports.section_text import hardware_text
 from scenarios import ScenarioError
 from sim import notes
 from sim.checks import check_scenario

@@ -287,7 +287,7 @@ def test_a_sharegpt_scenario_runs_with_vllm_style_arrivals(tmp_path):
     columns = run_config(scenario.base).request_columns()
     assert len(columns["prompt_tokens"]) == 12
     assert set(columns["prompt_tokens"]) <= set(range(11, 41))
-    from reports.describe import workload_text
+    from reports.section_text import workload_text
 
     assert workload_text(scenario.base.workload) == (
         "lengths from `chats.json.gz` (sharegpt format, first 12 requests shuffled with the "

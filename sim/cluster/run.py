@@ -15,7 +15,8 @@ from __future__ import annotations
 import simpy
 
 from engine.llm_engine import LLMEngine
-from engine.records import ClusterRecorder, RunRecorder
+from engine.cluster_records import ClusterRecorder
+from engine.records import RunRecorder
 from scenarios import RunConfig
 
 from ..build import build_server, hardware_of, sequence_maker

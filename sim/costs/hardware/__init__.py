@@ -21,10 +21,10 @@ import numpy as np
 from scenarios.defaults import ACTIVATION_SCHEMES, FRAMEWORKS, KERNEL_SOURCES, MAX_GPUS
 
 from ...notes import say_once
-from .architecture import (DTYPE_BYTES, Architecture, activation_dtype, compute_dtype,
-                           engine_architecture, expert_bytes)
+from .architecture import Architecture, engine_architecture
 from .catalog import MODEL_KEYS, Gpu, gpu_spec, gpus, model_architecture, models
 from .cost import HardwareCost, operator_times
+from .dtypes import DTYPE_BYTES, activation_dtype, compute_dtype, expert_bytes
 from .kernels import TablesMiss
 from .measured import MeasuredOps
 from .memory import ACT_BYTES

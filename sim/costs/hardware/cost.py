@@ -46,7 +46,7 @@ import numpy as np
 from ...notes import say_once
 from ..model import CostModel
 from ..shape import StepShape
-from .architecture import KEPT_BYTES, activation_dtype, compute_dtype
+from .dtypes import KEPT_BYTES, activation_dtype, compute_dtype
 from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
                         elementwise_bytes, expert_counts, layers_of, lm_head_counts,
                         matmul_counts)

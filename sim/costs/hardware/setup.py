@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...notes import say_once
-from .architecture import (DTYPE_BYTES, EXPERT_BYTES, Architecture, activation_dtype,
-                           compute_dtype, expert_bytes)
+from .architecture import Architecture
 from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
+from .dtypes import DTYPE_BYTES, EXPERT_BYTES, activation_dtype, compute_dtype, expert_bytes
 from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
 from .measured import MeasuredOps
 from .memory import GIB, MemoryPlan, memory_plan, smallest_tp
