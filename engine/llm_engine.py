@@ -90,11 +90,16 @@ class LLMEngine:
     def start_step(self, now_s: float):
         """First half of a step, for loops whose clock must advance between the halves (a
         discrete-event simulation): plan and execute. Returns (plan, result); result is None
-        when the plan is empty."""
+        when the plan is empty. When the executor raises, the blocks the step's prefills
+        registered in the prefix cache are forgotten before the exception goes on."""
         plan = self.scheduler.schedule(now_s)
         if plan.is_empty:
             return plan, None
-        return plan, self.executor.execute(plan)
+        try:
+            return plan, self.executor.execute(plan)
+        except BaseException:  # their KV may be unwritten: no later prompt may find them
+            self.scheduler.forget_planned(plan)
+            raise
 
     def finish_step(self, plan: StepPlan, result, start_s: float, end_s: float) -> list[Sequence]:
         """Second half: apply the step's tokens, record it; returns the finished sequences."""

@@ -145,7 +145,7 @@ def _as_layers(name: str, x, alloc: PagedAllocator) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     n_layers, _, _, n_heads, head_dim = alloc.storage.shape
     if x.ndim == 2 and n_layers == 1:
-        x = x.reshape(1, x.shape[0], -1, head_dim) if x.shape[1] == n_heads * head_dim else x
+        x = x.reshape(1, x.shape[0], n_heads, head_dim) if x.shape[1] == n_heads * head_dim else x
     elif x.ndim == 3 and n_layers == 1:
         x = x[None]
     if x.ndim != 4 or x.shape[0] != n_layers or x.shape[2:] != (n_heads, head_dim):
@@ -164,6 +164,8 @@ def append_to_paged_cache(alloc: PagedAllocator, seq_id, k_new, v_new) -> int:
         raise ValueError(f"append_to_paged_cache: k_new {np.shape(k_new)} and v_new "
                          f"{np.shape(v_new)} differ")
     start, n_new = alloc.seq_lengths.get(seq_id, 0), k_rows.shape[1]
+    if not n_new:  # nothing to store: no block is taken
+        return start
     bm = alloc.block_manager
     bm.ensure_capacity(seq_id, start + n_new)  # all or nothing: raises before taking any block
     slots = slot_ids(bm.block_tables[seq_id], start, start + n_new, bm.block_size)  # [T]

@@ -263,6 +263,16 @@ class PrefixCachingBlockManager(BlockManager):
             if block_of.setdefault(block_hash, block_id) != block_id:
                 self._copies.setdefault(block_hash, []).append(block_id)
 
+    def uncache(self, blocks) -> None:
+        """Forget the hashes of held `blocks` (registered for a step that failed before it
+        wrote them, `Scheduler.forget_planned`): no lookup finds them from now on."""
+        hash_of, refs = self._hash_of, self._refs
+        for block in blocks:
+            block_hash = hash_of.pop(block, None)
+            if block_hash is not None:
+                assert refs[block], f"block {block} is free: only a held block is uncached"
+                self._unfind(block, block_hash)
+
     def _count_refs(self) -> None:
         """Set the reference counts, kept from now on, from the block tables (nothing is
         cached yet, so no block is shared)."""

@@ -247,6 +247,18 @@ class Scheduler(KvTransfers):
             if (computed + n) // bs > computed // bs:
                 self.cache_blocks(seq, computed // bs, (computed + n) // bs)
 
+    def forget_planned(self, plan: StepPlan) -> None:
+        """The step planned as `plan` failed before it ran (its executor raised): the blocks
+        its prefills were to fill, registered when planned (`_prefill`), hold no KV, so no
+        lookup may find them."""
+        if not self._caching:
+            return
+        bm = self.block_manager
+        bs = bm.block_size
+        for seq, n in plan.prefills:
+            table, computed = bm.block_tables.get(seq.seq_id, ()), seq.num_computed_tokens
+            bm.uncache(table[computed // bs:(computed + n) // bs])
+
     def reserve_decodes(self, plan: StepPlan, prefilling: list) -> list[Sequence]:
         """The running sequences that decode in the step being planned, in running order, each
         given room for its next KV row (a sequence in need preempts from the back of the

@@ -66,8 +66,8 @@ def init_sequence_state(request: dict, params: dict, *, rng: np.random.Generator
 
     The prompt's last token is left for the first decode step, which computes its K/V and samples
     the first output token. Prompt + max_new_tokens beyond the model's max_seq_len raises
-    ValueError. `rng` (default: a Generator seeded with 0) draws the tokens unless a decode step
-    passes its own.
+    ValueError. `rng` (default: a Generator seeded with 0) draws the tokens but those of a
+    decode step that passes its own.
     """
     p = normalize_params(params)
     prompt, max_new = request["prompt_token_ids"], request["max_new_tokens"]
@@ -112,9 +112,12 @@ def sequence_decode_step(state: dict, params: dict, rng: np.random.Generator | N
         raise ValueError(f"sequence {state['request_id']}: already generated its "
                          f"{state['max_new_tokens']} max_new_tokens")
     seq, executor = state["sequence"], state["executor"]
-    if rng is not None:
-        executor.rng = rng
-    token = _run(executor, StepPlan(decodes=[seq]))[seq.seq_id]
+    own = executor.rng
+    executor.rng = own if rng is None else rng  # a step's own generator draws its token only
+    try:
+        token = _run(executor, StepPlan(decodes=[seq]))[seq.seq_id]
+    finally:
+        executor.rng = own
     seq.append_token(token)
     return token, state
 

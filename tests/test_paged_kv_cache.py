@@ -109,6 +109,15 @@ def test_append_overflow_writes_nothing():
     alloc.block_manager.check_invariants()
 
 
+def test_appending_no_rows_stores_nothing_and_takes_no_block():
+    rng = np.random.default_rng(0)
+    alloc = init_block_allocator(3, 4, 8)
+    assert append_to_paged_cache(alloc, "new", np.zeros((0, 8)), np.zeros((0, 8))) == 0
+    append_to_paged_cache(alloc, "a", rows(rng, 4), rows(rng, 4))  # one full block
+    assert append_to_paged_cache(alloc, "a", np.zeros((0, 8)), np.zeros((0, 8))) == 4
+    assert kv_blocks_in_use(alloc)["used"] == 1 and "new" not in alloc.block_manager.block_tables
+
+
 def test_append_with_a_bad_shape_raises_and_changes_nothing():
     alloc = init_block_allocator(3, 4, 8)
     with pytest.raises(ValueError, match="k_new"):

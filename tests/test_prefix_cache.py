@@ -14,14 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.block_manager import BlockManager, BlockError
+from engine.executor import NumpyExecutor
 from engine.llm_engine import LLMEngine
+from engine.model import init_params
 from engine.paged_kv_cache import kv_blocks_in_use
 from engine.prefix_cache import (PrefixCachingBlockManager, ROOT_HASH, block_hashes, hash_block,
                                  make_block_manager)
 from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig
-from engine.sequence import Sequence
-from helpers.real_engine import assert_same_outputs_and_kv, serve_greedy
+from engine.sequence import GREEDY, Sequence
+from helpers.real_engine import MODEL, assert_same_outputs_and_kv, serve_greedy
 
 
 # --- the block manager ------------------------------------------------------------------------
@@ -241,6 +243,39 @@ def test_requests_admitted_in_one_step_share_the_prefix_the_first_of_them_fills(
     assert [s.num_cached_tokens for s in on.seqs] == [0, 16, 16, 16]
     assert_same_outputs_and_kv(on, serve_greedy(prompts, 64, max_num_seqs=4, per_step=4,
                                                 max_num_batched_tokens=128))
+
+
+def test_a_step_that_raises_leaves_none_of_the_blocks_it_was_to_fill_findable():
+    # a prefill's blocks are registered when planned; when its step fails before it runs (the
+    # server fails that step's requests and goes on), they hold no KV, so the same prompt
+    # sent again computes them, and its greedy output is the engine's without the failure
+    prompt = list(range(1, 10))  # two full blocks of 4, then one token
+
+    def engine():
+        bm = PrefixCachingBlockManager(32, 4)
+        executor = NumpyExecutor(init_params(MODEL), bm, rng=np.random.default_rng(0))
+        return LLMEngine(Scheduler(SchedulerConfig(max_seq_len=64), bm), executor), executor
+
+    def served(engine):
+        seq = Sequence("again", len(prompt), 4, prompt_token_ids=prompt, sampling=GREEDY)
+        engine.add_request(seq)
+        while engine.has_unfinished():
+            engine.step()
+        return seq
+
+    failing, executor = engine()
+    first = Sequence("failed", len(prompt), 4, prompt_token_ids=prompt, sampling=GREEDY)
+    failing.add_request(first)
+    execute = executor.execute
+    executor.execute = lambda plan, **kw: (_ for _ in ()).throw(MemoryError("injected"))
+    with pytest.raises(MemoryError):
+        failing.step()
+    executor.execute = execute
+    failing.abort_request(first)
+    assert failing.scheduler.block_manager.num_cached == 0
+    again, reference = served(failing), served(engine()[0])
+    assert again.num_cached_tokens == 0
+    assert again.output_token_ids == reference.output_token_ids
 
 
 # --- random workloads: no leaked, double freed or wrongly shared block ----------------------

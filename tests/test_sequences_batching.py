@@ -148,6 +148,19 @@ def test_sampled_generation_is_reproducible_with_a_seeded_rng():
     assert runs[0] == runs[1] and len(runs[0]) == 8
 
 
+def test_a_decode_steps_own_rng_draws_that_steps_token_and_leaves_the_states_alone():
+    request = make_request("r", [1, 2, 3], 2, {"temperature": 1.0})
+
+    def state_of(seed):
+        return init_sequence_state(request, PARAMS, rng=np.random.default_rng(seed))
+
+    state = state_of(7)
+    token, _ = sequence_decode_step(state, PARAMS, np.random.default_rng(99))
+    assert token == sequence_decode_step(state_of(99), PARAMS)[0]
+    untouched = np.random.default_rng(7).bit_generator.state
+    assert state["executor"].rng.bit_generator.state == untouched  # the next step draws from it
+
+
 @pytest.mark.parametrize("args, match", [
     (("r", [], 3, {}), "at least one token"),
     (("r", [1, -2], 3, {}), "non-negative"),
