@@ -28,9 +28,9 @@ NOT_TAKEN = {
     "--num-warmups": "--warmup-seconds S leaves the requests of the first S seconds out of "
                      "the figures",
     **dict.fromkeys(("--percentile-metrics", "--metric-percentiles"),
-                    "servesim run and servesim bench take it; this command's summary.json "
-                    "holds the mean, median, std, p90, p95, p99 and max of ttft, tpot, itl and "
-                    "e2el, and requests.csv every request's"),
+                    "only servesim run and servesim bench take it, for their summary.json, which "
+                    "always holds the mean, median, std, p90, p95, p99 and max of ttft, tpot, "
+                    "itl and e2el (requests.csv every request's)"),
     **dict.fromkeys(("--tokenizer", "--tokenizer-mode"),
                     "prompts are sent as token ids (--prompt ids) or as text calibrated on the "
                     "server (--prompt text); no tokenizer is needed"),
