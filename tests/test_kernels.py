@@ -202,6 +202,35 @@ def test_deepseeks_latent_attention_is_measured_as_one_block():
     assert 0 < ops.prefill_attention(0, 1, 4096 * 4097 / 2, 4096) < 1e-2
 
 
+def test_without_a_measured_block_deepseeks_attention_is_the_latent_kernel_measured_alone():
+    # SGLang's tables time no whole block: its projections are GEMMs and its attention the
+    # rows of h200_sxm/mla/sglang/0.5.14 (16 heads a GPU at TP 8, a bf16 cache): one prompt of
+    # 8,192 tokens, and 32 sequences of 2,048 keys
+    from sim.costs.hardware import model_architecture
+    from sim.costs.hardware.measured import MeasuredOps
+
+    sglang = KernelTables("h200", "sglang")
+    arch = model_architecture({"name": "deepseek-ai/DeepSeek-V3"})
+    ops = MeasuredOps(arch, 8, "fp8", "bf16", sglang)
+    assert not ops.mla_block and ops.sources()["mla_kv_up_proj"] == "measured"
+    assert ops.sources()["prefill_attention"] == ops.sources()["decode_attention"] == "measured"
+    assert ops.prefill_attention(0, 1, 8192 * 8193 / 2, 8192) == \
+        pytest.approx(1.9864112854003906e-3, rel=1e-12)
+    assert ops.decode_attention(0, 32, 32 * 2048) == \
+        pytest.approx(0.03768160045146942e-3, rel=1e-12)
+    other = model_architecture({"name": "deepseek-ai/DeepSeek-V3", "qk_rope_head_dim": 32})
+    assert MeasuredOps(other, 8, "fp8", "bf16", sglang).sources()["prefill_attention"] == \
+        "roofline"  # another head shape than the kernel measured
+
+
+def test_sglangs_prefill_attention_with_an_fp8_cache_is_its_default_kernels_in_fp8():
+    # SGLang's default kernel (FA3 on the H200) with an fp8 cache computes in fp8 and was
+    # measured only so; h200_sxm/attention/sglang/0.5.14: 8 heads, 1 KV head, one prompt of
+    # 1,024 tokens
+    grid = KernelTables("h200", "sglang").prefill_grid(8, 1, 128, "fp8")
+    assert grid.at_one(1, 1024) == pytest.approx(0.02468799948692322e-3, rel=1e-12)
+
+
 def test_a_config_json_of_deepseeks_shape_is_measured_as_deepseeks_block(tmp_path):
     # DeepSeek-R1's config.json names no model (no _name_or_path): its block is V3's all the same
     from helpers.hf_configs import CONFIGS, write_config

@@ -223,6 +223,14 @@ class KernelTables:
         return tables.mla_grid(self.table_path("mla", name), model, heads,
                                KV_DTYPES.get(kv_dtype, kv_dtype), gemm_dtype, decode)
 
+    def mla_attention_grid(self, heads: int, kv_dtype: str, decode: bool) -> Grid | None:
+        """The attention of a multi-head latent attention layer alone, in DeepSeek-V3's head
+        dims (the kernel the package measured without the block's projections, which are
+        GEMMs), `heads` per GPU, over (batch, prompt length) or (batch, KV length)."""
+        name = "generation_mla_perf.parquet" if decode else "context_mla_perf.parquet"
+        return tables.mla_attention_grid(self.table_path("mla", name), heads,
+                                         KV_DTYPES.get(kv_dtype, kv_dtype), decode)
+
     # --- mixture of experts -----------------------------------------------------------------
     def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int, ep: int,
             dtype: str, distribution: str = "power_law_1.2"):

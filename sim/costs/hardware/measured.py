@@ -18,7 +18,9 @@ operators onto the tables of `kernels.py`:
   the context and generation attention kernels of the GPU's heads;
 - a latent-attention layer of DeepSeek-V3's shape (DeepSeek-R1's too, from any config.json),
   where the package measured it, as one block: its projections, norms, attention and output
-  projection from the context and generation MLA module tables, per step (`mla_block`).
+  projection from the context and generation MLA module tables, per step (`mla_block`);
+  where it did not (SGLang's tables), its projections onto GEMMs and its attention onto the
+  latent-attention kernel measured alone, in DeepSeek-V3's head dims.
 The elementwise kernels (norms, rotary embedding, activation, residual adds, embedding lookup)
 have no tables and stay on the roofline, as in the package's own estimator; so does any
 operator whose shape, dtype or head count the tables lack. `sources()` says, operator by
@@ -62,16 +64,19 @@ BF16_OPS = ("moe_router", "lm_head")
 MLA_MODELS = ("deepseek-ai/DeepSeek-V3",)
 MLA_SHAPE = ("d_model", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
              "v_head_dim")
+# and what the attention kernel measured alone depends on (its heads are looked up)
+MLA_HEAD_DIMS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
-def mla_model(arch: Architecture) -> str | None:
+def mla_model(arch: Architecture, shape: tuple = MLA_SHAPE) -> str | None:
     """The model whose latent-attention block the tables measured in `arch`'s shape (width and
     ranks; its heads per GPU are looked up in the table), whatever `arch` is called: DeepSeek-
     V3's block is also DeepSeek-R1's, and any config.json's of its shape. None: no such model
-    (a V3 with another latent rank is not V3's block)."""
+    (a V3 with another latent rank is not V3's block). `shape`: the keys that must match
+    (`MLA_HEAD_DIMS`: those of the attention kernel measured alone)."""
     for name in MLA_MODELS:
         measured = model_architecture({"name": name})
-        if all(getattr(measured, key) == getattr(arch, key) for key in MLA_SHAPE):
+        if all(getattr(measured, key) == getattr(arch, key) for key in shape):
             return name
     return None
 
@@ -109,10 +114,13 @@ class MeasuredOps:
             if decode is not None:
                 prefill = tables.mla_grid(model, heads, kv_dtype, gemm, False)
                 self._grids[0], self.mla_block = (prefill, decode), True
-            else:  # its projections from the GEMM tables, its attention the roofline's
+            else:  # its projections from the GEMM tables, its attention the kernel's alone
                 self._gemm_dtype |= {
                     op: self._first(lambda d: tables.gemm(probe, n, k, d), dtype)
                     for op, (n, k) in self.gemms.items() if op in MLA_BLOCK_OPS}
+                if mla_model(arch, MLA_HEAD_DIMS):
+                    self._grids[0] = (tables.mla_attention_grid(heads, kv_dtype, False),
+                                      tables.mla_attention_grid(heads, kv_dtype, True))
         else:
             heads, kv_heads = arch.q_dim // tp // arch.hd, arch.kv_heads_per_gpu(tp)
             for window in {0, arch.sliding_window}:

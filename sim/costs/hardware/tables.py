@@ -72,11 +72,14 @@ def attention_grid(path: str | None, heads: int, kv_heads: int, head_dim: int, k
     table = table[(table["num_heads"] == heads) & (table["num_key_value_heads"] == kv_heads)
                   & (table["head_dim"] == head_dim) & (table["kv_cache_dtype"] == kv_dtype)
                   & (window_size == window)]
-    if "attn_dtype" in table and not decode:
-        table = table[table["attn_dtype"] == "bfloat16"]
     if table.empty:
         return None
     table = default_kernel(table)
+    if "attn_dtype" in table and not decode:
+        # its attention math in bf16 where the kernel was measured so (TensorRT-LLM's, both);
+        # else as it was (SGLang's default with an fp8 cache computes in fp8, and only so)
+        bf16 = table[table["attn_dtype"] == "bfloat16"]
+        table = table if bf16.empty else bf16
     length = table["step"] + 1 if decode else table["isl"]
     return grid_by_batch(table, length)
 
@@ -98,6 +101,20 @@ def mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtype
     table = table.assign(rank=table["kernel_source"].map({k: i for i, k in enumerate(order)}))
     table = table.sort_values("rank").drop_duplicates(["batch_size", "isl", "step"])
     length = table["step"] if decode else table["isl"]  # the KV length, or the prompt's
+    return grid_by_batch(table, length)
+
+
+@lru_cache(maxsize=16)
+def mla_attention_grid(path: str | None, heads: int, kv_dtype: str, decode: bool) -> Grid | None:
+    if path is None:
+        return None
+    table = cached_table(path)
+    table = table[(table["num_heads"] == heads) & (table["kv_cache_dtype"] == kv_dtype)
+                  & (table["mla_dtype"] == "bfloat16")]
+    if table.empty:
+        return None
+    table = default_kernel(table)
+    length = table["step"] + 1 if decode else table["isl"]  # as `attention_grid`'s
     return grid_by_batch(table, length)
 
 
