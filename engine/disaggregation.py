@@ -6,6 +6,11 @@ when it reaches the head of the queue (`StepPlan.kv_requested`: the caller moves
 holds them while the KV comes in; once it has (`kv_landed`) the sequence is readmitted, ahead of
 the queue, as a swapped-out one is (`Scheduler._swap_in`). The state lives in one `KvInFlight`
 per engine (`Scheduler.kv`).
+
+With prefix caching, as vLLM's NIXL connector does, a decode engine takes the blocks of the
+prompt's longest prefix it has cached itself (a shared system prompt, an earlier turn it
+received) and asks only for the rest (`tokens_to_move`); the blocks that come in are cached
+once they have (`kv_landed`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ class KvInFlight:
     # transferred sequences whose KV came in, holding their blocks: readmitted before the
     # queue (behind a head that waits for the blocks they hold, they could never run)
     landed: deque = field(default_factory=deque)
+    # seq_id -> the prompt tokens of a sequence whose KV comes in that were cached here (its
+    # blocks taken at once: only the rest is moved)
+    found: dict = field(default_factory=dict)
 
 
 class KvTransfers:
@@ -64,9 +72,19 @@ class KvTransfers:
     def kv_landed(self, seq: Sequence) -> None:
         """The KV of a sequence whose blocks `kv_requested` reserved has come in: it is
         readmitted as a swapped-out one is, ahead of the queue (it stood at its head, and
-        holds its blocks)."""
+        holds its blocks). With prefix caching the full blocks that came in are cached (keys
+        of its own, `own_keys`, when it is preempted: `filled_from`)."""
         del self.kv.receiving[seq.seq_id]
+        bs = self.block_manager.block_size
+        seq.filled_from = self.kv.found.pop(seq.seq_id, 0) // bs  # those it found here
+        if self._caching:
+            self.cache_blocks(seq, seq.filled_from, seq.num_computed_tokens // bs)
         self.kv.landed.append(seq)
+
+    def tokens_to_move(self, seq: Sequence) -> int:
+        """The computed tokens of a sequence whose blocks `kv_requested` reserved whose KV must
+        come in: all but those it found cached here."""
+        return seq.num_computed_tokens - self.kv.found.get(seq.seq_id, 0)
 
     def kv_sent(self, seq: Sequence) -> None:
         """Prefill-only: the KV of a handed-off sequence has been read; its blocks are freed."""
@@ -80,14 +98,22 @@ class KvTransfers:
 
     def _reserve_remote(self, plan: StepPlan, seq: Sequence) -> bool:
         """Reserve blocks for all the tokens of the transferred sequence at the head of the
-        queue and list it in `plan.kv_requested` (it waits for its KV, neither queued nor
-        running, taking no slot or token budget: vLLM's WAITING_FOR_REMOTE_KVS); False when
-        they do not fit (then nothing changes)."""
+        queue (the cached blocks of its prompt's longest cached prefix, with prefix caching,
+        and new ones for the rest) and list it in `plan.kv_requested` (it waits for its KV,
+        neither queued nor running, taking no slot or token budget: vLLM's
+        WAITING_FOR_REMOTE_KVS); False when they do not fit (then nothing changes)."""
         bm = self.block_manager
-        if not has_free_capacity(bm, blocks_needed(seq.num_tokens, bm.block_size)):
+        hits = self._cached_prefix(seq) if self._caching else ()
+        need = blocks_needed(seq.num_tokens, bm.block_size) - len(hits)
+        if hits:
+            need += bm.evictable_among(hits)  # free blocks that its hits take up
+        if not has_free_capacity(bm, need):
             return False
         self.waiting.pop()
         self.kv.remote.discard(seq.seq_id)
+        if hits:
+            bm.take_prefix(seq.seq_id, hits)
+            self.kv.found[seq.seq_id] = len(hits) * bm.block_size
         bm.ensure_capacity(seq.seq_id, seq.num_tokens)
         self.kv.receiving[seq.seq_id] = seq
         plan.kv_requested.append(seq)

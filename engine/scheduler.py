@@ -352,9 +352,11 @@ class Scheduler(KvTransfers):
         if not n or not has_free_capacity(bm, bm.blocks_to_hold(seq.seq_id,
                                                                seq.num_computed_tokens + n)):
             return 0
-        host = self.swap.swap_in(seq.seq_id) if seq.status is _SWAPPED else ()
+        host = ()
+        if seq.status is _SWAPPED:  # its blocks were registered where they were filled first
+            host = self.swap.swap_in(seq.seq_id)
+            seq.filled_from = seq.num_computed_tokens // bm.block_size
         admit_sequence(seq, bm, seq.num_computed_tokens + n)
-        seq.filled_from = seq.num_computed_tokens // bm.block_size  # the KV it brought
         plan.swap_in += zip(host, bm.block_tables[seq.seq_id])
         plan.swapped_in.append(seq)
         self._insert_running(seq)

@@ -289,6 +289,41 @@ def test_a_decode_replica_caches_the_blocks_its_own_steps_filled_not_those_trans
 
 
 
+def test_a_decode_engine_takes_the_prefix_it_has_cached_and_asks_only_for_the_rest():
+    """As vLLM's NIXL connector reads only the blocks the decode instance lacks: the second
+    prompt shares two full blocks with the first, whose transferred blocks the decode engine
+    cached once they came in."""
+    from engine.prefix_cache import PrefixCachingBlockManager
+    from engine.scheduler import Scheduler, SchedulerConfig
+    from engine.sequence import Sequence
+
+    def engine(prefill_only: bool) -> Scheduler:
+        scheduler = Scheduler(SchedulerConfig(max_seq_len=64), PrefixCachingBlockManager(16, 4))
+        scheduler.prefill_only = prefill_only
+        return scheduler
+
+    prefill, decode = engine(True), engine(False)
+    # 15 tokens each: three full blocks of 4, the first two the same
+    a = Sequence("a", 15, 4, block_hashes=[1, 2, 3])
+    b = Sequence("b", 15, 4, block_hashes=[1, 2, 9])
+    moved = []
+    for seq in (a, b):
+        prefill.add(seq)
+        prefill.postprocess(prefill.schedule())  # prefilled and handed off
+        decode.add_transferred(seq)
+        assert decode.schedule().kv_requested == [seq]
+        moved.append(decode.tokens_to_move(seq))
+        decode.kv_landed(seq)
+        prefill.kv_sent(seq)
+        decode.postprocess(decode.schedule())  # readmitted: it decodes
+    assert moved == [15, 15 - 2 * 4]
+    tables = decode.block_manager.block_tables
+    assert tables[b.seq_id][:2] == tables[a.seq_id][:2]  # the blocks a brought, shared
+    assert tables[b.seq_id][2] != tables[a.seq_id][2]
+    assert decode.block_manager.num_cached == 4  # a's three blocks and b's last
+    assert prefill.block_manager.num_used == 0
+
+
 def test_requests_csv_orders_its_columns_the_same_whatever_the_variants_order(tmp_path):
     # co-located replicas have no prefill replica or transfer: their rows leave them empty
     path = tmp_path / "mixed.toml"

@@ -107,9 +107,10 @@ class Disaggregation(Dispatch):
     def _move(self, seq, prefill: Replica, decode: Replica, state):
         """Wait for the prefill replica's link, move the KV; the prefill replica frees its
         blocks, the decode replica readmits the request."""
+        tokens = decode.scheduler.tokens_to_move(seq)  # those it has not cached
         with self.links[prefill.index].request() as turn:
             yield turn
-            yield self.env.timeout(self.link.transfer_s(seq.num_computed_tokens))
+            yield self.env.timeout(self.link.transfer_s(tokens))
         seq.kv_transfer = seq.kv_transfer._replace(arrived_s=self.env.now)
         self.in_flight -= 1
         prefill.scheduler.kv_sent(seq)
