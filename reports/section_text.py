@@ -200,7 +200,9 @@ def workload_text(workload, rate: str | None = None) -> str:
                      f"(those due later are not sent)")
     if workload.warmup_s:
         parts.append(f"the requests sent in the first {workload.warmup_s:g} s are a warm-up: "
-                     f"served, left out of every figure (`counted` false in requests.csv)")
+                     f"served, left out of the requests' figures (`counted` false in "
+                     f"requests.csv); ITL and the token peak count every gap and token after "
+                     f"{workload.warmup_s:g} s")
     if workload.priority is not None:
         p = workload.priority
         pairs = ", ".join(f"{v} (weight {w:g})" for v, w in zip(p.values, p.weights))
