@@ -17,7 +17,7 @@ The first arrival of an open process is one gap after time 0.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -82,34 +82,69 @@ class RateProcess(ArrivalProcess):
         return replace(self, rate=rate)
 
 
+FIXED_SPAN = Spec("true or false (true: the gaps rescaled so that the last arrival is at "
+                  "exactly the number of arrivals / rate, as vLLM's bench serve sends them)",
+                  lambda v: isinstance(v, bool))
+
+
 @dataclass(frozen=True)
-class Poisson(RateProcess):
-    process: ClassVar[str] = "poisson"
-    burstiness: ClassVar[float] = 1.0
+class RandomGaps(RateProcess):
+    """A rate process of random gaps. `fixed_span`: the arrival times rescaled so that the last
+    of n is at exactly n / rate, as vLLM's `bench serve` rescales its gaps (to steady its
+    throughput from seed to seed); the flags `--request-rate` and `--burstiness` ask for it."""
+
+    fixed_span: bool = field(default=False, kw_only=True)  # after a subclass's own fields
+
+    def gaps(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        raise NotImplementedError
 
     def times(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.cumsum(rng.exponential(1.0 / self.rate, size=n))  # [n]
+        times = np.cumsum(self.gaps(rng, n))  # [n]
+        if self.fixed_span and n and times[-1] > 0:
+            times *= (n / self.rate) / times[-1]
+        return times
+
+    def describe(self, rate: str | None = None) -> str:
+        rescaled = ", gaps rescaled to end at the number of arrivals / rate (vLLM's)" \
+            if self.fixed_span else ""
+        return f"{self.process} at {rate or f'{self.rate:g} req/s'}{self.shape_text()}{rescaled}"
+
+    def shape_text(self) -> str:
+        """The gaps' shape beyond their rate, for `describe`."""
+        return ""
 
 
 @dataclass(frozen=True)
-class Gamma(RateProcess):
+class Poisson(RandomGaps):
+    process: ClassVar[str] = "poisson"
+    burstiness: ClassVar[float] = 1.0
+    table: ClassVar[Table] = Table({"rate": POSITIVE_NUMBER, "fixed_span": FIXED_SPAN},
+                                   required=("rate",))
+
+    def gaps(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.exponential(1.0 / self.rate, size=n)  # [n]
+
+
+@dataclass(frozen=True)
+class Gamma(RandomGaps):
     cv: float = 1.0
     process: ClassVar[str] = "gamma"
     table: ClassVar[Table] = Table({
         "rate": POSITIVE_NUMBER,
         "cv": Spec(f"a number from {GAMMA_CV[0]} to {GAMMA_CV[1]} (the gaps' coefficient of "
-                   f"variation)", lambda v: is_number(v) and GAMMA_CV[0] <= v <= GAMMA_CV[1])},
+                   f"variation)", lambda v: is_number(v) and GAMMA_CV[0] <= v <= GAMMA_CV[1]),
+        "fixed_span": FIXED_SPAN},
         required=("rate", "cv"))
 
     @property
     def shape(self) -> float:
         return 1.0 / self.cv**2  # gamma(k, theta) has cv 1 / sqrt(k) and mean k * theta
 
-    def times(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.cumsum(rng.gamma(self.shape, 1.0 / (self.rate * self.shape), size=n))  # [n]
+    def gaps(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.gamma(self.shape, 1.0 / (self.rate * self.shape), size=n)  # [n]
 
-    def describe(self, rate: str | None = None) -> str:
-        return f"gamma at {rate or f'{self.rate:g} req/s'} (cv {self.cv:g})"
+    def shape_text(self) -> str:
+        return f" (cv {self.cv:g})"
 
     def traffic(self) -> tuple:
         return self.rate, self.shape, None

@@ -51,16 +51,17 @@ def test_set_takes_only_key_value_words_and_leaves_the_scenario():
 
 
 @pytest.mark.parametrize("flags, key, expected", [
-    (["--request-rate", "3"], "workload.arrival", {"process": "poisson", "rate": 3.0}),
+    (["--request-rate", "3"], "workload.arrival",
+     {"process": "poisson", "rate": 3.0, "fixed_span": True}),
     (["--request-rate", "inf"], "workload.arrival", {"process": "burst"}),
     (["--request-rate", "4", "--burstiness", "0.25"], "workload.arrival",
-     {"process": "gamma", "rate": 4.0, "cv": 2.0}),
+     {"process": "gamma", "rate": 4.0, "cv": 2.0, "fixed_span": True}),
     (["--request-rate", "4", "--burstiness", "1"], "workload.arrival",
-     {"process": "poisson", "rate": 4.0}),
+     {"process": "poisson", "rate": 4.0, "fixed_span": True}),
     (["--max-concurrency", "8"], "workload.arrival", {"process": "burst"}),  # rate inf
     (["--max-concurrency", "8"], "workload.max_concurrency", 8),
     (["--request-rate", "2", "--max-concurrency", "3"], "workload.arrival",
-     {"process": "poisson", "rate": 2.0}),
+     {"process": "poisson", "rate": 2.0, "fixed_span": True}),
     (["--request-rate", "2", "--max-concurrency", "3"], "workload.max_concurrency", 3),
     (["--num-prompts", "42"], "workload.num_requests", 42),
     (["--seed", "7"], "seed", 7),

@@ -101,7 +101,7 @@ def test_max_seconds_under_a_cap_sends_nothing_later_however_early_it_was_due():
 
 
 def test_a_cap_no_run_reaches_changes_nothing():
-    free = loaded("static-vs-continuous", *SMALL).runs()[1].config
+    free = loaded("static-vs-continuous", *SMALL, "--request-rate", "4.25").runs()[1].config
     capped = loaded("static-vs-continuous", *SMALL, "--request-rate", "4.25",
                     "--max-concurrency", "1000").runs()[1].config
     assert run_config(free).request_columns() == run_config(capped).request_columns()

@@ -99,6 +99,21 @@ def test_each_process_describes_itself_and_its_span_in_one_line():
     assert Constant(1.0).at(3.0) == Constant(3.0)
 
 
+@pytest.mark.parametrize("table", [{"process": "poisson", "rate": 4.0},
+                                   {"process": "gamma", "rate": 4.0, "cv": 3.0}])
+def test_a_fixed_span_rescales_the_same_draws_to_end_at_n_over_the_rate(table):
+    # vLLM's bench serve: the last of 100 requests at 4/s goes out at exactly 25 s
+    plain = arrival_process(table).times(rng(), 100)
+    fixed = arrival_process(table | {"fixed_span": True})
+    times = fixed.times(rng(), 100)
+    assert times[-1] == 25.0 and plain[-1] != 25.0
+    np.testing.assert_allclose(times / plain, 25.0 / plain[-1], rtol=1e-12)  # one scale
+    assert fixed.describe().endswith("gaps rescaled to end at the number of arrivals / rate "
+                                     "(vLLM's)")
+    with pytest.raises(ValueError, match="workload.arrival.fixed_span: must be true or false"):
+        arrival_process(table | {"fixed_span": "yes"})
+
+
 # --- lengths -------------------------------------------------------------------------------------
 
 

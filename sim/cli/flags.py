@@ -1,6 +1,8 @@
 """The flags a `vllm bench serve` or GuideLLM user reaches for, mapped onto scenario keys.
 
-    --request-rate R     workload.arrival: Poisson at R requests/s; inf: every request at t=0
+    --request-rate R     workload.arrival: Poisson at R requests/s, the gaps rescaled so that the
+                         last request goes out at num_prompts / R, as vLLM sends them
+                         (`fixed_span`); inf: every request at t=0
     --burstiness B       with a rate: gamma gaps of the same mean, coefficient of variation
                          1/sqrt(B) (vLLM's burstiness: 1 is Poisson, lower is burstier);
                          `servesim search` takes it alone, and refuses --request-rate (it
@@ -50,7 +52,8 @@ def add_workload_flags(parser, searching: bool = False) -> None:
     group = parser.add_argument_group("workload and statistics (as in vllm bench serve)")
     group.add_argument("--request-rate", metavar="R", type=rate,
                        help="refused: the search varies the rate (search.rate)" if searching
-                       else "Poisson arrivals at R requests/s; inf: every request at once")
+                       else "Poisson arrivals at R requests/s, the last at num_prompts / R as "
+                            "vLLM sends them; inf: every request at once")
     group.add_argument("--burstiness", metavar="B", type=positive_number,
                        help=("gamma gaps at every rate searched" if searching else
                              "with --request-rate: gamma gaps")
@@ -234,10 +237,11 @@ def check_burstiness(burst: float) -> None:
 
 
 def gaps_of(burst: float | None) -> dict:
-    """The process (and cv) of the gaps --burstiness B asks for, at any rate: Poisson at 1."""
+    """The process (and cv) of the gaps --burstiness B asks for, at any rate: Poisson at 1;
+    rescaled to end at num_prompts / rate, as vLLM sends them (`fixed_span`)."""
     if burst is not None and burst != 1:
-        return {"process": "gamma", "cv": 1 / math.sqrt(burst)}
-    return {"process": "poisson"}
+        return {"process": "gamma", "cv": 1 / math.sqrt(burst), "fixed_span": True}
+    return {"process": "poisson", "fixed_span": True}
 
 
 def goodput_pairs(items) -> list:
