@@ -10,7 +10,7 @@ per engine (`Scheduler.kv`).
 With prefix caching, as vLLM's NIXL connector does, a decode engine takes the blocks of the
 prompt's longest prefix it has cached itself (a shared system prompt, an earlier turn it
 received) and asks only for the rest (`tokens_to_move`); the blocks that come in are cached
-once they have (`kv_landed`).
+when it next plans a step (`cache_landed`), as vLLM caches them when it next schedules.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class KvInFlight:
     # seq_id -> the prompt tokens of a sequence whose KV comes in that were cached here (its
     # blocks taken at once: only the rest is moved)
     found: dict = field(default_factory=dict)
+    # landed sequences whose blocks that came in are cached when the next step is planned
+    uncached: list = field(default_factory=list)
 
 
 class KvTransfers:
@@ -72,14 +74,24 @@ class KvTransfers:
     def kv_landed(self, seq: Sequence) -> None:
         """The KV of a sequence whose blocks `kv_requested` reserved has come in: it is
         readmitted as a swapped-out one is, ahead of the queue (it stood at its head, and
-        holds its blocks). With prefix caching the full blocks that came in are cached (keys
-        of its own, `own_keys`, when it is preempted: `filled_from`)."""
+        holds its blocks). With prefix caching the full blocks that came in are cached when
+        the next step is planned (`cache_landed`; keys of its own, `own_keys`, when it is
+        preempted: `filled_from`)."""
         del self.kv.receiving[seq.seq_id]
-        bs = self.block_manager.block_size
-        seq.filled_from = self.kv.found.pop(seq.seq_id, 0) // bs  # those it found here
+        seq.filled_from = self.kv.found.pop(seq.seq_id, 0) // self.block_manager.block_size
         if self._caching:
-            self.cache_blocks(seq, seq.filled_from, seq.num_computed_tokens // bs)
+            self.kv.uncached.append(seq)
         self.kv.landed.append(seq)
+
+    def cache_landed(self) -> None:
+        """Register the full blocks that came in for the sequences landed since the last step
+        was planned (as vLLM caches them when it next schedules such a request): between
+        steps, so that a simulator that plans several steps at once counts what step by step
+        planning counts."""
+        bs = self.block_manager.block_size
+        for seq in self.kv.uncached:
+            self.cache_blocks(seq, seq.filled_from, seq.num_computed_tokens // bs)
+        self.kv.uncached.clear()
 
     def tokens_to_move(self, seq: Sequence) -> int:
         """The computed tokens of a sequence whose blocks `kv_requested` reserved whose KV must
@@ -103,7 +115,10 @@ class KvTransfers:
         neither queued nor running, taking no slot or token budget: vLLM's
         WAITING_FOR_REMOTE_KVS); False when they do not fit (then nothing changes)."""
         bm = self.block_manager
-        hits = self._cached_prefix(seq) if self._caching else ()
+        # at most the blocks of its first prompt_len - 1 tokens, as vLLM's decode instance,
+        # whose request is the prompt alone, finds them (its last token is always computed)
+        hits = self._cached_prefix(seq)[:(seq.prompt_len - 1) // bm.block_size] \
+            if self._caching else ()
         need = blocks_needed(seq.num_tokens, bm.block_size) - len(hits)
         if hits:
             need += bm.evictable_among(hits)  # free blocks that its hits take up

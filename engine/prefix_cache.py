@@ -25,7 +25,7 @@ the parent hash and the block's token ids, `hash_block`); a simulated sequence c
 hashes of its blocks from its workload (`Sequence.block_hashes`, e.g. a trace's prefix hash
 ids), and one with neither takes no part. The scheduler asks `match_prefix` at
 admission, takes the blocks with `take_prefix`, and registers each block that its step fills
-with `cache_block`.
+with `cache_block` (and forgets those of a step that failed before it ran, `uncache`).
 """
 
 from __future__ import annotations

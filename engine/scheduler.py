@@ -163,6 +163,8 @@ class Scheduler(KvTransfers):
         """The next step's plan (empty when there is nothing to run). `now_s` is only read by the
         static policy's batch timeout."""
         plan = StepPlan()
+        if self.kv.uncached:  # disaggregation: KV that came in, to cache before planning
+            self.cache_landed()
         if self.config.policy == "continuous":
             self._schedule_continuous(plan)
         else:

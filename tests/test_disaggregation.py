@@ -200,8 +200,32 @@ def test_every_request_is_served_once_and_no_kv_block_stays_held(tmp_path, route
         assert list(at_starts) == list(steps["kv_blocks_used"])  # each step's plan, as recorded
 
 
+# sessions over a slow link (linear costs: no async scheduling), so that KV lands while a
+# decode replica's run of steps, planned ahead, is under way
+SLOW_LINK_SESSIONS = """
+[cluster]
+prefill_replicas = 1
+decode_replicas = 1
+kv_transfer_gbps = 0.5
+[cost]
+model = "linear"
+[engine]
+num_kv_blocks = 64
+enable_prefix_caching = true
+block_size = 16
+[workload]
+arrival = { process = "poisson", rate = 2.0 }
+prompt_tokens = { dist = "uniform", low = 16, high = 200 }
+output_tokens = { dist = "uniform", low = 1, high = 120 }
+[workload.sessions]
+conversations = 25
+turns = { dist = "uniform", low = 2, high = 4 }
+system_prompt_tokens = 64
+"""
+
+
 @pytest.mark.parametrize("text", [open_text(), open_text(cluster="report_delay_s = 0.05"),
-                                  SESSIONS])
+                                  SESSIONS, SLOW_LINK_SESSIONS])
 def test_fast_forward_records_exactly_the_step_by_step_cluster(tmp_path, text):
     config = load_config(tmp_path, text)
     assert records(run_config(config)) == records(run_config(config, fast_forward=False))
@@ -275,11 +299,11 @@ def test_disaggregation_runs_in_simulate_mode_only(tmp_path, mode):
     assert "cluster.prefill_replicas: runs in mode simulate only" in str(error.value)
 
 
-def test_a_decode_replica_caches_the_blocks_its_own_steps_filled_not_those_transferred(
+def test_a_decode_replicas_own_keys_registered_when_preempted_are_those_registered_as_they_fill(
         tmp_path, monkeypatch):
-    """A request's own keys are registered when it is preempted, those of the blocks it filled
-    on this replica: as with every block registered as it fills, never its transferred
-    prompt's (the same records, but the count of blocks cached)."""
+    """A request's own keys are registered when it is preempted: those of the blocks it filled
+    on this replica and of those that came in, as when every block is registered as it fills
+    or lands (the same records, but the count of blocks cached)."""
     from helpers.runs import own_keys_both_ways
 
     config = load_config(tmp_path, open_text(cluster="", engine="enable_prefix_caching = true"))
@@ -303,11 +327,14 @@ def test_a_decode_engine_takes_the_prefix_it_has_cached_and_asks_only_for_the_re
         return scheduler
 
     prefill, decode = engine(True), engine(False)
-    # 15 tokens each: three full blocks of 4, the first two the same
-    a = Sequence("a", 15, 4, block_hashes=[1, 2, 3])
+    # 15 tokens each: three full blocks of 4, the first two the same; then a 12-token prompt
+    # of a's three blocks, of which it finds two (vLLM's decode instance always computes, so
+    # reads, the prompt's last token)
+    a = Sequence("a", 15, 8, block_hashes=[1, 2, 3])
     b = Sequence("b", 15, 4, block_hashes=[1, 2, 9])
+    c = Sequence("c", 12, 4, block_hashes=[1, 2, 3])
     moved = []
-    for seq in (a, b):
+    for seq in (a, b, c):
         prefill.add(seq)
         prefill.postprocess(prefill.schedule())  # prefilled and handed off
         decode.add_transferred(seq)
@@ -316,11 +343,11 @@ def test_a_decode_engine_takes_the_prefix_it_has_cached_and_asks_only_for_the_re
         decode.kv_landed(seq)
         prefill.kv_sent(seq)
         decode.postprocess(decode.schedule())  # readmitted: it decodes
-    assert moved == [15, 15 - 2 * 4]
+    assert moved == [15, 15 - 2 * 4, 12 - 2 * 4]
     tables = decode.block_manager.block_tables
     assert tables[b.seq_id][:2] == tables[a.seq_id][:2]  # the blocks a brought, shared
     assert tables[b.seq_id][2] != tables[a.seq_id][2]
-    assert decode.block_manager.num_cached == 4  # a's three blocks and b's last
+    assert decode.block_manager.num_cached == 5  # a's three, b's last, c's last (a copy)
     assert prefill.block_manager.num_used == 0
 
 

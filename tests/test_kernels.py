@@ -218,6 +218,9 @@ def test_without_a_measured_block_deepseeks_attention_is_the_latent_kernel_measu
         pytest.approx(1.9864112854003906e-3, rel=1e-12)
     assert ops.decode_attention(0, 32, 32 * 2048) == \
         pytest.approx(0.03768160045146942e-3, rel=1e-12)
+    # so are TensorRT-LLM's on the A100 (1.0.0), whose tables time no block either
+    a100 = MeasuredOps(arch, 8, "bf16", "bf16", KernelTables("a100-80gb-sxm", "trtllm"), ep=8)
+    assert not a100.mla_block and a100.sources()["prefill_attention"] == "measured"
     other = model_architecture({"name": "deepseek-ai/DeepSeek-V3", "qk_rope_head_dim": 32})
     assert MeasuredOps(other, 8, "fp8", "bf16", sglang).sources()["prefill_attention"] == \
         "roofline"  # another head shape than the kernel measured

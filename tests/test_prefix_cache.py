@@ -278,6 +278,43 @@ def test_a_step_that_raises_leaves_none_of_the_blocks_it_was_to_fill_findable():
     assert again.output_token_ids == reference.output_token_ids
 
 
+def failing_step(engine, seq) -> None:
+    """Run the engine's next step with its executor raising, then abort `seq`, as the HTTP
+    server aborts the requests of a step that failed."""
+    execute = engine.executor.execute
+    engine.executor.execute = lambda plan, **kw: (_ for _ in ()).throw(MemoryError("injected"))
+    with pytest.raises(MemoryError):
+        engine.step()
+    engine.executor.execute = execute
+    engine.abort_request(seq)
+
+
+def test_a_failed_step_forgets_the_partly_filled_block_its_chunk_was_to_complete(fake_executor):
+    bm = PrefixCachingBlockManager(16, 4)
+    config = SchedulerConfig(max_seq_len=64, chunked_prefill=True, max_num_batched_tokens=6,
+                             max_num_seqs=2)
+    engine = LLMEngine(Scheduler(config, bm), fake_executor(bm))
+    prompt = list(range(1, 14))  # 13 tokens: blocks of 4
+    seq = Sequence("a", 13, 2, prompt_token_ids=prompt)
+    engine.add_request(seq)
+    engine.step()  # tokens 0-5: block 0 full and cached, block 1 half written
+    failing_step(engine, seq)  # tokens 6-11: blocks 1 and 2 registered, never written
+    hashes = block_hashes(Sequence("b", 13, 2, prompt_token_ids=prompt), 4, 3)
+    assert len(bm.match_prefix(hashes, 3)) == 1  # block 0 alone
+
+
+def test_a_failed_step_keeps_the_cached_prefix_a_request_found(fake_executor):
+    bm = PrefixCachingBlockManager(16, 4)
+    engine = LLMEngine(Scheduler(SchedulerConfig(max_seq_len=64), bm), fake_executor(bm))
+    system = list(range(1, 9))  # two full blocks, shared
+    engine.add_request(Sequence("a", 9, 1, prompt_token_ids=system + [20]))
+    engine.step()  # a's prompt computed and its two blocks cached; a finishes
+    b = Sequence("b", 13, 1, prompt_token_ids=system + [30, 31, 32, 33, 34])
+    engine.add_request(b)
+    failing_step(engine, b)  # b took the two blocks, registered its third; the step failed
+    assert bm.num_cached == 2 and b.num_cached_tokens == 8
+
+
 # --- random workloads: no leaked, double freed or wrongly shared block ----------------------
 
 workload_st = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 20), st.integers(1, 10)),

@@ -7,7 +7,8 @@ its blocks until its KV has been read, and it is handed to a decode replica chos
 `cluster.decode_router` (`least_kv` or `least_outstanding`, on the decode replicas' loads as
 reported), whose queue it joins (`Scheduler.add_transferred`). As vLLM's KV connectors do, the
 decode replica reserves blocks for all its tokens when it reaches the head of the queue
-(`StepPlan.kv_requested`), and only then is its KV, the computed tokens' rows, moved, over its
+(`StepPlan.kv_requested`), and only then is its KV, the computed tokens' rows (with prefix
+caching, but those of the prefix the decode replica has cached itself), moved, over its
 prefill replica's one link, one transfer at a time in the order they were asked for: tokens x
 KV bytes a token / bandwidth + latency. With tensor parallelism every GPU moves its shard over
 its own link at once, so a token's bytes are one GPU's. When the KV lands, the prefill replica
