@@ -254,13 +254,15 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
     if row.model_path == DEEPSEEK:
         if row.backend == "sglang":
             return (SILICON_MODELS[DEEPSEEK],
-                    {"dtype": "fp8", "kv_dtype": "auto", "gpu_memory_utilization": 0.82},
+                    {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "auto",
+                     "gpu_memory_utilization": 0.82},
                     {"max_num_seqs": 512 if isl == osl == 1024 else 256,
                      "max_num_batched_tokens": 32768}, {"chunked_prefill": True})
         ranks = 8 if users > (32 if isl == 8192 else 64) else 1  # attention data parallel
         tokens = (users + isl + 127) // 64 * 64
         return (SILICON_MODELS[DEEPSEEK],
-                {"tp": 8 // ranks, "dp": ranks, "ep": 8, "dtype": "fp8", "kv_dtype": "fp8"},
+                {"tp": 8 // ranks, "dp": ranks, "ep": 8, "dtype": "fp8",
+                 "activation_scheme": "block", "kv_dtype": "fp8"},
                 {"max_num_seqs": min(2048, tokens), "max_num_batched_tokens": tokens},
                 {"chunked_prefill": False})
     if row.model_path == GPT_OSS:

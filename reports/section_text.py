@@ -88,7 +88,8 @@ def hardware_text(derived: dict) -> str:
     if derived["ep"] > 1:
         layout += f", EP {derived['ep']}"
     scheme = derived.get("activation_scheme")
-    scales = f" ({scheme} activation scales)" if scheme else ""
+    scales = " (block-scaled)" if scheme == "block" else \
+        f" ({scheme} activation scales)" if scheme else ""
     return (f"{tp * ranks} x {derived['gpu_name']} (`{derived['gpu']}`): {layout}, "
             f"{derived['dtype']} weights{scales}, {derived['kv_dtype']} KV cache; per GPU: "
             f"{derived['weights_gib_per_gpu']:.1f} GiB of "

@@ -98,7 +98,10 @@ HARDWARE_DTYPES = ("fp16", "bf16", "fp8", "nvfp4", "mxfp4")
 # The KV cache: "auto" is vLLM's --kv-cache-dtype auto, the model's activation dtype (the
 # weights' for fp16 and bf16, bf16 under fp8 or nvfp4 weights).
 KV_DTYPES = ("auto", "fp16", "bf16", "fp8")
-ACTIVATION_SCHEMES = ("static", "dynamic")
+# An fp8 checkpoint's scales: per tensor, the activations' fixed in the checkpoint (static) or
+# computed at every GEMM (dynamic); or per 128 x 128 block of weights and 128 channels of a
+# token's activations (block: DeepSeek-V3/R1's and Qwen3's own FP8 checkpoints)
+ACTIVATION_SCHEMES = ("static", "dynamic", "block")
 HARDWARE_NORMS = ("rmsnorm", "layernorm")
 MAX_TP = 8
 MAX_GPUS = 8  # tp x dp: one node (servesim costs no network between nodes)

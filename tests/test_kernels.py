@@ -311,6 +311,30 @@ def test_every_measured_static_fp8_gemm_stays_positive():
             assert np.all(static > 0), (gpu, n, k)
 
 
+def test_a_block_scaled_checkpoint_reads_the_block_scaled_gemms_where_they_are_measured():
+    # DeepSeek-V3's own fp8 weights are scaled in 128 x 128 blocks: its shared experts' GEMMs
+    # from the fp8_block table (per-tensor fp8 first otherwise, as a ModelOpt checkpoint's)
+    from sim.costs.hardware import model_architecture
+    from sim.costs.hardware.measured import MeasuredOps
+
+    arch = model_architecture({"name": "deepseek-ai/DeepSeek-V3"})
+    per_tensor = MeasuredOps(arch, 8, "fp8", "bf16", H200)
+    block = MeasuredOps(arch, 8, "fp8", "bf16", H200, activations="block")
+    assert per_tensor._gemm_dtype["shared_up_proj"] == "fp8"
+    assert block._gemm_dtype["shared_up_proj"] == "fp8_block"
+    n, k = block.gemms["shared_up_proj"]
+    rows = np.array([64.0, 1024.0])
+    times, _ = block.layer_times({"shared_up_proj": np.ones(2)}, rows)
+    np.testing.assert_array_equal(times["shared_up_proj"], H200.gemm(rows, n, k, "fp8_block"))
+    assert layer_op_times("deepseek-ai/DeepSeek-V3", "h200", 8, 1024, dtype="fp8",
+                          activation_scheme="block")["shared_up_proj"] != \
+        layer_op_times("deepseek-ai/DeepSeek-V3", "h200", 8, 1024, dtype="fp8")["shared_up_proj"]
+    with pytest.raises(ValueError, match='^hardware.activation_scheme: "block" applies to fp8 '
+                                         'weights'):
+        layer_op_times("deepseek-ai/DeepSeek-V3", "h200", 8, 64, dtype="bf16",
+                       activation_scheme="block")
+
+
 def test_the_activation_scheme_reaches_the_step_and_dynamic_needs_fp8(tmp_path):
     from sim.build import hardware_of
 
@@ -322,7 +346,8 @@ def test_the_activation_scheme_reaches_the_step_and_dynamic_needs_fp8(tmp_path):
 
     assert step("static") < step("dynamic")
     with pytest.raises(ScenarioError, match="hardware.activation_scheme: must be one of static, "
-                                            "dynamic, got 'dynamc' \\(did you mean 'dynamic'"):
+                                            "dynamic, block, got 'dynamc' \\(did you mean "
+                                            "'dynamic'"):
         load(tmp_path, extra='activation_scheme = "dynamc"')
     with pytest.raises(ValueError, match='^hardware.activation_scheme: "dynamic" applies to fp8 '
                                          'weights \\(hardware.dtype = "fp8"\\), not bf16$'):

@@ -52,7 +52,8 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     of `framework`'s newest measured tables for the GPU, the roofline where they do not reach;
     a model with experts then has the fused kernel's `moe_experts` in place of `moe_up_proj`,
     `moe_act` and `moe_down_proj`), "roofline", or None: measured where the GPU has tables.
-    `activation_scheme`: an fp8 checkpoint's activation scales, "static" or "dynamic". Every
+    `activation_scheme`: an fp8 checkpoint's scales, "static" or "dynamic" (per tensor) or
+    "block" (block-scaled: DeepSeek's and Qwen3's own FP8 checkpoints). Every
     argument is checked (a ValueError saying what is allowed); where the tables do not reach
     (past 2x their range), or the GPU has none under `kernels=None`, the roofline answers and a
     note says so once (`sim.notes`)."""

@@ -53,7 +53,6 @@ MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nv
 # collectors: vLLM's sets activation_scheme = "static"; TensorRT-LLM's Linear gets no input
 # scale and so quantizes dynamically; SGLang's quantizes per token), and each framework's
 # `quantize` tables time the difference, dynamic minus static.
-ACTIVATION_SCHEMES = ("static", "dynamic")
 MEASURED_ACTIVATIONS = {"vllm": "static", "sglang": "dynamic", "trtllm": "dynamic"}
 # vLLM captures CUDA graphs for batches up to 512 tokens by default: an all-reduce in a step
 # of more tokens runs eagerly (`backend` vllm_graph / vllm_eager, sglang_graph / _eager)

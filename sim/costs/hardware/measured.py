@@ -6,7 +6,8 @@ operators onto the tables of `kernels.py`:
   shared experts', latent attention's) and the LM head onto a GEMM of its shape on one GPU
   (m = the step's rows, n and k after tensor parallelism), the router and the LM head in bf16
   whatever the weights' dtype, as servers run them; fp8 (per-tensor) GEMMs with the checkpoint's
-  activation scheme (`activations`: "static" or "dynamic" scales, `kernels.MEASURED_ACTIVATIONS`);
+  activation scheme (`activations`: "static" or "dynamic" scales, `kernels.MEASURED_ACTIVATIONS`),
+  a block-scaled checkpoint's ("block") onto the block-scaled fp8 kernels;
 - a mixture-of-experts layer's routed experts onto the framework's fused MoE kernel
   (`moe_experts`: gate and up, activation and down in one kernel, for the layer's tokens before
   routing, every data-parallel rank's, with its TP and EP sizes over the experts' GPUs (tp x
@@ -49,12 +50,14 @@ MEASURED, ROOFLINE = "measured", "roofline"
 EXPERT_OPS = ("moe_up_proj", "moe_act", "moe_down_proj")  # what the fused MoE kernel runs
 # The tables' GEMM and MoE dtypes to try for a servesim dtype, in order, operator by operator:
 # fp8 is per-tensor scaled where that was measured, else block-scaled (DeepSeek's experts and
-# MLA block were measured only so), so one model may mix the two
+# MLA block were measured only so), so one model may mix the two; a block-scaled checkpoint's
+# (`activations` "block") the other way round
 DTYPE_CHAIN = {"fp8": ("fp8", "fp8_block"), "fp16": ("bfloat16",), "bf16": ("bfloat16",),
                "mxfp4": ("bfloat16",)}
+BLOCK_CHAIN = DTYPE_CHAIN | {"fp8": ("fp8_block", "fp8")}
 # The fused MoE kernel's, where they differ: mxfp4's experts are MXFP4 weights with bf16
 # activations (gpt-oss)
-MOE_CHAIN = DTYPE_CHAIN | {"mxfp4": ("w4a16_mxfp4",)}
+MOE_CHAIN = {"mxfp4": ("w4a16_mxfp4",)}
 # What DeepSeek's measured latent-attention block runs besides attention: its projections, the
 # latents' norms and the output projection (in `mla_block` steps, costed with the attention)
 MLA_BLOCK_OPS = ("mla_down_proj", "mla_q_up_proj", "mla_kv_up_proj", "mla_norm",
@@ -89,6 +92,10 @@ class MeasuredOps:
                  tables: KernelTables, ep: int = 1, activations: str = "static", dp: int = 1):
         self.arch, self.tp, self.ep, self.tables = arch, tp, ep, tables
         self.activations = activations
+        # a per-tensor fp8 GEMM's activation scales (a block-scaled checkpoint's, in a shape
+        # the tables lack block-scaled: scaled at every call)
+        self.tensor_scales = "dynamic" if activations == "block" else activations
+        self.chain = BLOCK_CHAIN if activations == "block" else DTYPE_CHAIN
         self.experts_gpus = tp * dp  # the experts span every data-parallel rank's GPUs
         probe = np.asarray([1.0])
         # (n, k) of each matmul on one GPU: its outputs, and its weights over them
@@ -100,8 +107,8 @@ class MeasuredOps:
                                             "bf16" if op in BF16_OPS else dtype)
                             for op, (n, k) in self.gemms.items()
                             if not (op in MLA_BLOCK_OPS and arch.is_mla)}
-        self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype, MOE_CHAIN) \
-            if arch.is_moe else None
+        self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype,
+                                      self.chain | MOE_CHAIN) if arch.is_moe else None
         self._ar_known = tp <= 1 or tables.all_reduce(probe, arch.d_model, tp) is not None
         self._exchange_known = dp > 1 and \
             tables.all_reduce(probe, arch.d_model, self.experts_gpus) is not None
@@ -130,12 +137,12 @@ class MeasuredOps:
                     tables.decode_grid(heads, kv_heads, arch.hd, kv_dtype, window))
         self._sources = self._find_sources()
         self._scales_known = ("fp8" not in self._gemm_dtype.values()
-                              or activations == MEASURED_ACTIVATIONS[tables.framework]
+                              or self.tensor_scales == MEASURED_ACTIVATIONS[tables.framework]
                               or tables.activation_scale_time(probe, arch.d_model) is not None)
 
-    def _first(self, lookup, dtype: str, chain: dict = DTYPE_CHAIN):
+    def _first(self, lookup, dtype: str, chain: dict | None = None):
         """The first of the dtype's table spellings the lookup finds (None: none)."""
-        for candidate in chain.get(dtype, (dtype,)):
+        for candidate in (chain or self.chain).get(dtype, (dtype,)):
             if lookup(candidate) is not None:
                 return candidate
         return None
@@ -177,7 +184,7 @@ class MeasuredOps:
             measured = MEASURED_ACTIVATIONS[self.tables.framework]
             say_once(f"note: {source}: the measured tables do not time fp8 activation scales; "
                      f"fp8 GEMMs are costed with {measured} scales, as measured, not "
-                     f"{self.activations}")
+                     f"{self.tensor_scales}")
 
     # --- what depends on the step's rows ----------------------------------------------------
     def layer_times(self, roofline: dict, tokens, only=None,
@@ -200,7 +207,7 @@ class MeasuredOps:
             if op in times and op != "lm_head" and dtype is not None:
                 n, k = self.gemms[op]
                 times[op] = _merge(times[op], self.tables.gemm(rows, n, k, dtype,
-                                                               self.activations), op, beyond,
+                                                               self.tensor_scales), op, beyond,
                                    tokens)
         if self._moe_dtype is not None and EXPERT_OPS[0] in times:
             fused = sum(times.pop(op) for op in EXPERT_OPS)

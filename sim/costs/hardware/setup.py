@@ -101,9 +101,9 @@ def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto
         raise ValueError(f"hardware.kv_dtype: an fp8 KV cache needs a GPU with fp8 support; "
                          f"{gpu.id} has none (use fp16 or bf16, or one of "
                          f"{', '.join(gpus_with('fp8'))})")
-    if activation_scheme == "dynamic" and dtype != "fp8":
-        raise ValueError(f"hardware.activation_scheme: \"dynamic\" applies to fp8 weights "
-                         f"(hardware.dtype = \"fp8\"), not {dtype}")
+    if activation_scheme != "static" and dtype != "fp8":
+        raise ValueError(f"hardware.activation_scheme: \"{activation_scheme}\" applies to fp8 "
+                         f"weights (hardware.dtype = \"fp8\"), not {dtype}")
     return kv_dtype
 
 
