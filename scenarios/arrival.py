@@ -102,6 +102,7 @@ class RandomGaps(RateProcess):
         times = np.cumsum(self.gaps(rng, n))  # [n]
         if self.fixed_span and n and times[-1] > 0:
             times *= (n / self.rate) / times[-1]
+            times[-1] = n / self.rate  # exactly, whatever the rounding
         return times
 
     def describe(self, rate: str | None = None) -> str:

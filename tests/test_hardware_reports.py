@@ -111,12 +111,20 @@ def test_an_override_or_sweep_the_variants_leave_a_part_of_is_accepted(tmp_path,
     assert len(scenarios.load(write(tmp_path, variants), **args).runs()) >= 2
 
 
-def test_an_override_whose_change_every_variant_undoes_is_refused(tmp_path):
+def test_an_override_whose_change_every_variant_undoes_is_refused(tmp_path, capsys):
+    from sim.cli import main
+
     variants = ('[[variants]]\nname = "a"\nset = { "workload.arrival.rate" = 2.0 }\n'
                 '[[variants]]\nname = "b"\nset = { "workload.arrival.rate" = 3.0 }\n')
-    same_process = ("workload.arrival", {"process": "poisson", "rate": 20.0})  # --request-rate
+    same_process = ("workload.arrival", {"process": "poisson", "rate": 20.0})
     with pytest.raises(ScenarioError, match="workload.arrival: changes no run"):
         scenarios.load(write(tmp_path, variants), [same_process])
+    # as --request-rate writes it (its gaps rescaled as vLLM's, a change of its own): its rate,
+    # which every variant sets again, is still refused, not dropped
+    assert main(["run", str(write(tmp_path, variants)), "--request-rate", "20", "--out",
+                 str(tmp_path / "out")]) == 2
+    assert "--request-rate: changes no run: every variant (a, b) sets again" in \
+        capsys.readouterr().err
 
 
 def test_a_lone_variants_own_problem_is_placed_in_it(tmp_path):

@@ -323,12 +323,26 @@ def test_a_block_scaled_checkpoint_reads_the_block_scaled_gemms_where_they_are_m
     assert per_tensor._gemm_dtype["shared_up_proj"] == "fp8"
     assert block._gemm_dtype["shared_up_proj"] == "fp8_block"
     n, k = block.gemms["shared_up_proj"]
-    rows = np.array([64.0, 1024.0])
-    times, _ = block.layer_times({"shared_up_proj": np.ones(2)}, rows)
+    rows = np.array([1.0, 8.0, 17.0, 24.0, 64.0, 1024.0])
+    times, beyond = block.layer_times({"shared_up_proj": np.ones(6)}, rows)
     np.testing.assert_array_equal(times["shared_up_proj"], H200.gemm(rows, n, k, "fp8_block"))
+    # vLLM dispatches by rows: FlashInfer's kernel measured up to 17 rows, DeepGEMM's from 32,
+    # both read (DeepGEMM's alone left the fewest rows to the roofline, not in order)
+    assert not beyond and np.all(np.diff(times["shared_up_proj"][2:]) > 0)
+    assert 50e-6 < times["shared_up_proj"][0] < 70e-6  # the FlashInfer rows' time at one row
     assert layer_op_times("deepseek-ai/DeepSeek-V3", "h200", 8, 1024, dtype="fp8",
                           activation_scheme="block")["shared_up_proj"] != \
         layer_op_times("deepseek-ai/DeepSeek-V3", "h200", 8, 1024, dtype="fp8")["shared_up_proj"]
+    # a shape the block-scaled tables lack: per-tensor, its activations scaled at every call
+    # (vLLM's tables on the RTX PRO 6000 have no block-scaled GEMM of Llama-2-7B's shapes)
+    rtx = KernelTables("rtx-pro-6000", "vllm")
+    llama = MeasuredOps(model_architecture({"name": "meta-llama/Llama-2-7b-hf"}), 1, "fp8",
+                        "fp8", rtx, activations="block")
+    assert llama._gemm_dtype["mlp_up_proj"] == "fp8"
+    n, k = llama.gemms["mlp_up_proj"]
+    times, _ = llama.layer_times({"mlp_up_proj": np.ones(2)}, rows[-2:])
+    np.testing.assert_array_equal(times["mlp_up_proj"], rtx.gemm(rows[-2:], n, k, "fp8", "dynamic"))
+    assert np.all(times["mlp_up_proj"] > rtx.gemm(rows[-2:], n, k, "fp8", "static"))
     with pytest.raises(ValueError, match='^hardware.activation_scheme: "block" applies to fp8 '
                                          'weights'):
         layer_op_times("deepseek-ai/DeepSeek-V3", "h200", 8, 64, dtype="bf16",

@@ -99,6 +99,9 @@ def test_the_report_gives_the_parallel_layout_in_numbers():
         "fp8 weights")
     assert ": TP 2, bf16" in hardware_text(derived | {"tp": 2, "dp": 1, "ep": 1,
                                                       "dtype": "bf16"})
+    assert "fp8 weights (block-scaled)," in hardware_text(derived | {"activation_scheme": "block"})
+    assert "fp8 weights (dynamic activation scales)," in \
+        hardware_text(derived | {"activation_scheme": "dynamic"})
 
 
 # --- layer_op_times: its arguments checked ----------------------------------------------------

@@ -112,7 +112,11 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
             raise FlagError(f"--burstiness {burst:g}: --request-rate inf sends every request "
                             f"at once, with no gaps to shape; give a finite rate")
     if rate is not None:
-        put("--request-rate", "workload.arrival", arrival_of(rate, burst))
+        arrival = arrival_of(rate, burst)
+        span = arrival.pop("fixed_span", None)
+        put("--request-rate", "workload.arrival", arrival)
+        if span is not None:  # apart: variants that all set the rate still make the rate the
+            put("--request-rate", "workload.arrival.fixed_span", span)  # flag's, a change of none
     elif burst is not None:  # a search: the shape of the gaps, at every rate it probes
         for key, value in gaps_of(burst).items():
             put("--burstiness", f"workload.arrival.{key}", value)

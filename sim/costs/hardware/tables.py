@@ -42,10 +42,27 @@ def gemm_curves(path: str | None, dtype: str):
     table = table[table["gemm_dtype"] == dtype]
     if table.empty:
         return None
-    table = default_kernel(table)
+    table = dispatched_kernels(table)
     curves = {(int(n), int(k)): Curve(group["m"].to_numpy(), group["latency"].to_numpy())
               for (n, k), group in table.groupby(["n", "k"])}
     return (sorted({n for n, _ in curves}), sorted({k for _, k in curves}), curves)
+
+
+def dispatched_kernels(table):
+    """The GEMM rows of the kernel measured most often (`default_kernel`) and, shape by shape,
+    the other kernels' rows below and above the rows it was measured at: a framework that
+    dispatches by rows (vLLM's block-scaled fp8 GEMMs on Hopper: FlashInfer's up to 17 rows,
+    DeepGEMM's from 32) was measured where each kernel runs."""
+    import pandas as pd
+
+    order = table["kernel_source"].value_counts().index
+    rows = table[table["kernel_source"] == order[0]]
+    for kernel in order[1:]:
+        span = rows.groupby(["n", "k"])["m"].agg(["min", "max"])
+        other = table[table["kernel_source"] == kernel].join(span, on=["n", "k"], how="inner")
+        other = other[(other["m"] < other["min"]) | (other["m"] > other["max"])]
+        rows = pd.concat([rows, other[table.columns]])
+    return rows
 
 
 @lru_cache(maxsize=32)
