@@ -115,8 +115,8 @@ def flag_overrides(args, scenario_of) -> tuple[list, dict, dict]:
         arrival = arrival_of(rate, burst)
         span = arrival.pop("fixed_span", None)
         put("--request-rate", "workload.arrival", arrival)
-        if span is not None:  # apart: variants that all set the rate still make the rate the
-            put("--request-rate", "workload.arrival.fixed_span", span)  # flag's, a change of none
+        if span is not None:  # a pair of its own: a rate that every variant sets again is
+            put("--request-rate", "workload.arrival.fixed_span", span)  # refused, changing no run
     elif burst is not None:  # a search: the shape of the gaps, at every rate it probes
         for key, value in gaps_of(burst).items():
             put("--burstiness", f"workload.arrival.{key}", value)
