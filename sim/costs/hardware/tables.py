@@ -1,6 +1,7 @@
 """One measured table read into what the lookups of `kernels.py` interpolate: the rows of one
-shape and dtype, of the kernel the framework runs by default (the one measured most often), as
-`Curve`s over the token dimension or `Grid`s of curves by batch size. Each is read once per
+shape and dtype, of the kernel the framework runs by default (the one measured most often; a
+GEMM shape's rows beyond those from the others, `dispatched_kernels`), as `Curve`s over the
+token dimension or `Grid`s of curves by batch size. Each is read once per
 process (cached by path and shape); `None` where the table has no such rows.
 """
 
