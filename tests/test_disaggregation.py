@@ -212,16 +212,7 @@ model = "linear"
 [engine]
 num_kv_blocks = 64
 enable_prefix_caching = true
-block_size = 16
-[workload]
-arrival = { process = "poisson", rate = 2.0 }
-prompt_tokens = { dist = "uniform", low = 16, high = 200 }
-output_tokens = { dist = "uniform", low = 1, high = 120 }
-[workload.sessions]
-conversations = 25
-turns = { dist = "uniform", low = 2, high = 4 }
-system_prompt_tokens = 64
-"""
+block_size = 16""" + CLUSTER_SESSIONS
 
 
 @pytest.mark.parametrize("text", [open_text(), open_text(cluster="report_delay_s = 0.05"),

@@ -245,39 +245,6 @@ def test_requests_admitted_in_one_step_share_the_prefix_the_first_of_them_fills(
                                                 max_num_batched_tokens=128))
 
 
-def test_a_step_that_raises_leaves_none_of_the_blocks_it_was_to_fill_findable():
-    # a prefill's blocks are registered when planned; when its step fails before it runs (the
-    # server fails that step's requests and goes on), they hold no KV, so the same prompt
-    # sent again computes them, and its greedy output is the engine's without the failure
-    prompt = list(range(1, 10))  # two full blocks of 4, then one token
-
-    def engine():
-        bm = PrefixCachingBlockManager(32, 4)
-        executor = NumpyExecutor(init_params(MODEL), bm, rng=np.random.default_rng(0))
-        return LLMEngine(Scheduler(SchedulerConfig(max_seq_len=64), bm), executor), executor
-
-    def served(engine):
-        seq = Sequence("again", len(prompt), 4, prompt_token_ids=prompt, sampling=GREEDY)
-        engine.add_request(seq)
-        while engine.has_unfinished():
-            engine.step()
-        return seq
-
-    failing, executor = engine()
-    first = Sequence("failed", len(prompt), 4, prompt_token_ids=prompt, sampling=GREEDY)
-    failing.add_request(first)
-    execute = executor.execute
-    executor.execute = lambda plan, **kw: (_ for _ in ()).throw(MemoryError("injected"))
-    with pytest.raises(MemoryError):
-        failing.step()
-    executor.execute = execute
-    failing.abort_request(first)
-    assert failing.scheduler.block_manager.num_cached == 0
-    again, reference = served(failing), served(engine()[0])
-    assert again.num_cached_tokens == 0
-    assert again.output_token_ids == reference.output_token_ids
-
-
 def failing_step(engine, seq) -> None:
     """Run the engine's next step with its executor raising, then abort `seq`, as the HTTP
     server aborts the requests of a step that failed."""
@@ -287,6 +254,34 @@ def failing_step(engine, seq) -> None:
         engine.step()
     engine.executor.execute = execute
     engine.abort_request(seq)
+
+
+def test_a_step_that_raises_leaves_none_of_the_blocks_it_was_to_fill_findable():
+    # a prefill's blocks are registered when planned; when its step fails before it runs (the
+    # server fails that step's requests and goes on), they hold no KV, so the same prompt
+    # sent again computes them, and its greedy output is the engine's without the failure
+    prompt = list(range(1, 10))  # two full blocks of 4, then one token
+
+    def engine():
+        bm = PrefixCachingBlockManager(32, 4)
+        executor = NumpyExecutor(init_params(MODEL), bm, rng=np.random.default_rng(0))
+        return LLMEngine(Scheduler(SchedulerConfig(max_seq_len=64), bm), executor)
+
+    def served(engine):
+        seq = Sequence("again", len(prompt), 4, prompt_token_ids=prompt, sampling=GREEDY)
+        engine.add_request(seq)
+        while engine.has_unfinished():
+            engine.step()
+        return seq
+
+    failing = engine()
+    first = Sequence("failed", len(prompt), 4, prompt_token_ids=prompt, sampling=GREEDY)
+    failing.add_request(first)
+    failing_step(failing, first)
+    assert failing.scheduler.block_manager.num_cached == 0
+    again, reference = served(failing), served(engine())
+    assert again.num_cached_tokens == 0
+    assert again.output_token_ids == reference.output_token_ids
 
 
 def test_a_failed_step_forgets_the_partly_filled_block_its_chunk_was_to_complete(fake_executor):
