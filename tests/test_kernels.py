@@ -203,9 +203,9 @@ def test_deepseeks_latent_attention_is_measured_as_one_block():
 
 
 def test_without_a_measured_block_deepseeks_attention_is_the_latent_kernel_measured_alone():
-    # SGLang's tables time no whole block: its projections are GEMMs and its attention the
-    # rows of h200_sxm/mla/sglang/0.5.14 (16 heads a GPU at TP 8, a bf16 cache): one prompt of
-    # 8,192 tokens, and 32 sequences of 2,048 keys
+    # SGLang's tables time no whole block with a bf16 cache: its projections are GEMMs and its
+    # attention the rows of h200_sxm/mla/sglang/0.5.14 (16 heads a GPU at TP 8, a bf16
+    # cache): one prompt of 8,192 tokens, and 32 sequences of 2,048 keys
     from sim.costs.hardware import model_architecture
     from sim.costs.hardware.measured import MeasuredOps
 
@@ -224,6 +224,27 @@ def test_without_a_measured_block_deepseeks_attention_is_the_latent_kernel_measu
     other = model_architecture({"name": "deepseek-ai/DeepSeek-V3", "qk_rope_head_dim": 32})
     assert MeasuredOps(other, 8, "fp8", "bf16", sglang).sources()["prefill_attention"] == \
         "roofline"  # another head shape than the kernel measured
+
+
+def test_sglangs_block_of_an_fp8_cache_and_fp8_weights_is_measured_whole():
+    # SGLang's tables time DeepSeek-V3's whole block with an fp8 cache and block-scaled GEMMs
+    # (h200_sxm/mla/sglang/0.5.10/wideep_*: FA3, its default on Hopper, and FlashInfer;
+    # 16 heads a GPU): one prompt of 8,192 tokens, 32 sequences of 2,048 keys under FA3
+    from sim.costs.hardware import model_architecture
+    from sim.costs.hardware.measured import MeasuredOps
+
+    sglang = KernelTables("h200", "sglang")
+    arch = model_architecture({"name": "deepseek-ai/DeepSeek-V3"})
+    for activations in ("block", "static"):  # per-tensor fp8 reads the block-scaled, as GEMMs
+        ops = MeasuredOps(arch, 8, "fp8", "fp8", sglang, activations=activations)
+        assert ops.mla_block and ops.sources()["mla_kv_up_proj"] == "measured"
+        assert ops.prefill_attention(0, 1, 8192 * 8193 / 2, 8192) == \
+            pytest.approx(1.1843e-3, rel=1e-12)
+        assert ops.decode_attention(0, 32, 32 * 2048) == pytest.approx(0.0665e-3, rel=1e-12)
+    assert not MeasuredOps(arch, 8, "bf16", "fp8", sglang).mla_block  # measured in fp8 alone
+    # Blackwell's rows are its default kernel's, TensorRT-LLM's MLA (b200_sxm/.../0.5.10)
+    b200 = KernelTables("b200", "sglang").mla_grid(arch.name, 16, "fp8", "fp8_block", False)
+    assert b200.at_one(1, 8192) == pytest.approx(0.8157e-3, rel=1e-12)
 
 
 def test_sglangs_prefill_attention_with_an_fp8_cache_is_its_default_kernels_in_fp8():

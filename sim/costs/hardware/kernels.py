@@ -216,11 +216,15 @@ class KernelTables:
                  decode: bool) -> Grid | None:
         """A whole multi-head latent attention block of one layer (its down and up projections,
         attention over the latent and the output projection) of `model` (the package measured
-        DeepSeek-V3's), `heads` per GPU, over (batch, prompt length) or (batch, KV length)."""
-        name = "mla_generation_module_perf.parquet" if decode else \
-            "mla_context_module_perf.parquet"
-        return tables.mla_grid(self.table_path("mla", name), model, heads,
-                               KV_DTYPES.get(kv_dtype, kv_dtype), gemm_dtype, decode)
+        DeepSeek-V3's), `heads` per GPU, over (batch, prompt length) or (batch, KV length).
+        SGLang's tables keep it under another name and layout (`tables.sglang_mla_grid`)."""
+        phase = "generation" if decode else "context"
+        kv_dtype = KV_DTYPES.get(kv_dtype, kv_dtype)
+        if self.framework == "sglang":
+            path = self.table_path("mla", f"wideep_{phase}_mla_perf.parquet")
+            return tables.sglang_mla_grid(path, model, heads, kv_dtype, gemm_dtype, decode)
+        return tables.mla_grid(self.table_path("mla", f"mla_{phase}_module_perf.parquet"),
+                               model, heads, kv_dtype, gemm_dtype, decode)
 
     def mla_attention_grid(self, heads: int, kv_dtype: str, decode: bool) -> Grid | None:
         """The attention of a multi-head latent attention layer alone, in DeepSeek-V3's head

@@ -20,9 +20,9 @@ operators onto the tables of `kernels.py`:
 - a latent-attention layer of DeepSeek-V3's shape (DeepSeek-R1's too, from any config.json),
   where the package measured it, as one block: its projections, norms, attention and output
   projection from the context and generation MLA module tables, per step (`mla_block`);
-  where it did not (SGLang's tables, TensorRT-LLM's on the A100 and L40S), its projections
-  onto GEMMs and its attention onto the latent-attention kernel measured alone, in
-  DeepSeek-V3's head dims.
+  where it did not (SGLang's tables with a 16-bit cache or 16-bit weights, TensorRT-LLM's
+  on the A100 and L40S), its projections onto GEMMs and its attention onto the latent-
+  attention kernel measured alone, in DeepSeek-V3's head dims.
 The elementwise kernels (norms, rotary embedding, activation, residual adds, embedding lookup)
 have no tables and stay on the roofline, as in the package's own estimator; so does any
 operator whose shape, dtype or head count the tables lack. `sources()` says, operator by

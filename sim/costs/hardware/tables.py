@@ -122,6 +122,31 @@ def mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtype
     return grid_by_batch(table, length)
 
 
+# SGLang's default latent-attention backend on Hopper and on Blackwell (its server_args), of
+# which its block tables hold one or the other
+SGLANG_MLA_KERNELS = ("fa3", "trtllm_mla")
+
+
+@lru_cache(maxsize=16)
+def sglang_mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtype: str,
+                    decode: bool) -> Grid | None:
+    """`mla_grid` from SGLang's block tables (`wideep_*_mla_perf`, named for the wide expert-
+    parallel deployments they were measured for: `heads` on one GPU, the block's GEMMs in
+    `gemm_dtype`), its default kernel's rows. Their KV length is `isl` (+ `step`, always 0)."""
+    if path is None:
+        return None
+    table = cached_table(path)
+    table = table[(table["model"] == model) & (table["num_heads"] == heads)
+                  & (table["kv_cache_dtype"] == kv_dtype) & (table["gemm_type"] == gemm_dtype)
+                  & (table["tp_size"] == 1)]
+    if table.empty:
+        return None
+    kernel = next((k for k in SGLANG_MLA_KERNELS if k in set(table["kernel_source"])), None)
+    table = default_kernel(table) if kernel is None else \
+        table[table["kernel_source"] == kernel]
+    return grid_by_batch(table, table["isl"] + table["step"])
+
+
 @lru_cache(maxsize=16)
 def mla_attention_grid(path: str | None, heads: int, kv_dtype: str, decode: bool) -> Grid | None:
     if path is None:
