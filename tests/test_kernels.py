@@ -185,6 +185,19 @@ def test_without_the_tables_the_unset_default_is_the_roofline(tmp_path, monkeypa
     assert build_cost(config).setup.kernels is None
 
 
+def test_a_gemm_wider_than_any_measured_is_the_widest_scaled_in_proportion():
+    # Llama-3's LM head at TP 1 (n = 128,256; the widest measured n is 65,536): up to 2x
+    # wider, the widest measured times the ratio, as its work and weights grow (a power law
+    # through n = 51,200 and 65,536, far past them, swung with their noise: on the B200 it
+    # fell from 2,048 rows to 4,096)
+    b200 = KernelTables("b200")
+    m = np.array([8.0, 16.0, 2048.0, 4096.0])
+    wide = b200.gemm(m, 128256, 4096, "bf16")
+    assert wide == pytest.approx(b200.gemm(m, 65536, 4096, "bf16") * 128256 / 65536, rel=1e-12)
+    assert np.all(np.diff(wide) > 0)
+    assert b200.gemm(m, 131073, 4096, "bf16") is None  # past 2x: the roofline's
+
+
 def test_deepseeks_latent_attention_is_measured_as_one_block():
     from sim.costs.hardware import model_architecture
     from sim.costs.hardware.measured import EXPERT_OPS, MLA_BLOCK_OPS, MeasuredOps

@@ -152,18 +152,52 @@ def test_layer_op_times_refuses_what_it_cannot_cost(args, kwargs, message):
     assert message in str(info.value)
 
 
-def test_layer_op_times_past_the_tables_reach_is_the_roofline_and_says_so(capsys):
+def test_layer_op_times_past_the_tables_reach_is_the_roofline_from_where_they_end(capsys):
+    """Past the reach, the roofline's growth from the tables' time where they end (65,536
+    rows: 2 x the largest measured GEMM rows, 32,768), not its level; said once."""
     pytest.importorskip("aiconfigurator_core")
-    tokens = np.array([[512, 65537]])  # 2 x the largest measured GEMM rows (32,768) is 65,536
+    tokens = np.array([[512, 65537]])
     measured = sim.layer_op_times(LLAMA, "h100-sxm", 1, tokens, kernels="measured")
     roofline = sim.layer_op_times(LLAMA, "h100-sxm", 1, tokens, kernels="roofline")
     assert measured["mlp_up_proj"].shape == (1, 2)
     assert measured["mlp_up_proj"][0, 0] != roofline["mlp_up_proj"][0, 0]
-    assert measured["mlp_up_proj"][0, 1] == roofline["mlp_up_proj"][0, 1]
+    edge = sim.layer_op_times(LLAMA, "h100-sxm", 1, 65536, kernels="measured")["mlp_up_proj"]
+    edge_roofline = sim.layer_op_times(LLAMA, "h100-sxm", 1, 65536,
+                                       kernels="roofline")["mlp_up_proj"]
+    assert measured["mlp_up_proj"][0, 1] == pytest.approx(
+        roofline["mlp_up_proj"][0, 1] * edge / edge_roofline, rel=1e-12)
     err = capsys.readouterr().err
     assert err.count("past the measured tables' reach") == 1 and "mlp_up_proj" in err
     assert measured["mlp_up_proj"][0, 0] == sim.layer_op_times(
         LLAMA, "h100-sxm", 1, 512, kernels="measured")["mlp_up_proj"]
+    # asked alone, a row count past the reach gets the same
+    assert measured["mlp_up_proj"][0, 1] == sim.layer_op_times(
+        LLAMA, "h100-sxm", 1, 65537, kernels="measured")["mlp_up_proj"]
+
+
+def test_no_step_time_drops_where_the_tables_end(tmp_path):
+    """vLLM's fp8 experts of Mixtral at TP 2 on the H200 are measured up to 16,384 tokens,
+    reached to 32,768, and timed there at several times the roofline's: a step of one token
+    more must not take a fifth of the time."""
+    pytest.importorskip("aiconfigurator_core")
+    from sim.costs.hardware.cost import HardwareCost
+    from sim.costs.hardware.setup import hardware_setup
+    from sim.costs.shape import StepShape
+
+    mixtral = "mistralai/Mixtral-8x7B-v0.1"
+    experts = sim.layer_op_times(mixtral, "h200", 2, np.array([32768, 32769]), dtype="fp8",
+                                 kernels="measured")["moe_experts"]
+    assert experts[0] <= experts[1] < 1.001 * experts[0]
+    path = write_hardware(tmp_path, model=mixtral, gpu="h200", max_seq_len=32768,
+                          hardware='tp = 2\ndtype = "fp8"')
+    cost = HardwareCost(hardware_setup(scenarios.load(path).base))
+
+    def prefill(tokens: int) -> float:
+        return cost.step_time(StepShape(prefill_tokens=tokens, prefill_seqs=1, sampled_seqs=1,
+                                        prefill_attention=tokens * tokens,
+                                        prefill_square=tokens * tokens))
+
+    assert prefill(32768) <= prefill(32769) < 1.01 * prefill(32768)  # its attention: 0.3%
 
 
 def test_a_step_is_said_past_the_tables_reach_only_once_one_is_costed(tmp_path, capsys):

@@ -313,8 +313,8 @@ def test_a_shortened_capacity_search_reproduces_its_figures():
     rows = result.rows()
     assert [(r["status"], r["probes"]) for r in rows] == [
         (FOUND, 9), (AT_LEAST_HIGH, 2), (FOUND, 9), (FOUND, 9)]
-    expected = [(112.40013826389117, 19.45456624024235), (128.0, 34.19792697297195),
-                (10.834044375495143, 4.5480767144859024), (18.220618156107065, 7.920100795600023)]
+    expected = [(112.40013826389117, 19.45372192728322), (128.0, 34.19792697297195),
+                (10.374716437208077, 4.520688903509005), (18.220618156107065, 7.920100795600023)]
     for row, (rate, goodput) in zip(rows, expected):
         assert row["capacity"] == pytest.approx(rate, rel=1e-9)
         assert row["measured_goodput"] == pytest.approx(goodput, rel=1e-9)

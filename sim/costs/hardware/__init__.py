@@ -75,13 +75,24 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
                              f"{value!r}")
     check_dtypes(arch, device, dtype, activation_scheme=activation_scheme)
     tokens = _tokens(num_tokens)
-    times = operator_times(arch, tp, ep, tokens, DTYPE_BYTES[dtype], ACT_BYTES,
-                           device.peak_flops(compute_dtype(dtype)), device.bandwidth,
-                           device.efficiency(), expert_bytes(dtype),
-                           device.peak_flops(activation_dtype(dtype)))
+
+    def roofline(rows):
+        return operator_times(arch, tp, ep, rows, DTYPE_BYTES[dtype], ACT_BYTES,
+                              device.peak_flops(compute_dtype(dtype)), device.bandwidth,
+                              device.efficiency(), expert_bytes(dtype),
+                              device.peak_flops(activation_dtype(dtype)))
+
     measured = _measured_ops(arch, device, tp, ep, dtype, kernels, framework, activation_scheme)
-    if measured is not None:
-        times, beyond = measured.layer_times(times, np.atleast_1d(tokens), keep_block=True)
+    if measured is None:
+        times = roofline(tokens)
+    else:
+        rows = tokens.ravel()
+        times, beyond = measured.layer_times(roofline(rows), rows, keep_block=True)
+        if beyond:  # costed with the row counts where the tables end, as a run's are
+            edges = [measured.last_reached(op, first) for op, first in beyond.items()]
+            grid = np.union1d(rows, edges)
+            times, _ = measured.layer_times(roofline(grid), grid, keep_block=True)
+            times = {op: t[np.searchsorted(grid, rows)] for op, t in times.items()}
         if measured.mla_block:
             say_once(f"note: layer_op_times: {arch.name}'s latent attention is measured as a "
                      f"whole block (projections, attention over the latent, output "
@@ -90,8 +101,8 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
         times = {op: t.reshape(tokens.shape) for op, t in times.items()}
         if beyond:
             say_once(f"note: layer_op_times: num_tokens past the measured tables' reach (2x "
-                     f"their range) for {', '.join(sorted(beyond))}; costed by the roofline "
-                     f"there")
+                     f"their range) for {', '.join(sorted(beyond))}; costed there by the "
+                     f"roofline, scaled to meet the tables where they end")
     if np.ndim(num_tokens) == 0:
         return {op: float(t) for op, t in times.items()}
     return times
@@ -144,4 +155,6 @@ def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework
             raise ValueError(f"kernels: {exc}") from None
         say_once(f"note: layer_op_times: {exc}; costed by the roofline")
         return None
-    return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype), tables, ep, activations)
+    ops = MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype), tables, ep, activations)
+    ops.say_roofline("layer_op_times")
+    return ops

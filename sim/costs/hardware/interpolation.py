@@ -108,13 +108,18 @@ class Grid:
 
 
 def bracket(points: list, value: float):
-    """[(index, weight)] of the log-linear blend of `value` between the measured `points`:
-    itself when measured, else its two neighbours (the last two up to `MAX_REACH` past either
-    end); None beyond."""
+    """([(index, weight)], factor): the log-linear blend of `value` between the measured
+    `points` (itself when measured, else its two neighbours; below the smallest, the first two
+    up to `MAX_REACH`), times `factor`. Past the largest, up to `MAX_REACH`: the largest alone
+    times value / largest, for a weight's dimension (a GEMM's n or k), whose work and bytes
+    grow in proportion (a power law through two points far below would amplify their noise).
+    None beyond."""
     if value in points:
-        return [(points.index(value), 1.0)]
+        return [(points.index(value), 1.0)], 1.0
     if len(points) < 2 or not points[0] / MAX_REACH <= value <= points[-1] * MAX_REACH:
         return None
-    i = min(max(bisect_right(points, value) - 1, 0), len(points) - 2)
+    if value > points[-1]:
+        return [(len(points) - 1, 1.0)], value / points[-1]
+    i = max(bisect_right(points, value) - 1, 0)
     w = (math.log(value) - math.log(points[i])) / (math.log(points[i + 1]) - math.log(points[i]))
-    return [(i, 1.0 - w), (i + 1, w)]
+    return [(i, 1.0 - w), (i + 1, w)], 1.0

@@ -152,6 +152,7 @@ class KernelTables:
         n_side, k_side = bracket(ns, n), bracket(ks, k)
         if n_side is None or k_side is None:
             return None
+        (n_side, n_factor), (k_side, k_factor) = n_side, k_side
         logm = np.log(np.asarray(m, dtype=np.float64))
         total = 0.0
         for ni, nw in n_side:
@@ -160,7 +161,7 @@ class KernelTables:
                 if curve is None:
                     return None
                 total = total + nw * kw * curve.log_at(logm)
-        seconds = np.exp(total) * 1e-3
+        seconds = np.exp(total) * 1e-3 * n_factor * k_factor
         if dtype == "fp8" and activations != MEASURED_ACTIVATIONS[self.framework]:
             extra = self.activation_scale_time(m, k)
             if extra is not None:
@@ -179,8 +180,9 @@ class KernelTables:
         side = bracket(ks, k)
         if side is None:
             return None
+        side, factor = side
         logm = np.log(np.asarray(m, dtype=np.float64))
-        return sum(w * differences[ks[i]].at(logm) for i, w in side) * 1e-3
+        return sum(w * differences[ks[i]].at(logm) for i, w in side) * 1e-3 * factor
 
     def _gemm_shapes(self, dtype: str):
         return tables.gemm_curves(self.table_path("gemm", "gemm_perf.parquet"), dtype)

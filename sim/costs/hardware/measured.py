@@ -203,17 +203,37 @@ class MeasuredOps:
         if self.mla_block and not keep_block:  # in the block's per-step time instead
             for op in (*MLA_BLOCK_OPS, "attn_rope"):
                 times.pop(op, None)
-        for op, dtype in self._gemm_dtype.items():
-            if op in times and op != "lm_head" and dtype is not None:
-                n, k = self.gemms[op]
-                times[op] = _merge(times[op], self.tables.gemm(rows, n, k, dtype,
-                                                               self.tensor_scales), op, beyond,
-                                   tokens)
+        for op in self._gemm_dtype:
+            if op in times and op != "lm_head":
+                times[op] = _merge(times[op], self.lookup(op, rows), op, beyond, tokens)
         if self._moe_dtype is not None and EXPERT_OPS[0] in times:
             fused = sum(times.pop(op) for op in EXPERT_OPS)
-            times["moe_experts"] = _merge(fused, self._moe(rows, self._moe_dtype),
+            times["moe_experts"] = _merge(fused, self.lookup("moe_experts", rows),
                                           "moe_experts", beyond, tokens)
         return times, beyond
+
+    def lookup(self, op: str, rows):
+        """The measured seconds of a layer's matmul `op` or its `moe_experts` for `rows` rows
+        (an array; NaN past the tables' reach); None: not measured."""
+        if op == "moe_experts":
+            return None if self._moe_dtype is None else self._moe(rows, self._moe_dtype)
+        dtype = self._gemm_dtype.get(op)
+        if dtype is None:
+            return None
+        n, k = self.gemms[op]
+        return self.tables.gemm(rows, n, k, dtype, self.tensor_scales)
+
+    def last_reached(self, op: str, first_out: int) -> int:
+        """The most rows below `first_out` (past the reach of `op`'s tables) that they reach,
+        by bisection (1 where they reach none)."""
+        low, high = 1, first_out
+        while high - low > 1:
+            mid = (low + high) // 2
+            if np.isnan(self.lookup(op, np.array([float(mid)]))[0]):
+                high = mid
+            else:
+                low = mid
+        return low
 
     def lm_head(self, roofline, tokens, beyond: dict):
         """Seconds of the LM head for `tokens` sampling rows (in bf16, as servers run it)."""
@@ -278,16 +298,39 @@ def prompt_length(work: float, window: int = 0) -> float:
 
 
 def _merge(roofline, measured, op: str, beyond: dict, tokens):
-    """The measured times where they are numbers, the roofline's where they are NaN (out of
-    the tables' reach: noted in `beyond` with the fewest `tokens` rows out of it; a row count
-    of 0, a table's first entry, is never a step) or absent."""
+    """The measured times where they are numbers; where they are NaN (out of the tables'
+    reach: noted in `beyond` with the fewest `tokens` rows out of it; a row count of 0, a
+    table's first entry, is never a step), the roofline's, scaled to meet the measured time at
+    the nearest row count reached (`_anchored`); the roofline's where they are absent."""
     if measured is None:
         return roofline
     missing = np.isnan(measured)
-    out = missing & (np.asarray(tokens) >= 1)
-    if np.ndim(out) and out.any():
-        beyond[op] = int(np.broadcast_to(tokens, out.shape)[out].min())
-    return np.where(missing, roofline, measured)
+    if not missing.any():
+        return measured
+    rows = np.broadcast_to(tokens, missing.shape)
+    out = missing & (rows >= 1)
+    if out.any():
+        beyond[op] = int(rows[out].min())
+    return np.where(missing, _anchored(roofline, measured, rows, missing), measured)
+
+
+def _anchored(roofline, measured, rows, missing):
+    """The roofline's times scaled, past the tables' reach above (below), by the measured /
+    roofline ratio at the most (fewest) rows reached, so that a step's time does not jump
+    where the tables end (the roofline may be several times off them there: its growth is
+    kept, not its level). A run's tables are every row count from 0, so that row count is
+    there; an array without it keeps the roofline's level."""
+    roofline = np.broadcast_to(roofline, missing.shape)
+    reached = rows[~missing]
+    if reached.size == 0:
+        return roofline
+    out = np.array(roofline, dtype=np.float64)
+    for edge, side in ((reached.max(), missing & (rows > reached.max())),
+                       (reached.min(), missing & (rows < reached.min()))):
+        at = np.flatnonzero((rows == edge) & ~missing)[0]
+        if side.any() and roofline.flat[at] > 0:
+            out[side] *= measured.flat[at] / roofline.flat[at]
+    return out
 
 
 class PastReach:
@@ -326,4 +369,5 @@ class PastReach:
         if "lm_head" in ops:
             parts.append(f"steps sampling {ops['lm_head']:,} rows or more are past the LM "
                          f"head's")
-        say_once(f"note: {self.source}: {'; '.join(parts)}; costed by the roofline there")
+        say_once(f"note: {self.source}: {'; '.join(parts)}; costed there by the roofline, "
+                 f"scaled to meet the tables where they end")
