@@ -43,7 +43,7 @@ def make_charts(results, summaries: list[dict], steps: bool = True) -> list[Imag
                             "Timeline: running and waiting requests, KV cache use"))
     if specs and specs[0].sweep:
         charts.append(Image("sweep.png", sweep_chart(specs, summaries),
-                            "Latency and achieved throughput over the swept value"))
+                            "Latency and achieved throughput across the sweep"))
     cache_runs = caching_runs(results, _cluster_label)
     if cache_runs:
         charts.append(Image("prefix_cache.png", prefix_cache_chart(cache_runs),

@@ -42,12 +42,13 @@ def config_rows(config) -> dict[str, str]:
             f"pool `{pool.name}`: " + engine_text(
                 pool_config.engine,
                 own["kv_blocks"] if own else pool_config.engine.num_kv_blocks,
-                bool(own and own["kv_blocks_auto"]))
+                bool(own and own["kv_blocks_auto"]), _ranks(pool_config))
             for (pool, pool_config), own in zip(pooled, described))
     else:
         hardware = hardware_text(derived) if derived else None
         kernels = kernels_text(derived) if derived else None
-        engine = engine_text(config.engine, config.engine.num_kv_blocks, _auto(config))
+        engine = engine_text(config.engine, config.engine.num_kv_blocks, _auto(config),
+                             _ranks(config))
     return {
         "seed": str(config.seed),
         "mode": config.mode,
@@ -61,6 +62,11 @@ def config_rows(config) -> dict[str, str]:
         "workload": workload_text(config.workload),
         "SLO (goodput)": slo_text(config.slo),
     }
+
+
+def _ranks(config) -> int:
+    """The data-parallel ranks the engine settings are each of."""
+    return config.hardware.dp if config.hardware is not None else 1
 
 
 def _auto(config) -> bool:

@@ -31,6 +31,12 @@ GLOSSARY = (
     "(first arrival, or the warm-up's end, to last finish: the drain included); goodput: "
     "those a second that met every SLO. Prefix cache hit %: the share of prompt tokens found "
     "cached at each request's first admission.")
+# and where a run splits prefill from decode
+DISAGGREGATED_TTFT = (
+    "Under prefill/decode disaggregation TTFT is the prefill replica's first token "
+    "(DistServe's); a client behind a P/D proxy, as vLLM's, gets its first token from the "
+    "decode replica after the KV transfer: `decode_first_token_s - arrival_s` in requests.csv "
+    "(docs/sim/cluster.md).")
 
 
 def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
@@ -66,7 +72,10 @@ def report_blocks(scenario, specs, summaries, requests, charts: list[Image],
     files = summary_json_names(specs)
     named = f"`{files[0]}`" if len(files) == 1 else \
         f"`{files[0]}` to `{files[-1]}`, one a run"
-    blocks += [Heading(2, "Summary"), Table(header, rows), Paragraph(GLOSSARY),
+    split = any(spec.config.cluster is not None and spec.config.cluster.prefill_replicas
+                for spec in specs)
+    glossary = GLOSSARY + (" " + DISAGGREGATED_TTFT if split else "")
+    blocks += [Heading(2, "Summary"), Table(header, rows), Paragraph(glossary),
                Paragraph("Every figure (mean, p50, p90, p95, p99 and max of TTFT, TPOT, ITL, E2E "
                          "and queueing, goodput, batch size, KV use, prefix cache hit rates and "
                          "prefill tokens saved) is in `summary.csv`; each run's figures are also "

@@ -11,15 +11,17 @@ from scenarios.defaults import KV_TRANSFER_GBPS
 from scenarios.overrides import toml_text
 
 
-def engine_text(engine, blocks, auto: bool) -> str:
+def engine_text(engine, blocks, auto: bool, ranks: int = 1) -> str:
     """The KV blocks (`blocks`: derived where "auto"; still "auto" in a config not resolved
-    against its GPU, a benchmark of a remote server's), batch limits and prefix caching."""
+    against its GPU, a benchmark of a remote server's), batch limits and prefix caching: each
+    data-parallel rank's where there are `ranks`."""
     kv = f"{blocks:,} KV blocks of {engine.block_size} tokens" if isinstance(blocks, int) \
         else f"KV blocks of {engine.block_size} tokens: {blocks!r} (from the GPU's memory)"
-    return (kv + (" (derived from the GPU's memory)" if auto else "")
+    text = (kv + (" (derived from the GPU's memory)" if auto else "")
             + f", max_num_seqs {engine.max_num_seqs}, "
             f"max_num_batched_tokens {engine.max_num_batched_tokens}, prefix caching "
             + ("on" if engine.enable_prefix_caching else "off"))
+    return f"each of {ranks} data-parallel ranks: {text}" if ranks > 1 else text
 
 
 def cluster_text(config) -> str:
@@ -118,7 +120,8 @@ def scheduler_text(sched) -> str:
     if sched.policy == "static":
         timeout = (f", waits up to {sched.batch_timeout_s:g} s for a full batch"
                    if sched.batch_timeout_s else "")
-        return f"static batching of up to {sched.max_batch_size} requests{timeout}; {queue}"
+        return (f"static batching of up to {sched.max_batch_size} requests{timeout}, each "
+                f"batch prefilled whole (max_num_batched_tokens does not apply); {queue}")
     chunked = "on" if sched.chunked_prefill else "off"
     return f"continuous batching, chunked prefill {chunked}; {queue}"
 

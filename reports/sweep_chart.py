@@ -109,9 +109,10 @@ def _throughput_panel(ax, x_key: str, numeric: bool, ticks: list) -> None:
         top = max(ticks)
         ax.plot([0, top], [0, top], ":", color="grey", label="achieved = offered")
         ax.legend(loc="upper left", frameon=False)
-    is_log = scale_axis(ax, "y", _plotted(ax, "y"))
-    if not is_log:
-        ax.set_ylim(bottom=0)  # throughputs alike look alike
+    values = _plotted(ax, "y")
+    is_log = scale_axis(ax, "y", values)
+    if not is_log:  # from 0, so that throughputs alike look alike, and room above the top
+        ax.set_ylim(0, 1.08 * max((v for v in values if v > 0), default=1.0))
     _swept_axis(ax, x_key, numeric, ticks)
     ax.set_title("Achieved throughput")
     ax.set_ylabel(f"requests completed / s{log_note(is_log)}")

@@ -294,6 +294,32 @@ def test_a_prefill_replica_counts_the_requests_it_prefilled():
     assert (prefill["requests"] > 0).all() and prefill["completed"].sum() == 0
 
 
+def test_the_engine_row_is_each_data_parallel_ranks_and_static_batching_has_no_budget():
+    """Eight attention data-parallel ranks each hold the engine's KV blocks and limits (a
+    quarter of TP 8's blocks is not a quarter of its capacity); static batching prefills a
+    batch whole, whatever max_num_batched_tokens says."""
+    [dp] = scenarios.load("moe-deepseek-h200", variant="dp8-ep8").runs()
+    config = sim.build.resolved_spec(dp).config
+    blocks = config.engine.num_kv_blocks
+    assert config_rows(config)["engine"].startswith(
+        f"each of 8 data-parallel ranks: {blocks:,} KV blocks of 16 tokens (derived")
+    [static] = scenarios.load("static-vs-continuous", variant="static").runs()
+    rows = config_rows(static.config)
+    assert "each batch prefilled whole (max_num_batched_tokens does not apply)" in \
+        rows["scheduler"] and not rows["engine"].startswith("each")
+
+
+def test_a_disaggregated_runs_report_says_whose_first_token_its_ttft_is(tmp_path):
+    scenario = scenarios.load("pd-disaggregation", ["workload.num_requests=30"])
+    out = reports.write_report(scenario, sim.simulate(scenario), tmp_path / "out").out_dir
+    markdown = (out / "report.md").read_text()
+    assert "TTFT is the prefill replica's first token" in markdown
+    assert "`decode_first_token_s - arrival_s` in requests.csv" in markdown
+    alone = scenarios.load("kv-pressure", ["workload.num_requests=10"])
+    out = reports.write_report(alone, sim.simulate(alone), tmp_path / "alone").out_dir
+    assert "prefill replica" not in (out / "report.md").read_text()
+
+
 def test_a_config_not_resolved_against_its_gpu_is_described(tmp_path):
     config = scenarios.load("llama3-8b-h100").runs()[0].config  # "auto" blocks, as bench has it
     assert config_rows(config)["engine"].startswith("KV blocks of 16 tokens: 'auto' (from the "
