@@ -3,7 +3,8 @@
 `apply(raw, "workload.arrival.rate", 8)` sets one value in a parsed scenario table, creating
 intermediate tables as needed. A table value merges into the table already there, except a
 table that names its kind (`dist` or `process`): it replaces the old one whole, since another
-kind has other keys. `parse_set("scheduler.policy=static")` reads a command-line override; the
+kind has other keys; a model's catalog `name` and its `config` file replace each other.
+`parse_set("scheduler.policy=static")` reads a command-line override; the
 value is parsed as TOML (`8`, `2.5`, `true`, `[1, 2]`, `{dist = "fixed", value = 64}`) and
 taken as a plain string when it is not TOML.
 """
@@ -23,6 +24,9 @@ TAG_KEYS = ("dist", "process")
 # trace, and setting either leaf drops the other (`name` also the file's `format`: a shipped
 # trace comes with its own)
 TRACE_KEY, TRACE_KINDS = "workload.trace", ("name", "path")
+# a model is a catalog `name` or a `config` file: setting either (a leaf, or in a table merged
+# into the model's) drops the other
+MODEL_KEY, MODEL_KINDS = "model", ("name", "config")
 NOT_OVERRIDABLE = ("variants", "sweep")
 
 
@@ -48,6 +52,13 @@ def apply(raw: dict, key: str, value) -> dict:
         for other in TRACE_KINDS + (("format",) if leaf == "name" else ()):
             if other != leaf:
                 table.pop(other, None)
+    model = raw.get(MODEL_KEY)
+    given = [kind for kind in MODEL_KINDS if key == f"{MODEL_KEY}.{kind}" or (
+        key == MODEL_KEY and isinstance(value, dict) and kind in value)]
+    if isinstance(model, dict) and len(given) == 1:
+        for other in MODEL_KINDS:
+            if other != given[0]:
+                model.pop(other, None)
     return raw
 
 

@@ -573,6 +573,20 @@ def test_a_models_folder_a_bom_and_the_home_folder_find_its_config_json(tmp_path
     (json.dumps(CONFIGS["meta-llama/Llama-3.1-405B"]).replace('"hidden_size": 16384',
                                                               '"hidden_size": 1' + "0" * 400),
      "hidden_size must be at most 1,000,000,000, got 401 digits"),
+    # past the 4,300 digits Python reads an integer of
+    (json.dumps(CONFIGS["meta-llama/Llama-3.1-405B"]).replace('"hidden_size": 16384',
+                                                              '"hidden_size": 1' + "0" * 5000),
+     "holds a number of thousands of digits, which no model's size is"),
+    (json.dumps(CONFIGS["Qwen/Qwen3-32B"] | {"rope_scaling": {"rope_type": "foobar",
+                                                              "factor": 4}}),
+     "rope_scaling's rope_type must be one of default, linear, dynamic, yarn, mrope, su, "
+     "longrope, llama3, got 'foobar'"),
+    (json.dumps(CONFIGS["Qwen/Qwen3-32B"] | {"rope_scaling": {"type": "linear",
+                                                              "factor": 1e-6}}),
+     "rope_scaling.factor (1e-06) leaves a context of less than one token (40,960 positions)"),
+    (json.dumps({k: v for k, v in CONFIGS["openai/gpt-oss-120b"].items()
+                 if k != "sliding_window"}),
+     "layer_types marks sliding layers, but there is no sliding_window"),
 ])
 def test_a_bad_config_json_is_one_line_naming_model_config(tmp_path, content, message):
     name = "missing.json" if content is None else "bad.json"
@@ -580,6 +594,69 @@ def test_a_bad_config_json_is_one_line_naming_model_config(tmp_path, content, me
         (tmp_path / name).write_text(content)
     text = refusal(tmp_path, model=f'config = "{name}"')
     assert "model.config: " in text and message in text and "Traceback" not in text
+
+
+def test_deepseeks_keys_a_config_leaves_out_are_transformers_defaults(tmp_path):
+    """vLLM loads a DeepSeek-V3 config.json through transformers, whose defaults fill what the
+    file leaves out (3 dense layers first, one shared expert, a query rank of 1,536); a null
+    query rank is none (DeepSeek-V2-Lite's)."""
+    full = CONFIGS["deepseek-ai/DeepSeek-V3"]
+    silent = {k: v for k, v in full.items()
+              if k not in ("first_k_dense_replace", "n_shared_experts", "q_lora_rank")}
+    arch = model_architecture({"config": write_config(tmp_path, silent)})
+    assert (arch.n_dense_layers, arch.n_shared_experts, arch.q_lora_rank) == (3, 1, 1536)
+    lite = model_architecture({"config": write_config(tmp_path, full | {"q_lora_rank": None},
+                                                      "lite.json")})
+    assert lite.q_lora_rank == 0
+
+
+@pytest.mark.parametrize("first, every", [(0, 1), (3, 1), (3, 2), (0, 3), (1, 4), (50, 7)])
+def test_deepseeks_sparse_layers_are_counted_as_vllm_places_them(tmp_path, first, every):
+    # vLLM: layer i has experts when i >= first_k_dense_replace and i % moe_layer_freq == 0
+    sparse = sum(1 for i in range(61) if i >= first and i % every == 0)
+    table = CONFIGS["deepseek-ai/DeepSeek-V3"] | {"first_k_dense_replace": first,
+                                                    "moe_layer_freq": every}
+    assert model_architecture({"config": write_config(tmp_path, table)}).n_dense_layers == \
+        61 - sparse
+
+
+def test_qwen3_moes_dense_layers_are_counted_as_vllm_places_them(tmp_path):
+    # vLLM: layer i has experts unless mlp_only_layers names it or (i + 1) % step != 0
+    table = CONFIGS["Qwen/Qwen3-30B-A3B"] | {"decoder_sparse_step": 2,
+                                               "mlp_only_layers": [1, 1, 2, 5, 47]}
+    arch = model_architecture({"config": write_config(tmp_path, table)})
+    sparse = sum(1 for i in range(48) if i not in (1, 2, 5, 47) and (i + 1) % 2 == 0)
+    assert arch.n_dense_layers == 48 - sparse
+
+
+def test_a_model_config_from_the_command_line_replaces_the_scenarios_model_name(tmp_path):
+    path = write_config(tmp_path, CONFIGS["Qwen/Qwen3-32B"], "qwen.json")
+
+    def model(*overrides):
+        [spec] = scenarios.load("llama3-8b-h100", list(overrides), variant="continuous").runs()
+        return sim.build.resolved_spec(spec).config.model
+
+    assert model(f'model.config="{path}"').n_layers == 64
+    assert model(f'model={{config="{path}"}}').n_layers == 64  # a table, merged
+    assert model(f'model.config="{path}"', 'model.name="meta-llama/Llama-3.1-8B"').n_layers \
+        == 32  # and back
+
+
+def test_layer_op_times_refuses_a_config_that_is_not_a_path():
+    for config in (5, "", ["a"], {}):
+        with pytest.raises(ValueError, match="model.config must be a non-empty string"):
+            sim.layer_op_times({"config": config}, "h100-sxm", 1, 8)
+
+
+def test_a_gpu_defined_without_its_measured_says_what_that_is():
+    from sim.costs.hardware.catalog import gpu_spec
+
+    table = {"name": "x", "memory_gib": 80, "memory_bandwidth_gbs": 3000,
+             "peak_tflops": {"bf16": 900}, "interconnect_bandwidth_gbs": 450,
+             "interconnect_latency_us": 10}
+    with pytest.raises(ValueError, match=r"needs measured \(whose fitted kernel efficiencies "
+                                         r"it takes: one of a100"):
+        gpu_spec(table)
 
 
 def test_gpt_oss_in_mxfp4_fits_one_80_gb_gpu_and_reads_the_mxfp4_expert_tables(tmp_path):

@@ -237,3 +237,37 @@ def test_layer_op_times_keeps_a_measured_latent_blocks_operators_and_says_whose(
     assert [measured[op] for op in block] == [roofline[op] for op in block]
     assert measured["moe_experts"] != roofline["moe_up_proj"]  # the rest measured
     assert capsys.readouterr().err.count("latent attention is measured as a whole block") == 1
+
+
+def test_a_config_jsons_quantization_other_than_the_scenarios_dtype_is_said(tmp_path, capsys):
+    """A config.json's quantization_config is compared with what the scenario costs, and a
+    difference said once: the scenario's dtype is costed, not the file's."""
+    from helpers.hf_configs import CONFIGS, write_config
+    from sim.costs.hardware.setup import hardware_setup
+
+    def note(quantization, hardware):
+        table = CONFIGS["Qwen/Qwen3-32B"] | ({"quantization_config": quantization}
+                                             if quantization is not None else {})
+        write_config(tmp_path, table, "q.json")
+        path = write_hardware(tmp_path, model="x", hardware=hardware, gpu="h100-sxm")
+        text = open(path).read().replace('name = "x"', 'config = "q.json"')
+        open(path, "w").write(text)
+        notes.forget()
+        capsys.readouterr()
+        hardware_setup(scenarios.load(path).base)
+        return capsys.readouterr().err
+
+    block = {"quant_method": "fp8", "weight_block_size": [128, 128],
+             "activation_scheme": "dynamic"}
+    said = note(block, 'tp = 2\ndtype = "bf16"')
+    assert said.count("its quantization_config makes the weights hardware.dtype = \"fp8\", "
+                      "activation_scheme = \"block\"; costed as the scenario's "
+                      "hardware.dtype = \"bf16\"") == 1
+    assert "quantization_config" not in note(block, 'dtype = "fp8"\nactivation_scheme = "block"')
+    assert "quantization_config" not in note(None, 'tp = 2\ndtype = "bf16"')
+    assert "(awq) is a format servesim does not cost; the weights are costed as " \
+        "hardware.dtype = \"bf16\"" in note({"quant_method": "awq", "bits": 4},
+                                            'tp = 2\ndtype = "bf16"')
+    assert "makes the weights hardware.dtype = \"nvfp4\"; costed as the scenario's " \
+        "hardware.dtype = \"fp8\", activation_scheme = \"static\"" in note(
+            {"quant_method": "modelopt", "quant_algo": "NVFP4"}, 'tp = 2\ndtype = "fp8"')

@@ -120,6 +120,10 @@ def _model_table(model) -> dict:
     if unknown:
         raise ValueError(f"model: unknown key {unknown[0]!r} (allowed: name, config, "
                          f"{', '.join(MODEL_KEYS)})")
+    config = model.get("config")
+    if "config" in model and not (isinstance(config, str) and config):
+        raise ValueError(f"model.config must be a non-empty string (the path of a "
+                         f"config.json), got {config!r}")
     return dict(model)
 
 

@@ -188,7 +188,10 @@ def gpu_spec(value) -> Gpu:
     missing = [k for k in GPU_KEYS if k not in known and
                k not in ("interconnect", "host_bandwidth_gbs")]
     if missing:
-        raise ValueError(f"hardware.gpu: a GPU defined here needs {', '.join(missing)}")
+        what = {"measured": f"measured (whose fitted kernel efficiencies it takes: one of "
+                            f"{', '.join(calibration()['gpus'])})"}
+        raise ValueError(f"hardware.gpu: a GPU defined here needs "
+                         f"{', '.join(what.get(key, key) for key in missing)}")
     if not isinstance(value, str):
         _check_gpu_table(known)
     if known["measured"] not in calibration()["gpus"]:

@@ -4,8 +4,9 @@
 `Architecture` names them, for the model classes in `READERS` (`architectures[0]` of the file):
 dense Llama, Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 (text), and mixture-of-experts Mixtral,
 Qwen3-MoE, DeepSeek-V3 (with multi-head latent attention) and gpt-oss. What the cost model does
-not read (rotary scaling, logit soft-capping, quantization settings, a multi-token-prediction
-module) is left out; biases beyond q, k and v, the per-head query and key norms of Qwen3 and
+not read (rotary scaling, logit soft-capping, a multi-token-prediction module) is left out, and
+a `quantization_config` is compared with the scenario's dtype (`checkpoint_dtype`), not read
+for it; biases beyond q, k and v, the per-head query and key norms of Qwen3 and
 Gemma 3, and gpt-oss's attention sinks are left out too (under 0.1% of any model's parameters).
 Every problem is one ValueError naming `model.config`, the file and what is allowed or missing.
 """
@@ -43,6 +44,28 @@ def config_architecture(path: str, given: dict | None = None) -> dict:
     return keys | {"name": name if isinstance(name, str) and name else str(path)}
 
 
+def checkpoint_dtype(path: str):
+    """What the config.json's `quantization_config` makes the weights, in servesim's keys:
+    (`hardware.dtype`, `hardware.activation_scheme`); its method's name where servesim costs
+    no such weights (AWQ, GPTQ, ...); None without one (the weights are what the scenario says).
+    The file is read as `config_architecture` read it."""
+    config = _read(path).get("quantization_config")
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        return repr(config)
+    method = config.get("quant_method")
+    if method == "fp8":
+        scheme = "block" if config.get("weight_block_size") else \
+            "dynamic" if config.get("activation_scheme") == "dynamic" else "static"
+        return "fp8", scheme
+    if method == "mxfp4":
+        return "mxfp4", "static"
+    if method == "modelopt" and config.get("quant_algo") in ("FP8", "NVFP4"):
+        return config["quant_algo"].lower(), "static"
+    return str(method)
+
+
 def _read(path: str) -> dict:
     file = Path(path).expanduser()
     if file.is_dir():  # a model's folder, as vLLM takes one
@@ -57,6 +80,9 @@ def _read(path: str) -> dict:
     except json.JSONDecodeError as exc:
         raise ValueError(f"model.config: {path} is not JSON ({exc.msg} at line "
                          f"{exc.lineno})") from None
+    except ValueError:  # the one other refusal of json: a number of 4,300 digits or more
+        raise ValueError(f"model.config: {path} holds a number of thousands of digits, which "
+                         f"no model's size is") from None
     except RecursionError:
         raise ValueError(f"model.config: {path} must hold a JSON object (a Hugging Face "
                          f"config.json), not arrays or objects nested thousands deep") from None
@@ -134,6 +160,8 @@ def _dense(c: _Config, tie: bool = False) -> dict:
 
 # Rotary scalings whose max_position_embeddings is the context already (vLLM leaves them as is)
 UNSCALED_ROPE = ("su", "longrope", "llama3")
+# and those that stretch it by their factor (mrope: none, unless it gives one)
+SCALED_ROPE = ("default", "linear", "dynamic", "yarn", "mrope")
 
 
 def _context(c: _Config) -> int:
@@ -146,9 +174,12 @@ def _context(c: _Config) -> int:
         return length
     if not isinstance(scaling, dict):
         raise c.error(f"rope_scaling must be an object, got {scaling!r}")
-    kind = scaling.get("rope_type", scaling.get("type"))
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind in UNSCALED_ROPE:
         return length
+    if kind not in SCALED_ROPE:
+        raise c.error(f"rope_scaling's rope_type must be one of "
+                      f"{', '.join(SCALED_ROPE + UNSCALED_ROPE)}, got {kind!r}")
     factor = scaling.get("factor", 1.0)
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
             not 0 < factor <= MAX_INT:
@@ -162,6 +193,9 @@ def _context(c: _Config) -> int:
             raise c.error(f"rope_scaling.original_max_position_embeddings must be a positive "
                           f"integer under YaRN, got {original!r}")
         length = original
+    if length * factor < 1:
+        raise c.error(f"rope_scaling.factor ({factor!r}) leaves a context of less than one "
+                      f"token ({length:,} positions)")
     return min(int(length * factor), MAX_INT)
 
 
@@ -170,10 +204,13 @@ def _window(c: _Config, n_layers: int, default_sliding) -> dict:
     "sliding_attention", else `default_sliding(n_layers)` of them, when the config has a
     window."""
     window = c.int("sliding_window", 0, minimum=0)
-    if not window:
-        return {}
     types = c.list("layer_types", lambda t: t in LAYER_TYPES,
                    " or ".join(f'"{t}"' for t in LAYER_TYPES))
+    if not window:
+        if types is not None and "sliding_attention" in types:
+            raise c.error("layer_types marks sliding layers, but there is no sliding_window "
+                          "(give the window those layers attend over)")
+        return {}
     if types is not None and len(types) != n_layers:
         raise c.error(f"layer_types has {len(types)} entries; it needs one per layer "
                       f"(num_hidden_layers is {n_layers})")
@@ -248,18 +285,25 @@ def _qwen3_moe(c: _Config) -> dict:
     dense_only = c.list("mlp_only_layers", lambda i: type(i) is int and 0 <= i < layers,
                         f"layer indices from 0 to {layers - 1}") or []
     step = c.int("decoder_sparse_step", 1)
-    sparse = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+    # the layers i with (i + 1) a multiple of step, but those mlp_only_layers names
+    sparse = layers // step - sum(1 for i in set(dense_only) if (i + 1) % step == 0)
     return keys | _sparse_layers(c, keys, sparse, "mlp_only_layers and decoder_sparse_step")
 
 
 def _deepseek_v3(c: _Config) -> dict:
     keys = _dense(c) | _experts(c, "n_routed_experts", "moe_intermediate_size")
     keys.pop("head_dim", None)  # some copies write qk_rope_head_dim there; the heads are MLA's
-    first, every = c.int("first_k_dense_replace", 0, minimum=0), c.int("moe_layer_freq", 1)
-    sparse = sum(1 for i in range(keys["n_layers"]) if i >= first and i % every == 0)
+    # where the file is silent, transformers' DeepseekV3Config defaults (as vLLM loads it);
+    # q_lora_rank null: no low-rank query (DeepSeek-V2-Lite's)
+    first, every = c.int("first_k_dense_replace", 3, minimum=0), c.int("moe_layer_freq", 1)
+    layers = keys["n_layers"]  # the layers i >= first with i a multiple of every
+    sparse = max((layers - 1) // every - (first - 1) // every, 0) if first else \
+        (layers - 1) // every + 1
     keys |= _sparse_layers(c, keys, sparse, "first_k_dense_replace and moe_layer_freq")
-    return keys | {"n_shared_experts": c.int("n_shared_experts", 0, minimum=0),
-                   "q_lora_rank": c.int("q_lora_rank", 0, minimum=0),
+    q_lora_rank = 0 if "q_lora_rank" in c.table and c.table["q_lora_rank"] is None else \
+        c.int("q_lora_rank", 1536, minimum=0)
+    return keys | {"n_shared_experts": c.int("n_shared_experts", 1, minimum=0),
+                   "q_lora_rank": q_lora_rank,
                    "kv_lora_rank": c.int("kv_lora_rank"),
                    "qk_nope_head_dim": c.int("qk_nope_head_dim"),
                    "qk_rope_head_dim": c.int("qk_rope_head_dim"),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ...notes import say_once
 from .architecture import Architecture
 from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
+from .hf_config import checkpoint_dtype
 from .dtypes import DTYPE_BYTES, EXPERT_BYTES, activation_dtype, compute_dtype, expert_bytes
 from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
 from .measured import MeasuredOps
@@ -107,6 +108,24 @@ def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto
     return kv_dtype
 
 
+def say_checkpoint(path: str, dtype: str, scheme: str) -> None:
+    """A note, once, where the config.json's quantization_config makes the weights other than
+    `hardware.dtype` (and, in fp8, `activation_scheme`) says: the scenario's are costed."""
+    checkpoint = checkpoint_dtype(path)
+    if checkpoint is None or checkpoint == (dtype, scheme if dtype == "fp8" else "static"):
+        return
+    costed = f'hardware.dtype = "{dtype}"' + \
+        (f', activation_scheme = "{scheme}"' if dtype == "fp8" else "")
+    if isinstance(checkpoint, tuple):
+        said = f'hardware.dtype = "{checkpoint[0]}"' + \
+            (f', activation_scheme = "{checkpoint[1]}"' if checkpoint[0] == "fp8" else "")
+        say_once(f"note: model.config: {path}: its quantization_config makes the weights "
+                 f"{said}; costed as the scenario's {costed}")
+    else:
+        say_once(f"note: model.config: {path}: its quantization_config ({checkpoint}) is a "
+                 f"format servesim does not cost; the weights are costed as {costed}")
+
+
 def hardware_setup(config) -> HardwareSetup:
     """The hardware of a resolved config (`scenarios.RunConfig`) whose cost.model is
     "hardware"."""
@@ -117,6 +136,8 @@ def hardware_setup(config) -> HardwareSetup:
     arch.check_tp(tp)
     arch.check_ep(ep, tp, dp)
     kv_dtype = check_dtypes(arch, gpu, dtype, hardware.kv_dtype, hardware.activation_scheme)
+    if config.model.config:
+        say_checkpoint(config.model.config, dtype, hardware.activation_scheme)
     size, kv_size = DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype]
 
     def plan_for(degree: int) -> MemoryPlan:
