@@ -17,8 +17,9 @@ draws only from its own seeded streams.
 
 Workers run BLAS on one thread, the project's default (`profiling.threads`): a pool worker
 sets it before NumPy loads; Ray sets OMP_NUM_THREADS=1 in its workers, which OpenBLAS reads.
-A job's exception is raised here as itself (a Ray task's cause, unwrapped); a pool worker
-killed under its job is `WorkerLost`. A failure or an interruption ends the pool's other jobs
+A job's exception is raised here as itself (a Ray task's cause, unwrapped); a pool worker or
+Ray worker killed under its job, or a Ray address where nothing answers, is `WorkerLost`. A
+failure or an interruption ends the pool's other jobs
 at once. A job's notes (`sim.notes`: a fallback to the roofline, say) are printed here as it
 finishes, each once, not by every worker that meets them.
 """
@@ -184,6 +185,7 @@ def _on_ray(function, jobs: list, parallel: Parallel, done) -> list:
     if started:
         address = parallel.cluster_address()
         if address:
+            _check_answers(address)
             ray.init(address=address, logging_level=logging.ERROR)
         else:
             ray.init(num_cpus=parallel.worker_count(len(jobs)), include_dashboard=False,
@@ -205,12 +207,36 @@ def _on_ray(function, jobs: list, parallel: Parallel, done) -> list:
             ray.shutdown()
 
 
+# How long a Ray cluster's address may take to answer (ray.init waits for it without end)
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _check_answers(address: str) -> None:
+    """WorkerLost where nothing answers at a Ray cluster's HOST:PORT (ray:// too) within
+    `CONNECT_TIMEOUT_S`; "auto" and other forms are Ray's to find."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise WorkerLost(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start "
+                         f"one there (ray start --head), or leave --ray-address and "
+                         f"RAY_ADDRESS out to start one here") from None
+
+
 def _task_result(ray, ref):
     """A finished task's result; a failed task raises its own exception (a ValueError stays
-    a ValueError, its message unchanged)."""
+    a ValueError, its message unchanged); a task whose worker or node died, `WorkerLost`."""
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
         if isinstance(exc.cause, Exception):
             raise exc.cause from None
         raise
+    except ray.exceptions.RayError as exc:  # its worker died (killed, out of memory), ...
+        raise WorkerLost(f"a Ray worker ended before its run did ({type(exc).__name__}: "
+                         f"killed, out of memory, or its node lost); run again, with fewer "
+                         f"--jobs") from None

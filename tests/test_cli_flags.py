@@ -419,3 +419,20 @@ def test_a_search_varies_the_rate_and_takes_burstiness_alone(tmp_path, capsys):
     assert search_scenario(searched).base.workload.arrival.process == "gamma"  # not refused
     assert main(["run", "capacity-search", "--burstiness", "0.25"]) == 2
     assert "--burstiness needs --request-rate" in one_error_line(capsys)
+
+
+def test_a_ray_address_where_nothing_answers_is_one_line_not_a_wait(capsys, tmp_path):
+    """ray.init waits without end for an address where no cluster answers: refused at once."""
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = small_scenario(tmp_path, "lost", "[[variants]]\nname = \"a\"\n[[variants]]\n"
+                                            "name = \"b\"\nset = { seed = 2 }\n")
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--ray-address", f"127.0.0.1:{port}", "--out", str(out),
+                 "--quiet"]) == 1  # as a run whose worker was lost
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in one_error_line(capsys)
+    assert not out.exists()

@@ -62,6 +62,13 @@ def test_search_results_are_identical_serially_on_a_pool_and_on_ray(local_ray):
     assert search_rows(local_ray) == serial
 
 
+def test_a_ray_worker_killed_under_its_job_is_one_line(local_ray):
+    """A task whose worker dies (the out-of-memory killer, a signal: here it exits) is
+    WorkerLost, a one-line error, not Ray's traceback."""
+    with pytest.raises(WorkerLost, match="a Ray worker ended before its run did"):
+        run_jobs(os._exit, [1, 1], local_ray)
+
+
 def test_results_keep_the_jobs_order_and_each_job_is_reported_done_once():
     finished = []
     results = run_jobs(math.sqrt, [16.0, 1.0, 9.0, 4.0], POOL,

@@ -228,12 +228,24 @@ def test_flags_a_search_refuses_are_named_by_the_flag(linear, tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
+def test_the_short_run_note_counts_the_requests_a_time_limit_let_through():
+    """Under --max-seconds a probe sends fewer requests than num_requests: the note gives
+    what was sent."""
+    scenario = scenarios.load("capacity-search", [
+        "workload.num_requests=100", "workload.max_seconds=0.5",
+        "search.grid={\"hardware.gpu\" = [\"h100-sxm\"]}"])
+    point = search(search_scenario(scenario), SERIAL).points[0]  # one H100
+    sent = point.best.requests
+    assert sent < 100
+    assert f"the probe's {sent:,} requests were served at" in point.notes[-1]
+
+
 def test_best_points_say_which_other_capacities_are_only_lower_bounds():
     h100, l40s = (resolved(ON_GPUS | {"hardware": {"gpu": gpu}}) for gpu in ("h100-sxm", "l40s"))
 
     def point(config, rates_met):
         return PointResult(SimpleNamespace(config=config), tuple(
-            Probe(rate, 1.0 if met else 0.0, met, rate, rate, 100 * rate, 0.1, 0.01)
+            Probe(rate, 1.0 if met else 0.0, met, rate, rate, 100 * rate, 0.1, 0.01, 100)
             for rate, met in rates_met))
 
     # the H100 met the target at the top (7/s), the L40S was found at 6/s: per GPU the H100
@@ -339,3 +351,15 @@ def test_the_h100_serves_the_most_chat_per_gpu_and_per_dollar():
     best = result.best("capacity_per_dollar_hour")
     assert best.spec.sweep == {"hardware.gpu": "h100-sxm", "hardware.tp": 1}
     assert result.best("capacity_per_gpu") is best
+
+
+def test_a_probes_error_names_its_point_and_rate():
+    """A failure inside one point's bisection says which point and which rate: here 200
+    requests at 1e-8 requests/s spread over 2e10 s, past what the simulator's clock holds."""
+    scenario = scenarios.load("capacity-search", [
+        "search.rate={low = 1e-8, high = 128.0}",
+        "search.grid={\"hardware.gpu\" = [\"h100-sxm\"], \"hardware.tp\" = [1], "
+        "\"workload.num_requests\" = [200]}"])
+    with pytest.raises(ValueError, match=r"^default \(gpu=h100-sxm, tp=1, num_requests=200\) "
+                                         r"at 1e-08 requests/s: a step would end at"):
+        search(search_scenario(scenario), SERIAL)

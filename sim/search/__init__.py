@@ -107,7 +107,7 @@ def search(scenario, parallel: Parallel = Parallel(), done=None) -> SearchResult
     base_dir = Path(scenario.path).parent
     specs = scenario.runs()
     jobs = [PointJob(spec.config, base_dir, settings.target, settings.rate["low"],
-                     settings.rate["high"], settings.tolerance) for spec in specs]
+                     settings.rate["high"], settings.tolerance, spec.label) for spec in specs]
     ended = None if done is None else lambda index, found: done(index, found[0])
     found = run_jobs(search_point, jobs, parallel, ended)
     return SearchResult(scenario, settings, tuple(

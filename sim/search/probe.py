@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +35,7 @@ class Probe:
     output_throughput: float  # output tokens per second
     ttft_p90_s: float
     tpot_p90_s: float
+    requests: int  # the requests its run sent (fewer than num_requests under a time limit)
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,20 @@ class PointJob:
     low: float
     high: float
     tolerance: float
+    label: str = ""  # the point's run label, to name it in a probe's error
 
 
 def search_point(job: PointJob) -> tuple[tuple[Probe, ...], tuple[str, ...]]:
     """(the probes of one point's bisection, run one after the other; the notes they said,
-    each once: `sim.notes`)."""
-    probe = partial(run_probe, job.config, job.base_dir, job.target)
+    each once: `sim.notes`). A probe's error (a ValueError) names the point and the rate."""
+    unit = "conversations/s" if job.config.workload.sessions else "requests/s"
+
+    def probe(rate: float) -> Probe:
+        try:
+            return run_probe(job.config, job.base_dir, job.target, rate)
+        except ValueError as exc:
+            raise ValueError(f"{job.label} at {rate:g} {unit}: {exc}") from None
+
     with notes.collected() as said:
         probes = tuple(bisect_rate(probe, job.low, job.high, job.tolerance))
     return probes, tuple(said)
@@ -75,7 +83,8 @@ def run_probe(config: RunConfig, base_dir, target: float, rate: float) -> Probe:
                          f"lower the warm-up or send more requests (--num-prompts)")
     return Probe(rate, attainment, attainment >= target, summary["goodput"],
                  summary["request_throughput"], summary["output_throughput"],
-                 summary["ttft_p90_s"], summary["tpot_p90_s"])
+                 summary["ttft_p90_s"], summary["tpot_p90_s"],
+                 len(recorder.request_columns()["arrival_s"]))
 
 
 def slo_attainment(recorder, slo: dict, warmup_s: float = 0.0) -> float:

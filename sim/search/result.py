@@ -49,9 +49,9 @@ class PointResult:
         if best.throughput >= STEADY_SHARE * best.rate:
             return None
         return (f"at the capacity found, {best.rate:.3g} requests/s, the probe's "
-                f"{_requests(workload)} were served at {best.throughput:.3g} requests/s: too "
-                f"few to reach a steady state, so the capacity is overstated; send more "
-                f"(--num-prompts)")
+                f"{best.requests:,} requests were served at {best.throughput:.3g} requests/s: "
+                f"too few to reach a steady state, so the capacity is overstated; send more "
+                f"(--num-prompts, or a longer --max-seconds)")
 
     @property
     def status(self) -> str:
@@ -100,11 +100,6 @@ class PointResult:
                 "ttft_p90_s": best.ttft_p90_s if best else math.nan,
                 "tpot_p90_s": best.tpot_p90_s if best else math.nan,
                 "probes": len(self.probes)}
-
-
-def _requests(workload) -> str:
-    n = workload.num_requests
-    return "requests" if n is None else f"{n:,} requests"
 
 
 def _replica_hardware(config) -> list:
