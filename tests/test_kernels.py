@@ -216,7 +216,7 @@ def test_deepseeks_latent_attention_is_measured_as_one_block():
 
 
 def test_without_a_measured_block_deepseeks_attention_is_the_latent_kernel_measured_alone():
-    # SGLang's tables time no whole block with a bf16 cache: its projections are GEMMs and its
+    # SGLang's tables time no whole block of bf16 weights: its projections are GEMMs and its
     # attention the rows of h200_sxm/mla/sglang/0.5.14 (16 heads a GPU at TP 8, a bf16
     # cache): one prompt of 8,192 tokens, and 32 sequences of 2,048 keys
     from sim.costs.hardware import model_architecture
@@ -224,7 +224,7 @@ def test_without_a_measured_block_deepseeks_attention_is_the_latent_kernel_measu
 
     sglang = KernelTables("h200", "sglang")
     arch = model_architecture({"name": "deepseek-ai/DeepSeek-V3"})
-    ops = MeasuredOps(arch, 8, "fp8", "bf16", sglang)
+    ops = MeasuredOps(arch, 8, "bf16", "bf16", sglang)
     assert not ops.mla_block and ops.sources()["mla_kv_up_proj"] == "measured"
     assert ops.sources()["prefill_attention"] == ops.sources()["decode_attention"] == "measured"
     assert ops.prefill_attention(0, 1, 8192 * 8193 / 2, 8192) == \
@@ -239,24 +239,34 @@ def test_without_a_measured_block_deepseeks_attention_is_the_latent_kernel_measu
         "roofline"  # another head shape than the kernel measured
 
 
-def test_sglangs_block_of_an_fp8_cache_and_fp8_weights_is_measured_whole():
-    # SGLang's tables time DeepSeek-V3's whole block with an fp8 cache and block-scaled GEMMs
+def test_sglangs_block_of_fp8_weights_is_measured_whole_but_its_down_projection():
+    # SGLang's tables time DeepSeek-V3's whole block with block-scaled GEMMs
     # (h200_sxm/mla/sglang/0.5.10/wideep_*: FA3, its default on Hopper, and FlashInfer;
-    # 16 heads a GPU): one prompt of 8,192 tokens, 32 sequences of 2,048 keys under FA3
+    # 16 heads a GPU), under SGLang's default bf16 cache whatever the rows say: one prompt of
+    # 8,192 tokens; 32 sequences over 2,048 cached keys and their own under FA3. Its
+    # collector stubbed the fused down projection, which stays a GEMM.
     from sim.costs.hardware import model_architecture
     from sim.costs.hardware.measured import MeasuredOps
 
     sglang = KernelTables("h200", "sglang")
     arch = model_architecture({"name": "deepseek-ai/DeepSeek-V3"})
-    for activations in ("block", "static"):  # per-tensor fp8 reads the block-scaled, as GEMMs
-        ops = MeasuredOps(arch, 8, "fp8", "fp8", sglang, activations=activations)
+    rows = np.array([1.0, 64.0, 8192.0])
+    for activations, kv_dtype in (("block", "bf16"), ("static", "bf16"), ("block", "fp8")):
+        ops = MeasuredOps(arch, 8, "fp8", kv_dtype, sglang, activations=activations)
         assert ops.mla_block and ops.sources()["mla_kv_up_proj"] == "measured"
         assert ops.prefill_attention(0, 1, 8192 * 8193 / 2, 8192) == \
             pytest.approx(1.1843e-3, rel=1e-12)
-        assert ops.decode_attention(0, 32, 32 * 2048) == pytest.approx(0.0665e-3, rel=1e-12)
-    assert not MeasuredOps(arch, 8, "bf16", "fp8", sglang).mla_block  # measured in fp8 alone
+        assert ops.decode_attention(0, 32, 32 * 2049) == pytest.approx(0.0665e-3, rel=1e-12)
+        assert "mla_down_proj" not in ops.block_ops
+        times, _ = ops.layer_times({"mla_down_proj": np.ones(3), "mla_q_up_proj": np.ones(3)},
+                                   rows)
+        assert set(times) == {"mla_down_proj"}  # q_b within the block, q_a + kv_a a GEMM
+        gemm = ("fp8_block", "dynamic") if activations == "block" else ("fp8", activations)
+        assert times["mla_down_proj"] == pytest.approx(
+            sglang.gemm(rows, 1536 + 512 + 64, 7168, *gemm), rel=1e-12)
+    assert not MeasuredOps(arch, 8, "bf16", "bf16", sglang).mla_block  # measured in fp8 alone
     # Blackwell's rows are its default kernel's, TensorRT-LLM's MLA (b200_sxm/.../0.5.10)
-    b200 = KernelTables("b200", "sglang").mla_grid(arch.name, 16, "fp8", "fp8_block", False)
+    b200 = KernelTables("b200", "sglang").mla_grid(arch.name, 16, "bf16", "fp8_block", False)
     assert b200.at_one(1, 8192) == pytest.approx(0.8157e-3, rel=1e-12)
 
 

@@ -175,6 +175,22 @@ def test_layer_op_times_past_the_tables_reach_is_the_roofline_from_where_they_en
         LLAMA, "h100-sxm", 1, 65537, kernels="measured")["mlp_up_proj"]
 
 
+def test_layer_op_times_below_a_tables_first_rows_is_the_same_alone_or_beside_others():
+    """SGLang's MXFP4 experts of gpt-oss at TP 2 x EP 2 on the RTX PRO 6000 are measured from
+    1,024 tokens (reached from 512): below, the roofline meets them where they start, whatever
+    else is asked for with it."""
+    pytest.importorskip("aiconfigurator_core")
+
+    def experts(tokens):
+        return sim.layer_op_times("openai/gpt-oss-120b", "rtx-pro-6000", 2, tokens,
+                                  dtype="mxfp4", ep=2, framework="sglang",
+                                  kernels="measured")["moe_experts"]
+
+    alone = experts(100)
+    assert experts(np.array([100, 600]))[0] == alone == experts(np.array([100, 5000]))[0]
+    assert experts(511) < experts(512) < 1.01 * experts(511)
+
+
 def test_no_step_time_drops_where_the_tables_end(tmp_path):
     """vLLM's fp8 experts of Mixtral at TP 2 on the H200 are measured up to 16,384 tokens,
     reached to 32,768, and timed there at several times the roofline's: a step of one token

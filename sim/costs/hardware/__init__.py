@@ -55,8 +55,9 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     `activation_scheme`: an fp8 checkpoint's scales, "static" or "dynamic" (per tensor) or
     "block" (block-scaled: DeepSeek's and Qwen3's own FP8 checkpoints). Every
     argument is checked (a ValueError saying what is allowed); where the tables do not reach
-    (past 2x their range), or the GPU has none under `kernels=None`, the roofline answers and a
-    note says so once (`sim.notes`)."""
+    (past 2x their range) the roofline answers, scaled to meet them where they end, as in a
+    run; where the GPU has none under `kernels=None`, or they lack an operator, the roofline
+    answers; a note says so once (`sim.notes`)."""
     arch = model_architecture(_model_table(model))
     if not isinstance(gpu, (str, Mapping)):
         raise ValueError(f"gpu must be a catalog id or a table of GPU keys, got {gpu!r}")
@@ -89,7 +90,7 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
         rows = tokens.ravel()
         times, beyond = measured.layer_times(roofline(rows), rows, keep_block=True)
         if beyond:  # costed with the row counts where the tables end, as a run's are
-            edges = [measured.last_reached(op, first) for op, first in beyond.items()]
+            edges = [edge for op in beyond for edge in measured.reach(op) or ()]
             grid = np.union1d(rows, edges)
             times, _ = measured.layer_times(roofline(grid), grid, keep_block=True)
             times = {op: t[np.searchsorted(grid, rows)] for op, t in times.items()}

@@ -50,7 +50,7 @@ from .dtypes import KEPT_BYTES, activation_dtype, compute_dtype
 from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
                         elementwise_bytes, expert_counts, layers_of, lm_head_counts,
                         matmul_counts)
-from .measured import EXPERT_OPS, MLA_BLOCK_OPS, MeasuredOps, PastReach
+from .measured import EXPERT_OPS, MeasuredOps, PastReach
 from .ranks import rank_shape
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time
@@ -186,7 +186,7 @@ class HardwareCost(CostModel):
         beyond: dict = {}
         if self.measured is not None:
             if self.measured.mla_block:  # the block's projections, should a step fall back
-                block = sum(times[op] for op in (*MLA_BLOCK_OPS, "attn_rope")
+                block = sum(times[op] for op in self.measured.block_ops
                             if op in times) * arch.n_layers
                 self._block_list = block.tolist()
             ranks_only = None if self.dp == 1 else [op for op in times if op not in ROUTED_OPS]

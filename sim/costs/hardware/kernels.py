@@ -59,6 +59,12 @@ MEASURED_ACTIVATIONS = {"vllm": "static", "sglang": "dynamic", "trtllm": "dynami
 GRAPH_TOKENS = 512
 
 
+# The latent-attention projections a framework's measured block leaves out, costed as GEMMs:
+# SGLang's collector replaced the fused q_a/kv_a down projection with random numbers (the
+# package's own SGLang model adds it back as a GEMM: sdk/models/deepseek.py)
+MLA_OUTSIDE = {"sglang": ("mla_down_proj",)}
+
+
 class TablesMiss(ValueError):
     """A request the measured tables cannot answer (no such GPU, framework or version), and
     the scenario key it is about."""
@@ -219,12 +225,13 @@ class KernelTables:
         """A whole multi-head latent attention block of one layer (its down and up projections,
         attention over the latent and the output projection) of `model` (the package measured
         DeepSeek-V3's), `heads` per GPU, over (batch, prompt length) or (batch, KV length).
-        SGLang's tables keep it under another name and layout (`tables.sglang_mla_grid`)."""
+        SGLang's tables keep it under another name and layout, without its down projection
+        (`tables.sglang_mla_grid`, `MLA_OUTSIDE`)."""
         phase = "generation" if decode else "context"
         kv_dtype = KV_DTYPES.get(kv_dtype, kv_dtype)
         if self.framework == "sglang":
             path = self.table_path("mla", f"wideep_{phase}_mla_perf.parquet")
-            return tables.sglang_mla_grid(path, model, heads, kv_dtype, gemm_dtype, decode)
+            return tables.sglang_mla_grid(path, model, heads, gemm_dtype, decode)
         return tables.mla_grid(self.table_path("mla", f"mla_{phase}_module_perf.parquet"),
                                model, heads, kv_dtype, gemm_dtype, decode)
 

@@ -19,9 +19,10 @@ operators onto the tables of `kernels.py`:
   the context and generation attention kernels of the GPU's heads;
 - a latent-attention layer of DeepSeek-V3's shape (DeepSeek-R1's too, from any config.json),
   where the package measured it, as one block: its projections, norms, attention and output
-  projection from the context and generation MLA module tables, per step (`mla_block`);
-  where it did not (SGLang's tables with a 16-bit cache or 16-bit weights, TensorRT-LLM's
-  on the A100 and L40S), its projections onto GEMMs and its attention onto the latent-
+  projection from the context and generation MLA module tables, per step (`mla_block`;
+  SGLang's block without its down projection, a GEMM: `kernels.MLA_OUTSIDE`); where it did
+  not (SGLang's tables of 16-bit weights, or on the A100, L40S and RTX PRO 6000; TensorRT-
+  LLM's on the A100 and L40S), its projections onto GEMMs and its attention onto the latent-
   attention kernel measured alone, in DeepSeek-V3's head dims.
 The elementwise kernels (norms, rotary embedding, activation, residual adds, embedding lookup)
 have no tables and stay on the roofline, as in the package's own estimator; so does any
@@ -43,7 +44,7 @@ import numpy as np
 from ...notes import say_once
 from .architecture import Architecture
 from .catalog import model_architecture
-from .kernels import MEASURED_ACTIVATIONS, KernelTables
+from .kernels import MEASURED_ACTIVATIONS, MLA_OUTSIDE, KernelTables
 from .operators import matmul_shapes
 
 MEASURED, ROOFLINE = "measured", "roofline"
@@ -113,22 +114,28 @@ class MeasuredOps:
         self._exchange_known = dp > 1 and \
             tables.all_reduce(probe, arch.d_model, self.experts_gpus) is not None
         self._grids = {}
-        self.mla_block = False  # the latent attention block measured whole (MLA_BLOCK_OPS)
+        self.mla_block = False  # the latent attention block measured whole (`block_ops`)
+        self.block_ops = ()  # the operators its measured time holds
         if arch.is_mla:  # measured only as DeepSeek's whole block
             heads, model = arch.n_heads // tp, mla_model(arch)
             gemm = self._first(lambda d: tables.mla_grid(model, heads, kv_dtype, d, False),
                                dtype)
             decode = tables.mla_grid(model, heads, kv_dtype, gemm, True) if gemm else None
+            outside = ()  # its projections from the GEMM tables
             if decode is not None:
                 prefill = tables.mla_grid(model, heads, kv_dtype, gemm, False)
                 self._grids[0], self.mla_block = (prefill, decode), True
-            else:  # its projections from the GEMM tables, its attention the kernel's alone
-                self._gemm_dtype |= {
-                    op: self._first(lambda d: tables.gemm(probe, n, k, d), dtype)
-                    for op, (n, k) in self.gemms.items() if op in MLA_BLOCK_OPS}
-                if mla_model(arch, MLA_HEAD_DIMS):
-                    self._grids[0] = (tables.mla_attention_grid(heads, kv_dtype, False),
-                                      tables.mla_attention_grid(heads, kv_dtype, True))
+                outside = MLA_OUTSIDE.get(tables.framework, ())
+                self.block_ops = tuple(op for op in (*MLA_BLOCK_OPS, "attn_rope")
+                                       if op not in outside)
+            else:  # and its attention the kernel's alone
+                outside = MLA_BLOCK_OPS
+            self._gemm_dtype |= {
+                op: self._first(lambda d: tables.gemm(probe, n, k, d), dtype)
+                for op, (n, k) in self.gemms.items() if op in outside}
+            if decode is None and mla_model(arch, MLA_HEAD_DIMS):
+                self._grids[0] = (tables.mla_attention_grid(heads, kv_dtype, False),
+                                  tables.mla_attention_grid(heads, kv_dtype, True))
         else:
             heads, kv_heads = arch.q_dim // tp // arch.hd, arch.kv_heads_per_gpu(tp)
             for window in {0, arch.sliding_window}:
@@ -171,7 +178,7 @@ class MeasuredOps:
         out["prefill_attention"] = MEASURED if prefill else ROOFLINE
         out["decode_attention"] = MEASURED if decode else ROOFLINE
         if self.mla_block:  # measured with the attention, as one block
-            out |= {op: MEASURED for op in (*MLA_BLOCK_OPS, "attn_rope")}
+            out |= {op: MEASURED for op in self.block_ops}
         return out
 
     def say_roofline(self, source: str) -> None:
@@ -200,8 +207,8 @@ class MeasuredOps:
             roofline = {op: t for op, t in roofline.items() if op in only}
         times, beyond = dict(roofline), {}
         rows = np.maximum(tokens, 1.0)
-        if self.mla_block and not keep_block:  # in the block's per-step time instead
-            for op in (*MLA_BLOCK_OPS, "attn_rope"):
+        if not keep_block:  # in the block's per-step time instead
+            for op in self.block_ops:
                 times.pop(op, None)
         for op in self._gemm_dtype:
             if op in times and op != "lm_head":
@@ -223,17 +230,25 @@ class MeasuredOps:
         n, k = self.gemms[op]
         return self.tables.gemm(rows, n, k, dtype, self.tensor_scales)
 
-    def last_reached(self, op: str, first_out: int) -> int:
-        """The most rows below `first_out` (past the reach of `op`'s tables) that they reach,
-        by bisection (1 where they reach none)."""
-        low, high = 1, first_out
+    def reach(self, op: str) -> tuple[int, int] | None:
+        """(the fewest, the most) rows `op`'s tables reach, by bisection from the first power
+        of two they reach (None: none up to 2^30)."""
+        def reached(rows: int) -> bool:
+            return not np.isnan(self.lookup(op, np.array([float(rows)]))[0])
+
+        inside = next((2 ** i for i in range(31) if reached(2 ** i)), None)
+        if inside is None:
+            return None
+        low, high = 1, inside  # not reached at low (unless 1 is), reached at high
+        while high - low > 1 and not reached(low):
+            mid = (low + high) // 2
+            low, high = (low, mid) if reached(mid) else (mid, high)
+        fewest = low if reached(low) else high
+        low, high = inside, 2 ** 31  # reached at low, not at high
         while high - low > 1:
             mid = (low + high) // 2
-            if np.isnan(self.lookup(op, np.array([float(mid)]))[0]):
-                high = mid
-            else:
-                low = mid
-        return low
+            low, high = (mid, high) if reached(mid) else (low, mid)
+        return fewest, low
 
     def lm_head(self, roofline, tokens, beyond: dict):
         """Seconds of the LM head for `tokens` sampling rows (in bf16, as servers run it)."""
@@ -318,8 +333,10 @@ def _anchored(roofline, measured, rows, missing):
     """The roofline's times scaled, past the tables' reach above (below), by the measured /
     roofline ratio at the most (fewest) rows reached, so that a step's time does not jump
     where the tables end (the roofline may be several times off them there: its growth is
-    kept, not its level). A run's tables are every row count from 0, so that row count is
-    there; an array without it keeps the roofline's level."""
+    kept, not its level). The ratio is taken at the most (fewest) rows the array holds that
+    the tables reach: a run's tables hold every row count from 0, so that is where they end,
+    and `layer_op_times` adds those row counts (`reach`); an array with no row reached keeps
+    the roofline's level."""
     roofline = np.broadcast_to(roofline, missing.shape)
     reached = rows[~missing]
     if reached.size == 0:

@@ -128,23 +128,27 @@ SGLANG_MLA_KERNELS = ("fa3", "trtllm_mla")
 
 
 @lru_cache(maxsize=16)
-def sglang_mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtype: str,
+def sglang_mla_grid(path: str | None, model: str, heads: int, gemm_dtype: str,
                     decode: bool) -> Grid | None:
     """`mla_grid` from SGLang's block tables (`wideep_*_mla_perf`, named for the wide expert-
     parallel deployments they were measured for: `heads` on one GPU, the block's GEMMs in
-    `gemm_dtype`), its default kernel's rows. Their KV length is `isl` (+ `step`, always 0)."""
+    `gemm_dtype`), its default kernel's rows, whatever the run's KV dtype: their collector
+    set no KV dtype, so SGLang's default cache (bf16) ran, though the rows say fp8. A row of
+    `isl` is a prompt of that length, or a decode step over `isl` cached tokens and its own
+    (`step` is 0). The block leaves out the fused down projection (`kernels.MLA_OUTSIDE`)."""
     if path is None:
         return None
     table = cached_table(path)
+    if not {"model", "gemm_type"} <= set(table.columns):  # the oldest collection names neither
+        return None
     table = table[(table["model"] == model) & (table["num_heads"] == heads)
-                  & (table["kv_cache_dtype"] == kv_dtype) & (table["gemm_type"] == gemm_dtype)
-                  & (table["tp_size"] == 1)]
+                  & (table["gemm_type"] == gemm_dtype) & (table["tp_size"] == 1)]
     if table.empty:
         return None
     kernel = next((k for k in SGLANG_MLA_KERNELS if k in set(table["kernel_source"])), None)
     table = default_kernel(table) if kernel is None else \
         table[table["kernel_source"] == kernel]
-    return grid_by_batch(table, table["isl"] + table["step"])
+    return grid_by_batch(table, table["isl"] + table["step"] + (1 if decode else 0))
 
 
 @lru_cache(maxsize=16)
