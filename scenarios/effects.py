@@ -262,8 +262,11 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
 
 
 def swept_writes(key: str, values) -> set:
-    """The dotted keys that sweeping `key` over `values` writes (`writes`), over all values."""
-    return {w for value in values for w in writes({key: value})}
+    """The dotted keys that sweeping `key` over `values` writes (`writes`), over all values,
+    and those it drops: a model's `name` and `config` replace each other (`overrides`)."""
+    written = {w for value in values for w in writes({key: value})}
+    kinds = {f"{ov.MODEL_KEY}.{kind}" for kind in ov.MODEL_KINDS}
+    return written | (kinds if written & kinds else set())
 
 
 def _swept_name(key: str, flag_sweep: set) -> str:

@@ -165,7 +165,8 @@ def _start_helpers() -> None:
 
 
 class WorkerLost(ValueError):
-    """A pool worker ended before its job did; one line, as a run that failed on its data."""
+    """A pool or Ray worker ended before its job did, or no Ray cluster answers where one was
+    named: one line, as a run that failed on its data."""
 
 
 def _start_worker(hangup_ignored: bool = False) -> None:
@@ -212,8 +213,9 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 def _check_answers(address: str) -> None:
-    """WorkerLost where nothing answers at a Ray cluster's HOST:PORT (ray:// too) within
-    `CONNECT_TIMEOUT_S`; "auto" and other forms are Ray's to find."""
+    """WorkerLost where nothing accepts a connection at a Ray cluster's HOST:PORT (ray://
+    too) within `CONNECT_TIMEOUT_S`; "auto" and other forms are Ray's to find. (A listener
+    that accepts and is not Ray is left to ray.init, which waits for it.)"""
     import socket
 
     host, _, port = address.removeprefix("ray://").rpartition(":")
@@ -238,5 +240,5 @@ def _task_result(ray, ref):
         raise
     except ray.exceptions.RayError as exc:  # its worker died (killed, out of memory), ...
         raise WorkerLost(f"a Ray worker ended before its run did ({type(exc).__name__}: "
-                         f"killed, out of memory, or its node lost); run again, with fewer "
-                         f"--jobs") from None
+                         f"killed, out of memory, or its node lost); run again, on fewer or "
+                         f"larger workers") from None

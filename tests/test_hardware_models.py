@@ -605,9 +605,9 @@ def test_deepseeks_keys_a_config_leaves_out_are_transformers_defaults(tmp_path):
               if k not in ("first_k_dense_replace", "n_shared_experts", "q_lora_rank")}
     arch = model_architecture({"config": write_config(tmp_path, silent)})
     assert (arch.n_dense_layers, arch.n_shared_experts, arch.q_lora_rank) == (3, 1, 1536)
-    lite = model_architecture({"config": write_config(tmp_path, full | {"q_lora_rank": None},
-                                                      "lite.json")})
-    assert lite.q_lora_rank == 0
+    lite = model_architecture({"config": write_config(
+        tmp_path, full | {"q_lora_rank": None, "n_shared_experts": None}, "lite.json")})
+    assert (lite.q_lora_rank, lite.n_shared_experts) == (0, 0)
 
 
 @pytest.mark.parametrize("first, every", [(0, 1), (3, 1), (3, 2), (0, 3), (1, 4), (50, 7)])
@@ -640,6 +640,49 @@ def test_a_model_config_from_the_command_line_replaces_the_scenarios_model_name(
     assert model(f'model={{config="{path}"}}').n_layers == 64  # a table, merged
     assert model(f'model.config="{path}"', 'model.name="meta-llama/Llama-3.1-8B"').n_layers \
         == 32  # and back
+
+
+def test_a_sweep_of_model_name_may_not_drop_a_variants_config(tmp_path):
+    """A model's name and config replace each other: a sweep of one over a variant that sets
+    the other would run that variant as every other, and is refused."""
+    write_config(tmp_path, CONFIGS["Qwen/Qwen3-32B"], "qwen.json")
+    path = scenario(tmp_path)
+    path.write_text(path.read_text() + '[[variants]]\nname = "a"\n[[variants]]\nname = "b"\n'
+                    'set = { "model.config" = "qwen.json" }\n')
+    with pytest.raises(ScenarioError, match="differ"):
+        scenarios.load(path, sweep={"model.name": ["meta-llama/Llama-3.1-8B",
+                                                   "mistralai/Mistral-7B-v0.1"]})
+
+
+def test_a_config_json_that_is_not_utf_8_cannot_be_read(tmp_path):
+    (tmp_path / "bad.json").write_bytes(b'{"a": "\xff\xfe"}')
+    text = refusal(tmp_path, model='config = "bad.json"')
+    assert "bad.json cannot be read" in text and "digits" not in text
+
+
+@pytest.mark.parametrize("quantization, read", [
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, ("fp8", "block")),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, ("fp8", "dynamic")),
+    ({"quant_method": "fp8", "activation_scheme": "static"}, ("fp8", "static")),
+    ({"quant_method": "fbgemm_fp8"}, ("fp8", "dynamic")),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}},
+     ("fp8", "dynamic")),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "int"}}}}, "compressed-tensors"),
+    ({"quant_method": "mxfp4"}, ("mxfp4", "static")),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, ("nvfp4", "static")),
+    ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "modelopt W4A8_AWQ"),
+    ({"quant_method": "awq", "bits": 4}, "awq"),
+    ({"bits": 4}, "no quant_method"),
+])
+def test_a_config_jsons_quantization_is_read_in_servesims_keys(tmp_path, quantization, read):
+    from sim.costs.hardware.hf_config import checkpoint_dtype
+
+    path = write_config(tmp_path, CONFIGS["Qwen/Qwen3-32B"] | {
+        "quantization_config": quantization})
+    assert checkpoint_dtype(path) == read
 
 
 def test_layer_op_times_refuses_a_config_that_is_not_a_path():

@@ -48,7 +48,7 @@ class PointJob:
     low: float
     high: float
     tolerance: float
-    label: str = ""  # the point's run label, to name it in a probe's error
+    label: str  # the point's run label, to name it in a probe's error
 
 
 def search_point(job: PointJob) -> tuple[tuple[Probe, ...], tuple[str, ...]]:
@@ -59,7 +59,7 @@ def search_point(job: PointJob) -> tuple[tuple[Probe, ...], tuple[str, ...]]:
     def probe(rate: float) -> Probe:
         try:
             return run_probe(job.config, job.base_dir, job.target, rate)
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:  # a file a run reads, too
             raise ValueError(f"{job.label} at {rate:g} {unit}: {exc}") from None
 
     with notes.collected() as said:
@@ -76,11 +76,10 @@ def run_probe(config: RunConfig, base_dir, target: float, rate: float) -> Probe:
     slo, warmup_s = config.slo.limits(), workload.warmup_s
     summary = summarize(recorder, slo, warmup_s)
     attainment = slo_attainment(recorder, slo, warmup_s)
-    if math.isnan(attainment):
-        unit = "conversations/s" if workload.sessions else "requests/s"
-        raise ValueError(f"at {rate:g} {unit} every request arrives within the "
-                         f"{warmup_s:g} s warm-up (workload.warmup_s), so none is counted; "
-                         f"lower the warm-up or send more requests (--num-prompts)")
+    if math.isnan(attainment):  # said at its rate by `search_point`
+        raise ValueError(f"every request arrives within the {warmup_s:g} s warm-up "
+                         f"(workload.warmup_s), so none is counted; lower the warm-up or send "
+                         f"more requests (--num-prompts)")
     return Probe(rate, attainment, attainment >= target, summary["goodput"],
                  summary["request_throughput"], summary["output_throughput"],
                  summary["ttft_p90_s"], summary["tpot_p90_s"],

@@ -48,10 +48,11 @@ class PointResult:
             return None
         if best.throughput >= STEADY_SHARE * best.rate:
             return None
+        longer = ", or a longer --max-seconds" if workload.max_seconds is not None else ""
         return (f"at the capacity found, {best.rate:.3g} requests/s, the probe's "
                 f"{best.requests:,} requests were served at {best.throughput:.3g} requests/s: "
                 f"too few to reach a steady state, so the capacity is overstated; send more "
-                f"(--num-prompts, or a longer --max-seconds)")
+                f"(--num-prompts{longer})")
 
     @property
     def status(self) -> str:

@@ -59,11 +59,30 @@ def checkpoint_dtype(path: str):
         scheme = "block" if config.get("weight_block_size") else \
             "dynamic" if config.get("activation_scheme") == "dynamic" else "static"
         return "fp8", scheme
+    if method == "fbgemm_fp8":  # Meta's: per-row weights, activations scaled at each call
+        return "fp8", "dynamic"
+    if method == "compressed-tensors":
+        return _compressed_tensors(config)
     if method == "mxfp4":
         return "mxfp4", "static"
-    if method == "modelopt" and config.get("quant_algo") in ("FP8", "NVFP4"):
-        return config["quant_algo"].lower(), "static"
-    return str(method)
+    if method == "modelopt":
+        algo = config.get("quant_algo")
+        return (algo.lower(), "static") if algo in ("FP8", "NVFP4") else f"modelopt {algo}"
+    return "no quant_method" if method is None else str(method)
+
+
+def _compressed_tensors(config: dict):
+    """`checkpoint_dtype` of llm-compressor's format: fp8 where every group's weights are 8-bit
+    floats (block-scaled, or with activations scaled dynamically or statically)."""
+    groups = [g for g in (config.get("config_groups") or {}).values() if isinstance(g, dict)]
+    weights = [g.get("weights") or {} for g in groups]
+    if not groups or not all(w.get("type") == "float" and w.get("num_bits") == 8
+                             for w in weights):
+        return "compressed-tensors"
+    if all(w.get("strategy") == "block" for w in weights):
+        return "fp8", "block"
+    dynamic = all((g.get("input_activations") or {}).get("dynamic") for g in groups)
+    return "fp8", "dynamic" if dynamic else "static"
 
 
 def _read(path: str) -> dict:
@@ -80,14 +99,14 @@ def _read(path: str) -> dict:
     except json.JSONDecodeError as exc:
         raise ValueError(f"model.config: {path} is not JSON ({exc.msg} at line "
                          f"{exc.lineno})") from None
-    except ValueError:  # the one other refusal of json: a number of 4,300 digits or more
-        raise ValueError(f"model.config: {path} holds a number of thousands of digits, which "
-                         f"no model's size is") from None
     except RecursionError:
         raise ValueError(f"model.config: {path} must hold a JSON object (a Hugging Face "
                          f"config.json), not arrays or objects nested thousands deep") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"model.config: {path} cannot be read ({exc})") from None
+    except ValueError:  # the one other refusal of json: a number of 4,300 digits or more
+        raise ValueError(f"model.config: {path} holds a number of thousands of digits, which "
+                         f"no model's size is") from None
     if not isinstance(config, dict):
         raise ValueError(f"model.config: {path} must hold a JSON object (a Hugging Face "
                          f"config.json)")
@@ -293,8 +312,8 @@ def _qwen3_moe(c: _Config) -> dict:
 def _deepseek_v3(c: _Config) -> dict:
     keys = _dense(c) | _experts(c, "n_routed_experts", "moe_intermediate_size")
     keys.pop("head_dim", None)  # some copies write qk_rope_head_dim there; the heads are MLA's
-    # where the file is silent, transformers' DeepseekV3Config defaults (as vLLM loads it);
-    # q_lora_rank null: no low-rank query (DeepSeek-V2-Lite's)
+    # where the file is silent, transformers' DeepseekV3Config defaults (as vLLM loads it
+    # without --trust-remote-code); q_lora_rank null: no low-rank query (DeepSeek-V2-Lite's)
     first, every = c.int("first_k_dense_replace", 3, minimum=0), c.int("moe_layer_freq", 1)
     layers = keys["n_layers"]  # the layers i >= first with i a multiple of every
     sparse = max((layers - 1) // every - (first - 1) // every, 0) if first else \
@@ -302,7 +321,9 @@ def _deepseek_v3(c: _Config) -> dict:
     keys |= _sparse_layers(c, keys, sparse, "first_k_dense_replace and moe_layer_freq")
     q_lora_rank = 0 if "q_lora_rank" in c.table and c.table["q_lora_rank"] is None else \
         c.int("q_lora_rank", 1536, minimum=0)
-    return keys | {"n_shared_experts": c.int("n_shared_experts", 1, minimum=0),
+    shared = 0 if "n_shared_experts" in c.table and c.table["n_shared_experts"] is None else \
+        c.int("n_shared_experts", 1, minimum=0)  # null: none, as vLLM builds it
+    return keys | {"n_shared_experts": shared,
                    "q_lora_rank": q_lora_rank,
                    "kv_lora_rank": c.int("kv_lora_rank"),
                    "qk_nope_head_dim": c.int("qk_nope_head_dim"),
