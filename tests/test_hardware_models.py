@@ -678,7 +678,7 @@ def test_a_config_json_that_is_not_utf_8_cannot_be_read(tmp_path):
     ({"bits": 4}, "no quant_method"),
 ])
 def test_a_config_jsons_quantization_is_read_in_servesims_keys(tmp_path, quantization, read):
-    from sim.costs.hardware.hf_config import checkpoint_dtype
+    from sim.costs.hardware.checkpoint import checkpoint_dtype
 
     path = write_config(tmp_path, CONFIGS["Qwen/Qwen3-32B"] | {
         "quantization_config": quantization})

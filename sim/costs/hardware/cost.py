@@ -50,7 +50,8 @@ from .dtypes import KEPT_BYTES, activation_dtype, compute_dtype
 from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
                         elementwise_bytes, expert_counts, layers_of, lm_head_counts,
                         matmul_counts)
-from .measured import EXPERT_OPS, MeasuredOps, PastReach
+from .measured import EXPERT_OPS, MeasuredOps
+from .reach import PastReach
 from .ranks import rank_shape
 from .setup import HardwareSetup
 from .timing import elementwise_time, matmul_time

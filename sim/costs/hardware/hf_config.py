@@ -5,7 +5,7 @@
 dense Llama, Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 (text), and mixture-of-experts Mixtral,
 Qwen3-MoE, DeepSeek-V3 (with multi-head latent attention) and gpt-oss. What the cost model does
 not read (rotary scaling, logit soft-capping, a multi-token-prediction module) is left out, and
-a `quantization_config` is compared with the scenario's dtype (`checkpoint_dtype`), not read
+a `quantization_config` is compared with the scenario's dtype (`checkpoint.py`), not read
 for it; biases beyond q, k and v, the per-head query and key norms of Qwen3 and
 Gemma 3, and gpt-oss's attention sinks are left out too (under 0.1% of any model's parameters).
 Every problem is one ValueError naming `model.config`, the file and what is allowed or missing.
@@ -24,7 +24,7 @@ def config_architecture(path: str, given: dict | None = None) -> dict:
     """The architecture keys (and `name`) of the config.json at `path`; `given`: the keys the
     scenario sets beside it, which replace the file's (a rule between keys is checked here, in
     the file's own names, only where the file alone sets them; `Architecture` checks the rest)."""
-    config = _read(path)
+    config = read_config(path)
     names = config.get("architectures")
     if not isinstance(names, list) or not names or not isinstance(names[0], str):
         raise ValueError(f"model.config: {path}: no \"architectures\" list naming the model "
@@ -44,48 +44,9 @@ def config_architecture(path: str, given: dict | None = None) -> dict:
     return keys | {"name": name if isinstance(name, str) and name else str(path)}
 
 
-def checkpoint_dtype(path: str):
-    """What the config.json's `quantization_config` makes the weights, in servesim's keys:
-    (`hardware.dtype`, `hardware.activation_scheme`); its method's name where servesim costs
-    no such weights (AWQ, GPTQ, ...); None without one (the weights are what the scenario says).
-    The file is read as `config_architecture` read it."""
-    config = _read(path).get("quantization_config")
-    if config is None:
-        return None
-    if not isinstance(config, dict):
-        return repr(config)
-    method = config.get("quant_method")
-    if method == "fp8":
-        scheme = "block" if config.get("weight_block_size") else \
-            "dynamic" if config.get("activation_scheme") == "dynamic" else "static"
-        return "fp8", scheme
-    if method == "fbgemm_fp8":  # Meta's: per-row weights, activations scaled at each call
-        return "fp8", "dynamic"
-    if method == "compressed-tensors":
-        return _compressed_tensors(config)
-    if method == "mxfp4":
-        return "mxfp4", "static"
-    if method == "modelopt":
-        algo = config.get("quant_algo")
-        return (algo.lower(), "static") if algo in ("FP8", "NVFP4") else f"modelopt {algo}"
-    return "no quant_method" if method is None else str(method)
-
-
-def _compressed_tensors(config: dict):
-    """`checkpoint_dtype` of llm-compressor's format: fp8 where every group's weights are 8-bit
-    floats (block-scaled, or with activations scaled dynamically or statically)."""
-    groups = [g for g in (config.get("config_groups") or {}).values() if isinstance(g, dict)]
-    weights = [g.get("weights") or {} for g in groups]
-    if not groups or not all(w.get("type") == "float" and w.get("num_bits") == 8
-                             for w in weights):
-        return "compressed-tensors"
-    if all(w.get("strategy") == "block" for w in weights):
-        return "fp8", "block"
-    dynamic = all((g.get("input_activations") or {}).get("dynamic") for g in groups)
-    return "fp8", "dynamic" if dynamic else "static"
-
-
-def _read(path: str) -> dict:
+def read_config(path: str) -> dict:
+    """The JSON object of the config.json at `path` (or in the folder `path`), or one
+    ValueError naming `model.config`, the file and what is wrong."""
     file = Path(path).expanduser()
     if file.is_dir():  # a model's folder, as vLLM takes one
         if not (file / "config.json").is_file():

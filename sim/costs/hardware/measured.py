@@ -27,7 +27,7 @@ operators onto the tables of `kernels.py`:
 The elementwise kernels (norms, rotary embedding, activation, residual adds, embedding lookup)
 have no tables and stay on the roofline, as in the package's own estimator; so does any
 operator whose shape, dtype or head count the tables lack. `sources()` says, operator by
-operator, where each time comes from, for the report.
+operator, where each time comes from, for the report; past the tables' reach, `reach.py`.
 
 Attention is looked up per step: prefill as `prefill_seqs` prompts of the length whose causal
 work n (n + 1) / 2 is the step's mean per chunk (a chunk of n after c computed tokens does
@@ -46,6 +46,7 @@ from .architecture import Architecture
 from .catalog import model_architecture
 from .kernels import MEASURED_ACTIVATIONS, MLA_OUTSIDE, KernelTables
 from .operators import matmul_shapes
+from .reach import merge
 
 MEASURED, ROOFLINE = "measured", "roofline"
 EXPERT_OPS = ("moe_up_proj", "moe_act", "moe_down_proj")  # what the fused MoE kernel runs
@@ -212,10 +213,10 @@ class MeasuredOps:
                 times.pop(op, None)
         for op in self._gemm_dtype:
             if op in times and op != "lm_head":
-                times[op] = _merge(times[op], self.lookup(op, rows), op, beyond, tokens)
+                times[op] = merge(times[op], self.lookup(op, rows), op, beyond, tokens)
         if self._moe_dtype is not None and EXPERT_OPS[0] in times:
             fused = sum(times.pop(op) for op in EXPERT_OPS)
-            times["moe_experts"] = _merge(fused, self.lookup("moe_experts", rows),
+            times["moe_experts"] = merge(fused, self.lookup("moe_experts", rows),
                                           "moe_experts", beyond, tokens)
         return times, beyond
 
@@ -256,7 +257,7 @@ class MeasuredOps:
         if dtype is None:
             return roofline
         n, k = self.gemms["lm_head"]
-        return _merge(roofline, self.tables.gemm(np.maximum(tokens, 1.0), n, k, dtype),
+        return merge(roofline, self.tables.gemm(np.maximum(tokens, 1.0), n, k, dtype),
                       "lm_head", beyond, tokens)
 
     def all_reduce(self, roofline, tokens, beyond: dict):
@@ -264,7 +265,7 @@ class MeasuredOps:
         if self.tp <= 1 or not self._ar_known:
             return roofline
         measured = self.tables.all_reduce(np.maximum(tokens, 1.0), self.arch.d_model, self.tp)
-        return _merge(roofline, measured, "all_reduce", beyond, tokens)
+        return merge(roofline, measured, "all_reduce", beyond, tokens)
 
     def exchange(self, roofline, tokens, beyond: dict):
         """Seconds of the routed experts' exchange of `tokens` rows across the experts' GPUs
@@ -274,7 +275,7 @@ class MeasuredOps:
             return roofline
         measured = self.tables.all_reduce(np.maximum(tokens, 1.0), self.arch.d_model,
                                           self.experts_gpus)
-        return _merge(roofline, measured, "expert_exchange", beyond, tokens)
+        return merge(roofline, measured, "expert_exchange", beyond, tokens)
 
     def _moe(self, tokens, dtype: str):
         arch = self.arch
@@ -310,81 +311,3 @@ def prompt_length(work: float, window: int = 0) -> float:
     if window and work > window * (window + 1) / 2:
         return window + (work - window * (window + 1) / 2) / window
     return (math.sqrt(8.0 * work + 1.0) - 1.0) / 2.0
-
-
-def _merge(roofline, measured, op: str, beyond: dict, tokens):
-    """The measured times where they are numbers; where they are NaN (out of the tables'
-    reach: noted in `beyond` with the fewest `tokens` rows out of it; a row count of 0, a
-    table's first entry, is never a step), the roofline's, scaled to meet the measured time at
-    the nearest row count reached (`_anchored`); the roofline's where they are absent."""
-    if measured is None:
-        return roofline
-    missing = np.isnan(measured)
-    if not missing.any():
-        return measured
-    rows = np.broadcast_to(tokens, missing.shape)
-    out = missing & (rows >= 1)
-    if out.any():
-        beyond[op] = int(rows[out].min())
-    return np.where(missing, _anchored(roofline, measured, rows, missing), measured)
-
-
-def _anchored(roofline, measured, rows, missing):
-    """The roofline's times scaled, past the tables' reach above (below), by the measured /
-    roofline ratio at the most (fewest) rows reached, so that a step's time does not jump
-    where the tables end (the roofline may be several times off them there: its growth is
-    kept, not its level). The ratio is taken at the most (fewest) rows the array holds that
-    the tables reach: a run's tables hold every row count from 0, so that is where they end,
-    and `layer_op_times` adds those row counts (`reach`); an array with no row reached keeps
-    the roofline's level."""
-    roofline = np.broadcast_to(roofline, missing.shape)
-    reached = rows[~missing]
-    if reached.size == 0:
-        return roofline
-    out = np.array(roofline, dtype=np.float64)
-    for edge, side in ((reached.max(), missing & (rows > reached.max())),
-                       (reached.min(), missing & (rows < reached.min()))):
-        at = np.flatnonzero((rows == edge) & ~missing)[0]
-        if side.any() and roofline.flat[at] > 0:
-            out[side] *= measured.flat[at] / roofline.flat[at]
-    return out
-
-
-class PastReach:
-    """The operators whose measured tables a tabulated step size is past the reach of (2x their
-    range), said once each when the first step that reaches them is costed, not when a table
-    is grown past them (a table grows to twice the largest step asked for). `rows`: what the
-    step's rows are, for the note ("" or " (every rank's)")."""
-
-    def __init__(self, source: str, rows: str = ""):
-        self.source, self.rows = source, rows
-        self.pending: dict[str, int] = {}  # operator -> the fewest rows past its reach
-        self.said: set[str] = set()
-        self.first = math.inf  # the fewest rows that reach a pending operator
-
-    def tabulated(self, beyond: dict) -> None:
-        """A table grew: `beyond` holds its operators' fewest rows past reach."""
-        self.pending.update((op, at) for op, at in beyond.items() if op not in self.said)
-        self.first = min(self.pending.values(), default=math.inf)
-
-    def reached(self, rows: int, sampled: int = 0) -> None:
-        """A step of `rows` rows, `sampled` of them sampled (the LM head's), is costed."""
-        if max(rows, sampled) < self.first:
-            return
-        ops = {op: at for op, at in self.pending.items()
-               if (sampled if op == "lm_head" else rows) >= at}
-        if not ops:
-            return
-        for op in ops:
-            del self.pending[op]
-        self.said.update(ops)
-        self.first = min(self.pending.values(), default=math.inf)
-        layers = {op: at for op, at in ops.items() if op != "lm_head"}
-        parts = [f"steps of {min(layers.values()):,} rows or more{self.rows} are past the "
-                 f"measured tables' reach (2x their range) for {', '.join(sorted(layers))}"] \
-            if layers else []
-        if "lm_head" in ops:
-            parts.append(f"steps sampling {ops['lm_head']:,} rows or more are past the LM "
-                         f"head's")
-        say_once(f"note: {self.source}: {'; '.join(parts)}; costed there by the roofline, "
-                 f"scaled to meet the tables where they end")

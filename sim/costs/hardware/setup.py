@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ...notes import say_once
 from .architecture import Architecture
 from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
-from .hf_config import checkpoint_dtype
+from .checkpoint import checkpoint_dtype
 from .dtypes import DTYPE_BYTES, EXPERT_BYTES, activation_dtype, compute_dtype, expert_bytes
 from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
 from .measured import MeasuredOps
