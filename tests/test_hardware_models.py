@@ -670,7 +670,19 @@ def test_a_config_json_that_is_not_utf_8_cannot_be_read(tmp_path):
         "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}},
      ("fp8", "dynamic")),
     ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
-        "weights": {"num_bits": 4, "type": "int"}}}}, "compressed-tensors"),
+        "weights": {"num_bits": 8, "type": "float", "strategy": "block"},
+        "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}},
+     ("fp8", "block")),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group"},
+        "input_activations": {"num_bits": 4, "type": "float"}}}}, ("nvfp4", "static")),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float"}, "input_activations": None}}},
+     "compressed-tensors (another scheme than fp8 or nvfp4 weights and activations)"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "int"}}}},
+     "compressed-tensors (another scheme than fp8 or nvfp4 weights and activations)"),
+    ({"quant_method": "modelopt"}, "modelopt"),
     ({"quant_method": "mxfp4"}, ("mxfp4", "static")),
     ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, ("nvfp4", "static")),
     ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "modelopt W4A8_AWQ"),

@@ -253,6 +253,14 @@ def test_layer_op_times_keeps_a_measured_latent_blocks_operators_and_says_whose(
     assert [measured[op] for op in block] == [roofline[op] for op in block]
     assert measured["moe_experts"] != roofline["moe_up_proj"]  # the rest measured
     assert capsys.readouterr().err.count("latent attention is measured as a whole block") == 1
+    # SGLang's block leaves its down projection out: a measured GEMM here, and not named
+    sglang = sim.layer_op_times(*args, dtype="fp8", framework="sglang",
+                                activation_scheme="block")
+    assert sglang["mla_down_proj"] != roofline["mla_down_proj"]
+    assert sglang["mla_q_up_proj"] == roofline["mla_q_up_proj"]
+    err = capsys.readouterr().err
+    assert "its mla_q_up_proj, mla_kv_up_proj, mla_norm, attn_post_proj, attn_rope here are " \
+        "the roofline's" in err and "mla_down_proj" not in err
 
 
 def test_a_config_jsons_quantization_other_than_the_scenarios_dtype_is_said(tmp_path, capsys):

@@ -97,8 +97,8 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
         if measured.mla_block:
             say_once(f"note: layer_op_times: {arch.name}'s latent attention is measured as a "
                      f"whole block (projections, attention over the latent, output "
-                     f"projection), which a run costs per step; its operators here are the "
-                     f"roofline's")
+                     f"projection), which a run costs per step; its "
+                     f"{', '.join(measured.block_ops)} here are the roofline's")
         times = {op: t.reshape(tokens.shape) for op, t in times.items()}
         if beyond:
             say_once(f"note: layer_op_times: num_tokens past the measured tables' reach (2x "

@@ -32,19 +32,24 @@ def checkpoint_dtype(path: str):
         return "mxfp4", "static"
     if method == "modelopt":
         algo = config.get("quant_algo")
-        return (algo.lower(), "static") if algo in ("FP8", "NVFP4") else f"modelopt {algo}"
+        return (algo.lower(), "static") if algo in ("FP8", "NVFP4") else \
+            " ".join(("modelopt", *([str(algo)] if algo else [])))
     return "no quant_method" if method is None else str(method)
 
 
 def _compressed_tensors(config: dict):
-    """`checkpoint_dtype` of llm-compressor's format: fp8 where every group's weights are 8-bit
-    floats (block-scaled, or with activations scaled dynamically or statically)."""
+    """`checkpoint_dtype` of llm-compressor's format: fp8 where every group's weights and
+    activations are 8-bit floats (block-scaled, or activations scaled dynamically or
+    statically), nvfp4 where both are 4-bit floats; another scheme (weights alone, integers)
+    by name."""
     groups = [g for g in (config.get("config_groups") or {}).values() if isinstance(g, dict)]
-    weights = [g.get("weights") or {} for g in groups]
-    if not groups or not all(w.get("type") == "float" and w.get("num_bits") == 8
-                             for w in weights):
-        return "compressed-tensors"
-    if all(w.get("strategy") == "block" for w in weights):
-        return "fp8", "block"
-    dynamic = all((g.get("input_activations") or {}).get("dynamic") for g in groups)
-    return "fp8", "dynamic" if dynamic else "static"
+    pairs = [(g.get("weights") or {}, g.get("input_activations") or {}) for g in groups]
+    for bits, dtype in ((8, "fp8"), (4, "nvfp4")):
+        if pairs and all(w.get("type") == a.get("type") == "float" and
+                         w.get("num_bits") == a.get("num_bits") == bits for w, a in pairs):
+            if dtype == "nvfp4":
+                return "nvfp4", "static"
+            if all(w.get("strategy") == "block" for w, _ in pairs):
+                return "fp8", "block"
+            return "fp8", "dynamic" if all(a.get("dynamic") for _, a in pairs) else "static"
+    return "compressed-tensors (another scheme than fp8 or nvfp4 weights and activations)"

@@ -22,8 +22,9 @@ operators onto the tables of `kernels.py`:
   projection from the context and generation MLA module tables, per step (`mla_block`;
   SGLang's block without its down projection, a GEMM: `kernels.MLA_OUTSIDE`); where it did
   not (SGLang's tables of 16-bit weights, or on the A100, L40S and RTX PRO 6000; TensorRT-
-  LLM's on the A100 and L40S), its projections onto GEMMs and its attention onto the latent-
-  attention kernel measured alone, in DeepSeek-V3's head dims.
+  LLM's on the A100 and L40S; some of vLLM's), its projections onto GEMMs and its attention
+  onto the latent-attention kernel measured alone, in DeepSeek-V3's head dims, where the
+  tables have it (`sources()` names what falls to the roofline).
 The elementwise kernels (norms, rotary embedding, activation, residual adds, embedding lookup)
 have no tables and stay on the roofline, as in the package's own estimator; so does any
 operator whose shape, dtype or head count the tables lack. `sources()` says, operator by
@@ -217,7 +218,7 @@ class MeasuredOps:
         if self._moe_dtype is not None and EXPERT_OPS[0] in times:
             fused = sum(times.pop(op) for op in EXPERT_OPS)
             times["moe_experts"] = merge(fused, self.lookup("moe_experts", rows),
-                                          "moe_experts", beyond, tokens)
+                                         "moe_experts", beyond, tokens)
         return times, beyond
 
     def lookup(self, op: str, rows):
@@ -240,11 +241,13 @@ class MeasuredOps:
         inside = next((2 ** i for i in range(31) if reached(2 ** i)), None)
         if inside is None:
             return None
-        low, high = 1, inside  # not reached at low (unless 1 is), reached at high
-        while high - low > 1 and not reached(low):
-            mid = (low + high) // 2
-            low, high = (low, mid) if reached(mid) else (mid, high)
-        fewest = low if reached(low) else high
+        fewest = 1
+        if not reached(1):
+            low, high = 1, inside  # not reached at low, reached at high
+            while high - low > 1:
+                mid = (low + high) // 2
+                low, high = (low, mid) if reached(mid) else (mid, high)
+            fewest = high
         low, high = inside, 2 ** 31  # reached at low, not at high
         while high - low > 1:
             mid = (low + high) // 2
@@ -258,7 +261,7 @@ class MeasuredOps:
             return roofline
         n, k = self.gemms["lm_head"]
         return merge(roofline, self.tables.gemm(np.maximum(tokens, 1.0), n, k, dtype),
-                      "lm_head", beyond, tokens)
+                     "lm_head", beyond, tokens)
 
     def all_reduce(self, roofline, tokens, beyond: dict):
         """Seconds of one all-reduce of `tokens` rows of activations over the GPUs."""
