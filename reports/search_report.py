@@ -43,7 +43,7 @@ def write_search_report(result, out_dir) -> list[Path]:
     labels, title = short_labels(specs)
     from .search_chart import search_chart  # matplotlib: imported where the chart is drawn
 
-    chart = Image("search.png", search_chart(labels, rows),
+    chart = Image("search.png", search_chart(labels, rows, rate_unit(result, short=False)),
                   "Capacity against GPUs, and cost efficiency")
     written = []
     for frame, name in ((points, "search.csv"), (probes, "probes.csv")):
@@ -92,12 +92,16 @@ def best_lines(result, labels: list[str]) -> list[str]:
     known), each with its figure, and the points whose capacity, only a lower bound, might
     rank them higher."""
     lines, rows = [], result.rows()
-    for figure, what, unit in (("capacity_per_gpu", "capacity per GPU", "requests/s a GPU"),
+    rate = rate_unit(result, short=False)
+    none_met = all(row["status"] == "fails_at_low" for row in rows)
+    for figure, what, unit in (("capacity_per_gpu", "capacity per GPU", f"{rate} a GPU"),
                                ("capacity_per_dollar_hour", "capacity per dollar-hour",
-                                "requests/s per $/h")):
+                                f"{rate} per $/h")):
         best = result.best(figure)
         if best is None:
-            lines.append(f"best by {what}: none (no point has it)")
+            why = ("no point met the target even at the bracket's bottom: lower search.rate's "
+                   "low" if none_met else "no point has it")
+            lines.append(f"best by {what}: none ({why})")
             continue
         index = result.points.index(best)
         row = rows[index]

@@ -260,6 +260,29 @@ def test_best_points_say_which_other_capacities_are_only_lower_bounds():
                                  "target at the bracket's top, so might rank higher")
 
 
+def test_best_points_name_the_rate_searched_and_what_to_do_when_none_met_the_target():
+    h100 = resolved(ON_GPUS | {"hardware": {"gpu": "h100-sxm"}})
+    chat = resolved(ON_GPUS | {"hardware": {"gpu": "h100-sxm"}, "workload": {
+        "arrival": {"process": "poisson", "rate": 1.0},
+        "sessions": {"conversations": 4, "turns": {"dist": "fixed", "value": 2},
+                     "think_time_s": 1.0},
+        "prompt_tokens": {"dist": "fixed", "value": 16},
+        "output_tokens": {"dist": "fixed", "value": 4}}})
+
+    def point(config, rates_met):
+        return PointResult(SimpleNamespace(config=config), tuple(
+            Probe(rate, 1.0 if met else 0.0, met, rate, rate, 100 * rate, 0.1, 0.01, 100)
+            for rate, met in rates_met))
+
+    failed = SearchResult(None, None, (point(h100, [(1, False)]),))
+    assert best_lines(failed, ["h100"])[0] == (
+        "best by capacity per GPU: none (no point met the target even at the bracket's "
+        "bottom: lower search.rate's low)")
+    conversations = SearchResult(None, None, (point(chat, [(1, True), (4, False), (2, True)]),))
+    assert best_lines(conversations, ["h100"])[0] == \
+        "best by capacity per GPU: h100: 2 conversations/s a GPU"
+
+
 def test_a_scenario_without_a_search_table_cannot_be_searched(tmp_path, capsys):
     assert main(["search", "kv-pressure", "--out", str(tmp_path / "out")]) == 2
     assert "needs a [search] table" in capsys.readouterr().err
