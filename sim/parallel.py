@@ -31,6 +31,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -216,8 +217,6 @@ def _check_answers(address: str) -> None:
     """WorkerLost where nothing accepts a connection at a Ray cluster's HOST:PORT (ray://
     too) within `CONNECT_TIMEOUT_S`; "auto" and other forms are Ray's to find. (A listener
     that accepts and is not Ray is left to ray.init, which waits for it.)"""
-    import socket
-
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return

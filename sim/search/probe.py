@@ -83,7 +83,7 @@ def run_probe(config: RunConfig, base_dir, target: float, rate: float) -> Probe:
     return Probe(rate, attainment, attainment >= target, summary["goodput"],
                  summary["request_throughput"], summary["output_throughput"],
                  summary["ttft_p90_s"], summary["tpot_p90_s"],
-                 len(recorder.request_columns()["arrival_s"]))
+                 recorder.num_requests)
 
 
 def slo_attainment(recorder, slo: dict, warmup_s: float = 0.0) -> float:

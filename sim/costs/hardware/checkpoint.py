@@ -44,12 +44,16 @@ def _compressed_tensors(config: dict):
     by name."""
     groups = [g for g in (config.get("config_groups") or {}).values() if isinstance(g, dict)]
     pairs = [(g.get("weights") or {}, g.get("input_activations") or {}) for g in groups]
-    for bits, dtype in ((8, "fp8"), (4, "nvfp4")):
-        if pairs and all(w.get("type") == a.get("type") == "float" and
-                         w.get("num_bits") == a.get("num_bits") == bits for w, a in pairs):
-            if dtype == "nvfp4":
-                return "nvfp4", "static"
-            if all(w.get("strategy") == "block" for w, _ in pairs):
-                return "fp8", "block"
-            return "fp8", "dynamic" if all(a.get("dynamic") for _, a in pairs) else "static"
-    return "compressed-tensors (another scheme than fp8 or nvfp4 weights and activations)"
+
+    def floats_of(bits: int) -> bool:
+        return bool(pairs) and all(w.get("type") == a.get("type") == "float"
+                                   and w.get("num_bits") == a.get("num_bits") == bits
+                                   for w, a in pairs)
+
+    if floats_of(4):
+        return "nvfp4", "static"
+    if not floats_of(8):
+        return "compressed-tensors (another scheme than fp8 or nvfp4 weights and activations)"
+    if all(w.get("strategy") == "block" for w, _ in pairs):
+        return "fp8", "block"
+    return "fp8", "dynamic" if all(a.get("dynamic") for _, a in pairs) else "static"
