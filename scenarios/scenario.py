@@ -347,14 +347,28 @@ def _sweep(table) -> dict:
     for key, values in sweep.items():
         if not isinstance(values, list) or not values:
             raise FieldError(f"sweep.{key}", f"must be a non-empty list of values, got {values!r}")
-        repeated = next((v for i, v in enumerate(values)
-                         if any(isinstance(w, bool) == isinstance(v, bool) and w == v
-                                for w in values[:i])), None)
+        repeated = _first_repeated(values)
         if repeated is not None:
             raise FieldError(f"sweep.{key}", f"gives {repeated!r} twice (each value is one "
                                              f"sweep point)")
     return ov.wider_first(sweep)
 
+
+def _first_repeated(values: list):
+    """The first value equal to one before it (True is not 1), or None; in one pass over
+    the hashable values, as a sweep may hold many thousands of points."""
+    seen, unhashable = set(), []
+    for value in values:
+        key = (isinstance(value, bool), value)
+        try:
+            if key in seen:
+                return value
+            seen.add(key)
+        except TypeError:  # a table or a list: compared with the earlier ones of its kind
+            if any(key == other for other in unhashable):
+                return value
+            unhashable.append(key)
+    return None
 
 
 def _point_text(point: dict) -> str:

@@ -68,11 +68,15 @@ def test_prefix_affinity_keeps_no_keys_of_requests_that_share_no_prefix():
     assert router.sent_to == {}
 
 
+TINY_MODEL = "[model]\nd_model = 32\nn_layers = 1\nn_heads = 2\nd_ff = 64\n"
+
+
 def test_prefix_affinity_follows_real_token_ids_in_cosimulate(tmp_path, monkeypatch):
     # a cosimulated request carries token ids, not keys: the router hashes its prompt's blocks
     # as the replicas' caches do, so conversations go back to the replica holding them. The
-    # engine really runs each step; its time is made a fixed function of the step's tokens, so
-    # the routes, and the verdict, do not rest on how busy the machine is.
+    # engine (a tiny model: the routes do not rest on its size) really runs each step; its time
+    # is made a fixed function of the step's tokens, so the routes, and the verdict, do not rest
+    # on how busy the machine is.
     execute = NumpyExecutor.execute
 
     def timed(self, plan, **kwargs):
@@ -82,8 +86,8 @@ def test_prefix_affinity_follows_real_token_ids_in_cosimulate(tmp_path, monkeypa
     monkeypatch.setattr(NumpyExecutor, "execute", timed)
 
     def hit_rate(router: str) -> float:
-        text = (f'mode = "cosimulate"\n[engine]\nenable_prefix_caching = true\n[cluster]\n'
-                f'replicas = 3\nrouter = "{router}"\n'
+        text = (f'mode = "cosimulate"\n{TINY_MODEL}[engine]\nenable_prefix_caching = true\n'
+                f'[cluster]\nreplicas = 3\nrouter = "{router}"\n'
                 + SESSIONS.replace("conversations = 30", "conversations = 8")
                 .replace("system_prompt_tokens = 256", "system_prompt_tokens = 0"))
         _, recorder, _ = run_cluster_of(load_config(tmp_path, text))

@@ -1,7 +1,8 @@
 """The README works exactly as written: every shell command of its `sh` blocks runs (with short
-settings: fewer requests, a tiny model for profiling and validation), every `console` block prints
-what it shows, every Python block runs and prints the output written under it, the default
-run prints the README's table, and every command or flag the prose and the synopsis name exists.
+settings: fewer requests, sent closer where served in real time, a tiny model for profiling
+and validation), every `console` block prints what it shows, every Python block runs and prints
+the output written under it, the default run prints the README's table, and every command or
+flag the prose and the synopsis name exists.
 
 The blocks run in the README's order in one working folder (so `my-chat.toml`, written from its
 TOML block, is there for the commands that use it, and the profile is measured before
@@ -38,8 +39,9 @@ def short(argv: list[str]) -> list[str]:
         return argv + ["--num-prompts", "60", "--quiet"]
     if argv[:2] == ["servesim", "profile"]:
         return argv + ["--model", *TINY, "--out", "profile.json", "--quiet"]
-    if argv[:2] == ["servesim", "validate"]:
-        return argv + ["--num-prompts", "8", "--quiet", "--set", *(f"model.{kv}" for kv in TINY)]
+    if argv[:2] == ["servesim", "validate"]:  # served in real time: its arrivals closer
+        return argv + ["--num-prompts", "8", "--request-rate", "8", "--quiet",
+                       "--set", *(f"model.{kv}" for kv in TINY)]
     return argv
 
 
@@ -154,7 +156,7 @@ def test_the_serving_example_serves_and_validates_the_same_server(workdir):
         for i, line in enumerate(client_lines):
             line = re.sub(r"\s+#.*$", "", line).replace("http://127.0.0.1:8000", url)
             argv = [a if a != "100" else "6" for a in shlex.split(line)]  # --num-prompts: a few
-            done = run(argv + ["--quiet", "--set", *model, "--out",
+            done = run(argv + ["--request-rate", "6", "--quiet", "--set", *model, "--out",
                                str(workdir / f"{argv[1]}-{i}")], workdir)
             assert done.returncode == 0, f"{line}: {done.stderr[-2000:]}"
     finally:

@@ -277,6 +277,12 @@ BAD_FILES = {
                         "sweep workload.arrival.rate=0: workload.arrival.rate: must be a positive"),
     "sweep not a list": (WORKLOAD + '[sweep]\n"workload.arrival.rate" = 3\n',
                          "sweep.workload.arrival.rate: must be a non-empty list"),
+    "sweep repeats a number": (WORKLOAD + '[sweep]\n"workload.arrival.rate" = [1, 2, 1.0]\n',
+                               "sweep.workload.arrival.rate: gives 1.0 twice"),
+    "sweep repeats a table": (WORKLOAD + '[sweep]\n"workload.arrival" = [{ process = "poisson",'
+                                         ' rate = 1.0 }, { process = "poisson", rate = 1.0 }]\n',
+                              "sweep.workload.arrival: gives {'process': 'poisson', 'rate': 1.0} "
+                              "twice"),
 }
 
 
