@@ -1,7 +1,8 @@
 """`HardwareCost`: a step's time on a real GPU, from silicon-measured kernel times where the
 GPU's tables have them (`measured.py`: the weight matmuls, the fused MoE kernel, the LM head, the
 all-reduces, prefill and decode attention) and the roofline of every other operator, and of any
-the tables miss or do not reach.
+the tables miss; past their reach, the roofline's growth from their time where they end
+(`reach.py`; attention's: `_growth`).
 
     gpu_s = layers x (linear and elementwise operators of T rows
                       + 2 all-reduces of T x d_model with tp > 1)
@@ -244,10 +245,14 @@ class HardwareCost(CostModel):
     def _fit(self, rows: int, sampled: int = 0) -> None:
         """Tabulate up to a step of `rows` rows, `sampled` of them sampled, if need be."""
         largest = max(rows, sampled)
-        if largest >= len(self._rows_list):
-            self._grow(covering(len(self._rows_list), largest))
+        self._tabulate(largest)
         if largest >= self._reach.first:
             self._reach.reached(rows, sampled)
+
+    def _tabulate(self, largest: int) -> None:
+        """Tabulate up to `largest` rows, if need be (not a step: no note)."""
+        if largest >= len(self._rows_list):
+            self._grow(covering(len(self._rows_list), largest))
 
     def _fit_experts(self, largest: int) -> None:
         if largest >= len(self._experts_list):
@@ -320,9 +325,29 @@ class HardwareCost(CostModel):
         measured = self._measured_decode(group, decodes, context)
         if measured == measured:
             return measured
+        return self._decode_roofline(group, decodes, context)
+
+    def _decode_roofline(self, group: Attention, decodes: float, context: float) -> float:
+        """The roofline's seconds of a group's decode attention (with a measured block's
+        projections): `decodes` sequences attending to `context` keys in all."""
         keys = min(context, decodes * group.window) if group.window else context
-        return self._block_projections(decodes) + group.launch_s + max(
+        return self._block_projections(max(round(decodes), 1)) + group.launch_s + max(
             group.flop_s * keys / self._top_compute, group.query_s * decodes + group.key_s * keys)
+
+    def _prefill_roofline(self, group: Attention, tokens: float, chunks: float,
+                          length: float) -> float:
+        """The roofline's seconds of a group's prefill attention (with a measured block's
+        projections) for `tokens` rows doing the work of `chunks` fresh prompts of `length`
+        tokens, as the tables' lookup stands them for (`MeasuredOps.prefill_point`)."""
+        rows = max(round(tokens), 1)
+        self._tabulate(rows)
+        keys = chunks * length
+        work = keys * (length + 1) / 2
+        if group.window:
+            work = min(work, keys * group.window)
+        return self._block_projections(rows) + group.launch_s + max(
+            group.flop_s * work / self._compute_list[rows], group.query_s * tokens
+            + group.key_s * keys)
 
     def _block_projections(self, rows: int) -> float:
         """The roofline's seconds of a measured latent-attention block's projections for `rows`
@@ -330,29 +355,48 @@ class HardwareCost(CostModel):
         such a block)."""
         if self.measured is None or not self.measured.mla_block:
             return 0.0
-        self._fit(rows)
+        self._tabulate(rows)
         return self._block_list[rows]
 
     def _measured_prefill(self, group: Attention, chunks: int, causal: float,
                           tokens: int) -> float:
+        """Seconds of a group's measured prefill attention (NaN: not measured)."""
         if self.measured is None:
             return math.nan
         seconds = self.measured.prefill_attention(group.window, chunks, causal, tokens)
-        if seconds != seconds and self.measured.is_measured("prefill_attention"):
-            self._say_past_reach("prefill attention")
-        return group.layers * seconds
+        if seconds == seconds:
+            return group.layers * seconds
+        batch, length = self.measured.prefill_point(group.window, chunks, causal, tokens)
+        found = self.measured.nearest("prefill", group.window, batch, length)
+        if found is None or found[0] != found[0]:
+            return math.nan
+        seconds, at_batch, at_length = found
+        self._say_past_reach("prefill attention")
+        at_tokens = tokens * (at_batch * at_length) / (batch * length)  # in proportion
+        return group.layers * seconds * _growth(
+            self._prefill_roofline(group, tokens, batch, length),
+            self._prefill_roofline(group, at_tokens, at_batch, at_length))
 
     def _measured_decode(self, group: Attention, decodes: int, context: int) -> float:
+        """Seconds of a group's measured decode attention (NaN: not measured)."""
         if self.measured is None:
             return math.nan
         seconds = self.measured.decode_attention(group.window, decodes, context)
-        if seconds != seconds and self.measured.is_measured("decode_attention"):
-            self._say_past_reach("decode attention")
-        return group.layers * seconds
+        if seconds == seconds:
+            return group.layers * seconds
+        found = self.measured.nearest("decode", group.window, decodes, context / decodes)
+        if found is None or found[0] != found[0]:
+            return math.nan
+        seconds, at_batch, at_length = found
+        self._say_past_reach("decode attention")
+        return group.layers * seconds * _growth(
+            self._decode_roofline(group, decodes, context),
+            self._decode_roofline(group, at_batch, at_batch * at_length))
 
     def _say_past_reach(self, what: str) -> None:
         say_once(f"note: {self.source}: {what} of some steps is past the measured tables' "
-                 f"reach (2x their range of batch or length); costed by the roofline there")
+                 f"reach (2x their range of batch or length); costed there by the roofline, "
+                 f"scaled to meet the tables where they end")
 
     def _step_time_arrays(self, shape: StepShape) -> np.ndarray:
         """`_rank_step_time` on arrays, operation for operation (decode-only runs: no
@@ -379,6 +423,13 @@ class HardwareCost(CostModel):
                     group.query_s * decodes + group.key_s * keys)
             attended = attended + attention
         return np.where(decodes > 0, attended, time)
+
+
+def _growth(roofline: float, at_edge: float) -> float:
+    """How much the roofline grows from the nearest point the tables reach to a step past
+    them: attention past the reach takes the tables' time there times this, not the roofline's
+    own, which may be several times off theirs (docs/sim/hardware.md, "Measured kernels")."""
+    return roofline / at_edge if at_edge > 0 else 1.0
 
 
 def covering(size: int, largest: int) -> int:

@@ -80,7 +80,8 @@ class Grid:
     blended log-linearly between the two measured batches around the batch asked for (the
     grid is truncated where batch x length grows large, so each batch has its own range).
     Evaluated in plain Python one (batch, length) at a time, so that a run of steps gets, to
-    the last bit, what its steps one by one get."""
+    the last bit, what its steps one by one get; past its reach, `nearest` finds the point
+    reached nearest to the one asked for."""
 
     def __init__(self, batches: list, curves: list):
         self.logb = [math.log(b) for b in batches]
@@ -89,14 +90,38 @@ class Grid:
 
     def at_one(self, batch: float, length: float) -> float:
         """Seconds at one (batch, length), NaN out of reach."""
-        logb, logl = math.log(batch), math.log(max(length, 1.0))
+        logb = math.log(batch)
         points = self.logb
         if not points[0] - self.reach <= logb <= points[-1] + self.reach:
             return math.nan
+        return self._at(logb, math.log(max(length, 1.0)))
+
+    def nearest(self, batch: float, length: float) -> tuple[float, float, float]:
+        """(seconds, batch, length) at the point the grid reaches nearest to (batch, length):
+        the batch brought into the batches' reach, then the length into the lengths that the
+        curves it blends all reach, each on the log scale (itself where reached)."""
+        points = self.logb
+        logb = min(max(math.log(batch), points[0] - self.reach), points[-1] + self.reach)
+        i, w = self._where(logb)
+        curves = self.curves[i:i + 1] if w == 0.0 else self.curves[i + 1:i + 2] if w == 1.0 \
+            else self.curves[i:i + 2]
+        low, high = max(c.low for c in curves), min(c.high for c in curves)
+        logl = min(max(math.log(max(length, 1.0)), low), high)
+        return self._at(logb, logl), math.exp(logb), math.exp(logl)
+
+    def _where(self, logb: float) -> tuple[int, float]:
+        """(i, w): a log batch blends the curves of measured batches i and i + 1 with weights
+        1 - w and w (w = 0: batch i's alone; past either end, the two at that end)."""
+        points = self.logb
         if len(points) == 1:
-            return math.exp(self.curves[0].log_at_one(logl)) * 1e-3
+            return 0, 0.0
         i = min(max(bisect_right(points, logb) - 1, 0), len(points) - 2)
-        w = (logb - points[i]) / (points[i + 1] - points[i])
+        return i, (logb - points[i]) / (points[i + 1] - points[i])
+
+    def _at(self, logb: float, logl: float) -> float:
+        """Seconds at a log batch within the batches' reach and a log length (NaN past the
+        reach of a curve it blends)."""
+        i, w = self._where(logb)
         lo = self.curves[i].log_at_one(logl)
         if w == 0.0:  # a measured batch: its own curve alone
             value = lo

@@ -291,13 +291,19 @@ class MeasuredOps:
                           tokens: float) -> float:
         """Seconds of one layer's prefill attention (its `window`, 0: full): `chunks` chunks of
         `tokens` in all doing `causal` work (NaN: out of reach or not measured), looked up as
-        fresh prompts of the length whose work is the mean chunk's."""
+        fresh prompts of the length whose work is the mean chunk's (`prefill_point`)."""
         grid = self._grids.get(window, (None, None))[0]
         if grid is None:
             return math.nan
+        return grid.at_one(*self.prefill_point(window, chunks, causal, tokens))
+
+    @staticmethod
+    def prefill_point(window: int, chunks: float, causal: float,
+                      tokens: float) -> tuple[float, float]:
+        """(chunks, length): the fresh prompts a prefill's lookup stands its chunks for."""
         if window:  # a query attends to at most `window` keys
             causal = min(causal, tokens * window)
-        return grid.at_one(chunks, prompt_length(causal / chunks, window))
+        return chunks, prompt_length(causal / chunks, window)
 
     def decode_attention(self, window: int, decodes: float, context: float) -> float:
         """Seconds of one layer's decode attention: `decodes` sequences attending to `context`
@@ -306,6 +312,14 @@ class MeasuredOps:
         if grid is None:
             return math.nan
         return grid.at_one(decodes, context / decodes)
+
+    def nearest(self, kind: str, window: int, batch: float,
+                length: float) -> tuple[float, float, float] | None:
+        """(seconds, batch, length) of one layer's `kind` ("prefill" or "decode") attention at
+        the point its tables reach nearest to (batch, length) (`Grid.nearest`); None: not
+        measured."""
+        grid = self._grids.get(window, (None, None))[kind == "decode"]
+        return None if grid is None else grid.nearest(batch, length)
 
 
 def prompt_length(work: float, window: int = 0) -> float:
