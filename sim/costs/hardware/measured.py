@@ -175,10 +175,13 @@ class MeasuredOps:
             out["all_reduce"] = MEASURED if self._ar_known else ROOFLINE
         if self.experts_gpus > self.tp:
             out["expert_exchange"] = MEASURED if self._exchange_known else ROOFLINE
-        prefill = bool(self._grids) and all(g[0] is not None for g in self._grids.values())
-        decode = bool(self._grids) and all(g[1] is not None for g in self._grids.values())
-        out["prefill_attention"] = MEASURED if prefill else ROOFLINE
-        out["decode_attention"] = MEASURED if decode else ROOFLINE
+        for side, op in enumerate(("prefill_attention", "decode_attention")):
+            known = {window: grids[side] is not None for window, grids in self._grids.items()}
+            if len(set(known.values())) == 2:  # the full layers' measured, the sliding not
+                out |= {f"{op} ({'sliding' if window else 'full'} layers)":
+                        MEASURED if found else ROOFLINE for window, found in sorted(known.items())}
+            else:
+                out[op] = MEASURED if known and all(known.values()) else ROOFLINE
         if self.mla_block:  # measured with the attention, as one block
             out |= {op: MEASURED for op in self.block_ops}
         return out

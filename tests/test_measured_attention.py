@@ -1,7 +1,8 @@
-"""Attention past the measured tables' reach: a step there takes the tables' time at the
-nearest (batch, length) they reach, times the roofline's growth from there, so that a step's
-time does not jump where the tables end (the roofline may be several times off them), and the
-run says so once."""
+"""Attention from the measured tables: past their reach, a step takes their time at the nearest
+(batch, length) they reach, times the roofline's growth from there, so that a step's time does
+not jump where the tables end (the roofline may be several times off them), and the run says so
+once; a model whose full layers' attention is measured and whose sliding layers' is not says
+which is which."""
 
 from __future__ import annotations
 
@@ -97,3 +98,20 @@ def test_a_run_of_decode_steps_past_the_reach_costs_what_its_steps_do_one_by_one
     together = cost.step_time(shape(seqs, length))
     assert together.tolist() == [cost.step_time(shape(int(d), int(n)))
                                  for d, n in zip(seqs, length)]
+
+
+def test_full_and_sliding_layers_measured_apart_are_named_apart(tmp_path, capsys):
+    # the tables time gpt-oss's window of 128 keys, not one of 1,024
+    sources = {window: setup_of(tmp_path, model='name = "openai/gpt-oss-120b"' + window,
+                                gpu="h200", tp=2, hardware='dtype = "fp8"').kernels.sources()
+               for window in ("", "\nsliding_window = 1024")}
+    assert sources[""]["prefill_attention"] == sources[""]["decode_attention"] == "measured"
+    mixed = sources["\nsliding_window = 1024"]
+    HardwareCost(setup_of(tmp_path, model='name = "openai/gpt-oss-120b"\nsliding_window = 1024',
+                          gpu="h200", tp=2, hardware='dtype = "fp8"'))
+    assert "prefill_attention" not in mixed and "decode_attention" not in mixed
+    for op in ("prefill_attention", "decode_attention"):
+        assert mixed[f"{op} (full layers)"] == "measured"
+        assert mixed[f"{op} (sliding layers)"] == "roofline"
+    assert "prefill_attention (sliding layers), decode_attention (sliding layers) of this " \
+        "model and GPU; costed by the roofline" in capsys.readouterr().err
