@@ -223,7 +223,9 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
     again, or in a table the pool replaces), or a variant's own setting by every pool of its
     cluster (the file's pools, or those an override or the variant gives), or when a sweep
     leaves two or more variants setting nothing else (it applies after them, replacing what
-    each sets). An override every variant undoes is `check_overrides_matter`'s."""
+    each sets), or replaces at every point a key a variant sets that is not its own (a model's
+    `config` where it sweeps `name`). An override every variant undoes is
+    `check_overrides_matter`'s."""
     given = [(sources.get(key, f"--set {key}"), key, [value]) for key, value in pairs] + \
         [(_swept_name(key, flag_sweep), key, values) for key, values in sweep.items()]
     swept_pools = any(overlap(w, "cluster.pools") for key, values in sweep.items()
@@ -259,6 +261,19 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
             raise ScenarioError(f"{shown}: the sweep of {keys} replaces all that the variants "
                                 f"set ({', '.join(v.name for v in variants)}), leaving them "
                                 f"differing in name only; drop the variants or that sweep key")
+    for variant in variants:  # a sweep setting the variant's own key is plain to see
+        for key, value in variant.set.items():
+            written = writes({key: value})
+            swept = next((swept for swept, values in sweep.items()
+                          if not any(overlap(w, swept) for w in written)
+                          and all(_covered(written, swept_writes(swept, [point]))
+                                  for point in values)), None)
+            if swept is not None:
+                raise ScenarioError(f"{shown}: variant {variant.name!r}: {key}: "
+                                    f"{_swept_name(swept, flag_sweep)} replaces it at every "
+                                    f"point (a model's name and config replace each other; a "
+                                    f"sweep applies after the variants), so the variant's "
+                                    f"value changes no run; drop it, or sweep {key} instead")
 
 
 def swept_writes(key: str, values) -> set:
