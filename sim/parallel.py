@@ -211,21 +211,52 @@ def _on_ray(function, jobs: list, parallel: Parallel, done) -> list:
 
 # How long a Ray cluster's address may take to answer (ray.init waits for it without end)
 CONNECT_TIMEOUT_S = 10.0
+# An HTTP/2 client's first bytes, its preface and an empty SETTINGS frame: Ray's GCS and its
+# client server speak gRPC, over HTTP/2, and so answer with a SETTINGS frame of their own
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+SETTINGS_FRAME = 4
 
 
 def _check_answers(address: str) -> None:
-    """WorkerLost where nothing accepts a connection at a Ray cluster's HOST:PORT (ray://
-    too) within `CONNECT_TIMEOUT_S`; "auto" and other forms are Ray's to find. (A listener
-    that accepts and is not Ray is left to ray.init, which waits for it.)"""
+    """WorkerLost where nothing at a Ray cluster's HOST:PORT (ray:// too) answers as Ray's
+    GCS does (an HTTP/2 SETTINGS frame, gRPC's first answer; with RAY_USE_TLS, any accepted
+    connection) within `CONNECT_TIMEOUT_S`: ray.init waits without end for an address where
+    nothing listens, or where something else does (a web server, the dashboard's port).
+    "auto" and other forms are Ray's to find."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return
+    here = "or leave --ray-address and RAY_ADDRESS out to start one here"
     try:
-        socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S).close()
+        with socket.create_connection((host.strip("[]"), int(port)),
+                                      CONNECT_TIMEOUT_S) as connection:
+            if os.environ.get("RAY_USE_TLS", "0") not in ("0", ""):
+                return  # a TLS handshake first: left to Ray
+            connection.sendall(HTTP2_PREFACE)
+            answer = _first_bytes(connection, 9)
     except OSError as exc:
         raise WorkerLost(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start "
-                         f"one there (ray start --head), or leave --ray-address and "
-                         f"RAY_ADDRESS out to start one here") from None
+                         f"one there (ray start --head), {here}") from None
+    if len(answer) < 9 or answer[3] != SETTINGS_FRAME:
+        said = (f"nothing came back in {CONNECT_TIMEOUT_S:g} s" if answer == b"" else
+                f"it answered {answer!r}")
+        raise WorkerLost(f"what listens at {address} is not a Ray cluster ({said}, where Ray "
+                         f"answers in gRPC at once); give the address `ray start --head` "
+                         f"printed (port 6379 unless set), {here}")
+
+
+def _first_bytes(connection, count: int) -> bytes:
+    """Up to `count` bytes a connection sends (fewer where it closes or falls silent)."""
+    data = b""
+    try:
+        while len(data) < count:
+            chunk = connection.recv(count - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        pass
+    return data
 
 
 def _task_result(ray, ref):

@@ -436,3 +436,41 @@ def test_a_ray_address_where_nothing_answers_is_one_line_not_a_wait(capsys, tmp_
                  "--quiet"]) == 1  # as a run whose worker was lost
     assert f"no Ray cluster answers at 127.0.0.1:{port}" in one_error_line(capsys)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("server, said", [
+    ("http", "it answered b'<!DOCTYPE'"),  # a web server (a Ray dashboard's port, say)
+    ("silent", "nothing came back in 1 s"),  # a listener that accepts and says nothing
+])
+def test_a_ray_address_where_something_else_listens_is_one_line_not_a_wait(
+        capsys, tmp_path, monkeypatch, server, said):
+    """ray.init waits without end for an address that accepts and does not answer as Ray's
+    gRPC: refused once the first bytes say it is not Ray."""
+    pytest.importorskip("ray")
+    import http.server
+    import socket
+    import threading
+
+    monkeypatch.setattr("sim.parallel.CONNECT_TIMEOUT_S", 1.0)
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):  # its log is not servesim's stderr
+            pass
+
+    if server == "http":
+        listener = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+        threading.Thread(target=listener.serve_forever, daemon=True).start()
+        port, stop = listener.server_address[1], listener.shutdown
+    else:
+        listener = socket.create_server(("127.0.0.1", 0))  # accepted by the kernel, unread
+        port, stop = listener.getsockname()[1], listener.close
+    path = small_scenario(tmp_path, "other", "[[variants]]\nname = \"a\"\n[[variants]]\n"
+                                             "name = \"b\"\nset = { seed = 2 }\n")
+    try:
+        assert main(["run", str(path), "--ray-address", f"127.0.0.1:{port}", "--out",
+                     str(tmp_path / "out"), "--quiet"]) == 1
+    finally:
+        stop()
+    line = one_error_line(capsys)
+    assert f"what listens at 127.0.0.1:{port} is not a Ray cluster ({said}" in line
+    assert "give the address `ray start --head` printed" in line
+    assert not (tmp_path / "out").exists()

@@ -62,6 +62,15 @@ def test_search_results_are_identical_serially_on_a_pool_and_on_ray(local_ray):
     assert search_rows(local_ray) == serial
 
 
+def test_a_running_ray_clusters_address_answers_as_ray(local_ray):
+    """What `--ray-address` checks before ray.init (a listener that is not Ray is refused:
+    tests/test_cli_flags.py) passes at a real cluster's GCS."""
+    import ray
+    from sim.parallel import _check_answers
+
+    _check_answers(ray.get_runtime_context().gcs_address)
+
+
 def test_a_ray_worker_killed_under_its_job_is_one_line(local_ray):
     """A task whose worker dies (the out-of-memory killer, a signal: here it exits) is
     WorkerLost, a one-line error, not Ray's traceback."""
