@@ -351,7 +351,8 @@ def test_the_roofline_costs_what_quantized_checkpoints_keep_16_bit_in_16_bits(tm
                  for d in ("fp8", "bf16"))
     assert fp8.measured is None and fp8.peak == 2 * bf16.peak
     np.testing.assert_array_equal(fp8._head, bf16._head)
-    assert [a.flop_s for a in fp8._prefill] == [a.flop_s for a in bf16._prefill]
+    assert [a.flop_s for a in fp8.attention.prefill_groups] == \
+        [a.flop_s for a in bf16.attention.prefill_groups]
     mixtral = "mistralai/Mixtral-8x7B-v0.1"
     routers = [layer_op_times(mixtral, "h100-pcie", 2, 256, dtype=d,
                               kernels="roofline")["moe_router"] for d in ("fp8", "bf16")]

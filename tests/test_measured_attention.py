@@ -71,7 +71,7 @@ def test_a_step_one_key_past_the_reach_costs_what_the_last_one_reached_does(
         tmp_path, capsys, model, gpu, tp, hardware):
     cost = HardwareCost(setup_of(tmp_path, model=model, gpu=gpu, tp=tp, hardware=hardware,
                                  max_seq_len=32768))
-    ops, windows = cost.measured, [group.window for group in cost._decode]
+    ops, windows = cost.measured, [group.window for group in cost.attention.decode_groups]
     capsys.readouterr()
     seqs = 256  # measured to 2,048 keys at most: reached to 4,096
     edge = first_past(lambda n: all(not math.isnan(ops.decode_attention(w, seqs, seqs * n))

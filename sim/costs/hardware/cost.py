@@ -2,7 +2,7 @@
 GPU's tables have them (`measured.py`: the weight matmuls, the fused MoE kernel, the LM head, the
 all-reduces, prefill and decode attention) and the roofline of every other operator, and of any
 the tables miss; past their reach, the roofline's growth from their time where they end
-(`reach.py`; attention's: `_growth`).
+(`reach.py`). A step's attention is `attention.py`'s.
 
     gpu_s = layers x (linear and elementwise operators of T rows
                       + 2 all-reduces of T x d_model with tp > 1)
@@ -39,19 +39,15 @@ every sequence is past the window or none is, and an upper bound otherwise.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 
-from ...notes import say_once
 from ..model import CostModel
 from ..shape import StepShape
+from .attention import StepAttention, attention_groups
 from .dtypes import KEPT_BYTES, activation_dtype, compute_dtype
-from .operators import (ADDS_PER_LAYER, TIMED_AS, attention_shapes, embedding_bytes,
-                        elementwise_bytes, expert_counts, layers_of, lm_head_counts,
-                        matmul_counts)
 from .measured import EXPERT_OPS, MeasuredOps
+from .operators import (ADDS_PER_LAYER, TIMED_AS, elementwise_bytes, embedding_bytes,
+                        expert_counts, layers_of, lm_head_counts, matmul_counts)
 from .reach import PastReach
 from .ranks import rank_shape
 from .setup import HardwareSetup
@@ -87,21 +83,6 @@ def operator_times(arch, tp: int, ep: int, tokens, weight_bytes: float, act_byte
     times |= {op: elementwise_time(TIMED_AS.get(op, op), nbytes, bandwidth, eff)
               for op, nbytes in moved.items()}
     return times
-
-
-@dataclass(frozen=True)
-class Attention:
-    """Seconds of one kind of attention (prefill or decode) in a group of layers (all, full or
-    sliding), per unit of each count: FLOPs per query-key pair / peak (to divide by the compute
-    efficiency), a query's activations and a key's cache bytes / bandwidth; `window` keys a
-    query attends to at most (0: every key)."""
-
-    launch_s: float
-    flop_s: float
-    query_s: float
-    key_s: float
-    window: int = 0
-    layers: int = 0  # how many layers (a measured kernel's time is per layer)
 
 
 class HardwareCost(CostModel):
@@ -150,24 +131,12 @@ class HardwareCost(CostModel):
         self._compute = np.zeros(0)  # matmul compute efficiency, by tokens
         self._compute_list: list = []
         self._grow(1024)
-        self._prefill = self._attention("prefill")
-        self._decode = self._attention("decode")
-        self._top_compute = self.eff.compute[-1]
-
-    def _attention(self, kind: str) -> tuple:
-        """The `Attention` of each group of layers: the full ones, then the sliding ones."""
-        flops, queries, keys = attention_shapes(self.arch, self.tp)[kind]
-        memory = self.bandwidth * self.eff.memory
-        groups = []
-        for layers, window in ((self.arch.full_layers, 0),
-                               (self.arch.sliding_layers, self.arch.sliding_window)):
-            if layers:
-                groups.append(Attention(layers * self.eff.launch_s,
-                                        layers * flops / self.kept_peak,
-                                        layers * queries * self.setup.act_bytes / memory,
-                                        layers * keys * self.setup.kv_bytes / memory, window,
-                                        layers))
-        return tuple(groups)
+        groups = {kind: attention_groups(self.arch, self.tp, kind, self.eff, self.kept_peak,
+                                         self.bandwidth, setup.act_bytes, setup.kv_bytes)
+                  for kind in ("prefill", "decode")}
+        self.attention = StepAttention(groups["prefill"], groups["decode"], self.measured, self,
+                                       self.eff.compute[-1], self.arch.flash_attention,
+                                       self.source)
 
     def swap_block_s(self, block_size: int) -> float:
         """Seconds to copy one KV block between GPU and host memory (swap preemption): every
@@ -298,105 +267,24 @@ class HardwareCost(CostModel):
         self._fit(rows, sampled)
         time = self._rows_list[rows] + self._head_list[sampled]  # as on arrays
         if tokens:
-            causal = shape.prefill_attention - (shape.prefill_square - tokens) / 2 \
-                if self.arch.flash_attention else shape.prefill_attention
-            compute = self._compute_list[tokens]
-            for group in self._prefill:
-                measured = self._measured_prefill(group, shape.prefill_seqs, causal, tokens)
-                if measured == measured:  # a number, not NaN
-                    time += measured
-                    continue
-                time += self._block_projections(tokens)
-                work, context = causal, shape.prefill_context
-                if group.window:
-                    work = min(work, tokens * group.window)
-                    context = min(context, tokens + shape.prefill_seqs * group.window)
-                time += group.launch_s + max(group.flop_s * work / compute,
-                                             group.query_s * tokens
-                                             + group.key_s * (context + tokens))
+            time = self.attention.plus_prefill(time, shape)
         if decodes:
-            for group in self._decode:
-                time += self._decode_group(group, decodes, shape.decode_context)
+            time = self.attention.plus_decode(time, decodes, shape.decode_context)
         return time
 
-    def _decode_group(self, group: Attention, decodes: int, context: int) -> float:
-        """Seconds of a group of layers' decode attention: measured where the tables reach,
-        else the roofline (the same for a step alone and in a run: `_step_time_arrays`)."""
-        measured = self._measured_decode(group, decodes, context)
-        if measured == measured:
-            return measured
-        return self._decode_roofline(group, decodes, context)
-
-    def _decode_roofline(self, group: Attention, decodes: float, context: float) -> float:
-        """The roofline's seconds of a group's decode attention (with a measured block's
-        projections): `decodes` sequences attending to `context` keys in all."""
-        keys = min(context, decodes * group.window) if group.window else context
-        return self._block_projections(max(round(decodes), 1)) + group.launch_s + max(
-            group.flop_s * keys / self._top_compute, group.query_s * decodes + group.key_s * keys)
-
-    def _prefill_roofline(self, group: Attention, tokens: float, chunks: float,
-                          length: float) -> float:
-        """The roofline's seconds of a group's prefill attention (with a measured block's
-        projections) for `tokens` rows doing the work of `chunks` fresh prompts of `length`
-        tokens, as the tables' lookup stands them for (`MeasuredOps.prefill_point`)."""
-        rows = max(round(tokens), 1)
+    def compute_at(self, rows: int) -> float:
+        """The matmuls' compute efficiency at `rows` rows (`attention.RowTables`)."""
         self._tabulate(rows)
-        keys = chunks * length
-        work = keys * (length + 1) / 2
-        if group.window:
-            work = min(work, keys * group.window)
-        return self._block_projections(rows) + group.launch_s + max(
-            group.flop_s * work / self._compute_list[rows], group.query_s * tokens
-            + group.key_s * keys)
+        return self._compute_list[rows]
 
-    def _block_projections(self, rows: int) -> float:
+    def block_projections(self, rows: int) -> float:
         """The roofline's seconds of a measured latent-attention block's projections for `rows`
         rows, all layers: what a step past the block's tables adds to its attention (0 without
-        such a block)."""
+        such a block; `attention.RowTables`)."""
         if self.measured is None or not self.measured.mla_block:
             return 0.0
         self._tabulate(rows)
         return self._block_list[rows]
-
-    def _measured_prefill(self, group: Attention, chunks: int, causal: float,
-                          tokens: int) -> float:
-        """Seconds of a group's measured prefill attention (NaN: not measured)."""
-        if self.measured is None:
-            return math.nan
-        seconds = self.measured.prefill_attention(group.window, chunks, causal, tokens)
-        if seconds == seconds:
-            return group.layers * seconds
-        batch, length = self.measured.prefill_point(group.window, chunks, causal, tokens)
-        found = self.measured.nearest("prefill", group.window, batch, length)
-        if found is None or found[0] != found[0]:
-            return math.nan
-        seconds, at_batch, at_length = found
-        self._say_past_reach("prefill attention")
-        at_tokens = tokens * (at_batch * at_length) / (batch * length)  # in proportion
-        return group.layers * seconds * _growth(
-            self._prefill_roofline(group, tokens, batch, length),
-            self._prefill_roofline(group, at_tokens, at_batch, at_length))
-
-    def _measured_decode(self, group: Attention, decodes: int, context: int) -> float:
-        """Seconds of a group's measured decode attention (NaN: not measured)."""
-        if self.measured is None:
-            return math.nan
-        seconds = self.measured.decode_attention(group.window, decodes, context)
-        if seconds == seconds:
-            return group.layers * seconds
-        found = self.measured.nearest("decode", group.window, decodes, context / decodes)
-        if found is None or found[0] != found[0]:
-            return math.nan
-        seconds, at_batch, at_length = found
-        self._say_past_reach("decode attention")
-        return group.layers * seconds * _growth(
-            self._decode_roofline(group, decodes, context),
-            self._decode_roofline(group, at_batch, at_batch * at_length))
-
-    def _say_past_reach(self, what: str) -> None:
-        say_once(f"note: {self.source}: {what} of some steps is past the measured tables' "
-                 f"reach (2x their range of batch or length); costed there by the roofline, "
-                 f"scaled to meet the tables where they end")
 
     def _step_time_arrays(self, shape: StepShape) -> np.ndarray:
         """`_rank_step_time` on arrays, operation for operation (decode-only runs: no
@@ -411,25 +299,8 @@ class HardwareCost(CostModel):
         context = np.broadcast_to(np.asarray(shape.decode_context), size)
         self._fit(int(rows.max(initial=0)), int(sampled.max(initial=0)))
         time = self._rows[rows] + self._head[sampled]
-        attended = time
-        for group in self._decode:
-            if self.measured is not None:  # step by step, as `step_time` costs each one
-                attention = np.array([self._decode_group(group, d, c) if d else 0.0 for d, c in
-                                      zip(decodes.tolist(), context.tolist())], dtype=np.float64)
-            else:
-                keys = np.minimum(context, decodes * group.window) if group.window else context
-                attention = group.launch_s + np.maximum(
-                    group.flop_s * keys / self._top_compute,
-                    group.query_s * decodes + group.key_s * keys)
-            attended = attended + attention
-        return np.where(decodes > 0, attended, time)
-
-
-def _growth(roofline: float, at_edge: float) -> float:
-    """How much the roofline grows from the nearest point the tables reach to a step past
-    them: attention past the reach takes the tables' time there times this, not the roofline's
-    own, which may be several times off theirs (docs/sim/hardware.md, "Measured kernels")."""
-    return roofline / at_edge if at_edge > 0 else 1.0
+        return np.where(decodes > 0, self.attention.plus_decode_arrays(time, decodes, context),
+                        time)
 
 
 def covering(size: int, largest: int) -> int:

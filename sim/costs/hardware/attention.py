@@ -1,0 +1,201 @@
+"""A step's attention on a real GPU, group of layers by group (the full layers, then the
+sliding ones): the measured kernel's time where the GPU's tables reach the step's (batch,
+length) (`measured.py`); past their reach, their time at the nearest point they reach times
+the roofline's growth from there, not the roofline's level, which may be several times off
+theirs (gpt-oss's sliding decode is measured at 4 to 15 times it); where they have no kernel
+for the group, the roofline:
+
+    prefill: launch + max(flop x causal work / compute efficiency(T),
+                          query x T + key x (keys gathered + T))
+    decode:  launch + max(flop x keys / top compute efficiency, query x decodes + key x keys)
+
+with a measured latent-attention block's projections added to the roofline's (the block's
+time holds them). A sliding layer charges at most `window` keys a query (`cost.py` says how).
+`HardwareCost` holds the tables by rows that the roofline reads (`RowTables`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from ...notes import say_once
+from ..shape import StepShape
+from .measured import MeasuredOps
+from .operators import attention_shapes
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Seconds of one kind of attention (prefill or decode) in a group of layers (all, full or
+    sliding), per unit of each count: FLOPs per query-key pair / peak (to divide by the compute
+    efficiency), a query's activations and a key's cache bytes / bandwidth; `window` keys a
+    query attends to at most (0: every key)."""
+
+    launch_s: float
+    flop_s: float
+    query_s: float
+    key_s: float
+    window: int = 0
+    layers: int = 0  # how many layers (a measured kernel's time is per layer)
+
+
+def attention_groups(arch, tp: int, kind: str, eff, peak: float, bandwidth: float,
+                     act_bytes: float, kv_bytes: float) -> tuple:
+    """The `Attention` of `kind` ("prefill" or "decode") of each group of layers: the full
+    ones, then the sliding ones; its FLOPs at `peak`, its bytes at `bandwidth` times the
+    efficiency `eff` reaches."""
+    flops, queries, keys = attention_shapes(arch, tp)[kind]
+    memory = bandwidth * eff.memory
+    return tuple(Attention(layers * eff.launch_s, layers * flops / peak,
+                           layers * queries * act_bytes / memory,
+                           layers * keys * kv_bytes / memory, window, layers)
+                 for layers, window in ((arch.full_layers, 0),
+                                        (arch.sliding_layers, arch.sliding_window)) if layers)
+
+
+class RowTables(Protocol):
+    """What the roofline's attention reads from the cost model's tables by rows."""
+
+    def compute_at(self, rows: int) -> float:
+        """The matmuls' compute efficiency at `rows` rows."""
+
+    def block_projections(self, rows: int) -> float:
+        """The roofline's seconds of a measured latent block's projections (0: no block)."""
+
+
+class StepAttention:
+    """The attention of a step's prefill and decode (module docstring), added to a time group
+    by group in one order everywhere, so that a run of steps costs, to the last bit, what its
+    steps one by one do."""
+
+    def __init__(self, prefill: tuple, decode: tuple, measured: MeasuredOps | None,
+                 tables: RowTables, top_compute: float, flash_attention: bool, source: str):
+        """`prefill`, `decode`: each group's `Attention`; `top_compute`: the compute
+        efficiency decode attention runs at; `flash_attention`: a chunk's causal work counts
+        the keys before each query (n (n + 1) / 2), not the square; `source`: the run's name
+        in notes."""
+        self.prefill_groups, self.decode_groups = prefill, decode
+        self.measured, self.tables, self.source = measured, tables, source
+        self.top_compute, self.flash_attention = top_compute, flash_attention
+
+    def plus_prefill(self, time: float, shape: StepShape) -> float:
+        """`time` plus the prefill attention of a step of `shape` (with prefill tokens)."""
+        tokens, chunks = shape.prefill_tokens, shape.prefill_seqs
+        causal = shape.prefill_attention - (shape.prefill_square - tokens) / 2 \
+            if self.flash_attention else shape.prefill_attention
+        compute = self.tables.compute_at(tokens)
+        for group in self.prefill_groups:
+            measured = self._measured_prefill(group, chunks, causal, tokens)
+            if measured == measured:  # a number, not NaN
+                time += measured
+                continue
+            time += self.tables.block_projections(tokens)
+            work, context = causal, shape.prefill_context
+            if group.window:
+                work = min(work, tokens * group.window)
+                context = min(context, tokens + chunks * group.window)
+            time += group.launch_s + max(group.flop_s * work / compute,
+                                         group.query_s * tokens + group.key_s * (context + tokens))
+        return time
+
+    def plus_decode(self, time: float, decodes: int, context: int) -> float:
+        """`time` plus the decode attention of `decodes` sequences attending to `context` keys
+        in all."""
+        for group in self.decode_groups:
+            time += self._decode(group, decodes, context)
+        return time
+
+    def plus_decode_arrays(self, time: np.ndarray, decodes: np.ndarray,
+                           context: np.ndarray) -> np.ndarray:
+        """`plus_decode` of steps given as arrays, operation for operation (0 where a step has
+        no decodes)."""
+        for group in self.decode_groups:
+            if self.measured is not None:  # step by step, as a step alone is costed
+                attention = np.array([self._decode(group, d, c) if d else 0.0 for d, c in
+                                      zip(decodes.tolist(), context.tolist())], dtype=np.float64)
+            else:
+                keys = np.minimum(context, decodes * group.window) if group.window else context
+                attention = group.launch_s + np.maximum(
+                    group.flop_s * keys / self.top_compute,
+                    group.query_s * decodes + group.key_s * keys)
+            time = time + attention
+        return time
+
+    # --- one group ----------------------------------------------------------------------------
+    def _decode(self, group: Attention, decodes: int, context: int) -> float:
+        measured = self._measured_decode(group, decodes, context)
+        if measured == measured:
+            return measured
+        return self._decode_roofline(group, decodes, context)
+
+    def _decode_roofline(self, group: Attention, decodes: float, context: float) -> float:
+        """The roofline's seconds of a group's decode attention (with a measured block's
+        projections): `decodes` sequences attending to `context` keys in all."""
+        keys = min(context, decodes * group.window) if group.window else context
+        return self.tables.block_projections(max(round(decodes), 1)) + group.launch_s + max(
+            group.flop_s * keys / self.top_compute, group.query_s * decodes + group.key_s * keys)
+
+    def _prefill_roofline(self, group: Attention, tokens: float, chunks: float,
+                          length: float) -> float:
+        """The roofline's seconds of a group's prefill attention (with a measured block's
+        projections) for `tokens` rows doing the work of `chunks` fresh prompts of `length`
+        tokens, as the tables' lookup stands them for (`MeasuredOps.prefill_point`)."""
+        rows = max(round(tokens), 1)
+        keys = chunks * length
+        work = keys * (length + 1) / 2
+        if group.window:
+            work = min(work, keys * group.window)
+        return self.tables.block_projections(rows) + group.launch_s + max(
+            group.flop_s * work / self.tables.compute_at(rows), group.query_s * tokens
+            + group.key_s * keys)
+
+    def _measured_prefill(self, group: Attention, chunks: int, causal: float,
+                          tokens: int) -> float:
+        """Seconds of a group's measured prefill attention (NaN: not measured)."""
+        if self.measured is None:
+            return math.nan
+        seconds = self.measured.prefill_attention(group.window, chunks, causal, tokens)
+        if seconds == seconds:
+            return group.layers * seconds
+        batch, length = self.measured.prefill_point(group.window, chunks, causal, tokens)
+        found = self.measured.nearest("prefill", group.window, batch, length)
+        if found is None or found[0] != found[0]:
+            return math.nan
+        seconds, at_batch, at_length = found
+        self._say_past_reach("prefill attention")
+        at_tokens = tokens * (at_batch * at_length) / (batch * length)  # in proportion
+        return group.layers * seconds * _growth(
+            self._prefill_roofline(group, tokens, batch, length),
+            self._prefill_roofline(group, at_tokens, at_batch, at_length))
+
+    def _measured_decode(self, group: Attention, decodes: int, context: int) -> float:
+        """Seconds of a group's measured decode attention (NaN: not measured)."""
+        if self.measured is None:
+            return math.nan
+        seconds = self.measured.decode_attention(group.window, decodes, context)
+        if seconds == seconds:
+            return group.layers * seconds
+        found = self.measured.nearest("decode", group.window, decodes, context / decodes)
+        if found is None or found[0] != found[0]:
+            return math.nan
+        seconds, at_batch, at_length = found
+        self._say_past_reach("decode attention")
+        return group.layers * seconds * _growth(
+            self._decode_roofline(group, decodes, context),
+            self._decode_roofline(group, at_batch, at_batch * at_length))
+
+    def _say_past_reach(self, what: str) -> None:
+        say_once(f"note: {self.source}: {what} of some steps is past the measured tables' "
+                 f"reach (2x their range of batch or length); costed there by the roofline, "
+                 f"scaled to meet the tables where they end")
+
+
+def _growth(roofline: float, at_edge: float) -> float:
+    """How much the roofline grows from the nearest point the tables reach to a step past
+    them: attention past the reach takes the tables' time there times this, not the roofline's
+    own, which may be several times off theirs (docs/sim/hardware.md, "Measured kernels")."""
+    return roofline / at_edge if at_edge > 0 else 1.0

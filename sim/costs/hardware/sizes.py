@@ -1,0 +1,122 @@
+"""What a transformer weighs: its parameters (all of them, and those a token goes through),
+and what one GPU holds under tensor, expert and attention data parallelism: its weight bytes
+(the embedding, the LM head and the routers kept 16-bit under quantized weights) and a token's
+KV-cache bytes. A mixin of `Architecture` (architecture.py), whose fields and shapes it reads.
+"""
+
+from __future__ import annotations
+
+from .dtypes import KEPT_BYTES
+
+
+class Sizes:
+    """Parameter counts and bytes per GPU of an `Architecture` (module docstring)."""
+
+    # --- parameters ---------------------------------------------------------------------------
+    def attention_parameters(self) -> int:
+        """Parameters of one layer's attention (projections, biases, latent norms)."""
+        d = self.d_model
+        if self.is_mla:
+            q_in = self.q_lora_rank or d
+            return (d * (self.q_lora_rank + self.latent_dim) + q_in * self.q_dim
+                    + self.kv_lora_rank * self.n_heads * (self.qk_nope_head_dim
+                                                          + self.v_head_dim)
+                    + self.o_dim * d + self.q_lora_rank + self.kv_lora_rank)
+        attention = d * (self.q_dim + 2 * self.kv_dim) + self.q_dim * d
+        if self.qkv_bias:
+            attention += self.q_dim + 2 * self.kv_dim
+        return attention
+
+    def mlp_parameters(self, width: int) -> int:
+        """Parameters of one MLP of `width` (a plain MLP carries biases, as phi-2's)."""
+        mlp = (3 if self.gated_mlp else 2) * self.d_model * width
+        if not self.gated_mlp:
+            mlp += width + self.d_model
+        return mlp
+
+    def norm_parameters(self) -> int:
+        """Parameters of one layer's norms."""
+        return (1 if self.parallel_attn_mlp else 2) * self.d_model * \
+            (2 if self.norm == "layernorm" else 1)
+
+    def layer_parameters(self) -> int:
+        """Parameters of one dense transformer layer (weights, biases, norms)."""
+        return self.attention_parameters() + self.mlp_parameters(self.d_ff) + \
+            self.norm_parameters()
+
+    def moe_layer_parameters(self) -> int:
+        """Parameters of one mixture-of-experts layer: attention, router, routed and shared
+        experts, norms."""
+        return (self.attention_parameters() + self.d_model * self.n_experts
+                + self.n_experts * self.mlp_parameters(self.moe_d_ff)
+                + (self.mlp_parameters(self.shared_ff) if self.shared_ff else 0)
+                + self.norm_parameters())
+
+    def parameters(self) -> int:
+        """Every parameter: embedding, layers, final norm, LM head (unless tied)."""
+        embedding = self.vocab_size * self.d_model
+        head = 0 if self.tie_embeddings else self.vocab_size * self.d_model
+        final_norm = self.d_model * (2 if self.norm == "layernorm" else 1)
+        layers = self.dense_layers * self.layer_parameters()
+        if self.is_moe:
+            layers += self.moe_layers * self.moe_layer_parameters()
+        return embedding + layers + final_norm + head
+
+    def active_parameters(self) -> int:
+        """Parameters a token goes through: all but the routed experts it is not sent to."""
+        idle = self.n_experts - self.experts_per_token
+        return self.parameters() - self.moe_layers * idle * self.mlp_parameters(self.moe_d_ff)
+
+    # --- bytes per GPU ------------------------------------------------------------------------
+    def _attention_weights_per_gpu(self, tp: int) -> int:
+        d = self.d_model
+        if self.is_mla:
+            heads = self.n_heads // tp
+            q_in = self.q_lora_rank or d
+            return (d * (self.q_lora_rank + self.latent_dim)  # down projections, replicated
+                    + q_in * heads * self.hd
+                    + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+                    + heads * self.v_head_dim * d)
+        kv_local = self.kv_heads_per_gpu(tp) * self.hd
+        return d * (self.q_dim // tp + 2 * kv_local) + self.q_dim // tp * d
+
+    def _moe_weights_per_gpu(self, tp: int, ep: int, dp: int = 1,
+                             expert_scale: float = 1.0) -> float:
+        """A mixture-of-experts layer's MLP on one GPU but its router: its share of the routed
+        experts (whole experts with ep > 1, else a 1/(tp x dp) slice of every one:
+        the experts span every GPU) and a 1/tp slice of the shared experts (a data-parallel
+        rank's); the routed experts count `expert_scale` times (their bytes over the others')."""
+        expert = (3 if self.gated_mlp else 2) * self.d_model * self.moe_d_ff
+        routed = self.experts_per_gpu(ep) * expert if ep > 1 else \
+            self.n_experts * expert / (tp * dp)
+        routed *= expert_scale
+        shared = (3 if self.gated_mlp else 2) * self.d_model * self.shared_ff / tp
+        return routed + shared
+
+    def weight_bytes_per_gpu(self, tp: int, dtype_bytes: float, ep: int = 1,
+                             dp: int = 1, expert_bytes: float | None = None) -> float:
+        """Weight bytes one GPU holds: its shard of every layer and of the vocabulary (embedding
+        and LM head are split by vocabulary, as vLLM does), the norms whole; with attention
+        data parallelism every rank holds the non-expert weights and the experts span all
+        `tp` x `dp` GPUs; the routed experts take `expert_bytes` an element (default
+        `dtype_bytes`). The embedding, the LM head and the routers stay 16-bit under fp8 or
+        4-bit weights, as quantized checkpoints keep them (NVIDIA ModelOpt's, DeepSeek's fp8,
+        gpt-oss's MXFP4)."""
+        attention = self._attention_weights_per_gpu(tp)
+        layers = self.dense_layers * (attention + (3 if self.gated_mlp else 2) * self.d_model
+                                      * self.d_ff / tp)
+        kept = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2) / tp
+        if self.is_moe:
+            scale = 1.0 if expert_bytes is None else expert_bytes / dtype_bytes
+            layers += self.moe_layers * (attention + self._moe_weights_per_gpu(tp, ep, dp, scale))
+            kept += self.moe_layers * self.d_model * self.n_experts  # the routers, replicated
+        return layers * dtype_bytes + kept * max(dtype_bytes, KEPT_BYTES)
+
+    def kv_bytes_per_token(self, tp: int, dtype_bytes: float) -> float:
+        """KV-cache bytes one token takes on one GPU in every layer: keys and values of the
+        GPU's key-value heads (2 x layers x kv_heads x head_dim x bytes / tp), or with
+        multi-head latent attention the latent and rotary key, whole on every GPU (layers x
+        (kv_lora_rank + qk_rope_head_dim) x bytes)."""
+        if self.is_mla:
+            return self.n_layers * self.latent_dim * dtype_bytes
+        return 2 * self.n_layers * self.kv_heads_per_gpu(tp) * self.hd * dtype_bytes
