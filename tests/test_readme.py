@@ -156,7 +156,9 @@ def test_the_serving_example_serves_and_validates_the_same_server(workdir):
         for i, line in enumerate(client_lines):
             line = re.sub(r"\s+#.*$", "", line).replace("http://127.0.0.1:8000", url)
             argv = [a if a != "100" else "6" for a in shlex.split(line)]  # --num-prompts: a few
-            done = run(argv + ["--request-rate", "6", "--quiet", "--set", *model, "--out",
+            if "--max-concurrency" not in argv:  # that line sends every request at once
+                argv += ["--request-rate", "6"]
+            done = run(argv + ["--quiet", "--set", *model, "--out",
                                str(workdir / f"{argv[1]}-{i}")], workdir)
             assert done.returncode == 0, f"{line}: {done.stderr[-2000:]}"
     finally:

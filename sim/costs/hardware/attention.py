@@ -1,9 +1,10 @@
 """A step's attention on a real GPU, group of layers by group (the full layers, then the
 sliding ones): the measured kernel's time where the GPU's tables reach the step's (batch,
-length) (`measured.py`); past their reach, their time at the nearest point they reach times
-the roofline's growth from there, not the roofline's level, which may be several times off
-theirs (gpt-oss's sliding decode is measured at 4 to 15 times it); where they have no kernel
-for the group, the roofline:
+length) (`measured.py`); past their reach, each measured batch's time that the lookup blends,
+at the nearest length it reaches (the batch brought into the batches' reach), times the
+roofline's growth from there (`Grid.anchored`), not the roofline's level, which may be several
+times off theirs (the H200's tables time gpt-oss's sliding decode at 3.5 to 8.6 times it where
+they end); where they have no kernel for the group, the roofline:
 
     prefill: launch + max(flop x causal work / compute efficiency(T),
                           query x T + key x (keys gathered + T))
@@ -162,15 +163,11 @@ class StepAttention:
         if seconds == seconds:
             return group.layers * seconds
         batch, length = self.measured.prefill_point(group.window, chunks, causal, tokens)
-        found = self.measured.nearest("prefill", group.window, batch, length)
-        if found is None or found[0] != found[0]:
-            return math.nan
-        seconds, at_batch, at_length = found
-        self._say_past_reach("prefill attention")
-        at_tokens = tokens * (at_batch * at_length) / (batch * length)  # in proportion
-        return group.layers * seconds * _growth(
-            self._prefill_roofline(group, tokens, batch, length),
-            self._prefill_roofline(group, at_tokens, at_batch, at_length))
+        here = self._prefill_roofline(group, tokens, batch, length)
+        seconds = self.measured.anchored(
+            "prefill", group.window, batch, length, lambda b, n: _growth(here, (
+                self._prefill_roofline(group, tokens * (b * n) / (batch * length), b, n))))
+        return self._past_reach("prefill", group, seconds)
 
     def _measured_decode(self, group: Attention, decodes: int, context: int) -> float:
         """Seconds of a group's measured decode attention (NaN: not measured)."""
@@ -179,14 +176,19 @@ class StepAttention:
         seconds = self.measured.decode_attention(group.window, decodes, context)
         if seconds == seconds:
             return group.layers * seconds
-        found = self.measured.nearest("decode", group.window, decodes, context / decodes)
-        if found is None or found[0] != found[0]:
+        here = self._decode_roofline(group, decodes, context)
+        seconds = self.measured.anchored(
+            "decode", group.window, decodes, context / decodes,
+            lambda b, n: _growth(here, self._decode_roofline(group, b, b * n)))
+        return self._past_reach("decode", group, seconds)
+
+    def _past_reach(self, kind: str, group: Attention, seconds: float | None) -> float:
+        """A group's `kind` attention past its tables' reach, from one layer's `seconds`
+        (None: not measured), said once."""
+        if seconds is None or seconds != seconds:
             return math.nan
-        seconds, at_batch, at_length = found
-        self._say_past_reach("decode attention")
-        return group.layers * seconds * _growth(
-            self._decode_roofline(group, decodes, context),
-            self._decode_roofline(group, at_batch, at_batch * at_length))
+        self._say_past_reach(f"{kind} attention")
+        return group.layers * seconds
 
     def _say_past_reach(self, what: str) -> None:
         say_once(f"note: {self.source}: {what} of some steps is past the measured tables' "
@@ -195,7 +197,7 @@ class StepAttention:
 
 
 def _growth(roofline: float, at_edge: float) -> float:
-    """How much the roofline grows from the nearest point the tables reach to a step past
-    them: attention past the reach takes the tables' time there times this, not the roofline's
-    own, which may be several times off theirs (docs/sim/hardware.md, "Measured kernels")."""
+    """How much the roofline grows from a point the tables reach to a step past them:
+    attention past the reach takes the tables' time there times this, not the roofline's own,
+    which may be several times off theirs (docs/sim/hardware.md, "Measured kernels")."""
     return roofline / at_edge if at_edge > 0 else 1.0

@@ -214,7 +214,8 @@ class HardwareCost(CostModel):
     def _fit(self, rows: int, sampled: int = 0) -> None:
         """Tabulate up to a step of `rows` rows, `sampled` of them sampled, if need be."""
         largest = max(rows, sampled)
-        self._tabulate(largest)
+        if largest >= len(self._rows_list):  # `_tabulate`, inline: once a step
+            self._grow(covering(len(self._rows_list), largest))
         if largest >= self._reach.first:
             self._reach.reached(rows, sampled)
 

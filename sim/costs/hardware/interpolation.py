@@ -80,8 +80,8 @@ class Grid:
     blended log-linearly between the two measured batches around the batch asked for (the
     grid is truncated where batch x length grows large, so each batch has its own range).
     Evaluated in plain Python one (batch, length) at a time, so that a run of steps gets, to
-    the last bit, what its steps one by one get; past its reach, `nearest` finds the point
-    reached nearest to the one asked for."""
+    the last bit, what its steps one by one get; past its reach, `anchored` carries the
+    nearest times it reaches by another model's growth."""
 
     def __init__(self, batches: list, curves: list):
         self.logb = [math.log(b) for b in batches]
@@ -90,38 +90,14 @@ class Grid:
 
     def at_one(self, batch: float, length: float) -> float:
         """Seconds at one (batch, length), NaN out of reach."""
-        logb = math.log(batch)
+        logb, logl = math.log(batch), math.log(max(length, 1.0))
         points = self.logb
         if not points[0] - self.reach <= logb <= points[-1] + self.reach:
             return math.nan
-        return self._at(logb, math.log(max(length, 1.0)))
-
-    def nearest(self, batch: float, length: float) -> tuple[float, float, float]:
-        """(seconds, batch, length) at the point the grid reaches nearest to (batch, length):
-        the batch brought into the batches' reach, then the length into the lengths that the
-        curves it blends all reach, each on the log scale (itself where reached)."""
-        points = self.logb
-        logb = min(max(math.log(batch), points[0] - self.reach), points[-1] + self.reach)
-        i, w = self._where(logb)
-        curves = self.curves[i:i + 1] if w == 0.0 else self.curves[i + 1:i + 2] if w == 1.0 \
-            else self.curves[i:i + 2]
-        low, high = max(c.low for c in curves), min(c.high for c in curves)
-        logl = min(max(math.log(max(length, 1.0)), low), high)
-        return self._at(logb, logl), math.exp(logb), math.exp(logl)
-
-    def _where(self, logb: float) -> tuple[int, float]:
-        """(i, w): a log batch blends the curves of measured batches i and i + 1 with weights
-        1 - w and w (w = 0: batch i's alone; past either end, the two at that end)."""
-        points = self.logb
         if len(points) == 1:
-            return 0, 0.0
+            return math.exp(self.curves[0].log_at_one(logl)) * 1e-3
         i = min(max(bisect_right(points, logb) - 1, 0), len(points) - 2)
-        return i, (logb - points[i]) / (points[i + 1] - points[i])
-
-    def _at(self, logb: float, logl: float) -> float:
-        """Seconds at a log batch within the batches' reach and a log length (NaN past the
-        reach of a curve it blends)."""
-        i, w = self._where(logb)
+        w = (logb - points[i]) / (points[i + 1] - points[i])
         lo = self.curves[i].log_at_one(logl)
         if w == 0.0:  # a measured batch: its own curve alone
             value = lo
@@ -129,6 +105,29 @@ class Grid:
             value = self.curves[i + 1].log_at_one(logl)
         else:
             value = (1.0 - w) * lo + w * self.curves[i + 1].log_at_one(logl)
+        return math.exp(value) * 1e-3
+
+    def anchored(self, batch: float, length: float, growth) -> float:
+        """Seconds at (batch, length) past the grid's reach (`at_one` inside it): the batch
+        brought into the batches' reach (b), and each curve it blends taken at the length
+        nearest to `length` that the curve reaches (n), times `growth(b, n)`, how much another
+        model grows from (b, n) to (batch, length); blended as `at_one` blends, so that the
+        time does not jump where a curve's reach or the grid's ends."""
+        points = self.logb
+        logb = min(max(math.log(batch), points[0] - self.reach), points[-1] + self.reach)
+        logl, b = math.log(max(length, 1.0)), math.exp(logb)
+        if len(points) == 1:
+            blend = [(0, 1.0)]
+        else:
+            i = min(max(bisect_right(points, logb) - 1, 0), len(points) - 2)
+            w = (logb - points[i]) / (points[i + 1] - points[i])
+            blend = [(i, 1.0)] if w == 0.0 else [(i + 1, 1.0)] if w == 1.0 else \
+                [(i, 1.0 - w), (i + 1, w)]
+        value = 0.0
+        for index, weight in blend:
+            curve = self.curves[index]
+            near = min(max(logl, curve.low), curve.high)
+            value += weight * (curve.log_at_one(near) + math.log(growth(b, math.exp(near))))
         return math.exp(value) * 1e-3
 
 

@@ -298,7 +298,9 @@ class MeasuredOps:
         grid = self._grids.get(window, (None, None))[0]
         if grid is None:
             return math.nan
-        return grid.at_one(*self.prefill_point(window, chunks, causal, tokens))
+        if window:  # a query attends to at most `window` keys (as `prefill_point`)
+            causal = min(causal, tokens * window)
+        return grid.at_one(chunks, prompt_length(causal / chunks, window))
 
     @staticmethod
     def prefill_point(window: int, chunks: float, causal: float,
@@ -316,13 +318,13 @@ class MeasuredOps:
             return math.nan
         return grid.at_one(decodes, context / decodes)
 
-    def nearest(self, kind: str, window: int, batch: float,
-                length: float) -> tuple[float, float, float] | None:
-        """(seconds, batch, length) of one layer's `kind` ("prefill" or "decode") attention at
-        the point its tables reach nearest to (batch, length) (`Grid.nearest`); None: not
-        measured."""
+    def anchored(self, kind: str, window: int, batch: float, length: float,
+                 growth) -> float | None:
+        """Seconds of one layer's `kind` ("prefill" or "decode") attention at (batch, length)
+        past its tables' reach: their times nearest to it carried by `growth` (`Grid.anchored`);
+        None: not measured."""
         grid = self._grids.get(window, (None, None))[kind == "decode"]
-        return None if grid is None else grid.nearest(batch, length)
+        return None if grid is None else grid.anchored(batch, length, growth)
 
 
 def prompt_length(work: float, window: int = 0) -> float:
