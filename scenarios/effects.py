@@ -262,26 +262,41 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
                                 f"set ({', '.join(v.name for v in variants)}), leaving them "
                                 f"differing in name only; drop the variants or that sweep key")
     for variant in variants:  # a sweep setting the variant's own key is plain to see
-        for key, value in variant.set.items():
-            written = writes({key: value})
+        for key in writes(variant.set):
             swept = next((swept for swept, values in sweep.items()
-                          if not any(overlap(w, swept) for w in written)
-                          and all(_covered(written, swept_writes(swept, [point]))
-                                  for point in values)), None)
+                          if all(_covered({key}, swept_writes(swept, [point]))
+                                 and not _covered({key}, writes({swept: point}))
+                                 for point in values)), None)
             if swept is not None:
+                what = "trace's name and path" if key.startswith(ov.TRACE_KEY) else \
+                    "model's name and config"
                 raise ScenarioError(f"{shown}: variant {variant.name!r}: {key}: "
                                     f"{_swept_name(swept, flag_sweep)} replaces it at every "
-                                    f"point (a model's name and config replace each other; a "
-                                    f"sweep applies after the variants), so the variant's "
-                                    f"value changes no run; drop it, or sweep {key} instead")
+                                    f"point (a {what} replace each other; a sweep applies "
+                                    f"after the variants), so the variant's value changes no "
+                                    f"run; drop it, or sweep {key} instead")
 
 
 def swept_writes(key: str, values) -> set:
     """The dotted keys that sweeping `key` over `values` writes (`writes`), over all values,
-    and those it drops: a model's `name` and `config` replace each other (`overrides`)."""
+    and those it drops (`dropped`)."""
     written = {w for value in values for w in writes({key: value})}
-    kinds = {f"{ov.MODEL_KEY}.{kind}" for kind in ov.MODEL_KINDS}
-    return written | (kinds if written & kinds else set())
+    return written | dropped(written)
+
+
+def dropped(written) -> set:
+    """The dotted keys that writing `written` drops (`overrides.apply`): a model's `name` and
+    `config` replace each other, and a trace's `name` and `path` (a name its `format` too)."""
+    out = set()
+    model = {f"{ov.MODEL_KEY}.{kind}" for kind in ov.MODEL_KINDS}
+    if len(model & set(written)) == 1:
+        out |= model - set(written)
+    for kind in ov.TRACE_KINDS:
+        if f"{ov.TRACE_KEY}.{kind}" in written:
+            out |= {f"{ov.TRACE_KEY}.{other}" for other in ov.TRACE_KINDS if other != kind}
+            if kind == "name":
+                out.add(f"{ov.TRACE_KEY}.format")
+    return out
 
 
 def _swept_name(key: str, flag_sweep: set) -> str:

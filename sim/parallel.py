@@ -34,6 +34,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -218,11 +219,12 @@ SETTINGS_FRAME = 4
 
 
 def _check_answers(address: str) -> None:
-    """WorkerLost where nothing at a Ray cluster's HOST:PORT (ray:// too) answers as Ray's
-    GCS does (an HTTP/2 SETTINGS frame, gRPC's first answer; with RAY_USE_TLS, any accepted
-    connection) within `CONNECT_TIMEOUT_S`: ray.init waits without end for an address where
-    nothing listens, or where something else does (a web server, the dashboard's port).
-    "auto" and other forms are Ray's to find."""
+    """WorkerLost where nothing at a Ray cluster's HOST:PORT (ray:// too) accepts a connection
+    within `CONNECT_TIMEOUT_S` (each address the host resolves to), or what accepts does not
+    answer as Ray's GCS does within as long again (an HTTP/2 SETTINGS frame, gRPC's first
+    answer; with TLS on, as RAY_USE_TLS says, the connection alone): ray.init waits without end
+    for an address where nothing listens, or where something else does (a web server, the
+    dashboard's port). "auto" and other forms are Ray's to find."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return
@@ -230,33 +232,39 @@ def _check_answers(address: str) -> None:
     try:
         with socket.create_connection((host.strip("[]"), int(port)),
                                       CONNECT_TIMEOUT_S) as connection:
-            if os.environ.get("RAY_USE_TLS", "0") not in ("0", ""):
-                return  # a TLS handshake first: left to Ray
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return  # a TLS handshake first (as Ray reads the variable): left to Ray
+            deadline = time.monotonic() + CONNECT_TIMEOUT_S
             connection.sendall(HTTP2_PREFACE)
-            answer = _first_bytes(connection, 9)
+            answer, closed = _first_bytes(connection, 9, deadline)
     except OSError as exc:
         raise WorkerLost(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start "
                          f"one there (ray start --head), {here}") from None
     if len(answer) < 9 or answer[3] != SETTINGS_FRAME:
-        said = (f"nothing came back in {CONNECT_TIMEOUT_S:g} s" if answer == b"" else
-                f"it answered {answer!r}")
+        said = (f"it answered {answer!r}" if answer else "it closed the connection"
+                if closed else f"nothing came back in {CONNECT_TIMEOUT_S:g} s")
         raise WorkerLost(f"what listens at {address} is not a Ray cluster ({said}, where Ray "
                          f"answers in gRPC at once); give the address `ray start --head` "
                          f"printed (port 6379 unless set), {here}")
 
 
-def _first_bytes(connection, count: int) -> bytes:
-    """Up to `count` bytes a connection sends (fewer where it closes or falls silent)."""
+def _first_bytes(connection, count: int, deadline: float) -> tuple[bytes, bool]:
+    """(up to `count` bytes a connection sends before the `deadline` on the monotonic clock,
+    whether it closed first)."""
     data = b""
-    try:
-        while len(data) < count:
+    while len(data) < count:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return data, False
+        connection.settimeout(left)
+        try:
             chunk = connection.recv(count - len(data))
-            if not chunk:
-                break
-            data += chunk
-    except TimeoutError:
-        pass
-    return data
+        except TimeoutError:
+            return data, False
+        if not chunk:
+            return data, True
+        data += chunk
+    return data, False
 
 
 def _task_result(ray, ref):

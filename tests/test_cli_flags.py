@@ -3,7 +3,7 @@ for; `--set` never swallows the scenario after it; every mistake in a flag is on
 
 from __future__ import annotations
 
-
+import re
 from pathlib import Path
 
 import numpy as np
@@ -441,20 +441,48 @@ def test_a_ray_address_where_nothing_answers_is_one_line_not_a_wait(capsys, tmp_
 @pytest.mark.parametrize("server, said", [
     ("http", "it answered b'<!DOCTYPE'"),  # a web server (a Ray dashboard's port, say)
     ("silent", "nothing came back in 1 s"),  # a listener that accepts and says nothing
+    ("trickle", "it answered b'x"),  # a byte at a time, each sooner than a read's wait
+    ("closing", "it closed the connection"),  # reads, then closes
 ])
 def test_a_ray_address_where_something_else_listens_is_one_line_not_a_wait(
         capsys, tmp_path, monkeypatch, server, said):
     """ray.init waits without end for an address that accepts and does not answer as Ray's
-    gRPC: refused once the first bytes say it is not Ray."""
+    gRPC: refused once the first bytes say it is not Ray, or its time is up (1 s here, in all:
+    not a read's), whatever RAY_USE_TLS says but "1" or "true" (as Ray reads it)."""
     pytest.importorskip("ray")
     import http.server
     import socket
     import threading
+    import time
 
     monkeypatch.setattr("sim.parallel.CONNECT_TIMEOUT_S", 1.0)
+    monkeypatch.setenv("RAY_USE_TLS", "false")
+
     class Quiet(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args):  # its log is not servesim's stderr
             pass
+
+    def serve(answer):  # each connection answered by `answer(connection)`, on a thread
+        def accept():
+            while True:
+                try:
+                    connection, _ = listener.accept()
+                except OSError:  # closed: the test is over
+                    return
+                threading.Thread(target=answer, args=(connection,), daemon=True).start()
+        threading.Thread(target=accept, daemon=True).start()
+
+    def closing(connection):
+        connection.recv(64)
+        connection.close()
+
+    def trickle(connection):
+        for _ in range(8):
+            time.sleep(0.4)
+            try:
+                connection.sendall(b"x")
+            except OSError:  # servesim has hung up
+                return
 
     if server == "http":
         listener = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
@@ -463,6 +491,8 @@ def test_a_ray_address_where_something_else_listens_is_one_line_not_a_wait(
     else:
         listener = socket.create_server(("127.0.0.1", 0))  # accepted by the kernel, unread
         port, stop = listener.getsockname()[1], listener.close
+        if server != "silent":
+            serve(trickle if server == "trickle" else closing)
     path = small_scenario(tmp_path, "other", "[[variants]]\nname = \"a\"\n[[variants]]\n"
                                              "name = \"b\"\nset = { seed = 2 }\n")
     try:
@@ -473,4 +503,6 @@ def test_a_ray_address_where_something_else_listens_is_one_line_not_a_wait(
     line = one_error_line(capsys)
     assert f"what listens at 127.0.0.1:{port} is not a Ray cluster ({said}" in line
     assert "give the address `ray start --head` printed" in line
+    if server == "trickle":  # what came in the 1 s (two bytes), not in eight reads' waits
+        assert len(re.search(r"it answered b'(x*)'", line).group(1)) <= 4
     assert not (tmp_path / "out").exists()

@@ -111,23 +111,35 @@ def test_an_override_or_sweep_the_variants_leave_a_part_of_is_accepted(tmp_path,
     assert len(scenarios.load(write(tmp_path, variants), **args).runs()) >= 2
 
 
-def test_a_variants_config_json_a_sweep_of_model_name_replaces_is_refused(tmp_path):
-    """A model's name replaces its config: sweeping the name, the variant's config.json would
-    go unread, without a word (a sweep of the key a variant sets is plain to see: taken)."""
+@pytest.mark.parametrize("variant, sweep, message", [
+    ('"model.config" = "CONFIG"', {"model.name": ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B"]},
+     "model.config: --sweep model.name replaces it at every point (a model's name and config"),
+    # the config in a table beside a key the sweep leaves
+    ('model = { config = "CONFIG", max_seq_len = 2048 }', {"model.name": ["Qwen/Qwen3-8B"]},
+     "model.config: --sweep model.name replaces it"),
+    # the sweep's names in tables merged into the model's
+    ('"model.config" = "CONFIG"', {"model": [{"name": "Qwen/Qwen3-8B"}]},
+     "model.config: --sweep model replaces it"),
+    ('"workload.trace.path" = "trace.csv"', {"workload.trace.name": ["azure-code", "azure-conv"]},
+     "workload.trace.path: --sweep workload.trace.name replaces it at every point (a trace's "
+     "name and path"),
+])
+def test_a_variants_key_that_a_sweep_replaces_through_another_is_refused(tmp_path, variant,
+                                                                         sweep, message):
+    """A model's name replaces its config, a trace's name its path: a sweep of one, after the
+    variants, would leave a variant's other unread, without a word (a sweep of the key a
+    variant sets is plain to see: taken)."""
     config = tmp_path / "config.json"
     config.write_text('{"architectures": ["LlamaForCausalLM"], "hidden_size": 1024, '
                       '"num_hidden_layers": 2, "num_attention_heads": 8, '
                       '"intermediate_size": 2048, "vocab_size": 1000}')
-    variants = ('[[variants]]\nname = "a"\nset = { "hardware.gpu" = "h100-sxm", '
-                '"engine.max_num_seqs" = 16 }\n[[variants]]\nname = "b"\nset = { '
-                f'"hardware.gpu" = "h200", "model.config" = "{config}" }}\n')
+    variants = ('[[variants]]\nname = "a"\nset = { "hardware.gpu" = "h100-sxm" }\n'
+                '[[variants]]\nname = "b"\nset = { "hardware.gpu" = "h200", '
+                f'{variant.replace("CONFIG", str(config))} }}\n')
     with pytest.raises(ScenarioError) as info:
-        scenarios.load(write(tmp_path, variants),
-                       sweep={"model.name": ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B"]})
-    assert "variant 'b': model.config: --sweep model.name replaces it at every point (a " \
-        "model's name and config replace each other; a sweep applies after the variants), so " \
-        "the variant's value changes no run; drop it, or sweep model.config instead" in \
-        str(info.value)
+        scenarios.load(write(tmp_path, variants), sweep=sweep)
+    assert f"variant 'b': {message}" in str(info.value)
+    assert "so the variant's value changes no run; drop it" in str(info.value)
 
 
 def test_an_override_whose_change_every_variant_undoes_is_refused(tmp_path, capsys):

@@ -158,3 +158,9 @@ def test_full_and_sliding_layers_measured_apart_are_named_apart(tmp_path, capsys
         assert mixed[f"{op} (sliding layers)"] == "roofline"
     assert "prefill_attention (sliding layers), decode_attention (sliding layers) of this " \
         "model and GPU; costed by the roofline" in capsys.readouterr().err
+    # every layer sliding (Mistral-7B's window of 4,096, which no table times): no full layers
+    # to call measured
+    mistral = setup_of(tmp_path, model='name = "mistralai/Mistral-7B-v0.1"', gpu="h100-sxm",
+                       max_seq_len=32768).kernels.sources()
+    assert {op: where for op, where in mistral.items() if "attention" in op} == \
+        {"prefill_attention": "roofline", "decode_attention": "roofline"}

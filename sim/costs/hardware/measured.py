@@ -140,10 +140,12 @@ class MeasuredOps:
                                   tables.mla_attention_grid(heads, kv_dtype, True))
         else:
             heads, kv_heads = arch.q_dim // tp // arch.hd, arch.kv_heads_per_gpu(tp)
-            for window in {0, arch.sliding_window}:
-                self._grids[window] = (
-                    tables.prefill_grid(heads, kv_heads, arch.hd, kv_dtype, window),
-                    tables.decode_grid(heads, kv_heads, arch.hd, kv_dtype, window))
+            for layers, window in ((arch.full_layers, 0),
+                                   (arch.sliding_layers, arch.sliding_window)):
+                if layers:  # a group of layers the model has (Mistral-7B's are all sliding)
+                    self._grids[window] = (
+                        tables.prefill_grid(heads, kv_heads, arch.hd, kv_dtype, window),
+                        tables.decode_grid(heads, kv_heads, arch.hd, kv_dtype, window))
         self._sources = self._find_sources()
         self._scales_known = ("fp8" not in self._gemm_dtype.values()
                               or self.tensor_scales == MEASURED_ACTIVATIONS[tables.framework]
