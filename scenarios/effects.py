@@ -106,7 +106,7 @@ def _refuse_undone(shown: str, key: str, variants, sources: dict, unread=()):
 
 
 def check_keys_read(shown: str, file_raw: dict, pairs, sources: dict, variants, sweep: dict,
-                    flag_sweep: set, specs) -> None:
+                    origins: dict, specs) -> None:
     """ScenarioError naming the first key of READ_WITH that the file, an override, a variant
     or the sweep gives and that none of the runs it reaches reads. The file's, a variant's and
     the sweep's keys are judged so only where neither an override nor a search grid sets what
@@ -122,7 +122,7 @@ def check_keys_read(shown: str, file_raw: dict, pairs, sources: dict, variants, 
         own = [spec for spec in specs if spec.variant == variant.name]
         given += [(f"variant {variant.name!r}: ", key, own) for key in writes(variant.set)]
     for swept, values in sweep.items():
-        where = "--sweep: " if swept in flag_sweep else "[sweep]: "
+        where = f"{origins.get(swept, '[sweep]')}: "
         given += [(where, key, specs) for key in swept_writes(swept, values)]
     given = [(where, key, runs) for where, key, runs in given
              if key in READ_WITH and not any(overlap(condition, setting)
@@ -173,7 +173,7 @@ def given_by(pairs, sources: dict) -> str:
     return ", ".join(sorted({sources.get(key, "--set") for key, _ in pairs})) + ": "
 
 
-def check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict) -> None:
+def check_not_swept(shown: str, pairs, sweep: dict, origins: dict, sources: dict) -> None:
     """ScenarioError when an override sets a key the sweep sets too (the same key, or one
     table holding the other), naming both."""
     writes_of = {swept: swept_writes(swept, values) for swept, values in sweep.items()}
@@ -181,13 +181,13 @@ def check_not_swept(shown: str, pairs, sweep: dict, flag_sweep: set, sources: di
         for swept in sweep:
             if any(overlap(x, y) for x in writes({key: value}) for y in writes_of[swept]):
                 given = sources.get(key, f"--set {key}")
-                where = "--sweep" if swept in flag_sweep else "the scenario's [sweep]"
+                where = origins.get(swept, "the scenario's [sweep]")
                 raise ScenarioError(f"{shown}: {given} sets {key}, which {where} also sets "
                                     f"({swept} = {ov.toml_text(sweep[swept])}); give one of "
                                     f"them")
 
 
-def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
+def check_sweep_keys_apart(shown: str, sweep: dict, origins: dict) -> None:
     """ScenarioError when a swept key writes over all that an earlier one sets, at every point
     (`load-sweep --sweep workload.arrival={rate = 2},{rate = 3}`: the file's sweep of
     `workload.arrival.rate` applies after the tables, which set only the rate): the points of
@@ -199,8 +199,8 @@ def check_sweep_keys_apart(shown: str, sweep: dict, flag_sweep: set) -> None:
         for later in keys[i + 1:]:
             if all(_covered(written, writes({later: value})) for value in sweep[later]):
                 raise ScenarioError(
-                    f"{shown}: {_swept_name(later, flag_sweep)} applies after "
-                    f"{_swept_name(earlier, flag_sweep)} and writes over all it sets, so its "
+                    f"{shown}: {_swept_name(later, origins)} applies after "
+                    f"{_swept_name(earlier, origins)} and writes over all it sets, so its "
                     f"points would differ in name only; sweep one of them")
 
 
@@ -216,7 +216,7 @@ def _pool_writes(raw: dict) -> list:
     return written if len(written) == len(pools) else []
 
 
-def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources: dict,
+def check_not_shadowed(shown: str, pairs, sweep: dict, origins: dict, sources: dict,
                        variants, raw: dict) -> None:
     """ScenarioError when an override or a sweep is written over by every pool of the cluster
     every variant runs (a pool's `set` applies last, at build time: every value it sets set
@@ -227,7 +227,7 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
     `config` where it sweeps `name`). An override every variant undoes is
     `check_overrides_matter`'s."""
     given = [(sources.get(key, f"--set {key}"), key, [value]) for key, value in pairs] + \
-        [(_swept_name(key, flag_sweep), key, values) for key, values in sweep.items()]
+        [(_swept_name(key, origins), key, values) for key, values in sweep.items()]
     swept_pools = any(overlap(w, "cluster.pools") for key, values in sweep.items()
                       for w in swept_writes(key, values))
     try:
@@ -271,7 +271,7 @@ def check_not_shadowed(shown: str, pairs, sweep: dict, flag_sweep: set, sources:
                 what = "trace's name and path" if key.startswith(ov.TRACE_KEY) else \
                     "model's name and config"
                 raise ScenarioError(f"{shown}: variant {variant.name!r}: {key}: "
-                                    f"{_swept_name(swept, flag_sweep)} replaces it at every "
+                                    f"{_swept_name(swept, origins)} replaces it at every "
                                     f"point (a {what} replace each other; a sweep applies "
                                     f"after the variants), so the variant's value changes no "
                                     f"run; drop it, or sweep {key} instead")
@@ -299,9 +299,10 @@ def dropped(written) -> set:
     return out
 
 
-def _swept_name(key: str, flag_sweep: set) -> str:
-    """How a swept key was given: `--sweep KEY` or `[sweep] KEY`."""
-    return f"--sweep {key}" if key in flag_sweep else f"[sweep] {key}"
+def _swept_name(key: str, origins: dict) -> str:
+    """How a swept key was given: `--sweep KEY`, `search.grid KEY` or `[sweep] KEY`
+    (`origins`: {key: "--sweep" or "search.grid"}; the file's own keys are absent)."""
+    return f"{origins.get(key, '[sweep]')} {key}"
 
 
 def writes(settings: dict) -> dict:

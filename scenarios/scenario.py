@@ -67,6 +67,8 @@ class Scenario:
     file_base: RunConfig | None = None  # the base without the overrides (None: it does not resolve)
     file_variants: tuple[Variant, ...] = ()  # every variant of the file, --variant or not
     sources: dict = field(default_factory=dict)  # dotted key -> the flag that set it (--set)
+    # swept key -> "--sweep" or "search.grid" where it came from there (not the file's [sweep])
+    origins: dict = field(default_factory=dict)
 
     def error(self, problem: str, spec: RunSpec | None = None,
               by_override: bool = False) -> ScenarioError:
@@ -80,7 +82,7 @@ class Scenario:
             where = effects.given_by(at or self.overrides or [("", None)], self.sources)
         if spec is not None:
             variant = next(v for v in self.variants if v.name == spec.variant)
-            where = _where(variant, spec.sweep)
+            where = _where(variant, spec.sweep, self.origins)
         return ScenarioError(f"{_display(self.path)}: {where}{problem}")
 
     def runs(self) -> list[RunSpec]:
@@ -135,14 +137,16 @@ def find(name_or_path) -> Path:
 
 
 def load(name_or_path, overrides=(), sweep: dict | None = None,
-         sources: dict | None = None, variant: str | None = None) -> Scenario:
+         sources: dict | None = None, variant: str | None = None,
+         grid: dict | None = None) -> Scenario:
     """Load and validate a scenario. `overrides`: "KEY=VALUE" strings or (key, value) pairs,
     applied to the base before the variants and the sweep. `sweep`: {dotted key: [values]}
     added to the file's sweep (replacing a key it sweeps too). An override of a key the
     sweep also sets (the same key, or one inside the other) is refused: the sweep would
     silently replace it. `sources`: {dotted key: the command-line flag that gave the
     override}, to name it in that refusal (default: --set). `variant`: load that variant alone
-    (--variant NAME), the others neither resolved nor checked."""
+    (--variant NAME), the others neither resolved nor checked. `grid`: {dotted key: [values]}
+    of a capacity search's `search.grid`, crossed into the sweep after it and named so."""
     path = find(name_or_path)
     shown = _display(path)
     raw = _parse(path, shown)
@@ -157,14 +161,16 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     if sweep:  # the flags' keys after the file's, each replacing the file's own
         file_keys = ov.flatten(file_sweep) if isinstance(file_sweep, dict) else {}
         file_sweep = {k: v for k, v in file_keys.items() if k not in sweep} | sweep
-    flag_sweep = set(sweep or ())
+    origins = dict.fromkeys(sweep or (), "--sweep") | dict.fromkeys(grid or (), "search.grid")
     sweep = _guarded(shown, "--sweep: " if sweep else "", _sweep, file_sweep)
+    if grid:  # crossed after the sweep
+        sweep = ov.wider_first(sweep | _guarded(shown, "", _sweep, grid, "search.grid"))
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
     effects.check_not_written_over(shown, pairs,
                                    effects.given_as(overrides, pairs, sources or {}))
-    effects.check_sweep_keys_apart(shown, sweep, flag_sweep)
-    effects.check_not_swept(shown, pairs, sweep, flag_sweep, sources or {})
-    effects.check_not_shadowed(shown, pairs, sweep, flag_sweep, sources or {}, variants, raw)
+    effects.check_sweep_keys_apart(shown, sweep, origins)
+    effects.check_not_swept(shown, pairs, sweep, origins, sources or {})
+    effects.check_not_shadowed(shown, pairs, sweep, origins, sources or {}, variants, raw)
     file_base = None
     alone = variants[0] if len(variants) == 1 else None  # every run is this variant's
     file_raw = raw
@@ -174,7 +180,7 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     try:
         base = _base_config(raw, path, alone)
     except FieldError as exc:  # the file's own mistake, its variant's, or one the override made?
-        where = _where(alone, {}) if getattr(exc, "in_variant", False) else ""
+        where = _where(alone, {}, origins) if getattr(exc, "in_variant", False) else ""
         hint = ""
         if pairs and str(exc) != file_error:
             at = [pair for pair in pairs if effects.overlap(pair[0], getattr(exc, "key", ""))]
@@ -183,34 +189,44 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
         raise ScenarioError(f"{shown}: {where}{exc}{hint}") from None
     specs = []
     for variant in variants:
-        variant_raw = _guarded(shown, _where(variant, {}), ov.apply_all, raw, variant.set)
+        variant_raw = _guarded(shown, _where(variant, {}, origins), ov.apply_all, raw,
+                               variant.set)
         seen = {}  # a run (its config's repr) -> the point that made it
         for point in ov.grid(sweep):
-            config = _guarded(shown, _where(variant, point),
+            config = _guarded(shown, _where(variant, point, origins),
                               lambda: resolve(ov.apply_all(variant_raw, point), path))
             same = seen.get(run := repr(config))
             if same is not None:
                 raise ScenarioError(
-                    f"{shown}: {_where(variant, {})}sweep {_point_text(same)} and "
-                    f"{_point_text(point)} make the same run (what they set differently is "
+                    f"{shown}: {_where(variant, {}, origins)}{_point_label(same, origins)} "
+                    f"and {_point_text(point)} make the same run (what they set differently is "
                     f"written over by another key, or is the value there already); sweep "
                     f"values that change the run")
             seen[run] = point
             specs.append(RunSpec(variant.name, point, config))
     effects.check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources or {},
                                    specs)
-    effects.check_keys_read(shown, file_raw, pairs, sources or {}, variants, sweep, flag_sweep,
+    effects.check_keys_read(shown, file_raw, pairs, sources or {}, variants, sweep, origins,
                             specs)
     return Scenario(base.name, base.description, base.seed, path, base,
                     tuple(variants), sweep, tuple(specs), pairs, file_base,
-                    tuple(file_variants), dict(sources or {}))
+                    tuple(file_variants), dict(sources or {}), origins)
 
 
-def _where(variant: Variant, point: dict) -> str:
+def _where(variant: Variant, point: dict, origins: dict) -> str:
     """Where in a scenario a run's mistake lies: "variant 'x': sweep k=v: " (either part only
-    when the variant sets something, or the run is a sweep point)."""
+    when the variant sets something, or the run is a sweep point; a search grid's keys are
+    named "search.grid k=v", `origins` saying which they are)."""
     where = f"variant {variant.name!r}: " if variant.set else ""
-    return where + (f"sweep {_point_text(point)}: " if point else "")
+    return where + (f"{_point_label(point, origins)}: " if point else "")
+
+
+def _point_label(point: dict, origins: dict) -> str:
+    """A sweep point as its keys were given: "sweep k=v", "search.grid k=v" or both."""
+    grid = {k: v for k, v in point.items() if origins.get(k) == "search.grid"}
+    swept = {k: v for k, v in point.items() if k not in grid}
+    return ", ".join(f"{name} {_point_text(part)}" for name, part in
+                     (("sweep", swept), ("search.grid", grid)) if part)
 
 
 def _guarded(shown: str, where: str, func, *args):
@@ -338,19 +354,22 @@ def _variants(table) -> list[Variant]:
     return variants
 
 
-def _sweep(table) -> dict:
+def _sweep(table, name: str = "sweep") -> dict:
+    """{dotted key: [values]} of a `[sweep]` (or a search's grid, `name`), checked, a table's
+    key before the keys inside it."""
     if table is None:
         return {}
     if not isinstance(table, dict) or not table:
-        raise FieldError("sweep", "must be a table of dotted key = [values]")
+        raise FieldError(name, "must be a table of dotted key = [values]")
     sweep = ov.flatten(table)
     for key, values in sweep.items():
         if not isinstance(values, list) or not values:
-            raise FieldError(f"sweep.{key}", f"must be a non-empty list of values, got {values!r}")
+            raise FieldError(f"{name}.{key}", f"must be a non-empty list of values, got "
+                                              f"{values!r}")
         repeated = _first_repeated(values)
         if repeated is not None:
-            raise FieldError(f"sweep.{key}", f"gives {repeated!r} twice (each value is one "
-                                             f"sweep point)")
+            raise FieldError(f"{name}.{key}", f"gives {repeated!r} twice (each value is one "
+                                              f"point)")
     return ov.wider_first(sweep)
 
 

@@ -205,6 +205,27 @@ def test_a_grid_key_also_swept_and_a_variant_setting_the_rate_are_refused(linear
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flags, message", [
+    # a grid point that cannot run is named as the grid's, not the sweep's
+    (["--set", 'search.grid={"hardware.tp" = [1, 3]}'],
+     'search.grid hardware.gpu="a100-80gb-sxm", hardware.tp=3: hardware.tp = 3 does not '
+     'divide'),
+    (["--set", 'search.grid={"hardware.tp" = [1, 3]}', "--sweep", "seed=1,2"],
+     'sweep seed=1, search.grid hardware.gpu="a100-80gb-sxm", hardware.tp=3: hardware.tp = 3'),
+    # and so is a key an override sets that the grid sets too, and a value given twice
+    (["--set", "hardware.tp=2"], "--set hardware.tp sets hardware.tp, which search.grid also "
+                                 "sets (hardware.tp = [1, 2])"),
+    (["--set", 'search.grid={"hardware.tp" = [1, 1]}'],
+     "search.grid.hardware.tp: gives 1 twice (each value is one point)"),
+])
+def test_what_a_search_grid_gives_is_named_as_the_grids(tmp_path, capsys, flags, message):
+    out = tmp_path / "out"
+    assert main(["search", "capacity-search", "--out", str(out), "--quiet", *flags]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+    assert not out.exists()
+
+
 def test_a_bracket_whose_top_probe_would_count_nothing_after_the_warm_up_is_refused(
         linear, tmp_path, capsys):
     # 100 requests at 10/s arrive over 10 s, past a 5 s warm-up; at 1,000/s, within it

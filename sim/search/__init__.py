@@ -75,7 +75,9 @@ def search_scenario(scenario) -> scenarios.Scenario:
             scenario.file_base.workload.max_concurrency is not None
         raise scenario.error(CAPPED, by_override=not in_file)
     alone = scenario.variants[0].name if len(scenario.variants) == 1 else None  # --variant
-    gridded = scenarios.load(scenario.path, scenario.overrides, sweep=scenario.sweep | grid,
+    flags = {key: values for key, values in scenario.sweep.items()
+             if scenario.origins.get(key) == "--sweep"}
+    gridded = scenarios.load(scenario.path, scenario.overrides, sweep=flags, grid=grid,
                              sources=scenario.sources, variant=alone)
     base_dir, high = Path(scenario.path).parent, settings.rate["high"]
     for spec in gridded.specs:
