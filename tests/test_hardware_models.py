@@ -379,8 +379,8 @@ def test_a_sliding_window_no_sequence_reaches_is_costed_as_full_attention(tmp_pa
     at_4k = setup_of(tmp_path, model=mistral)
     assert at_4k.arch.sliding_window == 0 and at_4k.arch.full_layers == 32
     cost = HardwareCost(at_4k)
-    assert cost.measured.is_measured("prefill_attention") and \
-        cost.measured.is_measured("decode_attention")
+    assert cost.measured.sources()["prefill_attention"] == \
+        cost.measured.sources()["decode_attention"] == "measured"
     at_8k = setup_of(tmp_path, model=mistral, max_seq_len=8192)
     assert at_8k.arch.sliding_window == 4096 and at_8k.arch.sliding_layers == 32
 
@@ -449,7 +449,8 @@ def test_gpt_oss_in_mxfp4_fits_one_80_gb_gpu_and_reads_the_mxfp4_expert_tables(t
     assert "does not fit on h100-sxm at tp = 1 (bf16)" in refusal(
         tmp_path, model=oss, hardware='dtype = "bf16"')
     cost = HardwareCost(setup)
-    assert cost.measured._moe_dtype == "w4a16_mxfp4" and cost.measured.is_measured("moe_experts")
+    assert cost.measured._moe_dtype == "w4a16_mxfp4"
+    assert cost.measured.sources()["moe_experts"] == "measured"
     assert cost.peak == gpu_spec("h100-sxm").peak_flops("bf16")
     roofline = {d: layer_op_times("openai/gpt-oss-120b", "h100-sxm", 1, 8, d,
                                   kernels="roofline")["moe_up_proj"] for d in ("mxfp4", "bf16")}

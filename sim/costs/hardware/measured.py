@@ -165,10 +165,6 @@ class MeasuredOps:
         """{operator: "measured" or "roofline"} of every operator the tables could cost."""
         return dict(self._sources)
 
-    def is_measured(self, op: str) -> bool:
-        """Whether the tables have `op` of this model and GPU (`sources`)."""
-        return self._sources.get(op) == MEASURED
-
     def _find_sources(self) -> dict:
         out = {op: MEASURED if known else ROOFLINE for op, known in self._gemm_dtype.items()}
         if self.arch.is_moe:
@@ -300,9 +296,7 @@ class MeasuredOps:
         grid = self._grids.get(window, (None, None))[0]
         if grid is None:
             return math.nan
-        if window:  # a query attends to at most `window` keys (as `prefill_point`)
-            causal = min(causal, tokens * window)
-        return grid.at_one(chunks, prompt_length(causal / chunks, window))
+        return grid.at_one(*self.prefill_point(window, chunks, causal, tokens))
 
     @staticmethod
     def prefill_point(window: int, chunks: float, causal: float,
