@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from engine.benchmark import latency_percentiles
-from scenarios.scenario import point_text
+from scenarios.sweep import point_text
 
 from .describe import sweep_table, variant_table, what_was_run
 from .key_figures import REPORT_FIGURES, key_rows

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from scenarios.scenario import point_text
+from scenarios.sweep import point_text
 
 # (summary key, column title, scale, decimals)
 KEY_FIGURES = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from engine.benchmark import counted, request_metrics, summarize
-from scenarios.scenario import point_text
+from scenarios.sweep import point_text
 
 REQUEST_COLUMNS = ("request_id", "priority", "arrival_s", "first_scheduled_s", "first_token_s",
                    "finish_s", "prompt_tokens", "output_tokens", "cached_tokens", "ttft_s",

@@ -21,15 +21,11 @@ from .errors import FieldError, ScenarioError
 from .config import RunConfig
 from .resolve import resolve
 from .specs import did_you_mean
+from .sweep import checked, point_label, point_text, point_toml
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 DEFAULT_SCENARIO = "static-vs-continuous"
 DEFAULT_VARIANT = "default"  # the variant name of a scenario without [[variants]]
-
-
-def point_text(value) -> str:
-    """A swept value in a run's label: a table or a list as TOML writes it, else as is."""
-    return ov.toml_text(value) if isinstance(value, (dict, list)) else str(value)
 
 
 @dataclass(frozen=True)
@@ -162,9 +158,9 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
         file_keys = ov.flatten(file_sweep) if isinstance(file_sweep, dict) else {}
         file_sweep = {k: v for k, v in file_keys.items() if k not in sweep} | sweep
     origins = dict.fromkeys(sweep or (), "--sweep") | dict.fromkeys(grid or (), "search.grid")
-    sweep = _guarded(shown, "--sweep: " if sweep else "", _sweep, file_sweep)
+    sweep = _guarded(shown, "--sweep: " if sweep else "", checked, file_sweep)
     if grid:  # crossed after the sweep
-        sweep = ov.wider_first(sweep | _guarded(shown, "", _sweep, grid, "search.grid"))
+        sweep = ov.wider_first(sweep | _guarded(shown, "", checked, grid, "search.grid"))
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
     effects.check_not_written_over(shown, pairs,
                                    effects.given_as(overrides, pairs, sources or {}))
@@ -198,8 +194,8 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
             same = seen.get(run := repr(config))
             if same is not None:
                 raise ScenarioError(
-                    f"{shown}: {_where(variant, {}, origins)}{_point_label(same, origins)} "
-                    f"and {_point_text(point)} make the same run (what they set differently is "
+                    f"{shown}: {_where(variant, {}, origins)}{point_label(same, origins)} "
+                    f"and {point_toml(point)} make the same run (what they set differently is "
                     f"written over by another key, or is the value there already); sweep "
                     f"values that change the run")
             seen[run] = point
@@ -218,15 +214,7 @@ def _where(variant: Variant, point: dict, origins: dict) -> str:
     when the variant sets something, or the run is a sweep point; a search grid's keys are
     named "search.grid k=v", `origins` saying which they are)."""
     where = f"variant {variant.name!r}: " if variant.set else ""
-    return where + (f"{_point_label(point, origins)}: " if point else "")
-
-
-def _point_label(point: dict, origins: dict) -> str:
-    """A sweep point as its keys were given: "sweep k=v", "search.grid k=v" or both."""
-    grid = {k: v for k, v in point.items() if origins.get(k) == "search.grid"}
-    swept = {k: v for k, v in point.items() if k not in grid}
-    return ", ".join(f"{name} {_point_text(part)}" for name, part in
-                     (("sweep", swept), ("search.grid", grid)) if part)
+    return where + (f"{point_label(point, origins)}: " if point else "")
 
 
 def _guarded(shown: str, where: str, func, *args):
@@ -352,44 +340,3 @@ def _variants(table) -> list[Variant]:
             raise FieldError(f"{key}.set", f"must be a table of dotted keys, got {settings!r}")
         variants.append(Variant(name, settings))
     return variants
-
-
-def _sweep(table, name: str = "sweep") -> dict:
-    """{dotted key: [values]} of a `[sweep]` (or a search's grid, `name`), checked, a table's
-    key before the keys inside it."""
-    if table is None:
-        return {}
-    if not isinstance(table, dict) or not table:
-        raise FieldError(name, "must be a table of dotted key = [values]")
-    sweep = ov.flatten(table)
-    for key, values in sweep.items():
-        if not isinstance(values, list) or not values:
-            raise FieldError(f"{name}.{key}", f"must be a non-empty list of values, got "
-                                              f"{values!r}")
-        repeated = _first_repeated(values)
-        if repeated is not None:
-            raise FieldError(f"{name}.{key}", f"gives {repeated!r} twice (each value is one "
-                                              f"point)")
-    return ov.wider_first(sweep)
-
-
-def _first_repeated(values: list):
-    """The first value equal to one before it (True is not 1), or None; in one pass over
-    the hashable values, as a sweep may hold many thousands of points."""
-    seen, unhashable = set(), []
-    for value in values:
-        key = (isinstance(value, bool), value)
-        try:
-            if key in seen:
-                return value
-            seen.add(key)
-        except TypeError:  # a table or a list: compared with the earlier ones of its kind
-            if any(key == other for other in unhashable):
-                return value
-            unhashable.append(key)
-    return None
-
-
-def _point_text(point: dict) -> str:
-    """A sweep point as the TOML a --sweep takes."""
-    return ", ".join(f"{key}={ov.toml_text(value)}" for key, value in point.items())
