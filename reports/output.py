@@ -10,9 +10,10 @@ files.
 - it creates the folders above it that are missing (removed again if the command fails), takes
   a lock beside the folder (`.NAME.lock`, a file holding `LOCK_TEXT`: a second command writing
   the same place at the same time is refused with `OutputBusy`, a file of that name servesim
-  did not make with `OutputRefused`), removes what killed commands left there (`.partial` and
-  `.old` folders of this name), and creates a temporary folder beside it, with the user's
-  umask, so a folder that cannot be created or written is found before any work;
+  did not make with `OutputRefused`), removes what killed commands left there (the
+  `.NAME.servesim-XXXXXXXX.partial` and `.old` folders of this name), and creates a temporary
+  folder beside it, with the user's umask, so a folder that cannot be created or written is
+  found before any work;
 - the command writes its files into the temporary folder;
 - when the block ends without error, `manifest.json` is written (what was run, and every file
   with its size and SHA-256, status "complete"), and the temporary folder replaces the
@@ -43,7 +44,11 @@ from reports.places import (MANIFEST, OutputBusy, OutputRefused, check_names,
                             check_outside_outputs, check_replaceable, check_replaceable_file,
                             destination, exists)
 
-TEMP_SUFFIX = r"\.[a-z0-9_]{8}\.(partial|old)"  # what tempfile.mkdtemp adds to our prefixes
+# A temporary or old entry beside a place `.NAME`: `.NAME.servesim-` and what tempfile adds (8
+# of [a-z0-9_], `.partial` or `.old`); a name no user's entry has by chance, so the clean-up of
+# what killed commands left (`remove_stale`) never takes a user's `.NAME.20241207.old`
+TEMP_MARK = ".servesim-"
+TEMP_SUFFIX = re.escape(TEMP_MARK) + r"[a-z0-9_]{8}\.(partial|old)"
 LOCK_TEXT = b"servesim output lock\n"  # what a lock file servesim made holds
 WRITTEN: set = set()  # the output folders this process put in place (`was_written`)
 
@@ -60,7 +65,7 @@ def output_folder(out_dir, manifest: dict):
         with _locked(parent / f"{prefix}.lock", out_dir):
             remove_stale(parent, prefix, target)
             check_replaceable(target, out_dir)
-            partial = Path(tempfile.mkdtemp(prefix=f"{prefix}.", suffix=".partial",
+            partial = Path(tempfile.mkdtemp(prefix=prefix + TEMP_MARK, suffix=".partial",
                                             dir=parent))
             try:
                 os.chmod(partial, 0o777 & ~_umask())  # mkdtemp's own mode is 0700
@@ -142,7 +147,7 @@ def write_manifest(folder: Path, manifest: dict) -> Path:
         files.append({"path": path.relative_to(folder).as_posix(), "bytes": len(data),
                       "sha256": hashlib.sha256(data).hexdigest()})
     text = json.dumps(dict(manifest, files=files, status="complete"), indent=1) + "\n"
-    (folder / MANIFEST).write_text(text)
+    (folder / MANIFEST).write_text(text, encoding="utf-8")
     return folder / MANIFEST
 
 
@@ -156,11 +161,11 @@ def write_atomic(path, text: str, is_ours=None) -> Path:
     with _locked(path.parent / f"{prefix}.lock", path):
         check_replaceable_file(path, is_ours)
         remove_stale(path.parent, prefix)
-        fd, temporary = tempfile.mkstemp(prefix=f"{prefix}.", suffix=".partial",
+        fd, temporary = tempfile.mkstemp(prefix=prefix + TEMP_MARK, suffix=".partial",
                                          dir=path.parent)
         try:
             os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's own mode is 0600
-            with os.fdopen(fd, "w") as f:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
             os.replace(temporary, path)
         finally:
@@ -274,7 +279,8 @@ def _replace(partial: Path, target: Path, prefix: str) -> None:
     renames run waits until both are done: the place never stands empty."""
     if target.exists():
         _keep_mode(target, partial)
-        old = Path(tempfile.mkdtemp(prefix=f"{prefix}.", suffix=".old", dir=target.parent))
+        old = Path(tempfile.mkdtemp(prefix=prefix + TEMP_MARK, suffix=".old",
+                                    dir=target.parent))
         os.rmdir(old)
         try:
             with _signals_deferred():

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from pathlib import Path
 
 MANIFEST = "manifest.json"
@@ -87,7 +88,8 @@ def check_outside_outputs(target: Path, shown) -> None:
 
 def check_replaceable(target: Path, shown, while_running: bool = False) -> None:
     """OutputRefused unless `target` is absent, an empty folder, or a folder servesim wrote
-    (every entry listed in its manifest, at the listed size and SHA-256)."""
+    (every entry listed in its manifest, at the listed size and SHA-256), which this user may
+    rename and remove (not write-protected, not another user's under a sticky bit)."""
     if not target.exists():
         return
     if not target.is_dir():
@@ -101,6 +103,25 @@ def check_replaceable(target: Path, shown, while_running: bool = False) -> None:
         raise OutputRefused(f"{shown}: the folder holds files servesim did not write "
                             f"({names}){when}; servesim replaces only a folder it wrote itself "
                             f"(listed in its {MANIFEST}): give a new or empty folder")
+    if _sticky_elsewhere(target):
+        raise OutputRefused(f"{shown}: another user's folder in {target.parent}, where only a "
+                            f"folder's owner may rename it (the sticky bit, as in /tmp); give "
+                            f"a folder of your own")
+    protected = next((folder for folder in (target, *sorted(p for p in target.rglob("*")
+                                                            if p.is_dir()))
+                      if not os.access(folder, os.W_OK | os.X_OK)), None)
+    if protected is not None:
+        which = "the folder" if protected == target else protected
+        raise OutputRefused(f"{shown}: {which} is write-protected, so servesim may not replace "
+                            f"it; make it writable (chmod -R u+w {shown}) or give another "
+                            f"folder")
+
+
+def _sticky_elsewhere(target: Path) -> bool:
+    """Whether `target` is another user's entry in a sticky folder this user does not own,
+    which this user may not rename (nor replace)."""
+    parent, own, user = target.parent.stat(), target.stat(), os.geteuid()
+    return bool(parent.st_mode & stat.S_ISVTX) and user not in (0, own.st_uid, parent.st_uid)
 
 
 def foreign_entries(folder: Path) -> list[str]:
@@ -140,7 +161,7 @@ def written_by(folder) -> str | None:
     """The command that wrote `folder` (`run`, `search`, `serve` ...), as its servesim manifest
     says; None when it has none."""
     try:
-        data = json.loads((Path(folder) / MANIFEST).read_text())
+        data = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
         return data["command"] if _listed_files(Path(folder) / MANIFEST) is not None else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -149,7 +170,7 @@ def written_by(folder) -> str | None:
 def _listed_files(manifest: Path) -> dict | None:
     """{path: (bytes, sha256)} of a servesim manifest, or None when `manifest` is not one."""
     try:
-        data = json.loads(manifest.read_text())
+        data = json.loads(manifest.read_text(encoding="utf-8"))
         listed = {f["path"]: (f["bytes"], f.get("sha256")) for f in data["files"]}
         ours = "command" in data and data.get("status") == "complete"
     except (OSError, ValueError, KeyError, TypeError):
@@ -162,7 +183,7 @@ def check_replaceable_file(path: Path, is_ours) -> None:
     if is_ours is None or not path.exists() or path.is_dir():
         return
     try:
-        ours = is_ours(path.read_text())
+        ours = is_ours(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         ours = False
     if not ours:

@@ -51,9 +51,9 @@ def write_search_report(result, out_dir) -> list[Path]:
         written.append(out_dir / name)
     (out_dir / chart.filename).write_bytes(chart.png)
     blocks = report_blocks(result, labels, title, rows, chart)
-    (out_dir / "report.md").write_text(to_markdown(blocks))
+    (out_dir / "report.md").write_text(to_markdown(blocks), encoding="utf-8")
     (out_dir / "report.html").write_text(
-        to_html(blocks, f"servesim capacity search: {result.scenario.name}"))
+        to_html(blocks, f"servesim capacity search: {result.scenario.name}"), encoding="utf-8")
     return written + [out_dir / chart.filename, out_dir / "report.md", out_dir / "report.html"]
 
 

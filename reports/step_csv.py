@@ -49,7 +49,7 @@ def _rows(labels: list, columns: dict) -> str:
 
 
 def write_steps_csv(results, keys: list[str], path: Path) -> Path:
-    path.write_text(steps_csv_text(results, keys))
+    path.write_text(steps_csv_text(results, keys), encoding="utf-8")
     return path
 
 

@@ -77,7 +77,7 @@ def write_validation_report(out_dir: Path, scenario, table, notes, headline, cdf
     """validation_cdfs.png, report.md and report.html in `out_dir`; returns their paths."""
     blocks = validation_blocks(scenario, table, notes, headline, cdf_png, against)
     (out_dir / CDF_FILE).write_bytes(cdf_png)
-    (out_dir / "report.md").write_text(to_markdown(blocks))
-    (out_dir / "report.html").write_text(to_html(blocks,
-                                                 f"servesim validation: {scenario.name}"))
+    (out_dir / "report.md").write_text(to_markdown(blocks), encoding="utf-8")
+    (out_dir / "report.html").write_text(
+        to_html(blocks, f"servesim validation: {scenario.name}"), encoding="utf-8")
     return [out_dir / CDF_FILE, out_dir / "report.md", out_dir / "report.html"]

@@ -79,8 +79,9 @@ def write_report(scenario, results, out_dir, worker=None, date: str | None = Non
         written.append(out_dir / image.filename)
     blocks = report_blocks(scenario, specs, summaries, requests, charts, remote,
                            run_notes(results))
-    (out_dir / "report.md").write_text(to_markdown(blocks))
-    (out_dir / "report.html").write_text(to_html(blocks, f"servesim report: {scenario.name}"))
+    (out_dir / "report.md").write_text(to_markdown(blocks), encoding="utf-8")
+    (out_dir / "report.html").write_text(to_html(blocks, f"servesim report: {scenario.name}"),
+                                         encoding="utf-8")
     written += [out_dir / "report.md", out_dir / "report.html"]
     return ReportFiles(out_dir, tuple(written), tuple(summaries))
 
@@ -101,7 +102,7 @@ def _csv(frame, path: Path) -> Path:
 
 
 def _json(data, path: Path) -> Path:
-    path.write_text(json.dumps(rounded(data), indent=2) + "\n")
+    path.write_text(json.dumps(rounded(data), indent=2) + "\n", encoding="utf-8")
     return path
 
 

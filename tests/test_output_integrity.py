@@ -146,7 +146,7 @@ def test_an_earlier_output_a_failed_swap_left_aside_is_put_back_not_removed(
     assert main(["run", str(scenario_file), "--out", str(out), "--quiet", "--seed", "3"]) == 0
     assert before != {p.name: p.read_bytes() for p in out.iterdir()}  # the new run replaced it
     assert leftovers(tmp_path) == []
-    aside = tmp_path / ".out.abcdefgh.old"  # as a killed swap leaves it: put back
+    aside = tmp_path / ".out.servesim-abcdefgh.old"  # as a killed swap leaves it: put back
     out.rename(aside)
     assert output.remove_stale(tmp_path, ".out", out) == [] and (out / "manifest.json").is_file()
 
@@ -381,3 +381,18 @@ def test_random_scenarios_and_overrides_never_trace_back_or_leave_a_partial_fold
     else:
         assert len(captured.err.strip().splitlines()) == 1 and not out.exists()
     assert [p for p in leftovers(tmp_path) if p.endswith((".partial", ".lock", ".old"))] == []
+
+
+def test_the_files_are_utf8_whatever_the_locale(tmp_path):
+    """Under an ASCII locale (no UTF-8 mode, no coercion) the run writes the same bytes as
+    under UTF-8, not a traceback: a scenario named "intégrité" included."""
+    scenario_file = tmp_path / "integrity.toml"
+    scenario_file.write_text(SCENARIO.replace('"integrity"', '"intégrité"'), encoding="utf-8")
+    env = os.environ | {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    run = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(scenario_file), "--out",
+                          str(tmp_path / "ascii"), "--quiet"], env=env, capture_output=True)
+    assert run.returncode == 0, run.stderr
+    assert main(["run", str(scenario_file), "--out", str(tmp_path / "utf8"), "--quiet"]) == 0
+    report = (tmp_path / "ascii" / "report.md").read_bytes()
+    assert "intégrité".encode() in report
+    assert report == (tmp_path / "utf8" / "report.md").read_bytes()

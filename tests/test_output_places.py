@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import stat
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -173,15 +174,33 @@ def test_a_link_and_its_target_share_one_lock(scenario_file, tmp_path, capsys):
 
 
 def test_what_a_killed_command_left_is_removed_by_the_next_run_there(scenario_file, tmp_path):
-    partial = tmp_path / ".out.abcd1234.partial"
-    old = tmp_path / ".out.ef_56789.old"
+    partial = tmp_path / ".out.servesim-abcd1234.partial"
+    old = tmp_path / ".out.servesim-ef_56789.old"
     partial.mkdir()
     (partial / "requests.csv").write_text("half")
     old.symlink_to(tmp_path)  # an old link, as a symlinked --out once left
-    unrelated = tmp_path / ".other.abcd1234.partial"
+    unrelated = tmp_path / ".other.servesim-abcd1234.partial"
     unrelated.mkdir()
     assert run(scenario_file, tmp_path / "out") == 0
     assert not partial.exists() and not old.is_symlink() and unrelated.is_dir()
+
+
+def test_a_users_entries_named_like_a_dated_copy_are_never_taken_for_leftovers(
+        scenario_file, tmp_path):
+    """`.results.20241207.old` is a user's copy, not what a killed command left: neither
+    removed beside an earlier output nor put in the place of a missing one."""
+    out = tmp_path / "results"
+    assert run(scenario_file, out) == 0
+    copies = [tmp_path / ".results.20241207.old", tmp_path / ".results.abcd_123.partial"]
+    for copy in copies:
+        copy.mkdir()
+        (copy / "notes.txt").write_text("mine")
+    (tmp_path / ".results.pre_fix.old").write_text("mine too")
+    assert run(scenario_file, out) == 0
+    shutil.rmtree(out)
+    assert run(scenario_file, out) == 0 and (out / "manifest.json").is_file()
+    assert all((copy / "notes.txt").read_text() == "mine" for copy in copies)
+    assert (tmp_path / ".results.pre_fix.old").read_text() == "mine too"
 
 
 def test_a_sighup_stops_a_run_as_sigterm_does(tmp_path):
@@ -269,3 +288,43 @@ def test_write_atomic_replaces_only_what_it_recognises_and_follows_the_umask(tmp
     with pytest.raises(places.OutputRefused):
         output.write_atomic(path, "ours", lambda text: text == "ours")
     assert path.read_text() == "theirs"
+
+
+def test_a_write_protected_output_is_refused_before_any_work(scenario_file, tmp_path, capsys,
+                                                             monkeypatch):
+    """An earlier output with a folder this user may not write (`chmod -R a-w`) could not be
+    removed once replaced: refused before the run, and left as it is. Checked through
+    os.access, which a root user's tests cannot otherwise see refuse."""
+    out = tmp_path / "ro"
+    assert run(scenario_file, out) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    access = os.access
+    monkeypatch.setattr(places.os, "access", lambda path, mode: Path(path) != out and access(
+        path, mode))
+    simulated = []
+    monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
+    assert run(scenario_file, out, "--seed", "3") == 2
+    assert error_line(capsys) == (f"servesim: error: {out}: the folder is write-protected, so "
+                                  f"servesim may not replace it; make it writable (chmod -R "
+                                  f"u+w {out}) or give another folder")
+    assert not simulated and {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_another_users_folder_under_a_sticky_bit_is_refused_before_any_work(
+        scenario_file, tmp_path, capsys, monkeypatch):
+    """In a folder like /tmp (sticky, another user's), only a folder's owner may rename it:
+    found before the run, not after it."""
+    shared = tmp_path / "sticky"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    out = shared / "shared"
+    out.mkdir()
+    monkeypatch.setattr(places.os, "geteuid", lambda: out.stat().st_uid + 4321)
+    simulated = []
+    monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
+    assert run(scenario_file, out) == 2
+    assert error_line(capsys) == (f"servesim: error: {out}: another user's folder in {shared}, "
+                                  f"where only a folder's owner may rename it (the sticky bit, "
+                                  f"as in /tmp); give a folder of your own")
+    assert not simulated and out.is_dir()

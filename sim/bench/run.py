@@ -200,7 +200,7 @@ def token_check(results) -> str:
 
 def write_request_csv(runs: list[BenchRun], path: Path) -> Path:
     """bench_requests.csv: each request's planned and reported counts, status and reason."""
-    with open(path, "w", newline="") as f:
+    with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(["variant", *REQUEST_CSV_COLUMNS])
         for run in runs:

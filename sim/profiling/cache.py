@@ -29,7 +29,7 @@ def store(key: str, text: str) -> Path:
     path = profile_file(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".tmp{os.getpid()}")
-    temporary.write_text(text)
+    temporary.write_text(text, encoding="utf-8")
     os.replace(temporary, path)
     return path
 
@@ -53,7 +53,7 @@ def holds_full(key: str) -> bool:
     import json
 
     try:
-        return json.loads(profile_file(key).read_text())["fit"]["quick"] is False
+        return json.loads(profile_file(key).read_text(encoding="utf-8"))["fit"]["quick"] is False
     except (OSError, ValueError, KeyError, TypeError):
         return False
 

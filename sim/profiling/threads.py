@@ -54,7 +54,7 @@ def recorded(profile) -> str | None:
     path = PROFILE_DIR / f"{text}.json" if "/" not in text and not text.endswith(".json") \
         else Path(text)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     fingerprint = data.get("fingerprint") if isinstance(data, dict) else None

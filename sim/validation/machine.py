@@ -88,7 +88,7 @@ def note_foreign_profiles(scenario) -> list[str]:
 
 def _fingerprint_of(path: Path) -> dict | None:
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     print_ = data.get("fingerprint") if isinstance(data, dict) else None

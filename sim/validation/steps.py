@@ -89,7 +89,7 @@ def step_error_summary(rows: list[dict]) -> dict:
 def write_steps_csv(rows: list[dict], path) -> None:
     import csv
 
-    with open(path, "w", newline="") as f:
+    with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(STEP_COLUMNS)
         for row in rows:

@@ -56,7 +56,7 @@ def max_abs_error(rows: list[dict], metrics=HEADLINE[0], stats=HEADLINE[1]) -> f
 
 def write_csv(rows: list[dict], path) -> None:
     """validation.csv: COLUMNS, latencies in seconds (9 significant digits), errors in percent."""
-    with open(path, "w", newline="") as f:
+    with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(COLUMNS)
         for row in rows:
@@ -66,7 +66,7 @@ def write_csv(rows: list[dict], path) -> None:
 
 def read_csv(path) -> list[dict]:
     """The rows of a validation.csv, numbers as floats."""
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8") as f:
         return [{k: (float(v) if k in ("serve", "simulate", "error_pct") else v)
                  for k, v in row.items()} for row in csv.DictReader(f)]
 

@@ -38,7 +38,7 @@ SEARCH = np.exp(np.linspace(np.log(0.005), np.log(1.0), 400))  # compute efficie
 
 def read_measured(name: str) -> list[dict]:
     """Rows of a shipped measurement table (`data/measured/<name>.csv.gz`) as dicts."""
-    with gzip.open(MEASURED / f"{name}.csv.gz", "rt", newline="") as f:
+    with gzip.open(MEASURED / f"{name}.csv.gz", "rt", newline="", encoding="utf-8") as f:
         return list(csv.DictReader(io.StringIO(f.read())))
 
 
@@ -155,5 +155,5 @@ def write_calibration() -> Path:
     import json
 
     path = MEASURED.parent / "calibration.json"
-    path.write_text(json.dumps(calibrate(), indent=1) + "\n")
+    path.write_text(json.dumps(calibrate(), indent=1) + "\n", encoding="utf-8")
     return path

@@ -46,7 +46,7 @@ def gpus() -> dict:
 @lru_cache(maxsize=None)
 def calibration() -> dict:
     """The fitted efficiencies and all-reduce constants (`calibration.calibrate()`)."""
-    return json.loads((DATA / "calibration.json").read_text())
+    return json.loads((DATA / "calibration.json").read_text(encoding="utf-8"))
 
 
 def nearest(name: str, options, n: int = 3) -> str:
