@@ -66,7 +66,9 @@ def operator_times(arch, tp: int, ep: int, tokens, weight_bytes: float, act_byte
     an array): the matmuls, then the elementwise kernels (`operators.py` names them). An
     elementwise kernel that was not measured takes the efficiency of the one it is timed as
     (`TIMED_AS`). The routed experts' weights take `expert_bytes` an element (default
-    `weight_bytes`); the router stays 16-bit under quantized weights (`KEPT_BYTES`, at
+    `weight_bytes`); narrower than the weights they compute with (mxfp4: 4-bit experts in bf16
+    math), they take the compute efficiency of the rows that read as many bytes a FLOP
+    (`timing.py`). The router stays 16-bit under quantized weights (`KEPT_BYTES`, at
     `kept_peak`, the activations' dtype's; default `peak`)."""
     times = {op: matmul_time(flops, wb + ab, tokens, peak, bandwidth, eff)
              for op, (flops, wb, ab) in matmul_counts(arch, tp, tokens, weight_bytes,
@@ -75,10 +77,11 @@ def operator_times(arch, tp: int, ep: int, tokens, weight_bytes: float, act_byte
         flops, wb, ab = matmul_counts(arch, tp, tokens, KEPT_BYTES, act_bytes)["moe_router"]
         times["moe_router"] = matmul_time(flops, wb + ab, tokens, kept_peak or peak, bandwidth,
                                           eff)
-    times |= {op: matmul_time(flops, wb + ab, rows, peak, bandwidth, eff)
+    expert_bytes = weight_bytes if expert_bytes is None else expert_bytes
+    narrower = weight_bytes / expert_bytes  # the FLOPs a byte feeds, over the other weights'
+    times |= {op: matmul_time(flops, wb + ab, rows * narrower, peak, bandwidth, eff)
               for op, (flops, wb, ab, rows) in expert_counts(
-                  arch, tp, ep, tokens, weight_bytes if expert_bytes is None else expert_bytes,
-                  act_bytes).items()}
+                  arch, tp, ep, tokens, expert_bytes, act_bytes).items()}
     moved = elementwise_bytes(arch, tp, tokens, act_bytes, ep)
     times |= {op: elementwise_time(TIMED_AS.get(op, op), nbytes, bandwidth, eff)
               for op, nbytes in moved.items()}

@@ -4,8 +4,12 @@ A matmul of T rows takes `launch + max(FLOPs / (peak x compute_eff(T)), bytes / 
 memory_eff))`: memory-bound at few rows (the weights are read once whatever the rows), compute-
 bound at many, with a fixed launch cost. `compute_eff(T)` is piecewise linear in log2 T between
 knots (a GPU reaches its matmul peak only with enough rows to fill its cores; tiles that do not
-divide the rows waste some). An elementwise operator (norms, activation, rotary embedding,
-residual add, embedding lookup) takes `launch + bytes / (bandwidth x elementwise_eff)`.
+divide the rows waste some). Fitted on 16-bit weights, the curve is a function of the FLOPs a
+byte of weights feeds (below a few hundred rows the measured GEMMs are bound by reading their
+weights): a weight-only-quantized matmul (4-bit weights, 16-bit math) of T rows feeds 16 / 4.25
+times the FLOPs a byte, and is costed at the efficiency of that many times T. An elementwise
+operator (norms, activation, rotary embedding, residual add, embedding lookup) takes
+`launch + bytes / (bandwidth x elementwise_eff)`.
 Attention kernels use the matmul curves: prefill attention as compute at the efficiency of its
 tokens, decode attention as memory traffic. An all-reduce of S bytes over n GPUs takes
 `latency + 2 (n - 1) / n x S / bus_bandwidth` (a ring).
