@@ -75,8 +75,8 @@ def numeric_columns(table: Table) -> list[bool]:
 
 
 def _markdown_table(table: Table) -> str:
-    def cell(text) -> str:
-        return _no_tags(str(text)).replace("|", "\\|")
+    def cell(text) -> str:  # one line: a line break would end the row
+        return " ".join(_no_tags(str(text)).replace("|", "\\|").splitlines())
 
     lines = ["| " + " | ".join(map(cell, table.header)) + " |",
              "|" + "|".join("---:" if numeric else ":---"

@@ -109,6 +109,13 @@ def test_a_models_folder_a_bom_and_the_home_folder_find_its_config_json(tmp_path
     (json.dumps({k: v for k, v in CONFIGS["mistralai/Mixtral-8x7B-v0.1"].items()
                  if k != "num_local_experts"}),
      "missing 'num_local_experts' (a MixtralForCausalLM config.json has it)"),
+    (json.dumps({"architectures": ["LlamaForCausalLM"], "text_config": {
+        k: v for k, v in CONFIGS["meta-llama/Llama-3.1-405B"].items() if k != "architectures"}}),
+     "missing 'num_attention_heads' (a LlamaForCausalLM config.json has it at its top level; "
+     "this file nests its text model's keys in text_config: give that table as a config.json "
+     "of its own)"),
+    (json.dumps(CONFIGS["Qwen/Qwen3-32B"] | {"head_dim": 0}),
+     "head_dim must be an integer >= 1, got 0"),
     (json.dumps(CONFIGS["meta-llama/Llama-3.1-405B"] | {"hidden_size": "16384"}),
      "hidden_size must be an integer >= 1, got '16384'"),
     (json.dumps(CONFIGS["meta-llama/Llama-3.1-405B"] | {"num_key_value_heads": 7}),
@@ -244,6 +251,10 @@ def test_a_config_json_that_is_not_utf_8_cannot_be_read(tmp_path):
      "compressed-tensors (another scheme than fp8 or nvfp4 weights and activations)"),
     ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
         "weights": {"num_bits": 4, "type": "int"}}}},
+     "compressed-tensors (another scheme than fp8 or nvfp4 weights and activations)"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": "fp8"}}},
+     "compressed-tensors (another scheme than fp8 or nvfp4 weights and activations)"),
+    ({"quant_method": "compressed-tensors", "config_groups": [{"weights": {"num_bits": 8}}]},
      "compressed-tensors (another scheme than fp8 or nvfp4 weights and activations)"),
     ({"quant_method": "modelopt"}, "modelopt"),
     ({"quant_method": "mxfp4"}, ("mxfp4", "static")),

@@ -252,10 +252,10 @@ def test_a_name_a_user_gave_reads_literally_in_the_markdown_report():
 
     text = to_markdown([Heading(1, "Run <b>"), Paragraph("variant a|b <i>x</i>, p < 0.5, "
                                                           "`summary-<run>.json`"),
-                        Table(["variant"], [["a|b <i>x</i>"]])])
+                        Table(["variant", "model"], [["a|b <i>x</i>", "org/\nmodel\r\n"]])])
     assert text.startswith("# Run &lt;b>\n")
     assert "variant a|b &lt;i>x&lt;/i>, p < 0.5, `summary-<run>.json`" in text  # code as is
-    assert "| a\\|b &lt;i>x&lt;/i> |" in text
+    assert "| a\\|b &lt;i>x&lt;/i> | org/ model |" in text  # a line break would end the row
 
 
 def test_a_swept_table_is_named_as_toml_writes_it_and_long_names_wrap():

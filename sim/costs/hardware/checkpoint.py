@@ -42,8 +42,10 @@ def _compressed_tensors(config: dict):
     activations are 8-bit floats (block-scaled, or activations scaled dynamically or
     statically), nvfp4 where both are 4-bit floats; another scheme (weights alone, integers)
     by name."""
-    groups = [g for g in (config.get("config_groups") or {}).values() if isinstance(g, dict)]
-    pairs = [(g.get("weights") or {}, g.get("input_activations") or {}) for g in groups]
+    groups = config.get("config_groups") or {}
+    groups = [g for g in groups.values() if isinstance(g, dict)] if isinstance(groups, dict) \
+        else []
+    pairs = [(_table(g.get("weights")), _table(g.get("input_activations"))) for g in groups]
 
     def floats_of(bits: int) -> bool:
         return bool(pairs) and all(w.get("type") == a.get("type") == "float"
@@ -57,3 +59,8 @@ def _compressed_tensors(config: dict):
     if all(w.get("strategy") == "block" for w, _ in pairs):
         return "fp8", "block"
     return "fp8", "dynamic" if all(a.get("dynamic") for _, a in pairs) else "static"
+
+
+def _table(value) -> dict:
+    """A group's `weights` or `input_activations` as its table (any other value: none)."""
+    return value if isinstance(value, dict) else {}

@@ -95,8 +95,11 @@ class _Config:
         value = self.table.get(key)
         if value is None:
             if default is None:
+                nested = " at its top level; this file nests its text model's keys in " \
+                    "text_config: give that table as a config.json of its own" \
+                    if isinstance(self.table.get("text_config"), dict) else ""
                 raise self.error(f"missing {key!r} (a {self.architecture} config.json has "
-                                 f"it)")
+                                 f"it{nested})")
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.error(f"{key} must be an integer >= {minimum}, got {value!r}")
@@ -132,9 +135,8 @@ def _dense(c: _Config, tie: bool = False) -> dict:
             "max_seq_len": _context(c),
             "tie_embeddings": c.bool("tie_word_embeddings", tie), "gated_mlp": True,
             "norm": "rmsnorm"}
-    head_dim = c.int("head_dim", 0, minimum=0)
-    if head_dim:
-        keys["head_dim"] = head_dim
+    if c.table.get("head_dim") is not None:
+        keys["head_dim"] = c.int("head_dim")
     return keys
 
 
