@@ -24,6 +24,7 @@ from scenarios import RunConfig
 from . import notes
 from .build import build_server, resolved_spec, run_mode, sequence_maker
 from .checks import SERVE_SESSIONS, SERVE_THINK_TIME, check_scenario, sent_as_run
+from .costs.executor import check_cost_model
 from .loop import run_loop
 from .workloads import Workload, build_workload, seeded_streams
 
@@ -39,6 +40,8 @@ def run_config(config: RunConfig, progress: bool = False, base_dir=None, cost=No
     through the scheduler one by one, counting every sequence (the same records; for checking
     the fast paths); `steady`: count steady decoders in bulk (`sim.fastpath.steady`) or not,
     whatever `fast_forward` says."""
+    if cost is not None:
+        check_cost_model(cost)
     with notes.collected() as said:
         recorder = _run_config(config, progress, base_dir, cost, jitter_rng, fast_forward,
                                steady)

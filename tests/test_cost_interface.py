@@ -182,6 +182,9 @@ def test_the_executor_refuses_what_is_not_a_cost_model():
 
     with pytest.raises(TypeError, match="a cost model subclasses sim.costs.CostModel"):
         CostModelExecutor(Predicts())
+    config = scenarios.load("kv-pressure", ["workload.num_requests=20"]).runs()[0].config
+    with pytest.raises(TypeError, match="a cost model subclasses sim.costs.CostModel"):
+        run_config(config, cost=Predicts())  # as docs/sim/cost_models.md says
     with pytest.raises(TypeError, match="abstract"):
         CostModel()
     assert CostModelExecutor(Minimal()).execute(StepPlan(step=0)).duration_s == 2e-3

@@ -24,6 +24,13 @@ from .shape import (StepShape, gather_group, gathered_keys, gathered_keys_repeat
 RUN_CHUNK = 32  # steps of a run predicted at first (then 4x more each time, while needed)
 
 
+def check_cost_model(cost_model) -> None:
+    """TypeError unless `cost_model` is a `CostModel` (what runs a step's cost)."""
+    if not isinstance(cost_model, CostModel):
+        raise TypeError(f"a cost model subclasses sim.costs.CostModel (step_time(shape) and "
+                        f"optional hooks with defaults), got {type(cost_model).__name__}")
+
+
 class CostModelExecutor:
     """Executor protocol (`execute(plan) -> StepResult`) backed by a cost model (a
     `sim.costs.model.CostModel`). The simulation loop calls `after_idle(idle_s)` when the
@@ -42,9 +49,7 @@ class CostModelExecutor:
 
     def __init__(self, cost_model: CostModel, speed=None, block_size: int = 16,
                  swap_block_s: float = 0.0):
-        if not isinstance(cost_model, CostModel):
-            raise TypeError(f"a cost model subclasses sim.costs.CostModel (step_time(shape) and "
-                            f"optional hooks with defaults), got {type(cost_model).__name__}")
+        check_cost_model(cost_model)
         self.cost_model = cost_model
         self.async_scheduling = cost_model.async_scheduling  # for the simulation loop
         self.speed = speed
