@@ -210,7 +210,7 @@ def _locked(lock_path: Path, out_dir: Path):
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_NONBLOCK)  # a FIFO there: no waiting
         except FileNotFoundError:
-            _make_lock(lock_path)
+            _make_lock(lock_path, out_dir)
             continue
         regular = stat.S_ISREG(os.fstat(fd).st_mode)
         text = os.read(fd, len(LOCK_TEXT) + 1) if regular else None
@@ -242,13 +242,18 @@ def _locked(lock_path: Path, out_dir: Path):
             os.close(fd)
 
 
-def _make_lock(lock_path: Path) -> None:
+def _make_lock(lock_path: Path, out_dir) -> None:
     """Create `lock_path` holding `LOCK_TEXT`, whole from its first instant (written beside it,
     then linked into place); a file already there is left as it is. The file written beside
     it is named as no stale entry is (`remove_stale` under another command's lock would take
-    it); if it goes anyway, the caller tries again."""
-    fd, temporary = tempfile.mkstemp(prefix=f"{lock_path.name}.", suffix=".new",
-                                     dir=lock_path.parent)
+    it); if it goes anyway, the caller tries again. A folder that takes no file is an OSError
+    naming `out_dir` and that folder, not the file's passing name."""
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f"{lock_path.name}.", suffix=".new",
+                                         dir=lock_path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{exc.strerror} (servesim writes beside {out_dir}, in "
+                                 f"{lock_path.parent})", str(out_dir)) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(LOCK_TEXT)

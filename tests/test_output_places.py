@@ -328,3 +328,20 @@ def test_another_users_folder_under_a_sticky_bit_is_refused_before_any_work(
                                   f"where only a folder's owner may rename it (the sticky bit, "
                                   f"as in /tmp); give a folder of your own")
     assert not simulated and out.is_dir()
+
+
+def test_a_folder_that_takes_no_file_is_named_not_the_locks_passing_name(
+        scenario_file, tmp_path, capsys, monkeypatch):
+    """Where the folder above --out takes no file (write-protected, /proc), the line names
+    --out and that folder, not the temporary file the lock is written through."""
+    out = tmp_path / "above" / "out"
+    out.mkdir(parents=True)
+
+    def refused(prefix, suffix, dir):
+        raise PermissionError(13, "Permission denied", f"{dir}/{prefix}abcd1234{suffix}")
+
+    monkeypatch.setattr(output.tempfile, "mkstemp", refused)
+    assert run(scenario_file, out) == 1
+    assert error_line(capsys) == (f"servesim: error: {out}: Permission denied (servesim writes "
+                                  f"beside {out}, in {out.parent}); nothing written")
+    assert out.is_dir() and not any(out.iterdir())
