@@ -295,3 +295,26 @@ def test_a_config_jsons_quantization_other_than_the_scenarios_dtype_is_said(tmp_
     assert "makes the weights hardware.dtype = \"nvfp4\"; costed as the scenario's " \
         "hardware.dtype = \"fp8\", activation_scheme = \"static\"" in note(
             {"quant_method": "modelopt", "quant_algo": "NVFP4"}, 'tp = 2\ndtype = "fp8"')
+
+
+def test_an_activation_scheme_the_roofline_costs_alike_is_said(tmp_path, capsys):
+    """hardware.activation_scheme picks among measured fp8 kernels: where the roofline costs
+    the run (a GPU without tables, or kernels = "roofline"), the scheme changes nothing, and a
+    scheme set other than the default is said once."""
+    from sim.costs.hardware.setup import hardware_setup
+
+    def said(gpu, hardware):
+        notes.forget()
+        capsys.readouterr()
+        hardware_setup(scenarios.load(write_hardware(tmp_path, gpu=gpu,
+                                                     hardware=hardware)).base)
+        return capsys.readouterr().err
+
+    note = 'hardware.activation_scheme = "dynamic" picks among measured fp8 kernels; the ' \
+        'roofline, which costs this run, costs fp8 GEMMs alike under every scheme'
+    assert said("h100-pcie", 'dtype = "fp8"\nactivation_scheme = "dynamic"').count(note) == 1
+    assert note in said("h100-sxm", 'dtype = "fp8"\nactivation_scheme = "dynamic"\n'
+                                    'kernels = "roofline"')
+    assert "activation_scheme" not in said("h100-sxm", 'dtype = "fp8"\n'
+                                                       'activation_scheme = "dynamic"')
+    assert "activation_scheme" not in said("h100-pcie", 'dtype = "fp8"')

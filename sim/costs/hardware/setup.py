@@ -199,8 +199,13 @@ def hardware_setup(config) -> HardwareSetup:
                          f"than the KV cache holds on {gpu.id} at tp = {tp} ({tokens:,} tokens); "
                          f"set model.max_seq_len to at most {tokens:,} (as vLLM's "
                          f"--max-model-len) or {more}")
+    measured = measured_ops(hardware, arch, gpu, tp, dtype, ep)
+    if measured is None and hardware.activation_scheme != "static":
+        say_once(f"note: hardware.activation_scheme = \"{hardware.activation_scheme}\" picks "
+                 f"among measured fp8 kernels; the roofline, which costs this run, costs fp8 "
+                 f"GEMMs alike under every scheme")
     return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine.block_size, ep,
-                         hardware.kv_dtype, measured_ops(hardware, arch, gpu, tp, dtype, ep), dp)
+                         hardware.kv_dtype, measured, dp)
 
 
 def kernel_tables(gpu: Gpu, framework: str, version: str | None = None) -> KernelTables:
