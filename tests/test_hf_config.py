@@ -180,6 +180,27 @@ def test_deepseeks_keys_a_config_leaves_out_are_transformers_defaults(tmp_path):
     assert (lite.q_lora_rank, lite.n_shared_experts) == (0, 0)
 
 
+def test_deepseek_v2_lite_reads_with_its_own_classs_defaults(tmp_path):
+    """DeepSeek-V2-Lite's published config.json (DeepseekV2ForCausalLM): 15.7 B parameters, a
+    latent KV cache of 27 x (512 + 64) x 2 bytes a token; where a V2 file is silent, V2's
+    defaults (no dense layer first, two shared experts), not V3's."""
+    lite = {"architectures": ["DeepseekV2ForCausalLM"], "num_hidden_layers": 27,
+            "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
+            "intermediate_size": 10944, "moe_intermediate_size": 1408, "vocab_size": 102400,
+            "max_position_embeddings": 163840, "tie_word_embeddings": False,
+            "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+            "first_k_dense_replace": 1, "moe_layer_freq": 1, "q_lora_rank": None,
+            "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+            "v_head_dim": 128}
+    arch = model_architecture({"config": write_config(tmp_path, lite)})
+    assert arch.parameters() == pytest.approx(15.7e9, rel=0.01)
+    assert arch.kv_bytes_per_token(1, 2) == 27 * (512 + 64) * 2
+    silent = {k: v for k, v in lite.items() if k not in ("first_k_dense_replace",
+                                                          "n_shared_experts")}
+    arch = model_architecture({"config": write_config(tmp_path, silent, "silent.json")})
+    assert (arch.n_dense_layers, arch.n_shared_experts) == (0, 2)
+
+
 @pytest.mark.parametrize("first, every", [(0, 1), (3, 1), (3, 2), (0, 3), (1, 4), (50, 7)])
 def test_deepseeks_sparse_layers_are_counted_as_vllm_places_them(tmp_path, first, every):
     # vLLM: layer i has experts when i >= first_k_dense_replace and i % moe_layer_freq == 0

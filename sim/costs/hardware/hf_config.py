@@ -3,7 +3,7 @@
 `config_architecture(path)` reads the file and returns the `Architecture` keys it sets, keyed as
 `Architecture` names them, for the model classes in `READERS` (`architectures[0]` of the file):
 dense Llama, Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 (text), and mixture-of-experts Mixtral,
-Qwen3-MoE, DeepSeek-V3 (with multi-head latent attention) and gpt-oss. What the cost model does
+Qwen3-MoE, DeepSeek-V2 and V3 (with multi-head latent attention) and gpt-oss. What the cost model does
 not read (rotary scaling, logit soft-capping, a multi-token-prediction module) is left out, and
 a `quantization_config` is compared with the scenario's dtype (`checkpoint.py`), not read
 for it; biases beyond q, k and v, the per-head query and key norms of Qwen3 and
@@ -272,12 +272,23 @@ def _qwen3_moe(c: _Config) -> dict:
     return keys | _sparse_layers(c, keys, sparse, "mlp_only_layers and decoder_sparse_step")
 
 
+def _deepseek_v2(c: _Config) -> dict:
+    return _deepseek(c, first_dense=0, shared=2)
+
+
 def _deepseek_v3(c: _Config) -> dict:
+    return _deepseek(c, first_dense=3, shared=1)
+
+
+def _deepseek(c: _Config, first_dense: int, shared: int) -> dict:
+    """DeepSeek-V2's and V3's keys (multi-head latent attention, shared and routed experts);
+    `first_dense`, `shared`: the defaults of transformers' config class of the file's model
+    class, which differ (as vLLM loads it without --trust-remote-code)."""
     keys = _dense(c) | _experts(c, "n_routed_experts", "moe_intermediate_size")
     keys.pop("head_dim", None)  # some copies write qk_rope_head_dim there; the heads are MLA's
-    # where the file is silent, transformers' DeepseekV3Config defaults (as vLLM loads it
-    # without --trust-remote-code); q_lora_rank null: no low-rank query (DeepSeek-V2-Lite's)
-    first, every = c.int("first_k_dense_replace", 3, minimum=0), c.int("moe_layer_freq", 1)
+    # q_lora_rank null: no low-rank query (DeepSeek-V2-Lite's)
+    first = c.int("first_k_dense_replace", first_dense, minimum=0)
+    every = c.int("moe_layer_freq", 1)
     layers = keys["n_layers"]  # the layers i >= first with i a multiple of every
     sparse = max((layers - 1) // every - (first - 1) // every, 0) if first else \
         (layers - 1) // every + 1
@@ -285,7 +296,7 @@ def _deepseek_v3(c: _Config) -> dict:
     q_lora_rank = 0 if "q_lora_rank" in c.table and c.table["q_lora_rank"] is None else \
         c.int("q_lora_rank", 1536, minimum=0)
     shared = 0 if "n_shared_experts" in c.table and c.table["n_shared_experts"] is None else \
-        c.int("n_shared_experts", 1, minimum=0)  # null: none, as vLLM builds it
+        c.int("n_shared_experts", shared, minimum=0)  # null: none, as vLLM builds it
     return keys | {"n_shared_experts": shared,
                    "q_lora_rank": q_lora_rank,
                    "kv_lora_rank": c.int("kv_lora_rank"),
@@ -327,6 +338,7 @@ READERS = {
     "Gemma3ForCausalLM": _gemma3,
     "MixtralForCausalLM": _mixtral,
     "Qwen3MoeForCausalLM": _qwen3_moe,
+    "DeepseekV2ForCausalLM": _deepseek_v2,
     "DeepseekV3ForCausalLM": _deepseek_v3,
     "GptOssForCausalLM": _gpt_oss,
 }
