@@ -189,8 +189,11 @@ def check_writable_file(path, is_ours=None) -> None:
     check_outside_outputs(Path(os.path.abspath(path)), path)
     check_replaceable_file(path, is_ours)
     with _parents_made(path.parent, keep=False):  # the file is written later, not now
-        fd, temporary = tempfile.mkstemp(prefix=f"{hidden_prefix(path.name)}.",
-                                         suffix=".check", dir=path.parent)
+        try:
+            fd, temporary = tempfile.mkstemp(prefix=f"{hidden_prefix(path.name)}.",
+                                             suffix=".check", dir=path.parent)
+        except OSError as exc:
+            raise _cannot_write(exc, path, path.parent) from None
         os.close(fd)
         os.unlink(temporary)
 
@@ -252,8 +255,7 @@ def _make_lock(lock_path: Path, out_dir) -> None:
         fd, temporary = tempfile.mkstemp(prefix=f"{lock_path.name}.", suffix=".new",
                                          dir=lock_path.parent)
     except OSError as exc:
-        raise OSError(exc.errno, f"{exc.strerror} (servesim writes beside {out_dir}, in "
-                                 f"{lock_path.parent})", str(out_dir)) from None
+        raise _cannot_write(exc, out_dir, lock_path.parent) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(LOCK_TEXT)
@@ -265,6 +267,13 @@ def _make_lock(lock_path: Path, out_dir) -> None:
             _create_lock(lock_path)
     finally:
         Path(temporary).unlink(missing_ok=True)
+
+
+def _cannot_write(exc: OSError, out, folder: Path) -> OSError:
+    """`exc`, a file that could not be made in `folder`, as the OSError of `out` (the output
+    servesim writes beside it there), not of the passing file's name."""
+    return OSError(exc.errno, f"{exc.strerror} (servesim writes beside {out}, in {folder})",
+                   str(out))
 
 
 def _create_lock(lock_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import re
 import stat
 from pathlib import Path
@@ -95,6 +96,9 @@ def check_replaceable(target: Path, shown, while_running: bool = False) -> None:
     if not target.is_dir():
         raise OutputRefused(f"{shown}: {target} is a file, so {shown} cannot be a folder; give "
                             f"a new or empty folder")
+    if not os.access(target, os.R_OK | os.X_OK):
+        raise OutputRefused(f"{shown}: the folder cannot be read, so servesim cannot tell that "
+                            f"it holds only files it wrote; give a new or empty folder")
     foreign = foreign_entries(target)
     if foreign:
         names = ", ".join(foreign[:SHOWN_ENTRIES]) + (", ..." if len(foreign) > SHOWN_ENTRIES
@@ -107,14 +111,24 @@ def check_replaceable(target: Path, shown, while_running: bool = False) -> None:
         raise OutputRefused(f"{shown}: another user's folder in {target.parent}, where only a "
                             f"folder's owner may rename it (the sticky bit, as in /tmp); give "
                             f"a folder of your own")
-    protected = next((folder for folder in (target, *sorted(p for p in target.rglob("*")
-                                                            if p.is_dir()))
-                      if not os.access(folder, os.W_OK | os.X_OK)), None)
-    if protected is not None:
-        which = "the folder" if protected == target else protected
-        raise OutputRefused(f"{shown}: {which} is write-protected, so servesim may not replace "
-                            f"it; make it writable (chmod -R u+w {shown}) or give another "
-                            f"folder")
+    for folder in (target, *sorted(p for p in target.rglob("*") if p.is_dir())):
+        if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):  # it could not be emptied
+            which = "the folder" if folder == target else folder
+            owner = folder.stat().st_uid
+            if owner != os.geteuid():
+                raise OutputRefused(f"{shown}: {which} is {_user(owner)}'s, and this user may "
+                                    f"not empty it to replace it; give a folder of your own")
+            raise OutputRefused(f"{shown}: {which} is write-protected, so servesim may not "
+                                f"replace it; make it writable (chmod -R u+rwx {shown}) or "
+                                f"give another folder")
+
+
+def _user(uid: int) -> str:
+    """A user's name (its number where the system has none)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"user {uid}"
 
 
 def _sticky_elsewhere(target: Path) -> bool:
@@ -130,7 +144,11 @@ def foreign_entries(folder: Path) -> list[str]:
     listed = _listed_files(folder / MANIFEST)
     listed_dirs = {d.as_posix() for p in listed or () for d in Path(p).parents}
     entries = []
-    for root, dirs, files in os.walk(folder):
+
+    def unreadable(error: OSError) -> None:  # what it holds is unknown: never taken as empty
+        entries.append(f"{Path(error.filename).relative_to(folder).as_posix()} (unreadable)")
+
+    for root, dirs, files in os.walk(folder, onerror=unreadable):
         for name in dirs + files:
             path = Path(root) / name
             relative = path.relative_to(folder).as_posix()

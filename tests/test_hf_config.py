@@ -112,8 +112,8 @@ def test_a_models_folder_a_bom_and_the_home_folder_find_its_config_json(tmp_path
     (json.dumps({"architectures": ["LlamaForCausalLM"], "text_config": {
         k: v for k, v in CONFIGS["meta-llama/Llama-3.1-405B"].items() if k != "architectures"}}),
      "missing 'num_attention_heads' (a LlamaForCausalLM config.json has it at its top level; "
-     "this file nests its text model's keys in text_config: give that table as a config.json "
-     "of its own)"),
+     "this file nests its text model's keys in text_config: give them as a config.json of "
+     "their own, naming the text model's class in architectures)"),
     (json.dumps(CONFIGS["Qwen/Qwen3-32B"] | {"head_dim": 0}),
      "head_dim must be an integer >= 1, got 0"),
     (json.dumps(CONFIGS["meta-llama/Llama-3.1-405B"] | {"hidden_size": "16384"}),

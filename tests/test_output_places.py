@@ -299,16 +299,53 @@ def test_a_write_protected_output_is_refused_before_any_work(scenario_file, tmp_
     assert run(scenario_file, out) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     access = os.access
-    monkeypatch.setattr(places.os, "access", lambda path, mode: Path(path) != out and access(
-        path, mode))
+    monkeypatch.setattr(places.os, "access", lambda path, mode: not (
+        Path(path) == out and mode & os.W_OK) and access(path, mode))
     simulated = []
     monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
     assert run(scenario_file, out, "--seed", "3") == 2
     assert error_line(capsys) == (f"servesim: error: {out}: the folder is write-protected, so "
                                   f"servesim may not replace it; make it writable (chmod -R "
-                                  f"u+w {out}) or give another folder")
+                                  f"u+rwx {out}) or give another folder")
     assert not simulated and {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    monkeypatch.setattr(places.os, "geteuid", lambda: out.stat().st_uid + 4321)  # not its owner
+    assert run(scenario_file, out, "--seed", "3") == 2
+    assert error_line(capsys) == (f"servesim: error: {out}: the folder is "
+                                  f"{places._user(out.stat().st_uid)}'s, and this user may not "
+                                  f"empty it to replace it; give a folder of your own")
+
+
+def test_a_folder_that_cannot_be_read_is_never_taken_for_an_empty_one(
+        scenario_file, tmp_path, capsys, monkeypatch):
+    """`chmod 300 out` hides a user's files from a listing: refused, not replaced (which would
+    move them aside and lose them); a listed subfolder that cannot be read counts as foreign."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    access = os.access
+    monkeypatch.setattr(places.os, "access", lambda path, mode: not (
+        Path(path) == out and mode & os.R_OK) and access(path, mode))
+    assert run(scenario_file, out) == 2
+    assert error_line(capsys) == (f"servesim: error: {out}: the folder cannot be read, so "
+                                  f"servesim cannot tell that it holds only files it wrote; give "
+                                  f"a new or empty folder")
+    assert (out / "notes.txt").read_text() == "mine"
+    monkeypatch.undo()
+    written = tmp_path / "written"
+    (written / "sub").mkdir(parents=True)
+    (written / "sub" / "a.csv").write_text("a\n")
+    output.write_manifest(written, {"command": "run"})
+    assert places.foreign_entries(written) == []
+    scandir = os.scandir
+
+    def refused(path="."):
+        if Path(path) == written / "sub":
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(places.os, "scandir", refused)
+    assert places.foreign_entries(written) == ["sub (unreadable)"]
 
 
 def test_another_users_folder_under_a_sticky_bit_is_refused_before_any_work(
@@ -345,3 +382,8 @@ def test_a_folder_that_takes_no_file_is_named_not_the_locks_passing_name(
     assert error_line(capsys) == (f"servesim: error: {out}: Permission denied (servesim writes "
                                   f"beside {out}, in {out.parent}); nothing written")
     assert out.is_dir() and not any(out.iterdir())
+    profile = tmp_path / "above" / "p.json"  # `servesim profile --out`, checked before profiling
+    with pytest.raises(OSError) as refusal:
+        output.check_writable_file(profile)
+    assert str(refusal.value) == (f"[Errno 13] Permission denied (servesim writes beside "
+                                  f"{profile}, in {profile.parent}): '{profile}'")

@@ -78,6 +78,9 @@ def main(argv=None) -> int:
     # a signal ignored when servesim starts (`nohup` ignores SIGHUP) stays ignored
     previous = {sig: signal.signal(sig, _terminate) for sig in STOP_SIGNALS
                 if signal.getsignal(sig) is not signal.SIG_IGN}
+    for stream in (sys.stdout, sys.stderr):  # a name the terminal cannot show is escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = None
     try:
         argv = split_set_values(list(sys.argv[1:] if argv is None else argv))

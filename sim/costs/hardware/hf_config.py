@@ -96,7 +96,8 @@ class _Config:
         if value is None:
             if default is None:
                 nested = " at its top level; this file nests its text model's keys in " \
-                    "text_config: give that table as a config.json of its own" \
+                    "text_config: give them as a config.json of their own, naming the text " \
+                    "model's class in architectures" \
                     if isinstance(self.table.get("text_config"), dict) else ""
                 raise self.error(f"missing {key!r} (a {self.architecture} config.json has "
                                  f"it{nested})")
