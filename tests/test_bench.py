@@ -196,6 +196,10 @@ def test_anything_else_is_not_a_token_count_and_the_reason_says_what_it_was(valu
 def test_a_reason_is_one_line_cut_short_saying_how_long_it_was():
     result = RequestResult(0, 0.0, 4, 2).fail("HTTP 500:\n" + "x" * 1000)
     assert result.reason == "HTTP 500: " + "x" * 290 + "... (1010 characters)"
+    # a server's control characters (clear the screen, set the title, ring) do not reach the
+    # terminal or the CSV as they are
+    result = RequestResult(0, 0.0, 4, 2).fail("error in the stream: \x1b[2J\x1b]0;pwned\x07 x")
+    assert result.reason == "error in the stream: \\x1b[2J\\x1b]0;pwned\\x07 x"
 
 
 def test_the_outcome_line_names_the_most_common_reasons_with_their_counts():

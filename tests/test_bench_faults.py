@@ -324,6 +324,19 @@ async def closes_the_connection(request, body):
     return response
 
 
+async def endless(request, body):
+    """Token chunks without end (but for a cap, should the client not go away)."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    chunk = f"data: {token_chunks(body)[0]}\n\n".encode()
+    try:
+        for _ in range(100_000):
+            await response.write(chunk)
+    except ConnectionError:
+        pass
+    return response
+
+
 def never_answers(server):
     async def answer(request, body):
         await server.released.wait()
@@ -342,6 +355,7 @@ BAD_ANSWERS = {
     "no [DONE]": (no_done, "the stream ended before [DONE]"),
     "no choice": (no_choice, "no chunk with a choice before [DONE]"),
     "connection closed": (closes_the_connection, "ClientPayloadError"),
+    "a stream that does not stop": (endless, "the stream sent more than "),
 }
 
 
@@ -716,3 +730,41 @@ def test_validate_against_counts_a_request_both_sides_refuse_as_alike(
     refused = [r for r in rows(out / "simulate" / "requests.csv") if r["status"] == "rejected"]
     assert 0 < len(refused) < 5, "the case needs requests refused and served"
     assert status == 0 and "unlike" not in printed
+
+
+def test_openai_api_key_is_sent_as_vllm_sends_it_and_a_urls_password_is_not_shown(
+        fake, scenario_file, tmp_path, capsys, monkeypatch):
+    """`vllm bench serve` sends `Authorization: Bearer $OPENAI_API_KEY`, and so does bench; a
+    URL's own credentials go as basic authentication, and its password is never written."""
+    seen = []
+
+    async def models(request):
+        seen.append(request.headers.get("Authorization"))
+        return await model_listing(request)
+
+    fake.models = models
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    status, _ = bench_cli(capsys, fake.url, scenario_file, tmp_path / "keyed")
+    assert status == 0 and seen == ["Bearer sk-test"]
+    assert all(body["max_tokens"] for body in fake.bodies)  # every request was served
+    url = fake.url.replace("http://", "http://alice:s3cret@")
+    status, _ = bench_cli(capsys, url, scenario_file, tmp_path / "userinfo")
+    assert status == 0 and seen[-1].startswith("Basic ")  # the URL's, not the key
+    written = {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "userinfo").iterdir()
+               if p.suffix in (".md", ".html", ".json", ".csv")}
+    assert "alice:***@127.0.0.1" in written["report.md"]
+    assert not [name for name, text in written.items() if "s3cret" in text]
+
+
+def test_a_models_name_with_control_characters_is_written_escaped(fake, scenario_file,
+                                                                    tmp_path, capsys):
+    """A name /v1/models gives is the server's text: it cannot start a heading in report.md
+    or clear the terminal."""
+    async def models(request):
+        return web.json_response({"data": [{"id": "m\n# pwned\x1b[2J"}]})
+
+    fake.models = models
+    status, _ = bench_cli(capsys, fake.url, scenario_file, tmp_path / "out")
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert status == 0 and "model: m # pwned\\x1b[2J" in report
+    assert "\x1b" not in report and "\n# pwned" not in report

@@ -144,6 +144,8 @@ def test_tiny_temperatures_are_greedy_streamed_or_not_and_huge_ones_sample(path)
     (b'{"prompt": "x", "temperature": Infinity}', "temperature"),
     (b'{"prompt": "x", "temperature": -Infinity}', "temperature"),
     (b'{"prompt": "x", "temperature": 1e400}', "temperature"),
+    (b'{"prompt": "x", "temperature": 1' + b"0" * 400 + b"}", "temperature"),  # past a float
+    (b'{"prompt": "x", "top_p": 1' + b"0" * 400 + b"}", "top_p"),
     (b'{"prompt": "x", "top_p": NaN}', "top_p"),
     (b'{"prompt": "x", "top_p": Infinity}', "top_p"),
     (b'{"prompt": "x", "top_k": Infinity}', "top_k"),

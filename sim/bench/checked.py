@@ -95,8 +95,14 @@ def quoted_bytes(raw: bytes, limit: int = QUOTE_CHARS) -> str:
 
 
 def one_line(text: str, limit: int = REASON_CHARS) -> str:
-    """`text` on one line (each run of whitespace one space), cut at `limit` characters."""
-    return clipped(" ".join(text.split()), limit)
+    """`text` on one line, printable (`printable`), cut at `limit` characters."""
+    return clipped(printable(text), limit)
+
+
+def printable(text: str) -> str:
+    """`text` on one line (each run of whitespace one space), control characters escaped: a
+    server's text (an error, a model's name) must not drive a terminal or end a line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(text.split()))
 
 
 def clipped(text: str, limit: int) -> str:

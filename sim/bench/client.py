@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
@@ -64,11 +66,22 @@ class Target:
         return body
 
 
+def auth_headers(base_url: str) -> dict:
+    """`Authorization: Bearer $OPENAI_API_KEY` where that is set, as `vllm bench serve` and the
+    OpenAI client send it; nothing otherwise, or where the URL carries its own credentials
+    (`http://user:password@host`, sent as basic authentication)."""
+    key = os.environ.get("OPENAI_API_KEY")
+    if not key or urlsplit(base_url).username is not None:
+        return {}
+    return {"Authorization": f"Bearer {key}"}
+
+
 async def first_model(base_url: str, timeout_s: float) -> str:
     """The id of the first model `GET /v1/models` lists; ValueError saying why there is none
     (whatever the server answered)."""
     try:
-        async with aiohttp.ClientSession(timeout=client_timeout(timeout_s)) as s:
+        async with aiohttp.ClientSession(timeout=client_timeout(timeout_s),
+                                         headers=auth_headers(base_url)) as s:
             async with s.get(base_url.rstrip("/") + "/v1/models") as response:
                 listing = json_object(await whole_body(response), "the body")
         return listed_model(listing)
@@ -99,8 +112,8 @@ async def prompt_token_counts(target: Target, prompts: dict) -> dict:
     prompt of `prompts` ({key: prompt}); ValueError saying why a count is missing (whatever
     the server answered)."""
     counts = {}
-    async with aiohttp.ClientSession(
-            timeout=client_timeout(target.timeout_s)) as session:
+    async with aiohttp.ClientSession(timeout=client_timeout(target.timeout_s),
+                                     headers=auth_headers(target.base_url)) as session:
         for key, prompt in prompts.items():
             try:
                 async with session.post(target.url, json=target.payload(prompt, 1, False)) as r:
@@ -179,7 +192,8 @@ async def replay(target: Target, requests: list, prompts: list, max_concurrency:
             on_done()
         return result
 
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with aiohttp.ClientSession(connector=connector,
+                                     headers=auth_headers(target.base_url)) as session:
         return list(await asyncio.gather(*(one(session, r, p)
                                            for r, p in zip(requests, prompts))))
 
@@ -230,7 +244,7 @@ async def stream_lines(content):
 async def read_stream(lines, result: RequestResult, chat: bool) -> None:
     """Read a stream's events into `result`: the time of each chunk with a choice (a token's,
     `sse.py`), the usage, "finished" at `[DONE]` after one such chunk or more, or failed at an
-    error event, at an end before `[DONE]` or at a `[DONE]` after none;
+    error event, at an end before `[DONE]`, at a `[DONE]` after none, or past `most_chunks`;
     BadResponse for a chunk that is not what a completion's stream sends."""
     async for line in lines:
         data = event_data(line)
@@ -253,9 +267,21 @@ async def read_stream(lines, result: RequestResult, chat: bool) -> None:
         usage = chunk_usage(chunk)
         if chunk.get("choices"):  # a token's chunk, its text empty or not (vLLM's rule)
             result.chunk_s.append(now)
+            if len(result.chunk_s) > most_chunks(result.planned_output_tokens):
+                result.fail(f"the stream sent more than {len(result.chunk_s) - 1} chunks with "
+                            f"a choice for max_tokens = {result.planned_output_tokens}, and "
+                            f"did not stop")
+                return
         if usage is not None:
             result.prompt_tokens, result.completion_tokens = usage
     result.fail("the stream ended before [DONE]")
+
+
+def most_chunks(max_tokens: int) -> int:
+    """The chunks with a choice a stream of `max_tokens` tokens may send before it is taken for
+    one that does not stop (each token a chunk, with room to spare for empty ones: a chat's
+    role, a last one with the finish reason), so what a request keeps stays bounded."""
+    return 2 * max_tokens + 16
 
 
 def client_timeout(seconds: float) -> aiohttp.ClientTimeout:

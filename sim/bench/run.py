@@ -22,12 +22,12 @@ from datetime import datetime
 from pathlib import Path
 
 from ..workloads import build_workload, seeded_streams
-from .checked import one_line
+from .checked import one_line, printable
 from .client import Target, first_model, prompt_token_counts, replay
 from .prompts import PROBE_WORDS, TextScale, fit_text_scale, id_prompts, probe_text, text_prompt
 from .recorder import BenchRecorder
 from .timing import RequestResult, max_in_flight
-from .urls import check_base_url, check_endpoint, is_chat
+from .urls import check_base_url, check_endpoint, is_chat, shown_url
 
 DEFAULT_TIMEOUT_S = 600.0
 REQUEST_CSV_COLUMNS = ("request_id", "status", "reason", "planned_prompt_tokens",
@@ -214,8 +214,8 @@ def write_request_csv(runs: list[BenchRun], path: Path) -> Path:
 
 def remote_text(options: BenchOptions, runs: list[BenchRun]) -> str:
     """The report's paragraph on what was benchmarked and what a client cannot see."""
-    lines = [f"Benchmarked {options.url.rstrip('/')}{options.endpoint} from the client "
-             f"(streamed; max_tokens = the planned output length, with ignore_eos)."]
+    lines = [f"Benchmarked {shown_url(options.url).rstrip('/')}{options.endpoint} from the "
+             f"client (streamed; max_tokens = the planned output length, with ignore_eos)."]
     for run in runs:
         lines.append(f"{run.spec.label}: " + "; ".join(run.notes)
                      + f"; at most {run.max_in_flight} requests were in flight.")
@@ -224,7 +224,7 @@ def remote_text(options: BenchOptions, runs: list[BenchRun]) -> str:
                  "cache figures are n/a. The model, engine, scheduler and cost settings "
                  "above describe the scenario, not the server. Each request's planned and reported "
                  "token counts, status and reason are in `bench_requests.csv`.")
-    return " ".join(lines)
+    return printable(" ".join(lines))  # a model's name as the server gave it, on one line
 
 
 def bench(scenario, options: BenchOptions, out_dir, manifest: dict | None = None,

@@ -34,6 +34,16 @@ def is_chat(endpoint: str) -> bool:
     return endpoint.rstrip("/").endswith("/chat/completions")
 
 
+def shown_url(url: str) -> str:
+    """`url` as a report shows it: a password it carries (`http://user:password@host`) as
+    `***`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    return parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}").geturl()
+
+
 def url_problem(url: str) -> str | None:
     if not _printable(url):
         return "it holds spaces or control characters"

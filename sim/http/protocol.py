@@ -164,7 +164,11 @@ def _get(body: dict, field: str, kind: type, default, name: str | None = None):
           float: _is_int(value) or isinstance(value, float)}[kind]
     if not ok:
         raise bad(name or field, f"must be {KIND_NAMES[kind]}, got {reprlib.repr(value)}")
-    return kind(value)
+    try:
+        return kind(value)
+    except OverflowError:  # an integer past any float
+        raise bad(name or field, f"must be {KIND_NAMES[kind]}, got an integer of "
+                                 f"{len(str(abs(value)))} digits") from None
 
 
 # --- responses -----------------------------------------------------------------------------------
