@@ -98,7 +98,8 @@ def check_replaceable(target: Path, shown, while_running: bool = False) -> None:
                             f"a new or empty folder")
     if not os.access(target, os.R_OK | os.X_OK):
         raise OutputRefused(f"{shown}: the folder cannot be read, so servesim cannot tell that "
-                            f"it holds only files it wrote; give a new or empty folder")
+                            f"it holds only files it wrote; make it readable (chmod u+rx "
+                            f"{shown}) or give another folder")
     foreign = foreign_entries(target)
     if foreign:
         names = ", ".join(foreign[:SHOWN_ENTRIES]) + (", ..." if len(foreign) > SHOWN_ENTRIES
@@ -146,7 +147,10 @@ def foreign_entries(folder: Path) -> list[str]:
     entries = []
 
     def unreadable(error: OSError) -> None:  # what it holds is unknown: never taken as empty
-        entries.append(f"{Path(error.filename).relative_to(folder).as_posix()} (unreadable)")
+        relative = Path(error.filename).relative_to(folder).as_posix()
+        if f"{relative}/" in entries:  # named once, as unreadable
+            entries.remove(f"{relative}/")
+        entries.append(f"{relative} (unreadable)")
 
     for root, dirs, files in os.walk(folder, onerror=unreadable):
         for name in dirs + files:

@@ -200,6 +200,11 @@ def test_a_reason_is_one_line_cut_short_saying_how_long_it_was():
     # terminal or the CSV as they are
     result = RequestResult(0, 0.0, 4, 2).fail("error in the stream: \x1b[2J\x1b]0;pwned\x07 x")
     assert result.reason == "error in the stream: \\x1b[2J\\x1b]0;pwned\\x07 x"
+    # cut before escaping, the length the server's; letters, emoji and their joiners as they are
+    result = RequestResult(0, 0.0, 4, 2).fail("\x1b" * 400)
+    assert result.reason == "\\x1b" * 300 + "... (400 characters)"
+    text = "débit 👩\u200d🔬 \u202eevil"
+    assert RequestResult(0, 0.0, 4, 2).fail(text).reason == "débit 👩\u200d🔬 \\u202eevil"
 
 
 def test_the_outcome_line_names_the_most_common_reasons_with_their_counts():

@@ -742,11 +742,15 @@ def test_openai_api_key_is_sent_as_vllm_sends_it_and_a_urls_password_is_not_show
         seen.append(request.headers.get("Authorization"))
         return await model_listing(request)
 
+    async def answer(request, body):
+        seen.append(request.headers.get("Authorization"))
+        return await healthy(request, body)
+
     fake.models = models
+    fake.answers = [answer] * 5  # every request of the scenario
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     status, _ = bench_cli(capsys, fake.url, scenario_file, tmp_path / "keyed")
-    assert status == 0 and seen == ["Bearer sk-test"]
-    assert all(body["max_tokens"] for body in fake.bodies)  # every request was served
+    assert status == 0 and seen == ["Bearer sk-test"] * 6  # the listing and every request
     url = fake.url.replace("http://", "http://alice:s3cret@")
     status, _ = bench_cli(capsys, url, scenario_file, tmp_path / "userinfo")
     assert status == 0 and seen[-1].startswith("Basic ")  # the URL's, not the key
@@ -754,6 +758,13 @@ def test_openai_api_key_is_sent_as_vllm_sends_it_and_a_urls_password_is_not_show
                if p.suffix in (".md", ".html", ".json", ".csv")}
     assert "alice:***@127.0.0.1" in written["report.md"]
     assert not [name for name, text in written.items() if "s3cret" in text]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test\r")  # read from a file with a CRLF
+    assert main(["bench", fake.url, str(scenario_file), "--out", str(tmp_path / "crlf"),
+                 "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "servesim: error: OPENAI_API_KEY holds '\\r', which an Authorization header cannot "
+        "carry; set it to the key alone")
+    assert len(seen) == 7 and not (tmp_path / "crlf").exists()  # nothing sent or written
 
 
 def test_a_models_name_with_control_characters_is_written_escaped(fake, scenario_file,

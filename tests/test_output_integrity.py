@@ -386,7 +386,8 @@ def test_random_scenarios_and_overrides_never_trace_back_or_leave_a_partial_fold
 def test_the_files_are_utf8_whatever_the_locale(tmp_path):
     """Under an ASCII locale (no UTF-8 mode, no coercion) the run writes the same bytes as
     under UTF-8, not a traceback: a scenario named "intégrité" and a variant "débit" included,
-    the variant's name escaped where the summary prints it."""
+    the variant's name escaped where the summary prints it, and a folder's name that is not
+    text printed as its own bytes (so it can be copied)."""
     scenario_file = tmp_path / "integrity.toml"
     scenario_file.write_text(SCENARIO.replace('"integrity"', '"intégrité"')
                              + '[[variants]]\nname = "débit"\n', encoding="utf-8")
@@ -395,6 +396,10 @@ def test_the_files_are_utf8_whatever_the_locale(tmp_path):
                           str(tmp_path / "ascii"), "--quiet"], env=env, capture_output=True)
     assert run.returncode == 0, run.stderr
     assert b"d\\xe9bit " in run.stdout
+    folder = os.fsencode(tmp_path) + b"/caf\xe9"
+    run = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(scenario_file), "--out",
+                          folder, "--quiet"], env=env, capture_output=True)
+    assert run.returncode == 0 and folder + b"/report.html" in run.stdout, run.stdout
     assert main(["run", str(scenario_file), "--out", str(tmp_path / "utf8"), "--quiet"]) == 0
     report = (tmp_path / "ascii" / "report.md").read_bytes()
     assert "intégrité".encode() in report

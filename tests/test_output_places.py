@@ -328,8 +328,8 @@ def test_a_folder_that_cannot_be_read_is_never_taken_for_an_empty_one(
         Path(path) == out and mode & os.R_OK) and access(path, mode))
     assert run(scenario_file, out) == 2
     assert error_line(capsys) == (f"servesim: error: {out}: the folder cannot be read, so "
-                                  f"servesim cannot tell that it holds only files it wrote; give "
-                                  f"a new or empty folder")
+                                  f"servesim cannot tell that it holds only files it wrote; make "
+                                  f"it readable (chmod u+rx {out}) or give another folder")
     assert (out / "notes.txt").read_text() == "mine"
     monkeypatch.undo()
     written = tmp_path / "written"
@@ -337,15 +337,18 @@ def test_a_folder_that_cannot_be_read_is_never_taken_for_an_empty_one(
     (written / "sub" / "a.csv").write_text("a\n")
     output.write_manifest(written, {"command": "run"})
     assert places.foreign_entries(written) == []
-    scandir = os.scandir
+    scandir, closed = os.scandir, {written / "sub"}
 
     def refused(path="."):
-        if Path(path) == written / "sub":
+        if Path(path) in closed:
             raise PermissionError(13, "Permission denied", str(path))
         return scandir(path)
 
     monkeypatch.setattr(places.os, "scandir", refused)
     assert places.foreign_entries(written) == ["sub (unreadable)"]
+    (written / "other").mkdir()  # not listed, and unreadable: named once
+    closed.add(written / "other")
+    assert places.foreign_entries(written) == ["other (unreadable)", "sub (unreadable)"]
 
 
 def test_another_users_folder_under_a_sticky_bit_is_refused_before_any_work(

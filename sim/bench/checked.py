@@ -9,6 +9,7 @@ in one place, `token_count`.
 from __future__ import annotations
 
 import json
+import unicodedata
 
 MAX_TOKEN_COUNT = 2**31 - 1  # far beyond any context window; sums over a run stay in int64
 QUOTE_CHARS = 80  # of a server's value quoted in a reason
@@ -95,14 +96,24 @@ def quoted_bytes(raw: bytes, limit: int = QUOTE_CHARS) -> str:
 
 
 def one_line(text: str, limit: int = REASON_CHARS) -> str:
-    """`text` on one line, printable (`printable`), cut at `limit` characters."""
-    return clipped(printable(text), limit)
+    """`text` on one line, cut at `limit` characters (saying how long the whole was), then
+    made printable (`printable`)."""
+    flat = " ".join(text.split())
+    return printable(flat) if len(flat) <= limit else \
+        f"{printable(flat[:limit])}... ({len(flat)} characters)"
+
+
+# What a terminal acts on rather than shows: control characters (C0, C1), bytes that were not
+# text (surrogates), and the bidirectional overrides and isolates, which reorder what follows
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def printable(text: str) -> str:
-    """`text` on one line (each run of whitespace one space), control characters escaped: a
-    server's text (an error, a model's name) must not drive a terminal or end a line."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(text.split()))
+    """`text` on one line (each run of whitespace one space), what a terminal would act on
+    escaped (`BIDI_CONTROLS`): a server's text (an error, a model's name) must not drive a
+    terminal or end a line. Letters of any script, emoji and their joiners stay as they are."""
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in ("Cc", "Cs")
+                   or c in BIDI_CONTROLS else c for c in " ".join(text.split()))
 
 
 def clipped(text: str, limit: int) -> str:

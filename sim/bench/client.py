@@ -66,6 +66,16 @@ class Target:
         return body
 
 
+def check_api_key() -> None:
+    """ValueError, naming OPENAI_API_KEY, where it holds what a header cannot carry (a line
+    break read from a file with it, a control character, bytes that are not text)."""
+    key = os.environ.get("OPENAI_API_KEY") or ""
+    bad = next((c for c in key if not c.isprintable() or "\udc80" <= c <= "\udcff"), None)
+    if bad is not None:
+        raise ValueError(f"OPENAI_API_KEY holds {bad!r}, which an Authorization header cannot "
+                         f"carry; set it to the key alone")
+
+
 def auth_headers(base_url: str) -> dict:
     """`Authorization: Bearer $OPENAI_API_KEY` where that is set, as `vllm bench serve` and the
     OpenAI client send it; nothing otherwise, or where the URL carries its own credentials
@@ -279,9 +289,10 @@ async def read_stream(lines, result: RequestResult, chat: bool) -> None:
 
 def most_chunks(max_tokens: int) -> int:
     """The chunks with a choice a stream of `max_tokens` tokens may send before it is taken for
-    one that does not stop (each token a chunk, with room to spare for empty ones: a chat's
-    role, a last one with the finish reason), so what a request keeps stays bounded."""
-    return 2 * max_tokens + 16
+    one that does not stop (a token's text may come a character a chunk, with room for empty
+    ones: a chat's role, a last one with the finish reason), so what a request keeps stays
+    bounded."""
+    return 16 * max_tokens + 64
 
 
 def client_timeout(seconds: float) -> aiohttp.ClientTimeout:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..workloads import build_workload, seeded_streams
 from .checked import one_line, printable
-from .client import Target, first_model, prompt_token_counts, replay
+from .client import Target, check_api_key, first_model, prompt_token_counts, replay
 from .prompts import PROBE_WORDS, TextScale, fit_text_scale, id_prompts, probe_text, text_prompt
 from .recorder import BenchRecorder
 from .timing import RequestResult, max_in_flight
@@ -53,6 +53,7 @@ class BenchOptions:
                 check(getattr(self, name))
             except ValueError as exc:
                 raise ValueError(f"{name} {exc}") from None
+        check_api_key()
 
     @property
     def prompt_kind(self) -> str:

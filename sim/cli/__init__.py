@@ -28,6 +28,7 @@ functions.
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import signal
 import sys
@@ -78,9 +79,11 @@ def main(argv=None) -> int:
     # a signal ignored when servesim starts (`nohup` ignores SIGHUP) stays ignored
     previous = {sig: signal.signal(sig, _terminate) for sig in STOP_SIGNALS
                 if signal.getsignal(sig) is not signal.SIG_IGN}
-    for stream in (sys.stdout, sys.stderr):  # a name the terminal cannot show is escaped
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="backslashreplace")
+    streams = {stream: stream.errors for stream in (sys.stdout, sys.stderr)
+               if getattr(stream, "errors", None) in ("strict", "surrogateescape")
+               and hasattr(stream, "reconfigure")}
+    for stream in streams:
+        stream.reconfigure(errors=ESCAPE)
     args = None
     try:
         argv = split_set_values(list(sys.argv[1:] if argv is None else argv))
@@ -96,6 +99,22 @@ def main(argv=None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        for stream, errors in streams.items():
+            stream.reconfigure(errors=errors)
+
+
+def _escaped(error: UnicodeError):
+    """What a terminal's encoding cannot hold: a path's undecodable bytes as they were (as
+    Python's surrogateescape writes them), any other character as a backslash escape (a
+    variant named "débit" under an ASCII locale), never an error."""
+    try:
+        return codecs.lookup_error("surrogateescape")(error)
+    except UnicodeError:
+        return codecs.lookup_error("backslashreplace")(error)
+
+
+ESCAPE = "servesim-escape"  # stdout's and stderr's error handler while a command runs
+codecs.register_error(ESCAPE, _escaped)
 
 
 RECORDING = ("run", "validate", "bench")  # the commands that write vLLM's result files

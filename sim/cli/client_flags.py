@@ -33,6 +33,7 @@ def bench_options(args, url_flag: str):
     (given as `url_flag`) and the endpoint checked; --max-concurrency is the scenario's
     `workload.max_concurrency`, as in `run`."""
     from ..bench import BenchOptions
+    from ..bench.client import check_api_key
     from ..bench.urls import check_base_url, check_endpoint, is_chat
 
     if args.endpoint is None:
@@ -51,6 +52,10 @@ def bench_options(args, url_flag: str):
     if args.prompt == "ids" and is_chat(args.endpoint):
         raise UsageError(f"--prompt ids: a chat endpoint ({args.endpoint}) takes messages of "
                          f"text, not token ids; use --prompt text")
+    try:
+        check_api_key()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return BenchOptions(args.url, args.endpoint, args.model,
                         args.timeout or BenchOptions.timeout_s, prompt=args.prompt,
                         progress=not args.quiet)

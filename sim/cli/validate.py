@@ -97,6 +97,7 @@ def cmd_validate_against(args) -> int:
     """`validate --against URL`: the simulation of the variant the server runs, against a bench
     of that server with the same requests."""
     from ..bench.outcome import any_succeeded, outcome_line
+    from ..bench.urls import shown_url
     from ..validation.against import validate_against
 
     args.url = args.against
@@ -111,7 +112,7 @@ def cmd_validate_against(args) -> int:
                                              profile=args.profile,
                                              manifest=manifest("validate", scenario) | {
                                                  "profile": args.profile,
-                                                 "against": args.against})
+                                                 "against": shown_url(args.against)})
     except (ValueError, FileNotFoundError) as exc:
         import scenarios
 

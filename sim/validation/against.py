@@ -19,6 +19,7 @@ from engine.benchmark import summarize
 from scenarios import ScenarioError
 
 from ..bench.run import BenchOptions, bench_run, distinct_runs, write_bench_report
+from ..bench.urls import shown_url
 from ..runner import run_config
 from .table import display_rows, error_rows, max_abs_error, text_table, write_csv
 from .runs import validatable_runs
@@ -97,4 +98,4 @@ def _write(scenario, options, benched, simulated, rows, notes, headline, folder:
         styles += [(color, "-"), (color, "--")]
     write_validation_report(folder, scenario, display_rows(rows), notes, headline,
                             cdf_chart(lines, styles),
-                            against=options.url.rstrip("/") + options.endpoint)
+                            against=shown_url(options.url).rstrip("/") + options.endpoint)
