@@ -8,9 +8,9 @@ files.
   it may not replace (`reports.places`: one holding anything servesim did not write, among
   others);
 - it creates the folders above it that are missing (removed again if the command fails), takes
-  a lock beside the folder (`.NAME.lock`, a file holding `LOCK_TEXT`: a second command writing
-  the same place at the same time is refused with `OutputBusy`, a file of that name servesim
-  did not make with `OutputRefused`), removes what killed commands left there (the
+  a lock beside the folder (`reports.locks`: a second command writing the same place at the
+  same time is refused with `OutputBusy`, a file of that name servesim did not make with
+  `OutputRefused`), removes what killed commands left there (the
   `.NAME.servesim-XXXXXXXX.partial` and `.old` folders of this name), and creates a temporary
   folder beside it, with the user's umask, so a folder that cannot be created or written is
   found before any work;
@@ -27,7 +27,6 @@ files.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -40,7 +39,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from reports.places import (MANIFEST, OutputBusy, OutputRefused, check_names,
+from reports.locks import cannot_write, locked
+from reports.places import (MANIFEST, OutputRefused, check_names,
                             check_outside_outputs, check_replaceable, check_replaceable_file,
                             destination, exists)
 
@@ -49,7 +49,6 @@ from reports.places import (MANIFEST, OutputBusy, OutputRefused, check_names,
 # what killed commands left (`remove_stale`) never takes a user's `.NAME.20241207.old`
 TEMP_MARK = ".servesim-"
 TEMP_SUFFIX = re.escape(TEMP_MARK) + r"[a-z0-9_]{8}\.(partial|old)"
-LOCK_TEXT = b"servesim output lock\n"  # what a lock file servesim made holds
 WRITTEN: set = set()  # the output folders this process put in place (`was_written`)
 
 
@@ -62,7 +61,7 @@ def output_folder(out_dir, manifest: dict):
     parent = target.parent
     with _parents_made(parent):
         prefix = hidden_prefix(target.name)
-        with _locked(parent / f"{prefix}.lock", out_dir):
+        with locked(parent / f"{prefix}.lock", out_dir):
             remove_stale(parent, prefix, target)
             check_replaceable(target, out_dir)
             partial = Path(tempfile.mkdtemp(prefix=prefix + TEMP_MARK, suffix=".partial",
@@ -158,7 +157,7 @@ def write_atomic(path, text: str, is_ours=None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     prefix = hidden_prefix(path.name)
-    with _locked(path.parent / f"{prefix}.lock", path):
+    with locked(path.parent / f"{prefix}.lock", path):
         check_replaceable_file(path, is_ours)
         remove_stale(path.parent, prefix)
         fd, temporary = tempfile.mkstemp(prefix=prefix + TEMP_MARK, suffix=".partial",
@@ -193,7 +192,7 @@ def check_writable_file(path, is_ours=None) -> None:
             fd, temporary = tempfile.mkstemp(prefix=f"{hidden_prefix(path.name)}.",
                                              suffix=".check", dir=path.parent)
         except OSError as exc:
-            raise _cannot_write(exc, path, path.parent) from None
+            raise cannot_write(exc, path, path.parent) from None
         os.close(fd)
         os.unlink(temporary)
 
@@ -202,89 +201,6 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-@contextmanager
-def _locked(lock_path: Path, out_dir: Path):
-    """Hold an exclusive lock on `lock_path` (created if need be, holding `LOCK_TEXT`;
-    released if the process dies); OutputBusy if another process holds it, OutputRefused if a
-    file servesim did not make is there (it is never removed)."""
-    while True:
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_NONBLOCK)  # a FIFO there: no waiting
-        except FileNotFoundError:
-            _make_lock(lock_path, out_dir)
-            continue
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
-        text = os.read(fd, len(LOCK_TEXT) + 1) if regular else None
-        if text != LOCK_TEXT:
-            os.close(fd)
-            empty = " (an empty one is left by an earlier version's killed command, and may " \
-                    "be removed)" if text == b"" else ""
-            raise OutputRefused(f"{lock_path}: a file servesim did not make is where it keeps "
-                                f"the lock for {out_dir}{empty}; move it, or write elsewhere "
-                                f"with --out")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise OutputBusy(f"{out_dir} is being written by another servesim command; wait "
-                             f"for it to finish, or write elsewhere with --out") from None
-        try:  # the file may have been removed by its last holder after we opened it
-            if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    try:
-        yield
-    finally:
-        try:
-            os.unlink(lock_path)
-        finally:
-            os.close(fd)
-
-
-def _make_lock(lock_path: Path, out_dir) -> None:
-    """Create `lock_path` holding `LOCK_TEXT`, whole from its first instant (written beside it,
-    then linked into place); a file already there is left as it is. The file written beside
-    it is named as no stale entry is (`remove_stale` under another command's lock would take
-    it); if it goes anyway, the caller tries again. A folder that takes no file is an OSError
-    naming `out_dir` and that folder, not the file's passing name."""
-    try:
-        fd, temporary = tempfile.mkstemp(prefix=f"{lock_path.name}.", suffix=".new",
-                                         dir=lock_path.parent)
-    except OSError as exc:
-        raise _cannot_write(exc, out_dir, lock_path.parent) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(LOCK_TEXT)
-        try:
-            os.link(temporary, lock_path)
-        except (FileExistsError, FileNotFoundError):
-            pass
-        except OSError:  # a file system without hard links (FAT, some network ones)
-            _create_lock(lock_path)
-    finally:
-        Path(temporary).unlink(missing_ok=True)
-
-
-def _cannot_write(exc: OSError, out, folder: Path) -> OSError:
-    """`exc`, a file that could not be made in `folder`, as the OSError of `out` (the output
-    servesim writes beside it there), not of the passing file's name."""
-    return OSError(exc.errno, f"{exc.strerror} (servesim writes beside {out}, in {folder})",
-                   str(out))
-
-
-def _create_lock(lock_path: Path) -> None:
-    """`_make_lock` where files cannot be linked: created, then written (a command opening it
-    in between finds it empty and is refused: the rare cost of such a file system)."""
-    try:
-        fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return
-    with os.fdopen(fd, "wb") as f:
-        f.write(LOCK_TEXT)
 
 
 def _replace(partial: Path, target: Path, prefix: str) -> None:

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reports import output, places
+from reports import locks, output, places
 from sim.cli import main
 
 SCENARIO = """
@@ -89,7 +89,7 @@ def test_the_manifest_writes_overrides_as_set_takes_them_back(scenario_file, tmp
 def test_a_second_command_into_the_same_folder_is_refused_in_one_line(scenario_file, tmp_path,
                                                                        capsys):
     out = tmp_path / "out"
-    with output._locked(tmp_path / ".out.lock", out):  # as a command writing it holds it
+    with locks.locked(tmp_path / ".out.lock", out):  # as a command writing it holds it
         assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 2
     assert "is being written by another servesim command" in one_line(capsys)
     assert not out.exists()
@@ -160,7 +160,7 @@ def test_a_command_making_the_lock_as_another_takes_it_is_told_the_place_is_busy
 
     def link(source, destination):  # meanwhile, command A
         if not hasattr(link, "held"):
-            (tmp_path / "a.tmp").write_bytes(output.LOCK_TEXT)
+            (tmp_path / "a.tmp").write_bytes(locks.LOCK_TEXT)
             real_link(tmp_path / "a.tmp", lock)
             (tmp_path / "a.tmp").unlink()
             link.held = os.open(lock, os.O_RDWR)
@@ -170,7 +170,7 @@ def test_a_command_making_the_lock_as_another_takes_it_is_told_the_place_is_busy
 
     monkeypatch.setattr(output.os, "link", link)
     with pytest.raises(places.OutputBusy, match="is being written by another servesim command"):
-        with output._locked(lock, tmp_path / "out"):
+        with locks.locked(lock, tmp_path / "out"):
             pass
     os.close(link.held)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from reports import output, places
+from reports import locks, output, places
 from sim.cli import main
 
 SCENARIO = """
@@ -168,7 +168,7 @@ def test_a_link_and_its_target_share_one_lock(scenario_file, tmp_path, capsys):
     target = tmp_path / "real"
     link = tmp_path / "link"
     link.symlink_to(target, target_is_directory=True)
-    with output._locked(tmp_path / ".real.lock", target):  # a command writing the target
+    with locks.locked(tmp_path / ".real.lock", target):  # a command writing the target
         assert run(scenario_file, link) == 2
     assert "is being written by another servesim command" in error_line(capsys)
 

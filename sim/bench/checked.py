@@ -89,9 +89,8 @@ def described(value) -> str:
 
 def quoted_bytes(raw: bytes, limit: int = QUOTE_CHARS) -> str:
     """Bytes a server sent, as one printable line (invalid UTF-8 and control characters
-    escaped), cut after `limit` bytes saying how many the whole was."""
-    text = raw[:limit].decode("utf-8", errors="backslashreplace")
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    escaped, `escaped`), cut after `limit` bytes saying how many the whole was."""
+    text = escaped(raw[:limit].decode("utf-8", errors="backslashreplace"))
     return text if len(raw) <= limit else f"{text}... ({len(raw)} bytes)"
 
 
@@ -109,11 +108,16 @@ BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u206
 
 
 def printable(text: str) -> str:
-    """`text` on one line (each run of whitespace one space), what a terminal would act on
-    escaped (`BIDI_CONTROLS`): a server's text (an error, a model's name) must not drive a
-    terminal or end a line. Letters of any script, emoji and their joiners stay as they are."""
+    """`text` on one line (each run of whitespace one space), `escaped`: a server's text (an
+    error, a model's name) must not drive a terminal or end a line."""
+    return escaped(" ".join(text.split()))
+
+
+def escaped(text: str) -> str:
+    """`text` with what a terminal would act on (`BIDI_CONTROLS`) as backslash escapes; letters
+    of any script, emoji and their joiners as they are."""
     return "".join(repr(c)[1:-1] if unicodedata.category(c) in ("Cc", "Cs")
-                   or c in BIDI_CONTROLS else c for c in " ".join(text.split()))
+                   or c in BIDI_CONTROLS else c for c in text)
 
 
 def clipped(text: str, limit: int) -> str:
