@@ -21,6 +21,7 @@ import scenarios
 from engine.benchmark import summarize
 from sim.bench import BenchOptions, bench_runs
 from sim.bench.client import Target, send
+from sim.bench.prompts import PROBE_WORDS
 from sim.bench.timing import RequestResult
 from sim.cli import main
 
@@ -338,7 +339,7 @@ async def endless(request, body):
 
 
 def never_answers(server):
-    async def answer(request, body):
+    async def answer(request, *body):
         await server.released.wait()
         return web.Response(status=500)
     return answer
@@ -565,6 +566,72 @@ def test_the_probe_calibrates_text_prompts(fake, scenario_file):
                       BenchOptions(fake.url, "/v1/chat/completions", model="m"))
     assert "prompts: text of repeated words, calibrated: 3 tokens a word, +5 tokens a prompt" \
         in run.notes
+
+
+def counting(calls: list, answer):
+    """`answer`, appending each request it gets to `calls`."""
+    async def counted(request, *body):
+        calls.append(request.path)
+        return await answer(request, *body)
+    return counted
+
+
+def test_the_server_is_asked_for_its_model_and_probed_once_for_every_run(fake, tmp_path):
+    # three variants of distinct workloads, each sent; the server's answers hold for all
+    path = tmp_path / "three.toml"
+    path.write_text(SCENARIO + "".join(f'[[variants]]\nname = "v{n}"\n'
+                                       f'set = {{ "workload.num_requests" = {n} }}\n'
+                                       for n in (2, 3, 4)))
+    calls = []
+    fake.models, fake.probe = counting(calls, model_listing), counting(calls, probe_answer)
+    runs = bench_runs(scenarios.load(path), BenchOptions(fake.url, "/v1/chat/completions"))
+    assert [len(run.results) for run in runs] == [2, 3, 4]
+    assert sorted(calls) == ["/v1/chat/completions"] * 2 + ["/v1/models"]
+    assert all("model: fake-model" in run.notes for run in runs)
+    assert all("prompts: text of repeated words, calibrated: 3 tokens a word, +5 tokens a "
+               "prompt" in run.notes for run in runs)
+
+
+def test_the_probes_are_sent_together(fake, scenario_file):
+    # a server that lets every request wait: sent one after the other, they would take two
+    # --timeout
+    arrived, in_flight, answered = [], [], []
+
+    async def holding(request, body):
+        arrived.append(body)
+        in_flight.append(len(arrived) - len(answered))
+        for _ in range(200):  # until both are in, or 2 s
+            if len(arrived) == len(PROBE_WORDS):
+                break
+            await asyncio.sleep(0.01)
+        answered.append(body)
+        return await probe_answer(request, body)
+    fake.probe = holding
+    run, = bench_runs(scenarios.load(scenario_file),
+                      BenchOptions(fake.url, "/v1/chat/completions", model="m"))
+    assert in_flight == [1, 2]
+    assert "prompts: text of repeated words, calibrated: 3 tokens a word, +5 tokens a prompt" \
+        in run.notes
+
+
+def test_a_server_silent_on_v1_models_is_not_probed_and_the_notes_say_so(fake, scenario_file):
+    probes = []
+    fake.models, fake.probe = never_answers(fake), counting(probes, probe_answer)
+    run, = bench_runs(scenarios.load(scenario_file),
+                      BenchOptions(fake.url, "/v1/chat/completions", timeout_s=1))
+    assert probes == []
+    assert "model: none named (GET /v1/models: timed out after 1 s)" in run.notes
+    assert ("prompts: text of repeated words, not calibrated (not probed: GET /v1/models: timed "
+            "out after 1 s): one word is taken as one token") in run.notes
+    assert [r.status for r in run.results] == ["finished"] * 5
+
+
+def test_a_silent_probe_leaves_prompts_uncalibrated_saying_so(fake, scenario_file):
+    fake.probe = never_answers(fake)
+    run, = bench_runs(scenarios.load(scenario_file),
+                      BenchOptions(fake.url, "/v1/chat/completions", model="m", timeout_s=1))
+    assert ("prompts: text of repeated words, not calibrated (timed out after 1 s): one word is "
+            "taken as one token") in run.notes
 
 
 # --- the URL and the endpoint are checked before anything is sent --------------------------------

@@ -5,11 +5,13 @@ counts, status and reason).
 
 The runs of a scenario that differ only in engine settings send the same requests (the
 settings do not reach a remote server), so each distinct (workload, seed) is sent once, under
-its first run's label. Requests, arrival times and prompt and output lengths come from the
-seed as in every mode. With `workload.max_concurrency` C (`--max-concurrency`), at most C
-requests are in flight, as in vLLM's `bench serve`: a request due while C are waits for one to
-end, and its latencies start when it is sent; a closed loop of C users without think time is
-sent as every request at once with at most C in flight.
+its first run's label. The server is asked once, before any run, for its model (where none is
+named) and, for text prompts, how many tokens a word is (`Server`). Requests, arrival times
+and prompt and output lengths come from the seed as in every mode. With
+`workload.max_concurrency` C (`--max-concurrency`), at most C requests are in flight, as in
+vLLM's `bench serve`: a request due while C are waits for one to end, and its latencies start
+when it is sent; a closed loop of C users without think time is sent as every request at once
+with at most C in flight.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pathlib import Path
 
 from ..workloads import build_workload, seeded_streams
 from .checked import one_line, printable
-from .client import Target, check_api_key, first_model, prompt_token_counts, replay
+from .client import (NoAnswer, Target, check_api_key, first_model, prompt_token_counts,
+                     replay)
 from .prompts import PROBE_WORDS, TextScale, fit_text_scale, id_prompts, probe_text, text_prompt
 from .recorder import BenchRecorder
 from .timing import RequestResult, max_in_flight
@@ -95,13 +98,53 @@ def unbenchable(config) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Server:
+    """What bench asks the server once, before any run: the model each request names (None:
+    none) and, for text prompts, the tokens a word is (None: prompts of token ids), with the
+    notes saying so."""
+
+    model: str | None
+    scale: TextScale | None
+    notes: tuple
+
+
+def meet_server(options: BenchOptions) -> Server:
+    """Ask the server for its model, where `options` name none, and calibrate text prompts.
+    A server that lets GET /v1/models time out is not probed too (it would wait as long)."""
+    return asyncio.run(_meet(options))
+
+
+async def _meet(options: BenchOptions) -> Server:
+    notes, model, silent = [], options.model, None
+    if model is None:
+        try:
+            model = await first_model(options.url, options.timeout_s)
+        except ValueError as exc:
+            notes.append(f"model: none named ({one_line(str(exc))})")
+            silent = exc if isinstance(exc, NoAnswer) else None
+    if model is not None:
+        notes.append(f"model: {model}")
+    if options.prompt_kind != "text":
+        return Server(model, None, tuple(notes))
+    if silent is not None:
+        scale = TextScale(note=f"not calibrated (not probed: {one_line(str(silent))}): one word "
+                               f"is taken as one token")
+    else:
+        scale = await text_scale(Target(options.url, options.endpoint, model, options.timeout_s))
+    return Server(model, scale, tuple(notes))
+
+
 def bench_runs(scenario, options: BenchOptions) -> list[BenchRun]:
     base_dir = Path(scenario.path).parent if scenario.path else None
-    return [bench_run(spec, options, base_dir) for spec in distinct_runs(scenario.runs())]
+    server = meet_server(options)
+    return [bench_run(spec, options, server, base_dir)
+            for spec in distinct_runs(scenario.runs())]
 
 
-def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
-    """Send one run's workload; its spec is returned in mode "bench"."""
+def bench_run(spec, options: BenchOptions, server: Server, base_dir=None) -> BenchRun:
+    """Send one run's workload to `server` (`meet_server`); its spec is returned in mode
+    "bench"."""
     config = spec.config
     problem = unbenchable(config)
     if problem is not None:
@@ -123,8 +166,8 @@ def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
     requests = [RequestResult(i, arrival_s, int(p), int(o), priority) for i, (arrival_s, p, o,
                 priority) in enumerate(zip(arrivals, workload.prompt_tokens,
                                            workload.output_tokens, priorities))]
-    results, notes, model = asyncio.run(_send_all(options, requests, workload,
-                                                  streams["tokens"], concurrency, spec.label))
+    results, notes = asyncio.run(_send_all(options, server, requests, workload,
+                                           streams["tokens"], concurrency, spec.label))
     sent_any = [r for r in results if not math.isnan(r.sent_s)]
     if len(sent_any) < len(results):  # --max-seconds passed while they waited for a slot
         notes.append(f"{len(results) - len(sent_any)} requests not sent: workload.max_seconds "
@@ -136,32 +179,23 @@ def bench_run(spec, options: BenchOptions, base_dir=None) -> BenchRun:
         notes.append(f"priorities: drawn but not sent (scheduler.queue is "
                      f"{config.scheduler.queue}, which ignores them)")
     return BenchRun(replace(spec, config=config.with_mode("bench")),
-                    BenchRecorder(results, model), results, notes + [token_check(results)],
+                    BenchRecorder(results, server.model), results, notes + [token_check(results)],
                     max_in_flight(results))
 
 
-async def _send_all(options: BenchOptions, requests, workload, token_rng,
-                    concurrency, label: str) -> tuple[list, list, str | None]:
-    """(the requests sent, what the bench noted, the model asked for: None where no model was
-    named and the server listed none)."""
-    notes = []
-    model = options.model
-    if model is None:
-        try:
-            model = await first_model(options.url, options.timeout_s)
-        except ValueError as exc:
-            notes.append(f"model: none named ({one_line(str(exc))})")
-    if model is not None:
-        notes.append(f"model: {model}")
-    target = Target(options.url, options.endpoint, model, options.timeout_s)
-    if options.prompt_kind == "ids":
+async def _send_all(options: BenchOptions, server: Server, requests, workload, token_rng,
+                    concurrency, label: str) -> tuple[list, list]:
+    """(the requests sent, what the bench noted)."""
+    notes = list(server.notes)
+    target = Target(options.url, options.endpoint, server.model, options.timeout_s)
+    if server.scale is None:
         prompts = id_prompts(workload.prompt_tokens, token_rng, workload.prompt_ids)
         notes.append("prompts: lists of token ids of the planned lengths" + (
             ", sharing the prefixes the trace shares" if workload.prompt_ids else ""))
     else:
-        scale = await text_scale(target)
-        prompts = [text_prompt(r.request_id, r.planned_prompt_tokens, scale) for r in requests]
-        notes.append(f"prompts: text of repeated words, {scale.note}" + (
+        prompts = [text_prompt(r.request_id, r.planned_prompt_tokens, server.scale)
+                   for r in requests]
+        notes.append(f"prompts: text of repeated words, {server.scale.note}" + (
             "; they share none of the prefixes the trace shares (--prompt ids does)"
             if workload.prompt_ids else ""))
     bar = _bar(label, len(requests)) if options.progress else None
@@ -173,7 +207,7 @@ async def _send_all(options: BenchOptions, requests, workload, token_rng,
     finally:
         if bar is not None:
             bar.close()
-    return results, notes, model
+    return results, notes
 
 
 async def text_scale(target: Target) -> TextScale:

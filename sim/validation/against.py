@@ -18,7 +18,8 @@ from pathlib import Path
 from engine.benchmark import summarize
 from scenarios import ScenarioError
 
-from ..bench.run import BenchOptions, bench_run, distinct_runs, write_bench_report
+from ..bench.run import (BenchOptions, bench_run, distinct_runs, meet_server,
+                         write_bench_report)
 from ..bench.urls import shown_url
 from ..runner import run_config
 from .table import display_rows, error_rows, max_abs_error, text_table, write_csv
@@ -45,7 +46,8 @@ def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "a
     base_dir = Path(scenario.path).parent if scenario.path else None
     manifest = manifest or {"command": "validate", "scenario": scenario.name}
     with output_folder(out_dir, manifest) as folder:
-        benched = [bench_run(spec, options, base_dir) for spec in specs]
+        server = meet_server(options)
+        benched = [bench_run(spec, options, server, base_dir) for spec in specs]
         simulated = [run_config(mode_config(spec.config, "simulate"), base_dir=base_dir)
                      for spec in specs]
         rows = [row for run, sim in zip(benched, simulated)
