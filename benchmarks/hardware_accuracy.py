@@ -6,7 +6,8 @@ the roofline is calibrated on, and the NumPy engine on this machine.
    the token dimension held out, (a) the held-out points predicted by interpolating the others
    (log-log, as the model does) and (b) the same points predicted by the roofline; median and
    p90 of |predicted - measured| / measured per GPU and operator family (GEMM in bf16 and fp8,
-   decode and prefill attention, MoE experts, the custom all-reduce).
+   decode and prefill attention, MoE experts, the custom all-reduce); and how far Marlin's MoE
+   kernel carries from the shape it was measured at (`benchmarks/marlin_transfer.py`).
 0c, 0d. End to end (`--only serving`, `--only trtllm`): servesim against real-GPU serving
    (`benchmarks/serving_accuracy.py` and `trtllm_page.py`, which say how each is simulated).
 1. Refit the efficiencies to the shipped measurements (`sim.costs.hardware.calibration`) and say
@@ -85,7 +86,10 @@ def tables_part() -> None:
     versions = "/".join(sorted({kernels.versions(g, "vllm")[-1] for g in kernels.SYSTEMS}))
     print(f"\n(interpolation: every other measured point in the token dimension predicted from "
           f"the rest; roofline: the datasheet peaks with the fitted efficiencies, where the GPU "
-          f"is in the catalog; vLLM {versions})")
+          f"is in the catalog; vLLM {versions})\n")
+    from marlin_transfer import marlin_transfer
+
+    marlin_transfer()
 
 
 def held_out_errors(measured) -> dict:

@@ -236,8 +236,8 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
       (trtllm-serve's default), at 1,024/1,024 below TP 8 holding new prefills up to 20 steps
       while they and the decodes fill less than 90% of a step's tokens (`batch_waits`).
     - gpt-oss-120b (2026-03-27, single_node/gptoss_fp4_h100.sh and _h200.sh): vLLM 0.18.0 with
-      its MXFP4 experts on Marlin kernels (w4a16), the KV cache in bf16, 8,192 tokens a step, no
-      prefix caching, as many sequences as users.
+      its MXFP4 experts on Marlin kernels (w4a16: `moe_backend = "marlin"`), the KV cache in
+      bf16, 8,192 tokens a step, no prefix caching, as many sequences as users.
     - DeepSeek-R1 (DeepSeek-V3's architecture) in fp8 on eight H200s: TensorRT-LLM
       (2025-11-02, dsr1_fp8_h200_trt_slurm.sh) with the experts whole on each GPU (`--ep_size`
       = TP = 8; the measured rows record moe_tp 8, not what the script ran), attention data
@@ -266,7 +266,7 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
                 {"max_num_seqs": min(2048, tokens), "max_num_batched_tokens": tokens},
                 {"chunked_prefill": False})
     if row.model_path == GPT_OSS:
-        return (GPT_OSS, {"dtype": "mxfp4", "kv_dtype": "auto"},
+        return (GPT_OSS, {"dtype": "mxfp4", "kv_dtype": "auto", "moe_backend": "marlin"},
                 {"max_num_seqs": users, "max_num_batched_tokens": 8192}, {"chunked_prefill": True})
     hardware = {"dtype": SILICON_DTYPES[row.precision], "kv_dtype": "fp8"}
     if vllm:

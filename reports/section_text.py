@@ -107,7 +107,9 @@ def kernels_text(derived: dict) -> str:
     if not measured:
         return "every operator costed by the roofline"
     roofline = [op for op, source in sources.items() if source != "measured"]
+    marlin = derived.get("moe_kernel")
     return (f"{derived['kernels']}: " + ", ".join(f"`{op}`" for op in measured)
+            + (f" (`moe_experts` on {marlin})" if marlin else "")
             + (", roofline for " + ", ".join(f"`{op}`" for op in roofline) if roofline else "")
             + "; the other elementwise kernels (norms, rotary embedding, activation, "
               "residual adds, embedding) by the roofline")

@@ -102,6 +102,10 @@ KV_DTYPES = ("auto", "fp16", "bf16", "fp8")
 # computed at every GEMM (dynamic); or per 128 x 128 block of weights and 128 channels of a
 # token's activations (block: DeepSeek-V3/R1's and Qwen3's own FP8 checkpoints)
 ACTIVATION_SCHEMES = ("static", "dynamic", "block")
+# The fused MoE kernel (vLLM's --moe-backend): "auto", the framework's default for the model's
+# shape, as measured; "marlin", Marlin's weight-only kernel (mxfp4 experts: gpt-oss under
+# VLLM_MXFP4_USE_MARLIN=1)
+MOE_BACKENDS = ("auto", "marlin")
 HARDWARE_NORMS = ("rmsnorm", "layernorm")
 MAX_TP = 8
 MAX_GPUS = 8  # tp x dp: one node (servesim costs no network between nodes)
@@ -119,6 +123,7 @@ HARDWARE_DEFAULTS = {
     # an fp8 (per-tensor) checkpoint's activation scales: "static" (fixed in the checkpoint, as
     # NVIDIA's ModelOpt FP8 checkpoints) or "dynamic" (computed at every GEMM)
     "activation_scheme": "static",
+    "moe_backend": "auto",
     "gpu_memory_utilization": 0.9,  # vLLM's default
     "step_overhead_s": 1.0e-3,  # the server's own time a step (an assumption: measure yours)
     "seq_overhead_s": 10e-6,  # and per sequence of the batch

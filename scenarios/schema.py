@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 from .defaults import (ACTIVATION_SCHEMES, COST_MODELS, DECODE_ROUTERS, FRAMEWORKS,
                        GPU_TABLE_KEYS, HARDWARE_DTYPES, HARDWARE_NORMS, KERNEL_SOURCES, KV_DTYPES,
-                       MAX_GPUS, MAX_TP, MLA_MODEL_KEYS, MODES, MOE_MODEL_KEYS, ROUTERS,
-                       SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS, WINDOW_MODEL_KEYS)
+                       MAX_GPUS, MAX_TP, MLA_MODEL_KEYS, MODES, MOE_BACKENDS, MOE_MODEL_KEYS,
+                       ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS,
+                       WINDOW_MODEL_KEYS)
 from .errors import FieldError
 from .overrides import flatten
 from .specs import (BOOL, NON_EMPTY_TEXT, NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT,
@@ -179,6 +180,7 @@ SCENARIO = Table({
         "dtype": choice(HARDWARE_DTYPES),
         "kv_dtype": choice(KV_DTYPES),
         "activation_scheme": choice(ACTIVATION_SCHEMES),
+        "moe_backend": choice(MOE_BACKENDS),
         "gpu_memory_utilization": Spec("a number above 0 and at most 1",
                                        lambda v: is_number(v) and 0 < v <= 1),
         "step_overhead_s": NON_NEGATIVE_NUMBER,

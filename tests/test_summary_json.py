@@ -250,7 +250,8 @@ def test_a_hardware_run_says_what_ran_on_what(tmp_path, gpu, framework, version)
     derived = spec.config.hardware.derived
     assert record["hardware"] == {
         "model": "mistralai/Mixtral-8x7B-v0.1", "gpu": gpu, "tp": 4, "dp": 1, "ep": 4,
-        "dtype": "fp16", "kv_dtype": "fp16", "activation_scheme": None, "framework": framework,
+        "dtype": "fp16", "kv_dtype": "fp16", "activation_scheme": None, "moe_kernel": None,
+        "framework": framework,
         "framework_version": version, "kernel_sources": derived["kernel_sources"],
         "kv_tokens": derived["kv_tokens"]}
     assert (record["hardware"]["kernel_sources"].get("moe_experts") == "measured") == \

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from scenarios.defaults import ACTIVATION_SCHEMES, FRAMEWORKS, KERNEL_SOURCES, MAX_GPUS
+from scenarios.defaults import (ACTIVATION_SCHEMES, FRAMEWORKS, KERNEL_SOURCES, MAX_GPUS,
+                               MOE_BACKENDS)
 
 from ...notes import say_once
 from .architecture import Architecture, engine_architecture
@@ -38,7 +39,7 @@ __all__ = ["Architecture", "Gpu", "HardwareCost", "HardwareSetup", "engine_archi
 
 def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int = 1,
                    kernels=None, framework: str = "vllm",
-                   activation_scheme: str = "static") -> dict:
+                   activation_scheme: str = "static", moe_backend: str = "auto") -> dict:
     """One transformer layer's operator times in seconds on one of `tp` GPUs, for a batch of
     `num_tokens` tokens (a number or an array), keyed by the operator names of the published
     measurements (`attn_pre_proj`, `attn_post_proj`, `mlp_up_proj`, `mlp_act`, `mlp_down_proj`,
@@ -53,7 +54,8 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     a model with experts then has the fused kernel's `moe_experts` in place of `moe_up_proj`,
     `moe_act` and `moe_down_proj`), "roofline", or None: measured where the GPU has tables.
     `activation_scheme`: an fp8 checkpoint's scales, "static" or "dynamic" (per tensor) or
-    "block" (block-scaled: DeepSeek's and Qwen3's own FP8 checkpoints). Every
+    "block" (block-scaled: DeepSeek's and Qwen3's own FP8 checkpoints). `moe_backend`: the
+    fused MoE kernel, "auto" (the framework's default) or "marlin" (mxfp4 experts). Every
     argument is checked (a ValueError saying what is allowed); where the tables do not reach
     (past 2x their range) the roofline answers, scaled to meet them where they end, as in a
     run; where the GPU has none under `kernels=None`, or they lack an operator, the roofline
@@ -70,11 +72,13 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     for name, value, allowed in (("dtype", dtype, tuple(DTYPE_BYTES)),
                                  ("kernels", kernels, (None, *KERNEL_SOURCES)),
                                  ("framework", framework, FRAMEWORKS),
-                                 ("activation_scheme", activation_scheme, ACTIVATION_SCHEMES)):
+                                 ("activation_scheme", activation_scheme, ACTIVATION_SCHEMES),
+                                 ("moe_backend", moe_backend, MOE_BACKENDS)):
         if value not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got "
                              f"{value!r}")
-    check_dtypes(arch, device, dtype, activation_scheme=activation_scheme)
+    check_dtypes(arch, device, dtype, activation_scheme=activation_scheme,
+                 moe_backend=moe_backend)
     tokens = _tokens(num_tokens)
 
     def roofline(rows):
@@ -83,7 +87,8 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
                               device.efficiency(), expert_bytes(dtype),
                               device.peak_flops(activation_dtype(dtype)))
 
-    measured = _measured_ops(arch, device, tp, ep, dtype, kernels, framework, activation_scheme)
+    measured = _measured_ops(arch, device, tp, ep, dtype, kernels, framework, activation_scheme,
+                             moe_backend)
     if measured is None:
         times = roofline(tokens)
     else:
@@ -148,7 +153,7 @@ def _tokens(num_tokens) -> np.ndarray:
 
 
 def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework: str,
-                  activations: str):
+                  activations: str, moe_backend: str):
     """The measured operators `kernels` asks for (None: the roofline); a GPU without tables
     under `kernels=None` is the roofline's, said once."""
     if kernels == "roofline":
@@ -160,6 +165,7 @@ def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework
             raise ValueError(f"kernels: {exc}") from None
         say_once(f"note: layer_op_times: {exc}; costed by the roofline")
         return None
-    ops = MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype), tables, ep, activations)
+    ops = MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype), tables, ep, activations,
+                      moe_backend=moe_backend)
     ops.say_roofline("layer_op_times")
     return ops

@@ -255,6 +255,26 @@ class KernelTables:
             return None
         return np.exp(curve.log_at(np.log(np.asarray(tokens, dtype=np.float64)))) * 1e-3
 
+    def moe_marlin(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int,
+                   ep: int, dtype: str, distribution: str = "power_law_1.2"):
+        """(seconds of one MoE layer's experts on Marlin's kernel for `tokens` tokens, the
+        (hidden, inter, topk, experts) Marlin was measured at); None: not measured in `dtype`
+        at TP `tp`, EP `ep`. Measured at another shape, its time is the one measured at as many
+        rows an expert (tokens x topk / experts), scaled by the experts' size (experts x hidden
+        x inter): the work, and the weights read, at that many rows (what the caller floors
+        it with: docs/sim/hardware.md)."""
+        found = tables.marlin_moe_curve(self.table_path("moe", "moe_perf.parquet"),
+                                        MOE_DTYPES.get(dtype, dtype),
+                                        (hidden, inter, topk, experts), tp, ep, distribution)
+        if found is None:
+            return None
+        curve, shape = found
+        their_hidden, their_inter, their_topk, their_experts = shape
+        rows = np.asarray(tokens, dtype=np.float64) * topk / experts
+        size = experts * hidden * inter / (their_experts * their_hidden * their_inter)
+        seconds = np.exp(curve.log_at(np.log(rows * their_experts / their_topk))) * 1e-3
+        return seconds * size, shape
+
     # --- communication ----------------------------------------------------------------------
     def all_reduce(self, tokens, hidden: int, gpus: int):
         """Seconds of an all-reduce of `tokens` x `hidden` 16-bit activations over `gpus`

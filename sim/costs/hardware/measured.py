@@ -1,7 +1,7 @@
 """Which of a step's operators the measured kernel tables cost, and their times.
 
-`MeasuredOps(arch, tp, dtype, kv_dtype, tables, ep, activations)` maps the hardware model's
-operators onto the tables of `kernels.py`:
+`MeasuredOps(arch, tp, dtype, kv_dtype, tables, ep, activations, dp, moe_backend)` maps the
+hardware model's operators onto the tables of `kernels.py`:
 - every weight matmul of a layer (the attention projections, a dense MLP's, the router's, the
   shared experts', latent attention's) and the LM head onto a GEMM of its shape on one GPU
   (m = the step's rows, n and k after tensor parallelism), the router and the LM head in bf16
@@ -13,7 +13,8 @@ operators onto the tables of `kernels.py`:
   routing, every data-parallel rank's, with its TP and EP sizes over the experts' GPUs (tp x
   dp): TP x 1 with `ep` = 1, 1 x EP with `ep` = tp x dp), measured
   with the routing skew the package assumes for the model (a power law of exponent 1.01 for
-  DeepSeek, 1.2 for the others: aiconfigurator's `sdk/models`);
+  DeepSeek, 1.2 for the others: aiconfigurator's `sdk/models`); under `moe_backend` "marlin"
+  onto Marlin's (`_moe`);
 - the two all-reduces of a layer onto the framework's custom all-reduce;
 - prefill and decode attention of each group of layers (full, or sliding with its window) onto
   the context and generation attention kernels of the GPU's heads;
@@ -92,9 +93,11 @@ class MeasuredOps:
     """The measured times of one model's operators on one GPU (module docstring)."""
 
     def __init__(self, arch: Architecture, tp: int, dtype: str, kv_dtype: str,
-                 tables: KernelTables, ep: int = 1, activations: str = "static", dp: int = 1):
+                 tables: KernelTables, ep: int = 1, activations: str = "static", dp: int = 1,
+                 moe_backend: str = "auto"):
         self.arch, self.tp, self.ep, self.tables = arch, tp, ep, tables
-        self.activations = activations
+        self.activations, self.moe_backend = activations, moe_backend
+        self.marlin_shape = None  # where Marlin's experts were measured (moe_backend "marlin")
         # a per-tensor fp8 GEMM's activation scales (a block-scaled checkpoint's, in a shape
         # the tables lack block-scaled: scaled at every call)
         self.tensor_scales = "dynamic" if activations == "block" else activations
@@ -184,12 +187,28 @@ class MeasuredOps:
             out |= {op: MEASURED for op in self.block_ops}
         return out
 
+    def marlin_text(self) -> str | None:
+        """Where the experts' Marlin kernel was measured (None: not costed on Marlin's)."""
+        if self.marlin_shape is None or self._moe_dtype is None:
+            return None
+        arch = self.arch
+        if self.marlin_shape == (arch.d_model, arch.moe_d_ff, arch.experts_per_token,
+                                 arch.n_experts):
+            return "Marlin's kernel, as measured at this model's shape"
+        hidden, inter, topk, experts = self.marlin_shape
+        return (f"Marlin's kernel, as measured at hidden {hidden}, intermediate {inter}, "
+                f"{experts} experts, top {topk}: scaled to this model's experts at as many rows "
+                f"an expert, never below the default kernel's time")
+
     def say_roofline(self, source: str) -> None:
         """One note naming the operators the tables do not have, said once."""
         missing = [op for op, where in self.sources().items() if where == ROOFLINE]
         if missing:
             say_once(f"note: {source}: the measured tables have no {', '.join(missing)} of "
                      f"this model and GPU; costed by the roofline")
+        marlin = self.marlin_text()
+        if marlin is not None:
+            say_once(f"note: {source}: moe_experts on {marlin} (hardware.moe_backend)")
         if not self._scales_known:
             measured = MEASURED_ACTIVATIONS[self.tables.framework]
             say_once(f"note: {source}: the measured tables do not time fp8 activation scales; "
@@ -282,10 +301,22 @@ class MeasuredOps:
         return merge(roofline, measured, "expert_exchange", beyond, tokens)
 
     def _moe(self, tokens, dtype: str):
+        """The routed experts' measured seconds: the framework's default kernel, or under
+        `moe_backend` "marlin" Marlin's (`KernelTables.moe_marlin`), measured at another
+        shape never below the default's (at a few rows an expert a kernel's time is mostly
+        fixed, which does not scale with the experts' size)."""
         arch = self.arch
         moe_tp, moe_ep = (self.experts_gpus, 1) if self.ep == 1 else (1, self.ep)
-        return self.tables.moe(tokens, arch.d_model, arch.moe_d_ff, arch.experts_per_token,
-                               arch.n_experts, moe_tp, moe_ep, dtype, self.distribution)
+        shape = (arch.d_model, arch.moe_d_ff, arch.experts_per_token, arch.n_experts)
+        default = self.tables.moe(tokens, *shape, moe_tp, moe_ep, dtype, self.distribution)
+        if self.moe_backend != "marlin" or default is None:
+            return default
+        marlin = self.tables.moe_marlin(tokens, *shape, moe_tp, moe_ep, dtype,
+                                        self.distribution)
+        if marlin is None:
+            return None
+        seconds, self.marlin_shape = marlin
+        return seconds if self.marlin_shape == shape else np.maximum(default, seconds)
 
     # --- attention, per step ----------------------------------------------------------------
     def prefill_attention(self, window: int, chunks: float, causal: float,

@@ -79,14 +79,15 @@ class HardwareSetup:
                 "kernels": self.kernels.describe() if self.kernels else "roofline",
                 "framework": self.kernels.tables.framework if self.kernels else None,
                 "framework_version": self.kernels.tables.version if self.kernels else None,
-                "kernel_sources": self.kernels.sources() if self.kernels else {}}
+                "kernel_sources": self.kernels.sources() if self.kernels else {},
+                "moe_kernel": self.kernels.marlin_text() if self.kernels else None}
 
 
 def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto",
-                 activation_scheme: str = "static") -> str:
+                 activation_scheme: str = "static", moe_backend: str = "auto") -> str:
     """The KV cache's dtype, once the GPU computes in `dtype`, the model has what `dtype`
-    quantizes, and the KV dtype and activation scheme go with them (else a ValueError naming
-    the key)."""
+    quantizes, and the KV dtype, activation scheme and MoE kernel go with them (else a
+    ValueError naming the key)."""
     gpu.peak_flops(compute_dtype(dtype))  # the GPU computes in this dtype
     activations = activation_dtype(dtype)
     if activations not in gpu.peak_tflops:  # a GPU a table defines, with quantized peaks only
@@ -105,6 +106,11 @@ def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto
     if activation_scheme != "static" and dtype != "fp8":
         raise ValueError(f"hardware.activation_scheme: \"{activation_scheme}\" applies to fp8 "
                          f"weights (hardware.dtype = \"fp8\"), not {dtype}")
+    if moe_backend == "marlin" and not (arch.is_moe and dtype == "mxfp4"):
+        has = f"{dtype} weights" if arch.is_moe else f"{arch.name or 'the model'}, without experts"
+        raise ValueError(f"hardware.moe_backend: \"marlin\" costs mxfp4 experts (Marlin's "
+                         f"weight-only kernel, as the tables measured it), not {has}; use "
+                         f"\"auto\"")
     return kv_dtype
 
 
@@ -135,7 +141,8 @@ def hardware_setup(config) -> HardwareSetup:
     tp, ep, dp, dtype = hardware.tp, hardware.ep, hardware.dp, hardware.dtype
     arch.check_tp(tp)
     arch.check_ep(ep, tp, dp)
-    kv_dtype = check_dtypes(arch, gpu, dtype, hardware.kv_dtype, hardware.activation_scheme)
+    kv_dtype = check_dtypes(arch, gpu, dtype, hardware.kv_dtype, hardware.activation_scheme,
+                            hardware.moe_backend)
     if config.model.config:
         say_checkpoint(config.model.config, dtype, hardware.activation_scheme)
     size, kv_size = DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype]
@@ -204,6 +211,10 @@ def hardware_setup(config) -> HardwareSetup:
         say_once(f"note: hardware.activation_scheme = \"{hardware.activation_scheme}\" picks "
                  f"among measured fp8 kernels; the roofline, which costs this run, costs fp8 "
                  f"GEMMs alike under every scheme")
+    if measured is None and hardware.moe_backend != "auto":
+        say_once(f"note: hardware.moe_backend = \"{hardware.moe_backend}\" picks among "
+                 f"measured MoE kernels; the roofline, which costs this run, costs the experts "
+                 f"alike under every kernel")
     return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine.block_size, ep,
                          hardware.kv_dtype, measured, dp)
 
@@ -247,4 +258,4 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
     if hardware.kernels == "roofline":
         return None  # the version checked, not used
     return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype, hardware.kv_dtype), tables, ep,
-                       hardware.activation_scheme, hardware.dp)
+                       hardware.activation_scheme, hardware.dp, hardware.moe_backend)

@@ -7,6 +7,7 @@ process (cached by path and shape); `None` where the table has no such rows.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 from .interpolation import Curve, Difference, Grid
@@ -180,6 +181,34 @@ def moe_curve(path: str | None, dtype: str, hidden: int, inter: int, topk: int, 
         return None
     table = default_kernel(table)
     return Curve(table["num_tokens"].to_numpy(), table["latency"].to_numpy())
+
+
+MOE_SHAPE = ("hidden_size", "inter_size", "topk", "num_experts")
+
+
+@lru_cache(maxsize=16)
+def marlin_moe_curve(path: str | None, dtype: str, shape: tuple, tp: int, ep: int,
+                     distribution: str) -> tuple[Curve, tuple] | None:
+    """Marlin's fused MoE kernel in `dtype` at TP `tp`, EP `ep`: (its curve over tokens, the
+    (hidden, inter, topk, experts) it was measured at): at `shape` where measured there, else
+    at the measured shape whose experts are nearest in size (experts x hidden x inter). None:
+    not measured so."""
+    if path is None:
+        return None
+    table = cached_table(path)
+    table = table[(table["moe_dtype"] == dtype) & (table["moe_tp_size"] == tp)
+                  & (table["moe_ep_size"] == ep) & (table["distribution"] == distribution)
+                  & table["kernel_source"].str.contains("marlin", case=False)]
+    if table.empty:
+        return None
+    shapes = {tuple(int(v) for v in row) for row in table[list(MOE_SHAPE)].to_numpy()}
+
+    def distance(other):
+        hidden, inter, _, experts = other
+        return abs(math.log(hidden * inter * experts / (shape[0] * shape[1] * shape[3])))
+    found = shape if shape in shapes else min(sorted(shapes), key=distance)
+    rows = table[(table[list(MOE_SHAPE)] == list(found)).all(axis=1)]
+    return Curve(rows["num_tokens"].to_numpy(), rows["latency"].to_numpy()), found
 
 
 @lru_cache(maxsize=32)
