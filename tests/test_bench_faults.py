@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import math
 import socket
 import threading
 
@@ -614,16 +615,51 @@ def test_the_probes_are_sent_together(fake, scenario_file):
         in run.notes
 
 
-def test_a_server_silent_on_v1_models_is_not_probed_and_the_notes_say_so(fake, scenario_file):
+def test_a_server_slow_on_v1_models_is_still_probed(fake, scenario_file):
+    # a listing past --timeout is noted, and the probe, which this server answers, calibrates
     probes = []
     fake.models, fake.probe = never_answers(fake), counting(probes, probe_answer)
     run, = bench_runs(scenarios.load(scenario_file),
                       BenchOptions(fake.url, "/v1/chat/completions", timeout_s=1))
-    assert probes == []
+    assert len(probes) == len(PROBE_WORDS)
     assert "model: none named (GET /v1/models: timed out after 1 s)" in run.notes
-    assert ("prompts: text of repeated words, not calibrated (not probed: GET /v1/models: timed "
-            "out after 1 s): one word is taken as one token") in run.notes
+    assert "prompts: text of repeated words, calibrated: 3 tokens a word, +5 tokens a prompt" \
+        in run.notes
     assert [r.status for r in run.results] == ["finished"] * 5
+
+
+def test_a_workload_that_cannot_be_built_fails_before_the_server_is_asked(fake, tmp_path):
+    # a trace that is not there: refused at once, not after GET /v1/models and the probe
+    path = tmp_path / "trace.toml"
+    path.write_text(f'[workload]\ntrace = {{ path = "{tmp_path / "gone.jsonl"}" }}\n')
+    calls = []
+    fake.models, fake.probe = counting(calls, model_listing), counting(calls, probe_answer)
+    with pytest.raises(FileNotFoundError, match="gone.jsonl"):
+        bench_runs(scenarios.load(path), BenchOptions(fake.url, "/v1/chat/completions"))
+    assert calls == []
+
+
+def test_a_failed_probe_cancels_the_other_rather_than_waiting_for_it(fake, scenario_file):
+    # the 16-word probe fails at once; the 64-word one would hang up to --timeout (none here):
+    # it is cancelled, its connection closed, and the bench goes on uncalibrated
+    held = []
+
+    async def one_fails(request, body):
+        if prompt_length(body) == PROBE_WORDS[0]:
+            return web.Response(status=400, text="no")
+        for _ in range(2000):  # a guard of 20 s: what waiting for it would take
+            if request.transport is None or request.transport.is_closing():
+                return web.Response(status=500)
+            await asyncio.sleep(0.01)
+        held.append(body)
+        return await probe_answer(request, body)
+    fake.probe = one_fails
+    run, = bench_runs(scenarios.load(scenario_file),
+                      BenchOptions(fake.url, "/v1/chat/completions", model="m",
+                                   timeout_s=math.inf))
+    assert held == []
+    assert ("prompts: text of repeated words, not calibrated (HTTP 400: no): one word is taken "
+            "as one token") in run.notes
 
 
 def test_a_silent_probe_leaves_prompts_uncalibrated_saying_so(fake, scenario_file):

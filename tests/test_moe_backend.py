@@ -115,6 +115,25 @@ def test_marlin_where_it_cannot_apply_is_refused_in_one_line(tmp_path, model, ha
     assert text.endswith(why), text
 
 
+@pytest.mark.parametrize("gpu, tp, hardware, where", [
+    ("h200", 2, 'framework = "sglang"\nep = 2', "sglang 0.5.14 kernels measured on h200 have no "
+     "Marlin MoE kernel in w4a16_mxfp4 with the experts at moe TP 1 x EP 2; they have it at "
+     "moe TP x EP 1 x 1, 2 x 1, 4 x 1, 8 x 1, 16 x 1, 32 x 1"),
+    ("h200", 8, 'framework = "trtllm"\nep = 8', "trtllm 1.3.0rc20 kernels measured on h200 have "
+     "no Marlin MoE kernel in w4a16_mxfp4 with the experts at moe TP 1 x EP 8"),
+])
+def test_marlin_where_the_tables_lack_it_but_not_the_default_is_refused(tmp_path, gpu, tp,
+                                                                        hardware, where):
+    # the default kernel is measured there; the roofline in Marlin's place would cost the
+    # experts at a fraction of it (0.14-0.8), the slower kernel making the run faster
+    text = refusal(tmp_path, model=f'name = "{OSS}"', gpu=gpu, tp=tp,
+                   hardware=f'dtype = "mxfp4"\nmoe_backend = "marlin"\n{hardware}')
+    assert text.endswith(f'hardware.moe_backend: "marlin": {where}; use "auto"'), text
+    with pytest.raises(ValueError, match=f'^moe_backend: "marlin": {where}'):
+        layer_op_times(OSS, gpu, tp, 64, "mxfp4", ep=tp,
+                       framework=hardware.split('"')[1], moe_backend="marlin")
+
+
 def test_an_unknown_backend_is_refused_naming_the_allowed_ones(tmp_path):
     text = refusal(tmp_path, model=f'name = "{OSS}"', gpu="h200",
                    hardware='dtype = "mxfp4"\nmoe_backend = "triton"')

@@ -5,8 +5,7 @@ in vLLM's `bench serve`; its latencies start when it is sent).
 A request that fails (an HTTP error, a connection refused or broken, a timeout, an answer that
 is not an event stream, an error inside the stream, a malformed chunk, a stream that ends
 without `[DONE]`) is returned with status "failed" and its reason; nothing here raises for a
-server's fault. Model discovery and the text probe raise ValueError saying why (NoAnswer
-where the server let the time run out).
+server's fault. Model discovery and the text probe raise ValueError saying why.
 """
 
 from __future__ import annotations
@@ -29,10 +28,6 @@ from .urls import is_chat
 EVENT_STREAM = "text/event-stream"
 QUOTED_BODY_BYTES = 200  # of an error's body, in the request's reason
 MAX_BODY_BYTES = 8 * 2**20  # of a whole (not streamed) answer: a model list, a probe's usage
-
-
-class NoAnswer(ValueError):
-    """The server sent no whole answer within the timeout."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +96,7 @@ async def first_model(base_url: str, timeout_s: float) -> str:
                 listing = json_object(await whole_body(response), "the body")
         return listed_model(listing)
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-        raise _failure(exc, timeout_s, "GET /v1/models: ") from None
+        raise ValueError(f"GET /v1/models: {_describe(exc, timeout_s)}") from None
     except BadResponse as exc:
         raise ValueError(f"GET /v1/models: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any other fault: the bench goes on without it
@@ -125,15 +120,22 @@ def listed_model(listing: dict) -> str:
 async def prompt_token_counts(target: Target, prompts: dict) -> dict:
     """{key: the server's usage.prompt_tokens} of one non-streamed, one-token request per
     prompt of `prompts` ({key: prompt}), sent together; ValueError saying why a count is
-    missing (whatever the server answered: the first prompt's fault where several fail)."""
+    missing (whatever the server answered), once one fails: the others are then cancelled
+    (where several fail together, the first prompt's fault)."""
     async with aiohttp.ClientSession(timeout=client_timeout(target.timeout_s),
                                      headers=auth_headers(target.base_url)) as session:
-        answers = await asyncio.gather(*(_prompt_tokens(session, target, prompt)
-                                         for prompt in prompts.values()), return_exceptions=True)
-    for answer in answers:
-        if isinstance(answer, BaseException):
-            raise answer
-    return dict(zip(prompts, answers))
+        tasks = [asyncio.ensure_future(_prompt_tokens(session, target, prompt))
+                 for prompt in prompts.values()]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()
+    return {key: task.result() for key, task in zip(prompts, tasks)}
 
 
 async def _prompt_tokens(session, target: Target, prompt) -> int:
@@ -142,7 +144,7 @@ async def _prompt_tokens(session, target: Target, prompt) -> int:
             answer = json_object(await whole_body(response), "the body")
         prompt_tokens, _ = usage_counts(answer.get("usage"))
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-        raise _failure(exc, target.timeout_s) from None
+        raise ValueError(_describe(exc, target.timeout_s)) from None
     except BadResponse:
         raise
     except Exception as exc:  # noqa: BLE001 - any other fault: uncalibrated, saying why
@@ -309,12 +311,6 @@ def most_chunks(max_tokens: int) -> int:
 def client_timeout(seconds: float) -> aiohttp.ClientTimeout:
     """A whole request's limit of `seconds` (inf: none)."""
     return aiohttp.ClientTimeout(total=None if math.isinf(seconds) else seconds)
-
-
-def _failure(exc: BaseException, timeout_s: float, prefix: str = "") -> ValueError:
-    """ValueError (NoAnswer for a timeout) saying why a request got no answer."""
-    kind = NoAnswer if isinstance(exc, asyncio.TimeoutError) else ValueError
-    return kind(prefix + _describe(exc, timeout_s))
 
 
 def _describe(exc: BaseException, timeout_s: float) -> str:

@@ -5,9 +5,9 @@ counts, status and reason).
 
 The runs of a scenario that differ only in engine settings send the same requests (the
 settings do not reach a remote server), so each distinct (workload, seed) is sent once, under
-its first run's label. The server is asked once, before any run, for its model (where none is
-named) and, for text prompts, how many tokens a word is (`Server`). Requests, arrival times
-and prompt and output lengths come from the seed as in every mode. With
+its first run's label. The server is asked once, before the first run sends, for its model
+(where none is named) and, for text prompts, how many tokens a word is (`Server`). Requests,
+arrival times and prompt and output lengths come from the seed as in every mode. With
 `workload.max_concurrency` C (`--max-concurrency`), at most C requests are in flight, as in
 vLLM's `bench serve`: a request due while C are waits for one to end, and its latencies start
 when it is sent; a closed loop of C users without think time is sent as every request at once
@@ -17,16 +17,16 @@ with at most C in flight.
 from __future__ import annotations
 
 import asyncio
-import math
 import csv
+import functools
+import math
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
 from ..workloads import build_workload, seeded_streams
 from .checked import one_line, printable
-from .client import (NoAnswer, Target, check_api_key, first_model, prompt_token_counts,
-                     replay)
+from .client import Target, check_api_key, first_model, prompt_token_counts, replay
 from .prompts import PROBE_WORDS, TextScale, fit_text_scale, id_prompts, probe_text, text_prompt
 from .recorder import BenchRecorder
 from .timing import RequestResult, max_in_flight
@@ -100,9 +100,9 @@ def unbenchable(config) -> str | None:
 
 @dataclass(frozen=True)
 class Server:
-    """What bench asks the server once, before any run: the model each request names (None:
-    none) and, for text prompts, the tokens a word is (None: prompts of token ids), with the
-    notes saying so."""
+    """What bench asks the server once, before the first run sends: the model each request
+    names (None: none) and, for text prompts, the tokens a word is (None: prompts of token
+    ids), with the notes saying so."""
 
     model: str | None
     scale: TextScale | None
@@ -110,41 +110,42 @@ class Server:
 
 
 def meet_server(options: BenchOptions) -> Server:
-    """Ask the server for its model, where `options` name none, and calibrate text prompts.
-    A server that lets GET /v1/models time out is not probed too (it would wait as long)."""
+    """Ask the server for its model, where `options` name none, and calibrate text prompts."""
     return asyncio.run(_meet(options))
 
 
+def server_once(options: BenchOptions):
+    """A function returning `meet_server(options)`, which it asks at its first call: the runs
+    ask it once their workload is built, so a workload that cannot be built fails before the
+    server is asked anything."""
+    return functools.cache(lambda: meet_server(options))
+
+
 async def _meet(options: BenchOptions) -> Server:
-    notes, model, silent = [], options.model, None
+    notes, model = [], options.model
     if model is None:
         try:
             model = await first_model(options.url, options.timeout_s)
         except ValueError as exc:
             notes.append(f"model: none named ({one_line(str(exc))})")
-            silent = exc if isinstance(exc, NoAnswer) else None
     if model is not None:
         notes.append(f"model: {model}")
     if options.prompt_kind != "text":
         return Server(model, None, tuple(notes))
-    if silent is not None:
-        scale = TextScale(note=f"not calibrated (not probed: {one_line(str(silent))}): one word "
-                               f"is taken as one token")
-    else:
-        scale = await text_scale(Target(options.url, options.endpoint, model, options.timeout_s))
+    scale = await text_scale(Target(options.url, options.endpoint, model, options.timeout_s))
     return Server(model, scale, tuple(notes))
 
 
 def bench_runs(scenario, options: BenchOptions) -> list[BenchRun]:
     base_dir = Path(scenario.path).parent if scenario.path else None
-    server = meet_server(options)
+    server = server_once(options)
     return [bench_run(spec, options, server, base_dir)
             for spec in distinct_runs(scenario.runs())]
 
 
-def bench_run(spec, options: BenchOptions, server: Server, base_dir=None) -> BenchRun:
-    """Send one run's workload to `server` (`meet_server`); its spec is returned in mode
-    "bench"."""
+def bench_run(spec, options: BenchOptions, server, base_dir=None) -> BenchRun:
+    """Send one run's workload; `server()` says what the server is (`server_once`). Its spec
+    is returned in mode "bench"."""
     config = spec.config
     problem = unbenchable(config)
     if problem is not None:
@@ -166,7 +167,8 @@ def bench_run(spec, options: BenchOptions, server: Server, base_dir=None) -> Ben
     requests = [RequestResult(i, arrival_s, int(p), int(o), priority) for i, (arrival_s, p, o,
                 priority) in enumerate(zip(arrivals, workload.prompt_tokens,
                                            workload.output_tokens, priorities))]
-    results, notes = asyncio.run(_send_all(options, server, requests, workload,
+    facts = server()
+    results, notes = asyncio.run(_send_all(options, facts, requests, workload,
                                            streams["tokens"], concurrency, spec.label))
     sent_any = [r for r in results if not math.isnan(r.sent_s)]
     if len(sent_any) < len(results):  # --max-seconds passed while they waited for a slot
@@ -179,7 +181,7 @@ def bench_run(spec, options: BenchOptions, server: Server, base_dir=None) -> Ben
         notes.append(f"priorities: drawn but not sent (scheduler.queue is "
                      f"{config.scheduler.queue}, which ignores them)")
     return BenchRun(replace(spec, config=config.with_mode("bench")),
-                    BenchRecorder(results, server.model), results, notes + [token_check(results)],
+                    BenchRecorder(results, facts.model), results, notes + [token_check(results)],
                     max_in_flight(results))
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from engine.benchmark import summarize
 from scenarios import ScenarioError
 
-from ..bench.run import (BenchOptions, bench_run, distinct_runs, meet_server,
+from ..bench.run import (BenchOptions, bench_run, distinct_runs, server_once,
                          write_bench_report)
 from ..bench.urls import shown_url
 from ..runner import run_config
@@ -46,7 +46,7 @@ def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "a
     base_dir = Path(scenario.path).parent if scenario.path else None
     manifest = manifest or {"command": "validate", "scenario": scenario.name}
     with output_folder(out_dir, manifest) as folder:
-        server = meet_server(options)
+        server = server_once(options)
         benched = [bench_run(spec, options, server, base_dir) for spec in specs]
         simulated = [run_config(mode_config(spec.config, "simulate"), base_dir=base_dir)
                      for spec in specs]

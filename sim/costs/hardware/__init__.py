@@ -167,5 +167,7 @@ def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework
         return None
     ops = MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype), tables, ep, activations,
                       moe_backend=moe_backend)
+    if ops.marlin_missing:
+        raise ValueError(f"moe_backend: \"marlin\": {ops.marlin_missing}; use \"auto\"")
     ops.say_roofline("layer_op_times")
     return ops

@@ -275,6 +275,11 @@ class KernelTables:
         seconds = np.exp(curve.log_at(np.log(rows * their_experts / their_topk))) * 1e-3
         return seconds * size, shape
 
+    def marlin_layouts(self, dtype: str, distribution: str = "power_law_1.2") -> tuple:
+        """The (moe TP, moe EP) layouts Marlin's MoE kernel was measured at in `dtype`."""
+        return tables.marlin_layouts(self.table_path("moe", "moe_perf.parquet"),
+                                     MOE_DTYPES.get(dtype, dtype), distribution)
+
     # --- communication ----------------------------------------------------------------------
     def all_reduce(self, tokens, hidden: int, gpus: int):
         """Seconds of an all-reduce of `tokens` x `hidden` 16-bit activations over `gpus`

@@ -115,6 +115,7 @@ class MeasuredOps:
                             if not (op in MLA_BLOCK_OPS and arch.is_mla)}
         self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype,
                                       self.chain | MOE_CHAIN) if arch.is_moe else None
+        self.marlin_missing = self._marlin_missing(probe, dtype)
         self._ar_known = tp <= 1 or tables.all_reduce(probe, arch.d_model, tp) is not None
         self._exchange_known = dp > 1 and \
             tables.all_reduce(probe, arch.d_model, self.experts_gpus) is not None
@@ -300,16 +301,36 @@ class MeasuredOps:
                                           self.experts_gpus)
         return merge(roofline, measured, "expert_exchange", beyond, tokens)
 
-    def _moe(self, tokens, dtype: str):
+    def _marlin_missing(self, probe, dtype: str) -> str | None:
+        """Why `moe_backend` "marlin" cannot cost the experts where the default kernel can
+        (the tables have no Marlin at this layout), or None."""
+        chain = self.chain | MOE_CHAIN
+        if self.moe_backend != "marlin" or not self.arch.is_moe or self._moe_dtype is not None:
+            return None
+        default = self._first(lambda d: self._moe(probe, d, "auto"), dtype, chain)
+        if default is None:
+            return None  # no experts of this shape measured at all: the roofline's, said so
+        moe_tp, moe_ep = self._moe_layout()
+        layouts = self.tables.marlin_layouts(default, self.distribution)
+        have = ("; they have it at moe TP x EP " + ", ".join(f"{t} x {e}" for t, e in layouts)
+                if layouts else "")
+        return (f"{self.tables.describe()} have no Marlin MoE kernel in {default} with the "
+                f"experts at moe TP {moe_tp} x EP {moe_ep}{have}")
+
+    def _moe_layout(self) -> tuple[int, int]:
+        """(moe TP, moe EP): the experts split by TP over their GPUs, or whole across them."""
+        return (self.experts_gpus, 1) if self.ep == 1 else (1, self.ep)
+
+    def _moe(self, tokens, dtype: str, backend: str | None = None):
         """The routed experts' measured seconds: the framework's default kernel, or under
         `moe_backend` "marlin" Marlin's (`KernelTables.moe_marlin`), measured at another
         shape never below the default's (at a few rows an expert a kernel's time is mostly
         fixed, which does not scale with the experts' size)."""
         arch = self.arch
-        moe_tp, moe_ep = (self.experts_gpus, 1) if self.ep == 1 else (1, self.ep)
+        moe_tp, moe_ep = self._moe_layout()
         shape = (arch.d_model, arch.moe_d_ff, arch.experts_per_token, arch.n_experts)
         default = self.tables.moe(tokens, *shape, moe_tp, moe_ep, dtype, self.distribution)
-        if self.moe_backend != "marlin" or default is None:
+        if (backend or self.moe_backend) != "marlin" or default is None:
             return default
         marlin = self.tables.moe_marlin(tokens, *shape, moe_tp, moe_ep, dtype,
                                         self.distribution)

@@ -257,5 +257,9 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
         return None
     if hardware.kernels == "roofline":
         return None  # the version checked, not used
-    return MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype, hardware.kv_dtype), tables, ep,
-                       hardware.activation_scheme, hardware.dp, hardware.moe_backend)
+    ops = MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype, hardware.kv_dtype), tables, ep,
+                      hardware.activation_scheme, hardware.dp, hardware.moe_backend)
+    if ops.marlin_missing:
+        raise ValueError(f"hardware.moe_backend: \"marlin\": {ops.marlin_missing}; use "
+                         f"\"auto\"")
+    return ops

@@ -191,8 +191,8 @@ def marlin_moe_curve(path: str | None, dtype: str, shape: tuple, tp: int, ep: in
                      distribution: str) -> tuple[Curve, tuple] | None:
     """Marlin's fused MoE kernel in `dtype` at TP `tp`, EP `ep`: (its curve over tokens, the
     (hidden, inter, topk, experts) it was measured at): at `shape` where measured there, else
-    at the measured shape whose experts are nearest in size (experts x hidden x inter). None:
-    not measured so."""
+    at the measured shape whose experts are nearest in size (experts x hidden x inter); of
+    Marlin's variants there, the one measured most. None: not measured so."""
     if path is None:
         return None
     table = cached_table(path)
@@ -207,8 +207,21 @@ def marlin_moe_curve(path: str | None, dtype: str, shape: tuple, tp: int, ep: in
         hidden, inter, _, experts = other
         return abs(math.log(hidden * inter * experts / (shape[0] * shape[1] * shape[3])))
     found = shape if shape in shapes else min(sorted(shapes), key=distance)
-    rows = table[(table[list(MOE_SHAPE)] == list(found)).all(axis=1)]
+    rows = default_kernel(table[(table[list(MOE_SHAPE)] == list(found)).all(axis=1)])
     return Curve(rows["num_tokens"].to_numpy(), rows["latency"].to_numpy()), found
+
+
+@lru_cache(maxsize=16)
+def marlin_layouts(path: str | None, dtype: str, distribution: str) -> tuple:
+    """The (moe TP, moe EP) layouts at which Marlin's fused MoE kernel was measured in
+    `dtype`, in order."""
+    if path is None:
+        return ()
+    table = cached_table(path)
+    table = table[(table["moe_dtype"] == dtype) & (table["distribution"] == distribution)
+                  & table["kernel_source"].str.contains("marlin", case=False)]
+    return tuple(sorted({(int(tp), int(ep)) for tp, ep in
+                         table[["moe_tp_size", "moe_ep_size"]].to_numpy()}))
 
 
 @lru_cache(maxsize=32)
