@@ -1,0 +1,171 @@
+"""The real-GPU serving runs NVIDIA measured and ships with aiconfigurator-core
+(`systems/silicon_sample.csv`) that servesim is checked against (`silicon_rows`), and how
+InferenceMAX's among them are simulated: its client (`simulate_inferencemax`) and its servers'
+flags of the run's day (`inferencemax_server`). `serving_accuracy.py` compares them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+SILICON_MODELS = {"nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B",
+                  "meta-llama/Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
+                  "Qwen/Qwen3-32B": "Qwen/Qwen3-32B",
+                  "openai/gpt-oss-120b": "openai/gpt-oss-120b",
+                  "deepseek-ai/DeepSeek-R1": "deepseek-ai/DeepSeek-V3"}  # V3's architecture
+GPT_OSS = "openai/gpt-oss-120b"  # its "fp4" is MXFP4 experts, servesim's mxfp4
+DEEPSEEK = "deepseek-ai/DeepSeek-R1"
+SILICON_DTYPES = {"fp8": "fp8", "fp4": "nvfp4", "bf16": "bf16"}
+SILICON_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
+
+
+def silicon_rows():
+    """(InferenceMAX's Llama-70B runs, its gpt-oss-120b runs, its DeepSeek-R1 runs, the
+    others): the package's measured aggregated runs of catalog models on catalog GPUs that
+    servesim can simulate (no pipeline or attention data parallelism as recorded), or None
+    without the package.
+
+    The Llama-70B runs of vLLM and TensorRT-LLM are InferenceMAX's (SemiAnalysis): their
+    matrix is its matrix of 2025-10-29, their measurement date (ISL/OSL 1,024/1,024,
+    1,024/8,192 and 8,192/1,024; 4 to 64 users under vLLM, 4 to 128 under TensorRT-LLM; TP 2 to
+    8 on the H100, 1 to 8 elsewhere). So are the gpt-oss-120b vLLM runs on the H100 and H200
+    measured 2026-03-27 (the same lengths, 4 to 64 users, TP 1 to 8; shipped twice, once
+    here); its other gpt-oss runs (older scripts, and the B200's MXFP4 x MXFP8 kernels servesim
+    does not cost) are left out. Its DeepSeek-R1 runs in fp8 on the H200 are TensorRT-LLM's
+    measured 2025-11-02 and SGLang's measured 2026-03-25 (the same lengths, 4 to 64 users, TP
+    8; SGLang's shipped twice, once here); the others are later scripts with multi-token
+    prediction, or of other days whose layouts the rows record in ways their scripts do not
+    say."""
+    import importlib.util
+
+    import pandas as pd
+
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None:
+        return None
+    path = os.path.join(os.path.dirname(spec.origin), "systems", "silicon_sample.csv")
+    rows = pd.read_csv(path)
+    from sim.costs.hardware import gpus
+
+    known = set(gpus())
+    keep = ((rows["mode"] == "agg") & rows["model_path"].isin(list(SILICON_MODELS))
+            & rows["system"].map(lambda s: SILICON_GPUS.get(s) in known)
+            & rows["precision"].isin(list(SILICON_DTYPES))
+            & (rows["pp_size"].fillna(1) == 1) & (rows["attention_dp_size"].fillna(1) <= 1))
+    rows = rows[keep].sort_values(["backend", "system", "model_path", "precision", "tp_size",
+                                   "isl", "osl", "batch_size"])
+    inferencemax = (rows["silicon_data_source"].str.contains("model=Llama-3.1-70B", regex=False)
+                    & rows["backend"].isin(["vllm", "trtllm"]))
+    oss = rows["model_path"] == GPT_OSS
+    gpt_oss = rows[oss & (rows["backend"] == "vllm") & rows["system"].isin(["h100_sxm", "h200_sxm"])
+                   & rows["silicon_data_source"].str.contains("measured=2026-03-27", regex=False)]
+    gpt_oss = gpt_oss.drop_duplicates(["system", "tp_size", "batch_size", "isl", "osl"])
+    source = rows["silicon_data_source"]
+    deepseek = rows[(rows["model_path"] == DEEPSEEK) & (rows["system"] == "h200_sxm")
+                    & (((rows["backend"] == "trtllm")
+                        & source.str.contains("measured=2025-11-02", regex=False))
+                       | ((rows["backend"] == "sglang")
+                          & source.str.contains("measured=2026-03-25", regex=False)))]
+    deepseek = deepseek.drop_duplicates(["backend", "batch_size", "isl", "osl"])
+    return (rows[inferencemax], gpt_oss, deepseek,
+            rows[~inferencemax & ~oss & (rows["backend"] == "vllm")])
+
+
+def simulate_inferencemax(row):
+    """(mean TTFT ms, mean TPOT ms) servesim predicts for one of InferenceMAX's runs.
+
+    Its client (vLLM's benchmark_serving.py as forked in kimbochen/bench_serving) sends 10 x
+    users prompts with `--request-rate inf --max-concurrency users --ignore-eos`, input and
+    output lengths drawn uniformly between 0.8 x and 1 x the nominal ones
+    (`--random-range-ratio 0.8`), and averages over every request; from 2026 its
+    `run_benchmark_serving` also sent 2 x users warm-up requests first, left out of its means
+    (servesim's server needs no warming). Its servers: `inferencemax_server`."""
+    from scenarios.resolve import resolve
+    from sim.runner import run_config
+
+    users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
+    model, hardware, engine, scheduler = inferencemax_server(row)
+    table = {"name": f"inferencemax-{row.id}", "seed": 0,
+             "model": {"name": model, "max_seq_len": isl + osl},
+             "hardware": {"gpu": SILICON_GPUS[row.system], "tp": int(row.tp_size),
+                          "framework": row.backend, "gpu_memory_utilization": 0.9} | hardware,
+             "cost": {"model": "hardware"}, "engine": engine, "scheduler": scheduler,
+             "workload": {"num_requests": 10 * users, "max_concurrency": users,
+                          "arrival": {"process": "burst"},
+                          "prompt_tokens": {"dist": "uniform", "low": int(0.8 * isl), "high": isl},
+                          "output_tokens": {"dist": "uniform", "low": int(0.8 * osl),
+                                            "high": osl}}}
+    recorder = run_config(resolve(table, Path(__file__)))
+    columns = recorder.request_columns()
+    first = np.asarray(columns["first_token_s"], float)
+    ttft = first - np.asarray(columns["arrival_s"], float)
+    tpot = ((np.asarray(columns["finish_s"], float) - first)
+            / (np.asarray(columns["output_tokens"], float) - 1))
+    return 1e3 * float(np.mean(ttft)), 1e3 * float(np.mean(tpot))
+
+
+def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
+    """(catalog model, `[hardware]` keys beyond the GPU, TP and framework, `[engine]`,
+    `[scheduler]`) of the server one of InferenceMAX's runs served, as its scripts of the
+    run's day say (benchmarks/*.sh in SemiAnalysisAI/InferenceX).
+
+    - Llama-3.3-70B (2025-10-29, 70b_*.sh): vLLM 0.10.2 with an fp8 KV cache, 8,192 tokens a
+      step, chunked prefill, async scheduling, no prefix caching, 90% of the memory and as many
+      sequences as users (512 on the B200); TensorRT-LLM 1.1.0rc2 with an fp8 KV cache, 16,384
+      tokens a step, no chunked prefill, no block reuse, its overlap scheduler (on by default;
+      both servers' async scheduling is servesim's default), up to 2,048 sequences
+      (trtllm-serve's default), at 1,024/1,024 below TP 8 holding new prefills up to 20 steps
+      while they and the decodes fill less than 90% of a step's tokens (`batch_waits`).
+    - gpt-oss-120b (2026-03-27, single_node/gptoss_fp4_h100.sh and _h200.sh): vLLM 0.18.0 with
+      its MXFP4 experts on Marlin kernels (w4a16: `moe_backend = "marlin"`), the KV cache in
+      bf16, 8,192 tokens a step, no prefix caching, as many sequences as users.
+    - DeepSeek-R1 (DeepSeek-V3's architecture) in fp8 on eight H200s: TensorRT-LLM
+      (2025-11-02, dsr1_fp8_h200_trt_slurm.sh) with the experts whole on each GPU (`--ep_size`
+      = TP = 8; the measured rows record moe_tp 8, not what the script ran), attention data
+      parallel above 64 users (above 32 at 8,192/1,024), an fp8 KV cache, no block reuse,
+      `--max_num_tokens` users + ISL + 64 rounded up to a multiple of 64, no chunked prefill;
+      SGLang 0.5.9 (2026-03-25, single_node/dsr1_fp8_h200.sh) with the experts split by TP,
+      the KV cache in bf16 (its "auto"), 82% of the memory (`--mem-fraction-static 0.82`),
+      32,768 tokens a step, chunked prefill, no radix cache, 512 sequences at 1,024/1,024 and
+      256 otherwise, its overlap scheduler. Both streamed every 10th token
+      (`stream_interval` 10), which servesim does not model: SGLang sends a request's first
+      token at once; whether TensorRT-LLM's waits is not shown here."""
+    users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
+    vllm = row.backend == "vllm"
+    if row.model_path == DEEPSEEK:
+        if row.backend == "sglang":
+            return (SILICON_MODELS[DEEPSEEK],
+                    {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "auto",
+                     "gpu_memory_utilization": 0.82},
+                    {"max_num_seqs": 512 if isl == osl == 1024 else 256,
+                     "max_num_batched_tokens": 32768}, {"chunked_prefill": True})
+        ranks = 8 if users > (32 if isl == 8192 else 64) else 1  # attention data parallel
+        tokens = (users + isl + 127) // 64 * 64
+        return (SILICON_MODELS[DEEPSEEK],
+                {"tp": 8 // ranks, "dp": ranks, "ep": 8, "dtype": "fp8",
+                 "activation_scheme": "block", "kv_dtype": "fp8"},
+                {"max_num_seqs": min(2048, tokens), "max_num_batched_tokens": tokens},
+                {"chunked_prefill": False})
+    if row.model_path == GPT_OSS:
+        return (GPT_OSS, {"dtype": "mxfp4", "kv_dtype": "auto", "moe_backend": "marlin"},
+                {"max_num_seqs": users, "max_num_batched_tokens": 8192}, {"chunked_prefill": True})
+    hardware = {"dtype": SILICON_DTYPES[row.precision], "kv_dtype": "fp8"}
+    if vllm:
+        engine = {"max_num_seqs": 512 if row.system == "b200_sxm" else users,
+                  "max_num_batched_tokens": 8192}
+    else:
+        engine = {"max_num_seqs": 2048, "max_num_batched_tokens": 16384}
+    scheduler = {"chunked_prefill": vllm} | (
+        {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+        if batch_waits(row) else {})
+    return "meta-llama/Llama-3.3-70B-Instruct", hardware, engine, scheduler
+
+
+def batch_waits(row) -> bool:
+    """Whether InferenceMAX's server held new prefills for a fuller batch: its TensorRT-LLM
+    servers at 1,024/1,024 below TP 8 (`batch_wait_timeout_iters: 20`,
+    `batch_wait_max_tokens_ratio: 0.9`)."""
+    return row.backend == "trtllm" and row.isl == row.osl == 1024 and row.tp_size < 8
