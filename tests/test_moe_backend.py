@@ -69,6 +69,18 @@ def test_at_a_few_rows_an_expert_marlin_scaled_is_never_below_the_default_kernel
     assert np.all(marlin >= auto) and marlin[0] == auto[0]
 
 
+def test_past_marlins_measured_reach_it_is_still_never_below_the_default_kernel():
+    # on the GB200 at EP 8 Marlin's rows end at 18,724 tokens, the default kernel's at 32,768:
+    # past Marlin's reach the roofline, scaled to meet its last point, grows slower than the
+    # default's measured time, which then stands
+    tokens = np.array([8192.0, 18444.0, 23413.0, 33927.0, 2.0 ** 20])
+    auto, marlin = (layer_op_times(OSS, "gb200", 8, tokens, "mxfp4", ep=8,
+                                   moe_backend=backend)["moe_experts"]
+                    for backend in ("auto", "marlin"))
+    assert np.all(marlin >= auto), marlin / auto
+    assert marlin[0] > 1.1 * auto[0]  # within both reaches Marlin's own, slower time
+
+
 def test_where_marlin_is_the_default_at_the_models_shape_both_backends_agree():
     # the L40S has no Triton MXFP4 kernel: vLLM measured gpt-oss's experts on Marlin itself
     assert set(marlin_rows("l40s", 1)["num_experts"]) == {32, 128}
@@ -118,7 +130,10 @@ def test_marlin_where_it_cannot_apply_is_refused_in_one_line(tmp_path, model, ha
 @pytest.mark.parametrize("gpu, tp, hardware, where", [
     ("h200", 2, 'framework = "sglang"\nep = 2', "sglang 0.5.14 kernels measured on h200 have no "
      "Marlin MoE kernel in w4a16_mxfp4 with the experts at moe TP 1 x EP 2; they have it at "
-     "moe TP x EP 1 x 1, 2 x 1, 4 x 1, 8 x 1, 16 x 1, 32 x 1"),
+     "moe TP x EP 1 x 1, 2 x 1, 4 x 1, 8 x 1"),  # and at 16 and 32 GPUs, past a run's 8
+    ("h100-sxm", 2, 'framework = "sglang"\nep = 2', "sglang 0.5.14 kernels measured on h100-sxm "
+     "have no Marlin MoE kernel in w4a16_mxfp4 with the experts at moe TP 1 x EP 2; they have it "
+     "at moe TP x EP 1 x 1, 2 x 1, 4 x 1, 8 x 1"),  # not 1 x 128, 4 x 32, 16 x 2 ...
     ("h200", 8, 'framework = "trtllm"\nep = 8', "trtllm 1.3.0rc20 kernels measured on h200 have "
      "no Marlin MoE kernel in w4a16_mxfp4 with the experts at moe TP 1 x EP 8"),
 ])

@@ -95,7 +95,7 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
         rows = tokens.ravel()
         times, beyond = measured.layer_times(roofline(rows), rows, keep_block=True)
         if beyond:  # costed with the row counts where the tables end, as a run's are
-            edges = [edge for op in beyond for edge in measured.reach(op) or ()]
+            edges = [edge for op in beyond for edge in measured.reach_edges(op)]
             grid = np.union1d(rows, edges)
             times, _ = measured.layer_times(roofline(grid), grid, keep_block=True)
             times = {op: t[np.searchsorted(grid, rows)] for op, t in times.items()}

@@ -43,6 +43,8 @@ import math
 
 import numpy as np
 
+from scenarios.defaults import MAX_GPUS
+
 from ...notes import say_once
 from .architecture import Architecture
 from .catalog import model_architecture
@@ -238,26 +240,41 @@ class MeasuredOps:
                 times[op] = merge(times[op], self.lookup(op, rows), op, beyond, tokens)
         if self._moe_dtype is not None and EXPERT_OPS[0] in times:
             fused = sum(times.pop(op) for op in EXPERT_OPS)
-            times["moe_experts"] = merge(fused, self.lookup("moe_experts", rows),
-                                         "moe_experts", beyond, tokens)
+            experts = merge(fused, self.lookup("moe_experts", rows), "moe_experts", beyond,
+                            tokens)
+            if self.moe_backend == "marlin":  # past Marlin's reach too: not below the default
+                default = self.lookup("moe_experts", rows, "auto")
+                experts = np.maximum(experts, merge(fused, default, "moe_experts", {}, tokens))
+            times["moe_experts"] = experts
         return times, beyond
 
-    def lookup(self, op: str, rows):
-        """The measured seconds of a layer's matmul `op` or its `moe_experts` for `rows` rows
-        (an array; NaN past the tables' reach); None: not measured."""
+    def lookup(self, op: str, rows, backend: str | None = None):
+        """The measured seconds of a layer's matmul `op` or its `moe_experts` (on `backend`'s
+        kernel; None: `moe_backend`'s) for `rows` rows (an array; NaN past the tables'
+        reach); None: not measured."""
         if op == "moe_experts":
-            return None if self._moe_dtype is None else self._moe(rows, self._moe_dtype)
+            return None if self._moe_dtype is None else self._moe(rows, self._moe_dtype,
+                                                                  backend)
         dtype = self._gemm_dtype.get(op)
         if dtype is None:
             return None
         n, k = self.gemms[op]
         return self.tables.gemm(rows, n, k, dtype, self.tensor_scales)
 
-    def reach(self, op: str) -> tuple[int, int] | None:
-        """(the fewest, the most) rows `op`'s tables reach, by bisection from the first power
-        of two they reach (None: none up to 2^30)."""
+    def reach_edges(self, op: str) -> tuple:
+        """The row counts where `op`'s tables end (`reach`): under Marlin, the experts'
+        default kernel's too, which floors Marlin's time (`layer_times`)."""
+        edges = self.reach(op) or ()
+        if op == "moe_experts" and self.moe_backend == "marlin":
+            edges += self.reach(op, "auto") or ()
+        return edges
+
+    def reach(self, op: str, backend: str | None = None) -> tuple[int, int] | None:
+        """(the fewest, the most) rows `op`'s tables reach (the experts' on `backend`'s
+        kernel), by bisection from the first power of two they reach (None: none up to
+        2^30)."""
         def reached(rows: int) -> bool:
-            return not np.isnan(self.lookup(op, np.array([float(rows)]))[0])
+            return not np.isnan(self.lookup(op, np.array([float(rows)]), backend)[0])
 
         inside = next((2 ** i for i in range(31) if reached(2 ** i)), None)
         if inside is None:
@@ -311,7 +328,8 @@ class MeasuredOps:
         if default is None:
             return None  # no experts of this shape measured at all: the roofline's, said so
         moe_tp, moe_ep = self._moe_layout()
-        layouts = self.tables.marlin_layouts(default, self.distribution)
+        layouts = [(t, e) for t, e in self.tables.marlin_layouts(default, self.distribution)
+                   if t * e <= MAX_GPUS and 1 in (t, e)]  # the layouts a run can take
         have = ("; they have it at moe TP x EP " + ", ".join(f"{t} x {e}" for t, e in layouts)
                 if layouts else "")
         return (f"{self.tables.describe()} have no Marlin MoE kernel in {default} with the "
