@@ -1,9 +1,9 @@
 """How far `hardware.moe_backend = "marlin"` carries Marlin's measured MoE kernel from the shape
 it was measured at to a model's: on the one GPU and framework whose tables time Marlin's MXFP4
 kernel at both gpt-oss-120b's shape and the other (SGLang 0.5.14 on the RTX PRO 6000), gpt-oss's
-experts costed from the other shape as the model costs them (the time at as many rows an expert,
-scaled by the experts' size) over their measured time, at every power of two from 16 to 16,384
-tokens. Run by `hardware_accuracy.py --only tables`, or alone:
+experts costed from the other shape by the model's own `KernelTables.moe_marlin` (the time at as
+many rows an expert, scaled by the experts' size) over their measured time, at every power of
+two from 16 to 16,384 tokens. Run by `hardware_accuracy.py --only tables`, or alone:
 
     python benchmarks/marlin_transfer.py
 """
@@ -30,14 +30,9 @@ def marlin_transfer() -> None:
           "top 16) over their measured time")
     for tp in (1, 2):
         own, _ = tables.marlin_moe_curve(path, "w4a16_mxfp4", GPT_OSS, tp, 1, "power_law_1.2")
-        other, shape = tables.marlin_moe_curve(path, "w4a16_mxfp4", OTHER, tp, 1,
-                                               "power_law_1.2")
+        carried, shape = measured.moe_marlin(tokens, *GPT_OSS, tp, 1, "w4a16_mxfp4", at=OTHER)
         assert shape == OTHER
-        hidden, inter, topk, experts = GPT_OSS
-        size = experts * hidden * inter / (OTHER[3] * OTHER[0] * OTHER[1])
-        rows = tokens * topk / experts
-        carried = np.exp(other.log_at(np.log(rows * OTHER[3] / OTHER[2]))) * size
-        ratio = carried / np.exp(own.log_at(np.log(tokens)))
+        ratio = carried / (np.exp(own.log_at(np.log(tokens))) * 1e-3)
         prefill = ratio[(tokens >= 2048) & (tokens <= 8192)]
         print(f"  TP {tp}: " + " ".join(f"{int(n)}:{r:.2f}" for n, r in zip(tokens, ratio))
               + f"  (range {ratio.min():.2f}-{ratio.max():.2f}; 2,048-8,192 tokens "

@@ -18,6 +18,8 @@ from hypothesis import settings
 
 from engine.model import ModelConfig, init_params
 
+pytest_plugins = ("helpers.fake_openai",)  # `fake` and `bench_scenario`: bench's fake server
+
 settings.register_profile("servesim", deadline=None)
 settings.load_profile("servesim")
 

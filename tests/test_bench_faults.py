@@ -19,8 +19,8 @@ from aiohttp import web
 
 import scenarios
 from engine.benchmark import summarize
-from helpers.fake_openai import (SCENARIO, FakeServer, answering, event_stream, healthy,
-                                 model_listing, never_answers, prompt_length, token_chunks)
+from helpers.fake_openai import (SCENARIO, answering, event_stream, healthy, model_listing,
+                                 never_answers, prompt_length, token_chunks)
 from sim.bench import BenchOptions, bench_runs
 from sim.bench.client import Target, send
 from sim.bench.timing import RequestResult
@@ -29,35 +29,21 @@ from sim.cli import main
 BAD = 2  # of the 5 requests, answered badly; the other 3 well
 
 
-@pytest.fixture
-def fake():
-    server = FakeServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def scenario_file(tmp_path):
-    path = tmp_path / "faults.toml"
-    path.write_text(SCENARIO)
-    return path
-
-
 def rows(path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 
 
-def bench_cli(capsys, url, scenario_file, out, *flags) -> tuple[int, str]:
+def bench_cli(capsys, url, bench_scenario, out, *flags) -> tuple[int, str]:
     """`servesim bench` run as a user runs it: (exit status, the last printed line)."""
-    status = main(["bench", url, str(scenario_file), "--out", str(out), "--quiet", *flags])
+    status = main(["bench", url, str(bench_scenario), "--out", str(out), "--quiet", *flags])
     return status, capsys.readouterr().out.rstrip("\n").splitlines()[-1]
 
 
-def bench_with(fake, scenario_file, *answers, **options):
+def bench_with(fake, bench_scenario, *answers, **options):
     """The scenario's one run benched against `fake`, its first arrivals given `answers`."""
     fake.answers = list(answers)
-    run, = bench_runs(scenarios.load(scenario_file), BenchOptions(fake.url, **options))
+    run, = bench_runs(scenarios.load(bench_scenario), BenchOptions(fake.url, **options))
     return run
 
 
@@ -145,8 +131,8 @@ MALFORMED_CHUNKS = {
 
 
 @pytest.mark.parametrize("payload, reason", MALFORMED_CHUNKS.values(), ids=MALFORMED_CHUNKS)
-def test_a_malformed_chunk_fails_its_request_alone(fake, scenario_file, payload, reason):
-    run = bench_with(fake, scenario_file, *[chunk_then_done(payload)] * BAD, model="m")
+def test_a_malformed_chunk_fails_its_request_alone(fake, bench_scenario, payload, reason):
+    run = bench_with(fake, bench_scenario, *[chunk_then_done(payload)] * BAD, model="m")
     assert_failed_alone(run, reason)
 
 
@@ -159,8 +145,8 @@ CHAT_CHUNKS = {
 
 
 @pytest.mark.parametrize("payload, reason", CHAT_CHUNKS.values(), ids=CHAT_CHUNKS)
-def test_a_malformed_chat_chunk_fails_its_request_alone(fake, scenario_file, payload, reason):
-    run = bench_with(fake, scenario_file, *[chunk_then_done(payload)] * BAD, model="m",
+def test_a_malformed_chat_chunk_fails_its_request_alone(fake, bench_scenario, payload, reason):
+    run = bench_with(fake, bench_scenario, *[chunk_then_done(payload)] * BAD, model="m",
                      endpoint="/v1/chat/completions")
     assert_failed_alone(run, reason)
 
@@ -254,21 +240,21 @@ BAD_ANSWERS = {
 
 
 @pytest.mark.parametrize("answer, reason", BAD_ANSWERS.values(), ids=BAD_ANSWERS)
-def test_a_bad_answer_fails_its_request_alone(fake, scenario_file, answer, reason):
-    run = bench_with(fake, scenario_file, *[answer] * BAD, model="m")
+def test_a_bad_answer_fails_its_request_alone(fake, bench_scenario, answer, reason):
+    run = bench_with(fake, bench_scenario, *[answer] * BAD, model="m")
     assert_failed_alone(run, reason)
 
 
-def test_an_error_body_is_quoted_short_on_one_line(fake, scenario_file):
-    run = bench_with(fake, scenario_file, huge_error, model="m")
+def test_an_error_body_is_quoted_short_on_one_line(fake, bench_scenario):
+    run = bench_with(fake, bench_scenario, huge_error, model="m")
     reason, = [r.reason for r in run.results if not r.finished]
     assert reason == "HTTP 500: " + ("overloaded " * 19)[:200] + "... (its first 200 bytes)"
 
 
-def test_a_server_that_never_answers_times_out_and_the_rest_are_measured(fake, scenario_file):
+def test_a_server_that_never_answers_times_out_and_the_rest_are_measured(fake, bench_scenario):
     # the limit holds every request: long enough that a stall of a loaded machine fails none
     # of the others
-    run = bench_with(fake, scenario_file, never_answers(fake), model="m", timeout_s=3)
+    run = bench_with(fake, bench_scenario, never_answers(fake), model="m", timeout_s=3)
     assert_failed_alone(run, "timed out after 3 s", bad=1)
 
 
@@ -295,7 +281,7 @@ def test_cancelling_a_request_stops_it_rather_than_failing_it(fake):
 # --- the real command: every file says why, and the last line counts the failures ----------------
 
 def test_every_bad_answer_in_one_run_fails_alone_and_the_files_say_why(
-        fake, scenario_file, tmp_path, capsys):
+        fake, bench_scenario, tmp_path, capsys):
     faults = [(chunk_then_done(payload), reason) for payload, reason in
               MALFORMED_CHUNKS.values()] + list(BAD_ANSWERS.values())
     faults.append((never_answers(fake), "timed out after 5 s"))
@@ -303,7 +289,7 @@ def test_every_bad_answer_in_one_run_fails_alone_and_the_files_say_why(
     fake.models = answering(200, b"[1]")
     out = tmp_path / "bench"
     total = len(faults) + 3
-    status, last = bench_cli(capsys, fake.url, scenario_file, out, "--num-prompts", str(total),
+    status, last = bench_cli(capsys, fake.url, bench_scenario, out, "--num-prompts", str(total),
                              "--timeout", "5")
     assert_files_say_why(out, [reason for _, reason in faults], succeeded=3)
     report = (out / "report.md").read_text()
@@ -317,12 +303,12 @@ def test_every_bad_answer_in_one_run_fails_alone_and_the_files_say_why(
                          f"(bench_requests.csv)")
 
 
-def test_malformed_chat_chunks_and_a_failed_probe_in_one_run(fake, scenario_file, tmp_path,
+def test_malformed_chat_chunks_and_a_failed_probe_in_one_run(fake, bench_scenario, tmp_path,
                                                             capsys):
     fake.answers = [chunk_then_done(payload) for payload, _ in CHAT_CHUNKS.values()]
     fake.probe = answering(200, b'{"usage": {"prompt_tokens": "many"}}')
     out = tmp_path / "bench"
-    status, last = bench_cli(capsys, fake.url, scenario_file, out, "--model", "m",
+    status, last = bench_cli(capsys, fake.url, bench_scenario, out, "--model", "m",
                              "--endpoint", "/v1/chat/completions")
     reasons = [reason for _, reason in CHAT_CHUNKS.values()]
     assert_files_say_why(out, reasons, succeeded=5 - len(reasons))
@@ -333,10 +319,10 @@ def test_malformed_chat_chunks_and_a_failed_probe_in_one_run(fake, scenario_file
 
 
 def test_when_every_request_fails_the_files_are_written_and_the_status_is_1(
-        fake, scenario_file, tmp_path, capsys):
+        fake, bench_scenario, tmp_path, capsys):
     fake.answers = [chunk_then_done('{"choices": "nope"}')] * BAD
     out = tmp_path / "bench"
-    status, last = bench_cli(capsys, fake.url, scenario_file, out, "--model", "m",
+    status, last = bench_cli(capsys, fake.url, bench_scenario, out, "--model", "m",
                              "--num-prompts", str(BAD))
     assert status == 1
     assert last == ('bench: 0 of 2 requests succeeded; 2 failed: 2 choices is a string '
@@ -345,9 +331,9 @@ def test_when_every_request_fails_the_files_are_written_and_the_status_is_1(
     assert (out / "report.html").is_file() and (out / "summary.json").is_file()
 
 
-def test_when_every_request_succeeds_the_last_line_says_so(fake, scenario_file, tmp_path,
+def test_when_every_request_succeeds_the_last_line_says_so(fake, bench_scenario, tmp_path,
                                                           capsys):
-    status, last = bench_cli(capsys, fake.url, scenario_file, tmp_path / "bench", "--model",
+    status, last = bench_cli(capsys, fake.url, bench_scenario, tmp_path / "bench", "--model",
                              "m")
     assert (status, last) == (0, "bench: all 5 requests succeeded")
 
@@ -370,20 +356,20 @@ def test_a_workload_bench_cannot_send_is_refused_naming_the_file_before_any_is_s
         assert not out.exists()
 
 
-def test_a_timeout_of_inf_is_no_limit(fake, scenario_file, tmp_path, capsys):
-    status, last = bench_cli(capsys, fake.url, scenario_file, tmp_path / "bench", "--timeout",
+def test_a_timeout_of_inf_is_no_limit(fake, bench_scenario, tmp_path, capsys):
+    status, last = bench_cli(capsys, fake.url, bench_scenario, tmp_path / "bench", "--timeout",
                              "inf")
     assert (status, last) == (0, "bench: all 5 requests succeeded")
 
 
 # --- the URL and the endpoint are checked before anything is sent --------------------------------
 
-def test_a_dead_url_fails_every_request_with_status_1(scenario_file, tmp_path, capsys):
+def test_a_dead_url_fails_every_request_with_status_1(bench_scenario, tmp_path, capsys):
     out = tmp_path / "bench"
     with socket.socket() as sock:  # bound, not listening, while the bench runs: refused
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        status, last = bench_cli(capsys, f"http://127.0.0.1:{port}", scenario_file, out,
+        status, last = bench_cli(capsys, f"http://127.0.0.1:{port}", bench_scenario, out,
                                  "--timeout", "5")
     assert status == 1
     assert last.startswith(f"bench: 0 of 5 requests succeeded; 5 failed: 5 "
@@ -407,10 +393,10 @@ BAD_URLS = {
 
 @pytest.mark.parametrize("url, problem", BAD_URLS.items(), ids=BAD_URLS)
 @pytest.mark.parametrize("command", ["bench", "validate"])
-def test_a_bad_url_is_a_usage_error_naming_the_flag(scenario_file, tmp_path, capsys, command,
+def test_a_bad_url_is_a_usage_error_naming_the_flag(bench_scenario, tmp_path, capsys, command,
                                                     url, problem):
-    argv = (["bench", url, str(scenario_file)] if command == "bench" else
-            ["validate", str(scenario_file), "--against", url])
+    argv = (["bench", url, str(bench_scenario)] if command == "bench" else
+            ["validate", str(bench_scenario), "--against", url])
     status = main([*argv, "--out", str(tmp_path / "out"), "--quiet"])
     flag = "URL" if command == "bench" else "--against"
     err = capsys.readouterr().err
@@ -423,10 +409,10 @@ def test_a_bad_url_is_a_usage_error_naming_the_flag(scenario_file, tmp_path, cap
 
 @pytest.mark.parametrize("command", ["bench", "validate"])
 @pytest.mark.parametrize("endpoint", ["v1/completions", ""])  # given empty: not the default
-def test_an_endpoint_without_a_leading_slash_is_a_usage_error(fake, scenario_file, tmp_path,
+def test_an_endpoint_without_a_leading_slash_is_a_usage_error(fake, bench_scenario, tmp_path,
                                                               capsys, command, endpoint):
-    argv = (["bench", fake.url, str(scenario_file)] if command == "bench" else
-            ["validate", str(scenario_file), "--against", fake.url])
+    argv = (["bench", fake.url, str(bench_scenario)] if command == "bench" else
+            ["validate", str(bench_scenario), "--against", fake.url])
     status = main([*argv, "--endpoint", endpoint, "--out", str(tmp_path / "out")])
     assert status == 2
     assert capsys.readouterr().err == (
@@ -435,11 +421,11 @@ def test_an_endpoint_without_a_leading_slash_is_a_usage_error(fake, scenario_fil
     assert fake.bodies == [] and not (tmp_path / "out").exists()
 
 
-def test_token_id_prompts_for_a_chat_endpoint_are_a_usage_error(fake, scenario_file, tmp_path,
+def test_token_id_prompts_for_a_chat_endpoint_are_a_usage_error(fake, bench_scenario, tmp_path,
                                                                capsys):
     # a chat message is text; any chat endpoint is one (a prefix before /chat/completions too)
     for endpoint in ("/v1/chat/completions", "/api/v1/chat/completions"):
-        status = main(["bench", fake.url, str(scenario_file), "--endpoint", endpoint,
+        status = main(["bench", fake.url, str(bench_scenario), "--endpoint", endpoint,
                        "--prompt", "ids", "--out", str(tmp_path / "out")])
         assert status == 2
         assert capsys.readouterr().err == (
@@ -450,10 +436,10 @@ def test_token_id_prompts_for_a_chat_endpoint_are_a_usage_error(fake, scenario_f
         "text"
 
 
-def test_a_url_ending_in_v1_before_a_v1_endpoint_is_a_usage_error(fake, scenario_file, tmp_path,
+def test_a_url_ending_in_v1_before_a_v1_endpoint_is_a_usage_error(fake, bench_scenario, tmp_path,
                                                                  capsys):
     # the OpenAI client's base URL style: every request would go to /v1/v1/completions
-    status = main(["bench", fake.url + "/v1", str(scenario_file), "--out", str(tmp_path / "o")])
+    status = main(["bench", fake.url + "/v1", str(bench_scenario), "--out", str(tmp_path / "o")])
     assert status == 2
     assert "ends in /v1 and --endpoint /v1/completions begins with it, so every request would " \
            "go to /v1/v1/completions" in capsys.readouterr().err
@@ -484,14 +470,14 @@ def test_validate_against_a_dead_server_says_so_and_fails(tmp_path, capsys):
 
 
 def test_validate_against_a_server_failing_some_requests_says_the_sides_are_unlike(
-        fake, scenario_file, tmp_path, capsys):
+        fake, bench_scenario, tmp_path, capsys):
     # the server's failed requests count on neither side of its figures, the simulation serves
     # them: the headline says so and the status is 1
     from sim.cli import main
 
     fake.answers = [empty_error] * BAD
     out = tmp_path / "v"
-    status = main(["validate", str(scenario_file), "--against", fake.url, "--out", str(out),
+    status = main(["validate", str(bench_scenario), "--against", fake.url, "--out", str(out),
                    "--quiet", "--set", 'cost.model="linear"'])
     printed = capsys.readouterr().out
     assert status == 1
@@ -500,7 +486,7 @@ def test_validate_against_a_server_failing_some_requests_says_the_sides_are_unli
     assert "unlike requests" in (out / "report.md").read_text()
 
 
-def test_under_max_concurrency_nothing_is_sent_after_max_seconds(fake, scenario_file):
+def test_under_max_concurrency_nothing_is_sent_after_max_seconds(fake, bench_scenario):
     # one slot, held 0.5 s by the first request: by then max_seconds has passed, and the
     # others, which waited for the slot, are never sent (as the simulator's client slots)
     async def slow(request, body):
@@ -508,7 +494,7 @@ def test_under_max_concurrency_nothing_is_sent_after_max_seconds(fake, scenario_
         return await healthy(request, body)
 
     fake.answers = [slow]
-    run, = bench_runs(scenarios.load(scenario_file, ["workload.max_concurrency=1",
+    run, = bench_runs(scenarios.load(bench_scenario, ["workload.max_concurrency=1",
                                                      "workload.max_seconds=0.2"]),
                       BenchOptions(fake.url, model="m"))
     assert [r.request_id for r in run.results] == [0] and run.results[0].finished
@@ -518,7 +504,7 @@ def test_under_max_concurrency_nothing_is_sent_after_max_seconds(fake, scenario_
 
 
 def test_validate_against_counts_a_request_both_sides_refuse_as_alike(
-        fake, scenario_file, tmp_path, capsys):
+        fake, bench_scenario, tmp_path, capsys):
     # prompts past the context are refused by the server (400) and by the simulation alike:
     # the two sides count the same requests
     from sim.cli import main
@@ -532,7 +518,7 @@ def test_validate_against_counts_a_request_both_sides_refuse_as_alike(
 
     fake.answers = [as_the_context_allows] * 5
     out = tmp_path / "v"
-    status = main(["validate", str(scenario_file), "--against", fake.url, "--out", str(out),
+    status = main(["validate", str(bench_scenario), "--against", fake.url, "--out", str(out),
                    "--quiet", "--set", 'cost.model="linear"', f"model.max_seq_len={context}",
                    "engine.block_size=2"])
     printed = capsys.readouterr().out
@@ -542,7 +528,7 @@ def test_validate_against_counts_a_request_both_sides_refuse_as_alike(
 
 
 def test_openai_api_key_is_sent_as_vllm_sends_it_and_a_urls_password_is_not_shown(
-        fake, scenario_file, tmp_path, capsys, monkeypatch):
+        fake, bench_scenario, tmp_path, capsys, monkeypatch):
     """`vllm bench serve` sends `Authorization: Bearer $OPENAI_API_KEY`, and so does bench; a
     URL's own credentials go as basic authentication, and its password is never written."""
     seen = []
@@ -558,17 +544,17 @@ def test_openai_api_key_is_sent_as_vllm_sends_it_and_a_urls_password_is_not_show
     fake.models = models
     fake.answers = [answer] * 5  # every request of the scenario
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    status, _ = bench_cli(capsys, fake.url, scenario_file, tmp_path / "keyed")
+    status, _ = bench_cli(capsys, fake.url, bench_scenario, tmp_path / "keyed")
     assert status == 0 and seen == ["Bearer sk-test"] * 6  # the listing and every request
     url = fake.url.replace("http://", "http://alice:s3cret@")
-    status, _ = bench_cli(capsys, url, scenario_file, tmp_path / "userinfo")
+    status, _ = bench_cli(capsys, url, bench_scenario, tmp_path / "userinfo")
     assert status == 0 and seen[-1].startswith("Basic ")  # the URL's, not the key
     written = {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "userinfo").iterdir()
                if p.suffix in (".md", ".html", ".json", ".csv")}
     assert "alice:***@127.0.0.1" in written["report.md"]
     assert not [name for name, text in written.items() if "s3cret" in text]
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test\r")  # read from a file with a CRLF
-    assert main(["bench", fake.url, str(scenario_file), "--out", str(tmp_path / "crlf"),
+    assert main(["bench", fake.url, str(bench_scenario), "--out", str(tmp_path / "crlf"),
                  "--quiet"]) == 2
     assert capsys.readouterr().err.strip() == (
         "servesim: error: OPENAI_API_KEY holds '\\r', which an Authorization header cannot "
@@ -576,7 +562,7 @@ def test_openai_api_key_is_sent_as_vllm_sends_it_and_a_urls_password_is_not_show
     assert len(seen) == 7 and not (tmp_path / "crlf").exists()  # nothing sent or written
 
 
-def test_a_models_name_with_control_characters_is_written_escaped(fake, scenario_file,
+def test_a_models_name_with_control_characters_is_written_escaped(fake, bench_scenario,
                                                                     tmp_path, capsys):
     """A name /v1/models gives is the server's text: it cannot start a heading in report.md
     or clear the terminal."""
@@ -584,7 +570,7 @@ def test_a_models_name_with_control_characters_is_written_escaped(fake, scenario
         return web.json_response({"data": [{"id": "m\n# pwned\x1b[2J"}]})
 
     fake.models = models
-    status, _ = bench_cli(capsys, fake.url, scenario_file, tmp_path / "out")
+    status, _ = bench_cli(capsys, fake.url, bench_scenario, tmp_path / "out")
     report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert status == 0 and "model: m # pwned\\x1b[2J" in report
     assert "\x1b" not in report and "\n# pwned" not in report

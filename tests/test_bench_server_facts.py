@@ -14,25 +14,11 @@ import pytest
 from aiohttp import web
 
 import scenarios
-from helpers.fake_openai import (SCENARIO, FakeServer, answering, counting, model_listing,
-                                 never_answers, probe_answer, prompt_length)
+from helpers.fake_openai import (SCENARIO, answering, counting, model_listing, never_answers,
+                                 probe_answer, prompt_length)
 from sim.bench import BenchOptions, bench_runs
 from sim.bench.prompts import PROBE_WORDS
 from sim.cli import main
-
-
-@pytest.fixture
-def fake():
-    server = FakeServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def scenario_file(tmp_path):
-    path = tmp_path / "facts.toml"
-    path.write_text(SCENARIO)
-    return path
 
 
 MODEL_LISTINGS = {
@@ -52,18 +38,18 @@ MODEL_LISTINGS = {
 
 
 @pytest.mark.parametrize("listing, why", MODEL_LISTINGS.values(), ids=MODEL_LISTINGS)
-def test_garbage_from_v1_models_is_noted_and_the_bench_goes_on(fake, scenario_file, listing,
+def test_garbage_from_v1_models_is_noted_and_the_bench_goes_on(fake, bench_scenario, listing,
                                                                why):
     fake.models = listing
-    run, = bench_runs(scenarios.load(scenario_file), BenchOptions(fake.url))
+    run, = bench_runs(scenarios.load(bench_scenario), BenchOptions(fake.url))
     note, = [n for n in run.notes if n.startswith("model:")]
     assert note.startswith(f"model: none named (GET /v1/models: {why}")
     assert [r.status for r in run.results] == ["finished"] * 5
     assert all("model" not in body for body in fake.bodies)
 
 
-def test_a_listed_model_is_asked_for(fake, scenario_file):
-    run, = bench_runs(scenarios.load(scenario_file), BenchOptions(fake.url))
+def test_a_listed_model_is_asked_for(fake, bench_scenario):
+    run, = bench_runs(scenarios.load(bench_scenario), BenchOptions(fake.url))
     assert "model: fake-model" in run.notes
     assert {body["model"] for body in fake.bodies} == {"fake-model"}
 
@@ -102,17 +88,17 @@ PROBE_ANSWERS = {
 
 @pytest.mark.parametrize("probe, why", PROBE_ANSWERS.values(), ids=PROBE_ANSWERS)
 def test_garbage_from_the_text_probe_leaves_prompts_uncalibrated_saying_why(
-        fake, scenario_file, probe, why):
+        fake, bench_scenario, probe, why):
     fake.probe = probe
     options = BenchOptions(fake.url, "/v1/chat/completions", model="m")
-    run, = bench_runs(scenarios.load(scenario_file), options)
+    run, = bench_runs(scenarios.load(bench_scenario), options)
     note, = [n for n in run.notes if n.startswith("prompts:")]
     assert f"not calibrated ({why}" in note and "one word is taken as one token" in note
     assert [r.status for r in run.results] == ["finished"] * 5
 
 
-def test_the_probe_calibrates_text_prompts(fake, scenario_file):
-    run, = bench_runs(scenarios.load(scenario_file),
+def test_the_probe_calibrates_text_prompts(fake, bench_scenario):
+    run, = bench_runs(scenarios.load(bench_scenario),
                       BenchOptions(fake.url, "/v1/chat/completions", model="m"))
     assert "prompts: text of repeated words, calibrated: 3 tokens a word, +5 tokens a prompt" \
         in run.notes
@@ -134,7 +120,7 @@ def test_the_server_is_asked_for_its_model_and_probed_once_for_every_run(fake, t
                "prompt" in run.notes for run in runs)
 
 
-def test_the_probes_are_sent_together(fake, scenario_file):
+def test_the_probes_are_sent_together(fake, bench_scenario):
     # a server that lets every request wait: sent one after the other, they would take two
     # --timeout
     arrived, in_flight, answered = [], [], []
@@ -149,18 +135,18 @@ def test_the_probes_are_sent_together(fake, scenario_file):
         answered.append(body)
         return await probe_answer(request, body)
     fake.probe = holding
-    run, = bench_runs(scenarios.load(scenario_file),
+    run, = bench_runs(scenarios.load(bench_scenario),
                       BenchOptions(fake.url, "/v1/chat/completions", model="m"))
     assert in_flight == [1, 2]
     assert "prompts: text of repeated words, calibrated: 3 tokens a word, +5 tokens a prompt" \
         in run.notes
 
 
-def test_a_server_slow_on_v1_models_is_still_probed(fake, scenario_file):
+def test_a_server_slow_on_v1_models_is_still_probed(fake, bench_scenario):
     # a listing past --timeout is noted, and the probe, which this server answers, calibrates
     probes = []
     fake.models, fake.probe = never_answers(fake), counting(probes, probe_answer)
-    run, = bench_runs(scenarios.load(scenario_file),
+    run, = bench_runs(scenarios.load(bench_scenario),
                       BenchOptions(fake.url, "/v1/chat/completions", timeout_s=1))
     assert len(probes) == len(PROBE_WORDS)
     assert "model: none named (GET /v1/models: timed out after 1 s)" in run.notes
@@ -180,7 +166,7 @@ def test_a_workload_that_cannot_be_built_fails_before_the_server_is_asked(fake, 
     assert calls == []
 
 
-def test_a_failed_probe_cancels_the_other_rather_than_waiting_for_it(fake, scenario_file):
+def test_a_failed_probe_cancels_the_other_rather_than_waiting_for_it(fake, bench_scenario):
     # the 16-word probe fails at once; the 64-word one would hang up to --timeout (none here):
     # it is cancelled, its connection closed, and the bench goes on uncalibrated
     held = []
@@ -195,7 +181,7 @@ def test_a_failed_probe_cancels_the_other_rather_than_waiting_for_it(fake, scena
         held.append(body)
         return await probe_answer(request, body)
     fake.probe = one_fails
-    run, = bench_runs(scenarios.load(scenario_file),
+    run, = bench_runs(scenarios.load(bench_scenario),
                       BenchOptions(fake.url, "/v1/chat/completions", model="m",
                                    timeout_s=math.inf))
     assert held == []
@@ -203,9 +189,9 @@ def test_a_failed_probe_cancels_the_other_rather_than_waiting_for_it(fake, scena
             "as one token") in run.notes
 
 
-def test_a_silent_probe_leaves_prompts_uncalibrated_saying_so(fake, scenario_file):
+def test_a_silent_probe_leaves_prompts_uncalibrated_saying_so(fake, bench_scenario):
     fake.probe = never_answers(fake)
-    run, = bench_runs(scenarios.load(scenario_file),
+    run, = bench_runs(scenarios.load(bench_scenario),
                       BenchOptions(fake.url, "/v1/chat/completions", model="m", timeout_s=1))
     assert ("prompts: text of repeated words, not calibrated (timed out after 1 s): one word is "
             "taken as one token") in run.notes

@@ -109,19 +109,15 @@ class Server:
     notes: tuple
 
 
-def meet_server(options: BenchOptions) -> Server:
-    """Ask the server for its model, where `options` name none, and calibrate text prompts."""
-    return asyncio.run(_meet(options))
-
-
 def server_once(options: BenchOptions):
-    """A function returning `meet_server(options)`, which it asks at its first call: the runs
-    ask it once their workload is built, so a workload that cannot be built fails before the
+    """A function returning the server's `Server`, which it asks at its first call: the runs
+    call it once their workload is built, so a workload that cannot be built fails before the
     server is asked anything."""
-    return functools.cache(lambda: meet_server(options))
+    return functools.cache(lambda: asyncio.run(_meet(options)))
 
 
 async def _meet(options: BenchOptions) -> Server:
+    """Ask the server for its model, where `options` name none, and calibrate text prompts."""
     notes, model = [], options.model
     if model is None:
         try:

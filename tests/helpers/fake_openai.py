@@ -1,5 +1,7 @@
 """A fake OpenAI-compatible server for `servesim bench`'s tests (aiohttp, on a loopback port, on
-its own thread), whose answers a test sets, and the small scenario they bench against it."""
+its own thread), whose answers a test sets, and the small scenario they bench against it; the
+fixtures `fake` (a running server) and `bench_scenario` (that scenario's file), which
+tests/conftest.py loads for every test module."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import asyncio
 import json
 import threading
 
+import pytest
 from aiohttp import web
 
 SCENARIO = """
@@ -126,3 +129,17 @@ def counting(calls: list, answer):
         calls.append(request.path)
         return await answer(request, *body)
     return counted
+
+
+@pytest.fixture
+def fake():
+    server = FakeServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def bench_scenario(tmp_path):
+    path = tmp_path / "bench.toml"
+    path.write_text(SCENARIO)
+    return path

@@ -256,16 +256,18 @@ class KernelTables:
         return np.exp(curve.log_at(np.log(np.asarray(tokens, dtype=np.float64)))) * 1e-3
 
     def moe_marlin(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int,
-                   ep: int, dtype: str, distribution: str = "power_law_1.2"):
+                   ep: int, dtype: str, distribution: str = "power_law_1.2",
+                   at: tuple | None = None):
         """(seconds of one MoE layer's experts on Marlin's kernel for `tokens` tokens, the
-        (hidden, inter, topk, experts) Marlin was measured at); None: not measured in `dtype`
+        (hidden, inter, topk, experts) Marlin was measured at: `at` where given, else the
+        model's own or the nearest, `tables.marlin_moe_curve`); None: not measured in `dtype`
         at TP `tp`, EP `ep`. Measured at another shape, its time is the one measured at as many
         rows an expert (tokens x topk / experts), scaled by the experts' size (experts x hidden
-        x inter): the work, and the weights read, at that many rows (what the caller floors
-        it with: docs/sim/hardware.md)."""
+        x inter): the work, and the weights read, at that many rows (`marlin.on_marlin` floors
+        it)."""
         found = tables.marlin_moe_curve(self.table_path("moe", "moe_perf.parquet"),
                                         MOE_DTYPES.get(dtype, dtype),
-                                        (hidden, inter, topk, experts), tp, ep, distribution)
+                                        (hidden, inter, topk, experts), tp, ep, distribution, at)
         if found is None:
             return None
         curve, shape = found

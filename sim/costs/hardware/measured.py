@@ -43,12 +43,11 @@ import math
 
 import numpy as np
 
-from scenarios.defaults import MAX_GPUS
-
 from ...notes import say_once
 from .architecture import Architecture
-from .catalog import model_architecture
 from .kernels import MEASURED_ACTIVATIONS, MLA_OUTSIDE, KernelTables
+from .marlin import expert_shape, marlin_missing, marlin_text, on_marlin
+from .mla_block import MLA_BLOCK_OPS, MLA_HEAD_DIMS, mla_model
 from .operators import matmul_shapes
 from .reach import merge
 
@@ -64,31 +63,8 @@ BLOCK_CHAIN = DTYPE_CHAIN | {"fp8": ("fp8_block", "fp8")}
 # The fused MoE kernel's, where they differ: mxfp4's experts are MXFP4 weights with bf16
 # activations (gpt-oss)
 MOE_CHAIN = {"mxfp4": ("w4a16_mxfp4",)}
-# What DeepSeek's measured latent-attention block runs besides attention: its projections, the
-# latents' norms and the output projection (in `mla_block` steps, costed with the attention)
-MLA_BLOCK_OPS = ("mla_down_proj", "mla_q_up_proj", "mla_kv_up_proj", "mla_norm",
-                 "attn_post_proj")
 # Matmuls servers run in bf16 whatever the weights' dtype (the package times them so too)
 BF16_OPS = ("moe_router", "lm_head")
-# The models whose latent-attention block the package measured, and what its shape is
-MLA_MODELS = ("deepseek-ai/DeepSeek-V3",)
-MLA_SHAPE = ("d_model", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-             "v_head_dim")
-# and what the attention kernel measured alone depends on (its heads are looked up)
-MLA_HEAD_DIMS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-
-
-def mla_model(arch: Architecture, shape: tuple = MLA_SHAPE) -> str | None:
-    """The model whose latent-attention block the tables measured in `arch`'s shape (width and
-    ranks; its heads per GPU are looked up in the table), whatever `arch` is called: DeepSeek-
-    V3's block is also DeepSeek-R1's, and any config.json's of its shape. None: no such model
-    (a V3 with another latent rank is not V3's block). `shape`: the keys that must match
-    (`MLA_HEAD_DIMS`: those of the attention kernel measured alone)."""
-    for name in MLA_MODELS:
-        measured = model_architecture({"name": name})
-        if all(getattr(measured, key) == getattr(arch, key) for key in shape):
-            return name
-    return None
 
 
 class MeasuredOps:
@@ -194,14 +170,7 @@ class MeasuredOps:
         """Where the experts' Marlin kernel was measured (None: not costed on Marlin's)."""
         if self.marlin_shape is None or self._moe_dtype is None:
             return None
-        arch = self.arch
-        if self.marlin_shape == (arch.d_model, arch.moe_d_ff, arch.experts_per_token,
-                                 arch.n_experts):
-            return "Marlin's kernel, as measured at this model's shape"
-        hidden, inter, topk, experts = self.marlin_shape
-        return (f"Marlin's kernel, as measured at hidden {hidden}, intermediate {inter}, "
-                f"{experts} experts, top {topk}: scaled to this model's experts at as many rows "
-                f"an expert, never below the default kernel's time")
+        return marlin_text(expert_shape(self.arch), self.marlin_shape)
 
     def say_roofline(self, source: str) -> None:
         """One note naming the operators the tables do not have, said once."""
@@ -327,35 +296,24 @@ class MeasuredOps:
         default = self._first(lambda d: self._moe(probe, d, "auto"), dtype, chain)
         if default is None:
             return None  # no experts of this shape measured at all: the roofline's, said so
-        moe_tp, moe_ep = self._moe_layout()
-        layouts = [(t, e) for t, e in self.tables.marlin_layouts(default, self.distribution)
-                   if t * e <= MAX_GPUS and 1 in (t, e)]  # the layouts a run can take
-        have = ("; they have it at moe TP x EP " + ", ".join(f"{t} x {e}" for t, e in layouts)
-                if layouts else "")
-        return (f"{self.tables.describe()} have no Marlin MoE kernel in {default} with the "
-                f"experts at moe TP {moe_tp} x EP {moe_ep}{have}")
+        return marlin_missing(self.tables, default, self._moe_layout(), self.distribution)
 
     def _moe_layout(self) -> tuple[int, int]:
         """(moe TP, moe EP): the experts split by TP over their GPUs, or whole across them."""
         return (self.experts_gpus, 1) if self.ep == 1 else (1, self.ep)
 
     def _moe(self, tokens, dtype: str, backend: str | None = None):
-        """The routed experts' measured seconds: the framework's default kernel, or under
-        `moe_backend` "marlin" Marlin's (`KernelTables.moe_marlin`), measured at another
-        shape never below the default's (at a few rows an expert a kernel's time is mostly
-        fixed, which does not scale with the experts' size)."""
-        arch = self.arch
-        moe_tp, moe_ep = self._moe_layout()
-        shape = (arch.d_model, arch.moe_d_ff, arch.experts_per_token, arch.n_experts)
-        default = self.tables.moe(tokens, *shape, moe_tp, moe_ep, dtype, self.distribution)
+        """The routed experts' measured seconds: the framework's default kernel, or on
+        `backend`'s (None: `moe_backend`'s) "marlin", Marlin's (`marlin.on_marlin`)."""
+        shape, layout = expert_shape(self.arch), self._moe_layout()
+        default = self.tables.moe(tokens, *shape, *layout, dtype, self.distribution)
         if (backend or self.moe_backend) != "marlin" or default is None:
             return default
-        marlin = self.tables.moe_marlin(tokens, *shape, moe_tp, moe_ep, dtype,
-                                        self.distribution)
+        marlin = on_marlin(self.tables, tokens, shape, layout, dtype, self.distribution, default)
         if marlin is None:
             return None
         seconds, self.marlin_shape = marlin
-        return seconds if self.marlin_shape == shape else np.maximum(default, seconds)
+        return seconds
 
     # --- attention, per step ----------------------------------------------------------------
     def prefill_attention(self, window: int, chunks: float, causal: float,

@@ -188,11 +188,12 @@ MOE_SHAPE = ("hidden_size", "inter_size", "topk", "num_experts")
 
 @lru_cache(maxsize=16)
 def marlin_moe_curve(path: str | None, dtype: str, shape: tuple, tp: int, ep: int,
-                     distribution: str) -> tuple[Curve, tuple] | None:
+                     distribution: str, at: tuple | None = None) -> tuple[Curve, tuple] | None:
     """Marlin's fused MoE kernel in `dtype` at TP `tp`, EP `ep`: (its curve over tokens, the
-    (hidden, inter, topk, experts) it was measured at): at `shape` where measured there, else
-    at the measured shape whose experts are nearest in size (experts x hidden x inter); of
-    Marlin's variants there, the one measured most. None: not measured so."""
+    (hidden, inter, topk, experts) it was measured at): at `at` where given, else at `shape`
+    where measured there, else at the measured shape whose experts are nearest in size
+    (experts x hidden x inter); of Marlin's variants there, the one measured most. None: not
+    measured so."""
     if path is None:
         return None
     table = cached_table(path)
@@ -206,7 +207,9 @@ def marlin_moe_curve(path: str | None, dtype: str, shape: tuple, tp: int, ep: in
     def distance(other):
         hidden, inter, _, experts = other
         return abs(math.log(hidden * inter * experts / (shape[0] * shape[1] * shape[3])))
-    found = shape if shape in shapes else min(sorted(shapes), key=distance)
+    if at is not None and at not in shapes:
+        return None
+    found = at or (shape if shape in shapes else min(sorted(shapes), key=distance))
     rows = default_kernel(table[(table[list(MOE_SHAPE)] == list(found)).all(axis=1)])
     return Curve(rows["num_tokens"].to_numpy(), rows["latency"].to_numpy()), found
 
