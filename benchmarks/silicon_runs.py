@@ -117,7 +117,8 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
       sequences as users (512 on the B200); TensorRT-LLM 1.1.0rc2 with an fp8 KV cache, 16,384
       tokens a step, no chunked prefill, no block reuse, its overlap scheduler (on by default;
       both servers' async scheduling is servesim's default), up to 2,048 sequences
-      (trtllm-serve's default), at 1,024/1,024 below TP 8 holding new prefills up to 20 steps
+      (trtllm-serve's default), its default capacity policy (the scripts set none:
+      guaranteed_no_evict), at 1,024/1,024 below TP 8 holding new prefills up to 20 steps
       while they and the decodes fill less than 90% of a step's tokens (`batch_waits`).
     - gpt-oss-120b (2026-03-27, single_node/gptoss_fp4_h100.sh and _h200.sh): vLLM 0.18.0 with
       its MXFP4 experts on Marlin kernels (w4a16: `moe_backend = "marlin"`), the KV cache in
@@ -126,7 +127,8 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
       (2025-11-02, dsr1_fp8_h200_trt_slurm.sh) with the experts whole on each GPU (`--ep_size`
       = TP = 8; the measured rows record moe_tp 8, not what the script ran), attention data
       parallel above 64 users (above 32 at 8,192/1,024), an fp8 KV cache, no block reuse,
-      `--max_num_tokens` users + ISL + 64 rounded up to a multiple of 64, no chunked prefill;
+      `--max_num_tokens` users + ISL + 64 rounded up to a multiple of 64, no chunked prefill,
+      its default capacity policy (guaranteed_no_evict);
       SGLang 0.5.9 (2026-03-25, single_node/dsr1_fp8_h200.sh) with the experts split by TP,
       the KV cache in bf16 (its "auto"), 82% of the memory (`--mem-fraction-static 0.82`),
       32,768 tokens a step, chunked prefill, no radix cache, 512 sequences at 1,024/1,024 and
@@ -148,7 +150,7 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
                 {"tp": 8 // ranks, "dp": ranks, "ep": 8, "dtype": "fp8",
                  "activation_scheme": "block", "kv_dtype": "fp8"},
                 {"max_num_seqs": min(2048, tokens), "max_num_batched_tokens": tokens},
-                {"chunked_prefill": False})
+                {"chunked_prefill": False, "capacity_scheduler_policy": "guaranteed_no_evict"})
     if row.model_path == GPT_OSS:
         return (GPT_OSS, {"dtype": "mxfp4", "kv_dtype": "auto", "moe_backend": "marlin"},
                 {"max_num_seqs": users, "max_num_batched_tokens": 8192}, {"chunked_prefill": True})
@@ -159,6 +161,7 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
     else:
         engine = {"max_num_seqs": 2048, "max_num_batched_tokens": 16384}
     scheduler = {"chunked_prefill": vllm} | (
+        {} if vllm else {"capacity_scheduler_policy": "guaranteed_no_evict"}) | (
         {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
         if batch_waits(row) else {})
     return "meta-llama/Llama-3.3-70B-Instruct", hardware, engine, scheduler

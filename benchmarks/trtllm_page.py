@@ -2,15 +2,16 @@
 (NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md, the v1.0 release's:
 `trtllm-bench throughput`, every request at once, 3,000 requests (30,000 at 128/128) of
 fixed lengths, NVIDIA's ModelOpt FP8/FP4 checkpoints, whose KV cache is fp8, 95% of the free
-memory for it), with the TensorRT-LLM tables, 2,048 sequences and 8,192 tokens a step: output
-tokens per second, with servesim's default server time (1 ms a step, 10 us a sequence)
-overlapping the GPU's, as TensorRT-LLM's overlap scheduler runs by default, and added to it
+memory for it, trtllm-bench's scheduling: its capacity policy guaranteed_no_evict, no chunked
+prefill), with the TensorRT-LLM tables, 2,048 sequences and 8,192 tokens a step: output tokens
+per second, with servesim's default server time (1 ms a step, 10 us a sequence) overlapping
+the GPU's, as TensorRT-LLM's overlap scheduler runs by default, and added to it
 (`hardware.async_scheduling = false`); and, without attention data parallelism, overlapped
 and sized as trtllm-bench sizes a run that gives no sizes (`trtllm_bench_sizes`).
 
 Part 0d of `benchmarks/hardware_accuracy.py`; `serving_accuracy.py --only trtllm` runs it too.
 
-    python benchmarks/trtllm_page.py   # about a minute
+    python benchmarks/trtllm_page.py   # about 20 seconds
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def trtllm_part() -> None:
                                   "async_scheduling": overlapped},
                      "cost": {"model": "hardware"},
                      "engine": {"max_num_seqs": sequences, "max_num_batched_tokens": tokens},
-                     "scheduler": {"chunked_prefill": True},
+                     "scheduler": {"chunked_prefill": False,
+                                   "capacity_scheduler_policy": "guaranteed_no_evict"},
                      "workload": {"num_requests": 30000 if isl == 128 else 3000,
                                   "arrival": {"process": "burst"},
                                   "prompt_tokens": {"dist": "fixed", "value": isl},

@@ -53,7 +53,8 @@ def prefill_preview(scheduler, prefilling: list, budget: int, admitting: bool = 
     nothing): the prefills under way, then, while `admitting`, the queue's head as the
     scheduler's admission would take it (prefix-cache hits not taken off), with the blocks the
     prefills' chunks take first (chunks that do not fit preempt, and a step that preempts
-    admits no one)."""
+    admits no one; under the guaranteed-no-evict capacity policy, only those whose blocks to
+    their last token the cache holds)."""
     cfg, bm = scheduler.config, scheduler.block_manager
     tokens = blocks = 0
     for seq in prefilling:  # one rank: no per-sequence cap
@@ -65,6 +66,7 @@ def prefill_preview(scheduler, prefilling: list, budget: int, admitting: bool = 
     if not admitting or not has_free_capacity(bm, blocks):
         return tokens
     slots = cfg.max_num_seqs - len(scheduler.running)
+    promised = scheduler.promised()  # None unless guaranteed_no_evict
     for seq in scheduler.waiting.head(max(slots, 0)):
         if budget == 0:
             break
@@ -74,7 +76,8 @@ def prefill_preview(scheduler, prefilling: list, budget: int, admitting: bool = 
         if not n:
             break
         blocks += bm.blocks_to_hold(seq.seq_id, seq.num_computed_tokens + n)
-        if not has_free_capacity(bm, blocks):
+        if not has_free_capacity(bm, blocks) or (promised is not None
+                                                 and not promised.take(seq)):
             break
         tokens, budget = tokens + (0 if decodes else seq.num_tokens), budget - n
     return tokens

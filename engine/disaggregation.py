@@ -108,12 +108,14 @@ class KvTransfers:
         transfer's end, not a step, brings."""
         return bool(self.kv.receiving or self.kv.sending)
 
-    def _reserve_remote(self, plan: StepPlan, seq: Sequence) -> bool:
+    def _reserve_remote(self, plan: StepPlan, seq: Sequence, promised=None) -> bool:
         """Reserve blocks for all the tokens of the transferred sequence at the head of the
         queue (the cached blocks of its prompt's longest cached prefix, with prefix caching,
         and new ones for the rest) and list it in `plan.kv_requested` (it waits for its KV,
         neither queued nor running, taking no slot or token budget: vLLM's
-        WAITING_FOR_REMOTE_KVS); False when they do not fit (then nothing changes)."""
+        WAITING_FOR_REMOTE_KVS); False when they do not fit, or under the guaranteed-no-evict
+        capacity policy when its blocks to its last token do not fit in `promised`'s room
+        (then nothing changes)."""
         bm = self.block_manager
         # at most the blocks of its first prompt_len - 1 tokens, as vLLM's decode instance,
         # whose request is the prompt alone, finds them (its last token is always computed)
@@ -122,7 +124,8 @@ class KvTransfers:
         need = blocks_needed(seq.num_tokens, bm.block_size) - len(hits)
         if hits:
             need += bm.evictable_among(hits)  # free blocks that its hits take up
-        if not has_free_capacity(bm, need):
+        if not has_free_capacity(bm, need) or \
+                (promised is not None and not promised.take(seq, hits)):
             return False
         self.waiting.pop()
         self.kv.remote.discard(seq.seq_id)

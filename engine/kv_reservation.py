@@ -1,7 +1,8 @@
 """The continuous-batching policy's building blocks on KV blocks: whether blocks are free, admit a
 sequence, preempt one, and reserve every decoding sequence's next KV slot. `Scheduler` plans
 with them, and so do the engine's part 6 functions in `continuous_batching.py`: there is one copy
-of admission and preemption.
+of admission and preemption. `PromisedBlocks` is the guaranteed-no-evict capacity policy's
+account of the blocks admitted sequences will still take.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from .block_manager import BlockManager, blocks_needed
 from .sequence import Sequence, SequenceStatus
 from .swap import SwapSpace
 
-__all__ = ["has_free_capacity", "admit_sequence", "preempt_sequence", "reserve_decode_blocks"]
+__all__ = ["has_free_capacity", "admit_sequence", "preempt_sequence", "reserve_decode_blocks",
+           "peak_blocks", "PromisedBlocks"]
 
 _RUNNING = SequenceStatus.RUNNING
 # Statuses of a waiting sequence whose KV is computed (swapped out, or prefilled by another
@@ -81,3 +83,50 @@ def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_la
             bm.allocate_block(seq.seq_id)
         append(seq)
     return decodes
+
+
+def peak_blocks(seq: Sequence, block_size: int, prefill_only: bool = False) -> int:
+    """The most KV blocks the sequence ever holds: those of its prompt and every output token
+    but the last, whose KV is never stored (of its prompt alone on a prefill-only engine, which
+    hands it off after its first token)."""
+    if prefill_only:
+        return blocks_needed(seq.prompt_len, block_size)
+    return blocks_needed(seq.prompt_len + seq.max_new_tokens - 1, block_size)
+
+
+class PromisedBlocks:
+    """The guaranteed-no-evict capacity policy's room, for one round of admission (TensorRT-LLM's
+    GUARANTEED_NO_EVICT, its default: `NoEvictScheduledBlocksManager`): the free blocks less the
+    blocks every sequence holding some will still take to reach its last token. A sequence is
+    admitted only if the blocks it will take, all of them, fit in that room; so no admitted
+    sequence ever waits for a block, and none is preempted. Counted when first asked (an
+    admission round that admits nothing asks nothing): O(sequences holding blocks)."""
+
+    __slots__ = ("block_manager", "holders", "prefill_only", "room")
+
+    def __init__(self, block_manager: BlockManager, holders, prefill_only: bool = False):
+        self.block_manager = block_manager
+        self.holders = holders  # the sequences holding blocks that will still grow
+        self.prefill_only = prefill_only
+        self.room: int | None = None
+
+    def owed(self, seq: Sequence, hits=()) -> int:
+        """The free blocks the sequence will still take to reach its peak: beyond the blocks it
+        holds and the cached blocks `hits` it is about to take, plus those of `hits` that are
+        free (evictable)."""
+        bm = self.block_manager
+        owed = peak_blocks(seq, bm.block_size, self.prefill_only) \
+            - len(bm.block_tables.get(seq.seq_id, ())) - len(hits)
+        return owed + bm.evictable_among(hits) if hits else max(owed, 0)
+
+    def take(self, seq: Sequence, hits=()) -> bool:
+        """Whether the sequence's blocks to its peak fit in the room; if they do, they are
+        promised to it (the room shrinks by them)."""
+        if self.room is None:
+            bm, owed = self.block_manager, self.owed
+            self.room = bm.num_free - sum(owed(held) for held in self.holders)
+        need = self.owed(seq, hits)
+        if need > self.room:
+            return False
+        self.room -= need
+        return True

@@ -10,7 +10,11 @@ Policies:
   over earlier steps continue (a prefill takes its KV blocks chunk by chunk, as in vLLM v1),
   then, unless a running sequence was preempted for a block (as in vLLM v1), waiting sequences
   are admitted while `max_num_seqs`, the KV blocks and the token budget allow (head-of-line:
-  admission stops at the first request that does not fit).
+  admission stops at the first request that does not fit). Under the guaranteed-no-evict
+  capacity policy (`capacity_scheduler_policy`, TensorRT-LLM's default) a request is admitted
+  only where the free blocks hold, beside what every admitted sequence will still take to its
+  last token, all the blocks it will take (`kv_reservation.PromisedBlocks`): none is ever
+  preempted, and fewer run at once.
 - static: when idle, take up to `max_batch_size` waiting sequences, prefill them together and
   decode them in lockstep until all finish; finished slots stay empty (padding) until then. One
   whose KV is whole (swapped out, or transferred) decodes in the batch's first step.
@@ -53,8 +57,8 @@ from itertools import chain
 from .batch_wait import BatchWait, hold_prefills
 from .block_manager import BlockManager, blocks_needed
 from .disaggregation import KvInFlight, KvTransfers
-from .kv_reservation import RESUMING, admit_sequence, has_free_capacity, preempt_sequence, \
-    reserve_decode_blocks
+from .kv_reservation import RESUMING, PromisedBlocks, admit_sequence, has_free_capacity, \
+    peak_blocks, preempt_sequence, reserve_decode_blocks
 from .prefix_cache import block_hashes, own_keys
 from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
@@ -125,11 +129,11 @@ class Scheduler(KvTransfers):
         if total > cfg.max_seq_len:
             return (f"prompt ({seq.prompt_len}) + max_new_tokens ({seq.max_new_tokens}) "
                     f"exceeds max_seq_len ({cfg.max_seq_len})")
-        peak_blocks = blocks_needed(total - 1, bm.block_size)  # the last token's KV is never stored
+        peak = peak_blocks(seq, bm.block_size)
         ranks = cfg.data_parallel_size
-        if peak_blocks > bm.num_blocks // ranks:
+        if peak > bm.num_blocks // ranks:
             cache = "the cache" if ranks == 1 else "a data-parallel rank's cache"
-            return f"needs {peak_blocks} KV blocks, {cache} has {bm.num_blocks // ranks}"
+            return f"needs {peak} KV blocks, {cache} has {bm.num_blocks // ranks}"
         if (cfg.policy == "continuous" and not cfg.chunked_prefill
                 and seq.prompt_len > cfg.max_num_batched_tokens):
             return (f"prompt ({seq.prompt_len}) exceeds max_num_batched_tokens "
@@ -296,6 +300,7 @@ class Scheduler(KvTransfers):
         `decoders`: only those whose KV is computed but for the last token (they decode), up to
         the first that would prefill (batch waiting holds those)."""
         bm, waiting, landed = self.block_manager, self.waiting, self.kv.landed
+        promised = self.promised()  # None unless guaranteed_no_evict
         while landed and len(self.running) < max_running and budget != 0:
             n = self._swap_in(plan, landed[0], budget)
             if not n:
@@ -309,10 +314,12 @@ class Scheduler(KvTransfers):
                                  and seq.num_tokens - seq.num_computed_tokens == 1):
                 break
             if seq.seq_id in self.kv.remote:  # its KV is at the engine that prefilled it
-                if not self._reserve_remote(plan, seq):
+                if not self._reserve_remote(plan, seq, promised):
                     break
                 continue
             if seq.status in RESUMING:
+                if promised is not None and not promised.take(seq):
+                    break
                 n = self._swap_in(plan, seq, budget)
                 if not n:
                     break
@@ -326,7 +333,8 @@ class Scheduler(KvTransfers):
             need = blocks_needed(cached + chunk, bm.block_size) - len(hits)  # its first chunk's
             if hits:
                 need += bm.evictable_among(hits)  # free blocks that its hits take up
-            if not chunk or not has_free_capacity(bm, need):
+            if not chunk or not has_free_capacity(bm, need) or \
+                    (promised is not None and not promised.take(seq, hits)):
                 break  # head-of-line: nothing behind it jumps the queue
             waiting.pop()
             if hits:
@@ -340,6 +348,17 @@ class Scheduler(KvTransfers):
             self._prefill(plan, seq, chunk)
             if budget is not None:
                 budget -= chunk
+
+    def promised(self) -> PromisedBlocks | None:
+        """Under the guaranteed-no-evict capacity policy, the room for this round of admission
+        (`PromisedBlocks`): the sequences holding blocks that will still take more are the
+        running ones and, under disaggregation, those whose KV comes in or came in."""
+        if self.config.capacity_scheduler_policy != "guaranteed_no_evict":
+            return None
+        kv = self.kv
+        return PromisedBlocks(self.block_manager,
+                              chain(self.running, kv.receiving.values(), kv.landed),
+                              kv.prefill_only)
 
     def _swap_in(self, plan: StepPlan, seq: Sequence, budget: int | None) -> int:
         """Readmit a sequence whose KV is computed (swapped out, or transferred from the engine

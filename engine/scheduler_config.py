@@ -12,6 +12,10 @@ from .queues import QUEUES
 
 POLICIES = ("static", "continuous")
 PREEMPTION_MODES = ("recompute", "swap")  # vLLM's preemption_mode
+# TensorRT-LLM's capacity_scheduler_policy: admit while the next chunk's blocks are free and
+# preempt when a running sequence finds none (vLLM's way; TensorRT-LLM's MAX_UTILIZATION), or
+# admit only what the KV cache holds to every admitted sequence's last token (its default)
+CAPACITY_POLICIES = ("max_utilization", "guaranteed_no_evict")
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class SchedulerConfig:
     # this many steps have held them (0: never hold)
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
+    capacity_scheduler_policy: str = "max_utilization"  # or "guaranteed_no_evict"
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -46,6 +51,10 @@ class SchedulerConfig:
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"scheduler.preemption must be one of "
                              f"{', '.join(PREEMPTION_MODES)}, got {self.preemption!r}")
+        if self.capacity_scheduler_policy not in CAPACITY_POLICIES:
+            raise ValueError(f"scheduler.capacity_scheduler_policy must be one of "
+                             f"{', '.join(CAPACITY_POLICIES)}, got "
+                             f"{self.capacity_scheduler_policy!r}")
         if not isinstance(self.chunked_prefill, bool):
             raise ValueError(f"scheduler.chunked_prefill must be true or false, "
                              f"got {self.chunked_prefill!r}")

@@ -54,6 +54,10 @@ DEFAULTS = {
         # many steps or until they fill this share of the token budget (0: never hold)
         "batch_wait_timeout_iters": _SCHED["batch_wait_timeout_iters"],
         "batch_wait_max_tokens_ratio": _SCHED["batch_wait_max_tokens_ratio"],
+        # admit while the next chunk's KV blocks are free, preempt when a decode finds none
+        # (vLLM's way), or "guaranteed_no_evict": admit only what the cache holds to every
+        # admitted sequence's last token (TensorRT-LLM's default capacity policy)
+        "capacity_scheduler_policy": _SCHED["capacity_scheduler_policy"],
     },
     "cost": {
         "model": "profile",

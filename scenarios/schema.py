@@ -21,7 +21,7 @@ from .specs import (BOOL, NON_EMPTY_TEXT, NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER,
 from .arrival import ARRIVAL_SCHEMA
 from .lengths import LENGTH_SCHEMA, PRIORITY_SCHEMA
 from engine.queues import QUEUES
-from engine.scheduler_config import POLICIES, PREEMPTION_MODES
+from engine.scheduler_config import CAPACITY_POLICIES, POLICIES, PREEMPTION_MODES
 
 
 LENGTH = LENGTH_SCHEMA
@@ -198,6 +198,7 @@ SCENARIO = Table({
                         "chunked_prefill": BOOL, "max_batch_size": POSITIVE_INT,
                         "batch_timeout_s": NON_NEGATIVE_NUMBER,
                         "preemption": choice(PREEMPTION_MODES),
+                        "capacity_scheduler_policy": choice(CAPACITY_POLICIES),
                         "batch_wait_timeout_iters": NON_NEGATIVE_INT,
                         "batch_wait_max_tokens_ratio": Spec("a number from 0 to 1",
                                                             lambda v: is_number(v)

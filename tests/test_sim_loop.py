@@ -123,14 +123,15 @@ def _run_direct(cfg):
 @settings(max_examples=25, deadline=None)
 @given(policy=st.sampled_from(["static", "continuous"]), queue=st.sampled_from(["fcfs", "priority"]),
        chunked=st.booleans(), blocks=st.integers(8, 64), seed=st.integers(0, 2**16),
-       rate=st.sampled_from([2.0, 50.0, 1000.0]))
+       rate=st.sampled_from([2.0, 50.0, 1000.0]),
+       capacity=st.sampled_from(["max_utilization", "guaranteed_no_evict"]))
 def test_every_request_ends_finished_or_rejected_and_every_block_comes_back(
-        policy, queue, chunked, blocks, seed, rate):
+        policy, queue, chunked, blocks, seed, rate, capacity):
     cfg = config(seed=seed, engine={"block_size": 4, "num_kv_blocks": blocks, "max_num_seqs": 8,
                                     "max_num_batched_tokens": 64},
                  scheduler={"policy": policy, "queue": queue,
                             "chunked_prefill": chunked and policy == "continuous",
-                            "max_batch_size": 4},
+                            "max_batch_size": 4, "capacity_scheduler_policy": capacity},
                  model=dict(BASE["model"], max_seq_len=160),
                  workload={"num_requests": 60, "arrival": {"process": "poisson", "rate": rate},
                            "prompt_tokens": {"dist": "uniform", "low": 1, "high": 150},
@@ -147,6 +148,8 @@ def test_every_request_ends_finished_or_rejected_and_every_block_comes_back(
         assert out == (wanted[rid] if status == "finished" else 0)
     assert bm.num_used == 0 and not sched.has_unfinished()
     bm.check_invariants()
+    if capacity == "guaranteed_no_evict":  # every admitted sequence's blocks were promised
+        assert sched.num_preemptions == 0
 
 
 def _wanted_outputs(cfg):

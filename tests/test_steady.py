@@ -28,6 +28,10 @@ MORE_CASES = CASES | {
                                         "queue = \"priority\"\n" + LINEAR),
     "one token a block": "[engine]\nnum_kv_blocks = 400\nblock_size = 1\n" + LINEAR,
     "no prefix caching": "[engine]\nnum_kv_blocks = 32\nenable_prefix_caching = false\n" + LINEAR,
+    "guaranteed no evict, priority queue, chunked prefill": (
+        "[engine]\nnum_kv_blocks = 40\nmax_num_batched_tokens = 64\n[scheduler]\n"
+        "queue = \"priority\"\nchunked_prefill = true\n"
+        "capacity_scheduler_policy = \"guaranteed_no_evict\"\n" + LINEAR),
 }
 
 
@@ -78,16 +82,18 @@ def test_bulk_counting_is_exact_in_closed_loops_clusters_and_disaggregation(tmp_
        queue=st.sampled_from(["fcfs", "priority"]), chunked=st.booleans(),
        swap=st.sampled_from([0, 8, 64]), budget=st.sampled_from([64, 512]),
        rate=st.floats(0.5, 60.0), seed=st.integers(0, 10**6),
-       engage=st.sampled_from([(1, 0), (3, 2), (6, 1)]))
+       engage=st.sampled_from([(1, 0), (3, 2), (6, 1)]),
+       capacity=st.sampled_from(["max_utilization", "guaranteed_no_evict"]))
 def test_bulk_counting_matches_eager_counting_on_random_servers(tmp_path, blocks, block_size,
                                                                 queue, chunked, swap, budget,
-                                                                rate, seed, engage):
+                                                                rate, seed, engage, capacity):
     config = config_of(tmp_path, LINEAR, n=40, rate=rate).updated({
         "seed": seed, "engine.num_kv_blocks": blocks, "engine.block_size": block_size,
         "engine.max_num_batched_tokens": budget, "engine.max_num_seqs": 8,
         "engine.swap_blocks": swap, "scheduler.queue": queue,
         "scheduler.chunked_prefill": chunked or budget < 300,
         "scheduler.preemption": "swap" if swap else "recompute",
+        "scheduler.capacity_scheduler_policy": capacity,
         "workload.prompt_tokens": {"dist": "uniform", "low": 1, "high": 300}})
     eager = run_config(config, fast_forward=False)
     with pytest.MonkeyPatch.context() as patch:

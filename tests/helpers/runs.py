@@ -25,6 +25,8 @@ CASES = {
                               "max_batch_size = 6\nbatch_timeout_s = 0.05\n" + LINEAR),
     "priority queue, preemptions": ("[engine]\nnum_kv_blocks = 32\n[scheduler]\n"
                                     "queue = \"priority\"\n" + LINEAR),
+    "guaranteed no evict": ("[engine]\nnum_kv_blocks = 32\n[scheduler]\n"
+                            "capacity_scheduler_policy = \"guaranteed_no_evict\"\n" + LINEAR),
     "fitted profile": "[engine]\nnum_kv_blocks = 80\n",
     "round costs, constant arrivals": ("[cost]\nmodel = \"linear\"\nstep_overhead_s = 0.25\n"
                                        "prefill_token_s = 0.0\ndecode_seq_s = 0.0\n"
