@@ -117,9 +117,11 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
       sequences as users (512 on the B200); TensorRT-LLM 1.1.0rc2 with an fp8 KV cache, 16,384
       tokens a step, no chunked prefill, no block reuse, its overlap scheduler (on by default;
       both servers' async scheduling is servesim's default), up to 2,048 sequences
-      (trtllm-serve's default), its default capacity policy (the scripts set none:
-      guaranteed_no_evict), at 1,024/1,024 below TP 8 holding new prefills up to 20 steps
-      while they and the decodes fill less than 90% of a step's tokens (`batch_waits`).
+      (trtllm-serve's default), its default KV cache and capacity policy (the scripts set
+      neither: 0.9 of the memory the weights and activations leave, which servesim's
+      framework = "trtllm" gives, and guaranteed_no_evict), at 1,024/1,024 below TP 8 holding
+      new prefills up to 20 steps while they and the decodes fill less than 90% of a step's
+      tokens (`batch_waits`).
     - gpt-oss-120b (2026-03-27, single_node/gptoss_fp4_h100.sh and _h200.sh): vLLM 0.18.0 with
       its MXFP4 experts on Marlin kernels (w4a16: `moe_backend = "marlin"`), the KV cache in
       bf16, 8,192 tokens a step, no prefix caching, as many sequences as users.

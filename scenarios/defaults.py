@@ -128,7 +128,7 @@ HARDWARE_DEFAULTS = {
     # NVIDIA's ModelOpt FP8 checkpoints) or "dynamic" (computed at every GEMM)
     "activation_scheme": "static",
     "moe_backend": "auto",
-    "gpu_memory_utilization": 0.9,  # vLLM's default
+    "gpu_memory_utilization": 0.9,  # vLLM's default (TensorRT-LLM's free_gpu_memory_fraction's)
     "step_overhead_s": 1.0e-3,  # the server's own time a step (an assumption: measure yours)
     "seq_overhead_s": 10e-6,  # and per sequence of the batch
     # the server plans each step while the one before runs, its own time hidden behind the

@@ -214,6 +214,20 @@ def test_auto_kv_blocks_are_what_the_gpu_memory_leaves(tmp_path):
     assert four.kv_blocks > 4 * setup.kv_blocks  # weights split four ways too
 
 
+def test_tensorrt_llms_fraction_is_of_the_memory_the_weights_and_activations_leave(tmp_path):
+    """vLLM's gpu_memory_utilization is of the whole memory; TensorRT-LLM's
+    free_gpu_memory_fraction of what is left after the weights, the activations and the memory
+    outside the allocator: at 0.9 it keeps 10% of that free, not 10% of the GPU."""
+    config = scenarios.load(write(tmp_path)).base
+    vllm, trt = (hardware_setup(config.updated({"hardware.framework": framework}))
+                 for framework in ("vllm", "trtllm"))
+    assert (trt.plan.weights, trt.plan.activations) == (vllm.plan.weights, vllm.plan.activations)
+    assert trt.plan.kv_bytes == pytest.approx(0.9 * (80 * 2**30 - trt.plan.needed))
+    assert vllm.plan.kv_bytes == pytest.approx(0.9 * 80 * 2**30 - vllm.plan.needed)
+    assert trt.kv_blocks == int(trt.plan.kv_bytes // (16 * trt.plan.kv_bytes_per_token)) \
+        > vllm.kv_blocks
+
+
 def test_a_hardware_run_reports_the_model_gpu_and_kv_capacity(tmp_path):
     from reports.describe import what_was_run
     from sim.runner import simulate
@@ -249,6 +263,15 @@ def test_what_cannot_run_is_refused_in_one_line(tmp_path, edit, message):
         check_scenario(scenarios.load(path))
     text = str(info.value)
     assert "\n" not in text and text.startswith(f"{path}: ") and message in text
+
+
+def test_under_tensorrt_llm_a_model_that_does_not_fit_is_set_against_the_whole_memory(tmp_path):
+    path = write(tmp_path, model="meta-llama/Llama-2-70b-hf", gpu="a100-80gb-sxm")
+    with pytest.raises(ScenarioError) as info:
+        check_scenario(scenarios.load(path, ['hardware.framework="trtllm"']))
+    text = str(info.value)
+    assert "GiB outside the allocator) and it has 80 GiB; the smallest tensor parallelism " \
+        "that fits is hardware.tp = 2" in text and "gpu_memory_utilization" not in text
 
 
 def test_a_model_that_does_not_fit_names_the_smallest_tp_that_does(tmp_path):

@@ -1,5 +1,5 @@
 """GPU memory: what the weights take, what is kept for activations, and the KV capacity left,
-as vLLM derives it.
+as the serving framework derives it.
 
 Per GPU, vLLM lets the engine use `gpu_memory_utilization` of the GPU's memory; from that it
 takes the weights (the GPU's shard), the peak activation memory of a forward pass of
@@ -7,6 +7,9 @@ takes the weights (the GPU's shard), the peak activation memory of a forward pas
 largest intermediate tensors of one layer and the logits of `max_num_seqs` sequences in fp32),
 and memory outside PyTorch's allocator (CUDA context, NCCL buffers: `NON_TORCH_BYTES`, an
 assumption). What remains holds KV blocks of `block_size` tokens at `kv_bytes_per_token` each.
+TensorRT-LLM's fraction (`free_gpu_memory_fraction`, default 0.9) is of what the weights, the
+activations and the memory outside the allocator leave: its KV cache is that fraction of the
+memory less all of them (`of_free`; its `KvCacheCreator`, after a profiling run).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    usable: float  # bytes: memory x gpu_memory_utilization
+    usable: float  # bytes the server takes: weights, activations, outside, KV cache
     weights: float  # bytes of the GPU's weight shard
     activations: float  # bytes kept for a forward pass's peak
     non_torch: float
@@ -70,12 +73,18 @@ def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int
 
 def memory_plan(arch: Architecture, memory_bytes: float, utilization: float, tp: int,
                 weight_bytes: float, kv_bytes: float, block_size: int, max_tokens: int,
-                max_seqs: int, ep: int = 1, dp: int = 1,
-                expert_bytes: float | None = None) -> MemoryPlan:
-    """One GPU's plan (of one data-parallel rank: `max_tokens` and `max_seqs` are a rank's)."""
-    return MemoryPlan(memory_bytes * utilization,
-                      arch.weight_bytes_per_gpu(tp, weight_bytes, ep, dp, expert_bytes),
-                      activation_bytes(arch, tp, max_tokens, max_seqs, ep, dp), NON_TORCH_BYTES,
+                max_seqs: int, ep: int = 1, dp: int = 1, expert_bytes: float | None = None,
+                of_free: bool = False) -> MemoryPlan:
+    """One GPU's plan (of one data-parallel rank: `max_tokens` and `max_seqs` are a rank's).
+    `utilization`: of the whole memory (vLLM's), or with `of_free` of what the weights,
+    activations and memory outside the allocator leave (TensorRT-LLM's)."""
+    weights = arch.weight_bytes_per_gpu(tp, weight_bytes, ep, dp, expert_bytes)
+    activations = activation_bytes(arch, tp, max_tokens, max_seqs, ep, dp)
+    usable = memory_bytes * utilization
+    if of_free:
+        needed = weights + activations + NON_TORCH_BYTES
+        usable = needed + utilization * max(memory_bytes - needed, 0.0)
+    return MemoryPlan(usable, weights, activations, NON_TORCH_BYTES,
                       arch.kv_bytes_per_token(tp, kv_bytes), block_size)
 
 

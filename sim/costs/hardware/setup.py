@@ -146,12 +146,13 @@ def hardware_setup(config) -> HardwareSetup:
     if config.model.config:
         say_checkpoint(config.model.config, dtype, hardware.activation_scheme)
     size, kv_size = DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype]
+    of_free = hardware.framework == "trtllm"  # free_gpu_memory_fraction (memory.py)
 
     def plan_for(degree: int) -> MemoryPlan:
         return memory_plan(arch, gpu.memory_bytes, hardware.gpu_memory_utilization, degree,
                            size, kv_size, engine.block_size, engine.max_num_batched_tokens,
                            engine.max_num_seqs, ep=degree * dp if ep > 1 else 1, dp=dp,
-                           expert_bytes=expert_bytes(dtype))
+                           expert_bytes=expert_bytes(dtype), of_free=of_free)
 
     plan = plan_for(tp)
     if plan.kv_blocks < 1:
@@ -182,9 +183,10 @@ def hardware_setup(config) -> HardwareSetup:
             f"{plan.needed / GIB:.1f} GiB per GPU before any KV cache ({plan.weights / GIB:.1f} "
             f"GiB of weights, {plan.activations / GIB:.1f} GiB of activations, "
             f"{plan.non_torch / GIB:.1f} GiB outside the allocator) and "
-            f"{gpu.memory_gib:g} GiB x gpu_memory_utilization "
-            f"{hardware.gpu_memory_utilization:g} = {plan.usable / GIB:.1f} GiB is usable; "
-            f"{hint}")
+            + (f"it has {gpu.memory_gib:g} GiB" if of_free else
+               f"{gpu.memory_gib:g} GiB x gpu_memory_utilization "
+               f"{hardware.gpu_memory_utilization:g} = {plan.usable / GIB:.1f} GiB is usable")
+            + f"; {hint}")
     if engine.block_size > arch.max_seq_len:
         raise ValueError(f"engine.block_size: must be at most model.max_seq_len "
                          f"({arch.max_seq_len:,}), got {engine.block_size:,}")
