@@ -53,8 +53,8 @@ def prefill_preview(scheduler, prefilling: list, budget: int, admitting: bool = 
     nothing): the prefills under way, then, while `admitting`, the queue's head as the
     scheduler's admission would take it (prefix-cache hits not taken off), with the blocks the
     prefills' chunks take first (chunks that do not fit preempt, and a step that preempts
-    admits no one; under the guaranteed-no-evict capacity policy, only those whose blocks to
-    their last token the cache holds)."""
+    admits no one; under the guaranteed-no-evict capacity policy, only those whose promised
+    blocks the room holds, as admission asks)."""
     cfg, bm = scheduler.config, scheduler.block_manager
     tokens = blocks = 0
     for seq in prefilling:  # one rank: no per-sequence cap

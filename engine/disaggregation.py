@@ -114,8 +114,8 @@ class KvTransfers:
         and new ones for the rest) and list it in `plan.kv_requested` (it waits for its KV,
         neither queued nor running, taking no slot or token budget: vLLM's
         WAITING_FOR_REMOTE_KVS); False when they do not fit, or under the guaranteed-no-evict
-        capacity policy when its blocks to its last token do not fit in `promised`'s room
-        (then nothing changes)."""
+        capacity policy when the blocks promised to it do not fit in `promised`'s room (then
+        nothing changes)."""
         bm = self.block_manager
         # at most the blocks of its first prompt_len - 1 tokens, as vLLM's decode instance,
         # whose request is the prompt alone, finds them (its last token is always computed)
@@ -125,7 +125,7 @@ class KvTransfers:
         if hits:
             need += bm.evictable_among(hits)  # free blocks that its hits take up
         if not has_free_capacity(bm, need) or \
-                (promised is not None and not promised.take(seq, hits)):
+                (promised is not None and not promised.take(seq)):
             return False
         self.waiting.pop()
         self.kv.remote.discard(seq.seq_id)

@@ -14,7 +14,7 @@ from .sequence import Sequence, SequenceStatus
 from .swap import SwapSpace
 
 __all__ = ["has_free_capacity", "admit_sequence", "preempt_sequence", "reserve_decode_blocks",
-           "peak_blocks", "PromisedBlocks"]
+           "peak_blocks", "promised_blocks", "PromisedBlocks"]
 
 _RUNNING = SequenceStatus.RUNNING
 # Statuses of a waiting sequence whose KV is computed (swapped out, or prefilled by another
@@ -85,22 +85,31 @@ def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_la
     return decodes
 
 
-def peak_blocks(seq: Sequence, block_size: int, prefill_only: bool = False) -> int:
+def peak_blocks(seq: Sequence, block_size: int) -> int:
     """The most KV blocks the sequence ever holds: those of its prompt and every output token
-    but the last, whose KV is never stored (of its prompt alone on a prefill-only engine, which
-    hands it off after its first token)."""
-    if prefill_only:
-        return blocks_needed(seq.prompt_len, block_size)
+    but the last, whose KV is never stored."""
     return blocks_needed(seq.prompt_len + seq.max_new_tokens - 1, block_size)
+
+
+def promised_blocks(seq: Sequence, block_size: int, prefill_only: bool = False) -> int:
+    """The blocks the guaranteed-no-evict policy promises a sequence, counted as TensorRT-LLM
+    counts a request's blocks to completion (`KVCacheManager::getRemainingBlocksToCompletion`):
+    a slot for its prompt and each of its `max_new_tokens` tokens, the last one's included
+    (which servesim, as vLLM, never stores: at most one block more than it ever holds); on a
+    prefill-only engine, which hands it off after its first token, its prompt and that
+    token."""
+    new_tokens = 1 if prefill_only else seq.max_new_tokens
+    return blocks_needed(seq.prompt_len + new_tokens, block_size)
 
 
 class PromisedBlocks:
     """The guaranteed-no-evict capacity policy's room, for one round of admission (TensorRT-LLM's
     GUARANTEED_NO_EVICT, its default: `NoEvictScheduledBlocksManager`): the free blocks less the
-    blocks every sequence holding some will still take to reach its last token. A sequence is
-    admitted only if the blocks it will take, all of them, fit in that room; so no admitted
-    sequence ever waits for a block, and none is preempted. Counted when first asked (an
-    admission round that admits nothing asks nothing): O(sequences holding blocks)."""
+    blocks every sequence holding some is still owed (`promised_blocks` less those it holds). A
+    sequence is admitted only if all its promised blocks fit in that room, cached blocks it
+    would find included (TensorRT-LLM charges a request not yet running for all of them); so no
+    admitted sequence ever waits for a block, and none is preempted. Counted when first asked
+    (an admission round that admits nothing asks nothing): O(sequences holding blocks)."""
 
     __slots__ = ("block_manager", "holders", "prefill_only", "room")
 
@@ -110,22 +119,19 @@ class PromisedBlocks:
         self.prefill_only = prefill_only
         self.room: int | None = None
 
-    def owed(self, seq: Sequence, hits=()) -> int:
-        """The free blocks the sequence will still take to reach its peak: beyond the blocks it
-        holds and the cached blocks `hits` it is about to take, plus those of `hits` that are
-        free (evictable)."""
+    def owed(self, seq: Sequence) -> int:
+        """The blocks promised to the sequence beyond those it holds."""
         bm = self.block_manager
-        owed = peak_blocks(seq, bm.block_size, self.prefill_only) \
-            - len(bm.block_tables.get(seq.seq_id, ())) - len(hits)
-        return owed + bm.evictable_among(hits) if hits else max(owed, 0)
+        promised = promised_blocks(seq, bm.block_size, self.prefill_only)
+        return max(promised - len(bm.block_tables.get(seq.seq_id, ())), 0)
 
-    def take(self, seq: Sequence, hits=()) -> bool:
-        """Whether the sequence's blocks to its peak fit in the room; if they do, they are
+    def take(self, seq: Sequence) -> bool:
+        """Whether the blocks owed to the sequence fit in the room; if they do, they are
         promised to it (the room shrinks by them)."""
         if self.room is None:
-            bm, owed = self.block_manager, self.owed
-            self.room = bm.num_free - sum(owed(held) for held in self.holders)
-        need = self.owed(seq, hits)
+            owed = self.owed
+            self.room = self.block_manager.num_free - sum(owed(held) for held in self.holders)
+        need = self.owed(seq)
         if need > self.room:
             return False
         self.room -= need

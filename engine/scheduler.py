@@ -12,8 +12,8 @@ Policies:
   are admitted while `max_num_seqs`, the KV blocks and the token budget allow (head-of-line:
   admission stops at the first request that does not fit). Under the guaranteed-no-evict
   capacity policy (`capacity_scheduler_policy`, TensorRT-LLM's default) a request is admitted
-  only where the free blocks hold, beside what every admitted sequence will still take to its
-  last token, all the blocks it will take (`kv_reservation.PromisedBlocks`): none is ever
+  only where the free blocks hold, beside what every admitted sequence is still owed to its
+  last token, all the blocks promised to it (`kv_reservation.PromisedBlocks`): none is ever
   preempted, and fewer run at once.
 - static: when idle, take up to `max_batch_size` waiting sequences, prefill them together and
   decode them in lockstep until all finish; finished slots stay empty (padding) until then. One
@@ -58,7 +58,7 @@ from .batch_wait import BatchWait, hold_prefills
 from .block_manager import BlockManager, blocks_needed
 from .disaggregation import KvInFlight, KvTransfers
 from .kv_reservation import RESUMING, PromisedBlocks, admit_sequence, has_free_capacity, \
-    peak_blocks, preempt_sequence, reserve_decode_blocks
+    peak_blocks, preempt_sequence, promised_blocks, reserve_decode_blocks
 from .prefix_cache import block_hashes, own_keys
 from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
@@ -129,11 +129,13 @@ class Scheduler(KvTransfers):
         if total > cfg.max_seq_len:
             return (f"prompt ({seq.prompt_len}) + max_new_tokens ({seq.max_new_tokens}) "
                     f"exceeds max_seq_len ({cfg.max_seq_len})")
-        peak = peak_blocks(seq, bm.block_size)
+        no_evict = cfg.capacity_scheduler_policy == "guaranteed_no_evict"
+        peak = (promised_blocks if no_evict else peak_blocks)(seq, bm.block_size)
         ranks = cfg.data_parallel_size
         if peak > bm.num_blocks // ranks:
             cache = "the cache" if ranks == 1 else "a data-parallel rank's cache"
-            return f"needs {peak} KV blocks, {cache} has {bm.num_blocks // ranks}"
+            counted = " (promised to its last token, guaranteed_no_evict)" if no_evict else ""
+            return f"needs {peak} KV blocks{counted}, {cache} has {bm.num_blocks // ranks}"
         if (cfg.policy == "continuous" and not cfg.chunked_prefill
                 and seq.prompt_len > cfg.max_num_batched_tokens):
             return (f"prompt ({seq.prompt_len}) exceeds max_num_batched_tokens "
@@ -334,7 +336,7 @@ class Scheduler(KvTransfers):
             if hits:
                 need += bm.evictable_among(hits)  # free blocks that its hits take up
             if not chunk or not has_free_capacity(bm, need) or \
-                    (promised is not None and not promised.take(seq, hits)):
+                    (promised is not None and not promised.take(seq)):
                 break  # head-of-line: nothing behind it jumps the queue
             waiting.pop()
             if hits:

@@ -1,8 +1,8 @@
 """The capacity policy (`scheduler.capacity_scheduler_policy`): under "max_utilization" (the
 default, vLLM's way) a request is admitted while its next chunk's KV blocks are free, and a
 running sequence that finds none preempts; under "guaranteed_no_evict" (TensorRT-LLM's default)
-a request is admitted only where the free blocks hold, beside what every admitted sequence will
-still take to its last token, every block it will take, so no sequence is ever preempted.
+a request is admitted only where the free blocks hold, beside what every admitted sequence is
+still owed to its last token, every block promised to it, so no sequence is ever preempted.
 Fast-forwarded and bulk-counted runs under it are the step-by-step run's (tests/test_steady.py,
 tests/test_decode_runs.py); on random servers every request ends and every block comes back
 (tests/test_sim_loop.py)."""
@@ -13,7 +13,7 @@ import pytest
 
 import scenarios
 from engine.block_manager import BlockManager
-from engine.kv_reservation import PromisedBlocks, peak_blocks
+from engine.kv_reservation import PromisedBlocks, peak_blocks, promised_blocks
 from engine.prefix_cache import PrefixCachingBlockManager
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
@@ -48,15 +48,18 @@ def drain(s: Scheduler, limit: int = 1000) -> list[list[str]]:
     raise AssertionError("the run did not end")
 
 
-def test_the_peak_is_the_prompt_and_every_output_but_the_last():
-    assert peak_blocks(Sequence("a", 8, 9), 4) == 4  # 16 rows: 8 prompt + 8 outputs
-    assert peak_blocks(Sequence("a", 8, 10), 4) == 5
-    assert peak_blocks(Sequence("a", 8, 10), 4, prefill_only=True) == 2
+def test_a_request_is_promised_a_slot_for_its_prompt_and_every_token_it_may_sample():
+    """As TensorRT-LLM counts a request's blocks to completion: prompt + max_new_tokens, a row
+    more than it ever stores (vLLM's peak); on a prefill-only engine, prompt + its first."""
+    assert peak_blocks(Sequence("a", 8, 9), 4) == 4  # 16 rows stored: 8 prompt + 8 outputs
+    assert promised_blocks(Sequence("a", 8, 9), 4) == 5  # 17 slots
+    assert promised_blocks(Sequence("a", 8, 8), 4) == peak_blocks(Sequence("a", 8, 8), 4) == 4
+    assert promised_blocks(Sequence("a", 8, 9), 4, prefill_only=True) == 3
 
 
 @pytest.mark.parametrize("policy", ["max_utilization", NO_EVICT])
 def test_the_second_request_waits_for_the_whole_length_only_under_no_evict(policy):
-    """Two requests of 8 prompt tokens and 13 outputs (5 blocks of 4 at their peak) in a cache
+    """Two requests of 8 prompt tokens and 13 outputs (6 blocks of 4 promised each) in a cache
     of 8 blocks: both fit at first (2 blocks each). Admitted together they run out of blocks
     and one is preempted; under no evict the second waits until the first has finished."""
     s = scheduler(policy, blocks=8)
@@ -71,10 +74,10 @@ def test_the_second_request_waits_for_the_whole_length_only_under_no_evict(polic
     assert s.block_manager.num_used == 0
 
 
-def test_a_sequence_is_admitted_beside_what_the_running_ones_will_still_take():
-    """a (8 + 9 tokens: 4 blocks at its peak) decodes into its third block; 9 of 12 are free,
-    8 once a's last is promised. b needs 4 blocks to its peak, so it joins; c's 5 do not fit
-    in the 4 left, though its first 2 are free."""
+def test_a_sequence_is_admitted_beside_what_the_running_ones_are_still_owed():
+    """a (8 + 9: 5 blocks promised) decodes into its third block; 9 of 12 are free, 7 once a's
+    last 2 are promised. b's 5 fit; c's 6 (8 + 13) do not fit in the 2 left, though its first
+    2 blocks are free."""
     s = scheduler(NO_EVICT, blocks=12)
     s.add(Sequence("a", 8, 9))
     s.postprocess(s.schedule())
@@ -87,38 +90,65 @@ def test_a_sequence_is_admitted_beside_what_the_running_ones_will_still_take():
 
 def test_the_room_is_the_free_blocks_less_the_blocks_owed():
     bm = BlockManager(12, 4)
-    running = Sequence("a", 8, 9, seq_id=1)  # 4 blocks at its peak, holds 2
+    running = Sequence("a", 8, 9, seq_id=1)  # 5 blocks promised, holds 2
     bm.ensure_capacity(1, 8)
-    assert PromisedBlocks(bm, [running]).owed(running) == 2
+    assert PromisedBlocks(bm, [running]).owed(running) == 3
     room = PromisedBlocks(bm, [running])
-    assert not room.take(Sequence("b", 8, 29))  # 9 blocks: more than 10 free - 2 owed
-    assert room.take(Sequence("b", 8, 25))  # 8 blocks: just fit
+    assert not room.take(Sequence("b", 8, 21))  # 8 blocks: more than 10 free - 3 owed
+    assert room.take(Sequence("b", 8, 20))  # 7 blocks: just fit
     assert room.room == 0 and not room.take(Sequence("c", 1, 1))
     assert bm.num_free == 10  # promising takes no block
 
 
-def test_cached_blocks_a_request_finds_are_not_asked_for_again():
-    """A request whose prompt's first blocks are cached owes only the rest, and those of its
-    hits that are free (evictable) besides."""
-    bm = PrefixCachingBlockManager(8, 4)
+def test_a_request_is_charged_the_cached_blocks_it_would_share():
+    """TensorRT-LLM charges a request not yet running for all its blocks, those its prompt
+    would find cached (and share with a running sequence) included; once it runs, what it holds,
+    shared or not, is no longer owed."""
+    bm = PrefixCachingBlockManager(16, 4)
     s = Scheduler(SchedulerConfig(max_num_seqs=8, capacity_scheduler_policy=NO_EVICT), bm)
-    first = Sequence("a", 12, 3, block_hashes=[1, 2, 3])  # 12 + 2 rows: 4 blocks at its peak
-    s.add(first)
-    steps = drain(s)
-    assert steps[0] == ["a"] and bm.num_cached == 3 and bm.num_free == 8  # all evictable
-    again = Sequence("b", 12, 3, block_hashes=[1, 2, 3])
+    s.add(Sequence("a", 12, 5, block_hashes=[1, 2, 3]))  # 17 slots: 5 blocks promised
+    s.postprocess(s.schedule())  # a holds its 3 prompt blocks, cached
+    again = Sequence("b", 12, 5, block_hashes=[1, 2, 3])
+    assert len(s._cached_prefix(again)) == 2  # blocks it would share with a
     room = s.promised()
-    hits = s._cached_prefix(again)
-    assert len(hits) == 2  # the last prompt token is always computed
-    assert room.owed(again, hits) == 4 - 2 + 2  # its 2 hits are free blocks it takes up
+    assert room.owed(again) == 5
+    assert room.take(again) and room.room == bm.num_free - 2 - 5  # a still owed 2
+    s.add(again)
+    s.postprocess(s.schedule())
+    assert s.promised().owed(again) == 5 - len(bm.block_tables[again.seq_id])
+
+
+def test_a_prefill_only_engine_promises_the_prompt_and_first_token_alone():
+    """Three requests of 8 prompt tokens and 12 outputs (5 blocks promised each) in 10 blocks:
+    two run at a time on an engine that decodes them, all three on one that hands each off
+    after its first token (3 blocks each)."""
+    for prefill_only, first_step in ((False, ["a", "b"]), (True, ["a", "b", "c"])):
+        s = scheduler(NO_EVICT, blocks=10)
+        s.prefill_only = prefill_only
+        for name in "abc":
+            s.add(Sequence(name, 8, 12))
+        assert [q.request_id for q, _ in s.schedule().prefills] == first_step
+
+
+def test_a_request_the_promise_could_never_hold_is_rejected_not_left_waiting():
+    """4 prompt tokens and 13 outputs store 16 rows (4 blocks of 4, the whole cache): vLLM's
+    way runs it; guaranteed no evict would promise it 5 blocks, so it is rejected at once,
+    saying why, rather than waiting for ever."""
+    for policy, runs in (("max_utilization", True), (NO_EVICT, False)):
+        s = scheduler(policy, blocks=4)
+        seq = Sequence("a", 4, 13)
+        assert s.add(seq) is runs
+        if not runs:
+            assert seq.reject_reason == ("needs 5 KV blocks (promised to its last token, "
+                                         "guaranteed_no_evict), the cache has 4")
 
 
 @pytest.mark.parametrize("policy", ["max_utilization", NO_EVICT])
 def test_batch_waiting_counts_only_the_prompts_the_policy_would_admit(policy):
     """A held step's preview of its prefills counts a queued prompt only where admission would
-    take it: under no evict, one whose blocks to its last token do not fit does not end the
-    wait. a decodes (3 of its 6 blocks held); c (2 blocks at its peak) is held back; then b
-    (8 at its peak) queues behind it: with b, 16 prompt tokens would end the wait."""
+    take it: under no evict, one whose promised blocks do not fit does not end the wait. a
+    decodes (3 of its 7 promised blocks held); c (2 promised) is held back; then b (8 promised)
+    queues behind it: with b, 16 prompt tokens would end the wait."""
     s = scheduler(policy, blocks=12, max_num_batched_tokens=32, batch_wait_timeout_iters=5,
                   batch_wait_max_tokens_ratio=0.5)
     s.add(Sequence("a", 8, 17))
@@ -130,10 +160,26 @@ def test_batch_waiting_counts_only_the_prompts_the_policy_would_admit(policy):
     s.add(Sequence("b", 12, 20))
     plan = s.schedule()
     prefilled = [q.request_id for q, _ in plan.prefills]
-    if policy == NO_EVICT:  # room: 9 free - 3 owed by a - 2 for c < 8 for b
+    if policy == NO_EVICT:  # room: 9 free - 4 owed to a - 2 for c < 8 for b
         assert s.batch_wait.holding and s.batch_wait.waited == 2 and not prefilled
     else:
         assert not s.batch_wait.holding and prefilled == ["c", "b"]
+
+
+def test_batch_waitings_count_and_admission_agree_on_a_prompt_with_cached_blocks():
+    """b's first 2 blocks are cached, shared with a: the preview and admission both charge
+    them, so neither takes b (an admission crediting them took b in a step that did not
+    hold it back)."""
+    bm = PrefixCachingBlockManager(12, 4)
+    s = Scheduler(SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=32,
+                                  batch_wait_timeout_iters=5, batch_wait_max_tokens_ratio=0.9,
+                                  capacity_scheduler_policy=NO_EVICT), bm)
+    s.add(Sequence("a", 8, 17, block_hashes=[1, 2]))
+    s.postprocess(s.schedule())
+    s.add(Sequence("b", 12, 18, block_hashes=[1, 2, 3]))
+    plan = s.schedule()
+    assert not s.batch_wait.holding and not plan.prefills
+    assert [q.request_id for q in s.waiting] == ["b"]
 
 
 def test_a_bad_policy_is_one_line(tmp_path):

@@ -1,18 +1,18 @@
 """Runs of decode-only steps whose plans are known in advance.
 
-After a step in which every running sequence decodes or completes its prefill, with no
-preemption, the following steps decode exactly those sequences, each one token further a step,
-until one of: a sequence needs a KV block and none is free (that step preempts: not part of the
-run), a request arrives (the caller's business: it knows the clock), or a sequence emits its
-last token. No admission can happen in between: nothing is waiting, or the step before the run
-only decoded and its own admission failed, for reasons (the running count, the token budget,
-the free blocks) that stay or get worse while nothing finishes or arrives (but one, which
-`plan_run` refuses to run over: with prefix caching and without chunked prefill, a
-recomputation longer than the budget heading the queue is split, and admitted, once evictions
-leave it more uncached tokens than the budget). After a finish the
-run may go on with the sequences left, when nothing can take the finished one's place: nothing
-is waiting (continuous batching), or the static batch in flight is not done (it pads the
-finished slot).
+After a step in which every running sequence decodes or completes its prefill, with no preemption,
+the following steps decode exactly those sequences, each one token further a step, until one of: a
+sequence needs a KV block and none is free (that step preempts: not part of the run), a request
+arrives (the caller's business: it knows the clock), or a sequence emits its last token. No
+admission can happen in between: nothing is waiting, or the step before the run only decoded and
+its own admission failed, for reasons (the running count, the token budget, the free blocks; under
+guaranteed no evict the free blocks less those owed, which stay as they are: each block a decode
+takes is one less owed) that stay or get worse while nothing finishes or arrives (but one, which
+`plan_run` refuses to run over: with prefix caching and without chunked prefill, a recomputation
+longer than the budget heading the queue is split, and admitted, once evictions leave it more
+uncached tokens than the budget). After a finish the run may go on with the sequences left, when
+nothing can take the finished one's place: nothing is waiting (continuous batching), or the static
+batch in flight is not done (it pads the finished slot).
 
 The simulator uses this to advance such a run in one go instead of step by step: `plan_run`
 finds how many steps the run may take (changing nothing), `apply_run` applies a number of them
