@@ -128,7 +128,8 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
     - DeepSeek-R1 (DeepSeek-V3's architecture) in fp8 on eight H200s: TensorRT-LLM
       (2025-11-02, dsr1_fp8_h200_trt_slurm.sh) with the experts whole on each GPU (`--ep_size`
       = TP = 8; the measured rows record moe_tp 8, not what the script ran), attention data
-      parallel above 64 users (above 32 at 8,192/1,024), an fp8 KV cache, no block reuse,
+      parallel above 64 users (above 32 at 8,192/1,024), an fp8 KV cache of 0.75 of the
+      memory left (`free_gpu_memory_fraction: 0.75`), no block reuse,
       `--max_num_tokens` users + ISL + 64 rounded up to a multiple of 64, no chunked prefill,
       its default capacity policy (guaranteed_no_evict);
       SGLang 0.5.9 (2026-03-25, single_node/dsr1_fp8_h200.sh) with the experts split by TP,
@@ -150,7 +151,8 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
         tokens = (users + isl + 127) // 64 * 64
         return (SILICON_MODELS[DEEPSEEK],
                 {"tp": 8 // ranks, "dp": ranks, "ep": 8, "dtype": "fp8",
-                 "activation_scheme": "block", "kv_dtype": "fp8"},
+                 "activation_scheme": "block", "kv_dtype": "fp8",
+                 "gpu_memory_utilization": 0.75},
                 {"max_num_seqs": min(2048, tokens), "max_num_batched_tokens": tokens},
                 {"chunked_prefill": False, "capacity_scheduler_policy": "guaranteed_no_evict"})
     if row.model_path == GPT_OSS:

@@ -116,9 +116,13 @@ def kernels_text(derived: dict) -> str:
 
 
 def scheduler_text(sched) -> str:
-    """The batching policy with the settings it reads, and the queue order."""
+    """The batching policy with the settings it reads, the queue order, and the capacity
+    policy where it is not the default."""
     queue = ("priority queue (lowest priority value first)" if sched.queue == "priority"
              else "first-come-first-served queue")
+    if sched.capacity_scheduler_policy == "guaranteed_no_evict":
+        queue += ("; guaranteed no evict (a request is admitted only where the KV cache holds "
+                  "it to its last token beside every running one; nothing is preempted)")
     if sched.policy == "static":
         timeout = (f", waits up to {sched.batch_timeout_s:g} s for a full batch"
                    if sched.batch_timeout_s else "")

@@ -8,8 +8,8 @@ reads servesim's unchanged.
 - Setup and traffic keys first (`date, backend, label, model_id, num_prompts, request_rate,
   burstiness, max_concurrency`), then `engine.vllm_figures.vllm_summary` (vLLM's figures, then what
   vLLM does not report under names in its style), then how servesim names the run (`scenario,
-  variant, sweep, seed, arrival_process`, and with the hardware model `hardware`: the GPU, TP,
-  DP, EP, dtypes, the measured kernels' framework and version, the KV cache's tokens on a
+  variant, sweep, seed, arrival_process`, and with the hardware model `hardware`: the GPU, TP, DP,
+  EP, dtypes, the framework modelled and its measured kernels' version, the KV cache's tokens on a
   rank, and in a cluster its replicas; with pools, the replicas and a record a pool).
 - `date` is null unless given (`SOURCE_DATE_EPOCH`, the reproducible-builds convention, or the
   `date` argument): a clock reading would make two runs of the same seed differ.
@@ -39,11 +39,11 @@ from .tables import run_summaries
 
 DATE_FORMAT = "%Y%m%d-%H%M%S"  # vLLM's
 MAX_SLUG = 160  # characters of a run's label in its file name (a longer one ends in a hash)
-# A hardware-model run's `hardware` record: the model, the GPU, the layout, the dtypes and whose
-# kernels (framework and version null where the roofline costs every operator; the fp8 GEMMs'
-# activation scales where they were measured with them; the experts' Marlin kernel where
-# `moe_backend` put them on it), and each operator's source, "measured" or "roofline" (empty
-# where the roofline costs every one)
+# A hardware-model run's `hardware` record: the model, the GPU, the layout, the dtypes, the
+# framework modelled (its KV sizing; its kernels where measured) and the tables' version (null
+# where the roofline costs every operator; the fp8 GEMMs' activation scales where they were
+# measured with them; the experts' Marlin kernel where `moe_backend` put them on it), and each
+# operator's source, "measured" or "roofline" (empty where the roofline costs every one)
 HARDWARE_KEYS = ("model", "gpu", "tp", "dp", "ep", "dtype", "kv_dtype", "activation_scheme",
                  "moe_kernel", "framework", "framework_version", "kernel_sources", "kv_tokens")
 

@@ -118,6 +118,19 @@ def test_a_request_is_charged_the_cached_blocks_it_would_share():
     assert s.promised().owed(again) == 5 - len(bm.block_tables[again.seq_id])
 
 
+def test_admission_charges_the_cached_blocks_a_running_sequence_shares():
+    """a (12 + 5: 5 blocks promised) holds its 3 prompt blocks and is owed 2; of 9 blocks 6
+    are free, a room of 4. b, the same prompt, would share 2 of a's blocks, but is charged
+    all 5 of its own: it waits (crediting the shared 2 would admit it)."""
+    bm = PrefixCachingBlockManager(9, 4)
+    s = Scheduler(SchedulerConfig(max_num_seqs=8, capacity_scheduler_policy=NO_EVICT), bm)
+    s.add(Sequence("a", 12, 5, block_hashes=[1, 2, 3]))
+    s.postprocess(s.schedule())
+    s.add(Sequence("b", 12, 5, block_hashes=[1, 2, 3]))
+    plan = s.schedule()
+    assert not plan.prefills and [q.request_id for q in s.waiting] == ["b"]
+
+
 def test_a_prefill_only_engine_promises_the_prompt_and_first_token_alone():
     """Three requests of 8 prompt tokens and 12 outputs (5 blocks promised each) in 10 blocks:
     two run at a time on an engine that decodes them, all three on one that hands each off
@@ -141,6 +154,17 @@ def test_a_request_the_promise_could_never_hold_is_rejected_not_left_waiting():
         if not runs:
             assert seq.reject_reason == ("needs 5 KV blocks (promised to its last token, "
                                          "guaranteed_no_evict), the cache has 4")
+
+
+def test_a_data_parallel_rank_must_hold_the_promise_alone():
+    """Two ranks of 4 blocks pooled: 4 prompt tokens and 13 outputs are promised 5 blocks,
+    more than a rank holds though fewer than the pool's 8."""
+    s = Scheduler(SchedulerConfig(max_num_seqs=8, data_parallel_size=2,
+                                  capacity_scheduler_policy=NO_EVICT), BlockManager(8, 4))
+    seq = Sequence("a", 4, 13)
+    assert not s.add(seq)
+    assert seq.reject_reason == ("needs 5 KV blocks (promised to its last token, "
+                                 "guaranteed_no_evict), a data-parallel rank's cache has 4")
 
 
 @pytest.mark.parametrize("policy", ["max_utilization", NO_EVICT])
@@ -180,6 +204,22 @@ def test_batch_waitings_count_and_admission_agree_on_a_prompt_with_cached_blocks
     plan = s.schedule()
     assert not s.batch_wait.holding and not plan.prefills
     assert [q.request_id for q in s.waiting] == ["b"]
+
+
+def test_the_report_says_when_nothing_is_preempted(tmp_path):
+    from reports.section_text import scheduler_text
+
+    path = tmp_path / "s.toml"
+    path.write_text('[workload]\nnum_requests = 1\narrival = { process = "burst" }\n'
+                    'prompt_tokens = { dist = "fixed", value = 8 }\n'
+                    'output_tokens = { dist = "fixed", value = 8 }\n')
+    base = scenarios.load(path).base
+    assert "no evict" not in scheduler_text(base.scheduler)
+    guarded = base.updated({"scheduler.capacity_scheduler_policy": NO_EVICT}).scheduler
+    assert scheduler_text(guarded).endswith(
+        "first-come-first-served queue; guaranteed no evict (a request is admitted only where "
+        "the KV cache holds it to its last token beside every running one; nothing is "
+        "preempted)")
 
 
 def test_a_bad_policy_is_one_line(tmp_path):

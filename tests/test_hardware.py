@@ -265,6 +265,25 @@ def test_what_cannot_run_is_refused_in_one_line(tmp_path, edit, message):
     assert "\n" not in text and text.startswith(f"{path}: ") and message in text
 
 
+@pytest.mark.parametrize("framework, words", [
+    ("vllm", ("55.5 GiB for it, left after the weights and activations", "vLLM's --max-model-len")),
+    ("trtllm", ("GiB for it, 0.9 of what the weights and activations leave",
+                "trtllm-serve's --max_seq_len"))])
+def test_the_kv_refusals_speak_of_the_frameworks_own_sizing(tmp_path, framework, words):
+    base = scenarios.load(write(tmp_path)).base.updated({"hardware.framework": framework})
+    with pytest.raises(ValueError, match=words[0]):
+        hardware_setup(base.updated({"engine.num_kv_blocks": 10**6}))
+    with pytest.raises(ValueError, match=words[1]):
+        hardware_setup(base.updated({"engine.num_kv_blocks": 8, "model.max_seq_len": 4096}))
+
+
+def test_sglang_keeps_vllms_meaning_of_the_memory_fraction(tmp_path):
+    config = scenarios.load(write(tmp_path)).base
+    vllm, sglang = (hardware_setup(config.updated({"hardware.framework": framework}))
+                    for framework in ("vllm", "sglang"))
+    assert sglang.plan.kv_bytes == vllm.plan.kv_bytes and sglang.kv_blocks == vllm.kv_blocks
+
+
 def test_under_tensorrt_llm_a_model_that_does_not_fit_is_set_against_the_whole_memory(tmp_path):
     path = write(tmp_path, model="meta-llama/Llama-2-70b-hf", gpu="a100-80gb-sxm")
     with pytest.raises(ScenarioError) as info:

@@ -92,14 +92,18 @@ def test_whole_chat_completion_and_token_id_prompt():
     assert ids["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
 
 
-@pytest.mark.parametrize("blocks, room", [(64, 256), (16, 16 * 8 + 1)])
-def test_a_chat_without_a_limit_runs_to_the_end_of_its_context_as_vllm(blocks, room):
+@pytest.mark.parametrize("blocks, room, policy", [
+    (64, 256, "max_utilization"), (16, 16 * 8 + 1, "max_utilization"),
+    (16, 16 * 8, "guaranteed_no_evict")])
+def test_a_chat_without_a_limit_runs_to_the_end_of_its_context_as_vllm(blocks, room, policy):
     """vLLM's chat default for max_tokens: max_model_len less the prompt (here 256), or the
-    most one sequence's KV can hold where the cache is smaller (16 blocks of 8, + 1)."""
+    most one sequence's KV can hold where the cache is smaller (16 blocks of 8, + 1: the last
+    token's KV is never stored; guaranteed no evict promises that token a slot too)."""
     async def test(client, url, engine):
         return await post(client, f"{url}/v1/chat/completions",
                           {"messages": [{"role": "user", "content": "hi"}], "ignore_eos": True})
-    status, chat = served(test, f"engine.num_kv_blocks={blocks}")
+    status, chat = served(test, f"engine.num_kv_blocks={blocks}",
+                          f'scheduler.capacity_scheduler_policy="{policy}"')
     assert status == 200 and chat["choices"][0]["finish_reason"] == "length"
     usage = chat["usage"]
     assert usage["prompt_tokens"] + usage["completion_tokens"] == room

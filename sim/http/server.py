@@ -184,10 +184,13 @@ def new_sequence(engine: EngineThread, model: Model, gen: GenerationRequest,
 def context_left(scheduler, prompt_len: int) -> int:
     """vLLM's output limit for a chat that sets none: `max_model_len` less the prompt. Where
     this server's KV cache holds fewer tokens than `max_seq_len` (vLLM refuses to start so),
-    the cache's reach for one sequence less the prompt. At least 1, so that a prompt that
-    leaves no room is refused as the prompt's fault."""
+    the cache's reach for one sequence less the prompt: its slots and one token more, whose KV
+    is never stored (under guaranteed no evict, which promises that token a slot too, its slots
+    alone). At least 1, so that a prompt that leaves no room is refused as the prompt's
+    fault."""
     cfg, bm = scheduler.config, scheduler.block_manager
-    cache = bm.num_blocks // cfg.data_parallel_size * bm.block_size + 1  # the last token: no KV
+    unstored = 0 if cfg.capacity_scheduler_policy == "guaranteed_no_evict" else 1
+    cache = bm.num_blocks // cfg.data_parallel_size * bm.block_size + unstored
     return max(min(cfg.max_seq_len, cache) - prompt_len, 1)
 
 

@@ -38,6 +38,7 @@ class HardwareSetup:
     kv_dtype: str = "auto"
     kernels: MeasuredOps | None = None  # the measured kernel tables' operators (None: roofline)
     dp: int = 1  # attention data-parallel ranks of tp GPUs each (kv_blocks: one rank's)
+    framework: str = "vllm"  # the server modelled: its KV sizing, and its tables if measured
 
     @property
     def weight_bytes(self) -> float:
@@ -77,7 +78,7 @@ class HardwareSetup:
                 / GIB, "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token,
                 "kv_blocks": self.kv_blocks, "kv_tokens": self.kv_blocks * self.block_size,
                 "kernels": self.kernels.describe() if self.kernels else "roofline",
-                "framework": self.kernels.tables.framework if self.kernels else None,
+                "framework": self.framework,
                 "framework_version": self.kernels.tables.version if self.kernels else None,
                 "kernel_sources": self.kernels.sources() if self.kernels else {},
                 "moe_kernel": self.kernels.marlin_text() if self.kernels else None}
@@ -195,10 +196,11 @@ def hardware_setup(config) -> HardwareSetup:
         blocks = plan.kv_blocks
     elif blocks > plan.kv_blocks:
         need = blocks * engine.block_size * plan.kv_bytes_per_token / GIB
+        share = (f"{hardware.gpu_memory_utilization:g} of what the weights and activations "
+                 f"leave" if of_free else "left after the weights and activations")
         raise ValueError(f"engine.num_kv_blocks: {blocks:,} blocks need {need:.1f} GiB of KV "
                          f"cache per GPU; {gpu.id} at tp = {tp} has {plan.kv_bytes / GIB:.1f} "
-                         f"GiB left after the weights and activations ({plan.kv_blocks:,} "
-                         f"blocks: use \"auto\")")
+                         f"GiB for it, {share} ({plan.kv_blocks:,} blocks: use \"auto\")")
     tokens = blocks * engine.block_size
     if arch.max_seq_len > tokens:
         room = plan.kv_blocks * engine.block_size >= arch.max_seq_len
@@ -206,8 +208,9 @@ def hardware_setup(config) -> HardwareSetup:
             if engine.num_kv_blocks != "auto" and room else "use more GPUs"
         raise ValueError(f"model.max_seq_len: {arch.name}'s {arch.max_seq_len:,} tokens are more "
                          f"than the KV cache holds on {gpu.id} at tp = {tp} ({tokens:,} tokens); "
-                         f"set model.max_seq_len to at most {tokens:,} (as vLLM's "
-                         f"--max-model-len) or {more}")
+                         f"set model.max_seq_len to at most {tokens:,} (as "
+                         f"{'trtllm-serve' if of_free else 'vLLM'}'s "
+                         f"{'--max_seq_len' if of_free else '--max-model-len'}) or {more}")
     measured = measured_ops(hardware, arch, gpu, tp, dtype, ep)
     if measured is None and hardware.activation_scheme != "static":
         say_once(f"note: hardware.activation_scheme = \"{hardware.activation_scheme}\" picks "
@@ -218,7 +221,7 @@ def hardware_setup(config) -> HardwareSetup:
                  f"measured MoE kernels; the roofline, which costs this run, costs the experts "
                  f"alike under every kernel")
     return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine.block_size, ep,
-                         hardware.kv_dtype, measured, dp)
+                         hardware.kv_dtype, measured, dp, hardware.framework)
 
 
 def kernel_tables(gpu: Gpu, framework: str, version: str | None = None) -> KernelTables:
