@@ -129,7 +129,8 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
       (2025-11-02, dsr1_fp8_h200_trt_slurm.sh) with the experts whole on each GPU (`--ep_size`
       = TP = 8; the measured rows record moe_tp 8, not what the script ran), attention data
       parallel above 64 users (above 32 at 8,192/1,024), an fp8 KV cache of 0.75 of the
-      memory left (`free_gpu_memory_fraction: 0.75`), no block reuse,
+      memory the weights and activations leave (`free_gpu_memory_fraction: 0.75`), no block
+      reuse,
       `--max_num_tokens` users + ISL + 64 rounded up to a multiple of 64, no chunked prefill,
       its default capacity policy (guaranteed_no_evict);
       SGLang 0.5.9 (2026-03-25, single_node/dsr1_fp8_h200.sh) with the experts split by TP,

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .block_manager import BlockManager, blocks_needed
+from .block_manager import BlockManager
+from .kv_reservation import peak_blocks
 from .executor import NumpyExecutor
 from .llm_engine import LLMEngine
 from .model import normalize_params
@@ -75,8 +76,7 @@ def static_batch_generate(params: dict, requests, config: dict, max_new_tokens: 
     seqs = _sequences(requests, config, max_new_tokens)
     live = [s for s in seqs if s is not None]
     block_size = config.get("block_size", DEFAULT_BLOCK_SIZE)
-    num_blocks = max(1, sum(blocks_needed(s.prompt_len + s.max_new_tokens - 1, block_size)
-                            for s in live))
+    num_blocks = max(1, sum(peak_blocks(s, block_size) for s in live))
     bm = BlockManager(num_blocks, block_size)
     scheduler = Scheduler(SchedulerConfig(policy="static", max_seq_len=p["max_seq_len"],
                                           max_batch_size=config.get("max_batch_size",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .block_manager import BlockManager, blocks_needed
+from .kv_reservation import peak_blocks
 from .executor import NumpyExecutor
 from .llm_engine import LLMEngine, StepOutput
 from .model import normalize_params
@@ -124,7 +125,7 @@ def run_continuous_batching(params: dict, requests, config: dict | None = None, 
     live = [s for s in seqs if s is not None]
     block_size = config.get("block_size", DEFAULT_BLOCK_SIZE)
     num_blocks = config.get("num_kv_blocks") or max(1, sum(
-        blocks_needed(s.prompt_len + s.max_new_tokens - 1, block_size) for s in live))
+        peak_blocks(s, block_size) for s in live))
     bm = BlockManager(num_blocks, block_size)
     max_num_seqs = config.get("max_num_seqs", 32)
     scheduler = Scheduler(SchedulerConfig(

@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .block_manager import blocks_needed
-from .kv_reservation import has_free_capacity
+from .kv_reservation import PromisedBlocks, has_free_capacity
 from .sequence import Sequence, SequenceStatus
 from .step_plan import StepPlan
 
@@ -108,7 +108,8 @@ class KvTransfers:
         transfer's end, not a step, brings."""
         return bool(self.kv.receiving or self.kv.sending)
 
-    def _reserve_remote(self, plan: StepPlan, seq: Sequence, promised=None) -> bool:
+    def _reserve_remote(self, plan: StepPlan, seq: Sequence,
+                        promised: PromisedBlocks | None = None) -> bool:
         """Reserve blocks for all the tokens of the transferred sequence at the head of the
         queue (the cached blocks of its prompt's longest cached prefix, with prefix caching,
         and new ones for the rest) and list it in `plan.kv_requested` (it waits for its KV,

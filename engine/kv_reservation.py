@@ -109,7 +109,7 @@ class PromisedBlocks:
     sequence is admitted only if all its promised blocks fit in that room, cached blocks it
     would find included (TensorRT-LLM charges a request not yet running for all of them); so no
     admitted sequence ever waits for a block, and none is preempted. Counted when first asked
-    (an admission round that admits nothing asks nothing): O(sequences holding blocks)."""
+    (a round that reaches no candidate asks nothing): O(sequences holding blocks)."""
 
     __slots__ = ("block_manager", "holders", "prefill_only", "room")
 

@@ -10,14 +10,15 @@ Policies:
   over earlier steps continue (a prefill takes its KV blocks chunk by chunk, as in vLLM v1),
   then, unless a running sequence was preempted for a block (as in vLLM v1), waiting sequences
   are admitted while `max_num_seqs`, the KV blocks and the token budget allow (head-of-line:
-  admission stops at the first request that does not fit). Under the guaranteed-no-evict
-  capacity policy (`capacity_scheduler_policy`, TensorRT-LLM's default) a request is admitted
-  only where the free blocks hold, beside what every admitted sequence is still owed to its
-  last token, all the blocks promised to it (`kv_reservation.PromisedBlocks`): none is ever
-  preempted, and fewer run at once.
+  admission stops at the first request that does not fit).
 - static: when idle, take up to `max_batch_size` waiting sequences, prefill them together and
   decode them in lockstep until all finish; finished slots stay empty (padding) until then. One
   whose KV is whole (swapped out, or transferred) decodes in the batch's first step.
+
+Under the guaranteed-no-evict capacity policy (`capacity_scheduler_policy`, TensorRT-LLM's
+default), either policy admits a request only where the free blocks hold, beside what every
+admitted sequence is still owed to its last token, all the blocks promised to it
+(`kv_reservation.PromisedBlocks`): none is ever preempted, and fewer run at once.
 
 The running list is kept in victim order (fcfs: admission order; priority: best priority first,
 then earlier arrival), so a running sequence that needs a KV block when none is free preempts
@@ -129,7 +130,7 @@ class Scheduler(KvTransfers):
         if total > cfg.max_seq_len:
             return (f"prompt ({seq.prompt_len}) + max_new_tokens ({seq.max_new_tokens}) "
                     f"exceeds max_seq_len ({cfg.max_seq_len})")
-        no_evict = cfg.capacity_scheduler_policy == "guaranteed_no_evict"
+        no_evict = cfg.no_evict  # a promise counts the whole request, on every engine
         peak = (promised_blocks if no_evict else peak_blocks)(seq, bm.block_size)
         ranks = cfg.data_parallel_size
         if peak > bm.num_blocks // ranks:
@@ -297,7 +298,8 @@ class Scheduler(KvTransfers):
 
     def _admit(self, plan: StepPlan, budget: int | None, max_running: int,
                decoders: bool = False) -> None:
-        """Admit waiting sequences in queue order while slots, KV blocks and budget allow.
+        """Admit waiting sequences in queue order while slots, KV blocks and budget allow, and
+        under guaranteed no evict the room for the blocks promised to them (`promised`).
         budget None: no token budget (static batching prefills its whole batch at once).
         `decoders`: only those whose KV is computed but for the last token (they decode), up to
         the first that would prefill (batch waiting holds those)."""
@@ -355,7 +357,7 @@ class Scheduler(KvTransfers):
         """Under the guaranteed-no-evict capacity policy, the room for this round of admission
         (`PromisedBlocks`): the sequences holding blocks that will still take more are the
         running ones and, under disaggregation, those whose KV comes in or came in."""
-        if self.config.capacity_scheduler_policy != "guaranteed_no_evict":
+        if not self.config.no_evict:
             return None
         kv = self.kv
         return PromisedBlocks(self.block_manager,

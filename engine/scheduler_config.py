@@ -12,7 +12,7 @@ from .queues import QUEUES
 
 POLICIES = ("static", "continuous")
 PREEMPTION_MODES = ("recompute", "swap")  # vLLM's preemption_mode
-# TensorRT-LLM's capacity_scheduler_policy: admit while the next chunk's blocks are free and
+# TensorRT-LLM's capacity_scheduler_policy: admit while the first chunk's blocks are free and
 # preempt when a running sequence finds none (vLLM's way; TensorRT-LLM's MAX_UTILIZATION), or
 # admit only what the KV cache holds to every admitted sequence's last token (its default)
 CAPACITY_POLICIES = ("max_utilization", "guaranteed_no_evict")
@@ -41,6 +41,11 @@ class SchedulerConfig:
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
     capacity_scheduler_policy: str = "max_utilization"  # or "guaranteed_no_evict"
+
+    @property
+    def no_evict(self) -> bool:
+        """Whether the capacity policy is guaranteed no evict (TensorRT-LLM's default)."""
+        return self.capacity_scheduler_policy == "guaranteed_no_evict"
 
     def __post_init__(self):
         if self.policy not in POLICIES:

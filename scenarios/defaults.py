@@ -54,7 +54,7 @@ DEFAULTS = {
         # many steps or until they fill this share of the token budget (0: never hold)
         "batch_wait_timeout_iters": _SCHED["batch_wait_timeout_iters"],
         "batch_wait_max_tokens_ratio": _SCHED["batch_wait_max_tokens_ratio"],
-        # admit while the next chunk's KV blocks are free, preempt when a decode finds none
+        # admit while the first chunk's KV blocks are free, preempt when a decode finds none
         # (vLLM's way), or "guaranteed_no_evict": admit only what the cache holds to every
         # admitted sequence's last token (TensorRT-LLM's default capacity policy)
         "capacity_scheduler_policy": _SCHED["capacity_scheduler_policy"],
@@ -128,7 +128,9 @@ HARDWARE_DEFAULTS = {
     # NVIDIA's ModelOpt FP8 checkpoints) or "dynamic" (computed at every GEMM)
     "activation_scheme": "static",
     "moe_backend": "auto",
-    "gpu_memory_utilization": 0.9,  # vLLM's default (TensorRT-LLM's free_gpu_memory_fraction's)
+    # vLLM's default; under framework = "trtllm", free_gpu_memory_fraction's (a share of what
+    # the weights and activations leave)
+    "gpu_memory_utilization": 0.9,
     "step_overhead_s": 1.0e-3,  # the server's own time a step (an assumption: measure yours)
     "seq_overhead_s": 10e-6,  # and per sequence of the batch
     # the server plans each step while the one before runs, its own time hidden behind the

@@ -1,5 +1,5 @@
 """The capacity policy (`scheduler.capacity_scheduler_policy`): under "max_utilization" (the
-default, vLLM's way) a request is admitted while its next chunk's KV blocks are free, and a
+default, vLLM's way) a request is admitted while its first chunk's KV blocks are free, and a
 running sequence that finds none preempts; under "guaranteed_no_evict" (TensorRT-LLM's default)
 a request is admitted only where the free blocks hold, beside what every admitted sequence is
 still owed to its last token, every block promised to it, so no sequence is ever preempted.
@@ -191,16 +191,16 @@ def test_batch_waiting_counts_only_the_prompts_the_policy_would_admit(policy):
 
 
 def test_batch_waitings_count_and_admission_agree_on_a_prompt_with_cached_blocks():
-    """b's first 2 blocks are cached, shared with a: the preview and admission both charge
-    them, so neither takes b (an admission crediting them took b in a step that did not
-    hold it back)."""
+    """a (8 + 17: 7 blocks promised) holds 3: of 12 blocks 9 are free, a room of 5. b's first
+    2 blocks are cached, shared with a; charged all 7 of its own, b does not fit (credited
+    with the 2 it would), so the step neither holds for it nor admits it."""
     bm = PrefixCachingBlockManager(12, 4)
     s = Scheduler(SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=32,
                                   batch_wait_timeout_iters=5, batch_wait_max_tokens_ratio=0.9,
                                   capacity_scheduler_policy=NO_EVICT), bm)
     s.add(Sequence("a", 8, 17, block_hashes=[1, 2]))
     s.postprocess(s.schedule())
-    s.add(Sequence("b", 12, 18, block_hashes=[1, 2, 3]))
+    s.add(Sequence("b", 12, 14, block_hashes=[1, 2, 3]))
     plan = s.schedule()
     assert not s.batch_wait.holding and not plan.prefills
     assert [q.request_id for q in s.waiting] == ["b"]
@@ -220,6 +220,16 @@ def test_the_report_says_when_nothing_is_preempted(tmp_path):
         "first-come-first-served queue; guaranteed no evict (a request is admitted only where "
         "the KV cache holds it to its last token beside every running one; nothing is "
         "preempted)")
+
+
+@pytest.mark.parametrize("policy, steps, preemptions", [("max_utilization", 12, 2),
+                                                        (NO_EVICT, 18, 0)])
+def test_the_worked_example_of_preemption_md(policy, steps, preemptions):
+    """docs/scheduler/preemption.md: a, b, c (4 prompt tokens, 6 outputs) in 4 blocks of 4."""
+    s = scheduler(policy, blocks=4)
+    for name in "abc":
+        s.add(Sequence(name, 4, 6))
+    assert len(drain(s)) == steps and s.num_preemptions == preemptions
 
 
 def test_a_bad_policy_is_one_line(tmp_path):

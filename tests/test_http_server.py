@@ -95,7 +95,7 @@ def test_whole_chat_completion_and_token_id_prompt():
 @pytest.mark.parametrize("blocks, room, policy", [
     (64, 256, "max_utilization"), (16, 16 * 8 + 1, "max_utilization"),
     (16, 16 * 8, "guaranteed_no_evict")])
-def test_a_chat_without_a_limit_runs_to_the_end_of_its_context_as_vllm(blocks, room, policy):
+def test_a_chat_without_a_limit_runs_to_the_end_of_its_context(blocks, room, policy):
     """vLLM's chat default for max_tokens: max_model_len less the prompt (here 256), or the
     most one sequence's KV can hold where the cache is smaller (16 blocks of 8, + 1: the last
     token's KV is never stored; guaranteed no evict promises that token a slot too)."""

@@ -189,7 +189,7 @@ def context_left(scheduler, prompt_len: int) -> int:
     alone). At least 1, so that a prompt that leaves no room is refused as the prompt's
     fault."""
     cfg, bm = scheduler.config, scheduler.block_manager
-    unstored = 0 if cfg.capacity_scheduler_policy == "guaranteed_no_evict" else 1
+    unstored = 0 if cfg.no_evict else 1
     cache = bm.num_blocks // cfg.data_parallel_size * bm.block_size + unstored
     return max(min(cfg.max_seq_len, cache) - prompt_len, 1)
 
