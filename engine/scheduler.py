@@ -18,7 +18,8 @@ Policies:
 Under the guaranteed-no-evict capacity policy (`capacity_scheduler_policy`, TensorRT-LLM's
 default), either policy admits a request only where the free blocks hold, beside what every
 admitted sequence is still owed to its last token, all the blocks promised to it
-(`kv_reservation.PromisedBlocks`): none is ever preempted, and fewer run at once.
+(`kv_reservation.PromisedBlocks`): none is ever preempted, and fewer run at once. Admission is
+mixed in from `admission.py` (`Admission`).
 
 The running list is kept in victim order (fcfs: admission order; priority: best priority first,
 then earlier arrival), so a running sequence that needs a KV block when none is free preempts
@@ -52,14 +53,14 @@ running list) and `sync` (bring every count up to date before something outside 
 
 from __future__ import annotations
 
-import bisect
 from itertools import chain
 
+from .admission import Admission
 from .batch_wait import BatchWait, hold_prefills
-from .block_manager import BlockManager, blocks_needed
+from .block_manager import BlockManager
 from .disaggregation import KvInFlight, KvTransfers
-from .kv_reservation import RESUMING, PromisedBlocks, admit_sequence, has_free_capacity, \
-    peak_blocks, preempt_sequence, promised_blocks, reserve_decode_blocks
+from .kv_reservation import admit_sequence, has_free_capacity, peak_blocks, preempt_sequence, \
+    promised_blocks, reserve_decode_blocks
 from .prefix_cache import block_hashes, own_keys
 from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
@@ -71,13 +72,12 @@ __all__ = ["POLICIES", "SchedulerConfig", "StepPlan", "Scheduler", "has_free_cap
            "admit_sequence", "preempt_sequence", "reserve_decode_blocks"]
 
 _RUNNING = SequenceStatus.RUNNING
-_SWAPPED = SequenceStatus.SWAPPED
 
 
 # --- the policy ----------------------------------------------------------------------------------
 
 
-class Scheduler(KvTransfers):
+class Scheduler(Admission, KvTransfers):
     """Waiting queue, running list and block manager, advanced one step at a time."""
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
@@ -296,109 +296,6 @@ class Scheduler(KvTransfers):
         self._admit(plan, None, cfg.max_batch_size)
         self._batch_slots = len(self.running)
 
-    def _admit(self, plan: StepPlan, budget: int | None, max_running: int,
-               decoders: bool = False) -> None:
-        """Admit waiting sequences in queue order while slots, KV blocks and budget allow, and
-        under guaranteed no evict the room for the blocks promised to them (`promised`).
-        budget None: no token budget (static batching prefills its whole batch at once).
-        `decoders`: only those whose KV is computed but for the last token (they decode), up to
-        the first that would prefill (batch waiting holds those)."""
-        bm, waiting, landed = self.block_manager, self.waiting, self.kv.landed
-        promised = self.promised()  # None unless guaranteed_no_evict
-        while landed and len(self.running) < max_running and budget != 0:
-            n = self._swap_in(plan, landed[0], budget)
-            if not n:
-                break
-            landed.popleft()
-            if budget is not None:
-                budget -= n
-        while waiting and len(self.running) < max_running and budget != 0:
-            seq = waiting.peek()
-            if decoders and not (seq.status in RESUMING
-                                 and seq.num_tokens - seq.num_computed_tokens == 1):
-                break
-            if seq.seq_id in self.kv.remote:  # its KV is at the engine that prefilled it
-                if not self._reserve_remote(plan, seq, promised):
-                    break
-                continue
-            if seq.status in RESUMING:
-                if promised is not None and not promised.take(seq):
-                    break
-                n = self._swap_in(plan, seq, budget)
-                if not n:
-                    break
-                waiting.pop()
-                if budget is not None:
-                    budget -= n
-                continue
-            hits = self._cached_prefix(seq) if self._caching else ()
-            cached = len(hits) * bm.block_size
-            chunk = self.first_chunk(seq.num_tokens - cached, budget)
-            need = blocks_needed(cached + chunk, bm.block_size) - len(hits)  # its first chunk's
-            if hits:
-                need += bm.evictable_among(hits)  # free blocks that its hits take up
-            if not chunk or not has_free_capacity(bm, need) or \
-                    (promised is not None and not promised.take(seq)):
-                break  # head-of-line: nothing behind it jumps the queue
-            waiting.pop()
-            if hits:
-                bm.take_prefix(seq.seq_id, hits)
-                seq.num_computed_tokens = cached
-            admit_sequence(seq, bm, cached + chunk)
-            if seq.num_cached_tokens is None:
-                seq.num_cached_tokens = cached
-            plan.cached_tokens += cached
-            self._insert_running(seq)
-            self._prefill(plan, seq, chunk)
-            if budget is not None:
-                budget -= chunk
-
-    def promised(self) -> PromisedBlocks | None:
-        """Under the guaranteed-no-evict capacity policy, the room for this round of admission
-        (`PromisedBlocks`): the sequences holding blocks that will still take more are the
-        running ones and, under disaggregation, those whose KV comes in or came in."""
-        if not self.config.no_evict:
-            return None
-        kv = self.kv
-        return PromisedBlocks(self.block_manager,
-                              chain(self.running, kv.receiving.values(), kv.landed),
-                              kv.prefill_only)
-
-    def _swap_in(self, plan: StepPlan, seq: Sequence, budget: int | None) -> int:
-        """Readmit a sequence whose KV is computed (swapped out, or transferred from the engine
-        that prefilled it), at the head of its queue (the caller takes it off): blocks for its
-        computed tokens and this step's, a swapped-out one's KV copied back from the swap space,
-        and it decodes (or goes on with its prefill) in this step. Returns the tokens it
-        computes; 0 when it does not fit (then nothing changes)."""
-        bm = self.block_manager
-        left = seq.num_tokens - seq.num_computed_tokens
-        n = 1 if left == 1 else self.first_chunk(left, budget)
-        # blocks it holds already (reserved while its KV came in) are not asked for again
-        if not n or not has_free_capacity(bm, bm.blocks_to_hold(seq.seq_id,
-                                                               seq.num_computed_tokens + n)):
-            return 0
-        host = ()
-        if seq.status is _SWAPPED:  # its blocks were registered where they were filled first
-            host = self.swap.swap_in(seq.seq_id)
-            seq.filled_from = seq.num_computed_tokens // bm.block_size
-        admit_sequence(seq, bm, seq.num_computed_tokens + n)
-        plan.swap_in += zip(host, bm.block_tables[seq.seq_id])
-        plan.swapped_in.append(seq)
-        self._insert_running(seq)
-        if left == 1:  # its last token's KV is all it lacks: a decode, as for the running
-            plan.decodes.append(seq)
-        else:
-            self._prefill(plan, seq, n)
-        return n
-
-    def _cached_prefix(self, seq: Sequence) -> list:
-        """The cached blocks of the sequence's longest cached prefix. The last token is always
-        computed (its logits sample the next token), so a full hit stops a block short."""
-        bm = self.block_manager
-        most = (seq.num_tokens - 1) // bm.block_size
-        hashes = block_hashes(seq, bm.block_size, most)
-        return bm.match_prefix(hashes, most) if hashes else []
-
     def _cache_filled(self, plan: StepPlan) -> None:
         """Register every block this step's decodes filled (prefix caching), before any holder
         lets go (a prefill's were registered when it was planned, `_prefill`)."""
@@ -421,27 +318,6 @@ class Scheduler(KvTransfers):
             return
         last = min(last, len(hashes))
         bm.cache_filled(bm.block_tables[seq.seq_id][first:last], hashes[first:last])
-
-    def first_chunk(self, n_tokens: int, budget: int | None) -> int:
-        """Tokens to prefill in the admission step; 0: wait for a step with more budget. A
-        sequence prefills at most one data-parallel rank's budget in a step."""
-        cfg = self.config
-        if budget is not None and cfg.data_parallel_size > 1:
-            budget = min(budget, cfg.max_num_batched_tokens)
-        if budget is None or n_tokens <= budget:
-            return n_tokens
-        # Prompts longer than the budget were rejected unless chunked prefill is on; a
-        # recomputation longer than the whole budget is always split, or it could never run.
-        if cfg.chunked_prefill or n_tokens > cfg.max_num_batched_tokens:
-            return budget
-        return 0
-
-    def _insert_running(self, seq: Sequence) -> None:
-        if self.running_key is None:
-            self.running.append(seq)  # admission order is victim order
-        else:
-            bisect.insort(self.running, seq, key=self.running_key)
-        self.running_added(seq)
 
     def running_added(self, seq: Sequence) -> None:
         """`seq` joined the running list (admitted, or readmitted): nothing to do here."""
