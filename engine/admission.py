@@ -1,7 +1,8 @@
 """Admission, the scheduler's part that takes waiting sequences into the running list
 (`Scheduler` mixes it in, as it mixes in `KvTransfers`: it reads `self.config`,
-`self.block_manager`, `self.waiting`, `self.running`, `self.kv`, `self.swap` and the
-scheduler's seams `_prefill`, `_reserve_remote` and `running_added`).
+`self.block_manager`, `self.waiting`, `self.running` and its order `self.running_key`,
+`self.kv`, `self.swap` and `self._caching`, and calls the scheduler's `_prefill`,
+`_reserve_remote` and `running_added`).
 
 `_admit` takes, in queue order and head-of-line, first the sequences whose KV came in from a
 prefill engine, then the queue: a sequence whose KV is at the engine that prefilled it has its
