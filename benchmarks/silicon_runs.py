@@ -134,7 +134,8 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
       `--max_num_tokens` users + ISL + 64 rounded up to a multiple of 64, no chunked prefill,
       its default capacity policy (guaranteed_no_evict);
       SGLang 0.5.9 (2026-03-25, single_node/dsr1_fp8_h200.sh) with the experts split by TP,
-      the KV cache in bf16 (its "auto"), 82% of the memory (`--mem-fraction-static 0.82`),
+      the KV cache in bf16 (its "auto"), 82% of the memory for the weights and the KV cache
+      (`--mem-fraction-static 0.82`, as servesim's framework = "sglang" reads it),
       32,768 tokens a step, chunked prefill, no radix cache, 512 sequences at 1,024/1,024 and
       256 otherwise, its overlap scheduler. Both streamed every 10th token
       (`stream_interval` 10), which servesim does not model: SGLang sends a request's first

@@ -129,7 +129,7 @@ HARDWARE_DEFAULTS = {
     "activation_scheme": "static",
     "moe_backend": "auto",
     # vLLM's default; under framework = "trtllm", free_gpu_memory_fraction's (a share of what
-    # the weights and activations leave)
+    # the weights and activations leave); under "sglang", --mem-fraction-static's
     "gpu_memory_utilization": 0.9,
     "step_overhead_s": 1.0e-3,  # the server's own time a step (an assumption: measure yours)
     "seq_overhead_s": 10e-6,  # and per sequence of the batch

@@ -268,7 +268,9 @@ def test_what_cannot_run_is_refused_in_one_line(tmp_path, edit, message):
 @pytest.mark.parametrize("framework, words", [
     ("vllm", ("55.5 GiB for it, left after the weights and activations", "vLLM's --max-model-len")),
     ("trtllm", ("GiB for it, 0.9 of what the weights and activations leave",
-                "trtllm-serve's --max_seq_len"))])
+                "trtllm-serve's --max_seq_len")),
+    ("sglang", ("GiB for it, left after the weights in 0.9 of the memory",
+                "SGLang's --context-length"))])
 def test_the_kv_refusals_speak_of_the_frameworks_own_sizing(tmp_path, framework, words):
     base = scenarios.load(write(tmp_path)).base.updated({"hardware.framework": framework})
     with pytest.raises(ValueError, match=words[0]):
@@ -277,11 +279,16 @@ def test_the_kv_refusals_speak_of_the_frameworks_own_sizing(tmp_path, framework,
         hardware_setup(base.updated({"engine.num_kv_blocks": 8, "model.max_seq_len": 4096}))
 
 
-def test_sglang_keeps_vllms_meaning_of_the_memory_fraction(tmp_path):
+def test_sglangs_fraction_holds_the_weights_and_kv_cache_the_activations_beside_it(tmp_path):
+    """SGLang's --mem-fraction-static is the share of the memory for the weights and the KV
+    pool: its cache is the activations' bytes larger than vLLM's rule leaves."""
     config = scenarios.load(write(tmp_path)).base
     vllm, sglang = (hardware_setup(config.updated({"hardware.framework": framework}))
                     for framework in ("vllm", "sglang"))
-    assert sglang.plan.kv_bytes == vllm.plan.kv_bytes and sglang.kv_blocks == vllm.kv_blocks
+    plan = sglang.plan
+    assert plan.kv_bytes == pytest.approx(0.9 * 80 * 2**30 - plan.weights - plan.non_torch)
+    assert plan.kv_bytes == pytest.approx(vllm.plan.kv_bytes + plan.activations)
+    assert sglang.kv_blocks > vllm.kv_blocks
 
 
 def test_under_tensorrt_llm_a_model_that_does_not_fit_is_set_against_the_whole_memory(tmp_path):
@@ -291,6 +298,15 @@ def test_under_tensorrt_llm_a_model_that_does_not_fit_is_set_against_the_whole_m
     text = str(info.value)
     assert "GiB outside the allocator) and it has 80 GiB; the smallest tensor parallelism " \
         "that fits is hardware.tp = 2" in text and "gpu_memory_utilization" not in text
+
+
+def test_under_sglang_a_model_that_does_not_fit_is_set_against_its_static_share(tmp_path):
+    path = write(tmp_path, model="meta-llama/Llama-2-70b-hf", gpu="a100-80gb-sxm")
+    with pytest.raises(ScenarioError) as info:
+        check_scenario(scenarios.load(path, ['hardware.framework="sglang"']))
+    assert "80 GiB x gpu_memory_utilization 0.9 = 72.0 GiB holds the weights and the KV cache " \
+        "(SGLang's mem_fraction_static; the activations are beside it); the smallest tensor " \
+        "parallelism that fits is hardware.tp = 2" in str(info.value)
 
 
 def test_a_model_that_does_not_fit_names_the_smallest_tp_that_does(tmp_path):

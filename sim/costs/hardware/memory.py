@@ -7,9 +7,13 @@ takes the weights (the GPU's shard), the peak activation memory of a forward pas
 largest intermediate tensors of one layer and the logits of `max_num_seqs` sequences in fp32),
 and memory outside PyTorch's allocator (CUDA context, NCCL buffers: `NON_TORCH_BYTES`, an
 assumption). What remains holds KV blocks of `block_size` tokens at `kv_bytes_per_token` each.
-TensorRT-LLM's fraction (`free_gpu_memory_fraction`, default 0.9) is of what the weights, the
-activations and the memory outside the allocator leave: its KV cache is that fraction of the
-memory less all of them (`of_free`; its `KvCacheCreator`, after a profiling run).
+The other frameworks read the fraction their own way (`MEMORY_RULES`). TensorRT-LLM's
+(`free_gpu_memory_fraction`, default 0.9) is of what the weights, the activations and the
+memory outside the allocator leave: its KV cache is that fraction of the memory less all of
+them (its `KvCacheCreator`, after a profiling run). SGLang's (`--mem-fraction-static`) is the
+share of the memory for the weights and the KV pool, the activations (and CUDA graphs) kept
+outside it: its KV cache is the fraction of the memory less the weights and the memory outside
+the allocator (`ModelRunner.profile_max_num_token`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .architecture import Architecture, valid_tps
+
+# how each framework reads hardware.gpu_memory_utilization (module docstring)
+MEMORY_RULES = {"vllm": "whole", "trtllm": "free", "sglang": "static"}
 
 NON_TORCH_BYTES = 1.0 * 2**30  # CUDA context, cuBLAS workspace, NCCL buffers (an assumption)
 ACT_BYTES = 2  # activations in fp16 / bf16
@@ -74,16 +81,19 @@ def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int
 def memory_plan(arch: Architecture, memory_bytes: float, utilization: float, tp: int,
                 weight_bytes: float, kv_bytes: float, block_size: int, max_tokens: int,
                 max_seqs: int, ep: int = 1, dp: int = 1, expert_bytes: float | None = None,
-                of_free: bool = False) -> MemoryPlan:
+                rule: str = "whole") -> MemoryPlan:
     """One GPU's plan (of one data-parallel rank: `max_tokens` and `max_seqs` are a rank's).
-    `utilization`: of the whole memory (vLLM's), or with `of_free` of what the weights,
-    activations and memory outside the allocator leave (TensorRT-LLM's)."""
+    `utilization` by `rule`: "whole", of the whole memory (vLLM's); "free", of what the
+    weights, activations and memory outside the allocator leave (TensorRT-LLM's); "static", of
+    the whole memory for the weights and the KV cache, the activations beside it (SGLang's)."""
     weights = arch.weight_bytes_per_gpu(tp, weight_bytes, ep, dp, expert_bytes)
     activations = activation_bytes(arch, tp, max_tokens, max_seqs, ep, dp)
     usable = memory_bytes * utilization
-    if of_free:
+    if rule == "free":
         needed = weights + activations + NON_TORCH_BYTES
         usable = needed + utilization * max(memory_bytes - needed, 0.0)
+    elif rule == "static":
+        usable += activations
     return MemoryPlan(usable, weights, activations, NON_TORCH_BYTES,
                       arch.kv_bytes_per_token(tp, kv_bytes), block_size)
 

@@ -15,7 +15,11 @@ from .checkpoint import checkpoint_dtype
 from .dtypes import DTYPE_BYTES, EXPERT_BYTES, activation_dtype, compute_dtype, expert_bytes
 from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
 from .measured import MeasuredOps
-from .memory import GIB, MemoryPlan, memory_plan, smallest_tp
+from .memory import GIB, MEMORY_RULES, MemoryPlan, memory_plan, smallest_tp
+
+# each framework's own name for the model's context length
+CONTEXT_FLAGS = {"vllm": "vLLM's --max-model-len", "sglang": "SGLang's --context-length",
+                 "trtllm": "trtllm-serve's --max_seq_len"}
 
 
 def kv_cache_dtype(dtype: str, kv_dtype: str = "auto") -> str:
@@ -147,13 +151,13 @@ def hardware_setup(config) -> HardwareSetup:
     if config.model.config:
         say_checkpoint(config.model.config, dtype, hardware.activation_scheme)
     size, kv_size = DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype]
-    of_free = hardware.framework == "trtllm"  # free_gpu_memory_fraction (memory.py)
+    rule = MEMORY_RULES[hardware.framework]  # how it reads gpu_memory_utilization (memory.py)
 
     def plan_for(degree: int) -> MemoryPlan:
         return memory_plan(arch, gpu.memory_bytes, hardware.gpu_memory_utilization, degree,
                            size, kv_size, engine.block_size, engine.max_num_batched_tokens,
                            engine.max_num_seqs, ep=degree * dp if ep > 1 else 1, dp=dp,
-                           expert_bytes=expert_bytes(dtype), of_free=of_free)
+                           expert_bytes=expert_bytes(dtype), rule=rule)
 
     plan = plan_for(tp)
     if plan.kv_blocks < 1:
@@ -179,15 +183,17 @@ def hardware_setup(config) -> HardwareSetup:
             else:
                 degree = f"hardware.tp = {fits} with hardware.ep = {fits * dp}"
             hint = f"the smallest tensor parallelism{ranks} that fits is {degree}"
+        share = f"{gpu.memory_gib:g} GiB x gpu_memory_utilization " \
+            f"{hardware.gpu_memory_utilization:g} = " \
+            f"{gpu.memory_bytes * hardware.gpu_memory_utilization / GIB:.1f} GiB"
+        room = {"whole": f"{share} is usable", "free": f"it has {gpu.memory_gib:g} GiB",
+                "static": f"{share} holds the weights and the KV cache (SGLang's "
+                          f"mem_fraction_static; the activations are beside it)"}[rule]
         raise ValueError(
             f"hardware: {arch.name} does not fit on {gpu.id} at tp = {tp} ({dtype}): it needs "
             f"{plan.needed / GIB:.1f} GiB per GPU before any KV cache ({plan.weights / GIB:.1f} "
             f"GiB of weights, {plan.activations / GIB:.1f} GiB of activations, "
-            f"{plan.non_torch / GIB:.1f} GiB outside the allocator) and "
-            + (f"it has {gpu.memory_gib:g} GiB" if of_free else
-               f"{gpu.memory_gib:g} GiB x gpu_memory_utilization "
-               f"{hardware.gpu_memory_utilization:g} = {plan.usable / GIB:.1f} GiB is usable")
-            + f"; {hint}")
+            f"{plan.non_torch / GIB:.1f} GiB outside the allocator) and {room}; {hint}")
     if engine.block_size > arch.max_seq_len:
         raise ValueError(f"engine.block_size: must be at most model.max_seq_len "
                          f"({arch.max_seq_len:,}), got {engine.block_size:,}")
@@ -196,8 +202,11 @@ def hardware_setup(config) -> HardwareSetup:
         blocks = plan.kv_blocks
     elif blocks > plan.kv_blocks:
         need = blocks * engine.block_size * plan.kv_bytes_per_token / GIB
-        share = (f"{hardware.gpu_memory_utilization:g} of what the weights and activations "
-                 f"leave" if of_free else "left after the weights and activations")
+        share = {"whole": "left after the weights and activations",
+                 "free": f"{hardware.gpu_memory_utilization:g} of what the weights and "
+                         f"activations leave",
+                 "static": f"left after the weights in {hardware.gpu_memory_utilization:g} "
+                           f"of the memory"}[rule]
         raise ValueError(f"engine.num_kv_blocks: {blocks:,} blocks need {need:.1f} GiB of KV "
                          f"cache per GPU; {gpu.id} at tp = {tp} has {plan.kv_bytes / GIB:.1f} "
                          f"GiB for it, {share} ({plan.kv_blocks:,} blocks: use \"auto\")")
@@ -209,8 +218,7 @@ def hardware_setup(config) -> HardwareSetup:
         raise ValueError(f"model.max_seq_len: {arch.name}'s {arch.max_seq_len:,} tokens are more "
                          f"than the KV cache holds on {gpu.id} at tp = {tp} ({tokens:,} tokens); "
                          f"set model.max_seq_len to at most {tokens:,} (as "
-                         f"{'trtllm-serve' if of_free else 'vLLM'}'s "
-                         f"{'--max_seq_len' if of_free else '--max-model-len'}) or {more}")
+                         f"{CONTEXT_FLAGS[hardware.framework]}) or {more}")
     measured = measured_ops(hardware, arch, gpu, tp, dtype, ep)
     if measured is None and hardware.activation_scheme != "static":
         say_once(f"note: hardware.activation_scheme = \"{hardware.activation_scheme}\" picks "
