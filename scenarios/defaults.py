@@ -128,8 +128,9 @@ HARDWARE_DEFAULTS = {
     # NVIDIA's ModelOpt FP8 checkpoints) or "dynamic" (computed at every GEMM)
     "activation_scheme": "static",
     "moe_backend": "auto",
-    # vLLM's default; under framework = "trtllm", free_gpu_memory_fraction's (a share of what
-    # the weights and activations leave); under "sglang", --mem-fraction-static's
+    # vLLM's default, read under framework = "trtllm" as its free_gpu_memory_fraction (a share
+    # of what the weights and activations leave; its default too) and under "sglang" as its
+    # --mem-fraction-static (whose own default depends on the GPU)
     "gpu_memory_utilization": 0.9,
     "step_overhead_s": 1.0e-3,  # the server's own time a step (an assumption: measure yours)
     "seq_overhead_s": 10e-6,  # and per sequence of the batch

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -269,7 +270,8 @@ def test_what_cannot_run_is_refused_in_one_line(tmp_path, edit, message):
     ("vllm", ("55.5 GiB for it, left after the weights and activations", "vLLM's --max-model-len")),
     ("trtllm", ("GiB for it, 0.9 of what the weights and activations leave",
                 "trtllm-serve's --max_seq_len")),
-    ("sglang", ("GiB for it, left after the weights in 0.9 of the memory",
+    ("sglang", ("GiB for it, left after the weights and the memory outside the allocator in 0.9 "
+                "of the memory",
                 "SGLang's --context-length"))])
 def test_the_kv_refusals_speak_of_the_frameworks_own_sizing(tmp_path, framework, words):
     base = scenarios.load(write(tmp_path)).base.updated({"hardware.framework": framework})
@@ -304,9 +306,26 @@ def test_under_sglang_a_model_that_does_not_fit_is_set_against_its_static_share(
     path = write(tmp_path, model="meta-llama/Llama-2-70b-hf", gpu="a100-80gb-sxm")
     with pytest.raises(ScenarioError) as info:
         check_scenario(scenarios.load(path, ['hardware.framework="sglang"']))
-    assert "80 GiB x gpu_memory_utilization 0.9 = 72.0 GiB holds the weights and the KV cache " \
-        "(SGLang's mem_fraction_static; the activations are beside it); the smallest tensor " \
-        "parallelism that fits is hardware.tp = 2" in str(info.value)
+    assert "outside the allocator) and 80 GiB x gpu_memory_utilization 0.9 = 72.0 GiB holds " \
+        "them and the KV cache (SGLang's mem_fraction_static; the activations are beside it); " \
+        "the smallest tensor parallelism that fits is hardware.tp = 2" in str(info.value)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"hardware.gpu_memory_utilization": 0.01, "engine.max_num_batched_tokens": 131072},
+     "no tensor parallelism up to 8 fits: use a larger hardware.gpu_memory_utilization, "),
+    ({"hardware.gpu_memory_utilization": 0.95, "engine.max_num_batched_tokens": 65536},
+     "hardware.gpu_memory_utilization: SGLang keeps a step's activations beside its "
+     "mem_fraction_static share, and "),
+    ({"hardware.framework": "tensorrt"}, "hardware.framework: must be one of vllm, trtllm, "
+                                         "sglang, got 'tensorrt'")])
+def test_sglangs_share_refuses_what_cannot_fit_beside_it(tmp_path, changes, message):
+    """Under SGLang a step's activations are beside the fraction: only a larger one lets the
+    weights fit, and a fraction that leaves them no room is refused; a framework servesim does
+    not know is one line too."""
+    config = scenarios.load(write(tmp_path)).base.updated({"hardware.framework": "sglang"})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        hardware_setup(config.updated(changes))
 
 
 def test_a_model_that_does_not_fit_names_the_smallest_tp_that_does(tmp_path):

@@ -11,9 +11,9 @@ The other frameworks read the fraction their own way (`MEMORY_RULES`). TensorRT-
 (`free_gpu_memory_fraction`, default 0.9) is of what the weights, the activations and the
 memory outside the allocator leave: its KV cache is that fraction of the memory less all of
 them (its `KvCacheCreator`, after a profiling run). SGLang's (`--mem-fraction-static`) is the
-share of the memory for the weights and the KV pool, the activations (and CUDA graphs) kept
-outside it: its KV cache is the fraction of the memory less the weights and the memory outside
-the allocator (`ModelRunner.profile_max_num_token`).
+share of the memory for the weights, the KV pool and the memory outside the allocator, a step's
+activations (and CUDA graphs) kept beside it: its KV cache is the fraction of the memory less
+the weights and the memory outside the allocator (`ModelRunner.profile_max_num_token`).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def memory_plan(arch: Architecture, memory_bytes: float, utilization: float, tp:
     """One GPU's plan (of one data-parallel rank: `max_tokens` and `max_seqs` are a rank's).
     `utilization` by `rule`: "whole", of the whole memory (vLLM's); "free", of what the
     weights, activations and memory outside the allocator leave (TensorRT-LLM's); "static", of
-    the whole memory for the weights and the KV cache, the activations beside it (SGLang's)."""
+    the whole memory for all but the activations, which are beside it (SGLang's)."""
     weights = arch.weight_bytes_per_gpu(tp, weight_bytes, ep, dp, expert_bytes)
     activations = activation_bytes(arch, tp, max_tokens, max_seqs, ep, dp)
     usable = memory_bytes * utilization

@@ -151,7 +151,11 @@ def hardware_setup(config) -> HardwareSetup:
     if config.model.config:
         say_checkpoint(config.model.config, dtype, hardware.activation_scheme)
     size, kv_size = DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype]
-    rule = MEMORY_RULES[hardware.framework]  # how it reads gpu_memory_utilization (memory.py)
+    rule = MEMORY_RULES.get(hardware.framework)  # how it reads gpu_memory_utilization
+    if rule is None:
+        raise ValueError(f"hardware.framework: must be one of {', '.join(MEMORY_RULES)}, got "
+                         f"{hardware.framework!r}")
+    static = rule == "static"  # SGLang's: the activations beside the fraction (memory.py)
 
     def plan_for(degree: int) -> MemoryPlan:
         return memory_plan(arch, gpu.memory_bytes, hardware.gpu_memory_utilization, degree,
@@ -170,7 +174,9 @@ def hardware_setup(config) -> HardwareSetup:
             options = ["a GPU with more memory"] + \
                 [f"a smaller dtype ({', '.join(smaller)})"] * bool(smaller) + \
                 ["fewer ranks"] * (dp > 1)
-            if plan.activations > plan.weights:  # a step's size, not the model, is too large
+            if static:  # the activations are beside the share: only a larger one helps
+                options = ["a larger hardware.gpu_memory_utilization"] + options
+            elif plan.activations > plan.weights:  # a step's size, not the model, is too large
                 options = ["a smaller engine.max_num_batched_tokens or engine.max_num_seqs "
                            "(the activations)"] + options[:1]
             hint = (f"no tensor parallelism{ranks} up to {8 // dp} fits: use "
@@ -186,14 +192,28 @@ def hardware_setup(config) -> HardwareSetup:
         share = f"{gpu.memory_gib:g} GiB x gpu_memory_utilization " \
             f"{hardware.gpu_memory_utilization:g} = " \
             f"{gpu.memory_bytes * hardware.gpu_memory_utilization / GIB:.1f} GiB"
-        room = {"whole": f"{share} is usable", "free": f"it has {gpu.memory_gib:g} GiB",
-                "static": f"{share} holds the weights and the KV cache (SGLang's "
-                          f"mem_fraction_static; the activations are beside it)"}[rule]
+        if static:
+            raise ValueError(
+                f"hardware: {arch.name} does not fit on {gpu.id} at tp = {tp} ({dtype}): it "
+                f"needs {(plan.weights + plan.non_torch) / GIB:.1f} GiB per GPU before any KV "
+                f"cache ({plan.weights / GIB:.1f} GiB of weights, {plan.non_torch / GIB:.1f} GiB "
+                f"outside the allocator) and {share} holds them and the KV cache (SGLang's "
+                f"mem_fraction_static; the activations are beside it); {hint}")
+        room = f"it has {gpu.memory_gib:g} GiB" if rule == "free" else f"{share} is usable"
         raise ValueError(
             f"hardware: {arch.name} does not fit on {gpu.id} at tp = {tp} ({dtype}): it needs "
             f"{plan.needed / GIB:.1f} GiB per GPU before any KV cache ({plan.weights / GIB:.1f} "
             f"GiB of weights, {plan.activations / GIB:.1f} GiB of activations, "
             f"{plan.non_torch / GIB:.1f} GiB outside the allocator) and {room}; {hint}")
+    if static and plan.usable > gpu.memory_bytes:
+        beside = gpu.memory_bytes * (1 - hardware.gpu_memory_utilization)
+        raise ValueError(
+            f"hardware.gpu_memory_utilization: SGLang keeps a step's activations beside its "
+            f"mem_fraction_static share, and {plan.activations / GIB:.1f} GiB of them (a step of "
+            f"engine.max_num_batched_tokens = {engine.max_num_batched_tokens:,}) do not fit in "
+            f"the {beside / GIB:.1f} GiB that {hardware.gpu_memory_utilization:g} of "
+            f"{gpu.memory_gib:g} GiB leaves: use a smaller gpu_memory_utilization or "
+            f"max_num_batched_tokens")
     if engine.block_size > arch.max_seq_len:
         raise ValueError(f"engine.block_size: must be at most model.max_seq_len "
                          f"({arch.max_seq_len:,}), got {engine.block_size:,}")
@@ -205,8 +225,8 @@ def hardware_setup(config) -> HardwareSetup:
         share = {"whole": "left after the weights and activations",
                  "free": f"{hardware.gpu_memory_utilization:g} of what the weights and "
                          f"activations leave",
-                 "static": f"left after the weights in {hardware.gpu_memory_utilization:g} "
-                           f"of the memory"}[rule]
+                 "static": f"left after the weights and the memory outside the allocator in "
+                           f"{hardware.gpu_memory_utilization:g} of the memory"}[rule]
         raise ValueError(f"engine.num_kv_blocks: {blocks:,} blocks need {need:.1f} GiB of KV "
                          f"cache per GPU; {gpu.id} at tp = {tp} has {plan.kv_bytes / GIB:.1f} "
                          f"GiB for it, {share} ({plan.kv_blocks:,} blocks: use \"auto\")")
