@@ -192,19 +192,17 @@ def hardware_setup(config) -> HardwareSetup:
         share = f"{gpu.memory_gib:g} GiB x gpu_memory_utilization " \
             f"{hardware.gpu_memory_utilization:g} = " \
             f"{gpu.memory_bytes * hardware.gpu_memory_utilization / GIB:.1f} GiB"
-        if static:
-            raise ValueError(
-                f"hardware: {arch.name} does not fit on {gpu.id} at tp = {tp} ({dtype}): it "
-                f"needs {(plan.weights + plan.non_torch) / GIB:.1f} GiB per GPU before any KV "
-                f"cache ({plan.weights / GIB:.1f} GiB of weights, {plan.non_torch / GIB:.1f} GiB "
-                f"outside the allocator) and {share} holds them and the KV cache (SGLang's "
-                f"mem_fraction_static; the activations are beside it); {hint}")
+        needed, activations = plan.needed, f"{plan.activations / GIB:.1f} GiB of activations, "
         room = f"it has {gpu.memory_gib:g} GiB" if rule == "free" else f"{share} is usable"
+        if static:  # the activations are beside the share, not in what it must hold
+            needed, activations = plan.weights + plan.non_torch, ""
+            room = (f"{share} holds them and the KV cache (SGLang's mem_fraction_static; the "
+                    f"activations are beside it)")
         raise ValueError(
             f"hardware: {arch.name} does not fit on {gpu.id} at tp = {tp} ({dtype}): it needs "
-            f"{plan.needed / GIB:.1f} GiB per GPU before any KV cache ({plan.weights / GIB:.1f} "
-            f"GiB of weights, {plan.activations / GIB:.1f} GiB of activations, "
-            f"{plan.non_torch / GIB:.1f} GiB outside the allocator) and {room}; {hint}")
+            f"{needed / GIB:.1f} GiB per GPU before any KV cache ({plan.weights / GIB:.1f} GiB of "
+            f"weights, {activations}{plan.non_torch / GIB:.1f} GiB outside the allocator) and "
+            f"{room}; {hint}")
     if static and plan.usable > gpu.memory_bytes:
         beside = gpu.memory_bytes * (1 - hardware.gpu_memory_utilization)
         raise ValueError(
