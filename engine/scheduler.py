@@ -10,7 +10,9 @@ Policies:
   over earlier steps continue (a prefill takes its KV blocks chunk by chunk, as in vLLM v1),
   then, unless a running sequence was preempted for a block (as in vLLM v1), waiting sequences
   are admitted while `max_num_seqs`, the KV blocks and the token budget allow (head-of-line:
-  admission stops at the first request that does not fit).
+  admission stops at the first request that does not fit). With `enable_mixed_chunk = False`
+  (SGLang's default) a step runs those prefills alone, with the whole budget, and the running
+  sequences decode only in a step that has none.
 - static: when idle, take up to `max_batch_size` waiting sequences, prefill them together and
   decode them in lockstep until all finish; finished slots stay empty (padding) until then. One
   whose KV is whole (swapped out, or transferred) decodes in the batch's first step.
@@ -192,6 +194,9 @@ class Scheduler(Admission, KvTransfers):
 
     def _schedule_continuous(self, plan: StepPlan) -> None:
         cfg = self.config
+        if not cfg.enable_mixed_chunk:
+            self._schedule_unmixed(plan)
+            return
         prefilling: list[Sequence] = []
         plan.decodes = self.reserve_decodes(plan, prefilling)
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size - len(plan.decodes)
@@ -207,19 +212,54 @@ class Scheduler(Admission, KvTransfers):
                 self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size,
                             decoders=True)
             return
-        for seq in prefilling:  # prefills split over earlier steps go on, in running order
+        budget = self._continue_prefills(plan, prefilling, budget)
+        if not plan.preempted or not (plan.decodes or plan.prefills):
+            self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
+
+    def _schedule_unmixed(self, plan: StepPlan) -> None:
+        """Without mixed chunks (SGLang's default): the prefills that can run in the free
+        blocks, those under way first, then the queue's, run alone, with the whole token
+        budget; only a step with none decodes the running sequences (where admission failed
+        with the whole budget and the blocks before any decode took one, it fails again while
+        they decode)."""
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens * cfg.data_parallel_size
+        prefilling = [seq for seq in self.running
+                      if seq.num_computed_tokens < seq.prompt_len + seq.num_output_tokens - 1]
+        budget = self._continue_prefills(plan, prefilling, budget, preempting=False)
+        self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
+        if not (plan.prefills or plan.decodes):  # a swapped-in sequence decodes as it joins
+            plan.decodes = self.reserve_decodes(plan, [])
+
+    def _continue_prefills(self, plan: StepPlan, prefilling: list, budget: int,
+                           preempting: bool = True) -> int:
+        """Plan the next chunk of each prefill split over earlier steps (`prefilling`, in
+        running order) while the budget lasts; returns the budget left. Not `preempting`
+        (prefills alone, without mixed chunks): a chunk takes only free blocks, cut to what
+        they hold, as SGLang cuts it; with none, the step goes on without it (the running
+        sequences then decode, preempting where they must, so prefills never starve them)."""
+        cfg = self.config
+        for seq in prefilling:
             if budget == 0:
                 break
             if seq.status is not _RUNNING:  # preempted for an earlier one's chunk
                 continue
             n = min(seq.num_tokens - seq.num_computed_tokens, budget, cfg.max_num_batched_tokens)
+            if not preempting:
+                bm = self.block_manager
+                n = min(n, (len(bm.block_tables[seq.seq_id]) + bm.num_free) * bm.block_size
+                        - seq.num_computed_tokens)
+                if n:
+                    bm.ensure_capacity(seq.seq_id, seq.num_computed_tokens + n)
+                    self._prefill(plan, seq, n)
+                    budget -= n
+                continue
             unplanned = self._reserve_chunk(plan, seq, n)
             if unplanned is None:  # it was the victim itself: no one is left behind it
                 break
             self._prefill(plan, seq, n)
             budget += unplanned - n
-        if not plan.preempted or not (plan.decodes or plan.prefills):
-            self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
+        return budget
 
     def _reserve_chunk(self, plan: StepPlan, seq: Sequence, n: int) -> int | None:
         """Room for the KV of the next `n` prompt tokens of a sequence whose prefill goes on

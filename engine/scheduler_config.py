@@ -1,7 +1,9 @@
 """The scheduler's knobs, validated once when the configuration is built.
 
 Names follow vLLM where vLLM has the same knob (`max_num_seqs`, `max_num_batched_tokens`,
-`chunked_prefill`); `max_batch_size` and `batch_timeout_s` belong to static batching only.
+`chunked_prefill`), TensorRT-LLM where only it has one (`capacity_scheduler_policy`,
+`batch_wait_*`), SGLang where only it has one (`enable_mixed_chunk`); `max_batch_size` and
+`batch_timeout_s` belong to static batching only.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class SchedulerConfig:
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
     capacity_scheduler_policy: str = "max_utilization"  # or "guaranteed_no_evict"
+    # A step runs running sequences' decodes beside prefill chunks (vLLM's and TensorRT-LLM's
+    # way); False: prefills run alone while any can run, the decodes wait (SGLang's default,
+    # without its --enable-mixed-chunk; continuous batching)
+    enable_mixed_chunk: bool = True
 
     @property
     def no_evict(self) -> bool:
@@ -60,9 +66,10 @@ class SchedulerConfig:
             raise ValueError(f"scheduler.capacity_scheduler_policy must be one of "
                              f"{', '.join(CAPACITY_POLICIES)}, got "
                              f"{self.capacity_scheduler_policy!r}")
-        if not isinstance(self.chunked_prefill, bool):
-            raise ValueError(f"scheduler.chunked_prefill must be true or false, "
-                             f"got {self.chunked_prefill!r}")
+        for name in ("chunked_prefill", "enable_mixed_chunk"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"scheduler.{name} must be true or false, "
+                                 f"got {getattr(self, name)!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_batch_size", "max_seq_len",
                      "data_parallel_size"):
             value = getattr(self, name)
@@ -82,6 +89,14 @@ class SchedulerConfig:
             raise ValueError("scheduler.batch_wait_timeout_iters: batch waiting is for one "
                              "rank; TensorRT-LLM does not hold prefills under attention data "
                              "parallelism (hardware.dp > 1), it balances the ranks otherwise")
+        if not self.enable_mixed_chunk and (iters or ratio):
+            raise ValueError("scheduler.batch_wait_timeout_iters: batch waiting holds prefills "
+                             "back for the decodes' steps; with enable_mixed_chunk = false "
+                             "prefills never share a step with decodes (set one of them back)")
+        if self.policy == "static" and not self.enable_mixed_chunk:
+            raise ValueError("scheduler.enable_mixed_chunk: static batching never mixes a "
+                             "batch's prefill with decodes; the key is for continuous batching "
+                             "(leave it true, or set policy = 'continuous')")
         if self.policy == "static" and (iters or ratio):
             raise ValueError("scheduler.batch_wait_timeout_iters: batch waiting holds prefills "
                              "under continuous batching; static batching waits by "

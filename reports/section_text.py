@@ -117,7 +117,7 @@ def kernels_text(derived: dict) -> str:
 
 def scheduler_text(sched) -> str:
     """The batching policy with the settings it reads, the queue order, and the capacity
-    policy where it is not the default."""
+    policy and the steps' mixing where they are not the defaults."""
     queue = ("priority queue (lowest priority value first)" if sched.queue == "priority"
              else "first-come-first-served queue")
     if sched.capacity_scheduler_policy == "guaranteed_no_evict":
@@ -129,7 +129,9 @@ def scheduler_text(sched) -> str:
         return (f"static batching of up to {sched.max_batch_size} requests{timeout}, each "
                 f"batch prefilled whole (max_num_batched_tokens does not apply); {queue}")
     chunked = "on" if sched.chunked_prefill else "off"
-    return f"continuous batching, chunked prefill {chunked}; {queue}"
+    unmixed = ("" if sched.enable_mixed_chunk else
+               ", prefills run alone (no decode in a step with a prefill, as SGLang's default)")
+    return f"continuous batching, chunked prefill {chunked}{unmixed}; {queue}"
 
 
 def slo_text(slo) -> str:

@@ -58,6 +58,9 @@ DEFAULTS = {
         # (vLLM's way), or "guaranteed_no_evict": admit only what the cache holds to every
         # admitted sequence's last token (TensorRT-LLM's default capacity policy)
         "capacity_scheduler_policy": _SCHED["capacity_scheduler_policy"],
+        # run decodes beside prefill chunks in a step (vLLM's and TensorRT-LLM's way), or
+        # false: prefills alone while any can run, the decodes waiting (SGLang's default)
+        "enable_mixed_chunk": _SCHED["enable_mixed_chunk"],
     },
     "cost": {
         "model": "profile",

@@ -199,6 +199,7 @@ SCENARIO = Table({
                         "batch_timeout_s": NON_NEGATIVE_NUMBER,
                         "preemption": choice(PREEMPTION_MODES),
                         "capacity_scheduler_policy": choice(CAPACITY_POLICIES),
+                        "enable_mixed_chunk": BOOL,
                         "batch_wait_timeout_iters": NON_NEGATIVE_INT,
                         "batch_wait_max_tokens_ratio": Spec("a number from 0 to 1",
                                                             lambda v: is_number(v)

@@ -57,8 +57,8 @@ def build_server(config: RunConfig, mode: str, streams: dict, cost=None, jitter_
     """The server of one engine of a resolved config: in simulate mode a `CostModelExecutor`
     (`cost`: instead of the config's cost model; `jitter_rng`: instead of the seed's "jitter"
     stream), else the real `NumpyExecutor`. `steady`: a simulation's scheduler counts its
-    steady decoders in bulk (`sim.fastpath.SteadyScheduler`; continuous batching only).
-    `params`: the real engine's weights, when already built."""
+    steady decoders in bulk (`sim.fastpath.SteadyScheduler`; continuous batching with mixed
+    chunks only). `params`: the real engine's weights, when already built."""
     hardware = hardware_of(config)
     model = None if hardware is not None else config.model
     simulated = mode == "simulate"
@@ -71,7 +71,8 @@ def build_server(config: RunConfig, mode: str, streams: dict, cost=None, jitter_
     cost = cost or build_cost(config, hardware)
     speed = speed_process(config.cost, cost, jitter_rng or streams["jitter"])
     executor = CostModelExecutor(cost, speed, scheduler.block_manager.block_size,
-                                 swap_block_s(config, cost))
+                                 swap_block_s(config, cost),
+                                 every_step_decodes=scheduler.config.enable_mixed_chunk)
     return Server(scheduler, executor, model)
 
 
@@ -79,8 +80,8 @@ def build_scheduler(config: RunConfig, max_seq_len: int, num_kv_blocks: int | No
                     prefix_caching: bool | None = None, steady: bool = False) -> Scheduler:
     """The engine's scheduler and block manager for a resolved config (`num_kv_blocks`: the
     derived count of an "auto" config; `prefix_caching`: instead of the config's
-    `engine.enable_prefix_caching`; `steady`: a `sim.fastpath.SteadyScheduler` under
-    continuous batching, for simulated sequences). With attention data-parallel ranks
+    `engine.enable_prefix_caching`; `steady`: a `sim.fastpath.SteadyScheduler` under continuous
+    batching with mixed chunks, for simulated sequences). With attention data-parallel ranks
     (`hardware.dp`) the blocks and the engine's limits are one rank's, pooled over the ranks."""
     engine = config.engine
     if prefix_caching is None:
@@ -91,7 +92,8 @@ def build_scheduler(config: RunConfig, max_seq_len: int, num_kv_blocks: int | No
     scheduler_config = config.scheduler.engine_config(engine, max_seq_len)
     if ranks > 1:
         scheduler_config = replace(scheduler_config, data_parallel_size=ranks)
-    kind = SteadyScheduler if steady and scheduler_config.policy == "continuous" else Scheduler
+    kind = SteadyScheduler if steady and scheduler_config.policy == "continuous" \
+        and scheduler_config.enable_mixed_chunk else Scheduler
     swap = SwapSpace(engine.swap_blocks) if engine.swap_blocks else None
     return kind(scheduler_config, block_manager, swap)
 

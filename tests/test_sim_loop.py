@@ -112,8 +112,10 @@ def _run_direct(cfg):
     sched = build_scheduler(cfg, cfg.model.max_seq_len)
     bm = sched.block_manager
     workload = build_workload(cfg.workload, np.random.default_rng(cfg.seed))
-    rec = run_loop(sched, CostModelExecutor(LinearCost(**{k: v for k, v in LINEAR.items()
-                                                          if k.endswith("_s")})),
+    cost = LinearCost(**{k: v for k, v in LINEAR.items() if k.endswith("_s")})
+    executor = CostModelExecutor(cost, block_size=bm.block_size,
+                                 every_step_decodes=sched.config.enable_mixed_chunk)
+    rec = run_loop(sched, executor,
                    RunRecorder(bm.num_blocks), sequence_factory(workload),
                    arrival_s=workload.arrival_s, closed_loop=workload.closed_loop,
                    num_requests=len(workload))
@@ -124,14 +126,16 @@ def _run_direct(cfg):
 @given(policy=st.sampled_from(["static", "continuous"]), queue=st.sampled_from(["fcfs", "priority"]),
        chunked=st.booleans(), blocks=st.integers(8, 64), seed=st.integers(0, 2**16),
        rate=st.sampled_from([2.0, 50.0, 1000.0]),
-       capacity=st.sampled_from(["max_utilization", "guaranteed_no_evict"]))
+       capacity=st.sampled_from(["max_utilization", "guaranteed_no_evict"]),
+       mixed=st.booleans())
 def test_every_request_ends_finished_or_rejected_and_every_block_comes_back(
-        policy, queue, chunked, blocks, seed, rate, capacity):
+        policy, queue, chunked, blocks, seed, rate, capacity, mixed):
     cfg = config(seed=seed, engine={"block_size": 4, "num_kv_blocks": blocks, "max_num_seqs": 8,
                                     "max_num_batched_tokens": 64},
                  scheduler={"policy": policy, "queue": queue,
                             "chunked_prefill": chunked and policy == "continuous",
-                            "max_batch_size": 4, "capacity_scheduler_policy": capacity},
+                            "max_batch_size": 4, "capacity_scheduler_policy": capacity,
+                            "enable_mixed_chunk": mixed or policy == "static"},
                  model=dict(BASE["model"], max_seq_len=160),
                  workload={"num_requests": 60, "arrival": {"process": "poisson", "rate": rate},
                            "prompt_tokens": {"dist": "uniform", "low": 1, "high": 150},

@@ -26,6 +26,9 @@ MORE_CASES = CASES | {
     "swap preemption, priority queue": ("[engine]\nnum_kv_blocks = 32\nswap_blocks = 12\n"
                                         "[scheduler]\npreemption = \"swap\"\n"
                                         "queue = \"priority\"\n" + LINEAR),
+    "swap preemption, prefills alone": ("[engine]\nnum_kv_blocks = 32\nswap_blocks = 40\n"
+                                        "[scheduler]\npreemption = \"swap\"\n"
+                                        "enable_mixed_chunk = false\n" + LINEAR),
     "one token a block": "[engine]\nnum_kv_blocks = 400\nblock_size = 1\n" + LINEAR,
     "no prefix caching": "[engine]\nnum_kv_blocks = 32\nenable_prefix_caching = false\n" + LINEAR,
     "guaranteed no evict, priority queue, chunked prefill": (
@@ -136,8 +139,10 @@ def test_steady_decoders_are_left_alone_until_their_counts_are_read():
 
 
 def test_bulk_counting_applies_only_where_every_step_decodes_every_running_sequence():
-    with pytest.raises(ValueError, match="under continuous batching only"):
+    with pytest.raises(ValueError, match="under continuous batching with mixed chunks only"):
         SteadyScheduler(SchedulerConfig(policy="static"), BlockManager(8, 4))
+    with pytest.raises(ValueError, match="a prefill's step decodes none"):
+        SteadyScheduler(SchedulerConfig(enable_mixed_chunk=False), BlockManager(8, 4))
     prefill_only = bulk_scheduler()
     prefill_only.prefill_only = True  # its sequences leave after their first token
     prefill_only.postprocess(prefill_only.schedule())

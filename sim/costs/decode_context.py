@@ -16,7 +16,8 @@ in from host memory (swap preemption) or admits them with their KV computed by a
 last token (known when they join: simulated sequences stop by length only), when a plan
 preempts them, or after their first token on a prefill-only engine. A run of decode-only
 plans (`engine.decode_run`) is predicted from the members' offsets (`offset`) and passed over
-with `skip`.
+with `skip`. Where a running sequence may sit out a step (a scheduler without mixed chunks runs
+prefills alone: `incremental=False`), every plan is counted directly instead.
 """
 
 from __future__ import annotations
@@ -29,10 +30,13 @@ from engine.sequence import SequenceStatus
 class DecodeContext:
     """Running sum and maximum of the context lengths (num_tokens) of the sequences a plan
     decodes; `max_context` is the maximum after the last `update` (0 without decodes) and
-    `blocks` the sum of the lengths in blocks of `block_size` tokens."""
+    `blocks` the sum of the lengths in blocks of `block_size` tokens. `incremental`: False
+    counts every plan directly (O(batch)), for schedulers whose running sequences may sit out
+    a step."""
 
-    def __init__(self, block_size: int = 16):
+    def __init__(self, block_size: int = 16, incremental: bool = True):
         self.block_size = block_size
+        self.incremental = incremental
         self._residues = [0] * block_size  # members by offset % block_size
         self.blocks = 0  # sum over members of ceil(context / block_size), at the last plan
         self._members: dict[int, tuple[int, int]] = {}  # seq_id -> (offset, last decode step)
@@ -47,9 +51,9 @@ class DecodeContext:
     def update(self, plan) -> int:
         """Advance to `plan` and return its decode context sum. Plans from one scheduler, in step
         order, cost O(changes); the first plan, or one that does not follow the previous, is
-        counted directly (O(batch))."""
+        counted directly (O(batch)), and so is every plan unless `incremental`."""
         k = plan.step
-        if self._step is None or k != self._step + 1:
+        if self._step is None or k != self._step + 1 or not self.incremental:
             self._restart(plan)
         else:
             self._step = k

@@ -3,11 +3,12 @@
 the scheduler only counts them).
 
 Its cost per step is O(number of prefill chunks), not O(batch): the decoding sequences' context
-sum and maximum are running totals (`DecodeContext`). A run of steps that repeat a decode-only
-step (`engine.decode_run`) is predicted in one vectorized pass (`execute_run`): the cost model's
-`step_time` gets a `StepShape` whose counts that change from step to step are arrays and
-evaluates the same expression, operation for operation, so every duration is the one `execute`
-would give, to the last bit.
+sum and maximum are running totals (`DecodeContext`), where every running sequence decodes in
+every step once its prefill is done (not so without mixed chunks: then O(batch)). A run of steps
+that repeat a decode-only step (`engine.decode_run`) is predicted in one vectorized pass
+(`execute_run`): the cost model's `step_time` gets a `StepShape` whose counts that change from step
+to step are arrays and evaluates the same expression, operation for operation, so every duration
+is the one `execute` would give, to the last bit.
 """
 
 from __future__ import annotations
@@ -43,12 +44,15 @@ class CostModelExecutor:
     idle time reported in between). `block_size` is the KV cache's: with it the keys decode
     attention gathers are counted (O(1) when the batch is gathered as one group, else O(batch)),
     for a cost model that depends on them. `swap_block_s`: the time to copy one KV block
-    between GPU and host memory; a step pays it for every block it swaps out or in."""
+    between GPU and host memory; a step pays it for every block it swaps out or in.
+    `every_step_decodes`: False where a running sequence may sit out a step (a scheduler
+    without mixed chunks runs prefills alone): the decode context is then counted afresh
+    each step (O(batch))."""
 
     samples_tokens = False  # its sequences stop by length alone
 
     def __init__(self, cost_model: CostModel, speed=None, block_size: int = 16,
-                 swap_block_s: float = 0.0):
+                 swap_block_s: float = 0.0, every_step_decodes: bool = True):
         check_cost_model(cost_model)
         self.cost_model = cost_model
         self.async_scheduling = cost_model.async_scheduling  # for the simulation loop
@@ -56,7 +60,7 @@ class CostModelExecutor:
         self.block_size = block_size
         self.swap_block_s = swap_block_s
         self._slot_bytes = slot_bytes(cost_model.model) if cost_model.counts_gathered else 0
-        self._context = DecodeContext(block_size)
+        self._context = DecodeContext(block_size, every_step_decodes)
         self._step_time = cost_model.step_time
         self._wake_cost = cost_model.wake_cost
         self._wake_s = 0.0

@@ -47,8 +47,9 @@ class SteadyScheduler(Scheduler):
 
     def __init__(self, config, block_manager, swap=None):
         super().__init__(config, block_manager, swap)
-        if config.policy != "continuous":
-            raise ValueError("steady decoders are counted in bulk under continuous batching only")
+        if config.policy != "continuous" or not config.enable_mixed_chunk:
+            raise ValueError("steady decoders are counted in bulk under continuous batching "
+                             "with mixed chunks only (without, a prefill's step decodes none)")
         self.block_size = block_manager.block_size
         self.position = self.running_key or attrgetter("admit_order")  # running order
         self.since: dict[int, int] = {}  # seq_id -> the step it is steady from (counts lag)

@@ -27,6 +27,9 @@ CASES = {
                                     "queue = \"priority\"\n" + LINEAR),
     "guaranteed no evict": ("[engine]\nnum_kv_blocks = 32\n[scheduler]\n"
                             "capacity_scheduler_policy = \"guaranteed_no_evict\"\n" + LINEAR),
+    "prefills alone, chunked, preemptions": (
+        "[engine]\nmax_num_batched_tokens = 64\nnum_kv_blocks = 32\n[scheduler]\n"
+        "chunked_prefill = true\nenable_mixed_chunk = false\n" + LINEAR),
     "fitted profile": "[engine]\nnum_kv_blocks = 80\n",
     "round costs, constant arrivals": ("[cost]\nmodel = \"linear\"\nstep_overhead_s = 0.25\n"
                                        "prefill_token_s = 0.0\ndecode_seq_s = 0.0\n"

@@ -1,0 +1,192 @@
+"""Steps without mixed chunks (`scheduler.enable_mixed_chunk = false`, SGLang's default): a step
+runs the prefills that can run, the chunks under way first, then the queue's, alone and with the
+whole token budget; the running sequences decode only in a step that has none. Under the
+default (vLLM's and TensorRT-LLM's way) the decodes run beside them. Fast-forwarded runs under it
+are the step-by-step run's (tests/test_decode_runs.py, `CASES` of tests/helpers/runs.py); on
+random servers every request ends and every block comes back (tests/test_sim_loop.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import scenarios
+from engine.block_manager import BlockManager
+from engine.executor import NumpyExecutor
+from engine.llm_engine import LLMEngine
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import GREEDY, Sequence
+from engine.sequences import make_request
+from helpers.runs import LINEAR
+from reports.section_text import scheduler_text
+from scenarios import ScenarioError
+from sim.build import build_scheduler
+from sim.fastpath import SteadyScheduler
+from sim.runner import run_config
+
+
+def scheduler(mixed: bool, blocks: int = 64, budget: int = 16, chunked: bool = True,
+              **config) -> Scheduler:
+    return Scheduler(SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=budget,
+                                     chunked_prefill=chunked, enable_mixed_chunk=mixed, **config),
+                     BlockManager(blocks, 4))
+
+
+def steps(s: Scheduler, arrivals: dict[int, Sequence], limit: int = 200) -> list[tuple]:
+    """Run `s`, adding `arrivals[k]` before step k; each step as (prefills as (id, tokens),
+    decoding ids)."""
+    out = []
+    for k in range(limit):
+        if k in arrivals:
+            assert s.add(arrivals[k])
+        if not s.has_unfinished() and k > max(arrivals):
+            return out
+        plan = s.schedule()
+        out.append((tuple((seq.request_id, n) for seq, n in plan.prefills),
+                    tuple(seq.request_id for seq in plan.decodes)))
+        s.postprocess(plan)
+    raise AssertionError("the run did not end")
+
+
+def test_a_step_with_a_prefill_decodes_nothing_and_decodes_resume_after_it():
+    arrivals = {0: Sequence("a", 8, 6), 2: Sequence("b", 8, 3)}
+    unmixed = steps(scheduler(False), dict(arrivals))
+    assert unmixed[:6] == [
+        ((("a", 8),), ()),  # a's prefill (its first token)
+        ((), ("a",)),
+        ((("b", 8),), ()),  # b arrives: its prefill runs alone, a waits a step
+        ((), ("a", "b")),
+        ((), ("a", "b")),
+        ((), ("a",)),  # b emitted its 3 tokens
+    ]
+    arrivals = {0: Sequence("a", 8, 6), 2: Sequence("b", 8, 3)}
+    mixed = steps(scheduler(True), arrivals)
+    assert mixed[2] == ((("b", 8),), ("a",))  # vLLM's way: a decodes beside it
+    assert len(unmixed) == len(mixed) + 1  # the step a waited
+
+
+def test_a_long_prompts_chunks_run_back_to_back_while_the_decodes_wait():
+    """The chunks under way are planned first, each step up to the whole budget (16)."""
+    arrivals = {0: Sequence("a", 4, 10), 2: Sequence("b", 40, 2)}
+    run = steps(scheduler(False), arrivals)
+    assert run[2:6] == [((("b", 16),), ()), ((("b", 16),), ()), ((("b", 8),), ()),
+                        ((), ("a", "b"))]
+    mixed = steps(scheduler(True), {0: Sequence("a", 4, 10), 2: Sequence("b", 40, 2)})
+    assert mixed[2:5] == [((("b", 15),), ("a",)), ((("b", 15),), ("a",)),
+                          ((("b", 10),), ("a",))]  # 16 less a's decode
+
+
+def test_without_chunked_prefill_a_prompt_longer_than_the_budget_never_runs_but_is_refused():
+    s = scheduler(False, chunked=False)
+    assert not s.add(Sequence("long", 20, 2))
+    assert "max_num_batched_tokens" in s.rejection_reason(Sequence("long", 20, 2))
+
+
+def test_running_sequences_decode_while_the_queue_head_does_not_fit():
+    """Admission fails for want of blocks: the step decodes, as a step with no prefill does,
+    and the queue's head runs once a finish frees blocks."""
+    s = scheduler(False, blocks=6, budget=16)  # 24 slots
+    run = steps(s, {0: Sequence("a", 12, 5), 1: Sequence("b", 16, 2)})
+    assert run[1] == ((), ("a",))  # b's 16 tokens need 4 blocks; a holds 3 of 6
+    prefill_of_b = next(i for i, (prefills, _) in enumerate(run) if prefills == (("b", 16),))
+    assert run[prefill_of_b][1] == () and run[prefill_of_b - 1] == ((), ("a",))
+    assert s.block_manager.num_used == 0 and s.num_preemptions == 0
+
+
+@pytest.mark.parametrize("blocks", [9, 12, 40])
+def test_greedy_tokens_are_the_same_whether_decodes_wait_or_not(tiny_config, tiny_params,
+                                                                 blocks):
+    """The real engine: when a token is computed may change, never what it is, under block
+    pressure (preemptions) or none."""
+    rng = np.random.default_rng(3)
+    lengths = [(1, 6), (17, 9), (5, 14), (29, 4), (9, 11), (3, 1), (12, 8)]
+    requests = [make_request(f"r{i}", rng.integers(0, tiny_config.vocab_size, size=p).tolist(),
+                             n, {"greedy": True}) for i, (p, n) in enumerate(lengths)]
+    outputs, preemptions = {}, {}
+    for mixed in (True, False):
+        bm = BlockManager(blocks, 4)
+        s = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=8,
+                                      chunked_prefill=True, enable_mixed_chunk=mixed,
+                                      max_seq_len=256), bm)
+        seqs = [Sequence(r["request_id"], len(r["prompt_token_ids"]), r["max_new_tokens"],
+                         prompt_token_ids=r["prompt_token_ids"], sampling=GREEDY)
+                for r in requests]
+        engine = LLMEngine(s, NumpyExecutor(tiny_params, bm, rng=np.random.default_rng(0)))
+        for seq in seqs:
+            assert s.add(seq)
+        mixed_steps = 0
+        while engine.has_unfinished():
+            plan = engine.step().plan
+            mixed_steps += bool(plan.prefills and plan.decodes)
+        assert bm.num_used == 0
+        assert (mixed_steps > 0) == mixed
+        outputs[mixed] = [seq.output_token_ids for seq in seqs]
+        preemptions[mixed] = s.num_preemptions
+    assert outputs[True] == outputs[False]
+    if blocks == 9:  # meant to preempt, either way
+        assert preemptions[True] > 0 and preemptions[False] > 0
+    if blocks == 40:
+        assert preemptions[True] == preemptions[False] == 0
+
+
+WORKLOAD = """
+[workload]
+num_requests = 80
+arrival = { process = "poisson", rate = 30.0 }
+prompt_tokens = { dist = "uniform", low = 20, high = 200 }
+output_tokens = { dist = "uniform", low = 20, high = 120 }
+"""
+
+
+def load(tmp_path, scheduler_keys: str, name: str = "case.toml"):
+    path = tmp_path / name
+    path.write_text("[engine]\nmax_num_batched_tokens = 128\nnum_kv_blocks = 400\n"
+                    f"[scheduler]\nchunked_prefill = true\n{scheduler_keys}\n"
+                    + LINEAR + WORKLOAD)
+    return scenarios.load(path).base
+
+
+def test_a_simulation_without_mixed_chunks_stalls_decodes_and_speeds_prefills(tmp_path):
+    """Against the same server with mixed chunks: every step has prefills or decodes, never
+    both; the longest gap between two tokens of a request grows (a decode waits for the
+    prefills), and a request's first token comes no later on average (its prefill's step
+    carries no decode)."""
+    runs = {mixed: run_config(load(tmp_path, f"enable_mixed_chunk = {str(mixed).lower()}"))
+            for mixed in (True, False)}
+    for mixed, rec in runs.items():
+        cols = rec.step_columns()
+        prefills, decodes = (np.asarray(cols[name]) > 0
+                             for name in ("num_prefill_seqs", "num_decode_seqs"))
+        assert (prefills & decodes).any() == mixed
+        assert set(rec.statuses) == {"finished"}
+    ttft = {mixed: np.mean(np.asarray(rec.request_columns()["first_token_s"])
+                           - np.asarray(rec.request_columns()["arrival_s"]))
+            for mixed, rec in runs.items()}
+    assert ttft[False] < ttft[True]
+    assert max(runs[False].itl_gaps) > max(runs[True].itl_gaps)
+
+
+def test_the_simulator_counts_decodes_step_by_step_without_mixed_chunks(tmp_path):
+    """Steady decoders are counted in bulk only where every step decodes them."""
+    config = load(tmp_path, "enable_mixed_chunk = false")
+    assert type(build_scheduler(config, 256, steady=True)) is Scheduler
+    assert type(build_scheduler(load(tmp_path, "", "mixed.toml"), 256,
+                                steady=True)) is SteadyScheduler
+
+
+@pytest.mark.parametrize("keys, words", [
+    ("enable_mixed_chunk = 1", "scheduler.enable_mixed_chunk"),
+    ('enable_mixed_chunk = false\npolicy = "static"', "static batching never mixes"),
+    ("enable_mixed_chunk = false\nbatch_wait_timeout_iters = 4\n"
+     "batch_wait_max_tokens_ratio = 0.5", "never share a step with decodes"),
+])
+def test_a_wrong_or_contradicting_setting_is_refused_in_one_line(tmp_path, keys, words):
+    with pytest.raises(ScenarioError, match=words) as info:
+        load(tmp_path, keys)
+    assert "\n" not in str(info.value)
+
+
+def test_the_report_says_that_prefills_run_alone(tmp_path):
+    assert "prefills run alone" in scheduler_text(load(tmp_path, "enable_mixed_chunk = false")
+                                                  .scheduler)
+    assert "alone" not in scheduler_text(load(tmp_path, "", "mixed.toml").scheduler)
