@@ -12,7 +12,8 @@ Policies:
   are admitted while `max_num_seqs`, the KV blocks and the token budget allow (head-of-line:
   admission stops at the first request that does not fit). With `enable_mixed_chunk = False`
   (SGLang's default) a step runs those prefills alone, with the whole budget, and the running
-  sequences decode only in a step that has none.
+  sequences decode only in a step that has none. A continuous step's composition is mixed in
+  from `continuous_step.py` (`ContinuousSteps`).
 - static: when idle, take up to `max_batch_size` waiting sequences, prefill them together and
   decode them in lockstep until all finish; finished slots stay empty (padding) until then. One
   whose KV is whole (swapped out, or transferred) decodes in the batch's first step.
@@ -21,7 +22,8 @@ Under the guaranteed-no-evict capacity policy (`capacity_scheduler_policy`, Tens
 default), either policy admits a request only where the free blocks hold, beside what every
 admitted sequence is still owed to its last token, all the blocks promised to it
 (`kv_reservation.PromisedBlocks`): none is ever preempted, and fewer run at once. Admission is
-mixed in from `admission.py` (`Admission`).
+mixed in from `admission.py` (`Admission`), the finished step's results from `step_results.py`
+(`StepResults`).
 
 The running list is kept in victim order (fcfs: admission order; priority: best priority first,
 then earlier arrival), so a running sequence that needs a KV block when none is free preempts
@@ -58,8 +60,9 @@ from __future__ import annotations
 from itertools import chain
 
 from .admission import Admission
-from .batch_wait import BatchWait, hold_prefills
+from .batch_wait import BatchWait
 from .block_manager import BlockManager
+from .continuous_step import ContinuousSteps
 from .disaggregation import KvInFlight, KvTransfers
 from .kv_reservation import admit_sequence, has_free_capacity, peak_blocks, preempt_sequence, \
     promised_blocks, reserve_decode_blocks
@@ -68,6 +71,7 @@ from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
 from .sequence import Sequence, SequenceStatus
 from .step_plan import StepPlan
+from .step_results import StepResults
 from .swap import SwapSpace
 
 __all__ = ["POLICIES", "SchedulerConfig", "StepPlan", "Scheduler", "has_free_capacity",
@@ -79,7 +83,7 @@ _RUNNING = SequenceStatus.RUNNING
 # --- the policy ----------------------------------------------------------------------------------
 
 
-class Scheduler(Admission, KvTransfers):
+class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
     """Waiting queue, running list and block manager, advanced one step at a time."""
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
@@ -192,110 +196,6 @@ class Scheduler(Admission, KvTransfers):
             plan.kv_blocks_cached = self.block_manager.num_cached
         return plan
 
-    def _schedule_continuous(self, plan: StepPlan) -> None:
-        cfg = self.config
-        if not cfg.enable_mixed_chunk:
-            self._schedule_unmixed(plan)
-            return
-        prefilling: list[Sequence] = []
-        plan.decodes = self.reserve_decodes(plan, prefilling)
-        budget = cfg.max_num_batched_tokens * cfg.data_parallel_size - len(plan.decodes)
-        # a step that preempted admits no waiting sequence (vLLM: the blocks just freed are
-        # the victims' to win back, not a newcomer's), unless it would run nothing: vLLM would
-        # run that step of no tokens, then admit in the next; here the two are one (blocks held
-        # outside the running list, KV coming in or come in under disaggregation, can leave a
-        # preempting step with nothing to run)
-        if cfg.batch_wait_timeout_iters and hold_prefills(self, plan.decodes, prefilling, budget,
-                                                          admitting=not plan.preempted):
-            if not plan.preempted or not (plan.decodes or prefilling):
-                # those whose KV is computed still join, to decode
-                self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size,
-                            decoders=True)
-            return
-        budget = self._continue_prefills(plan, prefilling, budget)
-        if not plan.preempted or not (plan.decodes or plan.prefills):
-            self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
-
-    def _schedule_unmixed(self, plan: StepPlan) -> None:
-        """Without mixed chunks (SGLang's default): the prefills that can run in the free
-        blocks, those under way first, then the queue's, run alone, with the whole token
-        budget; only a step with none decodes the running sequences (where admission failed
-        with the whole budget and the blocks before any decode took one, it fails again while
-        they decode)."""
-        cfg = self.config
-        budget = cfg.max_num_batched_tokens * cfg.data_parallel_size
-        prefilling = [seq for seq in self.running
-                      if seq.num_computed_tokens < seq.prompt_len + seq.num_output_tokens - 1]
-        budget = self._continue_prefills(plan, prefilling, budget, preempting=False)
-        self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
-        if not (plan.prefills or plan.decodes):  # a swapped-in sequence decodes as it joins
-            plan.decodes = self.reserve_decodes(plan, [])
-
-    def _continue_prefills(self, plan: StepPlan, prefilling: list, budget: int,
-                           preempting: bool = True) -> int:
-        """Plan the next chunk of each prefill split over earlier steps (`prefilling`, in
-        running order) while the budget lasts; returns the budget left. Not `preempting`
-        (prefills alone, without mixed chunks): a chunk takes only free blocks, cut to what
-        they hold, as SGLang cuts it; with none, the step goes on without it (the running
-        sequences then decode, preempting where they must, so prefills never starve them)."""
-        cfg = self.config
-        for seq in prefilling:
-            if budget == 0:
-                break
-            if seq.status is not _RUNNING:  # preempted for an earlier one's chunk
-                continue
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget, cfg.max_num_batched_tokens)
-            if not preempting:
-                bm = self.block_manager
-                n = min(n, (len(bm.block_tables[seq.seq_id]) + bm.num_free) * bm.block_size
-                        - seq.num_computed_tokens)
-                if n:
-                    bm.ensure_capacity(seq.seq_id, seq.num_computed_tokens + n)
-                    self._prefill(plan, seq, n)
-                    budget -= n
-                continue
-            unplanned = self._reserve_chunk(plan, seq, n)
-            if unplanned is None:  # it was the victim itself: no one is left behind it
-                break
-            self._prefill(plan, seq, n)
-            budget += unplanned - n
-        return budget
-
-    def _reserve_chunk(self, plan: StepPlan, seq: Sequence, n: int) -> int | None:
-        """Room for the KV of the next `n` prompt tokens of a sequence whose prefill goes on
-        (a prefill's blocks are taken chunk by chunk, as vLLM v1 allocates them): while too few
-        are free, the last running sequence is preempted, the sequence itself last. Returns the
-        decodes planned in this step that were preempted (their budget is given back); None
-        when the sequence itself was."""
-        bm, unplanned = self.block_manager, 0
-        need = bm.blocks_to_hold(seq.seq_id, seq.num_computed_tokens + n)
-        while need > bm.num_free:
-            victim = self.running[-1]
-            self.preempt_last(plan)
-            if victim is seq:
-                return None
-            if plan.decodes and plan.decodes[-1] is victim:  # decodes are in running order
-                self.unplan_last_decode(plan)
-                unplanned += 1
-        bm.ensure_capacity(seq.seq_id, seq.num_computed_tokens + n)
-        return unplanned
-
-    def unplan_last_decode(self, plan: StepPlan) -> None:
-        """The last decode planned in this step was preempted (for a prefill's chunk): it does
-        not run."""
-        plan.decodes.pop()
-
-    def _prefill(self, plan: StepPlan, seq: Sequence, n: int) -> None:
-        """Plan `n` prompt tokens of the sequence in this step. With prefix caching, the blocks
-        they fill are registered now, as vLLM registers them when it schedules them: a sequence
-        admitted later in this step finds them (the step writes every layer's keys and values
-        before any attention reads them)."""
-        plan.prefills.append((seq, n))
-        if self._caching:
-            bs, computed = self.block_manager.block_size, seq.num_computed_tokens
-            if (computed + n) // bs > computed // bs:
-                self.cache_blocks(seq, computed // bs, (computed + n) // bs)
-
     def forget_planned(self, plan: StepPlan) -> None:
         """The step planned as `plan` failed before it ran (its executor raised): the blocks
         its prefills were to fill, registered when planned (`_prefill`), hold no KV, so no
@@ -307,13 +207,6 @@ class Scheduler(Admission, KvTransfers):
         for seq, n in plan.prefills:
             table, computed = bm.block_tables.get(seq.seq_id, ()), seq.num_computed_tokens
             bm.uncache(table[computed // bs:(computed + n) // bs])
-
-    def reserve_decodes(self, plan: StepPlan, prefilling: list) -> list[Sequence]:
-        """The running sequences that decode in the step being planned, in running order, each
-        given room for its next KV row (a sequence in need preempts from the back of the
-        running list, `preempt_last`); those still prefilling are appended to `prefilling`."""
-        return reserve_decode_blocks(self.running, self.block_manager,
-                                     lambda: self.preempt_last(plan), prefilling)
 
     def _schedule_static(self, plan: StepPlan, now_s: float) -> None:
         if self.running:  # lockstep decode of the batch in flight
@@ -335,19 +228,6 @@ class Scheduler(Admission, KvTransfers):
                 return
         self._admit(plan, None, cfg.max_batch_size)
         self._batch_slots = len(self.running)
-
-    def _cache_filled(self, plan: StepPlan) -> None:
-        """Register every block this step's decodes filled (prefix caching), before any holder
-        lets go (a prefill's were registered when it was planned, `_prefill`)."""
-        for seq, block in self.decode_fills(plan):
-            self.cache_blocks(seq, block, block + 1)
-
-    def decode_fills(self, plan: StepPlan):
-        """(sequence, block index) of every block the step's decodes filled, in plan order
-        (after `apply_decodes`)."""
-        bs = self.block_manager.block_size
-        return [(seq, seq.num_computed_tokens // bs - 1) for seq in plan.decodes
-                if not seq.num_computed_tokens % bs]
 
     def cache_blocks(self, seq: Sequence, first: int, last: int) -> None:
         """Register the sequence's filled blocks first .. last - 1 whose hashes are known, but
@@ -378,74 +258,3 @@ class Scheduler(Admission, KvTransfers):
         plan.swap_out += preempt_sequence(seq, self.block_manager, self.waiting, self.swap)
         plan.preempted.append(seq)
         self.num_preemptions += 1
-
-    # --- after the step --------------------------------------------------------------------------
-
-    def postprocess(self, plan: StepPlan, tokens: dict[int, int] | None = None) -> list[Sequence]:
-        """Apply a finished step: advance computed tokens, append sampled tokens (`tokens` maps
-        seq_id to token id; None in simulation), retire finished sequences. Returns them."""
-        finished = []
-        for seq, n in plan.prefills:
-            seq.num_computed_tokens += n
-            if seq.num_computed_tokens == seq.num_tokens:
-                if self.emit(plan, seq, None if tokens is None else tokens[seq.seq_id]):
-                    finished.append(seq)
-        self.apply_decodes(plan, tokens, finished)
-        if self._caching:
-            self._cache_filled(plan)
-        if finished:
-            self.retire(finished, plan.step)
-        if self.prefill_only:
-            self._hand_off(plan)
-        return finished
-
-    def apply_decodes(self, plan: StepPlan, tokens, finished: list) -> None:
-        """Count the step's decodes, one token each (`tokens`: seq_id -> sampled id, None in
-        simulation); append the finished ones to `finished`. The hot loop of a simulation:
-        `emit`'s common case (a token right after the previous step's), inlined."""
-        step, previous_step, consecutive = plan.step, plan.step - 1, 0
-        for seq in plan.decodes:
-            seq.num_computed_tokens += 1
-            token = None if tokens is None else tokens[seq.seq_id]
-            if seq.last_token_step != previous_step:
-                if self.emit(plan, seq, token):
-                    finished.append(seq)
-                continue
-            consecutive += 1
-            seq.last_token_step = step
-            seq.num_output_tokens += 1
-            if token is not None:
-                seq.output_token_ids.append(token)
-            elif seq.num_output_tokens < seq.max_new_tokens:
-                continue
-            if seq.should_stop(token):
-                finished.append(seq)
-        plan.itl_consecutive += consecutive
-
-    def retire(self, finished: list[Sequence], step: int) -> None:
-        """Sequences that emitted their last token in `step`: free their blocks, mark them
-        finished and drop them from the running list."""
-        bm = self.block_manager
-        for seq in finished:
-            bm.free_sequence(seq.seq_id)
-            seq.finish_step = step
-            seq.set_status(SequenceStatus.FINISHED)
-        if len(finished) <= 8:  # a scan in C for each beats rebuilding a long list
-            for seq in finished:
-                self.running.remove(seq)
-        else:
-            self.running = [s for s in self.running if s.status is _RUNNING]
-
-    @staticmethod
-    def emit(plan: StepPlan, seq: Sequence, token: int | None) -> bool:
-        """Record one sampled token and where its inter-token gap starts; True when done."""
-        step, previous = plan.step, seq.last_token_step
-        if previous is None:
-            seq.first_token_step = step
-        elif previous == step - 1:
-            plan.itl_consecutive += 1
-        else:  # resumed after a preemption
-            plan.itl_from_steps.append(previous)
-        seq.last_token_step = step
-        seq.append_token(token)
-        return seq.should_stop(token)
