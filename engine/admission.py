@@ -20,6 +20,7 @@ import bisect
 from itertools import chain
 
 from .block_manager import blocks_needed
+from .continuous_step import unmixed_cut
 from .kv_reservation import RESUMING, PromisedBlocks, admit_sequence, has_free_capacity
 from .prefix_cache import block_hashes
 from .sequence import Sequence, SequenceStatus
@@ -32,15 +33,17 @@ class Admission:
     """The scheduler's admission (a mixin of `Scheduler`)."""
 
     def _admit(self, plan: StepPlan, budget: int | None, max_running: int,
-               decoders: bool = False) -> None:
+               decoders: bool = False, prefills: bool = False) -> None:
         """Admit waiting sequences in queue order while slots, KV blocks and budget allow, and
         under guaranteed no evict the room for the blocks promised to them (`promised`).
         budget None: no token budget (static batching prefills its whole batch at once).
         `decoders`: only those whose KV is computed but for the last token (they decode), up to
-        the first that would prefill (batch waiting holds those)."""
+        the first that would prefill (batch waiting holds those). `prefills`: only those that
+        prefill, up to the first that would decode or whose KV is at the engine that prefilled
+        it (without mixed chunks those wait for a step of decodes)."""
         bm, waiting, landed = self.block_manager, self.waiting, self.kv.landed
         promised = self.promised()  # None unless guaranteed_no_evict
-        while landed and len(self.running) < max_running and budget != 0:
+        while not prefills and landed and len(self.running) < max_running and budget != 0:
             n = self._swap_in(plan, landed[0], budget)
             if not n:
                 break
@@ -49,9 +52,10 @@ class Admission:
                 budget -= n
         while waiting and len(self.running) < max_running and budget != 0:
             seq = waiting.peek()
-            if decoders and not (seq.status in RESUMING
-                                 and seq.num_tokens - seq.num_computed_tokens == 1):
-                break
+            if decoders or prefills:
+                whole = seq.status in RESUMING and seq.num_tokens - seq.num_computed_tokens == 1
+                if whole != decoders or (prefills and seq.seq_id in self.kv.remote):
+                    break
             if seq.seq_id in self.kv.remote:  # its KV is at the engine that prefilled it
                 if not self._reserve_remote(plan, seq, promised):
                     break
@@ -145,7 +149,7 @@ class Admission:
         # Prompts longer than the budget were rejected unless chunked prefill is on; a
         # recomputation longer than the whole budget is always split, or it could never run.
         if cfg.chunked_prefill or n_tokens > cfg.max_num_batched_tokens:
-            return budget
+            return budget if cfg.enable_mixed_chunk else unmixed_cut(n_tokens, budget)
         return 0
 
     def _insert_running(self, seq: Sequence) -> None:

@@ -23,6 +23,14 @@ from .step_plan import StepPlan
 _RUNNING = SequenceStatus.RUNNING
 
 
+def unmixed_cut(left: int, n: int) -> int:
+    """The tokens of a prefill with `left` to compute that a chunk of at most `n` takes without
+    mixed chunks: never all but one, which would be left to a decode (as a mixed step computes
+    it) and so wait for a step without prefills; SGLang goes on with its chunked request's
+    last token as a prefill."""
+    return n - 1 if n and left - n == 1 else n
+
+
 class ContinuousSteps:
     """The continuous-batching step's composition (a mixin of `Scheduler`)."""
 
@@ -53,17 +61,23 @@ class ContinuousSteps:
     def _schedule_unmixed(self, plan: StepPlan) -> None:
         """Without mixed chunks (SGLang's default): the prefills that can run in the free
         blocks, those under way first, then the queue's, run alone, with the whole token
-        budget; only a step with none decodes the running sequences (where admission failed
-        with the whole budget and the blocks before any decode took one, it fails again while
-        they decode)."""
+        budget; only a step with none decodes the running sequences, and readmits those whose
+        KV is computed but for the last token, to decode too (where admission of a prefill
+        failed with the whole budget and the blocks before any decode took one, it fails
+        again while they decode)."""
         cfg = self.config
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size
         prefilling = [seq for seq in self.running
                       if seq.num_computed_tokens < seq.prompt_len + seq.num_output_tokens - 1]
+        max_running = cfg.max_num_seqs * cfg.data_parallel_size
         budget = self._continue_prefills(plan, prefilling, budget, preempting=False)
-        self._admit(plan, budget, cfg.max_num_seqs * cfg.data_parallel_size)
-        if not (plan.prefills or plan.decodes):  # a swapped-in sequence decodes as it joins
-            plan.decodes = self.reserve_decodes(plan, [])
+        self._admit(plan, budget, max_running, prefills=True)
+        if plan.prefills:
+            return
+        plan.decodes = self.reserve_decodes(plan, [])
+        if not plan.preempted or not plan.decodes:  # as a mixed step's admission
+            # those whose KV is computed but for the last token (swapped out, transferred)
+            self._admit(plan, budget - len(plan.decodes), max_running, decoders=True)
 
     def _continue_prefills(self, plan: StepPlan, prefilling: list, budget: int,
                            preempting: bool = True) -> int:
@@ -71,7 +85,8 @@ class ContinuousSteps:
         running order) while the budget lasts; returns the budget left. Not `preempting`
         (prefills alone, without mixed chunks): a chunk takes only free blocks, cut to what
         they hold, as SGLang cuts it; with none, the step goes on without it (the running
-        sequences then decode, preempting where they must, so prefills never starve them)."""
+        sequences then decode, preempting where they must, so prefills never starve them),
+        never one token short of the whole (`unmixed_cut`)."""
         cfg = self.config
         for seq in prefilling:
             if budget == 0:
@@ -81,8 +96,9 @@ class ContinuousSteps:
             n = min(seq.num_tokens - seq.num_computed_tokens, budget, cfg.max_num_batched_tokens)
             if not preempting:
                 bm = self.block_manager
-                n = min(n, (len(bm.block_tables[seq.seq_id]) + bm.num_free) * bm.block_size
-                        - seq.num_computed_tokens)
+                n = unmixed_cut(seq.num_tokens - seq.num_computed_tokens, min(
+                    n, (len(bm.block_tables[seq.seq_id]) + bm.num_free) * bm.block_size
+                    - seq.num_computed_tokens))
                 if n:
                     bm.ensure_capacity(seq.seq_id, seq.num_computed_tokens + n)
                     self._prefill(plan, seq, n)

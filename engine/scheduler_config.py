@@ -90,9 +90,11 @@ class SchedulerConfig:
                              "rank; TensorRT-LLM does not hold prefills under attention data "
                              "parallelism (hardware.dp > 1), it balances the ranks otherwise")
         if not self.enable_mixed_chunk and (iters or ratio):
-            raise ValueError("scheduler.batch_wait_timeout_iters: batch waiting holds prefills "
-                             "back for the decodes' steps; with enable_mixed_chunk = false "
-                             "prefills never share a step with decodes (set one of them back)")
+            key = "batch_wait_timeout_iters" if iters else "batch_wait_max_tokens_ratio"
+            raise ValueError(f"scheduler.{key}: batch waiting holds prefills back for the "
+                             f"decodes' steps; with enable_mixed_chunk = false prefills never "
+                             f"share a step with decodes (set enable_mixed_chunk = true, or "
+                             f"batch_wait_timeout_iters = 0 and batch_wait_max_tokens_ratio = 0)")
         if self.policy == "static" and not self.enable_mixed_chunk:
             raise ValueError("scheduler.enable_mixed_chunk: static batching never mixes a "
                              "batch's prefill with decodes; the key is for continuous batching "

@@ -353,6 +353,11 @@ def test_simulation_without_token_ids_counts_tokens(fake_executor):
 
 
 def test_config_rejects_bad_values_naming_the_field():
+    with pytest.raises(ValueError, match="scheduler.enable_mixed_chunk must be true or false"):
+        SchedulerConfig(enable_mixed_chunk="no")
+    with pytest.raises(ValueError, match="scheduler.batch_wait_max_tokens_ratio: .*set "
+                                         "enable_mixed_chunk = true, or"):
+        SchedulerConfig(enable_mixed_chunk=False, batch_wait_max_tokens_ratio=0.5)
     with pytest.raises(ValueError, match="scheduler.policy"):
         SchedulerConfig(policy="round-robin")
     with pytest.raises(ValueError, match="scheduler.queue"):

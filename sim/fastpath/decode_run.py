@@ -125,6 +125,10 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
         if seq.num_computed_tokens + n != seq.num_tokens:
             return None  # a chunk of a longer prefill (or one stopping a token short)
     config = scheduler.config
+    if not config.enable_mixed_chunk and (plan.swapped_in or plan.kv_requested):
+        # without mixed chunks a step of decodes readmits those whose KV is whole, up to the
+        # first that would prefill, which the next step tries first
+        return None
     if scheduler.waiting and scheduler.block_manager.prefix_caching and \
             not config.chunked_prefill and \
             scheduler.waiting.peek().num_tokens > config.max_num_batched_tokens:
