@@ -39,8 +39,8 @@ class Admission:
         budget None: no token budget (static batching prefills its whole batch at once).
         `decoders`: only those whose KV is computed but for the last token (they decode), up to
         the first that would prefill (batch waiting holds those). `prefills`: only those that
-        prefill, up to the first that would decode or whose KV is at the engine that prefilled
-        it (without mixed chunks those wait for a step of decodes)."""
+        prefill, up to the first that would decode (without mixed chunks those wait for a
+        step of decodes)."""
         bm, waiting, landed = self.block_manager, self.waiting, self.kv.landed
         promised = self.promised()  # None unless guaranteed_no_evict
         while not prefills and landed and len(self.running) < max_running and budget != 0:
@@ -52,10 +52,9 @@ class Admission:
                 budget -= n
         while waiting and len(self.running) < max_running and budget != 0:
             seq = waiting.peek()
-            if decoders or prefills:
-                whole = seq.status in RESUMING and seq.num_tokens - seq.num_computed_tokens == 1
-                if whole != decoders or (prefills and seq.seq_id in self.kv.remote):
-                    break
+            if (decoders or prefills) and decoders != (
+                    seq.status in RESUMING and seq.num_tokens - seq.num_computed_tokens == 1):
+                break  # (one whose KV is at the engine that prefilled it is such a one)
             if seq.seq_id in self.kv.remote:  # its KV is at the engine that prefilled it
                 if not self._reserve_remote(plan, seq, promised):
                     break
@@ -149,7 +148,8 @@ class Admission:
         # Prompts longer than the budget were rejected unless chunked prefill is on; a
         # recomputation longer than the whole budget is always split, or it could never run.
         if cfg.chunked_prefill or n_tokens > cfg.max_num_batched_tokens:
-            return budget if cfg.enable_mixed_chunk else unmixed_cut(n_tokens, budget)
+            return budget if cfg.enable_mixed_chunk else \
+                unmixed_cut(n_tokens, budget, budget >= cfg.max_num_batched_tokens)
         return 0
 
     def _insert_running(self, seq: Sequence) -> None:

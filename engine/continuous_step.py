@@ -23,12 +23,13 @@ from .step_plan import StepPlan
 _RUNNING = SequenceStatus.RUNNING
 
 
-def unmixed_cut(left: int, n: int) -> int:
+def unmixed_cut(left: int, n: int, whole_budget: bool) -> int:
     """The tokens of a prefill with `left` to compute that a chunk of at most `n` takes without
     mixed chunks: never all but one, which would be left to a decode (as a mixed step computes
-    it) and so wait for a step without prefills; SGLang goes on with its chunked request's
-    last token as a prefill."""
-    return n - 1 if n and left - n == 1 else n
+    it) and so wait for a step without prefills (SGLang goes on with its chunked request's
+    last token as a prefill); 0 (wait for the next step) where that leaves nothing, unless `n`
+    is a whole step's budget of one token."""
+    return n - 1 if left - n == 1 and (n > 1 or not whole_budget) else n
 
 
 class ContinuousSteps:
@@ -62,9 +63,9 @@ class ContinuousSteps:
         """Without mixed chunks (SGLang's default): the prefills that can run in the free
         blocks, those under way first, then the queue's, run alone, with the whole token
         budget; only a step with none decodes the running sequences, and readmits those whose
-        KV is computed but for the last token, to decode too (where admission of a prefill
-        failed with the whole budget and the blocks before any decode took one, it fails
-        again while they decode)."""
+        KV is computed but for the last token, to decode too. A step that would run nothing
+        while prefills under way hold the blocks (none decoding to free any) lets the first
+        of them go on as a mixed step's chunk does, preempting from the end."""
         cfg = self.config
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size
         prefilling = [seq for seq in self.running
@@ -78,6 +79,11 @@ class ContinuousSteps:
         if not plan.preempted or not plan.decodes:  # as a mixed step's admission
             # those whose KV is computed but for the last token (swapped out, transferred)
             self._admit(plan, budget - len(plan.decodes), max_running, decoders=True)
+        if prefilling and not (plan.decodes or plan.preempted or plan.kv_requested):
+            # partial prefills hold the blocks the next chunk of each needs: SGLang, which
+            # reserves a request's tokens when it admits it, never gets here
+            self._continue_prefills(plan, [seq for seq in prefilling
+                                           if seq.status is _RUNNING][:1], budget)
 
     def _continue_prefills(self, plan: StepPlan, prefilling: list, budget: int,
                            preempting: bool = True) -> int:
@@ -93,12 +99,18 @@ class ContinuousSteps:
                 break
             if seq.status is not _RUNNING:  # preempted for an earlier one's chunk
                 continue
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget, cfg.max_num_batched_tokens)
+            left = seq.num_tokens - seq.num_computed_tokens
+            n = min(left, budget, cfg.max_num_batched_tokens)
+            if not cfg.enable_mixed_chunk:
+                n = unmixed_cut(left, n, budget >= cfg.max_num_batched_tokens)
+                if not n:
+                    continue
             if not preempting:
                 bm = self.block_manager
-                n = unmixed_cut(seq.num_tokens - seq.num_computed_tokens, min(
-                    n, (len(bm.block_tables[seq.seq_id]) + bm.num_free) * bm.block_size
-                    - seq.num_computed_tokens))
+                room = (len(bm.block_tables[seq.seq_id]) + bm.num_free) * bm.block_size \
+                    - seq.num_computed_tokens
+                if room < n:  # cut to the free blocks, never one token short of the whole
+                    n = room - (left - room == 1)
                 if n:
                     bm.ensure_capacity(seq.seq_id, seq.num_computed_tokens + n)
                     self._prefill(plan, seq, n)

@@ -229,10 +229,39 @@ def test_a_decode_engine_without_mixed_chunks_takes_in_every_transferred_request
     cols = fast[1].request_columns()
     assert len(cols["request_id"]) == fast[2] and records(fast[1]) == records(slow[1])
     # those too long for a replica are refused on arrival either way; the rest all finish
+    steps_ = fast[1].step_columns()
+    prefills, decodes, running = (np.asarray(steps_[name]) for name in (
+        "num_prefill_seqs", "num_decode_seqs", "num_running"))
+    assert never_mixed(fast[1]) and (decodes[prefills == 0] == running[prefills == 0]).all()
     mixed_cols = mixed[1].request_columns()
     statuses = dict(zip(mixed_cols["request_id"], mixed_cols["status"]))
     assert dict(zip(cols["request_id"], cols["status"])) == statuses
     assert set(statuses.values()) == {"finished", "rejected"}
+
+
+def test_partial_prefills_that_hold_every_block_go_on_by_preempting():
+    """A chunk cut to the free blocks never leaves one token either; and where the prefills
+    under way hold every block, none decoding to free one, the first goes on as a mixed step's
+    chunk does, preempting from the end (SGLang, which reserves a request's tokens when it
+    admits it, never gets there)."""
+    s = Scheduler(SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64,
+                                  chunked_prefill=True, enable_mixed_chunk=False),
+                  BlockManager(9, 16))
+    assert s.add(Sequence("A", 129, 1)) and s.add(Sequence("B", 50, 1))
+    run = []
+    for _ in range(20):
+        if not s.has_unfinished():
+            break
+        plan = s.schedule()
+        run.append(([(seq.request_id, n) for seq, n in plan.prefills],
+                    [seq.request_id for seq in plan.preempted]))
+        s.postprocess(plan)
+    assert run == [([("A", 64)], []),
+                   ([("A", 63), ("B", 1)], []),  # 63: not 64, which would leave A one token
+                   ([("B", 15)], []),  # A skipped: 1 free slot would leave it one token
+                   ([("A", 2)], ["B"]),  # nothing else can run: A preempts B
+                   ([("B", 50)], [])]
+    assert not s.has_unfinished() and s.block_manager.num_used == 0
 
 
 def test_a_prefill_is_never_cut_one_token_short_of_its_first_token():
@@ -265,6 +294,8 @@ def test_without_mixed_chunks_a_step_of_decodes_decodes_every_running_sequence()
         elif plan.decodes:
             running = {seq.request_id for seq in s.running if not seq.is_prefilling}
             assert {seq.request_id for seq in plan.decodes} == running
+        if plan.preempted and plan.decodes:  # the blocks just freed are not a newcomer's
+            assert not plan.swapped_in
         swapped_in += len(plan.swapped_in)
         s.postprocess(plan)
     assert not s.has_unfinished() and bm.num_used == 0 and swapped_in > 0
@@ -292,3 +323,61 @@ def test_data_parallel_ranks_share_the_pools_budget_a_chunk_one_ranks(mixed):
     assert s.add(Sequence("short", 6, 2))
     plan = s.schedule()
     assert [(seq.request_id, n) for seq, n in plan.prefills] == [("long", 10), ("short", 6)]
+
+
+def test_a_decode_engine_readmits_transferred_kv_in_a_step_of_decodes_not_a_prefills():
+    """Disaggregation: KV that came in from the prefill engine waits out a step that prefills
+    (a recomputation, here a request queued after it), then joins a step of decodes."""
+    prefill = Scheduler(SchedulerConfig(max_seq_len=64), BlockManager(32, 4))
+    prefill.prefill_only = True
+    decode = scheduler(False, blocks=32)
+    running, moved = Sequence("running", 8, 20), Sequence("moved", 8, 4)
+    assert decode.add(running)
+    decode.postprocess(decode.schedule())  # running's prefill
+    prefill.add(moved)
+    prefill.postprocess(prefill.schedule())  # prefilled and handed off
+    decode.add_transferred(moved)
+    plan = decode.schedule()
+    assert plan.kv_requested == [moved] and [s.request_id for s in plan.decodes] == ["running"]
+    decode.postprocess(plan)
+    decode.kv_landed(moved)
+    assert decode.add(Sequence("recomputed", 6, 2))
+    plan = decode.schedule()  # the prefill runs alone; the KV that came in waits
+    assert [(s.request_id, n) for s, n in plan.prefills] == [("recomputed", 6)]
+    assert not plan.decodes and not plan.swapped_in
+    decode.postprocess(plan)
+    plan = decode.schedule()
+    assert [s.request_id for s in plan.swapped_in] == ["moved"]
+    assert {s.request_id for s in plan.decodes} == {"running", "recomputed", "moved"}
+
+
+def test_a_step_of_decodes_that_preempted_readmits_nothing():
+    """As in a mixed step: the blocks just freed are the victim's to win back, so KV that came
+    in waits for the next step even where it holds its blocks already."""
+    prefill = Scheduler(SchedulerConfig(max_seq_len=64), BlockManager(32, 4))
+    prefill.prefill_only = True
+    decode = scheduler(False, blocks=8)
+    for name in ("r1", "r2"):
+        assert decode.add(Sequence(name, 8, 6))
+    decode.postprocess(decode.schedule())  # both prefills: 4 of 8 blocks
+    moved = Sequence("moved", 4, 4)
+    prefill.add(moved)
+    prefill.postprocess(prefill.schedule())
+    decode.add_transferred(moved)
+    plan = decode.schedule()  # r1 and r2 take a block each, moved's 2 are reserved: none free
+    assert plan.kv_requested == [moved]
+    decode.postprocess(plan)
+    for _ in range(3):  # rows 9 to 11 fit their third blocks
+        decode.postprocess(decode.schedule())
+    decode.kv_landed(moved)
+    plan = decode.schedule()  # row 12: r1 needs a block, r2 is preempted for it
+    assert [s.request_id for s in plan.preempted] == ["r2"]
+    assert [s.request_id for s in plan.decodes] == ["r1"] and not plan.swapped_in
+    decode.postprocess(plan)  # r1's last token
+    plan = decode.schedule()  # r2's recomputation runs alone
+    assert [(s.request_id, n) for s, n in plan.prefills] == [("r2", 13)]
+    assert not plan.swapped_in
+    decode.postprocess(plan)
+    plan = decode.schedule()
+    assert [s.request_id for s in plan.swapped_in] == ["moved"]
+    assert [s.request_id for s in plan.decodes] == ["moved"]  # r2's recomputation was its last
