@@ -80,10 +80,13 @@ class ContinuousSteps:
             # those whose KV is computed but for the last token (swapped out, transferred)
             self._admit(plan, budget - len(plan.decodes), max_running, decoders=True)
         if prefilling and not (plan.decodes or plan.preempted or plan.kv_requested):
-            # partial prefills hold the blocks the next chunk of each needs: SGLang, which
-            # reserves a request's tokens when it admits it, never gets here
-            self._continue_prefills(plan, [seq for seq in prefilling
-                                           if seq.status is _RUNNING][:1], budget)
+            # partial prefills hold the blocks the next chunk of each needs (SGLang, which
+            # reserves a request's tokens when it admits it, never gets here); not where the
+            # first is the last running, its own victim (it would free only what it takes back:
+            # the blocks are held by KV on its way, which frees nothing but lands)
+            first = next((seq for seq in prefilling if seq.status is _RUNNING), None)
+            if first is not None and first is not self.running[-1]:
+                self._continue_prefills(plan, [first], budget)
 
     def _continue_prefills(self, plan: StepPlan, prefilling: list, budget: int,
                            preempting: bool = True) -> int:

@@ -68,6 +68,7 @@ class KvTransfers:
             raise ValueError(f"request {seq.request_id}: only a transferred sequence can be "
                              f"added with its KV, this one is {seq.status.value}")
         assert self.rejection_reason(seq) is None, "a transferred sequence must fit"
+        assert seq.num_tokens - seq.num_computed_tokens == 1, "its KV is whole but the last"
         self.kv.remote.add(seq.seq_id)
         self.waiting.push(seq)
 

@@ -381,3 +381,13 @@ def test_a_step_of_decodes_that_preempted_readmits_nothing():
     plan = decode.schedule()
     assert [s.request_id for s in plan.swapped_in] == ["moved"]
     assert [s.request_id for s in plan.decodes] == ["moved"]  # r2's recomputation was its last
+
+
+def test_a_budget_of_one_token_a_step_still_runs_every_prompt():
+    """At `max_num_batched_tokens = 1` a prompt goes a token a step, its last one too (a
+    decode computes it where no other budget is left): nothing waits forever."""
+    s = Scheduler(SchedulerConfig(max_num_seqs=1, max_num_batched_tokens=1, chunked_prefill=True,
+                                  enable_mixed_chunk=False), BlockManager(8, 4))
+    run = steps(s, {0: Sequence("a", 3, 2), 1: Sequence("b", 2, 1)})
+    assert run[:4] == [((("a", 1),), ()), ((("a", 1),), ()), ((), ("a",)), ((), ("a",))]
+    assert ((("b", 1),), ()) in run and not s.has_unfinished()
