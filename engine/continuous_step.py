@@ -65,7 +65,8 @@ class ContinuousSteps:
         budget; only a step with none decodes the running sequences, and readmits those whose
         KV is computed but for the last token, to decode too. A step that would run nothing
         while prefills under way hold the blocks (none decoding to free any) lets the first
-        of them go on as a mixed step's chunk does, preempting from the end."""
+        of them go on as a mixed step's chunk does, preempting from the end, unless it is its
+        own victim."""
         cfg = self.config
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size
         prefilling = [seq for seq in self.running
@@ -93,7 +94,7 @@ class ContinuousSteps:
         """Plan the next chunk of each prefill split over earlier steps (`prefilling`, in
         running order) while the budget lasts; returns the budget left. Not `preempting`
         (prefills alone, without mixed chunks): a chunk takes only free blocks, cut to what
-        they hold, as SGLang cuts it; with none, the step goes on without it (the running
+        they hold; with none, the step goes on without it (the running
         sequences then decode, preempting where they must, so prefills never starve them),
         never one token short of the whole (`unmixed_cut`)."""
         cfg = self.config
