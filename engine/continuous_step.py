@@ -69,8 +69,7 @@ class ContinuousSteps:
         own victim."""
         cfg = self.config
         budget = cfg.max_num_batched_tokens * cfg.data_parallel_size
-        prefilling = [seq for seq in self.running
-                      if seq.num_computed_tokens < seq.prompt_len + seq.num_output_tokens - 1]
+        prefilling = [seq for seq in self.running if seq.is_prefilling]
         max_running = cfg.max_num_seqs * cfg.data_parallel_size
         budget = self._continue_prefills(plan, prefilling, budget, preempting=False)
         self._admit(plan, budget, max_running, prefills=True)
@@ -114,7 +113,7 @@ class ContinuousSteps:
                 room = (len(bm.block_tables[seq.seq_id]) + bm.num_free) * bm.block_size \
                     - seq.num_computed_tokens
                 if room < n:  # cut to the free blocks, never one token short of the whole
-                    n = room - (left - room == 1)
+                    n = unmixed_cut(left, room, whole_budget=False)
                 if n:
                     bm.ensure_capacity(seq.seq_id, seq.num_computed_tokens + n)
                     self._prefill(plan, seq, n)
