@@ -138,7 +138,8 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
       (`--mem-fraction-static 0.82`, as servesim's framework = "sglang" reads it),
       32,768 tokens a step, chunked prefill, no radix cache, 512 sequences at 1,024/1,024 and
       256 otherwise, its overlap scheduler, its prefills run alone (no `--enable-mixed-chunk`:
-      `enable_mixed_chunk = false`). Both streamed every 10th token
+      `enable_mixed_chunk = false`), its admission (`capacity_scheduler_policy =
+      "new_token_ratio"`). Both streamed every 10th token
       (`stream_interval` 10), which servesim does not model: SGLang sends a request's first
       token at once; whether TensorRT-LLM's waits is not shown here."""
     users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
@@ -150,7 +151,8 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
                      "gpu_memory_utilization": 0.82},
                     {"max_num_seqs": 512 if isl == osl == 1024 else 256,
                      "max_num_batched_tokens": 32768},
-                    {"chunked_prefill": True, "enable_mixed_chunk": False})
+                    {"chunked_prefill": True, "enable_mixed_chunk": False,
+                     "capacity_scheduler_policy": "new_token_ratio"})
         ranks = 8 if users > (32 if isl == 8192 else 64) else 1  # attention data parallel
         tokens = (users + isl + 127) // 64 * 64
         return (SILICON_MODELS[DEEPSEEK],

@@ -1,8 +1,8 @@
 """Admission, the scheduler's part that takes waiting sequences into the running list
 (`Scheduler` mixes it in, as it mixes in `KvTransfers`: it reads `self.config`,
 `self.block_manager`, `self.waiting`, `self.running` and its order `self.running_key`,
-`self.kv`, `self.swap` and `self._caching`, and calls the scheduler's `_prefill`,
-`_reserve_remote` and `running_added`).
+`self.kv`, `self.swap`, `self._caching` and `self.new_tokens`, and calls the scheduler's
+`_prefill`, `_reserve_remote` and `running_added`).
 
 `_admit` takes, in queue order and head-of-line, first the sequences whose KV came in from a
 prefill engine, then the queue: a sequence whose KV is at the engine that prefilled it has its
@@ -10,8 +10,9 @@ blocks reserved (`_reserve_remote`); a swapped-out one is readmitted (`_swap_in`
 one recomputing after a preemption, takes its cached prefix's blocks and its first chunk's
 (`first_chunk`). Each stops at the first that does not fit the running slots, the token budget,
 the free blocks and, under the guaranteed-no-evict capacity policy, the room for the blocks
-promised to it (`promised`, `kv_reservation.PromisedBlocks`). docs/scheduler/scheduler.md
-(`schedule`, step 3) gives the rules.
+promised to it (`promised`, `kv_reservation.PromisedBlocks`), and under SGLang's the tokens
+left beside those reserved (`reserved_tokens`, `new_token_ratio.ReservedTokens`).
+docs/scheduler/scheduler.md (`schedule`, step 3) gives the rules.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from itertools import chain
 from .block_manager import blocks_needed
 from .continuous_step import unmixed_cut
 from .kv_reservation import RESUMING, PromisedBlocks, admit_sequence, has_free_capacity
+from .new_token_ratio import ReservedTokens
 from .prefix_cache import block_hashes
 from .sequence import Sequence, SequenceStatus
 from .step_plan import StepPlan
@@ -43,6 +45,7 @@ class Admission:
         step of decodes)."""
         bm, waiting, landed = self.block_manager, self.waiting, self.kv.landed
         promised = self.promised()  # None unless guaranteed_no_evict
+        reserved = self.reserved_tokens(plan)  # None unless new_token_ratio
         while not prefills and landed and len(self.running) < max_running and budget != 0:
             n = self._swap_in(plan, landed[0], budget)
             if not n:
@@ -73,10 +76,11 @@ class Admission:
             cached = len(hits) * bm.block_size
             chunk = self.first_chunk(seq.num_tokens - cached, budget)
             need = blocks_needed(cached + chunk, bm.block_size) - len(hits)  # its first chunk's
-            if hits:
-                need += bm.evictable_among(hits)  # free blocks that its hits take up
-            if not chunk or not has_free_capacity(bm, need) or \
-                    (promised is not None and not promised.take(seq)):
+            pinned = bm.evictable_among(hits) if hits else 0  # free blocks its hits take up
+            if not chunk or not has_free_capacity(bm, need + pinned) or \
+                    (promised is not None and not promised.take(seq)) or \
+                    (reserved is not None and
+                     not reserved.take(seq, seq.num_tokens - cached, chunk, pinned)):
                 break  # head-of-line: nothing behind it jumps the queue
             waiting.pop()
             if hits:
@@ -101,6 +105,17 @@ class Admission:
         return PromisedBlocks(self.block_manager,
                               chain(self.running, kv.receiving.values(), kv.landed),
                               kv.prefill_only)
+
+    def reserved_tokens(self, plan: StepPlan) -> ReservedTokens | None:
+        """Under SGLang's capacity policy, this round of admission's account of the tokens
+        reserved (`new_token_ratio.ReservedTokens`), over the running sequences, those whose
+        prefill completes in `plan` counted whole."""
+        if self.new_tokens is None:
+            return None
+        finishing = [seq for seq, n in plan.prefills
+                     if seq.num_computed_tokens + n == seq.num_tokens]
+        return ReservedTokens(self.block_manager, self.running, finishing,
+                              self.new_tokens.current, self._caching)
 
     def _swap_in(self, plan: StepPlan, seq: Sequence, budget: int | None) -> int:
         """Readmit a sequence whose KV is computed (swapped out, or transferred from the engine

@@ -21,9 +21,12 @@ Policies:
 Under the guaranteed-no-evict capacity policy (`capacity_scheduler_policy`, TensorRT-LLM's
 default), either policy admits a request only where the free blocks hold, beside what every
 admitted sequence is still owed to its last token, all the blocks promised to it
-(`kv_reservation.PromisedBlocks`): none is ever preempted, and fewer run at once. Admission is
-mixed in from `admission.py` (`Admission`), the finished step's results from `step_results.py`
-(`StepResults`).
+(`kv_reservation.PromisedBlocks`): none is ever preempted, and fewer run at once. Under SGLang's
+(`new_token_ratio`, continuous batching), a request is admitted only where the free tokens hold
+it beside a share of the running requests' future tokens, a share that decays in each step that
+only decodes, is raised by a preemption and starts over when nothing runs
+(`new_token_ratio.py`). Admission is mixed in from `admission.py` (`Admission`), the finished
+step's results from `step_results.py` (`StepResults`).
 
 The running list is kept in victim order (fcfs: admission order; priority: best priority first,
 then earlier arrival), so a running sequence that needs a KV block when none is free preempts
@@ -66,6 +69,7 @@ from .continuous_step import ContinuousSteps
 from .disaggregation import KvInFlight, KvTransfers
 from .kv_reservation import admit_sequence, has_free_capacity, peak_blocks, preempt_sequence, \
     promised_blocks, reserve_decode_blocks
+from .new_token_ratio import NewTokenRatio
 from .prefix_cache import block_hashes, own_keys
 from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
@@ -85,6 +89,10 @@ _RUNNING = SequenceStatus.RUNNING
 
 class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
     """Waiting queue, running list and block manager, advanced one step at a time."""
+
+    # Under SGLang's capacity policy, the share of the running requests' future tokens that
+    # admission reserves (an instance's own only then: few attributes keep the hot object fast)
+    new_tokens: NewTokenRatio | None = None
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
                  swap: SwapSpace | None = None):
@@ -108,6 +116,8 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
         self._caching = block_manager.prefix_caching  # engine.prefix_cache
         self.kv = KvInFlight()  # disaggregation: this engine's role, its KV on its way
         self.batch_wait = BatchWait()  # TensorRT-LLM's batch waiting (`batch_wait.py`)
+        if config.reserves_new_tokens:
+            self.new_tokens = NewTokenRatio()
 
     def sync(self) -> None:
         """Bring every running sequence's counts up to date before something outside the
@@ -178,10 +188,18 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
         plan = StepPlan()
         if self.kv.uncached:  # disaggregation: KV that came in, to cache before planning
             self.cache_landed()
+        ratio = self.new_tokens
+        if ratio is not None and not self.running:
+            ratio.reset()  # SGLang starts its estimate over when it idles
         if self.config.policy == "continuous":
             self._schedule_continuous(plan)
         else:
             self._schedule_static(plan, now_s)
+        if ratio is not None:
+            if plan.preempted:  # SGLang retracted requests: it reserves more
+                ratio.after_preemption(self.running)
+            elif plan.decodes and not plan.prefills:
+                ratio.decay()
         if plan.prefills or plan.decodes or plan.preempted:  # a step that only preempted
             plan.step = self.num_steps                       # is one: vLLM's zero-token step
             self.num_steps += 1

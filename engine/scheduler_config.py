@@ -16,8 +16,10 @@ POLICIES = ("static", "continuous")
 PREEMPTION_MODES = ("recompute", "swap")  # vLLM's preemption_mode
 # TensorRT-LLM's capacity_scheduler_policy: admit while the first chunk's blocks are free and
 # preempt when a running sequence finds none (vLLM's way; TensorRT-LLM's MAX_UTILIZATION), or
-# admit only what the KV cache holds to every admitted sequence's last token (its default)
-CAPACITY_POLICIES = ("max_utilization", "guaranteed_no_evict")
+# admit only what the KV cache holds to every admitted sequence's last token (its default), or
+# SGLang's admission: reserve a decaying share of the running requests' future tokens
+# (`new_token_ratio.py`)
+CAPACITY_POLICIES = ("max_utilization", "guaranteed_no_evict", "new_token_ratio")
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class SchedulerConfig:
     # this many steps have held them (0: never hold)
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
-    capacity_scheduler_policy: str = "max_utilization"  # or "guaranteed_no_evict"
+    capacity_scheduler_policy: str = "max_utilization"  # or "guaranteed_no_evict", ...
     # A step runs running sequences' decodes beside prefill chunks (vLLM's and TensorRT-LLM's
     # way); False: prefills run alone while any can run, the decodes wait (SGLang's default,
     # without its --enable-mixed-chunk; continuous batching)
@@ -52,6 +54,11 @@ class SchedulerConfig:
     def no_evict(self) -> bool:
         """Whether the capacity policy is guaranteed no evict (TensorRT-LLM's default)."""
         return self.capacity_scheduler_policy == "guaranteed_no_evict"
+
+    @property
+    def reserves_new_tokens(self) -> bool:
+        """Whether admission reserves the running requests' future tokens as SGLang does."""
+        return self.capacity_scheduler_policy == "new_token_ratio"
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -66,6 +73,8 @@ class SchedulerConfig:
             raise ValueError(f"scheduler.capacity_scheduler_policy must be one of "
                              f"{', '.join(CAPACITY_POLICIES)}, got "
                              f"{self.capacity_scheduler_policy!r}")
+        if self.reserves_new_tokens:
+            self._check_new_token_ratio()
         for name in ("chunked_prefill", "enable_mixed_chunk"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"scheduler.{name} must be true or false, "
@@ -115,3 +124,16 @@ class SchedulerConfig:
                 f"engine.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
                 f"engine.max_num_seqs ({self.max_num_seqs}) so every running sequence can decode"
             )
+
+    def _check_new_token_ratio(self) -> None:
+        key = "scheduler.capacity_scheduler_policy = 'new_token_ratio'"
+        if self.policy == "static":
+            raise ValueError(f"{key}: SGLang's admission is continuous batching's (set "
+                             f"policy = 'continuous', or another capacity policy)")
+        if self.preemption == "swap":
+            raise ValueError(f"{key}: SGLang takes requests back by recompute (set preemption "
+                             f"= 'recompute', or another capacity policy)")
+        if self.data_parallel_size > 1:
+            raise ValueError(f"{key}: SGLang reserves each attention data-parallel rank's "
+                             f"cache apart, which one pooled scheduler does not model (set "
+                             f"hardware.dp = 1, or another capacity policy)")

@@ -123,6 +123,9 @@ def scheduler_text(sched) -> str:
     if sched.capacity_scheduler_policy == "guaranteed_no_evict":
         queue += ("; guaranteed no evict (a request is admitted only where the KV cache holds "
                   "it to its last token beside every running one; nothing is preempted)")
+    elif sched.capacity_scheduler_policy == "new_token_ratio":
+        queue += ("; SGLang's admission (a request is admitted only where the KV cache holds "
+                  "it beside a decaying share of the running requests' future tokens)")
     if sched.policy == "static":
         timeout = (f", waits up to {sched.batch_timeout_s:g} s for a full batch"
                    if sched.batch_timeout_s else "")

@@ -154,6 +154,13 @@ def check_cluster(config: dict) -> None:
     if "prefill_replicas" in cluster and config["mode"] != "simulate":
         raise FieldError("cluster.prefill_replicas", "runs in mode simulate only (moving real "
                                                      "KV between engines is not modelled)")
+    if "prefill_replicas" in cluster and \
+            config["scheduler"]["capacity_scheduler_policy"] == "new_token_ratio":
+        raise FieldError("scheduler.capacity_scheduler_policy",
+                         "'new_token_ratio' is SGLang's admission on one engine; its prefill "
+                         "and decode servers reserve otherwise, which is not modelled (use "
+                         "'max_utilization' or 'guaranteed_no_evict' with "
+                         "cluster.prefill_replicas)")
     if "replicas" in cluster and "pools" in cluster:
         raise FieldError("cluster.pools", "not allowed with cluster.replicas (give N identical "
                                           "replicas, or pools of them)")

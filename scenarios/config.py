@@ -88,7 +88,7 @@ class SchedulerSettings:
     preemption: str
     batch_wait_timeout_iters: int = 0  # TensorRT-LLM's batch waiting (engine.scheduler_config)
     batch_wait_max_tokens_ratio: float = 0.0
-    capacity_scheduler_policy: str = "max_utilization"  # or TensorRT-LLM's guaranteed_no_evict
+    capacity_scheduler_policy: str = "max_utilization"  # guaranteed_no_evict, new_token_ratio
     enable_mixed_chunk: bool = True  # False: prefills run alone (SGLang's default)
 
     def engine_config(self, engine: EngineSettings, max_seq_len: int) -> SchedulerConfig:

@@ -56,7 +56,9 @@ DEFAULTS = {
         "batch_wait_max_tokens_ratio": _SCHED["batch_wait_max_tokens_ratio"],
         # admit while the first chunk's KV blocks are free, preempt when a decode finds none
         # (vLLM's way), or "guaranteed_no_evict": admit only what the cache holds to every
-        # admitted sequence's last token (TensorRT-LLM's default capacity policy)
+        # admitted sequence's last token (TensorRT-LLM's default capacity policy), or
+        # "new_token_ratio": beside a decaying share of the running requests' future tokens
+        # (SGLang's admission)
         "capacity_scheduler_policy": _SCHED["capacity_scheduler_policy"],
         # run decodes beside prefill chunks in a step (vLLM's and TensorRT-LLM's way), or
         # false: prefills alone while any can run, the decodes waiting (SGLang's default)

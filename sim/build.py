@@ -58,7 +58,8 @@ def build_server(config: RunConfig, mode: str, streams: dict, cost=None, jitter_
     (`cost`: instead of the config's cost model; `jitter_rng`: instead of the seed's "jitter"
     stream), else the real `NumpyExecutor`. `steady`: a simulation's scheduler counts its
     steady decoders in bulk (`sim.fastpath.SteadyScheduler`; continuous batching with mixed
-    chunks only). `params`: the real engine's weights, when already built."""
+    chunks, under a capacity policy other than SGLang's). `params`: the real engine's weights,
+    when already built."""
     hardware = hardware_of(config)
     model = None if hardware is not None else config.model
     simulated = mode == "simulate"
@@ -81,8 +82,9 @@ def build_scheduler(config: RunConfig, max_seq_len: int, num_kv_blocks: int | No
     """The engine's scheduler and block manager for a resolved config (`num_kv_blocks`: the
     derived count of an "auto" config; `prefix_caching`: instead of the config's
     `engine.enable_prefix_caching`; `steady`: a `sim.fastpath.SteadyScheduler` under continuous
-    batching with mixed chunks, for simulated sequences). With attention data-parallel ranks
-    (`hardware.dp`) the blocks and the engine's limits are one rank's, pooled over the ranks."""
+    batching with mixed chunks, under a capacity policy other than SGLang's, for simulated
+    sequences). With attention data-parallel ranks (`hardware.dp`) the blocks and the engine's
+    limits are one rank's, pooled over the ranks."""
     engine = config.engine
     if prefix_caching is None:
         prefix_caching = engine.enable_prefix_caching
@@ -93,7 +95,8 @@ def build_scheduler(config: RunConfig, max_seq_len: int, num_kv_blocks: int | No
     if ranks > 1:
         scheduler_config = replace(scheduler_config, data_parallel_size=ranks)
     kind = SteadyScheduler if steady and scheduler_config.policy == "continuous" \
-        and scheduler_config.enable_mixed_chunk else Scheduler
+        and scheduler_config.enable_mixed_chunk \
+        and not scheduler_config.reserves_new_tokens else Scheduler
     swap = SwapSpace(engine.swap_blocks) if engine.swap_blocks else None
     return kind(scheduler_config, block_manager, swap)
 

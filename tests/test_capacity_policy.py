@@ -17,7 +17,7 @@ from engine.kv_reservation import PromisedBlocks, peak_blocks, promised_blocks
 from engine.prefix_cache import PrefixCachingBlockManager
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
-from helpers.runs import LINEAR
+from helpers.runs import LINEAR, drain, preemptions
 from scenarios import ScenarioError
 from sim.runner import run_config
 
@@ -34,18 +34,6 @@ output_tokens = { dist = "uniform", low = 100, high = 250 }
 def scheduler(policy: str, blocks: int = 10, block_size: int = 4, **config) -> Scheduler:
     return Scheduler(SchedulerConfig(max_num_seqs=8, capacity_scheduler_policy=policy, **config),
                      BlockManager(blocks, block_size))
-
-
-def drain(s: Scheduler, limit: int = 1000) -> list[list[str]]:
-    """Run `s` until every sequence is done; the request ids prefilled in each step."""
-    steps = []
-    for _ in range(limit):
-        if not s.has_unfinished():
-            return steps
-        plan = s.schedule()
-        steps.append([seq.request_id for seq, _ in plan.prefills])
-        s.postprocess(plan)
-    raise AssertionError("the run did not end")
 
 
 def test_a_request_is_promised_a_slot_for_its_prompt_and_every_token_it_may_sample():
@@ -244,10 +232,6 @@ def test_a_bad_policy_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="capacity_scheduler_policy must be one of "
                                          "max_utilization, guaranteed_no_evict"):
         SchedulerConfig(capacity_scheduler_policy="GUARANTEED_NO_EVICT")
-
-
-def preemptions(recorder) -> int:
-    return sum(recorder.step_columns()["preemptions"])
 
 
 def test_a_disaggregated_decode_engine_never_preempts_under_no_evict(tmp_path):

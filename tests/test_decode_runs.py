@@ -71,7 +71,7 @@ def test_fast_forward_is_exact_in_a_closed_loop_with_think_time(tmp_path):
 @given(blocks=st.integers(24, 120), block_size=st.sampled_from([1, 4, 16]),
        policy=st.sampled_from(["continuous", "static"]), queue=st.sampled_from(["fcfs", "priority"]),
        chunked=st.booleans(), rate=st.floats(0.5, 40.0), seed=st.integers(0, 10**6),
-       capacity=st.sampled_from(["max_utilization", "guaranteed_no_evict"]),
+       capacity=st.sampled_from(["max_utilization", "guaranteed_no_evict", "new_token_ratio"]),
        mixed=st.booleans())
 def test_fast_forward_matches_step_by_step_on_random_servers(tmp_path, blocks, block_size, policy,
                                                              queue, chunked, rate, seed, capacity,
@@ -81,7 +81,9 @@ def test_fast_forward_matches_step_by_step_on_random_servers(tmp_path, blocks, b
                "engine.max_num_batched_tokens": 512, "engine.max_num_seqs": 8,
                "scheduler.policy": policy, "scheduler.queue": queue,
                "scheduler.chunked_prefill": chunked and policy == "continuous",
-               "scheduler.max_batch_size": 5, "scheduler.capacity_scheduler_policy": capacity,
+               "scheduler.max_batch_size": 5, "scheduler.capacity_scheduler_policy":
+                   capacity if policy == "continuous" or capacity != "new_token_ratio"
+                   else "max_utilization",  # SGLang's admission is continuous batching's
                "scheduler.enable_mixed_chunk": mixed or policy == "static",
                "workload.prompt_tokens": {"dist": "uniform", "low": 1, "high": 300}}
     assert_same_runs(config.updated(changes))

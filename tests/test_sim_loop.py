@@ -126,7 +126,7 @@ def _run_direct(cfg):
 @given(policy=st.sampled_from(["static", "continuous"]), queue=st.sampled_from(["fcfs", "priority"]),
        chunked=st.booleans(), blocks=st.integers(8, 64), seed=st.integers(0, 2**16),
        rate=st.sampled_from([2.0, 50.0, 1000.0]),
-       capacity=st.sampled_from(["max_utilization", "guaranteed_no_evict"]),
+       capacity=st.sampled_from(["max_utilization", "guaranteed_no_evict", "new_token_ratio"]),
        mixed=st.booleans())
 def test_every_request_ends_finished_or_rejected_and_every_block_comes_back(
         policy, queue, chunked, blocks, seed, rate, capacity, mixed):
@@ -134,7 +134,9 @@ def test_every_request_ends_finished_or_rejected_and_every_block_comes_back(
                                     "max_num_batched_tokens": 64},
                  scheduler={"policy": policy, "queue": queue,
                             "chunked_prefill": chunked and policy == "continuous",
-                            "max_batch_size": 4, "capacity_scheduler_policy": capacity,
+                            "max_batch_size": 4, "capacity_scheduler_policy":
+                                capacity if policy == "continuous" or capacity != "new_token_ratio"
+                                else "max_utilization",  # SGLang's is continuous batching's
                             "enable_mixed_chunk": mixed or policy == "static"},
                  model=dict(BASE["model"], max_seq_len=160),
                  workload={"num_requests": 60, "arrival": {"process": "poisson", "rate": rate},

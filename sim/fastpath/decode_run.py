@@ -7,12 +7,14 @@ arrives (the caller's business: it knows the clock), or a sequence emits its las
 admission can happen in between: nothing is waiting, or the step before the run only decoded and
 its own admission failed, for reasons (the running count, the token budget, the free blocks; under
 guaranteed no evict the free blocks less those owed, which stay as they are: each block a decode
-takes is one less owed) that stay or get worse while nothing finishes or arrives (but one, which
-`plan_run` refuses to run over: with prefix caching and without chunked prefill, a recomputation
-longer than the budget heading the queue is split, and admitted, once evictions leave it more
-uncached tokens than the budget). After a finish the run may go on with the sequences left, when
-nothing can take the finished one's place: nothing is waiting (continuous batching), or the static
-batch in flight is not done (it pads the finished slot).
+takes is one less owed) that stay or get worse while nothing finishes or arrives (but two,
+which `plan_run` refuses to run over: with prefix caching and without chunked prefill, a
+recomputation longer than the budget heading the queue is split, and admitted, once evictions
+leave it more uncached tokens than the budget; under SGLang's capacity policy the share of the
+running requests' future tokens that admission reserves falls in each step of decodes, so a run
+is taken only while nothing waits). After a finish the run may go on with the sequences left,
+when nothing can take the finished one's place: nothing is waiting (continuous batching), or
+the static batch in flight is not done (it pads the finished slot).
 
 The simulator uses this to advance such a run in one go instead of step by step: `plan_run`
 finds how many steps the run may take (changing nothing), `apply_run` applies a number of them
@@ -125,6 +127,8 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
         if seq.num_computed_tokens + n != seq.num_tokens:
             return None  # a chunk of a longer prefill (or one stopping a token short)
     config = scheduler.config
+    if scheduler.new_tokens is not None and (scheduler.waiting or scheduler.kv.landed):
+        return None  # SGLang's reserved share decays each step: the head may be admitted
     if not config.enable_mixed_chunk and (plan.swapped_in or plan.kv_requested):
         # without mixed chunks a step of decodes readmits those whose KV is whole, up to the
         # first that would prefill, which the next step tries first
@@ -250,6 +254,8 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
         if f > steps:
             _advance(seq, steps, step0)
     scheduler.num_steps += steps
+    if scheduler.new_tokens is not None:  # SGLang's reserved share, after steps of decodes
+        scheduler.new_tokens.decay(steps)
     if steady is not None:
         steady.after_run(members, steps)
     return list(accumulate(change)), _per_repeat(start_cached, cached_planned, cached_after,

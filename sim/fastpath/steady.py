@@ -50,6 +50,9 @@ class SteadyScheduler(Scheduler):
         if config.policy != "continuous" or not config.enable_mixed_chunk:
             raise ValueError("steady decoders are counted in bulk under continuous batching "
                              "with mixed chunks only (without, a prefill's step decodes none)")
+        if config.reserves_new_tokens:
+            raise ValueError("steady decoders are not counted in bulk under SGLang's capacity "
+                             "policy: its admission reads every running request's count")
         self.block_size = block_manager.block_size
         self.position = self.running_key or attrgetter("admit_order")  # running order
         self.since: dict[int, int] = {}  # seq_id -> the step it is steady from (counts lag)

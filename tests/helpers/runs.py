@@ -1,5 +1,6 @@
-"""Whole runs for the tests: every value a run recorded, comparable (NaN made equal), and the
-servers the fast-forward tests run, as scenario TOML that `config_of` adds a workload to."""
+"""Whole runs for the tests: every value a run recorded, comparable (NaN made equal), the
+servers the fast-forward tests run, as scenario TOML that `config_of` adds a workload to, and a
+scheduler driven to its end step by step (`drain`)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,19 @@ def own_keys_both_ways(run, monkeypatch) -> tuple[dict, dict]:
         del rec["step.kv_blocks_cached"]
     return lazy, eager
 
+
+def drain(scheduler, limit: int = 1000) -> list[list[str]]:
+    """Run `scheduler` until every sequence is done; the request ids prefilled in each step."""
+    steps = []
+    for _ in range(limit):
+        if not scheduler.has_unfinished():
+            return steps
+        plan = scheduler.schedule()
+        steps.append([seq.request_id for seq, _ in plan.prefills])
+        scheduler.postprocess(plan)
+    raise AssertionError("the run did not end")
+
+
+def preemptions(recorder) -> int:
+    """The preemptions a run recorded."""
+    return sum(recorder.step_columns()["preemptions"])
