@@ -133,6 +133,11 @@ class SchedulerConfig:
         if self.preemption == "swap":
             raise ValueError(f"{key}: SGLang takes requests back by recompute (set preemption "
                              f"= 'recompute', or another capacity policy)")
+        if self.batch_wait_timeout_iters or self.batch_wait_max_tokens_ratio:
+            raise ValueError(f"{key}: batch waiting is TensorRT-LLM's, and its count of the "
+                             f"prompts to hold knows nothing of SGLang's reserve (set "
+                             f"batch_wait_timeout_iters = 0 and batch_wait_max_tokens_ratio = "
+                             f"0, or another capacity policy)")
         if self.data_parallel_size > 1:
             raise ValueError(f"{key}: SGLang reserves each attention data-parallel rank's "
                              f"cache apart, which one pooled scheduler does not model (set "

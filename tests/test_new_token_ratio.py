@@ -242,6 +242,7 @@ def test_fast_forward_under_sglangs_admission_is_the_step_by_step_run(tmp_path):
      "SGLang takes requests back by recompute"),
     ('[cluster]\nprefill_replicas = 1\ndecode_replicas = 1\n',
      "its prefill and decode servers reserve otherwise"),
+    ('batch_wait_timeout_iters = 20\n', "batch waiting is TensorRT-LLM's"),
 ])
 def test_what_sglangs_admission_is_not_modelled_with_is_refused_in_one_line(tmp_path, text,
                                                                            message):
