@@ -24,7 +24,7 @@ from .block_manager import blocks_needed
 from .continuous_step import unmixed_cut
 from .kv_reservation import RESUMING, PromisedBlocks, admit_sequence, has_free_capacity
 from .new_token_ratio import ReservedTokens
-from .prefix_cache import block_hashes
+from .block_hashes import block_hashes
 from .sequence import Sequence, SequenceStatus
 from .step_plan import StepPlan
 

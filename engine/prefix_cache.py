@@ -20,66 +20,22 @@ registered, and kept from then on (counting them again each time the cache empti
 as every preemption under memory pressure does, took a pass over every held block). A run of
 requests that share nothing frees and takes blocks as plainly as a `BlockManager` does.
 
-Block hashes (`block_hashes`): a sequence with token ids hashes them block by block (SHA-256 of
-the parent hash and the block's token ids, `hash_block`); a simulated sequence carries the
-hashes of its blocks from its workload (`Sequence.block_hashes`, e.g. a trace's prefix hash
-ids), and one with neither takes no part. The scheduler asks `match_prefix` at
+Blocks are known by their hashes (`block_hashes.py`). The scheduler asks `match_prefix` at
 admission, takes the blocks with `take_prefix`, and registers each block that its step fills
 with `cache_block` (and forgets those of a step that failed before it ran, `uncache`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from collections import OrderedDict, deque
 from itertools import repeat
 
 from .block_manager import BlockError, BlockManager, OutOfBlocksError
 
-ROOT_HASH = 0x5EED  # the parent of a sequence's first block
-
 
 def consume(iterator) -> None:
     """Run `iterator` to its end at C speed (a reference count set for many blocks at once)."""
     deque(iterator, maxlen=0)
-
-
-def own_keys(hashes) -> bool:
-    """Whether block keys are a sequence's own (a `range`: a simulated request that shares no
-    prefix, `sim.workloads.block_keys.own_block_keys`): no other sequence can find its blocks,
-    so they are registered when it is preempted, the only time another admission (its own
-    readmission) can find them, not as they fill (`Scheduler.preempt_last`)."""
-    return type(hashes) is range
-
-
-def hash_block(parent: int, tokens) -> int:
-    """The hash of a full block of token ids after the block whose hash is `parent`: 128 bits
-    of the SHA-256 of both, as vLLM keys blocks (SHA-256 since 0.10.2). Python's own hash of
-    integers can be collided on purpose: a prompt made to would read another's KV."""
-    tokens = tuple(tokens)
-    data = parent.to_bytes(16, "little") + struct.pack(f"<{len(tokens)}q", *tokens)
-    return int.from_bytes(hashlib.sha256(data).digest()[:16], "little")
-
-
-def block_hashes(seq, block_size: int, n_blocks: int) -> list | None:
-    """The hashes of the sequence's first `n_blocks` full blocks, as far as they are known: a
-    list of at most `n_blocks` (hashes of token ids are computed and kept on first use), None
-    for a sequence that takes no part in prefix caching."""
-    hashes = seq.block_hashes
-    if hashes is None or len(hashes) >= n_blocks or seq.prompt_token_ids is None:
-        return hashes
-    tokens = seq.prompt_token_ids
-    known = len(tokens) + len(seq.output_token_ids)
-    n_blocks = min(n_blocks, known // block_size)
-    if len(hashes) < n_blocks:
-        if n_blocks * block_size > len(tokens):
-            tokens = list(tokens) + seq.output_token_ids
-        parent = hashes[-1] if hashes else ROOT_HASH
-        for i in range(len(hashes), n_blocks):
-            parent = hash_block(parent, tokens[i * block_size:(i + 1) * block_size])
-            hashes.append(parent)
-    return hashes
 
 
 class PrefixCachingBlockManager(BlockManager):
@@ -366,5 +322,4 @@ def make_block_manager(num_blocks: int, block_size: int,
     return cls(num_blocks, block_size)
 
 
-__all__ = ["PrefixCachingBlockManager", "ROOT_HASH", "block_hashes", "hash_block", "own_keys",
-           "make_block_manager", "OutOfBlocksError"]
+__all__ = ["PrefixCachingBlockManager", "make_block_manager", "OutOfBlocksError"]

@@ -70,7 +70,7 @@ from .disaggregation import KvInFlight, KvTransfers
 from .kv_reservation import admit_sequence, has_free_capacity, peak_blocks, preempt_sequence, \
     promised_blocks, reserve_decode_blocks
 from .new_token_ratio import NewTokenRatio
-from .prefix_cache import block_hashes, own_keys
+from .block_hashes import block_hashes, own_keys
 from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
 from .sequence import Sequence, SequenceStatus

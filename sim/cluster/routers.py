@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from engine.prefix_cache import block_hashes, own_keys
+from engine.block_hashes import block_hashes, own_keys
 from scenarios.defaults import ROUTERS
 
 # prefix_affinity: how much busier than the least busy replica a replica holding a request's

@@ -38,7 +38,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from engine.prefix_cache import own_keys
+from engine.block_hashes import own_keys
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from engine.step_plan import StepPlan

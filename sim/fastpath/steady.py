@@ -30,7 +30,7 @@ import heapq
 from bisect import insort
 from operator import attrgetter
 
-from engine.prefix_cache import own_keys
+from engine.block_hashes import own_keys
 from engine.scheduler import Scheduler
 from engine.sequence import SequenceStatus
 
