@@ -136,10 +136,12 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
       SGLang 0.5.9 (2026-03-25, single_node/dsr1_fp8_h200.sh) with the experts split by TP,
       the KV cache in bf16 (its "auto"), 82% of the memory for the weights and the KV cache
       (`--mem-fraction-static 0.82`, as servesim's framework = "sglang" reads it),
-      32,768 tokens a step, chunked prefill, no radix cache, 512 sequences at 1,024/1,024 and
-      256 otherwise, its overlap scheduler, its prefills run alone (no `--enable-mixed-chunk`:
-      `enable_mixed_chunk = false`), its admission (`capacity_scheduler_policy =
-      "new_token_ratio"`). Both streamed every 10th token
+      32,768 tokens a step, chunked prefill, no radix cache (`enable_prefix_caching =
+      false`), 512 sequences at 1,024/1,024 and 256 otherwise, its overlap scheduler, its
+      prefills run alone (no `--enable-mixed-chunk`: `enable_mixed_chunk = false`), its
+      admission (`capacity_scheduler_policy = "new_token_ratio"`, which without a radix cache
+      holds a request that ignores EOS back until every running one and it can finish). Both
+      streamed every 10th token
       (`stream_interval` 10), which servesim does not model: SGLang sends a request's first
       token at once; whether TensorRT-LLM's waits is not shown here."""
     users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
@@ -150,7 +152,7 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
                     {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "auto",
                      "gpu_memory_utilization": 0.82},
                     {"max_num_seqs": 512 if isl == osl == 1024 else 256,
-                     "max_num_batched_tokens": 32768},
+                     "max_num_batched_tokens": 32768, "enable_prefix_caching": False},
                     {"chunked_prefill": True, "enable_mixed_chunk": False,
                      "capacity_scheduler_policy": "new_token_ratio"})
         ranks = 8 if users > (32 if isl == 8192 else 64) else 1  # attention data parallel
