@@ -1,7 +1,7 @@
 """Admission, the scheduler's part that takes waiting sequences into the running list
 (`Scheduler` mixes it in, as it mixes in `KvTransfers`: it reads `self.config`,
 `self.block_manager`, `self.waiting`, `self.running` and its order `self.running_key`,
-`self.kv`, `self.swap`, `self._caching` and `self.new_tokens`, and calls the scheduler's
+`self.kv`, `self.swap`, `self._caching` and `self.new_token_ratio`, and calls the scheduler's
 `_prefill`, `_reserve_remote` and `running_added`).
 
 `_admit` takes, in queue order and head-of-line, first the sequences whose KV came in from a
@@ -108,14 +108,12 @@ class Admission:
 
     def reserved_tokens(self, plan: StepPlan) -> ReservedTokens | None:
         """Under SGLang's capacity policy, this round of admission's account of the tokens
-        reserved (`new_token_ratio.ReservedTokens`), over the running sequences, those whose
-        prefill completes in `plan` counted whole."""
-        if self.new_tokens is None:
+        reserved (`new_token_ratio.ReservedTokens`), over the running sequences and the
+        prefills `plan` continues (planned before admission)."""
+        if self.new_token_ratio is None:
             return None
-        finishing = [seq for seq, n in plan.prefills
-                     if seq.num_computed_tokens + n == seq.num_tokens]
-        return ReservedTokens(self.block_manager, self.running, finishing,
-                              self.new_tokens.current, self._caching)
+        return ReservedTokens(self.block_manager, self.running, list(plan.prefills),
+                              self.new_token_ratio.current, self._caching)
 
     def _swap_in(self, plan: StepPlan, seq: Sequence, budget: int | None) -> int:
         """Readmit a sequence whose KV is computed (swapped out, or transferred from the engine

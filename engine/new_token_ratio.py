@@ -7,10 +7,11 @@ SGLang does not know how long a request will run, so its admission (`PrefillAdde
 token ratio, of the tokens it may still emit (`max_new_tokens` less those emitted, at most
 4,096), and for each request it admits all of them; a request is admitted only where the free
 tokens less those reserved still hold it. The ratio starts at 0.7, falls by a 600th of the way
-to a seventh of that in each step that only decodes (the running requests turned out shorter
-than feared), is raised where a decode finds the cache full and requests are taken back (to
-the share the remaining ones have emitted, plus 20 tokens each), and starts over when the
-server idles. A request that ignores EOS, while prefix caching is off, is admitted instead
+to 0.14 of that in each step that only decodes (the running requests turned out shorter than
+feared), is set where a decode finds the cache full and requests are taken back (to the share
+the remaining ones have emitted, plus 20 tokens each, over the tokens they may emit in all), and
+starts over when the server idles. A request that ignores EOS, while prefix caching is off, is
+admitted instead
 only where the cache holds every running request and it to their last tokens, each request
 freeing its tokens as it ends, shortest first (`add_one_req_ignore_eos`).
 
@@ -43,6 +44,10 @@ class NewTokenRatio:
 
     @property
     def current(self) -> float:
+        """The start until a step decays it (a preemption may set it below the floor), then
+        never below the floor."""
+        if not self.decays:
+            return self.start
         return max(self.start - self.decays * DECAY, MIN_RATIO)
 
     def decay(self, steps: int = 1) -> None:
@@ -50,7 +55,7 @@ class NewTokenRatio:
         self.decays += steps
 
     def reset(self) -> None:
-        """Nothing runs: the estimate starts over."""
+        """The server idles: the estimate starts over."""
         self.start, self.decays = INIT_RATIO, 0
 
     def after_preemption(self, running) -> None:
@@ -68,35 +73,38 @@ def _future_tokens(seq: Sequence) -> int:
 
 
 class ReservedTokens:
-    """One round of admission's account of the tokens reserved (`PrefillAdder`'s budget): for
-    the running requests whose prefill is done, the ratio's share of their future tokens; for
-    those whose prefill ends in this step and each request admitted, a page and all their future
-    tokens (a request admitted with a chunk short of its prompt: the page alone). Counted when
-    first asked (a round that reaches no candidate asks nothing)."""
+    """One round of admission's account of the tokens reserved (`PrefillAdder`'s budget), beyond
+    the blocks held: for the running requests whose prefill is done, the ratio's share of their
+    future tokens; for each prefill continuing in this step (SGLang admits its chunked request
+    again in each round) and each request admitted, a page, and where its prompt completes in
+    this step, all its future tokens. Counted when first asked (a round that reaches no
+    candidate asks nothing)."""
 
-    __slots__ = ("block_manager", "running", "finishing", "ratio", "ignore_eos_rule",
-                 "owed", "pages", "admitted")
+    __slots__ = ("block_manager", "running", "chunks", "ratio", "ignore_eos_rule", "owed",
+                 "pages")
 
-    def __init__(self, block_manager, running: list, finishing, ratio: float, caching: bool):
+    def __init__(self, block_manager, running: list, chunks, ratio: float, caching: bool):
         self.block_manager = block_manager
         self.running = running  # the scheduler's list: this round's admissions join it
-        self.finishing = finishing  # running sequences whose prefill completes in this step
+        self.chunks = chunks  # (sequence, tokens) of the prefills continuing in this step
         self.ratio = ratio
         self.ignore_eos_rule = not caching  # SGLang's rule for EOS-ignoring requests
         self.owed: float | None = None  # tokens reserved beyond the blocks held
-        self.pages = 0  # this round's admissions' extra pages
-        self.admitted = 0
+        self.pages = 0  # pages reserved beyond the blocks held (SGLang's current offset)
 
     def _count(self) -> None:
         ratio, page = self.ratio, self.block_manager.block_size
-        finishing = {seq.seq_id for seq in self.finishing}
-        owed = 0.0
+        owed, chunked = 0.0, set()
+        for seq, n in self.chunks:
+            chunked.add(seq.seq_id)
+            owed += page
+            if seq.num_computed_tokens + n == seq.num_tokens:  # its last chunk
+                owed += min(seq.max_new_tokens, CLIP_MAX_NEW_TOKENS)
         for seq in self.running:
-            if seq.seq_id in finishing:  # its last chunk, admitted again in SGLang's round
-                owed += page + min(seq.max_new_tokens, CLIP_MAX_NEW_TOKENS)
-            elif not seq.is_prefilling:
+            if seq.seq_id not in chunked and not seq.is_prefilling:
                 owed += _future_tokens(seq) * ratio
         self.owed = owed
+        self.pages = page * len(self.chunks)
 
     def take(self, seq: Sequence, whole: int, chunk: int, pinned: int = 0) -> bool:
         """Whether a waiting request fits, `whole` of its tokens to compute and `chunk` of
@@ -104,8 +112,8 @@ class ReservedTokens:
         its tokens are reserved."""
         if self.owed is None:
             if not self.running:
-                # an idle engine runs the queue's head where its first chunk fits (SGLang
-                # turns away at arrival a request an idle cache could never admit)
+                # servesim's own rule, so that nothing waits forever: an idle engine runs the
+                # queue's head where its first chunk fits, though SGLang's rule may not
                 self.owed = 0.0
                 self._reserve(seq, whole, chunk)
                 return True
@@ -127,7 +135,6 @@ class ReservedTokens:
         self.owed += page + (min(seq.max_new_tokens, CLIP_MAX_NEW_TOKENS) if chunk == whole
                              else 0)
         self.pages += page
-        self.admitted += 1
 
     def _all_finish(self, seq: Sequence, free: float) -> bool:
         """SGLang's check for a request that ignores EOS: every running request and this one,

@@ -24,7 +24,7 @@ admitted sequence is still owed to its last token, all the blocks promised to it
 (`kv_reservation.PromisedBlocks`): none is ever preempted, and fewer run at once. Under SGLang's
 (`new_token_ratio`, continuous batching), a request is admitted only where the free tokens hold
 it beside a share of the running requests' future tokens, a share that decays in each step that
-only decodes, is raised by a preemption and starts over when nothing runs
+only decodes, is set again by a preemption and starts over when the engine idles
 (`new_token_ratio.py`). Admission is mixed in from `admission.py` (`Admission`), the finished
 step's results from `step_results.py` (`StepResults`).
 
@@ -92,7 +92,7 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
 
     # Under SGLang's capacity policy, the share of the running requests' future tokens that
     # admission reserves (an instance's own only then: few attributes keep the hot object fast)
-    new_tokens: NewTokenRatio | None = None
+    new_token_ratio: NewTokenRatio | None = None
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
                  swap: SwapSpace | None = None):
@@ -117,7 +117,7 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
         self.kv = KvInFlight()  # disaggregation: this engine's role, its KV on its way
         self.batch_wait = BatchWait()  # TensorRT-LLM's batch waiting (`batch_wait.py`)
         if config.reserves_new_tokens:
-            self.new_tokens = NewTokenRatio()
+            self.new_token_ratio = NewTokenRatio()
 
     def sync(self) -> None:
         """Bring every running sequence's counts up to date before something outside the
@@ -179,6 +179,13 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
                              f"be aborted, this one is {seq.status.value}")
         seq.finish_reason = "abort"
         seq.set_status(SequenceStatus.ABORTED)
+        self.idle_check()
+
+    def idle_check(self) -> None:
+        """Under SGLang's capacity policy, start the reserved share over once nothing runs or
+        waits (SGLang resets it when its scheduler idles)."""
+        if self.new_token_ratio is not None and not self.has_unfinished():
+            self.new_token_ratio.reset()
 
     # --- planning --------------------------------------------------------------------------------
 
@@ -188,15 +195,13 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
         plan = StepPlan()
         if self.kv.uncached:  # disaggregation: KV that came in, to cache before planning
             self.cache_landed()
-        ratio = self.new_tokens
-        if ratio is not None and not self.running:
-            ratio.reset()  # SGLang starts its estimate over when it idles
         if self.config.policy == "continuous":
             self._schedule_continuous(plan)
         else:
             self._schedule_static(plan, now_s)
+        ratio = self.new_token_ratio
         if ratio is not None:
-            if plan.preempted:  # SGLang retracted requests: it reserves more
+            if plan.preempted:  # SGLang retracted requests: it estimates again
                 ratio.after_preemption(self.running)
             elif plan.decodes and not plan.prefills:
                 ratio.decay()

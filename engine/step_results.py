@@ -1,10 +1,10 @@
 """After a step, the scheduler's part that applies it (`Scheduler` mixes it in: it reads
 `self.block_manager`, `self.running`, `self._caching` and `self.prefill_only`, and calls the
-scheduler's `cache_blocks` and `_hand_off`): prefill chunks and decodes advance their sequences'
-computed tokens, the tokens sampled (or, in simulation, only counted) are appended, the blocks
-filled are registered for prefix caching, and finished sequences free their blocks and leave
-the running list. `apply_decodes` and `decode_fills` are seams the simulator's bulk counting
-overrides (`sim.fastpath.SteadyScheduler`).
+scheduler's `cache_blocks`, `_hand_off` and `idle_check`): prefill chunks and decodes advance
+their sequences' computed tokens, the tokens sampled (or, in simulation, only counted) are
+appended, the blocks filled are registered for prefix caching, and finished sequences free
+their blocks and leave the running list. `apply_decodes` and `decode_fills` are seams the
+simulator's bulk counting overrides (`sim.fastpath.SteadyScheduler`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class StepResults:
 
     def retire(self, finished: list[Sequence], step: int) -> None:
         """Sequences that emitted their last token in `step`: free their blocks, mark them
-        finished and drop them from the running list."""
+        finished and drop them from the running list (then, if the engine idles, `idle_check`)."""
         bm = self.block_manager
         for seq in finished:
             bm.free_sequence(seq.seq_id)
@@ -72,6 +72,8 @@ class StepResults:
                 self.running.remove(seq)
         else:
             self.running = [s for s in self.running if s.status is _RUNNING]
+        if not self.running:
+            self.idle_check()
 
     @staticmethod
     def emit(plan: StepPlan, seq: Sequence, token: int | None) -> bool:

@@ -1,8 +1,8 @@
 """SGLang's capacity policy (`capacity_scheduler_policy = "new_token_ratio"`,
 engine/new_token_ratio.py): a request is admitted only where the free tokens hold it beside a
 share of the running requests' future tokens (the new token ratio: 0.7, falling by a 600th of
-the way to a seventh of that in each step that only decodes, raised by a preemption, reset when
-nothing runs); a request that ignores EOS, without prefix caching, only where every running
+the way to 0.14 of that in each step that only decodes, set again by a preemption, reset when
+the engine idles); a request that ignores EOS, without prefix caching, only where every running
 request and it can finish, shortest first. Fast-forwarded runs under it are the step-by-step
 run's (here and tests/test_decode_runs.py); on random servers every request ends and every
 block comes back (tests/test_sim_loop.py)."""
@@ -67,6 +67,12 @@ def test_a_preemption_sets_the_share_the_running_have_emitted_plus_20_tokens_eac
     assert ratio.current == min(1.0, (95 + 10 + 40) / 401)
     ratio.after_preemption(running[:0] + [Sequence("c", 4, 10)])
     assert ratio.current == 1.0  # 20 / 11
+    long = [Sequence("d", 8, 2000), Sequence("e", 8, 2000)]
+    long[0].num_output_tokens, long[1].num_output_tokens = 60, 40
+    ratio.after_preemption(long)
+    assert ratio.current == 140 / 4001  # below the floor until a step decays it
+    ratio.decay()
+    assert ratio.current == MIN_RATIO
 
 
 def reserved(blocks: int, running=(), finishing=(), ratio=0.7, caching=True):
@@ -103,17 +109,35 @@ def test_the_blocks_a_cached_prefix_would_use_are_not_counted_free():
     assert not reserved(20, [a], ratio=0.96).take(b, 8, 8, pinned=1)  # 4 tokens fewer
 
 
-def test_a_prefill_that_completes_in_the_step_is_reserved_all_its_future_tokens():
-    """As SGLang's round admits its chunked request's last chunk again: a page and every token
-    it may emit (here 20 + 4 of 80 - 8 held), not the ratio's share."""
-    def fits(finishing):
+def test_a_prefill_continuing_in_the_step_is_reserved_a_page_and_its_last_chunk_all_it_emits():
+    """As SGLang's round admits its chunked request again: a page beyond the chunk's blocks, and
+    with the chunk that completes its prompt every token it may emit too (20), not the ratio's
+    share. 72 tokens are free; b needs 8 prompt tokens, its outputs and a page below what is
+    left."""
+    def fits(chunk: int, outputs: int) -> bool:
         bm = BlockManager(20, 4)
         a = Sequence("a", 8, 20, seq_id=0, ignore_eos=False)
         bm.ensure_capacity(a.seq_id, 8)  # its chunk planned, not yet counted
-        b = Sequence("b", 8, 40, seq_id=1, ignore_eos=False)
-        return ReservedTokens(bm, [a], [a] if finishing else [], 0.7, True).take(b, 8, 8)
-    assert fits(finishing=False)  # a prefill under way: nothing reserved (72 > 52)
-    assert not fits(finishing=True)  # 72 - 24 <= 52
+        b = Sequence("b", 8, outputs, seq_id=1, ignore_eos=False)
+        chunks = [(a, chunk)] if chunk else []
+        return ReservedTokens(bm, [a], chunks, 0.7, True).take(b, 8, 8)
+    assert fits(chunk=0, outputs=56)  # not continuing in this step: 68 < 72
+    assert not fits(chunk=4, outputs=56)  # a page: 68 < 72 - 4 fails
+    assert not fits(chunk=8, outputs=36)  # its last chunk: 48 < 72 - 4 - 20 fails
+    assert fits(chunk=8, outputs=35)
+
+
+def test_a_continuing_chunks_page_is_not_free_for_a_request_that_ignores_eos():
+    """Without prefix caching: a (8 prompt tokens, 20 outputs, both ignoring EOS) continues a
+    chunk; of the 72 tokens free a page is its, and b's 8 + a page leave 56: a's 20 and then
+    b's outputs (a's 8 freed) must leave a token to spare, so b may have 62 outputs, not 63."""
+    def fits(outputs: int) -> bool:
+        bm = BlockManager(20, 4)
+        a = Sequence("a", 8, 20, seq_id=0)
+        bm.ensure_capacity(a.seq_id, 8)
+        b = Sequence("b", 8, outputs, seq_id=1)
+        return ReservedTokens(bm, [a], [(a, 4)], 0.7, False).take(b, 8, 8)
+    assert fits(62) and not fits(63)
 
 
 def test_a_request_admitted_in_a_round_is_reserved_all_its_tokens_the_next_round_a_share():
@@ -176,13 +200,28 @@ def test_the_ratio_falls_in_steps_that_only_decode_and_starts_over_when_nothing_
     ratios = []
     for _ in range(5):
         plan = s.schedule()
-        ratios.append((bool(plan.prefills), s.new_tokens.decays))
+        ratios.append((bool(plan.prefills), s.new_token_ratio.decays))
         s.postprocess(plan)
     assert ratios == [(True, 0), (False, 1), (False, 2), (False, 3), (False, 4)]
-    assert not s.has_unfinished()
-    s.add(Sequence("b", 8, 5))
-    s.schedule()
-    assert s.new_tokens.current == INIT_RATIO
+    assert not s.has_unfinished() and s.new_token_ratio.decays == 0  # reset as a finished
+    assert s.new_token_ratio.current == INIT_RATIO
+
+
+def test_the_ratio_goes_on_where_the_running_list_empties_while_requests_wait():
+    """100 blocks of 4: a (4 + up to 300 tokens, may stop early) decodes 299 steps alone, the
+    ratio falling to 0.7 - 299 x 0.602 / 600 = 0.40; b (4 + 390) fits only an empty cache and
+    waits for it, c (4 + 150) behind it. When a ends, the engine is not idle (they wait): b
+    comes in on the decayed ratio, and in the next step c, 4 + 150 + a page below 392 - 0.40 x
+    389; on a ratio started over (0.7 x 389 = 272) c would wait for b to end."""
+    s = Scheduler(SchedulerConfig(max_num_seqs=8, capacity_scheduler_policy=SGLANG,
+                                  max_num_batched_tokens=512, max_seq_len=512),
+                  BlockManager(100, 4))
+    s.add(Sequence("a", 4, 300, ignore_eos=False))
+    s.postprocess(s.schedule())
+    s.add(Sequence("b", 4, 390, ignore_eos=False))
+    s.add(Sequence("c", 4, 150, ignore_eos=False))
+    steps = drain(s)
+    assert steps.index(["b"]) == 299 and steps.index(["c"]) == 300
 
 
 def test_after_a_long_decode_the_ratio_lets_in_what_a_preemption_then_takes_back():
@@ -196,7 +235,7 @@ def test_after_a_long_decode_the_ratio_lets_in_what_a_preemption_then_takes_back
     s.add(Sequence("a", 4, 700, ignore_eos=False))
     for _ in range(601):
         s.postprocess(s.schedule())
-    assert s.new_tokens.current == MIN_RATIO
+    assert s.new_token_ratio.current == MIN_RATIO
     for name in "bcd":
         s.add(Sequence(name, 4, 150, ignore_eos=False))
     checked = 0
@@ -205,7 +244,8 @@ def test_after_a_long_decode_the_ratio_lets_in_what_a_preemption_then_takes_back
         if plan.preempted:
             emitted = sum(seq.num_output_tokens for seq in s.running)
             most = sum(seq.max_new_tokens for seq in s.running)
-            assert s.new_tokens.current == min(1.0, (emitted + 20 * len(s.running)) / (most + 1))
+            assert s.new_token_ratio.current == min(
+                1.0, (emitted + 20 * len(s.running)) / (most + 1))
             checked += 1
         s.postprocess(plan)
     assert checked and s.num_preemptions

@@ -127,7 +127,7 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
         if seq.num_computed_tokens + n != seq.num_tokens:
             return None  # a chunk of a longer prefill (or one stopping a token short)
     config = scheduler.config
-    if scheduler.new_tokens is not None and (scheduler.waiting or scheduler.kv.landed):
+    if scheduler.new_token_ratio is not None and (scheduler.waiting or scheduler.kv.landed):
         return None  # SGLang's reserved share decays each step: the head may be admitted
     if not config.enable_mixed_chunk and (plan.swapped_in or plan.kv_requested):
         # without mixed chunks a step of decodes readmits those whose KV is whole, up to the
@@ -202,6 +202,8 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
     was postprocessed. Returns (KV blocks used and KV blocks cached after each repeat's
     planning, two lists of `steps`, and the sequences that finished, in the order they did)."""
     assert 1 <= steps <= run.max_steps
+    if scheduler.new_token_ratio is not None:  # SGLang's share decays as each repeat is planned,
+        scheduler.new_token_ratio.decay(steps)  # before a finish that leaves the engine idle
     steady = _steady(scheduler)
     if steady is not None:  # the run's plan is postprocessed: every count up to date
         steady.rebase()
@@ -254,8 +256,6 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
         if f > steps:
             _advance(seq, steps, step0)
     scheduler.num_steps += steps
-    if scheduler.new_tokens is not None:  # SGLang's reserved share, after steps of decodes
-        scheduler.new_tokens.decay(steps)
     if steady is not None:
         steady.after_run(members, steps)
     return list(accumulate(change)), _per_repeat(start_cached, cached_planned, cached_after,
