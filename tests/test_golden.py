@@ -26,6 +26,7 @@ SHORTEN = {
     "static-vs-continuous": ["workload.num_requests=80"],
     "load-sweep": ["workload.num_requests=40"],
     "kv-pressure": ["workload.num_requests=60"],
+    "admission-policies": ["workload.num_requests=60"],
     "priority-mix": ["workload.num_requests=80"],
     "chunked-prefill": ["workload.num_requests=30"],
     "azure-conv": ["workload.trace.max_requests=120"],
@@ -116,6 +117,19 @@ def test_a_smaller_kv_cache_preempts_more():
     small, large = runs["64-blocks"][2], runs["512-blocks"][2]
     assert small["ttft_p50_s"] > 10 * large["ttft_p50_s"]
     assert small["request_throughput"] < 0.9 * large["request_throughput"]
+
+
+def test_sglangs_admission_preempts_a_fraction_of_vllms_and_queues_less_than_trtllms():
+    runs = {variant: summary for variant, (_, _, summary)
+            in full_run("admission-policies").items()}
+    vllm, sglang, trtllm = runs["vllm"], runs["sglang"], runs["trtllm"]
+    assert {s["completed"] for s in runs.values()} == {300}
+    assert vllm["preemptions"] > 4 * sglang["preemptions"] > 0 == trtllm["preemptions"]
+    assert vllm["ttft_p50_s"] < sglang["ttft_p50_s"] < trtllm["ttft_p50_s"]
+    assert vllm["request_throughput"] > sglang["request_throughput"] \
+        > trtllm["request_throughput"]
+    # fewer sequences at once, and fewer recomputations among the decodes
+    assert vllm["tpot_p50_s"] > sglang["tpot_p50_s"] > trtllm["tpot_p50_s"]
 
 
 def test_the_priority_queue_serves_urgent_requests_first():
