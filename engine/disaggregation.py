@@ -149,3 +149,5 @@ class KvTransfers:
             seq.set_status(SequenceStatus.TRANSFERRED)
         self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]
         plan.handed_off = leaving
+        if leaving and not self.running:
+            self.idle_check()

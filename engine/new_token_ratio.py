@@ -11,9 +11,8 @@ to 0.14 of that in each step that only decodes (the running requests turned out 
 feared), is set where a decode finds the cache full and requests are taken back (to the share
 the remaining ones have emitted, plus 20 tokens each, over the tokens they may emit in all), and
 starts over when the server idles. A request that ignores EOS, while prefix caching is off, is
-admitted instead
-only where the cache holds every running request and it to their last tokens, each request
-freeing its tokens as it ends, shortest first (`add_one_req_ignore_eos`).
+admitted instead only where the cache holds every running request and it to their last tokens,
+each request freeing its tokens as it ends, shortest first (`add_one_req_ignore_eos`).
 
 servesim counts as SGLang does, in tokens, with its block size as SGLang's page size (a page
 more a request) and its free blocks (evictable cached ones included, but those a request's

@@ -73,8 +73,6 @@ class SchedulerConfig:
             raise ValueError(f"scheduler.capacity_scheduler_policy must be one of "
                              f"{', '.join(CAPACITY_POLICIES)}, got "
                              f"{self.capacity_scheduler_policy!r}")
-        if self.reserves_new_tokens:
-            self._check_new_token_ratio()
         for name in ("chunked_prefill", "enable_mixed_chunk"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"scheduler.{name} must be true or false, "
@@ -124,6 +122,8 @@ class SchedulerConfig:
                 f"engine.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
                 f"engine.max_num_seqs ({self.max_num_seqs}) so every running sequence can decode"
             )
+        if self.reserves_new_tokens:
+            self._check_new_token_ratio()
 
     def _check_new_token_ratio(self) -> None:
         key = "scheduler.capacity_scheduler_policy = 'new_token_ratio'"

@@ -124,8 +124,9 @@ def test_sglangs_admission_preempts_a_fraction_of_vllms_and_queues_less_than_trt
             in full_run("admission-policies").items()}
     vllm, sglang, trtllm = runs["vllm"], runs["sglang"], runs["trtllm"]
     assert {s["completed"] for s in runs.values()} == {300}
-    assert vllm["preemptions"] > 4 * sglang["preemptions"] > 0 == trtllm["preemptions"]
-    assert vllm["ttft_p50_s"] < sglang["ttft_p50_s"] < trtllm["ttft_p50_s"]
+    assert vllm["preemptions"] > 4 * sglang["preemptions"] > 40 > 0 == trtllm["preemptions"]
+    # the reserved share falls as the requests decode: well below TensorRT-LLM's wait
+    assert vllm["ttft_p50_s"] < sglang["ttft_p50_s"] < 0.6 * trtllm["ttft_p50_s"]
     assert vllm["request_throughput"] > sglang["request_throughput"] \
         > trtllm["request_throughput"]
     # fewer sequences at once, and fewer recomputations among the decodes

@@ -192,7 +192,7 @@ def test_an_idle_engine_runs_its_head_where_its_first_chunk_fits():
     assert drain(s)[0] == ["a"]
 
 
-def test_the_ratio_falls_in_steps_that_only_decode_and_starts_over_when_nothing_runs():
+def test_the_ratio_falls_in_steps_that_only_decode_and_starts_over_when_the_engine_idles():
     s = Scheduler(SchedulerConfig(max_num_seqs=8, capacity_scheduler_policy=SGLANG,
                                   max_num_batched_tokens=64, chunked_prefill=True),
                   BlockManager(40, 4))
@@ -204,6 +204,18 @@ def test_the_ratio_falls_in_steps_that_only_decode_and_starts_over_when_nothing_
         s.postprocess(plan)
     assert ratios == [(True, 0), (False, 1), (False, 2), (False, 3), (False, 4)]
     assert not s.has_unfinished() and s.new_token_ratio.decays == 0  # reset as a finished
+    assert s.new_token_ratio.current == INIT_RATIO
+
+
+def test_a_prefill_only_engine_idles_once_it_has_handed_off_its_last_request():
+    s = Scheduler(SchedulerConfig(max_num_seqs=8, capacity_scheduler_policy=SGLANG),
+                  BlockManager(40, 4))
+    s.prefill_only = True
+    s.add(Sequence("a", 8, 50, ignore_eos=False))
+    s.new_token_ratio.start = 0.05  # as after a preemption
+    plan = s.schedule()
+    s.postprocess(plan)
+    assert plan.handed_off and not s.has_unfinished()
     assert s.new_token_ratio.current == INIT_RATIO
 
 
