@@ -1,7 +1,7 @@
 """A continuous-batching step's plan, the scheduler's part that composes it (`Scheduler` mixes
 it in, as it mixes in `Admission`: it reads `self.config`, `self.block_manager`, `self.running`,
-`self.batch_wait` and `self._caching`, and calls the scheduler's `_admit`, `preempt_last` and
-`cache_blocks`).
+`self.batch_wait`, `self._caching` and `self.new_token_ratio`, and calls the scheduler's
+`_admit`, `preempt_last`, `preempt` and `cache_blocks`).
 
 With mixed chunks (the default: vLLM's and TensorRT-LLM's way) a step decodes every running
 sequence whose prefill is done (`reserve_decodes`), continues the prefills split over earlier
@@ -164,6 +164,38 @@ class ContinuousSteps:
     def reserve_decodes(self, plan: StepPlan, prefilling: list) -> list[Sequence]:
         """The running sequences that decode in the step being planned, in running order, each
         given room for its next KV row (a sequence in need preempts from the back of the
-        running list, `preempt_last`); those still prefilling are appended to `prefilling`."""
+        running list, `preempt_last`; under SGLang's capacity policy `_retract` takes back
+        first); those still prefilling are appended to `prefilling`."""
+        if self.new_token_ratio is not None:
+            self._retract(plan)
         return reserve_decode_blocks(self.running, self.block_manager,
                                      lambda: self.preempt_last(plan), prefilling)
+
+    def _retract(self, plan: StepPlan) -> None:
+        """SGLang's retraction (`ScheduleBatch.retract_decode`): while the free blocks do not
+        hold the new block each decode of the step needs, take back the decoding sequence with
+        the fewest outputs (of those, the longest prompt; of those, the last in running order),
+        leaving at least one; with the priority queue, the least urgent first (SGLang's
+        retraction under priority scheduling)."""
+        bm = self.block_manager
+        bs, tables = bm.block_size, bm.block_tables
+
+        def needs_block(seq: Sequence) -> bool:  # its next KV row starts a block it lacks
+            row = seq.prompt_len + seq.num_output_tokens - 1
+            return not row % bs and len(tables[seq.seq_id]) * bs <= row
+
+        decoding = [seq for seq in self.running if not seq.is_prefilling]
+        need = sum(map(needs_block, decoding))
+        if need <= bm.num_free:
+            return
+        if self.config.queue == "priority":  # a larger value is less urgent
+            decoding.sort(key=lambda seq: (-seq.priority, seq.num_output_tokens,
+                                           -seq.prompt_len), reverse=True)
+        else:
+            decoding.sort(key=lambda seq: (seq.num_output_tokens, -seq.prompt_len),
+                          reverse=True)
+        while need > bm.num_free and len(decoding) > 1:
+            victim = decoding.pop()
+            need -= needs_block(victim)
+            self.running.remove(victim)
+            self.preempt(plan, victim)

@@ -271,7 +271,11 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
     def preempt_last(self, plan: StepPlan) -> None:
         """Preempt the last sequence of the running list (the victim order's last) in the step
         being planned."""
-        seq = self.running.pop()
+        self.preempt(plan, self.running.pop())
+
+    def preempt(self, plan: StepPlan, seq: Sequence) -> None:
+        """Preempt a running sequence, already taken off the running list, in the step being
+        planned."""
         self.running_removed(seq)
         if self._caching and own_keys(seq.block_hashes):  # found again on readmission
             bm, first = self.block_manager, seq.filled_from

@@ -239,8 +239,9 @@ def test_the_ratio_goes_on_where_the_running_list_empties_while_requests_wait():
 def test_after_a_long_decode_the_ratio_lets_in_what_a_preemption_then_takes_back():
     """a (4 prompt tokens, up to 700 outputs) decodes alone for 600 steps: the ratio falls to
     its floor. Requests that may stop early then come in on a tenth of their future tokens,
-    until the cache runs short and a step preempts: that step sets the ratio from the running
-    ones' outputs, plus 20 tokens each, over their max_new_tokens."""
+    until the cache runs short and a step takes back, in SGLang's order, as many as it must:
+    that step sets the ratio from the running ones' outputs, plus 20 tokens each, over their
+    max_new_tokens."""
     s = Scheduler(SchedulerConfig(max_num_seqs=8, capacity_scheduler_policy=SGLANG,
                                   max_num_batched_tokens=256, max_seq_len=1024),
                   BlockManager(200, 4))
@@ -252,7 +253,12 @@ def test_after_a_long_decode_the_ratio_lets_in_what_a_preemption_then_takes_back
         s.add(Sequence(name, 4, 150, ignore_eos=False))
     checked = 0
     while s.has_unfinished():
+        # SGLang takes back the decoding request with the fewest outputs, of those the longest
+        # prompt, of those the last in running order
+        order = sorted(((seq.num_output_tokens, -seq.prompt_len, -i), seq)
+                       for i, seq in enumerate(s.running) if not seq.is_prefilling)
         plan = s.schedule()
+        assert plan.preempted == [seq for _, seq in order[:len(plan.preempted)]]
         if plan.preempted:
             emitted = sum(seq.num_output_tokens for seq in s.running)
             most = sum(seq.max_new_tokens for seq in s.running)
@@ -268,6 +274,46 @@ def pressed(tmp_path, policy: str):
     return config_of(tmp_path, "[engine]\nnum_kv_blocks = 32\n" + LINEAR, rate=20.0).updated(
         {"scheduler.capacity_scheduler_policy": policy, "model.max_seq_len": 1024,
          "workload.output_tokens": {"dist": "uniform", "low": 20, "high": 200}})
+
+
+def test_a_step_short_of_blocks_takes_back_the_request_with_the_fewest_outputs():
+    """6 blocks of 4; x and v (4 prompt tokens, 5 outputs, v readmitted last) hold 2 each and y
+    (1 output) 1; each needs one more, and one is free. SGLang takes back y, the fewest
+    outputs, and x and v decode; vLLM's way takes back the last, v. Of two with the fewest
+    outputs, the longer prompt goes: z (8 prompt tokens) before y, in 7 blocks with 2 free."""
+    from engine.kv_reservation import admit_sequence
+
+    def step(policy: str, blocks: int, members) -> tuple[list, list]:
+        s = scheduler(policy, blocks=blocks)
+        for i, (name, prompt, emitted) in enumerate(members):
+            seq = Sequence(name, prompt, 20, seq_id=i)
+            admit_sequence(seq, s.block_manager, prompt + emitted - 1)
+            seq.num_output_tokens, seq.num_computed_tokens = emitted, prompt + emitted - 1
+            s.running.append(seq)
+        plan = s.schedule()
+        return ([seq.request_id for seq in plan.preempted],
+                [seq.request_id for seq in plan.decodes])
+    readmitted = [("x", 4, 5), ("y", 4, 1), ("v", 4, 5)]
+    assert step(SGLANG, 6, readmitted) == (["y"], ["x", "v"])
+    assert step("max_utilization", 6, readmitted) == (["v"], ["x", "y"])
+    tied = [("x", 4, 5), ("z", 8, 1), ("y", 4, 1)]
+    assert step(SGLANG, 7, tied) == (["z"], ["x", "y"])
+    assert step("max_utilization", 7, tied) == (["y"], ["x", "z"])
+
+
+def test_with_the_priority_queue_the_least_urgent_is_taken_back_first():
+    """4 blocks of 4: u (priority 0, 1 output) holds 1 and w (priority 1, 5 outputs) 2, each
+    needs one more and one is free: w goes, though u has fewer outputs."""
+    from engine.kv_reservation import admit_sequence
+
+    s = scheduler(SGLANG, blocks=4, queue="priority")
+    for i, (name, priority, emitted) in enumerate([("u", 0, 1), ("w", 1, 5)]):
+        seq = Sequence(name, 4, 20, seq_id=i, priority=priority)
+        admit_sequence(seq, s.block_manager, 4 + emitted - 1)
+        seq.num_output_tokens, seq.num_computed_tokens = emitted, 4 + emitted - 1
+        s.running.append(seq)
+    plan = s.schedule()
+    assert [seq.request_id for seq in plan.preempted] == ["w"]
 
 
 def test_under_kv_pressure_sglangs_admission_preempts_far_less_than_vllms(tmp_path):
