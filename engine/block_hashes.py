@@ -19,7 +19,7 @@ def own_keys(hashes) -> bool:
     """Whether block keys are a sequence's own (a `range`: a simulated request that shares no
     prefix, `sim.workloads.block_keys.own_block_keys`): no other sequence can find its blocks,
     so they are registered when it is preempted, the only time another admission (its own
-    readmission) can find them, not as they fill (`Scheduler.preempt_last`)."""
+    readmission) can find them, not as they fill (`Scheduler.preempt`)."""
     return type(hashes) is range
 
 

@@ -172,12 +172,14 @@ class ContinuousSteps:
                                      lambda: self.preempt_last(plan), prefilling)
 
     def _retract(self, plan: StepPlan) -> None:
-        """SGLang's retraction (`ScheduleBatch.retract_decode`): while the free blocks do not
-        hold the new block each decode of the step needs, take back the decoding sequence with
-        the fewest outputs (of those, the longest prompt; of those, the last in running order),
-        leaving at least one; with the priority queue, the least urgent first (SGLang's
-        retraction under priority scheduling)."""
+        """SGLang's retraction (`ScheduleBatch.retract_decode`, its default `length` order):
+        while the free blocks do not hold the new block each decode of the step needs, take
+        back the decoding sequence with the fewest outputs (of those, the longest prompt; of
+        those, the last in running order), leaving at least one (which, if it still finds no
+        block, preempts from the end as `reserve_decode_blocks` does)."""
         bm = self.block_manager
+        if bm.num_free >= len(self.running):
+            return  # every decode's block is free (the common case: no pass over the batch)
         bs, tables = bm.block_size, bm.block_tables
 
         def needs_block(seq: Sequence) -> bool:  # its next KV row starts a block it lacks
@@ -188,12 +190,7 @@ class ContinuousSteps:
         need = sum(map(needs_block, decoding))
         if need <= bm.num_free:
             return
-        if self.config.queue == "priority":  # a larger value is less urgent
-            decoding.sort(key=lambda seq: (-seq.priority, seq.num_output_tokens,
-                                           -seq.prompt_len), reverse=True)
-        else:
-            decoding.sort(key=lambda seq: (seq.num_output_tokens, -seq.prompt_len),
-                          reverse=True)
+        decoding.sort(key=lambda seq: (seq.num_output_tokens, -seq.prompt_len), reverse=True)
         while need > bm.num_free and len(decoding) > 1:
             victim = decoding.pop()
             need -= needs_block(victim)

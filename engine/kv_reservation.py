@@ -39,11 +39,12 @@ def admit_sequence(seq: Sequence, block_manager: BlockManager, n_tokens: int | N
 
 
 def preempt_sequence(seq: Sequence, block_manager: BlockManager, waiting,
-                     swap: SwapSpace | None = None) -> list[tuple[int, int]]:
-    """Preempt the sequence and requeue it (fcfs: at the front; priority: at its original
-    priority and arrival). By recompute: free its blocks and forget its computed KV. With a
-    `swap` space that has room for the blocks holding its computed KV: give them host blocks,
-    free them, keep the computed count; returns the (gpu, host) block pairs to copy out."""
+                     swap: SwapSpace | None = None, front: bool = True) -> list[tuple[int, int]]:
+    """Preempt the sequence and requeue it (fcfs: at the front, or not `front` at the back;
+    priority: at its original priority and arrival). By recompute: free its blocks and forget
+    its computed KV. With a `swap` space that has room for the blocks holding its computed KV:
+    give them host blocks, free them, keep the computed count; returns the (gpu, host) block
+    pairs to copy out."""
     pairs = []
     n = blocks_needed(seq.num_computed_tokens, block_manager.block_size)
     if swap is not None and 0 < n <= swap.num_free:
@@ -53,7 +54,7 @@ def preempt_sequence(seq: Sequence, block_manager: BlockManager, waiting,
         seq.num_computed_tokens = 0
     seq.preemptions += 1
     seq.set_status(SequenceStatus.SWAPPED if pairs else SequenceStatus.PREEMPTED)
-    waiting.push_front(seq)
+    (waiting.push_front if front else waiting.push)(seq)
     return pairs
 
 

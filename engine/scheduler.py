@@ -254,7 +254,7 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
 
     def cache_blocks(self, seq: Sequence, first: int, last: int) -> None:
         """Register the sequence's filled blocks first .. last - 1 whose hashes are known, but
-        keys of its own (`own_keys`), which wait for its preemption (`preempt_last`)."""
+        keys of its own (`own_keys`), which wait for its preemption (`preempt`)."""
         bm = self.block_manager
         hashes = block_hashes(seq, bm.block_size, last)
         if not hashes or own_keys(hashes):
@@ -275,13 +275,15 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
 
     def preempt(self, plan: StepPlan, seq: Sequence) -> None:
         """Preempt a running sequence, already taken off the running list, in the step being
-        planned."""
+        planned. It goes back to the head of the queue (vLLM's way), under SGLang's capacity
+        policy to its end (SGLang queues the requests it takes back behind those waiting)."""
         self.running_removed(seq)
         if self._caching and own_keys(seq.block_hashes):  # found again on readmission
             bm, first = self.block_manager, seq.filled_from
             n = seq.num_computed_tokens // bm.block_size
             bm.cache_filled(bm.block_tables[seq.seq_id][first:n], seq.block_hashes[first:n])
             seq.filled_from = 0  # readmitted, it fills (or finds) them from the first
-        plan.swap_out += preempt_sequence(seq, self.block_manager, self.waiting, self.swap)
+        plan.swap_out += preempt_sequence(seq, self.block_manager, self.waiting, self.swap,
+                                          front=self.new_token_ratio is None)
         plan.preempted.append(seq)
         self.num_preemptions += 1
