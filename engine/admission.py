@@ -20,11 +20,11 @@ from __future__ import annotations
 import bisect
 from itertools import chain
 
+from .block_hashes import block_hashes
 from .block_manager import blocks_needed
 from .continuous_step import unmixed_cut
 from .kv_reservation import RESUMING, PromisedBlocks, admit_sequence, has_free_capacity
 from .new_token_ratio import ReservedTokens
-from .block_hashes import block_hashes
 from .sequence import Sequence, SequenceStatus
 from .step_plan import StepPlan
 

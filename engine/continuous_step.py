@@ -16,7 +16,7 @@ sequences decode only in a step without one (`_schedule_unmixed`). docs/schedule
 from __future__ import annotations
 
 from .batch_wait import hold_prefills
-from .kv_reservation import reserve_decode_blocks
+from .kv_reservation import needs_new_block, reserve_decode_blocks
 from .sequence import Sequence, SequenceStatus
 from .step_plan import StepPlan
 
@@ -182,9 +182,8 @@ class ContinuousSteps:
             return  # every decode's block is free (the common case: no pass over the batch)
         bs, tables = bm.block_size, bm.block_tables
 
-        def needs_block(seq: Sequence) -> bool:  # its next KV row starts a block it lacks
-            row = seq.prompt_len + seq.num_output_tokens - 1
-            return not row % bs and len(tables[seq.seq_id]) * bs <= row
+        def needs_block(seq: Sequence) -> bool:
+            return needs_new_block(seq, bs, tables[seq.seq_id])
 
         decoding = [seq for seq in self.running if not seq.is_prefilling]
         need = sum(map(needs_block, decoding))

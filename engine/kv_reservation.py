@@ -13,8 +13,8 @@ from .block_manager import BlockManager, blocks_needed
 from .sequence import Sequence, SequenceStatus
 from .swap import SwapSpace
 
-__all__ = ["has_free_capacity", "admit_sequence", "preempt_sequence", "reserve_decode_blocks",
-           "peak_blocks", "promised_blocks", "PromisedBlocks"]
+__all__ = ["has_free_capacity", "admit_sequence", "preempt_sequence", "needs_new_block",
+           "reserve_decode_blocks", "peak_blocks", "promised_blocks", "PromisedBlocks"]
 
 _RUNNING = SequenceStatus.RUNNING
 # Statuses of a waiting sequence whose KV is computed (swapped out, or prefilled by another
@@ -58,6 +58,13 @@ def preempt_sequence(seq: Sequence, block_manager: BlockManager, waiting,
     return pairs
 
 
+def needs_new_block(seq: Sequence, block_size: int, table: list) -> bool:
+    """Whether the decode of a sequence holding the blocks `table` needs one more: the KV row it
+    writes (prompt_len + outputs - 1; rows before it are stored) starts a block it lacks."""
+    row = seq.prompt_len + seq.num_output_tokens - 1
+    return not row % block_size and len(table) * block_size <= row
+
+
 def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_last,
                           prefilling: list | None = None) -> list:
     """Give every decoding sequence of `running` room for the KV of its next token. When a block
@@ -74,7 +81,8 @@ def reserve_decode_blocks(running: list, block_manager: BlockManager, preempt_la
             if prefilling is not None:
                 prefilling.append(seq)
             continue
-        # Rows 0 .. row-1 are stored, so only a row at a block boundary can lack room.
+        # Rows 0 .. row-1 are stored, so only a row at a block boundary can lack room
+        # (`needs_new_block`, inlined: the hot loop)
         if not row % block_size and len(tables[seq.seq_id]) * block_size <= row:
             while not bm.num_free and running[-1] is not seq:
                 preempt_last()

@@ -64,13 +64,13 @@ from itertools import chain
 
 from .admission import Admission
 from .batch_wait import BatchWait
+from .block_hashes import block_hashes, own_keys
 from .block_manager import BlockManager
 from .continuous_step import ContinuousSteps
 from .disaggregation import KvInFlight, KvTransfers
 from .kv_reservation import admit_sequence, has_free_capacity, peak_blocks, preempt_sequence, \
     promised_blocks, reserve_decode_blocks
 from .new_token_ratio import NewTokenRatio
-from .block_hashes import block_hashes, own_keys
 from .queues import QUEUES
 from .scheduler_config import POLICIES, SchedulerConfig
 from .sequence import Sequence, SequenceStatus

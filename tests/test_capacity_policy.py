@@ -17,7 +17,7 @@ from engine.kv_reservation import PromisedBlocks, peak_blocks, promised_blocks
 from engine.prefix_cache import PrefixCachingBlockManager
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
-from helpers.runs import LINEAR, drain, preemptions
+from helpers.runs import LINEAR, drain, preemptions, scheduler
 from scenarios import ScenarioError
 from sim.runner import run_config
 
@@ -29,11 +29,6 @@ arrival = { process = "poisson", rate = 20.0 }
 prompt_tokens = { dist = "uniform", low = 20, high = 120 }
 output_tokens = { dist = "uniform", low = 100, high = 250 }
 """
-
-
-def scheduler(policy: str, blocks: int = 10, block_size: int = 4, **config) -> Scheduler:
-    return Scheduler(SchedulerConfig(max_num_seqs=8, capacity_scheduler_policy=policy, **config),
-                     BlockManager(blocks, block_size))
 
 
 def test_a_request_is_promised_a_slot_for_its_prompt_and_every_token_it_may_sample():

@@ -3,9 +3,10 @@ engine/new_token_ratio.py): a request is admitted only where the free tokens hol
 share of the running requests' future tokens (the new token ratio: 0.7, falling by a 600th of
 the way to 0.14 of that in each step that only decodes, set again by a preemption, reset when
 the engine idles); a request that ignores EOS, without prefix caching, only where every running
-request and it can finish, shortest first. Fast-forwarded runs under it are the step-by-step
-run's (here and tests/test_decode_runs.py); on random servers every request ends and every
-block comes back (tests/test_sim_loop.py)."""
+request and it can finish, shortest first. Which request a step short of blocks takes back:
+tests/test_sglang_retraction.py. Fast-forwarded runs under it are the step-by-step run's (here
+and tests/test_decode_runs.py); on random servers every request ends and every block comes back
+(tests/test_sim_loop.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from engine.block_manager import BlockManager
 from engine.new_token_ratio import DECAY, INIT_RATIO, MIN_RATIO, NewTokenRatio, ReservedTokens
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
-from helpers.runs import LINEAR, config_of, drain, preemptions, records
+from helpers.runs import LINEAR, config_of, drain, preemptions, records, scheduler
 from scenarios import ScenarioError
 from sim.runner import run_config
 
@@ -24,11 +25,6 @@ SGLANG = "new_token_ratio"
 WORKLOAD = ('[workload]\nnum_requests = 1\narrival = { process = "burst" }\n'
             'prompt_tokens = { dist = "fixed", value = 8 }\n'
             'output_tokens = { dist = "fixed", value = 8 }\n')
-
-
-def scheduler(policy: str, blocks: int, **config) -> Scheduler:
-    return Scheduler(SchedulerConfig(max_num_seqs=8, capacity_scheduler_policy=policy, **config),
-                     BlockManager(blocks, 4))
 
 
 def test_the_ratio_falls_to_its_floor_in_600_steps_of_decodes():
@@ -75,11 +71,11 @@ def test_a_preemption_sets_the_share_the_running_have_emitted_plus_20_tokens_eac
     assert ratio.current == MIN_RATIO
 
 
-def reserved(blocks: int, running=(), finishing=(), ratio=0.7, caching=True):
+def reserved(blocks: int, running=(), ratio=0.7, caching=True):
     bm = BlockManager(blocks, 4)
     for seq in running:
         bm.ensure_capacity(seq.seq_id, seq.num_computed_tokens)
-    return ReservedTokens(bm, list(running), list(finishing), ratio, caching)
+    return ReservedTokens(bm, list(running), [], ratio, caching)
 
 
 def decoding(name: str, seq_id: int, prompt: int, max_new: int, emitted: int) -> Sequence:
@@ -274,65 +270,6 @@ def pressed(tmp_path, policy: str):
     return config_of(tmp_path, "[engine]\nnum_kv_blocks = 32\n" + LINEAR, rate=20.0).updated(
         {"scheduler.capacity_scheduler_policy": policy, "model.max_seq_len": 1024,
          "workload.output_tokens": {"dist": "uniform", "low": 20, "high": 200}})
-
-
-def planned(policy: str, blocks: int, members, **config) -> tuple[list, list, list]:
-    """One step of a scheduler whose running list holds `members` (name, prompt tokens,
-    outputs emitted: decoding; or name, prompt tokens, None, tokens computed: prefilling) in
-    blocks of 4, a request waiting: (taken back, decoding, waiting) request ids."""
-    from engine.kv_reservation import admit_sequence
-
-    s = scheduler(policy, blocks=blocks, **config)
-    for i, (name, prompt, emitted, *computed) in enumerate(members):
-        seq = Sequence(name, prompt, 20, seq_id=i, priority=i)
-        n = computed[0] if computed else prompt + emitted - 1
-        admit_sequence(seq, s.block_manager, n)
-        seq.num_output_tokens, seq.num_computed_tokens = emitted or 0, n
-        s.running.append(seq)
-    s.add(Sequence("new", 4, 20, seq_id=99, priority=9))
-    plan = s.schedule()
-    return ([seq.request_id for seq in plan.preempted],
-            [seq.request_id for seq in plan.decodes], [seq.request_id for seq in s.waiting])
-
-
-def test_a_step_short_of_blocks_takes_back_the_request_with_the_fewest_outputs():
-    """6 blocks of 4; x and v (4 prompt tokens, 5 outputs, v readmitted last) hold 2 each and y
-    (1 output) 1; each needs one more, and one is free. SGLang takes back y, the fewest
-    outputs, and queues it behind the request waiting; vLLM's way takes back the last, v, and
-    queues it first."""
-    readmitted = [("x", 4, 5), ("y", 4, 1), ("v", 4, 5)]
-    assert planned(SGLANG, 6, readmitted) == (["y"], ["x", "v"], ["new", "y"])
-    assert planned("max_utilization", 6, readmitted) == (["v"], ["x", "y"], ["v", "new"])
-
-
-def test_of_those_with_the_fewest_outputs_the_longest_prompt_then_the_last_goes():
-    """Each of three needs a block and 2 are free: of z (8 prompt tokens) and y (4), with 1
-    output each, z goes (7 blocks); of y and y2, alike, the last in running order (6 blocks)."""
-    assert planned(SGLANG, 7, [("x", 4, 5), ("z", 8, 1), ("y", 4, 1)])[0] == ["z"]
-    assert planned("max_utilization", 7, [("x", 4, 5), ("z", 8, 1), ("y", 4, 1)])[0] == ["y"]
-    assert planned(SGLANG, 6, [("x", 4, 5), ("y", 4, 1), ("y2", 4, 1)])[0] == ["y2"]
-
-
-def test_only_the_blocks_the_step_needs_are_counted():
-    """6 blocks, 1 free: a and c (5 outputs) need a block each, b (2 outputs, its row inside
-    its block) none: b goes all the same, having the fewest outputs, and a and c decode."""
-    assert planned(SGLANG, 6, [("a", 4, 5), ("b", 4, 2), ("c", 4, 5)])[:2] == \
-        (["b"], ["a", "c"])
-
-
-def test_the_last_decoding_request_stays_and_preempts_a_prefill_behind_it():
-    """2 blocks of 4: d (1 output) needs its second, p (a 12-token prompt, 4 computed) holds
-    the other. d is not taken back, being the only one decoding; it preempts p, as vLLM's way
-    does."""
-    assert planned(SGLANG, 2, [("d", 4, 1), ("p", 12, None, 4)])[:2] == (["p"], ["d"])
-
-
-def test_with_the_priority_queue_the_fewest_outputs_still_go_first():
-    """SGLang's default retraction order ignores priority: u (priority 0, 1 output) goes before
-    w (priority 1, 5 outputs), where vLLM's way takes the last in priority order, w."""
-    members = [("u", 4, 1), ("w", 4, 5)]
-    assert planned(SGLANG, 4, members, queue="priority")[0] == ["u"]
-    assert planned("max_utilization", 4, members, queue="priority")[0] == ["w"]
 
 
 def test_under_kv_pressure_sglangs_admission_preempts_far_less_than_vllms(tmp_path):

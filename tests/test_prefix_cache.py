@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine.block_hashes import ROOT_HASH, block_hashes, hash_block
 from engine.block_manager import BlockManager, BlockError
 from engine.executor import NumpyExecutor
 from engine.llm_engine import LLMEngine
 from engine.model import init_params
 from engine.paged_kv_cache import kv_blocks_in_use
-from engine.block_hashes import ROOT_HASH, block_hashes, hash_block
 from engine.prefix_cache import PrefixCachingBlockManager, make_block_manager
 from engine.records import RunRecorder
 from engine.scheduler import Scheduler, SchedulerConfig

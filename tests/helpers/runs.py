@@ -1,12 +1,14 @@
 """Whole runs for the tests: every value a run recorded, comparable (NaN made equal), the
 servers the fast-forward tests run, as scenario TOML that `config_of` adds a workload to, and a
-scheduler driven to its end step by step (`drain`)."""
+small scheduler (`scheduler`) driven to its end step by step (`drain`)."""
 
 from __future__ import annotations
 
 import math
 
 import scenarios
+from engine.block_manager import BlockManager
+from engine.scheduler import Scheduler, SchedulerConfig
 
 WORKLOAD = """
 [workload]
@@ -69,6 +71,12 @@ def own_keys_both_ways(run, monkeypatch) -> tuple[dict, dict]:
     for rec in (lazy, eager):
         del rec["step.kv_blocks_cached"]
     return lazy, eager
+
+
+def scheduler(policy: str, blocks: int = 10, block_size: int = 4, **config) -> Scheduler:
+    """An engine scheduler of 8 slots under capacity policy `policy`, over `blocks` KV blocks."""
+    return Scheduler(SchedulerConfig(max_num_seqs=8, capacity_scheduler_policy=policy, **config),
+                     BlockManager(blocks, block_size))
 
 
 def drain(scheduler, limit: int = 1000) -> list[list[str]]:
