@@ -5,11 +5,13 @@ and 0d of `benchmarks/hardware_accuracy.py`.
 Serving (`--only serving`): servesim against real-GPU serving measured by NVIDIA and
 shipped with the tables (`systems/silicon_sample.csv` of aiconfigurator-core: runs of nominal
 input/output lengths at a fixed client concurrency, with their mean TTFT and TPOT), the runs of
-catalog models on catalog GPUs. The Llama-70B runs of vLLM and TensorRT-LLM, the gpt-oss-120b
-runs of vLLM and the DeepSeek-R1 runs of TensorRT-LLM and SGLang are InferenceMAX's
+catalog models (and of MiniMax-M2.5) on catalog GPUs. The Llama-70B runs of vLLM and
+TensorRT-LLM, the gpt-oss-120b runs of vLLM, the DeepSeek-R1 runs of TensorRT-LLM and SGLang
+and the MiniMax-M2.5 runs of vLLM (a model read from its config.json) are InferenceMAX's
 (`silicon_runs.py`: `silicon_rows`) and are simulated with its client and server flags
-(`simulate_inferencemax`, `inferencemax_server`, there too); the others, whose client is not recorded, with that many requests in
-flight, users ramping up over one request's time and vLLM V1's defaults (`simulate_row`).
+(`simulate_inferencemax`, `inferencemax_server`, there too); the others, whose client is not
+recorded, with that many requests in flight, users ramping up over one request's time and
+vLLM V1's defaults (`simulate_row`).
 Beside servesim's, the Llama-70B and DeepSeek-R1 runs as aiconfigurator-core's own
 steady-state model of aggregated serving predicts them from the same tables
 (`aiconfigurator_estimate`): what the discrete-event simulation adds to the measured kernels.
@@ -46,7 +48,7 @@ def serving_part(limit: int | None = None) -> None:
         return
     if limit:
         runs = [rows.iloc[::max(len(rows) // limit, 1)] for rows in runs]
-    inferencemax, gpt_oss, deepseek, others = runs
+    inferencemax, gpt_oss, deepseek, minimax, others = runs
     print("InferenceMAX's Llama-3.3-70B runs (its client and server flags of 2025-10-29):")
     compare(inferencemax, simulate_inferencemax, inferencemax_group)
     print("\nThe same runs by aiconfigurator-core's own aggregated-serving estimate "
@@ -61,6 +63,9 @@ def serving_part(limit: int | None = None) -> None:
     compare(deepseek, simulate_inferencemax, server_group)
     print("\nThe same runs by aiconfigurator-core's own estimate:")
     compare(deepseek, aiconfigurator_estimate, server_group, rows_shown=False)
+    print("\nInferenceMAX's MiniMax-M2.5 runs on vLLM in fp8 (256 experts, 8 a token; its "
+          "client and server flags of each run's day):")
+    compare(minimax, simulate_inferencemax, minimax_group)
     print("\nThe other runs (client not recorded; users ramping up over one request's time):")
     compare(others, simulate_row, server_group)
 
@@ -68,6 +73,13 @@ def serving_part(limit: int | None = None) -> None:
 def server_group(row) -> tuple:
     """(backend, GPU, dtype): a group of runs."""
     return row.backend, SILICON_GPUS[row.system], row.precision
+
+
+def minimax_group(row) -> tuple:
+    """(backend, GPU, dtype, layout): MiniMax-M2.5's runs by their experts' layout."""
+    _, hardware, _, _ = inferencemax_server(row)
+    return (row.backend, SILICON_GPUS[row.system], row.precision,
+            f"TP {int(row.tp_size)}" + (f" x EP {hardware['ep']}" if hardware["ep"] > 1 else ""))
 
 
 def inferencemax_group(row) -> tuple:
@@ -98,7 +110,8 @@ def compare(rows, simulate, group_of, rows_shown: bool = True) -> dict:
         group["tpot"].append(e_tpot)
         if rows_shown:
             print(f"{row.backend:7s} {SILICON_GPUS[row.system]:9s} "
-                  f"{SILICON_MODELS[row.model_path][-26:]:26s} {row.precision:5s} "
+                  f"{SILICON_MODELS.get(row.model_path, row.model_path)[-26:]:26s} "
+                  f"{row.precision:5s} "
                   f"{int(row.tp_size):2d} {f'{row.isl}/{row.osl}':>10s} "
                   f"{int(row.batch_size):5d} {row.silicon_ttft_ms:8.1f} {ttft:8.1f} "
                   f"{100 * e_ttft:+6.1f}% {row.silicon_tpot_ms:8.2f} {tpot:7.2f} "

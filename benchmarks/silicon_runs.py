@@ -18,13 +18,18 @@ SILICON_MODELS = {"nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B",
                   "deepseek-ai/DeepSeek-R1": "deepseek-ai/DeepSeek-V3"}  # V3's architecture
 GPT_OSS = "openai/gpt-oss-120b"  # its "fp4" is MXFP4 experts, servesim's mxfp4
 DEEPSEEK = "deepseek-ai/DeepSeek-R1"
+MINIMAX = "MiniMaxAI/MiniMax-M2.5"  # no catalog model: read from the package's config.json
+# InferenceMAX's MiniMax-M2.5 runs simulated: (GPU, day measured) of each script's version
+MINIMAX_RUNS = {("h200_sxm", "2026-03-01"), ("h200_sxm", "2026-03-27"),
+                ("h100_sxm", "2026-03-27")}
 SILICON_DTYPES = {"fp8": "fp8", "fp4": "nvfp4", "bf16": "bf16"}
 SILICON_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 
 
 def silicon_rows():
-    """(InferenceMAX's Llama-70B runs, its gpt-oss-120b runs, its DeepSeek-R1 runs, the
-    others): the package's measured aggregated runs of catalog models on catalog GPUs that
+    """(InferenceMAX's Llama-70B runs, its gpt-oss-120b runs, its DeepSeek-R1 runs, its
+    MiniMax-M2.5 runs, the others): the package's measured aggregated runs of catalog models
+    (and MiniMax-M2.5, from the package's own copy of its config.json) on catalog GPUs that
     servesim can simulate (no pipeline or attention data parallelism as recorded), or None
     without the package.
 
@@ -38,7 +43,10 @@ def silicon_rows():
     measured 2025-11-02 and SGLang's measured 2026-03-25 (the same lengths, 4 to 64 users, TP
     8; SGLang's shipped twice, once here); the others are later scripts with multi-token
     prediction, or of other days whose layouts the rows record in ways their scripts do not
-    say."""
+    say. Its MiniMax-M2.5 runs on vLLM in fp8 are those on the H200 measured 2026-03-01 (TP 4)
+    and 2026-03-27 (TP 8), and on the H100 measured 2026-03-27 (TP 4), the same lengths and 4
+    to 128 users (the H200's of 2026-03-28 repeat those of the day before, and are left out);
+    its others (the B200's and B300's, of many layouts and days) are left for another time."""
     import importlib.util
 
     import pandas as pd
@@ -51,7 +59,7 @@ def silicon_rows():
     from sim.costs.hardware import gpus
 
     known = set(gpus())
-    keep = ((rows["mode"] == "agg") & rows["model_path"].isin(list(SILICON_MODELS))
+    keep = ((rows["mode"] == "agg") & rows["model_path"].isin([*SILICON_MODELS, MINIMAX])
             & rows["system"].map(lambda s: SILICON_GPUS.get(s) in known)
             & rows["precision"].isin(list(SILICON_DTYPES))
             & (rows["pp_size"].fillna(1) == 1) & (rows["attention_dp_size"].fillna(1) <= 1))
@@ -70,8 +78,13 @@ def silicon_rows():
                        | ((rows["backend"] == "sglang")
                           & source.str.contains("measured=2026-03-25", regex=False)))]
     deepseek = deepseek.drop_duplicates(["backend", "batch_size", "isl", "osl"])
-    return (rows[inferencemax], gpt_oss, deepseek,
-            rows[~inferencemax & ~oss & (rows["backend"] == "vllm")])
+    day = source.str.extract(r"measured=(\d{4}-\d\d-\d\d)", expand=False).fillna("")
+    minimax = rows[(rows["model_path"] == MINIMAX) & (rows["backend"] == "vllm")
+                   & (rows["system"] + " " + day).isin([" ".join(r) for r in MINIMAX_RUNS])]
+    minimax = minimax.drop_duplicates(["system", "tp_size", "batch_size", "isl", "osl"])
+    return (rows[inferencemax], gpt_oss, deepseek, minimax,
+            rows[~inferencemax & ~oss & (rows["model_path"] != MINIMAX)
+                 & (rows["backend"] == "vllm")])
 
 
 def simulate_inferencemax(row):
@@ -89,7 +102,7 @@ def simulate_inferencemax(row):
     users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
     model, hardware, engine, scheduler = inferencemax_server(row)
     table = {"name": f"inferencemax-{row.id}", "seed": 0,
-             "model": {"name": model, "max_seq_len": isl + osl},
+             "model": model | {"max_seq_len": isl + osl},
              "hardware": {"gpu": SILICON_GPUS[row.system], "tp": int(row.tp_size),
                           "framework": row.backend, "gpu_memory_utilization": 0.9} | hardware,
              "cost": {"model": "hardware"}, "engine": engine, "scheduler": scheduler,
@@ -107,10 +120,10 @@ def simulate_inferencemax(row):
     return 1e3 * float(np.mean(ttft)), 1e3 * float(np.mean(tpot))
 
 
-def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
-    """(catalog model, `[hardware]` keys beyond the GPU, TP and framework, `[engine]`,
-    `[scheduler]`) of the server one of InferenceMAX's runs served, as its scripts of the
-    run's day say (benchmarks/*.sh in SemiAnalysisAI/InferenceX).
+def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
+    """(`[model]` keys: a catalog model or a config.json, `[hardware]` keys beyond the GPU, TP
+    and framework, `[engine]`, `[scheduler]`) of the server one of InferenceMAX's runs served,
+    as its scripts of the run's day say (benchmarks/*.sh in SemiAnalysisAI/InferenceX).
 
     - Llama-3.3-70B (2025-10-29, 70b_*.sh): vLLM 0.10.2 with an fp8 KV cache, 8,192 tokens a
       step, chunked prefill, async scheduling, no prefix caching, 90% of the memory and as many
@@ -143,12 +156,31 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
       holds a request that ignores EOS back until every running one and it can finish). Both
       streamed every 10th token
       (`stream_interval` 10), which servesim does not model: SGLang sends a request's first
-      token at once; whether TensorRT-LLM's waits is not shown here."""
+      token at once; whether TensorRT-LLM's waits is not shown here.
+    - MiniMax-M2.5 (its FP8 checkpoint, block-scaled: `activation_scheme = "block"`; the
+      model read from the package's copy of its config.json): vLLM with the KV cache in bf16
+      (its "auto") and 8,192 tokens a step (its defaults), as many sequences as users; on the
+      H200 (single_node/minimaxm2.5_fp8_h200.sh) 95% of the memory, on 2026-03-01 (vLLM
+      0.16.0) at TP 4 with the experts split by TP, on 2026-03-27 (vLLM 0.18.0) at TP 8 with
+      `--enable-expert-parallel` (`ep = 8`: the script enables it for an `EP_SIZE` of 1 or
+      more, though the rows record the experts split by TP) and no prefix caching; on the H100
+      (minimaxm2.5_fp8_h100.sh, 2026-03-27, vLLM 0.18.0) 90% of the memory, TP 4 with expert
+      parallelism (`ep = 4`), at most 256 sequences, no prefix caching."""
     users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
     vllm = row.backend == "vllm"
+    if row.model_path == MINIMAX:
+        tp, day = int(row.tp_size), str(row.silicon_data_source)
+        experts = row.system == "h100_sxm" or "measured=2026-03-27" in day
+        return ({"config": minimax_config()},
+                {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "auto",
+                 "ep": tp if experts else 1,
+                 "gpu_memory_utilization": 0.90 if row.system == "h100_sxm" else 0.95},
+                {"max_num_seqs": users, "max_num_batched_tokens": 8192,
+                 "enable_prefix_caching": "measured=2026-03-01" in day},
+                {"chunked_prefill": True})
     if row.model_path == DEEPSEEK:
         if row.backend == "sglang":
-            return (SILICON_MODELS[DEEPSEEK],
+            return ({"name": SILICON_MODELS[DEEPSEEK]},
                     {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "auto",
                      "gpu_memory_utilization": 0.82},
                     {"max_num_seqs": 512 if isl == osl == 1024 else 256,
@@ -157,14 +189,14 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
                      "capacity_scheduler_policy": "new_token_ratio"})
         ranks = 8 if users > (32 if isl == 8192 else 64) else 1  # attention data parallel
         tokens = (users + isl + 127) // 64 * 64
-        return (SILICON_MODELS[DEEPSEEK],
+        return ({"name": SILICON_MODELS[DEEPSEEK]},
                 {"tp": 8 // ranks, "dp": ranks, "ep": 8, "dtype": "fp8",
                  "activation_scheme": "block", "kv_dtype": "fp8",
                  "gpu_memory_utilization": 0.75},
                 {"max_num_seqs": min(2048, tokens), "max_num_batched_tokens": tokens},
                 {"chunked_prefill": False, "capacity_scheduler_policy": "guaranteed_no_evict"})
     if row.model_path == GPT_OSS:
-        return (GPT_OSS, {"dtype": "mxfp4", "kv_dtype": "auto", "moe_backend": "marlin"},
+        return ({"name": GPT_OSS}, {"dtype": "mxfp4", "kv_dtype": "auto", "moe_backend": "marlin"},
                 {"max_num_seqs": users, "max_num_batched_tokens": 8192}, {"chunked_prefill": True})
     hardware = {"dtype": SILICON_DTYPES[row.precision], "kv_dtype": "fp8"}
     if vllm:
@@ -176,7 +208,15 @@ def inferencemax_server(row) -> tuple[str, dict, dict, dict]:
         {} if vllm else {"capacity_scheduler_policy": "guaranteed_no_evict"}) | (
         {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
         if batch_waits(row) else {})
-    return "meta-llama/Llama-3.3-70B-Instruct", hardware, engine, scheduler
+    return {"name": "meta-llama/Llama-3.3-70B-Instruct"}, hardware, engine, scheduler
+
+
+def minimax_config() -> str:
+    """The path of MiniMax-M2.5's config.json as aiconfigurator-core ships it."""
+    import importlib.util
+
+    package = os.path.dirname(importlib.util.find_spec("aiconfigurator_core").origin)
+    return os.path.join(package, "model_configs", "MiniMaxAI--MiniMax-M2.5_config.json")
 
 
 def batch_waits(row) -> bool:

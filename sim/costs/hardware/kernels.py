@@ -54,6 +54,24 @@ MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nv
 # scale and so quantizes dynamically; SGLang's quantizes per token), and each framework's
 # `quantize` tables time the difference, dynamic minus static.
 MEASURED_ACTIVATIONS = {"vllm": "static", "sglang": "dynamic", "trtllm": "dynamic"}
+# The tables' GEMM and MoE dtypes to try for a servesim dtype, in order, operator by operator:
+# fp8 is per-tensor scaled where that was measured, else block-scaled (DeepSeek's experts and
+# MLA block were measured only so), so one model may mix the two; a block-scaled checkpoint's
+# (`activations` "block") the other way round
+DTYPE_CHAIN = {"fp8": ("fp8", "fp8_block"), "fp16": ("bfloat16",), "bf16": ("bfloat16",),
+               "mxfp4": ("bfloat16",)}
+BLOCK_CHAIN = DTYPE_CHAIN | {"fp8": ("fp8_block", "fp8")}
+# Frameworks whose block-scaled GEMM rows hold a floor no kernel has: vLLM 0.24's take 57-320
+# us at any shape from one row (FlashInfer's, DeepGEMM's, CUTLASS's), while vLLM served
+# MiniMax-M2.5's block-scaled checkpoint at 8.1 ms a token at TP 8 (InferenceMAX), less than
+# that floor of its attention projections alone (docs/sim/hardware.md, "Measured kernels");
+# their block-scaled checkpoints' GEMMs read the per-tensor rows, scaled at every call
+FLOORED_BLOCK_GEMMS = ("vllm",)
+# The fused MoE kernel's, where they differ: mxfp4's experts are MXFP4 weights with bf16
+# activations (gpt-oss)
+MOE_CHAIN = {"mxfp4": ("w4a16_mxfp4",)}
+# Matmuls servers run in bf16 whatever the weights' dtype (the package times them so too)
+BF16_OPS = ("moe_router", "lm_head")
 # vLLM captures CUDA graphs for batches up to 512 tokens by default: an all-reduce in a step
 # of more tokens runs eagerly (`backend` vllm_graph / vllm_eager, sglang_graph / _eager)
 GRAPH_TOKENS = 512

@@ -7,7 +7,9 @@ hardware model's operators onto the tables of `kernels.py`:
   (m = the step's rows, n and k after tensor parallelism), the router and the LM head in bf16
   whatever the weights' dtype, as servers run them; fp8 (per-tensor) GEMMs with the checkpoint's
   activation scheme (`activations`: "static" or "dynamic" scales, `kernels.MEASURED_ACTIVATIONS`),
-  a block-scaled checkpoint's ("block") onto the block-scaled fp8 kernels;
+  a block-scaled checkpoint's ("block") onto the block-scaled fp8 kernels (under vLLM, whose
+  block-scaled rows hold a floor, `FLOORED_BLOCK_GEMMS`, onto its per-tensor ones, with
+  dynamic scales);
 - a mixture-of-experts layer's routed experts onto the framework's fused MoE kernel
   (`moe_experts`: gate and up, activation and down in one kernel, for the layer's tokens before
   routing, every data-parallel rank's, with its TP and EP sizes over the experts' GPUs (tp x
@@ -45,7 +47,8 @@ import numpy as np
 
 from ...notes import say_once
 from .architecture import Architecture
-from .kernels import MEASURED_ACTIVATIONS, MLA_OUTSIDE, KernelTables
+from .kernels import (BF16_OPS, BLOCK_CHAIN, DTYPE_CHAIN, FLOORED_BLOCK_GEMMS,
+                      MEASURED_ACTIVATIONS, MLA_OUTSIDE, MOE_CHAIN, KernelTables)
 from .marlin import expert_shape, marlin_missing, marlin_text, on_marlin
 from .mla_block import MLA_BLOCK_OPS, MLA_HEAD_DIMS, mla_model
 from .operators import matmul_shapes
@@ -53,20 +56,6 @@ from .reach import merge
 
 MEASURED, ROOFLINE = "measured", "roofline"
 EXPERT_OPS = ("moe_up_proj", "moe_act", "moe_down_proj")  # what the fused MoE kernel runs
-# The tables' GEMM and MoE dtypes to try for a servesim dtype, in order, operator by operator:
-# fp8 is per-tensor scaled where that was measured, else block-scaled (DeepSeek's experts and
-# MLA block were measured only so), so one model may mix the two; a block-scaled checkpoint's
-# (`activations` "block") the other way round
-DTYPE_CHAIN = {"fp8": ("fp8", "fp8_block"), "fp16": ("bfloat16",), "bf16": ("bfloat16",),
-               "mxfp4": ("bfloat16",)}
-BLOCK_CHAIN = DTYPE_CHAIN | {"fp8": ("fp8_block", "fp8")}
-# The fused MoE kernel's, where they differ: mxfp4's experts are MXFP4 weights with bf16
-# activations (gpt-oss)
-MOE_CHAIN = {"mxfp4": ("w4a16_mxfp4",)}
-# Matmuls servers run in bf16 whatever the weights' dtype (the package times them so too)
-BF16_OPS = ("moe_router", "lm_head")
-
-
 class MeasuredOps:
     """The measured times of one model's operators on one GPU (module docstring)."""
 
@@ -80,6 +69,7 @@ class MeasuredOps:
         # the tables lack block-scaled: scaled at every call)
         self.tensor_scales = "dynamic" if activations == "block" else activations
         self.chain = BLOCK_CHAIN if activations == "block" else DTYPE_CHAIN
+        self.gemm_chain = DTYPE_CHAIN if tables.framework in FLOORED_BLOCK_GEMMS else self.chain
         self.experts_gpus = tp * dp  # the experts span every data-parallel rank's GPUs
         probe = np.asarray([1.0])
         # (n, k) of each matmul on one GPU: its outputs, and its weights over them
@@ -88,7 +78,8 @@ class MeasuredOps:
         self.gemms["lm_head"] = (-(-arch.vocab_size // tp), arch.d_model)
         self.distribution = "power_law_1.01" if arch.is_mla else "power_law_1.2"
         self._gemm_dtype = {op: self._first(lambda d: tables.gemm(probe, n, k, d),
-                                            "bf16" if op in BF16_OPS else dtype)
+                                            "bf16" if op in BF16_OPS else dtype,
+                                            self.gemm_chain)
                             for op, (n, k) in self.gemms.items()
                             if not (op in MLA_BLOCK_OPS and arch.is_mla)}
         self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype,
@@ -115,7 +106,7 @@ class MeasuredOps:
             else:  # and its attention the kernel's alone
                 outside = MLA_BLOCK_OPS
             self._gemm_dtype |= {
-                op: self._first(lambda d: tables.gemm(probe, n, k, d), dtype)
+                op: self._first(lambda d: tables.gemm(probe, n, k, d), dtype, self.gemm_chain)
                 for op, (n, k) in self.gemms.items() if op in outside}
             if decode is None and mla_model(arch, MLA_HEAD_DIMS):
                 self._grids[0] = (tables.mla_attention_grid(heads, kv_dtype, False),
