@@ -45,8 +45,9 @@ def silicon_rows():
     prediction, or of other days whose layouts the rows record in ways their scripts do not
     say. Its MiniMax-M2.5 runs on vLLM in fp8 are those on the H200 measured 2026-03-01 (TP 4)
     and 2026-03-27 (TP 8), and on the H100 measured 2026-03-27 (TP 4), the same lengths and 4
-    to 128 users (the H200's of 2026-03-28 repeat those of the day before, and are left out);
-    its others (the B200's and B300's, of many layouts and days) are left for another time."""
+    to 128 users; those of 2026-03-28 are left out: the H200's measure the same layout again
+    (TTFT within 2% in the median), the H100's record attention data parallelism; so are its
+    B200's and B300's, of many layouts and days."""
     import importlib.util
 
     import pandas as pd
@@ -159,13 +160,15 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
       token at once; whether TensorRT-LLM's waits is not shown here.
     - MiniMax-M2.5 (its FP8 checkpoint, block-scaled: `activation_scheme = "block"`; the
       model read from the package's copy of its config.json): vLLM with the KV cache in bf16
-      (its "auto") and 8,192 tokens a step (its defaults), as many sequences as users; on the
-      H200 (single_node/minimaxm2.5_fp8_h200.sh) 95% of the memory, on 2026-03-01 (vLLM
-      0.16.0) at TP 4 with the experts split by TP, on 2026-03-27 (vLLM 0.18.0) at TP 8 with
-      `--enable-expert-parallel` (`ep = 8`: the script enables it for an `EP_SIZE` of 1 or
-      more, though the rows record the experts split by TP) and no prefix caching; on the H100
+      (its "auto"), 8,192 tokens a step and prefix caching (its defaults: the scripts turned
+      it off only on 2026-03-28, and the client's random prompts share nothing), as many
+      sequences as users; on the H200 (single_node/minimaxm2.5_fp8_h200.sh) 95% of the memory,
+      on 2026-03-01 (vLLM 0.16.0) at TP 4 with the experts split by TP, on 2026-03-27 (vLLM
+      0.18.0) at TP 8 with `--enable-expert-parallel` (`ep = 8`: the script enables it for an
+      `EP_SIZE` of 1 or more, though the rows record the experts split by TP); on the H100
       (minimaxm2.5_fp8_h100.sh, 2026-03-27, vLLM 0.18.0) 90% of the memory, TP 4 with expert
-      parallelism (`ep = 4`), at most 256 sequences, no prefix caching."""
+      parallelism (`ep = 4`), at most 256 sequences, and CUDA graphs of pieces
+      (`cudagraph_mode: PIECEWISE`, which servesim does not model)."""
     users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
     vllm = row.backend == "vllm"
     if row.model_path == MINIMAX:
@@ -175,8 +178,7 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
                 {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "auto",
                  "ep": tp if experts else 1,
                  "gpu_memory_utilization": 0.90 if row.system == "h100_sxm" else 0.95},
-                {"max_num_seqs": users, "max_num_batched_tokens": 8192,
-                 "enable_prefix_caching": "measured=2026-03-01" in day},
+                {"max_num_seqs": users, "max_num_batched_tokens": 8192},
                 {"chunked_prefill": True})
     if row.model_path == DEEPSEEK:
         if row.backend == "sglang":

@@ -107,14 +107,23 @@ def test_each_mixture_of_experts_class_places_its_dense_and_shared_experts(tmp_p
         (1, 1, 1408, True)
     # MiniMax-M2: every layer routed experts of intermediate_size, none shared
     assert (minimax.n_dense_layers, minimax.n_shared_experts, minimax.moe_d_ff,
-            minimax.n_experts, minimax.experts_per_token) == (0, 0, 1536, 256, 8)
+            minimax.n_experts, minimax.experts_per_token, minimax.qkv_bias) == \
+        (0, 0, 1536, 256, 8, False)
     glm0 = read(tmp_path, GLM45_AIR | {"first_k_dense_replace": 0}, "glm0.json")
     assert glm0.n_dense_layers == 0
-    assert read(tmp_path, {k: v for k, v in GLM45_AIR.items()
-                           if k not in ("first_k_dense_replace", "n_shared_experts")},
-                "silent.json").n_dense_layers == 1  # Glm4MoeConfig's defaults: 1 and 1
-    shared = read(tmp_path, MINIMAX_M25 | {"shared_intermediate_size": 768}, "shared.json")
-    assert (shared.n_shared_experts, shared.shared_d_ff) == (1, 768)
+    silent = read(tmp_path, {k: v for k, v in GLM45_AIR.items()
+                             if k not in ("first_k_dense_replace", "n_shared_experts")},
+                  "silent.json")
+    assert (silent.n_dense_layers, silent.n_shared_experts) == (1, 1)  # Glm4MoeConfig's
+    # vLLM builds MiniMax-M2 no shared expert whatever shared_intermediate_size says, and
+    # biases q, k and v where attention_bias says so
+    other = read(tmp_path, MINIMAX_M25 | {"shared_intermediate_size": 768,
+                                          "attention_bias": True}, "other.json")
+    assert (other.n_shared_experts, other.qkv_bias) == (0, True)
+    # Qwen2MoeConfig's shared expert where the file is silent: 5,632 wide
+    assert read(tmp_path, {k: v for k, v in QWEN15_MOE.items()
+                           if k != "shared_expert_intermediate_size"},
+                "qwen.json").shared_d_ff == 5632
 
 
 def test_gemma3s_multimodal_file_reads_its_text_model_with_transformers_defaults(tmp_path):
@@ -143,9 +152,27 @@ def test_a_wrapper_reads_as_its_text_model_and_says_its_vision_tower_is_left_out
     same = [k for k in MODEL_KEYS if k != "max_seq_len"]
     assert {k: getattr(arch, k) for k in same} == {k: getattr(qwen3_8b, k) for k in same}
     assert arch.max_seq_len == 262144 and not arch.tie_embeddings
-    # the wrapper's tie_word_embeddings where the text model leaves it out (Qwen3-VL-2B's)
+    # the wrapper's tie_word_embeddings where the text model leaves it out (Qwen3-VL-2B's),
+    # the text model's own where it has one
     assert read(tmp_path, QWEN3_VL_8B | {"tie_word_embeddings": True}, "tied.json") \
         .tie_embeddings
+    own = QWEN3_VL_8B["text_config"] | {"tie_word_embeddings": False}
+    assert not read(tmp_path, QWEN3_VL_8B | {"tie_word_embeddings": True, "text_config": own},
+                    "own.json").tie_embeddings
+    # a text_config that names no model_type is its wrapper's text model
+    unnamed = {k: v for k, v in QWEN3_VL_8B["text_config"].items() if k != "model_type"}
+    assert read(tmp_path, QWEN3_VL_8B | {"text_config": unnamed}, "unnamed.json") \
+        .max_seq_len == 262144
+    # Qwen3-VL's mixture of experts reads as Qwen3-MoE (Qwen3-VL-30B-A3B's text_config)
+    moe = read(tmp_path, {"architectures": ["Qwen3VLMoeForConditionalGeneration"],
+                          "text_config": {**QWEN3_VL_8B["text_config"],
+                                          "model_type": "qwen3_vl_moe_text",
+                                          "hidden_size": 2048, "intermediate_size": 6144,
+                                          "num_hidden_layers": 48, "num_key_value_heads": 4,
+                                          "num_experts": 128, "num_experts_per_tok": 8,
+                                          "moe_intermediate_size": 768,
+                                          "decoder_sparse_step": 1}}, "vlmoe.json")
+    assert (moe.n_experts, moe.n_dense_layers, moe.moe_d_ff) == (128, 0, 768)
     mistral = read(tmp_path, MISTRAL_SMALL_31, "mistral.json")
     assert (mistral.sliding_window, mistral.tie_embeddings, mistral.d_ff) == (0, False, 32768)
     kimi = read(tmp_path, KIMI_K25, "kimi.json")
@@ -182,13 +209,29 @@ def test_a_wrapper_model_runs_with_a_key_beside_it(tmp_path):
      "cost"),
     (MINIMAX_M25 | {"attn_type_list": [1] * 61 + [2]},
      "attn_type_list holds 2; its entries must be 0 (linear) or 1 (softmax)"),
+    (MINIMAX_M25 | {"attn_type_list": [True] * 62},
+     "attn_type_list holds True; its entries must be 0 (linear) or 1 (softmax)"),
+    (MINIMAX_M25 | {"attn_type_list": [1, 1, 1]},
+     "attn_type_list has 3 entries; it needs one per layer (num_hidden_layers is 62)"),
+    (QWEN3_VL_8B | {"tie_word_embeddings": "yes"},
+     "bad.json: tie_word_embeddings must be true or false, got 'yes'"),
     (GLM45_AIR | {"first_k_dense_replace": 46},
-     "first_k_dense_replace leave no mixture-of-experts layer of the 46"),
+     "first_k_dense_replace and num_hidden_layers leave no mixture-of-experts layer of the 46"),
 ])
 def test_a_bad_file_of_these_classes_is_one_line(tmp_path, table, message):
     write_config(tmp_path, table, "bad.json")
     text = refusal(tmp_path, model='config = "bad.json"')
     assert "model.config: " in text and message in text and "Traceback" not in text
+
+
+def test_a_wrappers_quantization_config_in_its_text_config_is_read(tmp_path):
+    """Kimi-K2.5's config.json keeps its quantization_config in text_config: compared with the
+    scenario's dtype as a flat file's is."""
+    from sim.costs.hardware.checkpoint import checkpoint_dtype
+    quantized = KIMI_K25["text_config"] | {"quantization_config": {
+        "quant_method": "fp8", "weight_block_size": [128, 128]}}
+    path = write_config(tmp_path, KIMI_K25 | {"text_config": quantized})
+    assert checkpoint_dtype(path) == ("fp8", "block")
 
 
 def test_minimax_m2s_experts_are_costed_from_the_tables_measured_for_them(tmp_path):

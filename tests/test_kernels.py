@@ -385,6 +385,17 @@ def test_a_block_scaled_checkpoint_reads_the_block_scaled_gemms_where_they_are_m
                                   H200.gemm(rows, n, k, "fp8", "dynamic"))
     assert times["shared_up_proj"][0] < 20e-6
     assert floored._moe_dtype == "fp8_block"  # the experts' rows hold no such floor
+    # and a model whose experts were measured per-tensor too keeps the block-scaled ones
+    # (Qwen3-30B-A3B's: vLLM's per-tensor fp8 MoE on Hopper is FlashInfer's slower kernel)
+    qwen = model_architecture({"name": "Qwen/Qwen3-30B-A3B"})
+    assert MeasuredOps(qwen, 1, "fp8", "bf16", H200)._moe_dtype == "fp8"
+    assert MeasuredOps(qwen, 1, "fp8", "bf16", H200, activations="block")._moe_dtype == \
+        "fp8_block"
+    # a latent-attention block not measured (vLLM's tables on the L40S with an fp8 cache): its
+    # projections are GEMMs, read per-tensor as every other (its block-scaled rows of them
+    # take 0.29-0.33 ms at one row)
+    l40s = MeasuredOps(arch, 8, "fp8", "fp8", KernelTables("l40s"), activations="block")
+    assert not l40s.mla_block and l40s._gemm_dtype["mla_down_proj"] == "fp8"
     # a shape the block-scaled tables lack: per-tensor, its activations scaled at every call
     # (SGLang's tables on the RTX PRO 6000 have no block-scaled GEMM of Llama-2-7B's shapes)
     rtx = KernelTables("rtx-pro-6000", "sglang")

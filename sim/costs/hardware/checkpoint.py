@@ -10,11 +10,16 @@ from .hf_config import read_config
 
 
 def checkpoint_dtype(path: str):
-    """What the config.json's `quantization_config` makes the weights, in servesim's keys:
+    """What the config.json's `quantization_config` (or, in a multimodal wrapper, its
+    `text_config`'s) makes the weights, in servesim's keys:
     (`hardware.dtype`, `hardware.activation_scheme`); its method's name where servesim costs
     no such weights (AWQ, GPTQ, ...); None without one (the weights are what the scenario says).
     """
-    config = read_config(path).get("quantization_config")
+    table = read_config(path)
+    config = table.get("quantization_config")
+    text = table.get("text_config")
+    if config is None and isinstance(text, dict):  # a multimodal wrapper's (Kimi-K2.5's)
+        config = text.get("quantization_config")
     if config is None:
         return None
     if not isinstance(config, dict):

@@ -268,8 +268,9 @@ def _gpt_oss(c: ConfigValues) -> dict:
 
 def _qwen2_moe(c: ConfigValues) -> dict:
     keys = _moe_layers(c, _qwen2(c) | _experts(c, "num_experts", "moe_intermediate_size"))
-    width = c.int("shared_expert_intermediate_size", 0, minimum=0)  # one, gated (the gate
-    return keys | ({"n_shared_experts": 1, "shared_d_ff": width} if width else {})  # left out)
+    # one shared expert, gated (the gate left out); Qwen2MoeConfig's default width, 5,632
+    width = c.int("shared_expert_intermediate_size", 5632, minimum=0)
+    return keys | ({"n_shared_experts": 1, "shared_d_ff": width} if width else {})
 
 
 def _glm4_moe(c: ConfigValues) -> dict:
@@ -279,22 +280,28 @@ def _glm4_moe(c: ConfigValues) -> dict:
     keys = _dense(c) | {"qkv_bias": c.bool("attention_bias", False)}
     keys |= _experts(c, "n_routed_experts", "moe_intermediate_size")
     first = c.int("first_k_dense_replace", 1, minimum=0)
-    keys |= _sparse_layers(c, keys, max(keys["n_layers"] - first, 0), "first_k_dense_replace")
+    keys |= _sparse_layers(c, keys, max(keys["n_layers"] - first, 0),
+                           "first_k_dense_replace and num_hidden_layers")
     return keys | {"n_shared_experts": c.int("n_shared_experts", 1, minimum=0)}
 
 
 def _minimax_m2(c: ConfigValues) -> dict:
-    """MiniMax-M2: every layer routed experts of `intermediate_size` (and a shared expert of
-    `shared_intermediate_size`, 0: none), each attending to every token; a layer of linear
-    ("lightning") attention, `attn_type_list` 0 (MiniMax-Text-01's), is not modelled."""
-    keys = _dense(c) | _experts(c, "num_local_experts", "intermediate_size")
-    kinds = c.list("attn_type_list", lambda t: t in (0, 1), "0 (linear) or 1 (softmax)")
+    """MiniMax-M2: every layer routed experts of `intermediate_size` and no shared expert (vLLM
+    builds none, whatever `shared_intermediate_size` says), each attending to every token; a
+    layer of linear ("lightning") attention, `attn_type_list` 0 (MiniMax-Text-01's), is not
+    modelled."""
+    keys = _dense(c) | {"qkv_bias": c.bool("attention_bias", False)}
+    keys |= _experts(c, "num_local_experts", "intermediate_size")
+    kinds = c.list("attn_type_list", lambda t: type(t) is int and t in (0, 1),
+                   "0 (linear) or 1 (softmax)")
+    if kinds is not None and len(kinds) != keys["n_layers"] and c.alone("n_layers"):
+        raise c.error(f"attn_type_list has {len(kinds)} entries; it needs one per layer "
+                      f"(num_hidden_layers is {keys['n_layers']})")
     if kinds is not None and 0 in kinds:
         raise c.error(f"attn_type_list marks {kinds.count(0)} of its layers 0 (linear "
                       f"attention), which servesim does not cost; it costs MiniMax-M2's "
                       f"softmax attention (1) in every layer")
-    width = c.int("shared_intermediate_size", 0, minimum=0)
-    return keys | ({"n_shared_experts": 1, "shared_d_ff": width} if width else {})
+    return keys
 
 
 # What `layer_types` may name (Hugging Face's attention kinds of the classes read).

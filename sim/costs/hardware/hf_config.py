@@ -98,8 +98,12 @@ def _text_model(config: dict, path: str, wrapper: str, given: dict) -> ConfigVal
         raise ValueError(f"model.config: {path}: text_config.model_type {kind!r} is not a "
                          f"text model servesim reads in a {wrapper} (one of "
                          f"{', '.join(classes)})")
-    if text.get("tie_word_embeddings") is None and config.get("tie_word_embeddings") is not None:
-        text = text | {"tie_word_embeddings": config["tie_word_embeddings"]}
+    tie = config.get("tie_word_embeddings")
+    if tie is not None and not isinstance(tie, bool):
+        raise ValueError(f"model.config: {path}: tie_word_embeddings must be true or false, "
+                         f"got {tie!r}")
+    if text.get("tie_word_embeddings") is None and tie is not None:
+        text = text | {"tie_word_embeddings": tie}
     say_once(f"note: model.config: {path}: {wrapper} is costed as its text model "
              f"(text_config, a {classes[kind]}); its vision tower is neither costed nor "
              f"counted in the GPU's memory")

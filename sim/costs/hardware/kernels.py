@@ -61,8 +61,9 @@ MEASURED_ACTIVATIONS = {"vllm": "static", "sglang": "dynamic", "trtllm": "dynami
 DTYPE_CHAIN = {"fp8": ("fp8", "fp8_block"), "fp16": ("bfloat16",), "bf16": ("bfloat16",),
                "mxfp4": ("bfloat16",)}
 BLOCK_CHAIN = DTYPE_CHAIN | {"fp8": ("fp8_block", "fp8")}
-# Frameworks whose block-scaled GEMM rows hold a floor no kernel has: vLLM 0.24's take 57-320
-# us at any shape from one row (FlashInfer's, DeepGEMM's, CUTLASS's), while vLLM served
+# Frameworks whose block-scaled GEMM rows hold a floor no kernel has: vLLM 0.24's take 60 us
+# (H200) to 560 us (GB300) at one row, the median over shapes, 5 to 23 times its per-tensor
+# rows (FlashInfer's, DeepGEMM's, CUTLASS's, Triton's kernels), while vLLM served
 # MiniMax-M2.5's block-scaled checkpoint at 8.1 ms a token at TP 8 (InferenceMAX), less than
 # that floor of its attention projections alone (docs/sim/hardware.md, "Measured kernels");
 # their block-scaled checkpoints' GEMMs read the per-tensor rows, scaled at every call
