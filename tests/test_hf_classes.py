@@ -232,6 +232,10 @@ def test_a_wrappers_quantization_config_in_its_text_config_is_read(tmp_path):
         "quant_method": "fp8", "weight_block_size": [128, 128]}}
     path = write_config(tmp_path, KIMI_K25 | {"text_config": quantized})
     assert checkpoint_dtype(path) == ("fp8", "block")
+    # the wrapper's own, where it has one, as vLLM reads it
+    both = write_config(tmp_path, KIMI_K25 | {"text_config": quantized, "quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "NVFP4"}}, "both.json")
+    assert checkpoint_dtype(both) == ("nvfp4", "static")
 
 
 def test_minimax_m2s_experts_are_costed_from_the_tables_measured_for_them(tmp_path):

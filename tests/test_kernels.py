@@ -393,7 +393,7 @@ def test_a_block_scaled_checkpoint_reads_the_block_scaled_gemms_where_they_are_m
         "fp8_block"
     # a latent-attention block not measured (vLLM's tables on the L40S with an fp8 cache): its
     # projections are GEMMs, read per-tensor as every other (its block-scaled rows of them
-    # take 0.29-0.33 ms at one row)
+    # take 0.29-0.34 ms at one row)
     l40s = MeasuredOps(arch, 8, "fp8", "fp8", KernelTables("l40s"), activations="block")
     assert not l40s.mla_block and l40s._gemm_dtype["mla_down_proj"] == "fp8"
     # a shape the block-scaled tables lack: per-tensor, its activations scaled at every call

@@ -294,7 +294,7 @@ def _minimax_m2(c: ConfigValues) -> dict:
     keys |= _experts(c, "num_local_experts", "intermediate_size")
     kinds = c.list("attn_type_list", lambda t: type(t) is int and t in (0, 1),
                    "0 (linear) or 1 (softmax)")
-    if kinds is not None and len(kinds) != keys["n_layers"] and c.alone("n_layers"):
+    if kinds is not None and len(kinds) != keys["n_layers"]:
         raise c.error(f"attn_type_list has {len(kinds)} entries; it needs one per layer "
                       f"(num_hidden_layers is {keys['n_layers']})")
     if kinds is not None and 0 in kinds:

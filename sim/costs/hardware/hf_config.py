@@ -12,9 +12,9 @@ is left out, and a `quantization_config` is compared with the scenario's dtype
 (`checkpoint.py`), not read for it; biases beyond q, k and v, the per-head query and key norms
 of Qwen3, Gemma 3, GLM-4.5 and MiniMax-M2, Qwen2-MoE's shared-expert gate and gpt-oss's
 attention sinks are left out too (under 0.1% of any model's parameters). Where a file leaves a
-key out, the class's transformers defaults fill it as vLLM loads it (DeepSeek's and Gemma 3's,
-whose published files leave some out). Every problem is one ValueError naming `model.config`,
-the file and what is allowed or missing.
+key out, the class's transformers defaults fill it as vLLM loads it (DeepSeek's, GLM-4.5's,
+Qwen2-MoE's; and Gemma 3's, whose published files leave some out). Every problem is one
+ValueError naming `model.config`, the file and what is allowed or missing.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def _text_model(config: dict, path: str, wrapper: str, given: dict) -> ConfigVal
     tie = config.get("tie_word_embeddings")
     if tie is not None and not isinstance(tie, bool):
         raise ValueError(f"model.config: {path}: tie_word_embeddings must be true or false, "
-                         f"got {tie!r}")
+                         f"got {repr(tie)[:60]}")
     if text.get("tie_word_embeddings") is None and tie is not None:
         text = text | {"tie_word_embeddings": tie}
     say_once(f"note: model.config: {path}: {wrapper} is costed as its text model "

@@ -62,7 +62,7 @@ DTYPE_CHAIN = {"fp8": ("fp8", "fp8_block"), "fp16": ("bfloat16",), "bf16": ("bfl
                "mxfp4": ("bfloat16",)}
 BLOCK_CHAIN = DTYPE_CHAIN | {"fp8": ("fp8_block", "fp8")}
 # Frameworks whose block-scaled GEMM rows hold a floor no kernel has: vLLM 0.24's take 60 us
-# (H200) to 560 us (GB300) at one row, the median over shapes, 5 to 23 times its per-tensor
+# (H200) to 560 us (GB300) at one row, the median over shapes, 5 to 27 times its per-tensor
 # rows (FlashInfer's, DeepGEMM's, CUTLASS's, Triton's kernels), while vLLM served
 # MiniMax-M2.5's block-scaled checkpoint at 8.1 ms a token at TP 8 (InferenceMAX), less than
 # that floor of its attention projections alone (docs/sim/hardware.md, "Measured kernels");
