@@ -12,7 +12,7 @@ and the MiniMax-M2.5 runs of vLLM (a model read from its config.json) are Infere
 (`simulate_inferencemax`, `inferencemax_server`, there too); the others, whose client is not
 recorded, with that many requests in flight, users ramping up over one request's time and
 vLLM V1's defaults (`simulate_row`).
-Beside servesim's, the Llama-70B and DeepSeek-R1 runs as aiconfigurator-core's own
+Beside servesim's, the Llama-70B, DeepSeek-R1 and MiniMax-M2.5 runs as aiconfigurator-core's own
 steady-state model of aggregated serving predicts them from the same tables
 (`aiconfigurator_estimate`): what the discrete-event simulation adds to the measured kernels.
 
@@ -36,8 +36,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trtllm_page  # noqa: E402  (this folder's)
-from silicon_runs import (DEEPSEEK, SILICON_DTYPES, SILICON_GPUS, SILICON_MODELS,  # noqa: E402
-                          batch_waits, inferencemax_server, silicon_rows, simulate_inferencemax)
+from silicon_runs import (DEEPSEEK, MINIMAX, SILICON_DTYPES, SILICON_GPUS,  # noqa: E402
+                          SILICON_MODELS, batch_waits, inferencemax_server, silicon_rows,
+                          simulate_inferencemax)
 from sim.cli.flag_types import positive_integer  # noqa: E402
 
 def serving_part(limit: int | None = None) -> None:
@@ -66,6 +67,8 @@ def serving_part(limit: int | None = None) -> None:
     print("\nInferenceMAX's MiniMax-M2.5 runs on vLLM in fp8 (256 experts, 8 a token; its "
           "client and server flags of each run's day):")
     compare(minimax, simulate_inferencemax, minimax_group)
+    print("\nThe same runs by aiconfigurator-core's own estimate:")
+    compare(minimax, aiconfigurator_estimate, minimax_group, rows_shown=False)
     print("\nThe other runs (client not recorded; users ramping up over one request's time):")
     compare(others, simulate_row, server_group)
 
@@ -137,12 +140,13 @@ def summary(errors: list) -> str:
 
 def aiconfigurator_estimate(row):
     """(TTFT ms, TPOT ms) that aiconfigurator-core's own model of aggregated serving predicts
-    for one of InferenceMAX's Llama-70B or DeepSeek-R1 runs, from the same kernel tables
-    servesim reads, or None where its tables cannot answer: its backend's `run_agg` (a steady
-    state of mixed and decode-only steps, `users` requests in flight, `ctx_tokens` = ISL as its
-    command line defaults to) for its bundled config of the architecture (Llama-3.1-70B's,
-    Llama-3.3-70B's; DeepSeek-V3's, R1's), the run's TP (and the experts' layout the run's
-    script gives, bf16 attention math), its GEMM dtype and KV dtype, the newest tables of the
+    for one of InferenceMAX's Llama-70B, DeepSeek-R1 or MiniMax-M2.5 runs, from the same kernel
+    tables servesim reads, or None where its tables cannot answer: its backend's `run_agg` (a
+    steady state of mixed and decode-only steps, `users` requests in flight, `ctx_tokens` = ISL
+    as its command line defaults to) for its bundled config of the architecture
+    (Llama-3.1-70B's, Llama-3.3-70B's; DeepSeek-V3's, R1's; MiniMax-M2.5's), the run's TP (and
+    the experts' layout the run's script gives, bf16 attention math), its GEMM dtype
+    (MiniMax-M2.5's block-scaled, as its checkpoint) and KV dtype, the newest tables of the
     framework and GPU (as its regression script falls back to when the run's version has
     none). The package's own command line (the `aiconfigurator` package, not installed here)
     resolves a few more defaults before it calls the same function."""
@@ -154,16 +158,21 @@ def aiconfigurator_estimate(row):
     from aiconfigurator_core.sdk.config import ModelConfig, RuntimeConfig
     from aiconfigurator_core.sdk.models import get_model
 
-    if row.model_path == DEEPSEEK:
+    gemm = row.gemm_quant_mode
+    if row.model_path in (DEEPSEEK, MINIMAX):
         _, hardware, _, _ = inferencemax_server(row)
-        experts = {"moe_tp_size": 8 // hardware.get("ep", 1), "moe_ep_size": hardware.get("ep", 1),
+        ep = hardware.get("ep", 1)
+        experts = {"moe_tp_size": int(row.tp_size) // ep, "moe_ep_size": ep,
                    "moe_quant_mode": common.MoEQuantMode[row.moe_quant_mode],
                    "fmha_quant_mode": common.FMHAQuantMode.bfloat16}
-        name, kv = "deepseek-ai/DeepSeek-V3", "fp8" if hardware["kv_dtype"] == "fp8" else "bfloat16"
+        if row.model_path == MINIMAX:  # its checkpoint's block-scaled fp8 (the rows say fp8)
+            gemm, experts["moe_quant_mode"] = "fp8_block", common.MoEQuantMode.fp8_block
+        name = "deepseek-ai/DeepSeek-V3" if row.model_path == DEEPSEEK else row.model_path
+        kv = "fp8" if hardware["kv_dtype"] == "fp8" else "bfloat16"
     else:
         experts, name, kv = {}, "meta-llama/Meta-Llama-3.1-70B", "fp8"
     config = ModelConfig(tp_size=int(row.tp_size),
-                         gemm_quant_mode=common.GEMMQuantMode[row.gemm_quant_mode],
+                         gemm_quant_mode=common.GEMMQuantMode[gemm],
                          kvcache_quant_mode=common.KVCacheQuantMode[kv], **experts)
     try:
         with contextlib.redirect_stdout(io.StringIO()), \
