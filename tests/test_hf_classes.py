@@ -224,6 +224,19 @@ def test_a_bad_file_of_these_classes_is_one_line(tmp_path, table, message):
     assert "model.config: " in text and message in text and "Traceback" not in text
 
 
+def test_layer_op_times_takes_a_config_jsons_path_or_its_folder(tmp_path):
+    """`sim.layer_op_times` reads a model from the path of its config.json, or of the folder
+    holding one, as `model.config` does; a catalog id is read first."""
+    path = write_config(tmp_path, MINIMAX_M25)
+    by_path = sim.layer_op_times(path, "h100-sxm", 4, 64, kernels="roofline")
+    assert by_path == sim.layer_op_times({"config": path}, "h100-sxm", 4, 64,
+                                         kernels="roofline")
+    assert sim.layer_op_times(tmp_path, "h100-sxm", 4, 64, kernels="roofline") == by_path
+    assert "moe_up_proj" in by_path and "mlp_up_proj" not in by_path  # every layer experts
+    with pytest.raises(ValueError, match="model.name: unknown model 'missing.json'"):
+        sim.layer_op_times("missing.json", "h100-sxm", 4, 64)
+
+
 def test_a_wrappers_quantization_config_in_its_text_config_is_read(tmp_path):
     """Kimi-K2.5's config.json keeps its quantization_config in text_config: compared with the
     scenario's dtype as a flat file's is."""

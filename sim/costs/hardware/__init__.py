@@ -14,7 +14,9 @@ them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -47,8 +49,9 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     experts or latent attention, its own (`moe_router`, `moe_up_proj`, `moe_act`,
     `moe_down_proj`, `shared_*`, `mla_*`; docs/sim/hardware.md); a model with experts and dense
     layers has both a dense layer's `mlp_*` and an expert layer's `moe_*`. `model`: a catalog
-    id or a dict of architecture keys (`n_layers, d_model, n_heads, n_kv_heads, d_ff,
-    gated_mlp, vocab_size, max_seq_len`, ...; or `config`, a config.json); `gpu`: a catalog id
+    id, the path of a Hugging Face config.json (or of a model's folder holding one), or a dict
+    of architecture keys (`n_layers, d_model, n_heads, n_kv_heads, d_ff, gated_mlp,
+    vocab_size, max_seq_len`, ...; or `config`, a config.json); `gpu`: a catalog id
     (or a GPU table); `ep`: expert parallelism, 1 or `tp`. `kernels`: "measured" (the operators
     of `framework`'s newest measured tables for the GPU, the roofline where they do not reach;
     a model with experts then has the fused kernel's `moe_experts` in place of `moe_up_proj`,
@@ -115,10 +118,16 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
 
 
 def _model_table(model) -> dict:
-    """`model` (a catalog id, or a dict of architecture keys or `config`) as a `[model]`
-    table; an unknown key is refused, naming the allowed ones."""
-    if isinstance(model, str):
-        return {"name": model}
+    """`model` (a catalog id, the path of a config.json or of a model's folder holding one,
+    or a dict of architecture keys or `config`) as a `[model]` table; an unknown key is
+    refused, naming the allowed ones. A catalog id is read as one before any path."""
+    if isinstance(model, (str, os.PathLike)):
+        name = os.fspath(model)
+        known = any(name.lower() == k.lower() for k in models())
+        path = Path(name).expanduser()
+        if not known and (path.is_file() or (path / "config.json").is_file()):
+            return {"config": name}
+        return {"name": name}
     if not isinstance(model, Mapping):
         raise ValueError(f"model must be a catalog id or a dict of architecture keys, got "
                          f"{model!r}")
