@@ -42,34 +42,20 @@ class Attention:
     key_s: float
     window: int = 0
     layers: int = 0  # how many layers (a measured kernel's time is per layer)
-    sparse: int = 0  # keys a query attends to at most, an indexer's choice among them all
-    indexer: bool = False  # sparse attention's indexer: every key scored (the roofline's)
 
 
 def attention_groups(arch, tp: int, kind: str, eff, peak: float, bandwidth: float,
-                     act_bytes: float, kv_bytes: float, fp8_peak: float | None = None) -> tuple:
+                     act_bytes: float, kv_bytes: float) -> tuple:
     """The `Attention` of `kind` ("prefill" or "decode") of each group of layers: the full
-    ones, then the sliding ones, then a sparse attention's indexer; its FLOPs at `peak` (the
-    indexer's, in fp8, at `fp8_peak`: default `peak`), its bytes at `bandwidth` times the
+    ones, then the sliding ones; its FLOPs at `peak`, its bytes at `bandwidth` times the
     efficiency `eff` reaches."""
     flops, queries, keys = attention_shapes(arch, tp)[kind]
     memory = bandwidth * eff.memory
-    groups = tuple(Attention(layers * eff.launch_s, layers * flops / peak,
-                             layers * queries * act_bytes / memory,
-                             layers * keys * kv_bytes / memory, window, layers,
-                             sparse=arch.index_topk if not window else 0)
-                   for layers, window in ((arch.full_layers, 0),
-                                          (arch.sliding_layers, arch.sliding_window)) if layers)
-    if not arch.is_sparse:
-        return groups
-    # the indexer: each query's logits over every key, its heads' fp8 dot products, reading
-    # its fp8 key (a float32 scale per 128 values) a key, whole on every GPU
-    layers, heads, width = arch.n_layers, arch.index_n_heads, arch.index_head_dim
-    key_bytes = width + 4 * -(-width // 128)
-    return (*groups, Attention(layers * eff.launch_s,
-                               layers * 2 * heads * width / (fp8_peak or peak),
-                               layers * heads * width * act_bytes / memory,
-                               layers * key_bytes / memory, 0, layers, indexer=True))
+    return tuple(Attention(layers * eff.launch_s, layers * flops / peak,
+                           layers * queries * act_bytes / memory,
+                           layers * keys * kv_bytes / memory, window, layers)
+                 for layers, window in ((arch.full_layers, 0),
+                                        (arch.sliding_layers, arch.sliding_window)) if layers)
 
 
 class RowTables(Protocol):
@@ -104,21 +90,17 @@ class StepAttention:
             if self.flash_attention else shape.prefill_attention
         compute = self.tables.compute_at(tokens)
         for group in self.prefill_groups:
-            work = min(causal, tokens * group.sparse) if group.sparse else causal
-            measured = self._measured_prefill(group, chunks, work, tokens)
+            measured = self._measured_prefill(group, chunks, causal, tokens)
             if measured == measured:  # a number, not NaN
                 time += measured
                 continue
-            if not group.indexer:
-                time += self.tables.block_projections(tokens)
-            reads = shape.prefill_context + tokens  # keys read
+            time += self.tables.block_projections(tokens)
+            work, context = causal, shape.prefill_context
             if group.window:
                 work = min(work, tokens * group.window)
-                reads = min(reads, 2 * tokens + chunks * group.window)
-            if group.sparse:
-                reads = min(reads, tokens * group.sparse)
+                context = min(context, tokens + chunks * group.window)
             time += group.launch_s + max(group.flop_s * work / compute,
-                                         group.query_s * tokens + group.key_s * reads)
+                                         group.query_s * tokens + group.key_s * (context + tokens))
         return time
 
     def plus_decode(self, time: float, decodes: int, context: int) -> float:
@@ -138,8 +120,6 @@ class StepAttention:
                                       zip(decodes.tolist(), context.tolist())], dtype=np.float64)
             else:
                 keys = np.minimum(context, decodes * group.window) if group.window else context
-                if group.sparse:
-                    keys = np.minimum(keys, decodes * group.sparse)
                 attention = group.launch_s + np.maximum(
                     group.flop_s * keys / self.top_compute,
                     group.query_s * decodes + group.key_s * keys)
@@ -148,8 +128,6 @@ class StepAttention:
 
     # --- one group ----------------------------------------------------------------------------
     def _decode(self, group: Attention, decodes: int, context: int) -> float:
-        if group.sparse:
-            context = min(context, decodes * group.sparse)
         measured = self._measured_decode(group, decodes, context)
         if measured == measured:
             return measured
@@ -159,9 +137,7 @@ class StepAttention:
         """The roofline's seconds of a group's decode attention (with a measured block's
         projections): `decodes` sequences attending to `context` keys in all."""
         keys = min(context, decodes * group.window) if group.window else context
-        projections = 0.0 if group.indexer else \
-            self.tables.block_projections(max(round(decodes), 1))
-        return projections + group.launch_s + max(
+        return self.tables.block_projections(max(round(decodes), 1)) + group.launch_s + max(
             group.flop_s * keys / self.top_compute, group.query_s * decodes + group.key_s * keys)
 
     def _prefill_roofline(self, group: Attention, tokens: float, chunks: float,
@@ -180,9 +156,8 @@ class StepAttention:
 
     def _measured_prefill(self, group: Attention, chunks: int, causal: float,
                           tokens: int) -> float:
-        """Seconds of a group's measured prefill attention (NaN: not measured; an indexer's
-        never is)."""
-        if self.measured is None or group.indexer:
+        """Seconds of a group's measured prefill attention (NaN: not measured)."""
+        if self.measured is None:
             return math.nan
         seconds = self.measured.prefill_attention(group.window, chunks, causal, tokens)
         if seconds == seconds:
@@ -195,9 +170,8 @@ class StepAttention:
         return self._past_reach("prefill", group, seconds)
 
     def _measured_decode(self, group: Attention, decodes: int, context: int) -> float:
-        """Seconds of a group's measured decode attention (NaN: not measured; an indexer's
-        never is)."""
-        if self.measured is None or group.indexer:
+        """Seconds of a group's measured decode attention (NaN: not measured)."""
+        if self.measured is None:
             return math.nan
         seconds = self.measured.decode_attention(group.window, decodes, context)
         if seconds == seconds:
