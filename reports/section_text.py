@@ -71,6 +71,8 @@ def model_text(model) -> str:
                 and not get("kv_lora_rank") else "")
              + (f", latent attention (kv_lora_rank {get('kv_lora_rank')})"
                 if get("kv_lora_rank") else "")
+             + (f", sparse attention ({get('index_topk')} keys a query)"
+                if get("index_topk") else "")
              + f", d_ff {model.d_ff}"
              + (f", {get('n_experts')} experts of width {get('moe_d_ff')}, "
                 f"{get('experts_per_token')} a token" if get("n_experts") else "")

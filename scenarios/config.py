@@ -56,6 +56,9 @@ class ModelSpec:
     qk_nope_head_dim: int | None = None
     qk_rope_head_dim: int | None = None
     v_head_dim: int | None = None
+    index_topk: int | None = None
+    index_n_heads: int | None = None
+    index_head_dim: int | None = None
     sliding_window: int | None = None
     sliding_layers: int | None = None
 

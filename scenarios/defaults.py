@@ -98,10 +98,12 @@ MOE_MODEL_KEYS = ("n_experts", "experts_per_token", "moe_d_ff", "n_shared_expert
 MLA_MODEL_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                   "v_head_dim")
 WINDOW_MODEL_KEYS = ("sliding_window", "sliding_layers")
+# DeepSeek's sparse attention (with latent attention): a query attends to its index_topk keys
+SPARSE_MODEL_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
 HARDWARE_MODEL_KEYS = ("name", "config", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
                        "gated_mlp", "vocab_size", "max_seq_len", "head_dim", "tie_embeddings",
                        "norm", "qkv_bias", "parallel_attn_mlp", *MOE_MODEL_KEYS,
-                       *MLA_MODEL_KEYS, *WINDOW_MODEL_KEYS)
+                       *MLA_MODEL_KEYS, *SPARSE_MODEL_KEYS, *WINDOW_MODEL_KEYS)
 # Weights: fp8 and nvfp4 (4-bit NVFP4, Blackwell GPUs only) run with 16-bit activations.
 HARDWARE_DTYPES = ("fp16", "bf16", "fp8", "nvfp4", "mxfp4")
 # The KV cache: "auto" is vLLM's --kv-cache-dtype auto, the model's activation dtype (the

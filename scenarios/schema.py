@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from .defaults import (ACTIVATION_SCHEMES, COST_MODELS, DECODE_ROUTERS, FRAMEWORKS,
                        GPU_TABLE_KEYS, HARDWARE_DTYPES, HARDWARE_NORMS, KERNEL_SOURCES, KV_DTYPES,
                        MAX_GPUS, MAX_TP, MLA_MODEL_KEYS, MODES, MOE_BACKENDS, MOE_MODEL_KEYS,
-                       ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES, TRACE_FORMATS,
-                       WINDOW_MODEL_KEYS)
+                       ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES, SPARSE_MODEL_KEYS,
+                       TRACE_FORMATS, WINDOW_MODEL_KEYS)
 from .errors import FieldError
 from .overrides import flatten
 from .specs import (BOOL, NON_EMPTY_TEXT, NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT,
@@ -161,7 +161,8 @@ SCENARIO = Table({
                       "config": NON_EMPTY_TEXT}  # a Hugging Face config.json
                    # experts, latent attention, sliding windows: 0 is off (architecture.py)
                    | {name: NON_NEGATIVE_INT for name in
-                      (*MOE_MODEL_KEYS, *MLA_MODEL_KEYS, *WINDOW_MODEL_KEYS)}),
+                      (*MOE_MODEL_KEYS, *MLA_MODEL_KEYS, *SPARSE_MODEL_KEYS,
+                       *WINDOW_MODEL_KEYS)}),
     "engine": Table({"block_size": POSITIVE_INT,
                      "num_kv_blocks": Spec('a positive integer, or "auto" (from the GPU\'s '
                                            'memory, with cost.model = "hardware")',

@@ -17,6 +17,11 @@ optional parts, each off at its zero default:
   `q_lora_rank`, 0: no query compression), then up per head: `qk_nope_head_dim` +
   `qk_rope_head_dim` for queries and keys, `v_head_dim` for values. The KV cache holds the
   latent and the shared rotary key, `kv_lora_rank + qk_rope_head_dim` values a token a layer.
+- **Sparse attention** (`index_topk` > 0, DeepSeek-V3.2 and GLM-5, over latent attention): a
+  lightning indexer of `index_n_heads` heads of `index_head_dim` scores every cached key for
+  each query (in fp8), and the query attends to the `index_topk` it scores highest. Its
+  projections (from the query latent and the input) are whole on every GPU, and the cache
+  holds its key for every token, fp8 with a scale per 128 values, beside the latent.
 - **Sliding-window attention** (`sliding_window` > 0): `sliding_layers` of the `n_layers` layers
   attend to at most the last `sliding_window` tokens (gpt-oss: 18 of 36 layers, 128 tokens;
   Mistral-7B-v0.1: all 32, 4,096), the others to every token. A window of `max_seq_len` tokens
@@ -41,8 +46,9 @@ NORMS = ("rmsnorm", "layernorm")
 MOE_KEYS = ("experts_per_token", "moe_d_ff", "n_shared_experts", "shared_d_ff",
             "n_dense_layers")
 MLA_KEYS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-OPTIONAL_INTS = ("head_dim", "n_experts", *MOE_KEYS, "kv_lora_rank", *MLA_KEYS,
-                 "sliding_window", "sliding_layers")
+SPARSE_KEYS = ("index_n_heads", "index_head_dim")
+OPTIONAL_INTS = ("head_dim", "n_experts", *MOE_KEYS, "kv_lora_rank", *MLA_KEYS, "index_topk",
+                 *SPARSE_KEYS, "sliding_window", "sliding_layers")
 FLAGS = ("gated_mlp", "tie_embeddings", "qkv_bias", "parallel_attn_mlp", "fused_qkv", "rope",
          "flash_attention")
 
@@ -75,6 +81,10 @@ class Architecture(Sizes):
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek's sparse attention (index_topk = 0: a query attends to every key)
+    index_topk: int = 0  # keys a query attends to at most, the indexer's choice
+    index_n_heads: int = 0  # the indexer's heads
+    index_head_dim: int = 0  # and their width
     # sliding-window attention (sliding_window = 0: every layer attends to every token)
     sliding_window: int = 0  # tokens a sliding layer attends to
     sliding_layers: int = 0  # how many of the layers slide
@@ -106,6 +116,7 @@ class Architecture(Sizes):
             raise ValueError(f"model.norm must be one of {', '.join(NORMS)}, got {self.norm!r}")
         self._check_experts()
         self._check_latent_attention()
+        self._check_sparse_attention()
         self._check_window()
         if self.sliding_window >= self.max_seq_len:  # a window no sequence reaches: none
             object.__setattr__(self, "sliding_window", 0)
@@ -135,6 +146,24 @@ class Architecture(Sizes):
         if self.n_dense_layers >= self.n_layers:
             raise ValueError(f"model.n_dense_layers must be below model.n_layers "
                              f"({self.n_layers}), got {self.n_dense_layers}")
+
+    def _check_sparse_attention(self) -> None:
+        if not self.index_topk:
+            given = [k for k in SPARSE_KEYS if getattr(self, k)]
+            if given:
+                raise ValueError(f"model.{given[0]} ({getattr(self, given[0])}) is a sparse "
+                                 f"attention key and model.index_topk is 0 (every key "
+                                 f"attended): give model.index_topk, or set "
+                                 f"{', '.join(given)} to 0 too")
+            return
+        if not self.is_mla:
+            raise ValueError(f"model.index_topk ({self.index_topk}): sparse attention is "
+                             f"DeepSeek's, over latent attention; give model.kv_lora_rank "
+                             f"and its keys, or set model.index_topk to 0")
+        for f in SPARSE_KEYS:
+            if not getattr(self, f):
+                raise ValueError(f"model.{f} (its indexer's) must be a positive integer with "
+                                 f"model.index_topk")
 
     def _check_latent_attention(self) -> None:
         if not self.kv_lora_rank:
@@ -169,6 +198,12 @@ class Architecture(Sizes):
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
+
+    @property
+    def is_sparse(self) -> bool:
+        """DeepSeek's sparse attention: a query attends to the `index_topk` keys an indexer
+        picks among all of them."""
+        return self.index_topk > 0
 
     @property
     def moe_layers(self) -> int:

@@ -42,20 +42,34 @@ class Attention:
     key_s: float
     window: int = 0
     layers: int = 0  # how many layers (a measured kernel's time is per layer)
+    sparse: int = 0  # keys a query attends to at most, an indexer's choice among them all
+    indexer: bool = False  # sparse attention's indexer: every key scored (the roofline's)
 
 
 def attention_groups(arch, tp: int, kind: str, eff, peak: float, bandwidth: float,
-                     act_bytes: float, kv_bytes: float) -> tuple:
+                     act_bytes: float, kv_bytes: float, fp8_peak: float | None = None) -> tuple:
     """The `Attention` of `kind` ("prefill" or "decode") of each group of layers: the full
-    ones, then the sliding ones; its FLOPs at `peak`, its bytes at `bandwidth` times the
+    ones, then the sliding ones, then a sparse attention's indexer; its FLOPs at `peak` (the
+    indexer's, in fp8, at `fp8_peak`: default `peak`), its bytes at `bandwidth` times the
     efficiency `eff` reaches."""
     flops, queries, keys = attention_shapes(arch, tp)[kind]
     memory = bandwidth * eff.memory
-    return tuple(Attention(layers * eff.launch_s, layers * flops / peak,
-                           layers * queries * act_bytes / memory,
-                           layers * keys * kv_bytes / memory, window, layers)
-                 for layers, window in ((arch.full_layers, 0),
-                                        (arch.sliding_layers, arch.sliding_window)) if layers)
+    groups = tuple(Attention(layers * eff.launch_s, layers * flops / peak,
+                             layers * queries * act_bytes / memory,
+                             layers * keys * kv_bytes / memory, window, layers,
+                             sparse=arch.index_topk if not window else 0)
+                   for layers, window in ((arch.full_layers, 0),
+                                          (arch.sliding_layers, arch.sliding_window)) if layers)
+    if not arch.is_sparse:
+        return groups
+    # the indexer: each query's logits over every key, its heads' fp8 dot products, reading
+    # its fp8 key (a float32 scale per 128 values) a key, whole on every GPU
+    layers, heads, width = arch.n_layers, arch.index_n_heads, arch.index_head_dim
+    key_bytes = width + 4 * -(-width // 128)
+    return (*groups, Attention(layers * eff.launch_s,
+                               layers * 2 * heads * width / (fp8_peak or peak),
+                               layers * heads * width * act_bytes / memory,
+                               layers * key_bytes / memory, 0, layers, indexer=True))
 
 
 class RowTables(Protocol):
@@ -82,6 +96,8 @@ class StepAttention:
         self.prefill_groups, self.decode_groups = prefill, decode
         self.measured, self.tables, self.source = measured, tables, source
         self.top_compute, self.flash_attention = top_compute, flash_attention
+        # a sparse-attention layer measured whole, its indexer within (`MeasuredOps`)
+        self.sparse_measured = measured is not None and measured.sparse_block
 
     def plus_prefill(self, time: float, shape: StepShape) -> float:
         """`time` plus the prefill attention of a step of `shape` (with prefill tokens)."""
@@ -89,18 +105,32 @@ class StepAttention:
         causal = shape.prefill_attention - (shape.prefill_square - tokens) / 2 \
             if self.flash_attention else shape.prefill_attention
         compute = self.tables.compute_at(tokens)
+        fresh = (shape.prefill_square + tokens) / 2  # the chunks' work were they fresh prompts
         for group in self.prefill_groups:
-            measured = self._measured_prefill(group, chunks, causal, tokens)
+            if group.indexer and self.sparse_measured:  # the context's pairs: the block holds
+                extra = max(causal - fresh, 0.0)  # its fresh prompts' and not theirs
+                if extra:
+                    time += group.launch_s + max(group.flop_s * extra / compute,
+                                                 group.query_s * tokens
+                                                 + group.key_s * shape.prefill_context)
+                continue
+            work = causal
+            if group.sparse:  # measured whole: at its chunks' lengths; else at most topk keys
+                work = fresh if self.sparse_measured else min(causal, tokens * group.sparse)
+            measured = self._measured_prefill(group, chunks, work, tokens)
             if measured == measured:  # a number, not NaN
                 time += measured
                 continue
-            time += self.tables.block_projections(tokens)
-            work, context = causal, shape.prefill_context
+            if not group.indexer:
+                time += self.tables.block_projections(tokens)
+            reads = shape.prefill_context + tokens  # keys read
             if group.window:
                 work = min(work, tokens * group.window)
-                context = min(context, tokens + chunks * group.window)
+                reads = min(reads, 2 * tokens + chunks * group.window)
+            if group.sparse:
+                reads = min(reads, tokens * group.sparse)
             time += group.launch_s + max(group.flop_s * work / compute,
-                                         group.query_s * tokens + group.key_s * (context + tokens))
+                                         group.query_s * tokens + group.key_s * reads)
         return time
 
     def plus_decode(self, time: float, decodes: int, context: int) -> float:
@@ -120,6 +150,8 @@ class StepAttention:
                                       zip(decodes.tolist(), context.tolist())], dtype=np.float64)
             else:
                 keys = np.minimum(context, decodes * group.window) if group.window else context
+                if group.sparse:
+                    keys = np.minimum(keys, decodes * group.sparse)
                 attention = group.launch_s + np.maximum(
                     group.flop_s * keys / self.top_compute,
                     group.query_s * decodes + group.key_s * keys)
@@ -128,6 +160,10 @@ class StepAttention:
 
     # --- one group ----------------------------------------------------------------------------
     def _decode(self, group: Attention, decodes: int, context: int) -> float:
+        if self.sparse_measured and group.indexer:  # within the measured block
+            return 0.0
+        if group.sparse and not self.sparse_measured:
+            context = min(context, decodes * group.sparse)
         measured = self._measured_decode(group, decodes, context)
         if measured == measured:
             return measured
@@ -137,7 +173,9 @@ class StepAttention:
         """The roofline's seconds of a group's decode attention (with a measured block's
         projections): `decodes` sequences attending to `context` keys in all."""
         keys = min(context, decodes * group.window) if group.window else context
-        return self.tables.block_projections(max(round(decodes), 1)) + group.launch_s + max(
+        projections = 0.0 if group.indexer else \
+            self.tables.block_projections(max(round(decodes), 1))
+        return projections + group.launch_s + max(
             group.flop_s * keys / self.top_compute, group.query_s * decodes + group.key_s * keys)
 
     def _prefill_roofline(self, group: Attention, tokens: float, chunks: float,
@@ -156,8 +194,9 @@ class StepAttention:
 
     def _measured_prefill(self, group: Attention, chunks: int, causal: float,
                           tokens: int) -> float:
-        """Seconds of a group's measured prefill attention (NaN: not measured)."""
-        if self.measured is None:
+        """Seconds of a group's measured prefill attention (NaN: not measured; an indexer's
+        never is)."""
+        if self.measured is None or group.indexer:
             return math.nan
         seconds = self.measured.prefill_attention(group.window, chunks, causal, tokens)
         if seconds == seconds:
@@ -170,8 +209,9 @@ class StepAttention:
         return self._past_reach("prefill", group, seconds)
 
     def _measured_decode(self, group: Attention, decodes: int, context: int) -> float:
-        """Seconds of a group's measured decode attention (NaN: not measured)."""
-        if self.measured is None:
+        """Seconds of a group's measured decode attention (NaN: not measured; an indexer's
+        never is)."""
+        if self.measured is None or group.indexer:
             return math.nan
         seconds = self.measured.decode_attention(group.window, decodes, context)
         if seconds == seconds:

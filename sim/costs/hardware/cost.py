@@ -31,6 +31,12 @@ and the routed experts of all T rows across the tp x dp GPUs, with the exchange 
 around them (an all-gather before and a reduce-scatter after: costed as one all-reduce of
 T x d_model over the tp x dp GPUs) in place of the rank's second all-reduce of an expert layer.
 
+Under sparse attention (DeepSeek-V3.2's) the layer is the measured sparse block where the
+tables have it, its indexer within; elsewhere a query's latent attention is charged at most
+`index_topk` keys, as a window's is (below), and its indexer, a group of its own, every key:
+its fp8 logits at the GPU's fp8 peak and its fp8 keys read, by the roofline
+(docs/sim/hardware.md, "Sparse attention").
+
 A sliding layer's attention is charged at most `sliding_window` keys a query: decode attends
 min(keys, decodes x window) keys and prefill does min(causal work, tokens x window) and reads
 min(context, tokens + chunks x window) cached keys, from the step's totals. This is exact when
@@ -134,8 +140,10 @@ class HardwareCost(CostModel):
         self._compute = np.zeros(0)  # matmul compute efficiency, by tokens
         self._compute_list: list = []
         self._grow(1024)
+        fp8_peak = setup.gpu.peak_tflops.get("fp8", 0.0) * 1e12  # a sparse indexer's logits
         groups = {kind: attention_groups(self.arch, self.tp, kind, self.eff, self.kept_peak,
-                                         self.bandwidth, setup.act_bytes, setup.kv_bytes)
+                                         self.bandwidth, setup.act_bytes, setup.kv_bytes,
+                                         fp8_peak or None)
                   for kind in ("prefill", "decode")}
         self.attention = StepAttention(groups["prefill"], groups["decode"], self.measured, self,
                                        self.eff.compute[-1], self.arch.flash_attention,

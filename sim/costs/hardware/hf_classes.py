@@ -235,6 +235,13 @@ def _deepseek_v3(c: ConfigValues) -> dict:
     return _deepseek(c, first_dense=3, shared=1)
 
 
+def _deepseek_v32(c: ConfigValues) -> dict:
+    """DeepSeek-V3.2's (and GLM-5's, `GlmMoeDsaForCausalLM`): V3's, with sparse attention."""
+    return _deepseek(c, first_dense=3, shared=1) | {
+        "index_topk": c.int("index_topk"), "index_n_heads": c.int("index_n_heads"),
+        "index_head_dim": c.int("index_head_dim")}
+
+
 def _deepseek(c: ConfigValues, first_dense: int, shared: int) -> dict:
     """DeepSeek-V2's and V3's keys (multi-head latent attention, shared and routed experts);
     `first_dense`, `shared`: the defaults of transformers' config class of the file's model
@@ -322,6 +329,8 @@ READERS = {
     "MiniMaxM2ForCausalLM": _minimax_m2,
     "DeepseekV2ForCausalLM": _deepseek_v2,
     "DeepseekV3ForCausalLM": _deepseek_v3,
+    "DeepseekV32ForCausalLM": _deepseek_v32,
+    "GlmMoeDsaForCausalLM": _deepseek_v32,
     "GptOssForCausalLM": _gpt_oss,
 }
 

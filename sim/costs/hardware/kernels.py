@@ -254,6 +254,20 @@ class KernelTables:
         return tables.mla_grid(self.table_path("mla", f"mla_{phase}_module_perf.parquet"),
                                model, heads, kv_dtype, gemm_dtype, decode)
 
+    def sparse_grid(self, model: str, heads: int, kv_dtype: str, gemm_dtype: str,
+                    decode: bool) -> Grid | None:
+        """A whole sparse-attention layer of `model` (the package measured DeepSeek-V3.2's and
+        GLM-5's: `mla_block.SPARSE_BLOCK_OPS` and the sparse attention over `index_topk` keys a
+        query), `heads` per GPU, over (batch, prompt length) or (batch, KV length). vLLM's and
+        TensorRT-LLM's; SGLang's tables mix its kernels by length and are not read (None)."""
+        if self.framework == "sglang":
+            return None
+        phase = "generation" if decode else "context"
+        return tables.mla_grid(self.table_path("sparse_attention",
+                                               f"dsa_{phase}_module_perf.parquet"),
+                               model, heads, KV_DTYPES.get(kv_dtype, kv_dtype), gemm_dtype,
+                               decode)
+
     def mla_attention_grid(self, heads: int, kv_dtype: str, decode: bool) -> Grid | None:
         """The attention of a multi-head latent attention layer alone, in DeepSeek-V3's head
         dims (the kernel the package measured without the block's projections, which are

@@ -27,7 +27,9 @@ hardware model's operators onto the tables of `kernels.py`:
   not (SGLang's tables of 16-bit weights, or on the A100, L40S and RTX PRO 6000; TensorRT-
   LLM's on the A100 and L40S; some of vLLM's), its projections onto GEMMs and its attention
   onto the latent-attention kernel measured alone, in DeepSeek-V3's head dims, where the
-  tables have it (`sources()` names what falls to the roofline).
+  tables have it (`sources()` names what falls to the roofline); a sparse-attention layer
+  (DeepSeek-V3.2's, GLM-5's) whole, its indexer within, where the package measured it
+  (`sparse_block`, `mla_block.SPARSE_MODELS`: vLLM's and TensorRT-LLM's tables).
 The elementwise kernels (norms, rotary embedding, activation, residual adds, embedding lookup)
 have no tables and stay on the roofline, as in the package's own estimator; so does any
 operator whose shape, dtype or head count the tables lack. `sources()` says, operator by
@@ -50,7 +52,7 @@ from .architecture import Architecture
 from .kernels import (BF16_OPS, BLOCK_CHAIN, DTYPE_CHAIN, FLOORED_BLOCK_GEMMS,
                       MEASURED_ACTIVATIONS, MLA_OUTSIDE, MOE_CHAIN, KernelTables)
 from .marlin import expert_shape, marlin_missing, marlin_text, on_marlin
-from .mla_block import MLA_BLOCK_OPS, MLA_HEAD_DIMS, mla_model
+from .mla_block import MLA_BLOCK_OPS, MLA_HEAD_DIMS, SPARSE_BLOCK_OPS, mla_model, sparse_model
 from .operators import matmul_shapes
 from .reach import merge
 
@@ -90,8 +92,19 @@ class MeasuredOps:
             tables.all_reduce(probe, arch.d_model, self.experts_gpus) is not None
         self._grids = {}
         self.mla_block = False  # the latent attention block measured whole (`block_ops`)
+        self.sparse_block = False  # and it a sparse-attention layer, its indexer within
         self.block_ops = ()  # the operators its measured time holds
-        if arch.is_mla:  # measured only as DeepSeek's whole block
+        sparse = sparse_model(arch) if arch.is_sparse else None
+        if sparse is not None:  # measured whole, indexer and all
+            heads = arch.n_heads // tp
+            gemm = self._first(lambda d: tables.sparse_grid(sparse, heads, kv_dtype, d, True),
+                               dtype)
+            if gemm is not None:
+                self._grids[0] = (tables.sparse_grid(sparse, heads, kv_dtype, gemm, False),
+                                  tables.sparse_grid(sparse, heads, kv_dtype, gemm, True))
+                self.mla_block = self.sparse_block = True
+                self.block_ops = (*SPARSE_BLOCK_OPS, "attn_rope")
+        if arch.is_mla and not self.sparse_block:  # measured only as DeepSeek's whole block
             heads, model = arch.n_heads // tp, mla_model(arch)
             gemm = self._first(lambda d: tables.mla_grid(model, heads, kv_dtype, d, False),
                                dtype)
@@ -111,7 +124,7 @@ class MeasuredOps:
             if decode is None and mla_model(arch, MLA_HEAD_DIMS):
                 self._grids[0] = (tables.mla_attention_grid(heads, kv_dtype, False),
                                   tables.mla_attention_grid(heads, kv_dtype, True))
-        else:
+        elif not arch.is_mla:
             heads, kv_heads = arch.q_dim // tp // arch.hd, arch.kv_heads_per_gpu(tp)
             for layers, window in ((arch.full_layers, 0),
                                    (arch.sliding_layers, arch.sliding_window)):
@@ -153,6 +166,8 @@ class MeasuredOps:
                         MEASURED if found else ROOFLINE for window, found in sorted(known.items())}
             else:
                 out[op] = MEASURED if known and all(known.values()) else ROOFLINE
+        if self.arch.is_sparse:  # a sparse layer's indexer: within its measured block
+            out["sparse_indexer"] = MEASURED if self.sparse_block else ROOFLINE
         if self.mla_block:  # measured with the attention, as one block
             out |= {op: MEASURED for op in self.block_ops}
         return out

@@ -20,6 +20,28 @@ MLA_SHAPE = ("d_model", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_r
 MLA_HEAD_DIMS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
+# The models whose sparse-attention layer the package measured whole (the indexer and its
+# projections, the latent projections and norms, the sparse attention, the output projection:
+# `dsa_*_module_perf`), and their shapes as their config.json files give them
+SPARSE_BLOCK_OPS = (*MLA_BLOCK_OPS, "indexer_q_proj", "indexer_k_proj")
+SPARSE_MODELS = {
+    "deepseek-ai/DeepSeek-V3.2": {"d_model": 7168, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                                  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                                  "v_head_dim": 128, "index_topk": 2048, "index_n_heads": 64,
+                                  "index_head_dim": 128},
+    "zai-org/GLM-5": {"d_model": 6144, "kv_lora_rank": 512, "q_lora_rank": 2048,
+                      "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
+                      "index_topk": 2048, "index_n_heads": 32, "index_head_dim": 128},
+}
+
+
+def sparse_model(arch: Architecture) -> str | None:
+    """The model whose sparse-attention layer the tables measured in `arch`'s shape (its heads
+    per GPU looked up in the table), whatever `arch` is called; None: none."""
+    return next((name for name, shape in SPARSE_MODELS.items()
+                 if all(getattr(arch, key) == value for key, value in shape.items())), None)
+
+
 def mla_model(arch: Architecture, shape: tuple = MLA_SHAPE) -> str | None:
     """The model whose latent-attention block the tables measured in `arch`'s shape (width and
     ranks; its heads per GPU are looked up in the table), whatever `arch` is called: DeepSeek-

@@ -39,9 +39,12 @@ kv_lora_rank + rope, whole on every GPU, as vLLM replicates it), `mla_q_up_proj`
 heads x (nope + rope)) and `mla_kv_up_proj` (kv_lora_rank -> heads x (nope + v): the keys and
 values of prefill tokens; in decode vLLM absorbs these weights into the query and the output,
 the same FLOPs and weights), with the two latent RMSNorms `mla_norm` and rotary embedding on the
-rope part only. Prefill attention runs on the up-projected heads (2 (nope + rope) + 2 v FLOPs a
-head a query-key pair), decode attention on the latent (2 (kv_lora_rank + rope) + 2
-kv_lora_rank), both reading kv_lora_rank + rope cached values a key.
+rope part only. Sparse attention adds its indexer's projections, whole on every GPU:
+`indexer_q_proj` (q_lora_rank -> index_n_heads x index_head_dim) and `indexer_k_proj` (d ->
+index_head_dim + index_n_heads: its key and its heads' weights). Prefill attention runs on the
+up-projected heads (2 (nope + rope) + 2 v FLOPs a head a query-key pair), decode attention on
+the latent (2 (kv_lora_rank + rope) + 2 kv_lora_rank), both reading kv_lora_rank + rope cached
+values a key.
 """
 
 from __future__ import annotations
@@ -88,9 +91,15 @@ def _attention_matmuls(arch: Architecture, tp: int) -> dict:
         down = arch.q_lora_rank + arch.latent_dim
         q_in, q_out = arch.q_lora_rank or d, heads * arch.hd
         kv_up = heads * (arch.qk_nope_head_dim + arch.v_head_dim)
-        return {"mla_down_proj": (d, d * down, down),
-                "mla_q_up_proj": (q_in, q_in * q_out, q_out),
-                "mla_kv_up_proj": (arch.kv_lora_rank, arch.kv_lora_rank * kv_up, kv_up)}
+        shapes = {"mla_down_proj": (d, d * down, down),
+                  "mla_q_up_proj": (q_in, q_in * q_out, q_out),
+                  "mla_kv_up_proj": (arch.kv_lora_rank, arch.kv_lora_rank * kv_up, kv_up)}
+        if arch.is_sparse:  # the indexer's, whole on every GPU
+            queries, keys = arch.index_n_heads * arch.index_head_dim, arch.index_head_dim
+            shapes["indexer_q_proj"] = (q_in, q_in * queries, queries)
+            shapes["indexer_k_proj"] = (d, d * (keys + arch.index_n_heads),
+                                        keys + arch.index_n_heads)
+        return shapes
     q = arch.q_dim // tp
     kv = arch.kv_heads_per_gpu(tp) * arch.hd
     qkv = q + 2 * kv

@@ -21,11 +21,22 @@ class Sizes:
             return (d * (self.q_lora_rank + self.latent_dim) + q_in * self.q_dim
                     + self.kv_lora_rank * self.n_heads * (self.qk_nope_head_dim
                                                           + self.v_head_dim)
-                    + self.o_dim * d + self.q_lora_rank + self.kv_lora_rank)
+                    + self.o_dim * d + self.q_lora_rank + self.kv_lora_rank
+                    + self.indexer_parameters())
         attention = d * (self.q_dim + 2 * self.kv_dim) + self.q_dim * d
         if self.qkv_bias:
             attention += self.q_dim + 2 * self.kv_dim
         return attention
+
+    def indexer_parameters(self) -> int:
+        """Parameters of one layer's sparse-attention indexer (0 without one): its query
+        projection from the query latent, its key projection and head weights from the input,
+        and its key's LayerNorm."""
+        if not self.is_sparse:
+            return 0
+        q_in, keys = self.q_lora_rank or self.d_model, self.index_head_dim
+        return (q_in * self.index_n_heads * keys + self.d_model * (keys + self.index_n_heads)
+                + 2 * keys)
 
     def mlp_parameters(self, width: int) -> int:
         """Parameters of one MLP of `width` (a plain MLP carries biases, as phi-2's)."""
@@ -76,7 +87,8 @@ class Sizes:
             return (d * (self.q_lora_rank + self.latent_dim)  # down projections, replicated
                     + q_in * heads * self.hd
                     + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
-                    + heads * self.v_head_dim * d)
+                    + heads * self.v_head_dim * d
+                    + self.indexer_parameters())  # replicated too
         kv_local = self.kv_heads_per_gpu(tp) * self.hd
         return d * (self.q_dim // tp + 2 * kv_local) + self.q_dim // tp * d
 
@@ -116,7 +128,15 @@ class Sizes:
         """KV-cache bytes one token takes on one GPU in every layer: keys and values of the
         GPU's key-value heads (2 x layers x kv_heads x head_dim x bytes / tp), or with
         multi-head latent attention the latent and rotary key, whole on every GPU (layers x
-        (kv_lora_rank + qk_rope_head_dim) x bytes)."""
+        (kv_lora_rank + qk_rope_head_dim) x bytes); with sparse attention also the indexer's
+        key (index_head_dim fp8 values and a float32 scale per 128), and an fp8 latent in
+        DeepSeek's sparse layout (kv_lora_rank fp8 values, a float32 scale per 128 and the
+        rotary key in bf16: 656 bytes, as vLLM's and SGLang's FlashMLA caches hold it)."""
+        if self.is_sparse:  # and the indexer's key: fp8, a float32 scale per 128 values
+            indexer = self.index_head_dim + 4 * -(-self.index_head_dim // 128)
+            latent = self.latent_dim * dtype_bytes if dtype_bytes > 1 else \
+                self.kv_lora_rank + 4 * -(-self.kv_lora_rank // 128) + 2 * self.qk_rope_head_dim
+            return self.n_layers * (latent + indexer)
         if self.is_mla:
             return self.n_layers * self.latent_dim * dtype_bytes
         return 2 * self.n_layers * self.kv_heads_per_gpu(tp) * self.hd * dtype_bytes

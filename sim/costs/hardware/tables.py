@@ -112,6 +112,8 @@ def mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtype
     table = table[(table["model"] == model) & (table["num_heads"] == heads)
                   & (table["kv_cache_dtype"] == kv_dtype) & (table["gemm_type"] == gemm_dtype)
                   & (table["mla_dtype"] == "bfloat16")]
+    if not decode:  # fresh prompts (the sparse blocks' also hold prompts after 128 cached)
+        table = table[table["step"] == 0]
     if table.empty:
         return None
     # the kernel measured most often, and another's points where it has none (vLLM's MLA
