@@ -84,7 +84,16 @@ def test_vllms_measured_sparse_layer_costs_its_steps_indexer_and_all(tmp_path):
     assert indexer.flop_s * pairs / cost.compute_at(8192) <= extra <= \
         indexer.launch_s + indexer.flop_s * pairs / cost.compute_at(8192) \
         + indexer.query_s * 8192 + indexer.key_s * 108_192
+    assert extra == pytest.approx(indexer.launch_s + max(
+        indexer.flop_s * pairs / cost.compute_at(8192),
+        indexer.query_s * 8192 + indexer.key_s * 108_192), rel=1e-9)
     assert cost.measured.sources()["indexer_q_proj"] == "measured"
+    assert "indexer_q_proj" not in cost.measured._gemm_dtype  # within the block alone
+    # GLM-5's layer (8 heads a GPU) and TensorRT-LLM's are measured too
+    assert cost_of(tmp_path, GLM5, "glm5.json").measured.sparse_block
+    trtllm = cost_of(tmp_path, V32, "t.json", "trtllm")
+    assert trtllm.measured.sparse_block and trtllm.attention.plus_prefill(0.0, fresh) == \
+        pytest.approx(61 * 13.59e-3, rel=1e-3)
 
 
 def test_unmeasured_a_query_attends_to_its_topk_keys_and_the_indexer_to_every_key(tmp_path):
@@ -104,6 +113,10 @@ def test_unmeasured_a_query_attends_to_its_topk_keys_and_the_indexer_to_every_ke
             v32.attention._decode(latent, 32, 32 * 2048)
     grows = [v32.attention._decode(indexer, 32, 32 * keys) for keys in (8192, 65536, 131072)]
     assert 0 < grows[0] < grows[1] < grows[2]
+    # its decode: every key's logits and fp8 key read, nothing else (no block projections)
+    assert v32.attention._decode(indexer, 32, 32 * 8192) == indexer.launch_s + max(
+        indexer.flop_s * 32 * 8192 / v32.attention.top_compute,
+        indexer.query_s * 32 + indexer.key_s * 32 * 8192)
     # its fp8 key a key read, 132 bytes, and fp8 logits at the GPU's fp8 peak
     assert indexer.key_s == pytest.approx(61 * 132 / (v32.bandwidth * v32.eff.memory))
     assert indexer.flop_s == pytest.approx(61 * 2 * 64 * 128 / (v32.gpu.peak_flops("fp8")))

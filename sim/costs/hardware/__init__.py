@@ -103,9 +103,10 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
             times, _ = measured.layer_times(roofline(grid), grid, keep_block=True)
             times = {op: t[np.searchsorted(grid, rows)] for op, t in times.items()}
         if measured.mla_block:
-            say_once(f"note: layer_op_times: {arch.name}'s latent attention is measured as a "
-                     f"whole block (projections, attention over the latent, output "
-                     f"projection), which a run costs per step; its "
+            what = "sparse attention is measured as a whole layer (its indexer, " \
+                if measured.sparse_block else "latent attention is measured as a whole block ("
+            say_once(f"note: layer_op_times: {arch.name}'s {what}projections, attention over "
+                     f"the latent, output projection), which a run costs per step; its "
                      f"{', '.join(measured.block_ops)} here are the roofline's")
         times = {op: t.reshape(tokens.shape) for op, t in times.items()}
         if beyond:

@@ -84,6 +84,7 @@ class MeasuredOps:
                                             self.gemm_chain)
                             for op, (n, k) in self.gemms.items()
                             if not (op in MLA_BLOCK_OPS and arch.is_mla)}
+        sparse = sparse_model(arch) if arch.is_sparse else None
         self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype,
                                       self.chain | MOE_CHAIN) if arch.is_moe else None
         self.marlin_missing = self._marlin_missing(probe, dtype)
@@ -94,7 +95,6 @@ class MeasuredOps:
         self.mla_block = False  # the latent attention block measured whole (`block_ops`)
         self.sparse_block = False  # and it a sparse-attention layer, its indexer within
         self.block_ops = ()  # the operators its measured time holds
-        sparse = sparse_model(arch) if arch.is_sparse else None
         if sparse is not None:  # measured whole, indexer and all
             heads = arch.n_heads // tp
             gemm = self._first(lambda d: tables.sparse_grid(sparse, heads, kv_dtype, d, True),
@@ -104,6 +104,8 @@ class MeasuredOps:
                                   tables.sparse_grid(sparse, heads, kv_dtype, gemm, True))
                 self.mla_block = self.sparse_block = True
                 self.block_ops = (*SPARSE_BLOCK_OPS, "attn_rope")
+                for op in SPARSE_BLOCK_OPS:  # within the block, never a GEMM of its own
+                    self._gemm_dtype.pop(op, None)
         if arch.is_mla and not self.sparse_block:  # measured only as DeepSeek's whole block
             heads, model = arch.n_heads // tp, mla_model(arch)
             gemm = self._first(lambda d: tables.mla_grid(model, heads, kv_dtype, d, False),
@@ -184,6 +186,13 @@ class MeasuredOps:
         if missing:
             say_once(f"note: {source}: the measured tables have no {', '.join(missing)} of "
                      f"this model and GPU; costed by the roofline")
+        if self.arch.is_sparse and not self.sparse_block:
+            say_once(f"note: {source}: the measured tables have no sparse-attention layer of "
+                     f"this shape, {self.arch.n_heads // self.tp} heads a GPU and this KV "
+                     f"dtype under {self.tables.framework}; its latent attention is costed "
+                     f"over at most index_topk keys a query and its indexer by the roofline, "
+                     f"which servers' padded sparse kernels outrun: its prefill comes out "
+                     f"fast (docs/sim/hardware.md, \"Sparse attention\")")
         marlin = self.marlin_text()
         if marlin is not None:
             say_once(f"note: {source}: moe_experts on {marlin} (hardware.moe_backend)")
