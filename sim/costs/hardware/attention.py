@@ -12,6 +12,10 @@ they end); where they have no kernel for the group, the roofline:
 
 with a measured latent-attention block's projections added to the roofline's (the block's
 time holds them). A sliding layer charges at most `window` keys a query (`cost.py` says how).
+Under sparse attention the latent group is the measured sparse layer where the tables have it
+(decode at full lengths, a prefill at its chunks' own lengths) and the indexer, a group of its
+own, adds only a chunk's pairs with cached keys; elsewhere the latent group charges at most
+`index_topk` keys a query, as a window does, and the indexer every key, by the roofline.
 `HardwareCost` holds the tables by rows that the roofline reads (`RowTables`).
 """
 
