@@ -298,7 +298,8 @@ def test_a_config_json_of_deepseeks_shape_is_measured_as_deepseeks_block(tmp_pat
 
 def test_the_router_and_lm_head_are_bf16_and_a_window_caps_a_chunks_work():
     from sim.costs.hardware import model_architecture
-    from sim.costs.hardware.measured import MeasuredOps, prompt_length
+    from sim.costs.hardware.measured import MeasuredOps
+    from sim.costs.hardware.measured_attention import prompt_length
 
     ops = MeasuredOps(model_architecture({"name": "Qwen/Qwen3-30B-A3B"}), 1, "fp8", "bf16",
                       H200)

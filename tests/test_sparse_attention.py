@@ -181,7 +181,7 @@ def test_a_sparse_model_runs_and_its_report_names_its_attention(tmp_path):
     ('name = "deepseek-ai/DeepSeek-V3"\nindex_n_heads = 64',
      "model.index_n_heads (64) is a sparse attention key and model.index_topk is 0"),
     ('name = "deepseek-ai/DeepSeek-V3"\nindex_topk = 2048\nindex_n_heads = 64',
-     "model.index_head_dim (its indexer's) must be a positive integer with model.index_topk"),
+     "model.index_head_dim (of the indexer) must be a positive integer with model.index_topk"),
 ])
 def test_a_sparse_attention_key_without_its_others_is_one_line(tmp_path, model, message):
     assert message in refusal(tmp_path, model=model)

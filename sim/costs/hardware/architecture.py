@@ -122,14 +122,20 @@ class Architecture(Sizes):
             object.__setattr__(self, "sliding_window", 0)
             object.__setattr__(self, "sliding_layers", 0)
 
+    def _check_off(self, key: str, keys: tuple, part: str, off: str) -> bool:
+        """Whether the optional `part` is off (`key` 0); ValueError where it is off and one of
+        its `keys` is given anyway."""
+        if getattr(self, key):
+            return False
+        given = [k for k in keys if getattr(self, k)]
+        if given:
+            raise ValueError(f"model.{given[0]} ({getattr(self, given[0])}) is a {part} key "
+                             f"and model.{key} is 0 ({off}): give model.{key}, or set "
+                             f"{', '.join(given)} to 0 too")
+        return True
+
     def _check_experts(self) -> None:
-        if not self.n_experts:
-            given = [k for k in MOE_KEYS if getattr(self, k)]
-            if given:
-                raise ValueError(f"model.{given[0]} ({getattr(self, given[0])}) is a "
-                                 f"mixture-of-experts key and model.n_experts is 0 (no "
-                                 f"experts): give model.n_experts, or set "
-                                 f"{', '.join(given)} to 0 too")
+        if self._check_off("n_experts", MOE_KEYS, "mixture-of-experts", "no experts"):
             return
         if not self.experts_per_token:
             raise ValueError("model.experts_per_token (the experts each token is routed to) "
@@ -148,13 +154,7 @@ class Architecture(Sizes):
                              f"({self.n_layers}), got {self.n_dense_layers}")
 
     def _check_sparse_attention(self) -> None:
-        if not self.index_topk:
-            given = [k for k in SPARSE_KEYS if getattr(self, k)]
-            if given:
-                raise ValueError(f"model.{given[0]} ({getattr(self, given[0])}) is a sparse "
-                                 f"attention key and model.index_topk is 0 (every key "
-                                 f"attended): give model.index_topk, or set "
-                                 f"{', '.join(given)} to 0 too")
+        if self._check_off("index_topk", SPARSE_KEYS, "sparse attention", "every key attended"):
             return
         if not self.is_mla:
             raise ValueError(f"model.index_topk ({self.index_topk}): sparse attention is "
@@ -162,17 +162,12 @@ class Architecture(Sizes):
                              f"and its keys, or set model.index_topk to 0")
         for f in SPARSE_KEYS:
             if not getattr(self, f):
-                raise ValueError(f"model.{f} (its indexer's) must be a positive integer with "
-                                 f"model.index_topk")
+                raise ValueError(f"model.{f} (of the indexer) must be a positive integer "
+                                 f"with model.index_topk")
 
     def _check_latent_attention(self) -> None:
-        if not self.kv_lora_rank:
-            given = [k for k in MLA_KEYS if getattr(self, k)]
-            if given:
-                raise ValueError(f"model.{given[0]} ({getattr(self, given[0])}) is a multi-head "
-                                 f"latent attention key and model.kv_lora_rank is 0 (no latent "
-                                 f"attention): give model.kv_lora_rank, or set "
-                                 f"{', '.join(given)} to 0 too")
+        if self._check_off("kv_lora_rank", MLA_KEYS, "multi-head latent attention",
+                           "no latent attention"):
             return
         for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             if not getattr(self, f):

@@ -25,7 +25,8 @@ import json
 from pathlib import Path
 
 from ...notes import say_once
-from .hf_classes import READERS, WRAPPERS, ConfigValues
+from .hf_classes import CLASS_DEFAULTS, READERS, WRAPPERS
+from .hf_values import ConfigValues
 
 
 def config_architecture(path: str, given: dict | None = None) -> dict:
@@ -47,7 +48,8 @@ def config_architecture(path: str, given: dict | None = None) -> dict:
     if names[0] in WRAPPERS:
         c = _text_model(config, path, names[0], given or {})
     else:
-        c = ConfigValues(config, path, names[0], given or {})
+        c = ConfigValues(config, path, names[0], given or {},
+                         defaults=CLASS_DEFAULTS.get(names[0]))
     keys = READERS[c.architecture](c)
     _check_shape(c, keys)
     name = config.get("_name_or_path")
@@ -108,7 +110,8 @@ def _text_model(config: dict, path: str, wrapper: str, given: dict) -> ConfigVal
     say_once(f"note: model.config: {path}: {wrapper} is costed as its text model "
              f"(text_config, a {classes[kind]}); its vision tower is neither costed nor "
              f"counted in the GPU's memory")
-    return ConfigValues(text, path, classes[kind], given, within="text_config")
+    return ConfigValues(text, path, classes[kind], given, within="text_config",
+                        defaults=CLASS_DEFAULTS.get(classes[kind]))
 
 
 def _check_shape(c: ConfigValues, keys: dict) -> None:

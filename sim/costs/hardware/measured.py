@@ -29,36 +29,31 @@ hardware model's operators onto the tables of `kernels.py`:
   onto the latent-attention kernel measured alone, in DeepSeek-V3's head dims, where the
   tables have it (`sources()` names what falls to the roofline); a sparse-attention layer
   (DeepSeek-V3.2's, GLM-5's) whole, its indexer within, where the package measured it
-  (`sparse_block`, `mla_block.SPARSE_MODELS`: vLLM's and TensorRT-LLM's tables).
+  (`sparse_block`, `mla_block.SPARSE_MODELS`: vLLM's and TensorRT-LLM's tables). Which
+  attention each group of layers is, and its lookups per step: `measured_attention.py`.
 The elementwise kernels (norms, rotary embedding, activation, residual adds, embedding lookup)
 have no tables and stay on the roofline, as in the package's own estimator; so does any
 operator whose shape, dtype or head count the tables lack. `sources()` says, operator by
 operator, where each time comes from, for the report; past the tables' reach, `reach.py`.
-
-Attention is looked up per step: prefill as `prefill_seqs` prompts of the length whose causal
-work n (n + 1) / 2 is the step's mean per chunk (a chunk of n after c computed tokens does
-n c + n (n + 1) / 2: the kernel's time follows its work); decode as `decode_seqs` sequences of
-the mean context.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from ...notes import say_once
 from .architecture import Architecture
 from .kernels import (BF16_OPS, BLOCK_CHAIN, DTYPE_CHAIN, FLOORED_BLOCK_GEMMS,
-                      MEASURED_ACTIVATIONS, MLA_OUTSIDE, MOE_CHAIN, KernelTables)
+                      MEASURED_ACTIVATIONS, MOE_CHAIN, KernelTables)
 from .marlin import expert_shape, marlin_missing, marlin_text, on_marlin
-from .mla_block import MLA_BLOCK_OPS, MLA_HEAD_DIMS, SPARSE_BLOCK_OPS, mla_model, sparse_model
+from .measured_attention import MeasuredAttention
+from .mla_block import MLA_BLOCK_OPS
 from .operators import matmul_shapes
 from .reach import merge
 
 MEASURED, ROOFLINE = "measured", "roofline"
 EXPERT_OPS = ("moe_up_proj", "moe_act", "moe_down_proj")  # what the fused MoE kernel runs
-class MeasuredOps:
+class MeasuredOps(MeasuredAttention):
     """The measured times of one model's operators on one GPU (module docstring)."""
 
     def __init__(self, arch: Architecture, tp: int, dtype: str, kv_dtype: str,
@@ -84,56 +79,13 @@ class MeasuredOps:
                                             self.gemm_chain)
                             for op, (n, k) in self.gemms.items()
                             if not (op in MLA_BLOCK_OPS and arch.is_mla)}
-        sparse = sparse_model(arch) if arch.is_sparse else None
         self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype,
                                       self.chain | MOE_CHAIN) if arch.is_moe else None
         self.marlin_missing = self._marlin_missing(probe, dtype)
         self._ar_known = tp <= 1 or tables.all_reduce(probe, arch.d_model, tp) is not None
         self._exchange_known = dp > 1 and \
             tables.all_reduce(probe, arch.d_model, self.experts_gpus) is not None
-        self._grids = {}
-        self.mla_block = False  # the latent attention block measured whole (`block_ops`)
-        self.sparse_block = False  # and it a sparse-attention layer, its indexer within
-        self.block_ops = ()  # the operators its measured time holds
-        if sparse is not None:  # measured whole, indexer and all
-            heads = arch.n_heads // tp
-            gemm = self._first(lambda d: tables.sparse_grid(sparse, heads, kv_dtype, d, True),
-                               dtype)
-            if gemm is not None:
-                self._grids[0] = (tables.sparse_grid(sparse, heads, kv_dtype, gemm, False),
-                                  tables.sparse_grid(sparse, heads, kv_dtype, gemm, True))
-                self.mla_block = self.sparse_block = True
-                self.block_ops = (*SPARSE_BLOCK_OPS, "attn_rope")
-                for op in SPARSE_BLOCK_OPS:  # within the block, never a GEMM of its own
-                    self._gemm_dtype.pop(op, None)
-        if arch.is_mla and not self.sparse_block:  # measured only as DeepSeek's whole block
-            heads, model = arch.n_heads // tp, mla_model(arch)
-            gemm = self._first(lambda d: tables.mla_grid(model, heads, kv_dtype, d, False),
-                               dtype)
-            decode = tables.mla_grid(model, heads, kv_dtype, gemm, True) if gemm else None
-            outside = ()  # its projections from the GEMM tables
-            if decode is not None:
-                prefill = tables.mla_grid(model, heads, kv_dtype, gemm, False)
-                self._grids[0], self.mla_block = (prefill, decode), True
-                outside = MLA_OUTSIDE.get(tables.framework, ())
-                self.block_ops = tuple(op for op in (*MLA_BLOCK_OPS, "attn_rope")
-                                       if op not in outside)
-            else:  # and its attention the kernel's alone
-                outside = MLA_BLOCK_OPS
-            self._gemm_dtype |= {
-                op: self._first(lambda d: tables.gemm(probe, n, k, d), dtype, self.gemm_chain)
-                for op, (n, k) in self.gemms.items() if op in outside}
-            if decode is None and mla_model(arch, MLA_HEAD_DIMS):
-                self._grids[0] = (tables.mla_attention_grid(heads, kv_dtype, False),
-                                  tables.mla_attention_grid(heads, kv_dtype, True))
-        elif not arch.is_mla:
-            heads, kv_heads = arch.q_dim // tp // arch.hd, arch.kv_heads_per_gpu(tp)
-            for layers, window in ((arch.full_layers, 0),
-                                   (arch.sliding_layers, arch.sliding_window)):
-                if layers:  # a group of layers the model has (Mistral-7B's are all sliding)
-                    self._grids[window] = (
-                        tables.prefill_grid(heads, kv_heads, arch.hd, kv_dtype, window),
-                        tables.decode_grid(heads, kv_heads, arch.hd, kv_dtype, window))
+        self._find_attention(probe, dtype, kv_dtype)
         self._sources = self._find_sources()
         self._scales_known = ("fp8" not in self._gemm_dtype.values()
                               or self.tensor_scales == MEASURED_ACTIVATIONS[tables.framework]
@@ -329,46 +281,3 @@ class MeasuredOps:
             return None
         seconds, self.marlin_shape = marlin
         return seconds
-
-    # --- attention, per step ----------------------------------------------------------------
-    def prefill_attention(self, window: int, chunks: float, causal: float,
-                          tokens: float) -> float:
-        """Seconds of one layer's prefill attention (its `window`, 0: full): `chunks` chunks of
-        `tokens` in all doing `causal` work (NaN: out of reach or not measured), looked up as
-        fresh prompts of the length whose work is the mean chunk's (`prefill_point`)."""
-        grid = self._grids.get(window, (None, None))[0]
-        if grid is None:
-            return math.nan
-        return grid.at_one(*self.prefill_point(window, chunks, causal, tokens))
-
-    @staticmethod
-    def prefill_point(window: int, chunks: float, causal: float,
-                      tokens: float) -> tuple[float, float]:
-        """(chunks, length): the fresh prompts a prefill's lookup stands its chunks for."""
-        if window:  # a query attends to at most `window` keys
-            causal = min(causal, tokens * window)
-        return chunks, prompt_length(causal / chunks, window)
-
-    def decode_attention(self, window: int, decodes: float, context: float) -> float:
-        """Seconds of one layer's decode attention: `decodes` sequences attending to `context`
-        keys in all (NaN: out of reach or not measured)."""
-        grid = self._grids.get(window, (None, None))[1]
-        if grid is None:
-            return math.nan
-        return grid.at_one(decodes, context / decodes)
-
-    def anchored(self, kind: str, window: int, batch: float, length: float,
-                 growth) -> float | None:
-        """Seconds of one layer's `kind` ("prefill" or "decode") attention at (batch, length)
-        past its tables' reach: their times nearest to it carried by `growth` (`Grid.anchored`);
-        None: not measured."""
-        grid = self._grids.get(window, (None, None))[kind == "decode"]
-        return None if grid is None else grid.anchored(batch, length, growth)
-
-
-def prompt_length(work: float, window: int = 0) -> float:
-    """The length L of a fresh prompt whose causal attention work is `work`: L (L + 1) / 2, or
-    under a window w, w (w + 1) / 2 + (L - w) w once L passes it."""
-    if window and work > window * (window + 1) / 2:
-        return window + (work - window * (window + 1) / 2) / window
-    return (math.sqrt(8.0 * work + 1.0) - 1.0) / 2.0

@@ -1,12 +1,16 @@
 """Which measured latent-attention block a model's layers are: the package measured DeepSeek-V3's
 multi-head latent attention as one block (projections, norms, attention and output projection),
-which serves any model of its shape (`mla_model`).
+which serves any model of its shape (`mla_model`), and DeepSeek-V3.2's and GLM-5's
+sparse-attention layers whole (`sparse_model`).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .architecture import Architecture
 from .catalog import model_architecture
+from .kernels import data_root
 
 # What DeepSeek's measured latent-attention block runs besides attention: its projections, the
 # latents' norms and the output projection (in `mla_block` steps, costed with the attention)
@@ -22,24 +26,31 @@ MLA_HEAD_DIMS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head
 
 # The models whose sparse-attention layer the package measured whole (the indexer and its
 # projections, the latent projections and norms, the sparse attention, the output projection:
-# `dsa_*_module_perf`), and their shapes as their config.json files give them
+# `dsa_*_module_perf`), their shapes read from the package's own copies of their config.json
 SPARSE_BLOCK_OPS = (*MLA_BLOCK_OPS, "indexer_q_proj", "indexer_k_proj")
-SPARSE_MODELS = {
-    "deepseek-ai/DeepSeek-V3.2": {"d_model": 7168, "kv_lora_rank": 512, "q_lora_rank": 1536,
-                                  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-                                  "v_head_dim": 128, "index_topk": 2048, "index_n_heads": 64,
-                                  "index_head_dim": 128},
-    "zai-org/GLM-5": {"d_model": 6144, "kv_lora_rank": 512, "q_lora_rank": 2048,
-                      "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
-                      "index_topk": 2048, "index_n_heads": 32, "index_head_dim": 128},
-}
+SPARSE_MODELS = ("deepseek-ai/DeepSeek-V3.2", "zai-org/GLM-5")
+SPARSE_SHAPE = (*MLA_SHAPE, "index_topk", "index_n_heads", "index_head_dim")
 
 
 def sparse_model(arch: Architecture) -> str | None:
     """The model whose sparse-attention layer the tables measured in `arch`'s shape (its heads
     per GPU looked up in the table), whatever `arch` is called; None: none."""
-    return next((name for name, shape in SPARSE_MODELS.items()
-                 if all(getattr(arch, key) == value for key, value in shape.items())), None)
+    for name in SPARSE_MODELS:
+        measured = _package_model(name)
+        if measured is not None and all(getattr(measured, key) == getattr(arch, key)
+                                        for key in SPARSE_SHAPE):
+            return name
+    return None
+
+
+@lru_cache(maxsize=None)
+def _package_model(name: str) -> Architecture | None:
+    """`name` as the package's copy of its config.json reads (None: no such copy)."""
+    root = data_root()  # .../aiconfigurator_core/systems/data
+    if root is None:
+        return None
+    path = root.parent.parent / "model_configs" / f"{name.replace('/', '--')}_config.json"
+    return model_architecture({"config": str(path)}) if path.is_file() else None
 
 
 def mla_model(arch: Architecture, shape: tuple = MLA_SHAPE) -> str | None:
