@@ -56,8 +56,8 @@ def replicas_text(count: int) -> str:
 
 
 def model_text(model) -> str:
-    """The model's name (a catalog model) and shape: its experts, latent attention and
-    sliding window where it has them."""
+    """The model's name (a catalog model) and shape: its experts, latent attention, sliding
+    window and linear attention where it has them."""
     kv_heads, name = getattr(model, "n_kv_heads", None), getattr(model, "name", None)
     if model.vocab_size is None:  # a real model not resolved: a bench's (the server's is run)
         return f"`{name or model.config}`"
@@ -78,6 +78,9 @@ def model_text(model) -> str:
                 f"{get('experts_per_token')} a token" if get("n_experts") else "")
              + (f", {get('sliding_layers')} layers with a {get('sliding_window')}-token window"
                 if get("sliding_window") else "")
+             + (f", {get('linear_layers')} linear-attention layers ({get('linear_v_heads')} "
+                f"state matrices of {get('linear_k_dim')} x {get('linear_v_dim')})"
+                if get("linear_layers") else "")
              + f", max_seq_len {model.max_seq_len}")
     return f"`{name}`: {shape}" if name else shape
 
@@ -99,7 +102,9 @@ def hardware_text(derived: dict) -> str:
             f"{derived['weights_gib_per_gpu']:.1f} GiB of "
             f"weights, {derived['kv_gib_per_gpu']:.1f} GiB of KV cache "
             f"({derived['kv_tokens']:,} tokens, {derived['kv_bytes_per_token_per_gpu'] / 1024:g}"
-            f" KiB a token)")
+            f" KiB a token)"
+            + (f", {derived['states_gib_per_gpu']:.1f} GiB of linear-attention states"
+               if derived.get("states_gib_per_gpu") else ""))
 
 
 def kernels_text(derived: dict) -> str:

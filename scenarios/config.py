@@ -45,6 +45,7 @@ class ModelSpec:
     norm: str | None = None
     qkv_bias: bool | None = None
     parallel_attn_mlp: bool | None = None
+    attn_gate: bool | None = None
     n_experts: int | None = None
     experts_per_token: int | None = None
     moe_d_ff: int | None = None
@@ -61,6 +62,13 @@ class ModelSpec:
     index_head_dim: int | None = None
     sliding_window: int | None = None
     sliding_layers: int | None = None
+    linear_layers: int | None = None
+    linear_k_heads: int | None = None
+    linear_v_heads: int | None = None
+    linear_k_dim: int | None = None
+    linear_v_dim: int | None = None
+    linear_conv: int | None = None
+    state_dtype: str | None = None
 
     def given(self) -> dict:
         """The keys the scenario gave (what the catalog's model is changed by)."""

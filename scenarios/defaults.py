@@ -92,7 +92,7 @@ DEFAULTS = {
 # "auto": what the GPU's memory leaves after the weights, as vLLM derives it.
 # `config` reads them from a Hugging Face config.json instead (sim/costs/hardware/hf_config.py).
 # The optional parts of an architecture, each off at 0: mixture of experts, multi-head latent
-# attention, sliding-window attention (sim/costs/hardware/architecture.py).
+# attention, sliding-window attention, linear attention (sim/costs/hardware/architecture.py).
 MOE_MODEL_KEYS = ("n_experts", "experts_per_token", "moe_d_ff", "n_shared_experts",
                   "shared_d_ff", "n_dense_layers")
 MLA_MODEL_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
@@ -100,10 +100,16 @@ MLA_MODEL_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_he
 WINDOW_MODEL_KEYS = ("sliding_window", "sliding_layers")
 # DeepSeek's sparse attention (with latent attention): a query attends to its index_topk keys
 SPARSE_MODEL_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
+# Linear attention (Gated DeltaNet, Qwen3-Next's and Qwen3.5's): linear_layers of the layers
+LINEAR_MODEL_KEYS = ("linear_layers", "linear_k_heads", "linear_v_heads", "linear_k_dim",
+                     "linear_v_dim", "linear_conv")
+# their state's elements
+STATE_DTYPES = ("fp32", "bf16")
 HARDWARE_MODEL_KEYS = ("name", "config", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
                        "gated_mlp", "vocab_size", "max_seq_len", "head_dim", "tie_embeddings",
-                       "norm", "qkv_bias", "parallel_attn_mlp", *MOE_MODEL_KEYS,
-                       *MLA_MODEL_KEYS, *SPARSE_MODEL_KEYS, *WINDOW_MODEL_KEYS)
+                       "norm", "qkv_bias", "parallel_attn_mlp", "attn_gate", *MOE_MODEL_KEYS,
+                       *MLA_MODEL_KEYS, *SPARSE_MODEL_KEYS, *WINDOW_MODEL_KEYS,
+                       *LINEAR_MODEL_KEYS, "state_dtype")
 # Weights: fp8 and nvfp4 (4-bit NVFP4, Blackwell GPUs only) run with 16-bit activations.
 HARDWARE_DTYPES = ("fp16", "bf16", "fp8", "nvfp4", "mxfp4")
 # The KV cache: "auto" is vLLM's --kv-cache-dtype auto, the model's activation dtype (the

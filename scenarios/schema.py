@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from .defaults import (ACTIVATION_SCHEMES, COST_MODELS, DECODE_ROUTERS, FRAMEWORKS,
                        GPU_TABLE_KEYS, HARDWARE_DTYPES, HARDWARE_NORMS, KERNEL_SOURCES, KV_DTYPES,
-                       MAX_GPUS, MAX_TP, MLA_MODEL_KEYS, MODES, MOE_BACKENDS, MOE_MODEL_KEYS,
-                       ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES, SPARSE_MODEL_KEYS,
-                       TRACE_FORMATS, WINDOW_MODEL_KEYS)
+                       LINEAR_MODEL_KEYS, MAX_GPUS, MAX_TP, MLA_MODEL_KEYS, MODES, MOE_BACKENDS,
+                       MOE_MODEL_KEYS, ROUTERS, SHAREGPT_TOKENIZERS, SHIPPED_TRACES,
+                       SPARSE_MODEL_KEYS, STATE_DTYPES, TRACE_FORMATS, WINDOW_MODEL_KEYS)
 from .errors import FieldError
 from .overrides import flatten
 from .specs import (BOOL, NON_EMPTY_TEXT, NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT,
@@ -157,12 +157,14 @@ SCENARIO = Table({
                    # cost.model = "hardware" only (checks.py): a catalog model or its shape
                    | {"name": NON_EMPTY_TEXT, "n_kv_heads": POSITIVE_INT, "head_dim": POSITIVE_INT,
                       "gated_mlp": BOOL, "tie_embeddings": BOOL, "norm": choice(HARDWARE_NORMS),
-                      "qkv_bias": BOOL, "parallel_attn_mlp": BOOL,
+                      "qkv_bias": BOOL, "parallel_attn_mlp": BOOL, "attn_gate": BOOL,
+                      "state_dtype": choice(STATE_DTYPES),
                       "config": NON_EMPTY_TEXT}  # a Hugging Face config.json
-                   # experts, latent attention, sliding windows: 0 is off (architecture.py)
+                   # experts, latent, sparse, sliding-window and linear attention: 0 is off
+                   # (architecture.py)
                    | {name: NON_NEGATIVE_INT for name in
                       (*MOE_MODEL_KEYS, *MLA_MODEL_KEYS, *SPARSE_MODEL_KEYS,
-                       *WINDOW_MODEL_KEYS)}),
+                       *WINDOW_MODEL_KEYS, *LINEAR_MODEL_KEYS)}),
     "engine": Table({"block_size": POSITIVE_INT,
                      "num_kv_blocks": Spec('a positive integer, or "auto" (from the GPU\'s '
                                            'memory, with cost.model = "hardware")',

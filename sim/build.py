@@ -163,8 +163,8 @@ def resolved_spec(spec):
     `cluster.pools`, each pool's too, under "pools"); with a
     trace, what its file held that a user should know (`workload.trace.notes`)."""
     from scenarios.config import ModelSpec
-    from scenarios.defaults import (MLA_MODEL_KEYS, MOE_MODEL_KEYS, SPARSE_MODEL_KEYS,
-                                    WINDOW_MODEL_KEYS)
+    from scenarios.defaults import (LINEAR_MODEL_KEYS, MLA_MODEL_KEYS, MOE_MODEL_KEYS,
+                                    SPARSE_MODEL_KEYS, WINDOW_MODEL_KEYS)
 
     from .workloads.traces import trace_notes
 
@@ -188,8 +188,10 @@ def resolved_spec(spec):
                 k: getattr(arch, k) for k in ("n_layers", "d_model", "n_heads", "n_kv_heads",
                                               "d_ff", "vocab_size", "max_seq_len")},
                 **{k: getattr(arch, k) for k in (*MOE_MODEL_KEYS, *MLA_MODEL_KEYS,
-                                                 *SPARSE_MODEL_KEYS, *WINDOW_MODEL_KEYS)
-                   if getattr(arch, k)}),
+                                                 *SPARSE_MODEL_KEYS, *WINDOW_MODEL_KEYS,
+                                                 *LINEAR_MODEL_KEYS, "attn_gate")
+                   if getattr(arch, k)},
+                **({"state_dtype": arch.state_dtype} if arch.linear_layers else {})),
             hardware=replace(config.hardware, derived=hardware.describe() | _pools(pooled),
                              num_kv_blocks_auto=spec.config.engine.num_kv_blocks == "auto"))
     return replace(spec, config=config)

@@ -46,9 +46,11 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     `num_tokens` tokens (a number or an array), keyed by the operator names of the published
     measurements (`attn_pre_proj`, `attn_post_proj`, `mlp_up_proj`, `mlp_act`, `mlp_down_proj`,
     `input_layernorm`, `post_attention_layernorm`, `add`, and `attn_rope`) and, for a model with
-    experts or latent attention, its own (`moe_router`, `moe_up_proj`, `moe_act`,
-    `moe_down_proj`, `shared_*`, `mla_*`; docs/sim/hardware.md); a model with experts and dense
-    layers has both a dense layer's `mlp_*` and an expert layer's `moe_*`. `model`: a catalog
+    experts, latent or linear attention, its own (`moe_router`, `moe_up_proj`, `moe_act`,
+    `moe_down_proj`, `shared_*`, `mla_*`, `linear_*`; docs/sim/hardware.md); a model with
+    experts and dense layers has both a dense layer's `mlp_*` and an expert layer's `moe_*`,
+    one with linear attention both an attention layer's `attn_*` and a linear layer's
+    `linear_*` (its convolution and delta rule, a step's, are not among them). `model`: a catalog
     id, the path of a Hugging Face config.json (or of a model's folder holding one), or a dict
     of architecture keys (`n_layers, d_model, n_heads, n_kv_heads, d_ff, gated_mlp,
     vocab_size, max_seq_len`, ...; or `config`, a config.json); `gpu`: a catalog id

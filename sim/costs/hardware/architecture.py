@@ -26,6 +26,18 @@ optional parts, each off at its zero default:
   attend to at most the last `sliding_window` tokens (gpt-oss: 18 of 36 layers, 128 tokens;
   Mistral-7B-v0.1: all 32, 4,096), the others to every token. A window of `max_seq_len` tokens
   or more never binds, so the model is costed as attending to every token.
+- **Linear attention** (`linear_layers` > 0: Gated DeltaNet, Qwen3-Next's and Qwen3.5's):
+  `linear_layers` of the layers keep no keys; each sequence carries a state of fixed size
+  instead, `linear_v_heads` matrices of `linear_k_dim` x `linear_v_dim` values in
+  `state_dtype`, and a short convolution's last `linear_conv` - 1 inputs. Such a layer projects
+  its input to `linear_k_heads` query and key heads of `linear_k_dim`, `linear_v_heads` value
+  heads of `linear_v_dim`, an output gate as wide as the values and two scalars a value head;
+  convolves the queries, keys and values; updates the state by the gated delta rule token by
+  token (a chunked form in prefill); and projects the gated, normed output back. The other
+  layers attend to every token.
+
+`attn_gate` (Qwen3-Next's and Qwen3.5's attention layers) makes the query projection twice as
+wide: the queries and a gate on the attention's output.
 
 Tensor parallelism (`tp` GPUs) splits the query heads, the MLP's columns and the vocabulary
 across the GPUs; key-value heads are split too, or replicated when there are fewer of them than
@@ -40,21 +52,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from .architecture_checks import LINEAR_KEYS, MLA_KEYS, MOE_KEYS, NORMS, SPARSE_KEYS, Checks
 from .sizes import Sizes
 
-NORMS = ("rmsnorm", "layernorm")
-MOE_KEYS = ("experts_per_token", "moe_d_ff", "n_shared_experts", "shared_d_ff",
-            "n_dense_layers")
-MLA_KEYS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-SPARSE_KEYS = ("index_n_heads", "index_head_dim")
 OPTIONAL_INTS = ("head_dim", "n_experts", *MOE_KEYS, "kv_lora_rank", *MLA_KEYS, "index_topk",
-                 *SPARSE_KEYS, "sliding_window", "sliding_layers")
-FLAGS = ("gated_mlp", "tie_embeddings", "qkv_bias", "parallel_attn_mlp", "fused_qkv", "rope",
-         "flash_attention")
+                 *SPARSE_KEYS, "sliding_window", "sliding_layers", "linear_layers",
+                 *LINEAR_KEYS)
+
+FLAGS = ("gated_mlp", "tie_embeddings", "qkv_bias", "parallel_attn_mlp", "attn_gate",
+         "fused_qkv", "rope", "flash_attention")
 
 
 @dataclass(frozen=True)
-class Architecture(Sizes):
+class Architecture(Checks, Sizes):
     n_layers: int
     d_model: int
     n_heads: int
@@ -88,6 +98,15 @@ class Architecture(Sizes):
     # sliding-window attention (sliding_window = 0: every layer attends to every token)
     sliding_window: int = 0  # tokens a sliding layer attends to
     sliding_layers: int = 0  # how many of the layers slide
+    # linear attention, Gated DeltaNet (linear_layers = 0: every layer attends to every token)
+    linear_layers: int = 0  # how many of the layers
+    linear_k_heads: int = 0  # query and key heads
+    linear_v_heads: int = 0  # value heads (a state matrix each)
+    linear_k_dim: int = 0  # their widths
+    linear_v_dim: int = 0
+    linear_conv: int = 0  # the short convolution's width
+    state_dtype: str = "bf16"  # the state's elements (fp32 or bf16)
+    attn_gate: bool = False  # the query projection also makes a gate on attention's output
     fused_qkv: bool = True  # one QKV matmul reading its input once (else three, as the engine)
     rope: bool = True  # rotary position embedding applied to queries and keys
     flash_attention: bool = True  # prefill attention skips the masked half (else computes it)
@@ -118,72 +137,10 @@ class Architecture(Sizes):
         self._check_latent_attention()
         self._check_sparse_attention()
         self._check_window()
+        self._check_linear_attention()
         if self.sliding_window >= self.max_seq_len:  # a window no sequence reaches: none
             object.__setattr__(self, "sliding_window", 0)
             object.__setattr__(self, "sliding_layers", 0)
-
-    def _check_off(self, key: str, keys: tuple, part: str, off: str) -> bool:
-        """Whether the optional `part` is off (`key` 0); ValueError where it is off and one of
-        its `keys` is given anyway."""
-        if getattr(self, key):
-            return False
-        given = [k for k in keys if getattr(self, k)]
-        if given:
-            raise ValueError(f"model.{given[0]} ({getattr(self, given[0])}) is a {part} key "
-                             f"and model.{key} is 0 ({off}): give model.{key}, or set "
-                             f"{', '.join(given)} to 0 too")
-        return True
-
-    def _check_experts(self) -> None:
-        if self._check_off("n_experts", MOE_KEYS, "mixture-of-experts", "no experts"):
-            return
-        if not self.experts_per_token:
-            raise ValueError("model.experts_per_token (the experts each token is routed to) "
-                             "must be given with model.n_experts")
-        if not 1 <= self.experts_per_token <= self.n_experts:
-            raise ValueError(f"model.experts_per_token must be from 1 to model.n_experts "
-                             f"({self.n_experts}), got {self.experts_per_token}")
-        if not self.moe_d_ff:
-            raise ValueError("model.moe_d_ff (an expert's MLP width) must be a positive "
-                             "integer with model.n_experts")
-        if self.shared_d_ff and not self.n_shared_experts:
-            raise ValueError("model.shared_d_ff is the shared experts' width: give "
-                             "model.n_shared_experts too")
-        if self.n_dense_layers >= self.n_layers:
-            raise ValueError(f"model.n_dense_layers must be below model.n_layers "
-                             f"({self.n_layers}), got {self.n_dense_layers}")
-
-    def _check_sparse_attention(self) -> None:
-        if self._check_off("index_topk", SPARSE_KEYS, "sparse attention", "every key attended"):
-            return
-        if not self.is_mla:
-            raise ValueError(f"model.index_topk ({self.index_topk}): sparse attention is "
-                             f"DeepSeek's, over latent attention; give model.kv_lora_rank "
-                             f"and its keys, or set model.index_topk to 0")
-        for f in SPARSE_KEYS:
-            if not getattr(self, f):
-                raise ValueError(f"model.{f} (of the indexer) must be a positive integer "
-                                 f"with model.index_topk")
-
-    def _check_latent_attention(self) -> None:
-        if self._check_off("kv_lora_rank", MLA_KEYS, "multi-head latent attention",
-                           "no latent attention"):
-            return
-        for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-            if not getattr(self, f):
-                raise ValueError(f"model.{f} must be a positive integer with "
-                                 f"model.kv_lora_rank")
-        if self.head_dim:
-            raise ValueError("model.head_dim is not used with latent attention (its heads are "
-                             "qk_nope_head_dim + qk_rope_head_dim wide): leave it out")
-
-    def _check_window(self) -> None:
-        if bool(self.sliding_window) != bool(self.sliding_layers):
-            raise ValueError("model.sliding_window and model.sliding_layers come together "
-                             "(tokens a sliding layer attends to, and how many layers slide)")
-        if self.sliding_layers > self.n_layers:
-            raise ValueError(f"model.sliding_layers must be at most model.n_layers "
-                             f"({self.n_layers}), got {self.sliding_layers}")
 
     # --- shapes -------------------------------------------------------------------------------
     @property
@@ -212,8 +169,23 @@ class Architecture(Sizes):
 
     @property
     def full_layers(self) -> int:
-        """Layers that attend to every token (not sliding)."""
-        return self.n_layers - self.sliding_layers
+        """Layers that attend to every token (neither sliding nor linear)."""
+        return self.n_layers - self.sliding_layers - self.linear_layers
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers that attend (full or sliding): all but the linear ones."""
+        return self.n_layers - self.linear_layers
+
+    @property
+    def linear_qk(self) -> int:
+        """Width of a linear-attention layer's queries (and of its keys)."""
+        return self.linear_k_heads * self.linear_k_dim
+
+    @property
+    def linear_values(self) -> int:
+        """Width of a linear-attention layer's values (and of its output gate)."""
+        return self.linear_v_heads * self.linear_v_dim
 
     @property
     def shared_ff(self) -> int:
@@ -230,6 +202,11 @@ class Architecture(Sizes):
     @property
     def q_dim(self) -> int:
         return self.n_heads * self.hd
+
+    @property
+    def q_proj_dim(self) -> int:
+        """Outputs of the query projection: the queries, and as many gates with attn_gate."""
+        return self.q_dim * (2 if self.attn_gate else 1)
 
     @property
     def kv_dim(self) -> int:
@@ -250,6 +227,8 @@ class Architecture(Sizes):
         key-value heads evenly or replicates them whole (tp a multiple of them), and the MLP
         widths evenly (as vLLM's column-parallel layers require)."""
         if self.n_heads % tp or any(width % tp for _, width in self._mlp_widths()):
+            return False
+        if self.linear_layers and self.linear_k_heads % tp:
             return False
         return self.is_mla or not (self.n_kv_heads % tp and tp % self.n_kv_heads)
 
@@ -273,6 +252,10 @@ class Architecture(Sizes):
             if width % tp:
                 raise ValueError(f"hardware.tp = {tp} does not divide the model's {what} "
                                  f"({width}); use one of {valid}")
+        if self.linear_layers and self.linear_k_heads % tp:
+            raise ValueError(f"hardware.tp = {tp} does not divide the model's "
+                             f"{self.linear_k_heads} linear-attention key heads; use one of "
+                             f"{valid}")
         raise ValueError(f"hardware.tp = {tp} neither divides the model's "
                          f"{self.n_kv_heads} key-value heads nor is a multiple of them; use "
                          f"one of {valid}")

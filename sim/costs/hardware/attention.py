@@ -16,6 +16,16 @@ Under sparse attention the latent group is the measured sparse layer where the t
 (decode at full lengths, a prefill at its chunks' own lengths) and the indexer, a group of its
 own, adds only a chunk's pairs with cached keys; elsewhere the latent group charges at most
 `index_topk` keys a query, as a window does, and the indexer every key, by the roofline.
+A linear-attention layer (Gated DeltaNet) is a group of its own, costed by the step's chunks
+and decodes, not its keys: its convolution and the delta rule over each sequence's state, the
+measured kernels' where the tables have them (prefill at `prefill_seqs` chunks of the mean
+chunk's length, decode at `decode_seqs` sequences), else the roofline's
+
+    prefill: launches + max(flop x tokens / compute efficiency(T),
+                            a token's activations x T + a state read and written x chunks)
+    decode:  launches + max(flop x decodes / top compute efficiency,
+                            (a token's activations + a state read and written) x decodes)
+
 `HardwareCost` holds the tables by rows that the roofline reads (`RowTables`).
 """
 
@@ -29,8 +39,12 @@ import numpy as np
 
 from ...notes import say_once
 from ..shape import StepShape
+from .dtypes import STATE_DTYPES
 from .measured import MeasuredOps
 from .operators import attention_shapes
+
+# Tokens a chunk of the delta rule's chunked form (its prefill kernels': 64)
+DELTA_CHUNK = 64
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,7 @@ class Attention:
     layers: int = 0  # how many layers (a measured kernel's time is per layer)
     sparse: int = 0  # keys a query attends to at most, an indexer's choice among them all
     indexer: bool = False  # sparse attention's indexer: every key scored (the roofline's)
+    linear: bool = False  # linear attention: `query_s` a token's, `key_s` a sequence's state
 
 
 def attention_groups(arch, tp: int, kind: str, eff, peak: float, bandwidth: float,
@@ -64,6 +79,8 @@ def attention_groups(arch, tp: int, kind: str, eff, peak: float, bandwidth: floa
                              sparse=arch.index_topk if not window else 0)
                    for layers, window in ((arch.full_layers, 0),
                                           (arch.sliding_layers, arch.sliding_window)) if layers)
+    if arch.linear_layers:
+        groups = (*groups, linear_group(arch, tp, kind, eff, peak, bandwidth, act_bytes))
     if not arch.is_sparse:
         return groups
     # the indexer: each query's logits over every key, its heads' fp8 dot products, reading
@@ -74,6 +91,29 @@ def attention_groups(arch, tp: int, kind: str, eff, peak: float, bandwidth: floa
                                layers * 2 * heads * width / (fp8_peak or peak),
                                layers * heads * width * act_bytes / memory,
                                layers * key_bytes / memory, 0, layers, indexer=True))
+
+
+def linear_group(arch, tp: int, kind: str, eff, peak: float, bandwidth: float,
+                 act_bytes: float) -> Attention:
+    """The `Attention` of `kind` of the linear-attention layers on one GPU (module docstring):
+    two kernels a layer (the convolution and the delta rule); a token's FLOPs (the
+    convolution's, and a value head's k x v state read, corrected and written: 6 k v, with the
+    chunked form's work within a chunk in prefill) and activations (the convolution's input
+    and output, the rule's queries, keys, values, two scalars a head and output), and a
+    sequence's state (its matrices and the convolution's window), read and written once."""
+    k_heads, v_heads = arch.linear_k_heads // tp, arch.linear_v_heads // tp
+    k, v = arch.linear_k_dim, arch.linear_v_dim
+    channels = 2 * k_heads * k + v_heads * v  # what the convolution runs over
+    flops = 2 * channels * arch.linear_conv + v_heads * 6 * k * v
+    if kind == "prefill":
+        flops += v_heads * 2 * DELTA_CHUNK * (k + v)
+    activations = (3 * channels + 2 * v_heads + v_heads * v) * act_bytes
+    state = v_heads * k * v * STATE_DTYPES[arch.state_dtype] + \
+        (arch.linear_conv - 1) * channels * act_bytes
+    layers, memory = arch.linear_layers, bandwidth * eff.memory
+    return Attention(2 * layers * eff.launch_s, layers * flops / peak,
+                     layers * activations / memory, layers * 2 * state / memory, 0, layers,
+                     linear=True)
 
 
 class RowTables(Protocol):
@@ -111,6 +151,9 @@ class StepAttention:
         compute = self.tables.compute_at(tokens)
         fresh = (shape.prefill_square + tokens) / 2  # the chunks' work were they fresh prompts
         for group in self.prefill_groups:
+            if group.linear:
+                time += self._linear_prefill(group, chunks, tokens)
+                continue
             if group.indexer and self.sparse_measured:  # the context's pairs: the block holds
                 extra = max(causal - fresh, 0.0)  # its fresh prompts' and not theirs
                 if extra:
@@ -152,6 +195,10 @@ class StepAttention:
             if self.measured is not None:  # step by step, as a step alone is costed
                 attention = np.array([self._decode(group, d, c) if d else 0.0 for d, c in
                                       zip(decodes.tolist(), context.tolist())], dtype=np.float64)
+            elif group.linear:  # the sequences' states, whatever their lengths
+                attention = group.launch_s + np.maximum(
+                    group.flop_s * decodes / self.top_compute,
+                    (group.query_s + group.key_s) * decodes)
             else:
                 keys = np.minimum(context, decodes * group.window) if group.window else context
                 if group.sparse:
@@ -166,6 +213,8 @@ class StepAttention:
     def _decode(self, group: Attention, decodes: int, context: int) -> float:
         if self.sparse_measured and group.indexer:  # within the measured block
             return 0.0
+        if group.linear:
+            return self._linear_decode(group, decodes)
         if group.sparse and not self.sparse_measured:
             context = min(context, decodes * group.sparse)
         measured = self._measured_decode(group, decodes, context)
@@ -225,6 +274,43 @@ class StepAttention:
             "decode", group.window, decodes, context / decodes,
             lambda b, n: _growth(here, self._decode_roofline(group, b, b * n)))
         return self._past_reach("decode", group, seconds)
+
+    # --- linear attention -----------------------------------------------------------------
+    def _linear_prefill(self, group: Attention, chunks: float, tokens: float) -> float:
+        """Seconds of the linear-attention layers' prefill: `chunks` chunks of `tokens` in
+        all, measured as that many of the mean chunk's length where the tables have it."""
+        measured = math.nan if self.measured is None else \
+            self.measured.linear_prefill(chunks, tokens)
+        if measured == measured:
+            return group.layers * measured
+        here = self._linear_prefill_roofline(group, chunks, tokens)
+        if self.measured is None or not self.measured.linear_measured(decode=False):
+            return here
+        seconds = self.measured.linear_anchored(
+            False, chunks, tokens / chunks, lambda b, n: _growth(here, (
+                self._linear_prefill_roofline(group, b, b * n))))
+        return self._past_reach("prefill linear", group, seconds)
+
+    def _linear_prefill_roofline(self, group: Attention, chunks: float, tokens: float) -> float:
+        rows = max(round(tokens), 1)
+        return group.launch_s + max(group.flop_s * tokens / self.tables.compute_at(rows),
+                                    group.query_s * tokens + group.key_s * chunks)
+
+    def _linear_decode(self, group: Attention, decodes: float) -> float:
+        """Seconds of the linear-attention layers' decode of `decodes` sequences."""
+        measured = math.nan if self.measured is None else self.measured.linear_decode(decodes)
+        if measured == measured:
+            return group.layers * measured
+        here = self._linear_decode_roofline(group, decodes)
+        if self.measured is None or not self.measured.linear_measured(decode=True):
+            return here
+        seconds = self.measured.linear_anchored(
+            True, decodes, 1.0, lambda b, n: _growth(here, self._linear_decode_roofline(group, b)))
+        return self._past_reach("decode linear", group, seconds)
+
+    def _linear_decode_roofline(self, group: Attention, decodes: float) -> float:
+        return group.launch_s + max(group.flop_s * decodes / self.top_compute,
+                                    (group.query_s + group.key_s) * decodes)
 
     def _past_reach(self, kind: str, group: Attention, seconds: float | None) -> float:
         """A group's `kind` attention past its tables' reach, from one layer's `seconds`

@@ -17,9 +17,12 @@ scheduler) the server plans and prepares a step while the one before runs on the
 own time hides behind the GPU's; the price, one step more before a newcomer is scheduled, is
 the simulation loop's (`sim.loop`). A model with experts has two kinds of layer,
 dense-MLP and mixture-of-experts, each costed with its own operators; a model with sliding
-windows has two kinds of attention, full and windowed. The part that depends on T alone (every
-weight matmul, every elementwise kernel, the all-reduces, the embedding) is tabulated per T the
-first time a T is seen, so a step costs a table lookup and the attention terms; a run of
+windows has two kinds of attention, full and windowed; a hybrid with linear attention has
+attention layers and linear layers, each with its own projections, and its linear layers'
+convolution and delta rule cost a step by its chunks and decodes (`attention.py`). The part
+that depends on T alone (every weight matmul, every elementwise kernel, the all-reduces, the
+embedding) is tabulated per T the first time a T is seen, so a step costs a table lookup and
+the attention terms; a run of
 decode-only steps (`CostModelExecutor.execute_run`) is the same arithmetic on arrays, so every
 duration is bit for bit the one the step alone would give.
 
@@ -53,7 +56,8 @@ from .attention import StepAttention, attention_groups
 from .dtypes import KEPT_BYTES, activation_dtype, compute_dtype
 from .measured import EXPERT_OPS, MeasuredOps
 from .operators import (ADDS_PER_LAYER, TIMED_AS, elementwise_bytes, embedding_bytes,
-                        expert_counts, layers_of, lm_head_counts, matmul_counts)
+                        expert_counts, layer_counts, layers_of, lm_head_counts,
+                        matmul_counts)
 from .reach import PastReach
 from .ranks import rank_shape
 from .setup import HardwareSetup
@@ -160,8 +164,8 @@ class HardwareCost(CostModel):
         """Tabulate T = 0 .. size - 1."""
         t = np.arange(size, dtype=np.float64)  # [size]
         arch, tp, w = self.arch, self.tp, self.setup.weight_bytes
-        counts = {"dense": arch.dense_layers, "moe": arch.moe_layers}
-        layer = {kind: np.zeros(size) for kind, n in counts.items() if n}  # one layer's seconds
+        counts = layer_counts(arch)
+        layer = {kind: np.zeros(size) for kind in counts}  # one layer's seconds, by its kind
         times = operator_times(arch, tp, self.setup.ep, t, w, self.setup.act_bytes, self.peak,
                                self.bandwidth, self.eff, self.setup.expert_bytes,
                                self.kept_peak)
@@ -178,7 +182,7 @@ class HardwareCost(CostModel):
             if ranks and op in ROUTED_OPS:
                 continue
             repeats = ADDS_PER_LAYER if op == "add" else 1
-            for kind in layers_of(op):
+            for kind in layers_of(op, bool(arch.linear_layers)):
                 if kind in layer:
                     layer[kind] += repeats * seconds
         if self.all_reduce is not None:
@@ -186,8 +190,9 @@ class HardwareCost(CostModel):
             if self.measured is not None:
                 reduce = self.measured.all_reduce(reduce, t, beyond)
             one, reduce = reduce, 2 * reduce
-            for kind in layer:  # with ranks, an expert layer's second is the exchange
-                layer[kind] += one if ranks and kind == "moe" else reduce
+            for kind in ("dense", "moe"):  # with ranks, an expert layer's second is the exchange
+                if kind in layer:
+                    layer[kind] += one if ranks and kind == "moe" else reduce
         rows = sum(counts[kind] * seconds for kind, seconds in layer.items()) + elementwise_time(
             "emb", embedding_bytes(arch, t, self.setup.act_bytes), self.bandwidth, self.eff)
         rows[0] = 0.0

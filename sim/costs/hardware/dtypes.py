@@ -18,6 +18,8 @@ COMPUTE_DTYPES = {"mxfp4": "bf16"}
 # Dtypes whose activations (and KV cache, by default) are the weights' own; the others (fp8,
 # nvfp4, mxfp4 weights) run with bf16 activations
 NATIVE_DTYPES = ("fp32", "fp16", "bf16")
+# A linear-attention layer's state matrices (`model.state_dtype`): bytes an element
+STATE_DTYPES = {"fp32": 4, "bf16": 2}
 
 
 def expert_bytes(dtype: str) -> float:

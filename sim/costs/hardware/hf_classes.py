@@ -7,15 +7,17 @@ files leave out (`CLASS_DEFAULTS`). A reader says where vLLM builds its class ot
 
 from __future__ import annotations
 
+from .hf_linear import linear_attention
 from .hf_values import MAX_INT, ConfigValues
 
 
-def _dense(c: ConfigValues, tie: bool = False) -> dict:
-    """The keys every model class shares (a gated MLP, RMSNorm, rotary embedding)."""
+def _dense(c: ConfigValues, tie: bool = False, d_ff: int | None = None) -> dict:
+    """The keys every model class shares (a gated MLP, RMSNorm, rotary embedding); `d_ff`:
+    the MLP width where the file gives no `intermediate_size` (None: it must)."""
     n_heads = c.int("num_attention_heads")
     keys = {"n_layers": c.int("num_hidden_layers"), "d_model": c.int("hidden_size"),
             "n_heads": n_heads, "n_kv_heads": c.int("num_key_value_heads", n_heads),
-            "d_ff": c.int("intermediate_size"), "vocab_size": c.int("vocab_size"),
+            "d_ff": c.int("intermediate_size", d_ff), "vocab_size": c.int("vocab_size"),
             "max_seq_len": _context(c),
             "tie_embeddings": c.bool("tie_word_embeddings", tie), "gated_mlp": True,
             "norm": "rmsnorm"}
@@ -245,7 +247,27 @@ def _minimax_m2(c: ConfigValues) -> dict:
     return keys
 
 
-# What `layer_types` may name (Hugging Face's attention kinds of the classes read).
+def _qwen3_next(c: ConfigValues) -> dict:
+    """Qwen3-Next (and Qwen3.5's mixture-of-experts text model): Gated DeltaNet layers beside
+    gated full attention, every MLP routed experts and one shared expert (Qwen2-MoE's rule of
+    dense layers); the MLP width of a dense layer is `intermediate_size`, or the experts' where
+    there is none (Qwen3.5's, all of whose layers have experts)."""
+    width = c.int("moe_intermediate_size")
+    keys = _dense(c, d_ff=width) | {"qkv_bias": c.bool("attention_bias", False)}
+    keys = _moe_layers(c, keys | _experts(c, "num_experts", "moe_intermediate_size"))
+    shared = c.int("shared_expert_intermediate_size", 0, minimum=0)
+    keys |= {"n_shared_experts": 1, "shared_d_ff": shared} if shared else {}
+    return keys | linear_attention(c, keys["n_layers"])
+
+
+def _qwen3_5(c: ConfigValues) -> dict:
+    """Qwen3.5's dense text model: Gated DeltaNet layers beside gated full attention."""
+    keys = _dense(c) | {"qkv_bias": c.bool("attention_bias", False)}
+    return keys | linear_attention(c, keys["n_layers"])
+
+
+# What `layer_types` may name in a model with sliding windows (Hugging Face's attention kinds;
+# a hybrid's: `hf_linear.HYBRID_LAYER_TYPES`)
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 # The model classes read, by `architectures[0]`.
@@ -266,6 +288,9 @@ READERS = {
     "DeepseekV32ForCausalLM": _deepseek_v32,
     "GlmMoeDsaForCausalLM": _deepseek_v32,
     "GptOssForCausalLM": _gpt_oss,
+    "Qwen3NextForCausalLM": _qwen3_next,
+    "Qwen3_5ForCausalLM": _qwen3_5,
+    "Qwen3_5MoeForCausalLM": _qwen3_next,
 }
 
 # Multimodal classes, read as their text model: text_config's model_type -> its class (the
@@ -277,6 +302,8 @@ WRAPPERS = {
     "Qwen3VLMoeForConditionalGeneration": {"qwen3_vl_moe_text": "Qwen3MoeForCausalLM"},
     "KimiK25ForConditionalGeneration": {"kimi_k2": "DeepseekV3ForCausalLM",
                                         "deepseek_v3": "DeepseekV3ForCausalLM"},
+    "Qwen3_5ForConditionalGeneration": {"qwen3_5_text": "Qwen3_5ForCausalLM"},
+    "Qwen3_5MoeForConditionalGeneration": {"qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"},
 }
 
 # transformers' defaults of the keys a class's published files leave out (Gemma3TextConfig:

@@ -4,10 +4,11 @@
 `Architecture` names them, for the model classes in `READERS` (`architectures[0]` of the file):
 dense Llama, Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 (text), and mixture-of-experts Mixtral,
 Qwen2-MoE, Qwen3-MoE, GLM-4.5 (`Glm4MoeForCausalLM`), MiniMax-M2, DeepSeek-V2 and V3 (with
-multi-head latent attention), DeepSeek-V3.2 and GLM-5 (with sparse attention too) and gpt-oss. A
-multimodal class in `WRAPPERS` (Gemma 3, Mistral Small 3, Qwen3-VL, Kimi K2.5) is read as its
-text model (`text_config`), which is what serves text: its vision tower is neither costed nor
-counted in memory, and a note says so. What the cost model does not read (rotary scaling, logit
+multi-head latent attention), DeepSeek-V3.2 and GLM-5 (with sparse attention too) and gpt-oss,
+and hybrids of linear and full attention, Qwen3-Next and Qwen3.5. A multimodal class in
+`WRAPPERS` (Gemma 3, Mistral Small 3, Qwen3-VL, Kimi K2.5, Qwen3.5) is read as its text model
+(`text_config`), which is what serves text: its vision tower is neither costed nor counted in
+memory, and a note says so. What the cost model does not read (rotary scaling, logit
 soft-capping, a multi-token-prediction module) is left out, and a `quantization_config` is
 compared with the scenario's dtype (`checkpoint.py`), not read for it; biases beyond q, k and v,
 the per-head query and key norms of Qwen3, Gemma 3, GLM-4.5 and MiniMax-M2, Qwen2-MoE's

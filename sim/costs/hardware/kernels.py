@@ -276,6 +276,14 @@ class KernelTables:
         return tables.mla_attention_grid(self.table_path("mla", name), heads,
                                          KV_DTYPES.get(kv_dtype, kv_dtype), decode)
 
+    def linear_grid(self, k_heads: int, v_heads: int, k_dim: int, v_dim: int,
+                    decode: bool) -> Grid | None:
+        """A linear-attention layer's convolution and gated delta rule (Gated DeltaNet), its
+        `k_heads` query and key heads and `v_heads` value heads on one GPU, over (batch,
+        prompt length), or over batch at length 1 for decode; None: not measured so."""
+        path = self.table_path("linear_attention", "gdn_perf.parquet")
+        return tables.gdn_grid(path, k_heads, v_heads, k_dim, v_dim, decode)
+
     # --- mixture of experts -----------------------------------------------------------------
     def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int, ep: int,
             dtype: str, distribution: str = "power_law_1.2"):

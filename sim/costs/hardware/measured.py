@@ -19,7 +19,8 @@ hardware model's operators onto the tables of `kernels.py`:
   onto Marlin's (`_moe`);
 - the two all-reduces of a layer onto the framework's custom all-reduce;
 - prefill and decode attention of each group of layers (full, or sliding with its window) onto
-  the context and generation attention kernels of the GPU's heads;
+  the context and generation attention kernels of the GPU's heads; a linear-attention layer's
+  convolution and delta rule onto the Gated DeltaNet kernels of its heads;
 - a latent-attention layer of DeepSeek-V3's shape (DeepSeek-R1's too, from any config.json),
   where the package measured it, as one block: its projections, norms, attention and output
   projection from the context and generation MLA module tables, per step (`mla_block`;
@@ -120,6 +121,9 @@ class MeasuredOps(MeasuredAttention):
                         MEASURED if found else ROOFLINE for window, found in sorted(known.items())}
             else:
                 out[op] = MEASURED if known and all(known.values()) else ROOFLINE
+        if self.arch.linear_layers:
+            out |= {f"{side}_linear_attention": MEASURED if grid is not None else ROOFLINE
+                    for side, grid in zip(("prefill", "decode"), self._linear)}
         if self.arch.is_sparse:  # a sparse layer's indexer: within its measured block
             out["sparse_indexer"] = MEASURED if self.sparse_block else ROOFLINE
         if self.mla_block:  # measured with the attention, as one block

@@ -5,6 +5,9 @@ layer of DeepSeek-V3's shape is its whole measured block (`mla_block.py`), or it
 alone with its projections as GEMMs; a sparse-attention layer (DeepSeek-V3.2's, GLM-5's) its
 whole measured layer, the indexer within, where the package measured it (`sparse_block`).
 
+A linear-attention layer's convolution and delta rule are the Gated DeltaNet kernels the
+package measured for Qwen3.5's shapes, by the GPU's key and value heads (`linear_grid`).
+
 Attention is looked up per step: prefill as `prefill_seqs` prompts of the length whose causal
 work n (n + 1) / 2 is the step's mean per chunk (a chunk of n after c computed tokens does
 n c + n (n + 1) / 2: the kernel's time follows its work); decode as `decode_seqs` sequences of
@@ -33,6 +36,12 @@ class MeasuredAttention:
         self.mla_block = False  # the latent attention block measured whole (`block_ops`)
         self.sparse_block = False  # and it a sparse-attention layer, its indexer within
         self.block_ops = ()  # the operators its measured time holds
+        self._linear = (None, None)
+        if arch.linear_layers:  # (prefill, decode), each None where not measured
+            shape = (arch.linear_k_heads // tp, arch.linear_v_heads // tp, arch.linear_k_dim,
+                     arch.linear_v_dim)
+            self._linear = (tables.linear_grid(*shape, decode=False),
+                            tables.linear_grid(*shape, decode=True))
         if sparse is not None:  # measured whole, indexer and all
             heads = arch.n_heads // tp
             gemm = self._first(lambda d: tables.sparse_grid(sparse, heads, kv_dtype, d, True),
@@ -99,6 +108,27 @@ class MeasuredAttention:
         if grid is None:
             return math.nan
         return grid.at_one(decodes, context / decodes)
+
+    def linear_measured(self, decode: bool) -> bool:
+        """Whether the tables have the linear-attention layers' decode (or prefill)."""
+        return self._linear[decode] is not None
+
+    def linear_prefill(self, chunks: float, tokens: float) -> float:
+        """Seconds of one linear-attention layer's prefill of `chunks` chunks of `tokens` in
+        all, as that many chunks of their mean length (NaN: out of reach or not measured)."""
+        grid = self._linear[0]
+        return math.nan if grid is None else grid.at_one(chunks, tokens / chunks)
+
+    def linear_decode(self, decodes: float) -> float:
+        """Seconds of one linear-attention layer's decode of `decodes` sequences (NaN: out of
+        reach or not measured)."""
+        grid = self._linear[1]
+        return math.nan if grid is None else grid.at_one(decodes, 1.0)
+
+    def linear_anchored(self, decode: bool, batch: float, length: float, growth) -> float | None:
+        """`anchored` of the linear-attention layers' prefill or decode."""
+        grid = self._linear[decode]
+        return None if grid is None else grid.anchored(batch, length, growth)
 
     def anchored(self, kind: str, window: int, batch: float, length: float,
                  growth) -> float | None:

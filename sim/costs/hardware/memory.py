@@ -14,6 +14,13 @@ them (its `KvCacheCreator`, after a profiling run). SGLang's (`--mem-fraction-st
 share of the memory for the weights, the KV pool and the memory outside the allocator, a step's
 activations (and CUDA graphs) kept beside it: its KV cache is the fraction of the memory less
 the weights and the memory outside the allocator (`ModelRunner.profile_max_num_token`).
+
+A model with linear-attention layers keeps a state of fixed size for each sequence beside its
+KV cache (`Sizes.state_bytes_per_seq`): the plan sets aside `max_num_seqs` states before any KV
+block. SGLang does exactly this with its radix cache off (its mamba pool of
+`max_running_requests` states), and TensorRT-LLM keeps a state for each of its
+`max_batch_size` sequences; vLLM's states share one pool with the KV blocks and take their room
+only while their requests run, so with fewer running its cache holds more than counted here.
 """
 
 from __future__ import annotations
@@ -38,10 +45,11 @@ class MemoryPlan:
     non_torch: float
     kv_bytes_per_token: float  # on one GPU
     block_size: int
+    states: float = 0.0  # bytes of max_num_seqs sequences' linear-attention states
 
     @property
     def kv_bytes(self) -> float:
-        return self.usable - self.weights - self.activations - self.non_torch
+        return self.usable - self.weights - self.activations - self.non_torch - self.states
 
     @property
     def kv_blocks(self) -> int:
@@ -50,8 +58,9 @@ class MemoryPlan:
 
     @property
     def needed(self) -> float:
-        """Bytes needed before any KV block (weights, activations, outside the allocator)."""
-        return self.weights + self.activations + self.non_torch
+        """Bytes needed before any KV block (weights, activations, outside the allocator,
+        linear-attention states)."""
+        return self.weights + self.activations + self.non_torch + self.states
 
 
 def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int,
@@ -67,7 +76,10 @@ def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int
         widths = [arch.q_lora_rank + arch.latent_dim, heads * arch.hd,
                   heads * (arch.qk_nope_head_dim + arch.v_head_dim)]
     else:
-        widths = [arch.q_dim // tp + 2 * arch.kv_heads_per_gpu(tp) * arch.hd]
+        widths = [arch.q_proj_dim // tp + 2 * arch.kv_heads_per_gpu(tp) * arch.hd]
+    if arch.linear_layers:  # its input projection's outputs
+        widths.append((2 * arch.linear_qk + 2 * arch.linear_values
+                       + 2 * arch.linear_v_heads) // tp)
     if arch.dense_layers:
         widths.append(gated * arch.d_ff // tp)
     if arch.is_moe:
@@ -88,14 +100,15 @@ def memory_plan(arch: Architecture, memory_bytes: float, utilization: float, tp:
     the whole memory for all but the activations, which are beside it (SGLang's)."""
     weights = arch.weight_bytes_per_gpu(tp, weight_bytes, ep, dp, expert_bytes)
     activations = activation_bytes(arch, tp, max_tokens, max_seqs, ep, dp)
+    states = max_seqs * arch.state_bytes_per_seq(tp, ACT_BYTES)
     usable = memory_bytes * utilization
-    if rule == "free":
-        needed = weights + activations + NON_TORCH_BYTES
+    if rule == "free":  # the states are allocated before the KV cache is sized
+        needed = weights + activations + NON_TORCH_BYTES + states
         usable = needed + utilization * max(memory_bytes - needed, 0.0)
     elif rule == "static":
         usable += activations
     return MemoryPlan(usable, weights, activations, NON_TORCH_BYTES,
-                      arch.kv_bytes_per_token(tp, kv_bytes), block_size)
+                      arch.kv_bytes_per_token(tp, kv_bytes), block_size, states)
 
 
 def smallest_tp(arch: Architecture, plan_for, limit: int = 8) -> int | None:

@@ -45,6 +45,13 @@ index_head_dim + index_n_heads: its key and its heads' weights). Prefill attenti
 up-projected heads (2 (nope + rope) + 2 v FLOPs a head a query-key pair), decode attention on
 the latent (2 (kv_lora_rank + rope) + 2 kv_lora_rank), both reading kv_lora_rank + rope cached
 values a key.
+
+A linear-attention layer (Gated DeltaNet) replaces the attention projections by `linear_in_proj`
+(d -> the GPU's share of its queries, keys, values, output gate and two scalars a value head)
+and `linear_out_proj` (its values -> d), with `linear_norm`, the gated RMSNorm of its output
+(reading the output and the gate, writing one). Its convolution and the delta rule over the
+state are a step's, by its chunks and decodes (`attention.py`). With `attn_gate` the query
+projection of an attention layer also makes the gate of its output: 2 q outputs.
 """
 
 from __future__ import annotations
@@ -58,14 +65,18 @@ ELEMENTWISE = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_
 LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
              "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
 ADDS_PER_LAYER = 2  # the residual adds after attention and after the MLP
-# Operators of the dense-MLP layers only, and of the mixture-of-experts layers only; every other
+# Operators of the dense-MLP layers only, and of the mixture-of-experts layers only; of the
+# attention layers only, and of the linear-attention layers only (`layers_of`); every other
 # operator runs in every layer.
 DENSE_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
 # (`moe_experts`: the measured fused kernel in place of the routed experts' three, measured.py)
 MOE_OPS = ("moe_router", "moe_up_proj", "moe_down_proj", "moe_experts", "shared_up_proj",
            "shared_down_proj", "moe_act", "shared_act")
+ATTENTION_OPS = ("attn_pre_proj", "attn_rope", "attn_post_proj")
+LINEAR_OPS = ("linear_in_proj", "linear_out_proj", "linear_norm")
 # The measured elementwise operator (ELEMENTWISE) whose efficiency an unmeasured one takes.
-TIMED_AS = {"mla_norm": "input_layernorm", "moe_act": "mlp_act", "shared_act": "mlp_act"}
+TIMED_AS = {"mla_norm": "input_layernorm", "moe_act": "mlp_act", "shared_act": "mlp_act",
+            "linear_norm": "input_layernorm"}
 
 
 def matmul_shapes(arch: Architecture, tp: int) -> dict:
@@ -81,6 +92,11 @@ def matmul_shapes(arch: Architecture, tp: int) -> dict:
         shapes["moe_router"] = (d, d * arch.n_experts, arch.n_experts)
         if arch.shared_ff:
             shapes |= _mlp_matmuls(arch, "shared", arch.shared_ff // tp)
+    if arch.linear_layers:
+        inputs = (2 * arch.linear_qk + 2 * arch.linear_values + 2 * arch.linear_v_heads) // tp
+        values = arch.linear_values // tp
+        shapes["linear_in_proj"] = (d, d * inputs, inputs)
+        shapes["linear_out_proj"] = (values, values * d, d)
     return shapes
 
 
@@ -100,7 +116,7 @@ def _attention_matmuls(arch: Architecture, tp: int) -> dict:
             shapes["indexer_k_proj"] = (d, d * (keys + arch.index_n_heads),
                                         keys + arch.index_n_heads)
         return shapes
-    q = arch.q_dim // tp
+    q = arch.q_proj_dim // tp
     kv = arch.kv_heads_per_gpu(tp) * arch.hd
     qkv = q + 2 * kv
     return {"attn_pre_proj": (d * (1 if arch.fused_qkv else 3), d * qkv, qkv)}
@@ -163,6 +179,9 @@ def elementwise_bytes(arch: Architecture, tp: int, tokens, act_bytes: float,
     if arch.is_mla:
         latents = arch.q_lora_rank + arch.kv_lora_rank
         moved["mla_norm"] = 2 * tokens * latents * act_bytes + latents * act_bytes
+    if arch.linear_layers:  # read the output and its gate, write the gated norm
+        values = arch.linear_values // tp
+        moved["linear_norm"] = 3 * tokens * values * act_bytes + arch.linear_v_dim * act_bytes
     if arch.is_moe:
         pairs, _, ff = expert_split(arch, tp, ep, tokens)
         moved["moe_act"] = gated * pairs * ff * act_bytes
@@ -181,13 +200,27 @@ def _rope_bytes(arch: Architecture, tp: int, tokens, act_bytes: float):
     return 2 * tokens * (q + kv) * act_bytes
 
 
-def layers_of(op: str) -> tuple:
-    """The kinds of layer ("dense", "moe") an operator runs in."""
+def layers_of(op: str, hybrid: bool = False) -> tuple:
+    """The kinds of layer an operator runs in: by their MLP ("dense", "moe"), or in a
+    `hybrid` model (with linear attention) by their attention ("attention", "linear"); an
+    operator of every layer, both MLP kinds."""
     if op in DENSE_OPS:
         return ("dense",)
     if op in MOE_OPS:
         return ("moe",)
+    if hybrid and op in ATTENTION_OPS:
+        return ("attention",)
+    if op in LINEAR_OPS:
+        return ("linear",)
     return ("dense", "moe")
+
+
+def layer_counts(arch: Architecture) -> dict:
+    """{kind of layer (`layers_of`): how many the model has}, the kinds it has."""
+    counts = {"dense": arch.dense_layers, "moe": arch.moe_layers}
+    if arch.linear_layers:
+        counts |= {"attention": arch.attention_layers, "linear": arch.linear_layers}
+    return {kind: n for kind, n in counts.items() if n}
 
 
 def lm_head_counts(arch: Architecture, tp: int, rows, weight_bytes: float,

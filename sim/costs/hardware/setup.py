@@ -85,7 +85,8 @@ class HardwareSetup:
                 "framework": self.framework,
                 "framework_version": self.kernels.tables.version if self.kernels else None,
                 "kernel_sources": self.kernels.sources() if self.kernels else {},
-                "moe_kernel": self.kernels.marlin_text() if self.kernels else None}
+                "moe_kernel": self.kernels.marlin_text() if self.kernels else None} | (
+                    {"states_gib_per_gpu": plan.states / GIB} if plan.states else {})
 
 
 def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto",
@@ -146,6 +147,11 @@ def hardware_setup(config) -> HardwareSetup:
     tp, ep, dp, dtype = hardware.tp, hardware.ep, hardware.dp, hardware.dtype
     arch.check_tp(tp)
     arch.check_ep(ep, tp, dp)
+    if arch.linear_layers and engine.enable_prefix_caching:
+        raise ValueError(f"engine.enable_prefix_caching: {arch.name} has {arch.linear_layers} "
+                         f"linear-attention layers, whose state, not keys, a cached prefix "
+                         f"would have to restore, which servesim does not model; set "
+                         f"engine.enable_prefix_caching = false")
     kv_dtype = check_dtypes(arch, gpu, dtype, hardware.kv_dtype, hardware.activation_scheme,
                             hardware.moe_backend)
     if config.model.config:
@@ -179,6 +185,9 @@ def hardware_setup(config) -> HardwareSetup:
             elif plan.activations > plan.weights:  # a step's size, not the model, is too large
                 options = ["a smaller engine.max_num_batched_tokens or engine.max_num_seqs "
                            "(the activations)"] + options[:1]
+            if plan.states:  # one linear-attention state for each of max_num_seqs sequences
+                options = ["a smaller engine.max_num_seqs (the linear-attention states)"] + \
+                    options
             hint = (f"no tensor parallelism{ranks} up to {8 // dp} fits: use "
                     + ", ".join(options[:-1]) + " or " * (len(options) > 1) + options[-1])
         else:
@@ -189,15 +198,20 @@ def hardware_setup(config) -> HardwareSetup:
             else:
                 degree = f"hardware.tp = {fits} with hardware.ep = {fits * dp}"
             hint = f"the smallest tensor parallelism{ranks} that fits is {degree}"
+            if plan.states:
+                hint += ", or use a smaller engine.max_num_seqs (the linear-attention states)"
         share = f"{gpu.memory_gib:g} GiB x gpu_memory_utilization " \
             f"{hardware.gpu_memory_utilization:g} = " \
             f"{gpu.memory_bytes * hardware.gpu_memory_utilization / GIB:.1f} GiB"
         needed, activations = plan.needed, f"{plan.activations / GIB:.1f} GiB of activations, "
         room = f"it has {gpu.memory_gib:g} GiB" if rule == "free" else f"{share} is usable"
         if static:  # the activations are beside the share, not in what it must hold
-            needed, activations = plan.weights + plan.non_torch, ""
+            needed, activations = plan.needed - plan.activations, ""
             room = (f"{share} holds them and the KV cache (SGLang's mem_fraction_static; the "
                     f"activations are beside it)")
+        if plan.states:
+            activations += (f"{plan.states / GIB:.1f} GiB of linear-attention states for "
+                            f"engine.max_num_seqs = {engine.max_num_seqs:,} sequences, ")
         raise ValueError(
             f"hardware: {arch.name} does not fit on {gpu.id} at tp = {tp} ({dtype}): it needs "
             f"{needed / GIB:.1f} GiB per GPU before any KV cache ({plan.weights / GIB:.1f} GiB of "

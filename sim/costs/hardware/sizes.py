@@ -1,12 +1,13 @@
 """What a transformer weighs: its parameters (all of them, and those a token goes through),
 and what one GPU holds under tensor, expert and attention data parallelism: its weight bytes
-(the embedding, the LM head and the routers kept 16-bit under quantized weights) and a token's
-KV-cache bytes. A mixin of `Architecture` (architecture.py), whose fields and shapes it reads.
+(the embedding, the LM head and the routers kept 16-bit under quantized weights), a token's
+KV-cache bytes and a sequence's linear-attention state. A mixin of `Architecture`
+(architecture.py), whose fields and shapes it reads.
 """
 
 from __future__ import annotations
 
-from .dtypes import KEPT_BYTES
+from .dtypes import KEPT_BYTES, STATE_DTYPES
 
 
 class Sizes:
@@ -23,10 +24,27 @@ class Sizes:
                                                           + self.v_head_dim)
                     + self.o_dim * d + self.q_lora_rank + self.kv_lora_rank
                     + self.indexer_parameters())
-        attention = d * (self.q_dim + 2 * self.kv_dim) + self.q_dim * d
+        attention = d * (self.q_proj_dim + 2 * self.kv_dim) + self.q_dim * d
         if self.qkv_bias:
-            attention += self.q_dim + 2 * self.kv_dim
+            attention += self.q_proj_dim + 2 * self.kv_dim
         return attention
+
+    def linear_parameters(self) -> int:
+        """Parameters of one linear-attention layer (0 without): its input projection (queries,
+        keys, values, the output gate, and two scalars a value head), the convolution over
+        the queries, keys and values, a decay and a bias a value head, the output's norm and
+        the output projection."""
+        if not self.linear_layers:
+            return 0
+        convolved = 2 * self.linear_qk + self.linear_values
+        inputs = convolved + self.linear_values + 2 * self.linear_v_heads
+        return (self.d_model * inputs + self.linear_conv * convolved + 2 * self.linear_v_heads
+                + self.linear_v_dim + self.linear_values * self.d_model)
+
+    def mixer_parameters(self) -> int:
+        """Parameters of every layer's attention or linear attention."""
+        return (self.attention_layers * self.attention_parameters()
+                + self.linear_layers * self.linear_parameters())
 
     def indexer_parameters(self) -> int:
         """Parameters of one layer's sparse-attention indexer (0 without one): its query
@@ -50,15 +68,14 @@ class Sizes:
         return (1 if self.parallel_attn_mlp else 2) * self.d_model * \
             (2 if self.norm == "layernorm" else 1)
 
-    def layer_parameters(self) -> int:
-        """Parameters of one dense transformer layer (weights, biases, norms)."""
-        return self.attention_parameters() + self.mlp_parameters(self.d_ff) + \
-            self.norm_parameters()
+    def dense_mlp_parameters(self) -> int:
+        """Parameters of one dense layer but its attention (MLP, norms)."""
+        return self.mlp_parameters(self.d_ff) + self.norm_parameters()
 
-    def moe_layer_parameters(self) -> int:
-        """Parameters of one mixture-of-experts layer: attention, router, routed and shared
-        experts, norms."""
-        return (self.attention_parameters() + self.d_model * self.n_experts
+    def moe_mlp_parameters(self) -> int:
+        """Parameters of one mixture-of-experts layer but its attention: router, routed and
+        shared experts, norms."""
+        return (self.d_model * self.n_experts
                 + self.n_experts * self.mlp_parameters(self.moe_d_ff)
                 + (self.mlp_parameters(self.shared_ff) if self.shared_ff else 0)
                 + self.norm_parameters())
@@ -68,9 +85,9 @@ class Sizes:
         embedding = self.vocab_size * self.d_model
         head = 0 if self.tie_embeddings else self.vocab_size * self.d_model
         final_norm = self.d_model * (2 if self.norm == "layernorm" else 1)
-        layers = self.dense_layers * self.layer_parameters()
+        layers = self.mixer_parameters() + self.dense_layers * self.dense_mlp_parameters()
         if self.is_moe:
-            layers += self.moe_layers * self.moe_layer_parameters()
+            layers += self.moe_layers * self.moe_mlp_parameters()
         return embedding + layers + final_norm + head
 
     def active_parameters(self) -> int:
@@ -90,7 +107,13 @@ class Sizes:
                     + heads * self.v_head_dim * d
                     + self.indexer_parameters())  # replicated too
         kv_local = self.kv_heads_per_gpu(tp) * self.hd
-        return d * (self.q_dim // tp + 2 * kv_local) + self.q_dim // tp * d
+        return d * (self.q_proj_dim // tp + 2 * kv_local) + self.q_dim // tp * d
+
+    def _mixer_weights_per_gpu(self, tp: int) -> float:
+        """Every layer's attention or linear attention on one GPU (linear attention split by
+        its heads, as vLLM splits it)."""
+        return (self.attention_layers * self._attention_weights_per_gpu(tp)
+                + self.linear_layers * self.linear_parameters() / tp)
 
     def _moe_weights_per_gpu(self, tp: int, ep: int, dp: int = 1,
                              expert_scale: float = 1.0) -> float:
@@ -114,13 +137,12 @@ class Sizes:
         `dtype_bytes`). The embedding, the LM head and the routers stay 16-bit under fp8 or
         4-bit weights, as quantized checkpoints keep them (NVIDIA ModelOpt's, DeepSeek's fp8,
         gpt-oss's MXFP4)."""
-        attention = self._attention_weights_per_gpu(tp)
-        layers = self.dense_layers * (attention + (3 if self.gated_mlp else 2) * self.d_model
-                                      * self.d_ff / tp)
+        layers = self._mixer_weights_per_gpu(tp) + self.dense_layers * (
+            (3 if self.gated_mlp else 2) * self.d_model * self.d_ff / tp)
         kept = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2) / tp
         if self.is_moe:
             scale = 1.0 if expert_bytes is None else expert_bytes / dtype_bytes
-            layers += self.moe_layers * (attention + self._moe_weights_per_gpu(tp, ep, dp, scale))
+            layers += self.moe_layers * self._moe_weights_per_gpu(tp, ep, dp, scale)
             kept += self.moe_layers * self.d_model * self.n_experts  # the routers, replicated
         return layers * dtype_bytes + kept * max(dtype_bytes, KEPT_BYTES)
 
@@ -139,4 +161,16 @@ class Sizes:
             return self.n_layers * (latent + indexer)
         if self.is_mla:
             return self.n_layers * self.latent_dim * dtype_bytes
-        return 2 * self.n_layers * self.kv_heads_per_gpu(tp) * self.hd * dtype_bytes
+        return 2 * self.attention_layers * self.kv_heads_per_gpu(tp) * self.hd * dtype_bytes
+
+    def state_bytes_per_seq(self, tp: int, act_bytes: float) -> float:
+        """Bytes of one sequence's linear-attention state on one GPU, in every linear layer
+        (0 without): its value heads' k x v matrices in `state_dtype`, and the convolution's
+        last `linear_conv` - 1 inputs (queries, keys, values) in the activations' dtype,
+        split by tensor parallelism."""
+        if not self.linear_layers:
+            return 0.0
+        matrices = self.linear_v_heads * self.linear_k_dim * self.linear_v_dim * \
+            STATE_DTYPES[self.state_dtype]
+        window = (self.linear_conv - 1) * (2 * self.linear_qk + self.linear_values) * act_bytes
+        return self.linear_layers * (matrices + window) / tp

@@ -125,6 +125,31 @@ def mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtype
     return grid_by_batch(table, length)
 
 
+@lru_cache(maxsize=16)
+def gdn_grid(path: str | None, k_heads: int, v_heads: int, k_dim: int, v_dim: int,
+             decode: bool) -> Grid | None:
+    """The Gated DeltaNet kernels of one layer: the causal convolution and the gated delta
+    rule (chunked in prefill, recurrent in decode), their times added at each (batch, length)
+    both were measured at (the mean where several models share the heads); None unless the
+    phase has one kernel of each."""
+    if path is None:
+        return None
+    table = cached_table(path)
+    table = table[(table["num_k_heads"] == k_heads) & (table["num_v_heads"] == v_heads)
+                  & (table["head_k_dim"] == k_dim) & (table["head_v_dim"] == v_dim)
+                  & (table["phase"] == ("generation" if decode else "context"))]
+    kernels = sorted(set(table["kernel_source"]))
+    conv = [k for k in kernels if k.startswith("causal_conv1d")]
+    rule = [k for k in kernels if "gated_delta_rule" in k]
+    if len(conv) != 1 or len(rule) != 1:
+        return None
+    points = ["batch_size", "seq_len"]
+    times = [table[table["kernel_source"] == k].groupby(points)["latency"].mean()
+             for k in (conv[0], rule[0])]
+    both = (times[0] + times[1]).dropna().reset_index()
+    return grid_by_batch(both, both["seq_len"])
+
+
 # SGLang's default latent-attention backend on Hopper and on Blackwell (its server_args), of
 # which its block tables hold one or the other
 SGLANG_MLA_KERNELS = ("fa3", "trtllm_mla")

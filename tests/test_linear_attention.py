@@ -1,0 +1,226 @@
+"""Linear attention (Gated DeltaNet: Qwen3-Next, Qwen3.5): read from a config.json, its layers
+keep a state of fixed size for each sequence instead of keys (the KV cache counts the full
+layers alone; the memory sets `max_num_seqs` states aside), costed by the step's chunks and
+decodes, from the measured Gated DeltaNet kernels where the tables have them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import scenarios
+import sim
+from helpers.hf_configs import write_config
+from helpers.model_scenario import refusal, scenario
+from helpers.runs import records
+from sim.costs.hardware import hardware_setup, model_architecture
+from sim.costs.hardware.cost import HardwareCost
+from sim.costs.hardware.kernels import data_root
+from sim.costs.shape import StepShape
+from sim.runner import run_config
+
+PACKAGE_CONFIGS = data_root().parent.parent / "model_configs"
+QWEN35 = str(PACKAGE_CONFIGS / "Qwen--Qwen3.5-397B-A17B_config.json")
+QWEN35_DENSE = str(PACKAGE_CONFIGS / "Qwen--Qwen3.5-27B_config.json")
+# Qwen/Qwen3-Next-80B-A3B-Instruct's published config.json (the keys the reader uses)
+QWEN3_NEXT = {
+    "architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 48, "hidden_size": 2048,
+    "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+    "intermediate_size": 5120, "vocab_size": 151936, "max_position_embeddings": 262144,
+    "tie_word_embeddings": False, "num_experts": 512, "num_experts_per_tok": 10,
+    "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "full_attention_interval": 4,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "partial_rotary_factor": 0.25}
+# Qwen3.5-397B-A17B at TP 8, a GPU's share: 2 key heads and 8 value heads of 128; its
+# convolution runs over 2 x 2 x 128 + 8 x 128 = 1,536 channels
+STATE_PER_LAYER = 8 * 128 * 128 * 4 + 3 * 1536 * 2  # fp32 matrices, the bf16 window
+
+
+def qwen35_cost(tmp_path, framework="vllm", kernels="measured", gpu="h200", tp=8):
+    return HardwareCost(hardware_setup(scenarios.load(qwen35_scenario(
+        tmp_path, framework, kernels, gpu, tp)).base))
+
+
+def qwen35_scenario(tmp_path, framework="vllm", kernels="measured", gpu="h200", tp=8,
+                    requests=4):
+    path = scenario(tmp_path, model=f'config = "{QWEN35}"', gpu=gpu, tp=tp,
+                    hardware=f'dtype = "fp8"\nep = {tp}\nframework = "{framework}"\n'
+                             f'kernels = "{kernels}"', max_seq_len=16384, requests=requests)
+    path.write_text(path.read_text().replace(
+        "max_num_batched_tokens = 4096\n",
+        "max_num_batched_tokens = 4096\nenable_prefix_caching = false\n"))
+    return path
+
+
+def test_qwen35_and_qwen3_next_read_as_hybrids_of_their_card():
+    """Qwen3.5-397B-A17B: 45 of its 60 layers Gated DeltaNet (16 key and 64 value heads of
+    128, a convolution of 4, fp32 states), the others gated full attention; 396.3 B parameters
+    (its card's 397 B less the vision tower and the multi-token-prediction layer), 17.3 B a
+    token ("A17B")."""
+    arch = model_architecture({"config": QWEN35})
+    assert (arch.linear_layers, arch.attention_layers, arch.full_layers) == (45, 15, 15)
+    assert (arch.linear_k_heads, arch.linear_v_heads, arch.linear_k_dim, arch.linear_v_dim,
+            arch.linear_conv, arch.state_dtype, arch.attn_gate) == \
+        (16, 64, 128, 128, 4, "fp32", True)
+    assert (arch.n_experts, arch.experts_per_token, arch.shared_d_ff) == (512, 10, 1024)
+    assert arch.parameters() == pytest.approx(397e9, rel=0.005)
+    assert arch.active_parameters() == pytest.approx(17e9, rel=0.03)
+    dense = model_architecture({"config": QWEN35_DENSE})
+    assert (dense.linear_layers, dense.n_experts) == (48, 0)
+    assert dense.parameters() == pytest.approx(27e9, rel=0.005)  # "27B", its tower left out
+
+
+def test_qwen3_next_reads_by_its_interval(tmp_path):
+    """Without layer_types, every full_attention_interval-th layer attends (transformers'
+    rule); a file naming no state dtype keeps it in bf16, the weights' (vLLM's "auto")."""
+    arch = model_architecture({"config": write_config(tmp_path, QWEN3_NEXT)})
+    assert (arch.linear_layers, arch.linear_v_heads, arch.state_dtype) == (36, 32, "bf16")
+    assert arch.parameters() == pytest.approx(80e9, rel=0.005)  # "80B"
+    typed = QWEN3_NEXT | {"layer_types": ["linear_attention", "full_attention"] * 24,
+                          "mamba_ssm_dtype": "float32"}
+    arch = model_architecture({"config": write_config(tmp_path, typed, "typed.json")})
+    assert (arch.linear_layers, arch.state_dtype) == (24, "fp32")
+
+
+def test_the_cache_holds_the_full_layers_keys_and_memory_sets_states_aside(tmp_path):
+    """A token's keys and values in the 15 full layers alone (an fp8 cache, the 2 key-value
+    heads of 256 replicated to one a GPU at TP 8); a sequence's state in the 45 others; the
+    plan sets max_num_seqs (64) of them aside before the KV cache."""
+    arch = model_architecture({"config": QWEN35})
+    assert arch.kv_bytes_per_token(8, 1) == 15 * 2 * 1 * 256
+    assert arch.state_bytes_per_seq(8, 2) == 45 * STATE_PER_LAYER
+    setup = hardware_setup(scenarios.load(qwen35_scenario(tmp_path)).base)
+    assert setup.plan.states == 64 * 45 * STATE_PER_LAYER
+    bf16 = hardware_setup(scenarios.load(qwen35_scenario(tmp_path), [
+        'model.state_dtype = "bf16"']).base)
+    assert bf16.plan.states < setup.plan.states and bf16.kv_blocks > setup.kv_blocks
+    described = setup.describe()
+    assert described["states_gib_per_gpu"] == pytest.approx(setup.plan.states / 2**30)
+
+
+def test_measured_gated_deltanet_kernels_cost_the_linear_layers(tmp_path):
+    """Under vLLM 0.24 on the H200 (h200_sxm/linear_attention/vllm/0.24.0), 2 key and 8 value
+    heads a GPU: a decode of 64 sequences takes 2.237 + 16.406 us a layer (the convolution's
+    update and the recurrent rule, the mean of the two models measured with these heads), a
+    fresh prompt of 1,024 tokens 5.0215 + 59.1635 us; whatever the sequences' lengths."""
+    cost = qwen35_cost(tmp_path)
+    linear = cost.attention.decode_groups[-1]
+    assert linear.linear and linear.layers == 45
+    sources = cost.measured.sources()
+    assert sources["decode_linear_attention"] == sources["prefill_linear_attention"] == \
+        "measured"
+    assert cost.attention._decode(linear, 64, 64 * 100) == pytest.approx(45 * 18.643e-6,
+                                                                         rel=1e-4)
+    assert cost.attention._decode(linear, 64, 64 * 10_000) == \
+        cost.attention._decode(linear, 64, 64 * 100)
+    fresh = StepShape(prefill_tokens=1024, prefill_attention=1024 * 1024, prefill_seqs=1,
+                      prefill_square=1024 * 1024)
+    group = cost.attention.prefill_groups[-1]
+    assert cost.attention._linear_prefill(group, 1, 1024) == pytest.approx(45 * 64.185e-6,
+                                                                           rel=1e-4)
+    # the step adds it beside the full layers' attention
+    full_only = cost.attention.plus_prefill(0.0, fresh) - cost.attention._linear_prefill(
+        group, 1, 1024)
+    assert full_only == pytest.approx(cost.measured.prefill_attention(0, 1, 1024 * 1025 / 2,
+                                                                      1024) * 15)
+
+
+def test_the_roofline_charges_a_state_not_keys(tmp_path):
+    """By the roofline a decode's linear attention reads and writes each sequence's state
+    (8 x 128 x 128 fp32 values and the convolution's window, 45 layers) whatever its length:
+    memory-bound, its time grows with the decodes and not the context; where the tables have
+    no prefill kernel (SGLang's A100 tables: the convolution alone), prefill is the roofline's
+    and decode the tables'."""
+    cost = qwen35_cost(tmp_path, kernels="roofline")
+    linear = cost.attention.decode_groups[-1]
+    state_s = 45 * 2 * STATE_PER_LAYER / (cost.bandwidth * cost.eff.memory)
+    assert linear.key_s == pytest.approx(state_s)
+    one, many = (cost.attention._decode(linear, 32, 32 * n) for n in (100, 100_000))
+    assert one == many == pytest.approx(linear.launch_s + 32 * (linear.query_s + linear.key_s))
+    path = scenario(tmp_path, model=f'config = "{QWEN35_DENSE}"', gpu="a100-80gb-sxm",
+                    hardware='dtype = "bf16"\nframework = "sglang"')
+    a100 = HardwareCost(hardware_setup(scenarios.load(
+        path, ["engine.enable_prefix_caching = false"]).base))
+    assert a100.measured.sources()["prefill_linear_attention"] == "roofline"
+    assert a100.measured.sources()["decode_linear_attention"] == "measured"
+
+
+@pytest.mark.parametrize("framework, kernels", [("vllm", "measured"), ("sglang", "measured"),
+                                               ("vllm", "roofline")])
+def test_fast_forward_is_step_by_step_for_a_hybrid(tmp_path, framework, kernels):
+    config = scenarios.load(qwen35_scenario(tmp_path, framework, kernels, requests=12)).base
+    fast, slow = run_config(config), run_config(config, fast_forward=False)
+    assert records(fast) == records(slow)
+
+
+def test_a_hybrid_runs_and_its_report_names_its_layers_and_states(tmp_path):
+    [(spec, recorder)] = sim.simulate(scenarios.load(qwen35_scenario(tmp_path, requests=10)))
+    assert spec.config.model.linear_layers == 45 and spec.config.model.state_dtype == "fp32"
+    assert len(recorder.request_columns()["finish_s"]) == 10
+    from reports.section_text import hardware_text, model_text
+    assert "45 linear-attention layers (64 state matrices of 128 x 128)" in \
+        model_text(spec.config.model)
+    assert "GiB of linear-attention states" in hardware_text(spec.config.hardware.derived)
+
+
+def test_prefix_caching_with_linear_layers_is_refused_in_one_line(tmp_path):
+    assert ("engine.enable_prefix_caching: " in refusal(tmp_path, model=f'config = "{QWEN35}"',
+                                                         gpu="h200", tp=8,
+                                                         hardware='dtype = "fp8"\nep = 8'))
+
+
+def test_states_that_do_not_fit_name_max_num_seqs(tmp_path):
+    """Qwen3.5-27B in bf16 on one H100: 256 sequences' fp32 states (147 MiB each) leave no room
+    for a KV block; the refusal names them and engine.max_num_seqs."""
+    path = scenario(tmp_path, model=f'config = "{QWEN35_DENSE}"', gpu="h100-sxm",
+                    hardware='dtype = "bf16"')
+    text = path.read_text().replace("max_num_seqs = 64\n", "max_num_seqs = 256\n"
+                                    "enable_prefix_caching = false\n")
+    Path(path).write_text(text)
+    with pytest.raises(ValueError) as info:
+        hardware_setup(scenarios.load(path).base)
+    message = str(info.value)
+    assert "GiB of linear-attention states for engine.max_num_seqs = 256 sequences" in message
+    assert message.endswith("the smallest tensor parallelism that fits is hardware.tp = 2, "
+                            "or use a smaller engine.max_num_seqs (the linear-attention states)")
+
+
+@pytest.mark.parametrize("model, message", [
+    ('name = "meta-llama/Llama-3.1-8B"\nlinear_k_heads = 16',
+     "model.linear_k_heads (16) is a linear-attention key and model.linear_layers is 0"),
+    ('name = "meta-llama/Llama-3.1-8B"\nlinear_layers = 8',
+     "model.linear_k_heads must be a positive integer with model.linear_layers"),
+    ('name = "mistralai/Mistral-7B-v0.1"\nlinear_layers = 8\nlinear_k_heads = 4\n'
+     'linear_v_heads = 8\nlinear_k_dim = 128\nlinear_v_dim = 128\nlinear_conv = 4',
+     "linear attention is costed beside full grouped-query attention, not sliding-window"),
+    ('name = "meta-llama/Llama-3.1-8B"\nstate_dtype = "fp8"',
+     "model.state_dtype: must be one of fp32, bf16"),
+])
+def test_a_linear_attention_key_without_its_others_is_one_line(tmp_path, model, message):
+    assert message in refusal(tmp_path, model=model)
+
+
+def test_tp_must_divide_the_linear_key_heads(tmp_path):
+    model = ('name = "meta-llama/Llama-3.1-8B"\nlinear_layers = 24\nlinear_k_heads = 2\n'
+             'linear_v_heads = 8\nlinear_k_dim = 128\nlinear_v_dim = 128\nlinear_conv = 4')
+    assert "hardware.tp = 4 does not divide the model's 2 linear-attention key heads; use " \
+        "one of 1, 2" in refusal(tmp_path, model=model, tp=4)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"layer_types": ["linear_attention"] * 47}, "layer_types has 47 entries"),
+    ({"layer_types": ["linear_attention", "sliding_attention"] * 24},
+     'its entries must be "full_attention" or "linear_attention"'),
+    ({"layer_types": ["linear_attention"] * 48}, "leaves no full-attention layer of the 48"),
+    ({"mamba_ssm_dtype": "float16"}, "mamba_ssm_dtype must be one of float32, bfloat16"),
+    ({"linear_num_value_heads": None}, "missing 'linear_num_value_heads'"),
+])
+def test_a_bad_hybrid_config_is_one_line(tmp_path, change, message):
+    table = {k: v for k, v in (QWEN3_NEXT | change).items() if v is not None}
+    path = write_config(tmp_path, table)
+    with pytest.raises(ValueError) as info:
+        model_architecture({"config": path})
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert str(info.value).startswith("model.config: ")
