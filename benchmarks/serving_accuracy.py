@@ -5,9 +5,10 @@ and 0d of `benchmarks/hardware_accuracy.py`.
 Serving (`--only serving`): servesim against real-GPU serving measured by NVIDIA and
 shipped with the tables (`systems/silicon_sample.csv` of aiconfigurator-core: runs of nominal
 input/output lengths at a fixed client concurrency, with their mean TTFT and TPOT), the runs of
-catalog models (and of MiniMax-M2.5) on catalog GPUs. The Llama-70B runs of vLLM and
-TensorRT-LLM, the gpt-oss-120b runs of vLLM, the DeepSeek-R1 runs of TensorRT-LLM and SGLang
-and the MiniMax-M2.5 runs of vLLM (a model read from its config.json) are InferenceMAX's
+catalog models (and of MiniMax-M2.5 and Qwen3.5-397B-A17B) on catalog GPUs. The Llama-70B
+runs of vLLM and TensorRT-LLM, the gpt-oss-120b runs of vLLM, the DeepSeek-R1 runs of
+TensorRT-LLM and SGLang, the MiniMax-M2.5 runs of vLLM and the Qwen3.5-397B-A17B runs of SGLang
+(models read from their config.json) are InferenceMAX's
 (`silicon_runs.py`: `silicon_rows`) and are simulated with its client and server flags
 (`simulate_inferencemax`, `inferencemax_server`, there too); the others, whose client is not
 recorded, with that many requests in flight, users ramping up over one request's time and
@@ -49,7 +50,7 @@ def serving_part(limit: int | None = None) -> None:
         return
     if limit:
         runs = [rows.iloc[::max(len(rows) // limit, 1)] for rows in runs]
-    inferencemax, gpt_oss, deepseek, minimax, others = runs
+    inferencemax, gpt_oss, deepseek, minimax, qwen, others = runs
     print("InferenceMAX's Llama-3.3-70B runs (its client and server flags of 2025-10-29):")
     compare(inferencemax, simulate_inferencemax, inferencemax_group)
     print("\nThe same runs by aiconfigurator-core's own aggregated-serving estimate "
@@ -69,6 +70,9 @@ def serving_part(limit: int | None = None) -> None:
     compare(minimax, simulate_inferencemax, minimax_group)
     print("\nThe same runs by aiconfigurator-core's own estimate:")
     compare(minimax, aiconfigurator_estimate, minimax_group, rows_shown=False)
+    print("\nInferenceMAX's Qwen3.5-397B-A17B runs on SGLang in fp8 on eight H200s (45 linear-"
+          "attention layers of 60, 512 experts; its client and server flags of 2026-03-03):")
+    compare(qwen, simulate_inferencemax, server_group)
     print("\nThe other runs (client not recorded; users ramping up over one request's time):")
     compare(others, simulate_row, server_group)
 

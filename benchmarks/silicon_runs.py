@@ -19,6 +19,7 @@ SILICON_MODELS = {"nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B",
 GPT_OSS = "openai/gpt-oss-120b"  # its "fp4" is MXFP4 experts, servesim's mxfp4
 DEEPSEEK = "deepseek-ai/DeepSeek-R1"
 MINIMAX = "MiniMaxAI/MiniMax-M2.5"  # no catalog model: read from the package's config.json
+QWEN35 = "Qwen/Qwen3.5-397B-A17B"  # likewise; linear attention beside full attention
 # InferenceMAX's MiniMax-M2.5 runs simulated: (GPU, day measured) of each script's version
 MINIMAX_RUNS = {("h200_sxm", "2026-03-01"), ("h200_sxm", "2026-03-27"),
                 ("h100_sxm", "2026-03-27")}
@@ -28,10 +29,10 @@ SILICON_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 
 def silicon_rows():
     """(InferenceMAX's Llama-70B runs, its gpt-oss-120b runs, its DeepSeek-R1 runs, its
-    MiniMax-M2.5 runs, the others): the package's measured aggregated runs of catalog models
-    (and MiniMax-M2.5, from the package's own copy of its config.json) on catalog GPUs that
-    servesim can simulate (no pipeline or attention data parallelism as recorded), or None
-    without the package.
+    MiniMax-M2.5 runs, its Qwen3.5-397B-A17B runs, the others): the package's measured
+    aggregated runs of catalog models (and MiniMax-M2.5 and Qwen3.5, from the package's own
+    copies of their config.json) on catalog GPUs that servesim can simulate (no pipeline or
+    attention data parallelism as recorded), or None without the package.
 
     The Llama-70B runs of vLLM and TensorRT-LLM are InferenceMAX's (SemiAnalysis): their
     matrix is its matrix of 2025-10-29, their measurement date (ISL/OSL 1,024/1,024,
@@ -47,7 +48,11 @@ def silicon_rows():
     and 2026-03-27 (TP 8), and on the H100 measured 2026-03-27 (TP 4), the same lengths and 4
     to 128 users; those of 2026-03-28 are left out: the H200's measure the same layout again
     (TTFT within 2% in the median), the H100's record attention data parallelism; so are its
-    B200's and B300's, of many layouts and days."""
+    B200's and B300's, of many layouts and days. Its Qwen3.5-397B-A17B runs are SGLang's in
+    fp8 on the H200 measured 2026-03-04 (TP 8 x EP 8, the same lengths, 4 to 64 users; shipped
+    three times, once here); its B200's and B300's are left out: their servers polled for new
+    requests every 10 or 30 decode steps (`--scheduler-recv-interval`), which servesim does
+    not model."""
     import importlib.util
 
     import pandas as pd
@@ -60,7 +65,8 @@ def silicon_rows():
     from sim.costs.hardware import gpus
 
     known = set(gpus())
-    keep = ((rows["mode"] == "agg") & rows["model_path"].isin([*SILICON_MODELS, MINIMAX])
+    keep = ((rows["mode"] == "agg")
+            & rows["model_path"].isin([*SILICON_MODELS, MINIMAX, QWEN35])
             & rows["system"].map(lambda s: SILICON_GPUS.get(s) in known)
             & rows["precision"].isin(list(SILICON_DTYPES))
             & (rows["pp_size"].fillna(1) == 1) & (rows["attention_dp_size"].fillna(1) <= 1))
@@ -83,8 +89,11 @@ def silicon_rows():
     minimax = rows[(rows["model_path"] == MINIMAX) & (rows["backend"] == "vllm")
                    & (rows["system"] + " " + day).isin([" ".join(r) for r in MINIMAX_RUNS])]
     minimax = minimax.drop_duplicates(["system", "tp_size", "batch_size", "isl", "osl"])
-    return (rows[inferencemax], gpt_oss, deepseek, minimax,
-            rows[~inferencemax & ~oss & (rows["model_path"] != MINIMAX)
+    qwen = rows[(rows["model_path"] == QWEN35) & (rows["system"] == "h200_sxm")
+                & (rows["tp_size"] == 8) & (day == "2026-03-04")]
+    qwen = qwen.drop_duplicates(["batch_size", "isl", "osl"])
+    return (rows[inferencemax], gpt_oss, deepseek, minimax, qwen,
+            rows[~inferencemax & ~oss & ~rows["model_path"].isin([MINIMAX, QWEN35])
                  & (rows["backend"] == "vllm")])
 
 
@@ -168,7 +177,17 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
       `EP_SIZE` of 1 or more, though the rows record the experts split by TP); on the H100
       (minimaxm2.5_fp8_h100.sh, 2026-03-27, vLLM 0.18.0) 90% of the memory, TP 4 with expert
       parallelism (`ep = 4`), at most 256 sequences, and CUDA graphs of pieces
-      (`cudagraph_mode: PIECEWISE`, which servesim does not model)."""
+      (`cudagraph_mode: PIECEWISE`, which servesim does not model).
+    - Qwen3.5-397B-A17B (its FP8 checkpoint, block-scaled; the model read from the package's
+      copy of its config.json) on eight H200s (2026-03-04, single_node/qwen3.5_fp8_h200.sh of
+      2026-03-03): SGLang 0.5.9 at TP 8 with the experts whole on each GPU (`--ep-size 8`),
+      an fp8 KV cache, the linear layers' states in bf16 (`--mamba-ssm-dtype bfloat16`: the
+      model key `state_dtype`), 80% of the memory for the weights, states and KV cache
+      (`--mem-fraction-static 0.8`), 16,384 tokens a step, chunked prefill, no radix cache,
+      128 sequences (its mamba pool holds that many states: `--max-running-requests 128`
+      with the radix cache off), its overlap scheduler, its prefills run alone and its
+      admission, as DeepSeek-R1's; it streamed every 50th token (`--stream-interval 50`,
+      which sends a request's first token at once)."""
     users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
     vllm = row.backend == "vllm"
     if row.model_path == MINIMAX:
@@ -180,6 +199,15 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
                  "gpu_memory_utilization": 0.90 if row.system == "h100_sxm" else 0.95},
                 {"max_num_seqs": users, "max_num_batched_tokens": 8192},
                 {"chunked_prefill": True})
+    if row.model_path == QWEN35:
+        return ({"config": package_config("Qwen--Qwen3.5-397B-A17B_config.json"),
+                 "state_dtype": "bf16"},
+                {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "fp8", "ep": 8,
+                 "gpu_memory_utilization": 0.8},
+                {"max_num_seqs": 128, "max_num_batched_tokens": 16384,
+                 "enable_prefix_caching": False},
+                {"chunked_prefill": True, "enable_mixed_chunk": False,
+                 "capacity_scheduler_policy": "new_token_ratio"})
     if row.model_path == DEEPSEEK:
         if row.backend == "sglang":
             return ({"name": SILICON_MODELS[DEEPSEEK]},
@@ -215,10 +243,15 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
 
 def minimax_config() -> str:
     """The path of MiniMax-M2.5's config.json as aiconfigurator-core ships it."""
+    return package_config("MiniMaxAI--MiniMax-M2.5_config.json")
+
+
+def package_config(name: str) -> str:
+    """The path of a model's config.json as aiconfigurator-core ships it."""
     import importlib.util
 
     package = os.path.dirname(importlib.util.find_spec("aiconfigurator_core").origin)
-    return os.path.join(package, "model_configs", "MiniMaxAI--MiniMax-M2.5_config.json")
+    return os.path.join(package, "model_configs", name)
 
 
 def batch_waits(row) -> bool:
