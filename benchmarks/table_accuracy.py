@@ -4,10 +4,11 @@ each kernel's points with every other point in the token dimension held out, (a)
 points predicted by interpolating the others (log-log, as the model does) and (b) the same
 points predicted by the roofline; median and p90 of |predicted - measured| / measured per GPU
 and operator family (GEMM in bf16 and fp8, decode and prefill attention, MoE experts, the
-custom all-reduce); how far apart the GEMM points measured one row apart are; and how far
-Marlin's MoE kernel carries from the shape it was measured at (`marlin_transfer.py`).
+custom all-reduce); how far apart the GEMM points measured one row apart are; how far
+Marlin's MoE kernel carries from the shape it was measured at (`marlin_transfer.py`); and the
+Gated DeltaNet kernels of linear attention, every framework's (`linear_attention_accuracy.py`).
 
-    python benchmarks/hardware_accuracy.py --only tables   # about 6 seconds; or this file alone
+    python benchmarks/hardware_accuracy.py --only tables   # about 15 seconds; or this file alone
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ def tables_part() -> None:
     print(f"\n(interpolation: every other measured point in the token dimension predicted from "
           f"the rest; roofline: the datasheet peaks with the fitted efficiencies, where the GPU "
           f"is in the catalog; vLLM {versions})\n")
+    from linear_attention_accuracy import linear_attention_accuracy
     from marlin_transfer import marlin_transfer
 
     marlin_transfer()
+    print()
+    linear_attention_accuracy()
 
 
 def held_out_errors(measured) -> dict:

@@ -14,9 +14,15 @@ import sim
 from helpers.hf_configs import write_config
 from helpers.model_scenario import refusal, scenario
 from helpers.runs import records
+import numpy as np
+
 from sim.costs.hardware import hardware_setup, model_architecture
-from sim.costs.hardware.cost import HardwareCost
+from sim.costs.hardware.attention import DELTA_EFFICIENCY, DELTA_STEP_S
+from sim.costs.hardware.cost import HardwareCost, operator_times
 from sim.costs.hardware.kernels import data_root
+from sim.costs.hardware.memory import NON_TORCH_BYTES
+from sim.costs.hardware.operators import elementwise_bytes, embedding_bytes, matmul_shapes
+from sim.costs.hardware.timing import elementwise_time
 from sim.costs.shape import StepShape
 from sim.runner import run_config
 
@@ -67,6 +73,19 @@ def test_qwen35_and_qwen3_next_read_as_hybrids_of_their_card():
     assert (arch.n_experts, arch.experts_per_token, arch.shared_d_ff) == (512, 10, 1024)
     assert arch.parameters() == pytest.approx(397e9, rel=0.005)
     assert arch.active_parameters() == pytest.approx(17e9, rel=0.03)
+    # counted one by one: a linear layer's input projection (2 x 2,048 queries and keys,
+    # 8,192 values, 8,192 gates, 128 scalars), convolution (4 x 12,288), 128 decays and
+    # biases, a norm of 128 and its output projection; an attention layer's gated queries
+    linear = 4096 * 20608 + 4 * 12288 + 128 + 128 + 8192 * 4096
+    attention = 4096 * (2 * 8192 + 2 * 512) + 8192 * 4096
+    experts = 4096 * 512 + 512 * 3 * 4096 * 1024 + 3 * 4096 * 1024 + 2 * 4096
+    assert arch.parameters() == 45 * linear + 15 * attention + 60 * experts + \
+        2 * 248320 * 4096 + 4096 == 396_346_096_896
+    assert arch.active_parameters() == 17_348_787_456
+    # a GPU's share at TP 8 x EP 8 in fp8: the linear layers split by their heads, the one
+    # key-value head of 256 replicated (two of them over eight GPUs), 64 experts whole, the
+    # embedding, LM head and routers in bf16
+    assert arch.weight_bytes_per_gpu(8, 1, 8) == 50_057_002_400
     dense = model_architecture({"config": QWEN35_DENSE})
     assert (dense.linear_layers, dense.n_experts) == (48, 0)
     assert dense.parameters() == pytest.approx(27e9, rel=0.005)  # "27B", its tower left out
@@ -74,14 +93,18 @@ def test_qwen35_and_qwen3_next_read_as_hybrids_of_their_card():
 
 def test_qwen3_next_reads_by_its_interval(tmp_path):
     """Without layer_types, every full_attention_interval-th layer attends (transformers'
-    rule); a file naming no state dtype keeps it in bf16, the weights' (vLLM's "auto")."""
+    rule); a file naming no state dtype keeps it in fp32 (vLLM's "auto", SGLang's default)."""
     arch = model_architecture({"config": write_config(tmp_path, QWEN3_NEXT)})
-    assert (arch.linear_layers, arch.linear_v_heads, arch.state_dtype) == (36, 32, "bf16")
+    assert (arch.linear_layers, arch.linear_v_heads, arch.state_dtype) == (36, 32, "fp32")
     assert arch.parameters() == pytest.approx(80e9, rel=0.005)  # "80B"
     typed = QWEN3_NEXT | {"layer_types": ["linear_attention", "full_attention"] * 24,
-                          "mamba_ssm_dtype": "float32"}
+                          "mamba_ssm_dtype": "bfloat16"}
     arch = model_architecture({"config": write_config(tmp_path, typed, "typed.json")})
-    assert (arch.linear_layers, arch.state_dtype) == (24, "fp32")
+    assert (arch.linear_layers, arch.state_dtype) == (24, "bf16")
+    given = model_architecture({"name": "meta-llama/Llama-3.1-8B", "linear_layers": 8,
+                                "linear_k_heads": 4, "linear_v_heads": 8, "linear_k_dim": 128,
+                                "linear_v_dim": 128, "linear_conv": 4})
+    assert given.state_dtype == "fp32"
 
 
 def test_the_cache_holds_the_full_layers_keys_and_memory_sets_states_aside(tmp_path):
@@ -127,6 +150,30 @@ def test_measured_gated_deltanet_kernels_cost_the_linear_layers(tmp_path):
                                                                       1024) * 15)
 
 
+def test_each_operator_runs_in_its_own_layers(tmp_path):
+    """The part of a step that depends on its rows: the attention projections in the 15
+    attention layers, the linear ones in the 45 linear layers, the experts, norms and two
+    all-reduces in all 60 (by the roofline, counted independently of `cost._grow`)."""
+    cost = qwen35_cost(tmp_path, kernels="roofline")
+    arch, setup = cost.arch, cost.setup
+    assert matmul_shapes(arch, 8)["linear_in_proj"] == (4096, 4096 * 2576, 2576)
+    assert matmul_shapes(arch, 8)["attn_pre_proj"] == (4096, 4096 * 2560, 2560)
+    t = np.array([1.0, 7.0, 100.0, 1000.0])
+    assert elementwise_bytes(arch, 8, t, 2)["linear_norm"] == \
+        pytest.approx(3 * t * 1024 * 2 + 128 * 2)
+    times = operator_times(arch, 8, setup.ep, t, setup.weight_bytes, setup.act_bytes,
+                           cost.peak, cost.bandwidth, cost.eff, setup.expert_bytes,
+                           cost.kept_peak)
+    layers = {"attn_pre_proj": 15, "attn_rope": 15, "attn_post_proj": 15,
+              "linear_in_proj": 45, "linear_out_proj": 45, "linear_norm": 45, "add": 120}
+    expected = sum(layers.get(op, 60) * seconds for op, seconds in times.items())
+    expected += 2 * 60 * cost.all_reduce.time(t * 4096 * setup.act_bytes, 8)
+    expected += elementwise_time("emb", embedding_bytes(arch, t, setup.act_bytes),
+                                 cost.bandwidth, cost.eff)
+    cost._fit(1000, 0)
+    assert cost._rows[t.astype(int)] == pytest.approx(expected, rel=1e-12)
+
+
 def test_the_roofline_charges_a_state_not_keys(tmp_path):
     """By the roofline a decode's linear attention reads and writes each sequence's state
     (8 x 128 x 128 fp32 values and the convolution's window, 45 layers) whatever its length:
@@ -145,6 +192,64 @@ def test_the_roofline_charges_a_state_not_keys(tmp_path):
         path, ["engine.enable_prefix_caching = false"]).base))
     assert a100.measured.sources()["prefill_linear_attention"] == "roofline"
     assert a100.measured.sources()["decode_linear_attention"] == "measured"
+
+
+def test_the_roofline_prefill_holds_the_chunked_forms_bounds(tmp_path):
+    """A linear layer's prefill by the roofline: seven kernels (the convolution and the chunked
+    form's six), a token's 1,060,864 FLOPs at DELTA_EFFICIENCY of the peak (the convolution's
+    2 x 1,536 x 4, the state's 6 x 128 x 128 and the chunk's 2 x 64 x 256 a value head, 8 of
+    them), its activations and each chunk's state written and read back, a state read and
+    written a sequence, and a sequence's 64-token chunks one after another at DELTA_STEP_S."""
+    cost = qwen35_cost(tmp_path, kernels="roofline")
+    group = cost.attention.prefill_groups[-1]
+    assert group.launch_s == pytest.approx(45 * 7 * cost.eff.launch_s)
+    assert group.flop_s * cost.kept_peak == pytest.approx(45 * 1_060_864)
+    memory = cost.bandwidth * cost.eff.memory
+    token = (3 * 1536 + 2 * 8 + 8 * 128) * 2 + 2 * 8 * 128 * 128 * 2 / 64
+    assert group.query_s == pytest.approx(45 * token / memory)
+    assert group.key_s == pytest.approx(45 * 2 * STATE_PER_LAYER / memory)
+    assert group.step_s == 45 * DELTA_STEP_S
+    for chunks, tokens in ((1, 100), (1, 8192), (3, 3000), (16, 8192)):
+        steps = -(-tokens // chunks // 64)
+        assert cost.attention._linear_prefill(group, chunks, tokens) == pytest.approx(
+            group.launch_s + max(group.flop_s * tokens / DELTA_EFFICIENCY,
+                                 group.query_s * tokens + group.key_s * chunks,
+                                 group.step_s * steps))
+    decode = cost.attention.decode_groups[-1]
+    assert decode.launch_s == pytest.approx(45 * 2 * cost.eff.launch_s) and not decode.step_s
+
+
+def test_a_measured_prefill_of_several_chunks_and_past_the_tables(tmp_path):
+    """Four chunks of 2,048 tokens are looked up as four sequences of 2,048 (24.82 + 106.94 us
+    a layer); decodes past the tables' reach (4,096 sequences, 2x past their 1,024) take the
+    tables' time where they end times the roofline's growth from there."""
+    cost = qwen35_cost(tmp_path)
+    group, linear = cost.attention.prefill_groups[-1], cost.attention.decode_groups[-1]
+    assert cost.attention._linear_prefill(group, 4, 4 * 2048) == pytest.approx(
+        45 * 131.7576e-6, rel=1e-5)
+    edge = cost.measured.linear_decode(2048)
+    assert edge == edge and cost.measured.linear_decode(4096) != \
+        cost.measured.linear_decode(4096)  # NaN past the reach
+    growth = cost.attention._linear_decode_roofline(linear, 4096) / \
+        cost.attention._linear_decode_roofline(linear, 2048)
+    assert cost.attention._decode(linear, 4096, 4096) == pytest.approx(45 * edge * growth)
+
+
+def test_each_memory_rule_sets_the_states_aside(tmp_path):
+    """vLLM's rule: the KV cache is what the fraction of the memory leaves after the weights,
+    activations, the memory outside the allocator and the states; TensorRT-LLM's: the fraction
+    of what those leave; SGLang's: the fraction less the weights, the outside and the states
+    (the activations beside it)."""
+    memory = 141 * 2**30
+    for framework in ("vllm", "trtllm", "sglang"):
+        plan = hardware_setup(scenarios.load(qwen35_scenario(tmp_path, framework)).base).plan
+        states, fixed = plan.states, plan.weights + NON_TORCH_BYTES
+        assert states == 64 * 45 * STATE_PER_LAYER
+        expected = {"vllm": 0.9 * memory - fixed - plan.activations - states,
+                    "trtllm": 0.9 * (memory - fixed - plan.activations - states),
+                    "sglang": 0.9 * memory - fixed - states}[framework]
+        assert plan.kv_bytes == pytest.approx(expected, rel=1e-12)
+        assert plan.needed == pytest.approx(fixed + plan.activations + states)
 
 
 @pytest.mark.parametrize("framework, kernels", [("vllm", "measured"), ("sglang", "measured"),
@@ -197,6 +302,18 @@ def test_states_that_do_not_fit_name_max_num_seqs(tmp_path):
      "linear attention is costed beside full grouped-query attention, not sliding-window"),
     ('name = "meta-llama/Llama-3.1-8B"\nstate_dtype = "fp8"',
      "model.state_dtype: must be one of fp32, bf16"),
+    ('name = "meta-llama/Llama-3.1-8B"\nstate_dtype = "fp32"',
+     "model.state_dtype (fp32) is the linear-attention layers' state and model.linear_layers "
+     "is 0"),
+    ('name = "meta-llama/Llama-3.1-8B"\nlinear_layers = 8\nlinear_k_heads = 3\n'
+     'linear_v_heads = 8\nlinear_k_dim = 128\nlinear_v_dim = 128\nlinear_conv = 4',
+     "model.linear_k_heads (3) must divide model.linear_v_heads (8)"),
+    ('name = "meta-llama/Llama-3.1-8B"\nlinear_layers = 32\nlinear_k_heads = 4\n'
+     'linear_v_heads = 8\nlinear_k_dim = 128\nlinear_v_dim = 128\nlinear_conv = 4',
+     "model.linear_layers must be below model.n_layers (32)"),
+    ('name = "deepseek-ai/DeepSeek-V3"\nlinear_layers = 8\nlinear_k_heads = 4\n'
+     'linear_v_heads = 8\nlinear_k_dim = 128\nlinear_v_dim = 128\nlinear_conv = 4',
+     "linear attention is costed beside full grouped-query attention, not latent"),
 ])
 def test_a_linear_attention_key_without_its_others_is_one_line(tmp_path, model, message):
     assert message in refusal(tmp_path, model=model)
@@ -215,7 +332,14 @@ def test_tp_must_divide_the_linear_key_heads(tmp_path):
      'its entries must be "full_attention" or "linear_attention"'),
     ({"layer_types": ["linear_attention"] * 48}, "leaves no full-attention layer of the 48"),
     ({"mamba_ssm_dtype": "float16"}, "mamba_ssm_dtype must be one of float32, bfloat16"),
+    ({"mamba_ssm_dtype": []}, "mamba_ssm_dtype must be one of float32, bfloat16, got []"),
     ({"linear_num_value_heads": None}, "missing 'linear_num_value_heads'"),
+    ({"linear_num_value_heads": 24}, "linear_num_key_heads (16) must divide "
+                                     "linear_num_value_heads (24)"),
+    ({"full_attention_interval": 100}, "full_attention_interval (100) leaves no "
+                                       "full-attention layer of the 48"),
+    ({"intermediate_size": None, "mlp_only_layers": [0, 1]},
+     "missing 'intermediate_size': mlp_only_layers and decoder_sparse_step leave 2 dense"),
 ])
 def test_a_bad_hybrid_config_is_one_line(tmp_path, change, message):
     table = {k: v for k, v in (QWEN3_NEXT | change).items() if v is not None}

@@ -45,6 +45,15 @@ from .operators import attention_shapes
 
 # Tokens a chunk of the delta rule's chunked form (its prefill kernels': 64)
 DELTA_CHUNK = 64
+# Seconds the chunked form takes a chunk at least: a sequence's chunks run one after another
+# (each starts from the state the one before leaves), its heads and the other sequences beside
+# them (docs/sim/hardware.md, "Linear attention")
+DELTA_STEP_S = 3.0e-6
+# Kernels of the chunked form (FLA's, which vLLM, SGLang and TensorRT-LLM run or follow: the
+# gates' cumulative sum, the chunk's key products, their triangular inverse, the WY
+# representation, the chunks' states, the output)
+DELTA_KERNELS = 6
+DELTA_EFFICIENCY = 0.08
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class Attention:
     sparse: int = 0  # keys a query attends to at most, an indexer's choice among them all
     indexer: bool = False  # sparse attention's indexer: every key scored (the roofline's)
     linear: bool = False  # linear attention: `query_s` a token's, `key_s` a sequence's state
+    step_s: float = 0.0  # and in prefill, each chunk of a sequence's at least (`DELTA_STEP_S`)
 
 
 def attention_groups(arch, tp: int, kind: str, eff, peak: float, bandwidth: float,
@@ -105,15 +115,18 @@ def linear_group(arch, tp: int, kind: str, eff, peak: float, bandwidth: float,
     k, v = arch.linear_k_dim, arch.linear_v_dim
     channels = 2 * k_heads * k + v_heads * v  # what the convolution runs over
     flops = 2 * channels * arch.linear_conv + v_heads * 6 * k * v
-    if kind == "prefill":
-        flops += v_heads * 2 * DELTA_CHUNK * (k + v)
     activations = (3 * channels + 2 * v_heads + v_heads * v) * act_bytes
+    step_s, kernels = 0.0, 2
+    if kind == "prefill":  # the work within a chunk; each chunk's state written and read back
+        flops += v_heads * 2 * DELTA_CHUNK * (k + v)
+        activations += 2 * v_heads * k * v * act_bytes / DELTA_CHUNK
+        step_s, kernels = DELTA_STEP_S, 1 + DELTA_KERNELS
     state = v_heads * k * v * STATE_DTYPES[arch.state_dtype] + \
         (arch.linear_conv - 1) * channels * act_bytes
     layers, memory = arch.linear_layers, bandwidth * eff.memory
-    return Attention(2 * layers * eff.launch_s, layers * flops / peak,
+    return Attention(kernels * layers * eff.launch_s, layers * flops / peak,
                      layers * activations / memory, layers * 2 * state / memory, 0, layers,
-                     linear=True)
+                     linear=True, step_s=layers * step_s)
 
 
 class RowTables(Protocol):
@@ -292,9 +305,10 @@ class StepAttention:
         return self._past_reach("prefill linear", group, seconds)
 
     def _linear_prefill_roofline(self, group: Attention, chunks: float, tokens: float) -> float:
-        rows = max(round(tokens), 1)
-        return group.launch_s + max(group.flop_s * tokens / self.tables.compute_at(rows),
-                                    group.query_s * tokens + group.key_s * chunks)
+        steps = math.ceil(tokens / chunks / DELTA_CHUNK)  # the mean chunk's, one after another
+        return group.launch_s + max(group.flop_s * tokens / DELTA_EFFICIENCY,
+                                    group.query_s * tokens + group.key_s * chunks,
+                                    group.step_s * steps)
 
     def _linear_decode(self, group: Attention, decodes: float) -> float:
         """Seconds of the linear-attention layers' decode of `decodes` sequences."""

@@ -15,8 +15,8 @@ SSM_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 def linear_attention(c: ConfigValues, n_layers: int) -> dict:
     """The Gated DeltaNet layers of a hybrid: those `layer_types` marks "linear_attention",
     else all but every `full_attention_interval`-th (transformers' rule, 4 by default); their
-    heads, the convolution's width, the state's dtype (`mamba_ssm_dtype`; the weights' bf16
-    where the file names none, as vLLM's "auto" keeps it) and the full layers' output gate."""
+    heads, the convolution's width, the state's dtype (`mamba_ssm_dtype`; fp32 where the file
+    names none, the default of vLLM's "auto" and of SGLang) and the full layers' output gate."""
     types = c.list("layer_types", lambda t: t in HYBRID_LAYER_TYPES,
                    " or ".join(f'"{t}"' for t in HYBRID_LAYER_TYPES))
     if types is not None:
@@ -27,17 +27,22 @@ def linear_attention(c: ConfigValues, n_layers: int) -> dict:
     else:
         linear = n_layers - n_layers // c.int("full_attention_interval", 4)
     if linear >= n_layers and c.alone("linear_layers"):
-        raise c.error(f"layer_types leaves no full-attention layer of the {n_layers}; "
-                      f"servesim costs hybrids, whose other layers attend")
+        rule = "layer_types" if types is not None else \
+            f"full_attention_interval ({c.get('full_attention_interval')})"
+        raise c.error(f"{rule} leaves no full-attention layer of the {n_layers}; servesim "
+                      f"costs hybrids, whose other layers attend")
     state = c.get("mamba_ssm_dtype")
-    if state is not None and state not in SSM_DTYPES:
+    if state is not None and (not isinstance(state, str) or state not in SSM_DTYPES):
         raise c.error(f"mamba_ssm_dtype must be one of {', '.join(SSM_DTYPES)}, got "
                       f"{repr(state)[:60]}")
-    keys = {"linear_layers": linear, "linear_k_heads": c.int("linear_num_key_heads"),
-            "linear_v_heads": c.int("linear_num_value_heads"),
+    k_heads, v_heads = c.int("linear_num_key_heads"), c.int("linear_num_value_heads")
+    if v_heads % k_heads and c.alone("linear_k_heads", "linear_v_heads"):
+        raise c.error(f"linear_num_key_heads ({k_heads}) must divide linear_num_value_heads "
+                      f"({v_heads})")
+    keys = {"linear_layers": linear, "linear_k_heads": k_heads, "linear_v_heads": v_heads,
             "linear_k_dim": c.int("linear_key_head_dim"),
             "linear_v_dim": c.int("linear_value_head_dim"),
             "linear_conv": c.int("linear_conv_kernel_dim"),
-            "state_dtype": SSM_DTYPES.get(state, "bf16"),
+            "state_dtype": SSM_DTYPES.get(state, "fp32"),
             "attn_gate": c.bool("attn_output_gate", True)}
     return keys if linear else {"attn_gate": keys["attn_gate"]}
