@@ -24,6 +24,7 @@ from sim.costs.hardware.memory import NON_TORCH_BYTES
 from sim.costs.hardware.operators import elementwise_bytes, embedding_bytes, matmul_shapes
 from sim.costs.hardware.timing import elementwise_time
 from sim.costs.shape import StepShape
+from sim.notes import collected
 from sim.runner import run_config
 
 PACKAGE_CONFIGS = data_root().parent.parent / "model_configs"
@@ -116,6 +117,15 @@ def test_the_cache_holds_the_full_layers_keys_and_memory_sets_states_aside(tmp_p
     assert arch.state_bytes_per_seq(8, 2) == 45 * STATE_PER_LAYER
     setup = hardware_setup(scenarios.load(qwen35_scenario(tmp_path)).base)
     assert setup.plan.states == 64 * 45 * STATE_PER_LAYER
+    with collected() as said:
+        hardware_setup(scenarios.load(qwen35_scenario(tmp_path)).base)
+        hardware_setup(scenarios.load(qwen35_scenario(tmp_path, "sglang")).base)
+    assert [note for note in said if "states are set aside" in note] == [
+        f"note: hardware: {QWEN35}'s linear-attention states are set aside for "
+        f"engine.max_num_seqs = 64 sequences (1.4 GiB a GPU beside "
+        f"{setup.kv_blocks * 16 * 15360 / 2**30:.1f} GiB of KV cache); vLLM takes each state "
+        f"from its KV blocks only while its request runs, so with fewer running it caches more "
+        f"tokens than here (docs/sim/hardware.md, \"KV capacity from memory\")"]
     bf16 = hardware_setup(scenarios.load(qwen35_scenario(tmp_path), [
         'model.state_dtype = "bf16"']).base)
     assert bf16.plan.states < setup.plan.states and bf16.kv_blocks > setup.kv_blocks

@@ -251,6 +251,13 @@ def hardware_setup(config) -> HardwareSetup:
                          f"than the KV cache holds on {gpu.id} at tp = {tp} ({tokens:,} tokens); "
                          f"set model.max_seq_len to at most {tokens:,} (as "
                          f"{CONTEXT_FLAGS[hardware.framework]}) or {more}")
+    if plan.states and hardware.framework == "vllm":
+        kv, states = blocks * engine.block_size * plan.kv_bytes_per_token, plan.states
+        say_once(f"note: hardware: {arch.name}'s linear-attention states are set aside for "
+                 f"engine.max_num_seqs = {engine.max_num_seqs:,} sequences ({states / GIB:.1f} "
+                 f"GiB a GPU beside {kv / GIB:.1f} GiB of KV cache); vLLM takes each state from "
+                 f"its KV blocks only while its request runs, so with fewer running it caches "
+                 f"more tokens than here (docs/sim/hardware.md, \"KV capacity from memory\")")
     measured = measured_ops(hardware, arch, gpu, tp, dtype, ep)
     if measured is None and hardware.activation_scheme != "static":
         say_once(f"note: hardware.activation_scheme = \"{hardware.activation_scheme}\" picks "
