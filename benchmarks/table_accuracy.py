@@ -8,7 +8,7 @@ custom all-reduce); how far apart the GEMM points measured one row apart are; ho
 Marlin's MoE kernel carries from the shape it was measured at (`marlin_transfer.py`); and the
 Gated DeltaNet kernels of linear attention, every framework's (`linear_attention_accuracy.py`).
 
-    python benchmarks/hardware_accuracy.py --only tables   # about 15 seconds; or this file alone
+    python benchmarks/hardware_accuracy.py --only tables   # about 20 seconds; or this file alone
 """
 
 from __future__ import annotations

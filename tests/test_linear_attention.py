@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import scenarios
@@ -14,8 +15,6 @@ import sim
 from helpers.hf_configs import write_config
 from helpers.model_scenario import refusal, scenario
 from helpers.runs import records
-import numpy as np
-
 from sim.costs.hardware import hardware_setup, model_architecture
 from sim.costs.hardware.attention import DELTA_EFFICIENCY, DELTA_STEP_S
 from sim.costs.hardware.cost import HardwareCost, operator_times
@@ -94,9 +93,18 @@ def test_qwen35_and_qwen3_next_read_as_hybrids_of_their_card():
 
 def test_qwen3_next_reads_by_its_interval(tmp_path):
     """Without layer_types, every full_attention_interval-th layer attends (transformers'
-    rule); a file naming no state dtype keeps it in fp32 (vLLM's "auto", SGLang's default)."""
-    arch = model_architecture({"config": write_config(tmp_path, QWEN3_NEXT)})
-    assert (arch.linear_layers, arch.linear_v_heads, arch.state_dtype) == (36, 32, "fp32")
+    rule); a file naming no state dtype leaves it to the framework: bf16 under vLLM (its
+    "auto", the weights' dtype), fp32 under SGLang (its --mamba-ssm-dtype's default)."""
+    path = write_config(tmp_path, QWEN3_NEXT)
+    arch = model_architecture({"config": path})
+    assert (arch.linear_layers, arch.linear_v_heads, arch.state_dtype) == (36, 32, "")
+    for framework, dtype in (("vllm", "bf16"), ("sglang", "fp32"), ("trtllm", "bf16")):
+        setup = hardware_setup(scenarios.load(scenario(
+            tmp_path, model=f'config = "{path}"', gpu="h200", tp=2,
+            hardware=f'framework = "{framework}"'), ["engine.enable_prefix_caching = false"]).base)
+        assert setup.arch.state_dtype == dtype
+        assert setup.plan.states == 64 * 36 * (16 * 128 * 128 * (4 if dtype == "fp32" else 2)
+                                               + 3 * (2 * 8 * 128 + 16 * 128) * 2)
     assert arch.parameters() == pytest.approx(80e9, rel=0.005)  # "80B"
     typed = QWEN3_NEXT | {"layer_types": ["linear_attention", "full_attention"] * 24,
                           "mamba_ssm_dtype": "bfloat16"}
@@ -105,7 +113,7 @@ def test_qwen3_next_reads_by_its_interval(tmp_path):
     given = model_architecture({"name": "meta-llama/Llama-3.1-8B", "linear_layers": 8,
                                 "linear_k_heads": 4, "linear_v_heads": 8, "linear_k_dim": 128,
                                 "linear_v_dim": 128, "linear_conv": 4})
-    assert given.state_dtype == "fp32"
+    assert given.state_dtype == ""  # the framework's
 
 
 def test_the_cache_holds_the_full_layers_keys_and_memory_sets_states_aside(tmp_path):
@@ -151,11 +159,11 @@ def test_measured_gated_deltanet_kernels_cost_the_linear_layers(tmp_path):
     fresh = StepShape(prefill_tokens=1024, prefill_attention=1024 * 1024, prefill_seqs=1,
                       prefill_square=1024 * 1024)
     group = cost.attention.prefill_groups[-1]
-    assert cost.attention._linear_prefill(group, 1, 1024) == pytest.approx(45 * 64.185e-6,
-                                                                           rel=1e-4)
+    assert cost.attention._linear_prefill(group, 1, 1024, 1024 * 1024) == pytest.approx(
+        45 * 64.185e-6, rel=1e-4)
     # the step adds it beside the full layers' attention
     full_only = cost.attention.plus_prefill(0.0, fresh) - cost.attention._linear_prefill(
-        group, 1, 1024)
+        group, 1, 1024, 1024 * 1024)
     assert full_only == pytest.approx(cost.measured.prefill_attention(0, 1, 1024 * 1025 / 2,
                                                                       1024) * 15)
 
@@ -221,22 +229,48 @@ def test_the_roofline_prefill_holds_the_chunked_forms_bounds(tmp_path):
     assert group.step_s == 45 * DELTA_STEP_S
     for chunks, tokens in ((1, 100), (1, 8192), (3, 3000), (16, 8192)):
         steps = -(-tokens // chunks // 64)
-        assert cost.attention._linear_prefill(group, chunks, tokens) == pytest.approx(
-            group.launch_s + max(group.flop_s * tokens / DELTA_EFFICIENCY,
-                                 group.query_s * tokens + group.key_s * chunks,
-                                 group.step_s * steps))
+        assert cost.attention._linear_prefill(group, chunks, tokens, tokens**2 / chunks) == \
+            pytest.approx(group.launch_s + max(group.flop_s * tokens / DELTA_EFFICIENCY,
+                                               group.query_s * tokens + group.key_s * chunks,
+                                               group.step_s * steps))
+    # on the H200: one prompt of 8,192 tokens bound by its 128 chunks one after another (3 us
+    # each), 16 prompts of 512 by their FLOPs at 8% of the peak
+    assert cost.attention._linear_prefill(group, 1, 8192, 8192**2) == pytest.approx(
+        45 * (7 * 3.178e-6 + 128 * 3e-6), rel=1e-3)
+    assert cost.attention._linear_prefill(group, 16, 8192, 16 * 512**2) == pytest.approx(
+        45 * (7 * 3.178e-6 + 1_060_864 * 8192 / (989e12 * 0.08)), rel=1e-3)
+    # a step's chunks of unequal lengths run as long as their longest, weighted by its tokens:
+    # a one-token chunk beside 8,192 tokens costs more, not half
+    alone = cost.attention._linear_prefill(group, 1, 8192, 8192**2)
+    assert cost.attention._linear_prefill(group, 2, 8193, 8192**2 + 1) >= alone
     decode = cost.attention.decode_groups[-1]
     assert decode.launch_s == pytest.approx(45 * 2 * cost.eff.launch_s) and not decode.step_s
 
 
 def test_a_measured_prefill_of_several_chunks_and_past_the_tables(tmp_path):
     """Four chunks of 2,048 tokens are looked up as four sequences of 2,048 (24.82 + 106.94 us
-    a layer); decodes past the tables' reach (4,096 sequences, 2x past their 1,024) take the
-    tables' time where they end times the roofline's growth from there."""
+    a layer), and a one-token chunk beside 8,192 tokens as about one sequence of 8,192; decodes
+    past the tables' reach (4,096 sequences, 2x past their 1,024), and a prompt past it
+    (131,072 tokens, 2x past 32,768), take the tables' time where they end times the
+    roofline's growth from there."""
     cost = qwen35_cost(tmp_path)
     group, linear = cost.attention.prefill_groups[-1], cost.attention.decode_groups[-1]
-    assert cost.attention._linear_prefill(group, 4, 4 * 2048) == pytest.approx(
+    assert cost.attention._linear_prefill(group, 4, 4 * 2048, 4 * 2048**2) == pytest.approx(
         45 * 131.7576e-6, rel=1e-5)
+    alone = cost.attention._linear_prefill(group, 1, 8192, 8192**2)
+    assert cost.attention._linear_prefill(group, 2, 8193, 8192**2 + 1) == pytest.approx(
+        alone, rel=0.001)  # not a half: two sequences of 4,096
+    end = cost.measured.linear_prefill(1, 65536)
+    assert end == end and cost.measured.linear_prefill(1, 131072) != \
+        cost.measured.linear_prefill(1, 131072)
+    for prompts in (1, 2):  # each prompt's chunks one after another, the prompts side by side
+        end = cost.measured.linear_prefill(prompts, 65536)
+        rise = cost.attention._linear_prefill_roofline(group, prompts, prompts * 131072,
+                                                       131072) / \
+            cost.attention._linear_prefill_roofline(group, prompts, prompts * 65536, 65536)
+        assert cost.attention._linear_prefill(group, prompts, prompts * 131072,
+                                              prompts * 131072**2) == \
+            pytest.approx(45 * end * rise)
     edge = cost.measured.linear_decode(2048)
     assert edge == edge and cost.measured.linear_decode(4096) != \
         cost.measured.linear_decode(4096)  # NaN past the reach

@@ -105,7 +105,7 @@ class Architecture(Checks, Sizes):
     linear_k_dim: int = 0  # their widths
     linear_v_dim: int = 0
     linear_conv: int = 0  # the short convolution's width
-    state_dtype: str = ""  # the state's elements, fp32 or bf16 (default with linear layers)
+    state_dtype: str = ""  # the state's elements, fp32 or bf16 ("": the framework's, setup.py)
     attn_gate: bool = False  # the query projection also makes a gate on attention's output
     fused_qkv: bool = True  # one QKV matmul reading its input once (else three, as the engine)
     rope: bool = True  # rotary position embedding applied to queries and keys

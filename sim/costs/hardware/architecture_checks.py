@@ -84,9 +84,9 @@ class Checks:
 
     def _check_linear_attention(self) -> None:
         if not isinstance(self.state_dtype, str) or \
-                self.state_dtype not in ("", *STATE_DTYPES):
+                self.state_dtype not in ("", *STATE_DTYPES):  # "": the framework's
             raise ValueError(f"model.state_dtype must be one of {', '.join(STATE_DTYPES)}, "
-                             f"got {self.state_dtype!r}")
+                             f"got {repr(self.state_dtype)[:60]}")
         if self.state_dtype and not self.linear_layers:
             raise ValueError(f"model.state_dtype ({self.state_dtype}) is the linear-attention "
                              f"layers' state and model.linear_layers is 0 (no linear "
@@ -94,8 +94,6 @@ class Checks:
         if self._check_off("linear_layers", LINEAR_KEYS, "linear-attention",
                            "no linear attention"):
             return
-        if not self.state_dtype:  # fp32, as vLLM's "auto" and SGLang keep it
-            object.__setattr__(self, "state_dtype", "fp32")
         for f in LINEAR_KEYS:
             if not getattr(self, f):
                 raise ValueError(f"model.{f} must be a positive integer with "

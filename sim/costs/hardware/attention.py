@@ -18,11 +18,13 @@ own, adds only a chunk's pairs with cached keys; elsewhere the latent group char
 `index_topk` keys a query, as a window does, and the indexer every key, by the roofline.
 A linear-attention layer (Gated DeltaNet) is a group of its own, costed by the step's chunks
 and decodes, not its keys: its convolution and the delta rule over each sequence's state, the
-measured kernels' where the tables have them (prefill at `prefill_seqs` chunks of the mean
-chunk's length, decode at `decode_seqs` sequences), else the roofline's
+measured kernels' where the tables have them (prefill as T / L prompts of L tokens, L the
+chunks' length weighted by their tokens, sum n^2 / sum n, which the longest chunk bounds; decode
+at `decode_seqs` sequences), else the roofline's
 
-    prefill: launches + max(flop x tokens / compute efficiency(T),
-                            a token's activations x T + a state read and written x chunks)
+    prefill: launches + max(flop x T / DELTA_EFFICIENCY,
+                            a token's activations x T + a state read and written x chunks,
+                            DELTA_STEP_S x ceil(L / 64))
     decode:  launches + max(flop x decodes / top compute efficiency,
                             (a token's activations + a state read and written) x decodes)
 
@@ -45,14 +47,17 @@ from .operators import attention_shapes
 
 # Tokens a chunk of the delta rule's chunked form (its prefill kernels': 64)
 DELTA_CHUNK = 64
-# Seconds the chunked form takes a chunk at least: a sequence's chunks run one after another
-# (each starts from the state the one before leaves), its heads and the other sequences beside
-# them (docs/sim/hardware.md, "Linear attention")
-DELTA_STEP_S = 3.0e-6
-# Kernels of the chunked form (FLA's, which vLLM, SGLang and TensorRT-LLM run or follow: the
-# gates' cumulative sum, the chunk's key products, their triangular inverse, the WY
-# representation, the chunks' states, the output)
+# The roofline's prefill of the chunked form (docs/sim/hardware.md, "Linear attention"): its
+# kernels (FLA's, which vLLM, SGLang and TensorRT-LLM run or follow: the gates' cumulative sum,
+# the chunk's key products, their triangular inverse, the WY representation, the chunks'
+# states, the output); the seconds it takes a chunk at least (a sequence's chunks run one after
+# another, each from the state the one before leaves; its heads and the other sequences beside
+# them); and the share of the GPU's peak its FLOPs reach (its matmuls are 64 x 128). The last
+# two fitted to the package's measured tables (`benchmarks/linear_attention_accuracy.py`): the
+# per-chunk time of one prompt at few heads (2 to 3.3 us on the H100 to the GB300) and the
+# throughput of 4 and 16 prompts at once
 DELTA_KERNELS = 6
+DELTA_STEP_S = 3.0e-6
 DELTA_EFFICIENCY = 0.08
 
 
@@ -106,11 +111,13 @@ def attention_groups(arch, tp: int, kind: str, eff, peak: float, bandwidth: floa
 def linear_group(arch, tp: int, kind: str, eff, peak: float, bandwidth: float,
                  act_bytes: float) -> Attention:
     """The `Attention` of `kind` of the linear-attention layers on one GPU (module docstring):
-    two kernels a layer (the convolution and the delta rule); a token's FLOPs (the
+    two kernels a layer in decode (the convolution and the recurrent rule), seven in prefill
+    (the convolution and the chunked form's `DELTA_KERNELS`); a token's FLOPs (the
     convolution's, and a value head's k x v state read, corrected and written: 6 k v, with the
     chunked form's work within a chunk in prefill) and activations (the convolution's input
     and output, the rule's queries, keys, values, two scalars a head and output), and a
-    sequence's state (its matrices and the convolution's window), read and written once."""
+    sequence's state (its matrices and the convolution's window), read and written once; in
+    prefill also each chunk's state, written and read back, and `DELTA_STEP_S` a chunk."""
     k_heads, v_heads = arch.linear_k_heads // tp, arch.linear_v_heads // tp
     k, v = arch.linear_k_dim, arch.linear_v_dim
     channels = 2 * k_heads * k + v_heads * v  # what the convolution runs over
@@ -165,7 +172,7 @@ class StepAttention:
         fresh = (shape.prefill_square + tokens) / 2  # the chunks' work were they fresh prompts
         for group in self.prefill_groups:
             if group.linear:
-                time += self._linear_prefill(group, chunks, tokens)
+                time += self._linear_prefill(group, chunks, tokens, shape.prefill_square)
                 continue
             if group.indexer and self.sparse_measured:  # the context's pairs: the block holds
                 extra = max(causal - fresh, 0.0)  # its fresh prompts' and not theirs
@@ -289,26 +296,33 @@ class StepAttention:
         return self._past_reach("decode", group, seconds)
 
     # --- linear attention -----------------------------------------------------------------
-    def _linear_prefill(self, group: Attention, chunks: float, tokens: float) -> float:
-        """Seconds of the linear-attention layers' prefill: `chunks` chunks of `tokens` in
-        all, measured as that many of the mean chunk's length where the tables have it."""
+    def _linear_prefill(self, group: Attention, chunks: float, tokens: float,
+                        square: float) -> float:
+        """Seconds of the linear-attention layers' prefill of `chunks` chunks of `tokens` in
+        all whose squared lengths add up to `square`: as tokens / L prompts of L tokens, L
+        the chunks' length weighted by their tokens (square / tokens: a step's longest chunk,
+        whose chunks run one after another, weighs as much as its tokens)."""
+        length = square / tokens
+        batch = tokens / length
         measured = math.nan if self.measured is None else \
-            self.measured.linear_prefill(chunks, tokens)
+            self.measured.linear_prefill(batch, length)
         if measured == measured:
             return group.layers * measured
-        here = self._linear_prefill_roofline(group, chunks, tokens)
+        here = self._linear_prefill_roofline(group, chunks, tokens, length)
         if self.measured is None or not self.measured.linear_measured(decode=False):
             return here
         seconds = self.measured.linear_anchored(
-            False, chunks, tokens / chunks, lambda b, n: _growth(here, (
-                self._linear_prefill_roofline(group, b, b * n))))
+            False, batch, length, lambda b, n: _growth(here, (
+                self._linear_prefill_roofline(group, b, b * n, n))))
         return self._past_reach("prefill linear", group, seconds)
 
-    def _linear_prefill_roofline(self, group: Attention, chunks: float, tokens: float) -> float:
-        steps = math.ceil(tokens / chunks / DELTA_CHUNK)  # the mean chunk's, one after another
+    def _linear_prefill_roofline(self, group: Attention, chunks: float, tokens: float,
+                                 length: float) -> float:
+        """The roofline's seconds of `chunks` chunks of `tokens` in all, their chunks of 64
+        running one after another for `length` tokens."""
         return group.launch_s + max(group.flop_s * tokens / DELTA_EFFICIENCY,
                                     group.query_s * tokens + group.key_s * chunks,
-                                    group.step_s * steps)
+                                    group.step_s * math.ceil(length / DELTA_CHUNK))
 
     def _linear_decode(self, group: Attention, decodes: float) -> float:
         """Seconds of the linear-attention layers' decode of `decodes` sequences."""

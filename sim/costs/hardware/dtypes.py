@@ -18,8 +18,12 @@ COMPUTE_DTYPES = {"mxfp4": "bf16"}
 # Dtypes whose activations (and KV cache, by default) are the weights' own; the others (fp8,
 # nvfp4, mxfp4 weights) run with bf16 activations
 NATIVE_DTYPES = ("fp32", "fp16", "bf16")
-# A linear-attention layer's state matrices (`model.state_dtype`): bytes an element
+# A linear-attention layer's state matrices (`model.state_dtype`): bytes an element; and each
+# framework's where neither the model's config.json nor the scenario names one: SGLang's
+# `--mamba-ssm-dtype` (float32), vLLM's and TensorRT-LLM's "auto" (the weights' dtype: vLLM's
+# `mamba_utils` keeps the state as the convolution's, bf16, unless the model's config asks)
 STATE_DTYPES = {"fp32": 4, "bf16": 2}
+FRAMEWORK_STATE_DTYPES = {"vllm": "bf16", "sglang": "fp32", "trtllm": "bf16"}
 
 
 def expert_bytes(dtype: str) -> float:

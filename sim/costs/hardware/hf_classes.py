@@ -256,8 +256,9 @@ def _qwen3_next(c: ConfigValues) -> dict:
     keys = _dense(c, d_ff=width) | {"qkv_bias": c.bool("attention_bias", False)}
     keys = _moe_layers(c, keys | _experts(c, "num_experts", "moe_intermediate_size"))
     if c.get("intermediate_size") is None and keys["n_dense_layers"] and c.alone("d_ff"):
+        dense = keys["n_dense_layers"]
         raise c.error(f"missing 'intermediate_size': mlp_only_layers and decoder_sparse_step "
-                      f"leave {keys['n_dense_layers']} dense layers, whose MLP width it is")
+                      f"leave {dense} dense layer{'s' * (dense > 1)}, whose MLP width it is")
     shared = c.int("shared_expert_intermediate_size", 0, minimum=0)
     keys |= {"n_shared_experts": 1, "shared_d_ff": shared} if shared else {}
     return keys | linear_attention(c, keys["n_layers"])

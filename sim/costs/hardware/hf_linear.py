@@ -15,8 +15,8 @@ SSM_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 def linear_attention(c: ConfigValues, n_layers: int) -> dict:
     """The Gated DeltaNet layers of a hybrid: those `layer_types` marks "linear_attention",
     else all but every `full_attention_interval`-th (transformers' rule, 4 by default); their
-    heads, the convolution's width, the state's dtype (`mamba_ssm_dtype`; fp32 where the file
-    names none, the default of vLLM's "auto" and of SGLang) and the full layers' output gate."""
+    heads, the convolution's width, the state's dtype (`mamba_ssm_dtype`; where the file names
+    none, the framework's: `dtypes.FRAMEWORK_STATE_DTYPES`) and the full layers' output gate."""
     types = c.list("layer_types", lambda t: t in HYBRID_LAYER_TYPES,
                    " or ".join(f'"{t}"' for t in HYBRID_LAYER_TYPES))
     if types is not None:
@@ -43,6 +43,6 @@ def linear_attention(c: ConfigValues, n_layers: int) -> dict:
             "linear_k_dim": c.int("linear_key_head_dim"),
             "linear_v_dim": c.int("linear_value_head_dim"),
             "linear_conv": c.int("linear_conv_kernel_dim"),
-            "state_dtype": SSM_DTYPES.get(state, "fp32"),
+            "state_dtype": SSM_DTYPES.get(state, ""),
             "attn_gate": c.bool("attn_output_gate", True)}
     return keys if linear else {"attn_gate": keys["attn_gate"]}

@@ -113,11 +113,11 @@ class MeasuredAttention:
         """Whether the tables have the linear-attention layers' decode (or prefill)."""
         return self._linear[decode] is not None
 
-    def linear_prefill(self, chunks: float, tokens: float) -> float:
-        """Seconds of one linear-attention layer's prefill of `chunks` chunks of `tokens` in
-        all, as that many chunks of their mean length (NaN: out of reach or not measured)."""
+    def linear_prefill(self, batch: float, length: float) -> float:
+        """Seconds of one linear-attention layer's prefill of `batch` prompts of `length`
+        tokens (NaN: out of reach or not measured)."""
         grid = self._linear[0]
-        return math.nan if grid is None else grid.at_one(chunks, tokens / chunks)
+        return math.nan if grid is None else grid.at_one(batch, length)
 
     def linear_decode(self, decodes: float) -> float:
         """Seconds of one linear-attention layer's decode of `decodes` sequences (NaN: out of

@@ -6,13 +6,14 @@ ValueError naming the key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...notes import say_once
 from .architecture import Architecture
 from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
 from .checkpoint import checkpoint_dtype
-from .dtypes import DTYPE_BYTES, EXPERT_BYTES, activation_dtype, compute_dtype, expert_bytes
+from .dtypes import (DTYPE_BYTES, EXPERT_BYTES, FRAMEWORK_STATE_DTYPES, activation_dtype,
+                     compute_dtype, expert_bytes)
 from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
 from .measured import MeasuredOps
 from .memory import GIB, MEMORY_RULES, MemoryPlan, memory_plan, smallest_tp
@@ -143,6 +144,8 @@ def hardware_setup(config) -> HardwareSetup:
     "hardware"."""
     hardware, engine = config.hardware, config.engine
     arch = model_architecture(config.model.given())
+    if arch.linear_layers and not arch.state_dtype:  # neither the file nor the scenario names it
+        arch = replace(arch, state_dtype=FRAMEWORK_STATE_DTYPES.get(hardware.framework, "bf16"))
     gpu = gpu_spec(hardware.gpu)
     tp, ep, dp, dtype = hardware.tp, hardware.ep, hardware.dp, hardware.dtype
     arch.check_tp(tp)

@@ -170,6 +170,9 @@ class Sizes:
         split by tensor parallelism."""
         if not self.linear_layers:
             return 0.0
+        if self.state_dtype not in STATE_DTYPES:  # "": the framework's, which setup.py sets
+            raise ValueError("model.state_dtype: the framework's default is set by the "
+                             "hardware setup; give fp32 or bf16 to size a state without one")
         matrices = self.linear_v_heads * self.linear_k_dim * self.linear_v_dim * \
             STATE_DTYPES[self.state_dtype]
         window = (self.linear_conv - 1) * (2 * self.linear_qk + self.linear_values) * act_bytes
