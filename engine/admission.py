@@ -75,7 +75,8 @@ class Admission:
             hits = self._cached_prefix(seq) if self._caching else ()
             cached = len(hits) * bm.block_size
             chunk = self.first_chunk(seq.num_tokens - cached, budget)
-            need = blocks_needed(cached + chunk, bm.block_size) - len(hits)  # its first chunk's
+            need = blocks_needed(cached + chunk, bm.block_size) - len(hits) + \
+                bm.state_to_hold(seq.seq_id)  # its first chunk's, and its state's
             pinned = bm.evictable_among(hits) if hits else 0  # free blocks its hits take up
             if not chunk or not has_free_capacity(bm, need + pinned) or \
                     (promised is not None and not promised.take(seq)) or \

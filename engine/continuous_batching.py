@@ -58,7 +58,8 @@ def select_admissions(waiting, alloc, block_size: int, max_admit: int) -> list[S
     admitted = []
     while queue and len(admitted) < max_admit:
         seq = queue.peek()
-        if not _has_free_capacity(bm, blocks_needed(seq.num_tokens, block_size)):
+        if not _has_free_capacity(bm, blocks_needed(seq.num_tokens, block_size)
+                                  + bm.state_to_hold(seq.seq_id)):
             break
         queue.pop()
         admit_sequence(seq, bm)

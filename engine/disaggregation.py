@@ -123,7 +123,8 @@ class KvTransfers:
         # whose request is the prompt alone, finds them (its last token is always computed)
         hits = self._cached_prefix(seq)[:(seq.prompt_len - 1) // bm.block_size] \
             if self._caching else ()
-        need = blocks_needed(seq.num_tokens, bm.block_size) - len(hits)
+        need = blocks_needed(seq.num_tokens, bm.block_size) - len(hits) + \
+            bm.state_to_hold(seq.seq_id)  # and its state's, where the pool holds states
         if hits:
             need += bm.evictable_among(hits)  # free blocks that its hits take up
         if not has_free_capacity(bm, need) or \

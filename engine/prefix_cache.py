@@ -315,11 +315,16 @@ class PrefixCachingBlockManager(BlockManager):
             "cached free blocks miscounted"
 
 
-def make_block_manager(num_blocks: int, block_size: int,
-                       prefix_caching: bool = False) -> BlockManager:
-    """A block manager, with automatic prefix caching or without."""
-    cls = PrefixCachingBlockManager if prefix_caching else BlockManager
-    return cls(num_blocks, block_size)
+def make_block_manager(num_blocks: int, block_size: int, prefix_caching: bool = False,
+                       state_blocks: int = 0) -> BlockManager:
+    """A block manager, with automatic prefix caching or without; `state_blocks`: those a
+    sequence's linear-attention state takes from the pool (`BlockManager`; not with prefix
+    caching, which the hardware model refuses with linear attention)."""
+    if prefix_caching:
+        if state_blocks:
+            raise ValueError("a state's blocks are not counted with prefix caching")
+        return PrefixCachingBlockManager(num_blocks, block_size)
+    return BlockManager(num_blocks, block_size, state_blocks)
 
 
 __all__ = ["PrefixCachingBlockManager", "make_block_manager", "OutOfBlocksError"]

@@ -104,7 +104,10 @@ def hardware_text(derived: dict) -> str:
             f"({derived['kv_tokens']:,} tokens, {derived['kv_bytes_per_token_per_gpu'] / 1024:g}"
             f" KiB a token)"
             + (f", {derived['states_gib_per_gpu']:.1f} GiB of linear-attention states"
-               if derived.get("states_gib_per_gpu") else ""))
+               if derived.get("states_gib_per_gpu") else "")
+            + (f", a running sequence's linear-attention state taking "
+               f"{derived['state_blocks']:,} of its blocks" if derived.get("state_blocks")
+               else ""))
 
 
 def kernels_text(derived: dict) -> str:

@@ -65,7 +65,8 @@ def build_server(config: RunConfig, mode: str, streams: dict, cost=None, jitter_
     simulated = mode == "simulate"
     max_seq_len, blocks = (model.max_seq_len, None) if hardware is None else \
         (hardware.arch.max_seq_len, hardware.kv_blocks)
-    scheduler = build_scheduler(config, max_seq_len, blocks, steady=steady and simulated)
+    scheduler = build_scheduler(config, max_seq_len, blocks, steady=steady and simulated,
+                                state_blocks=hardware.state_blocks if hardware else 0)
     if mode != "simulate":
         executor = numpy_executor(model, scheduler, streams["sampling"], params)
         return Server(scheduler, executor, model)
@@ -78,19 +79,21 @@ def build_server(config: RunConfig, mode: str, streams: dict, cost=None, jitter_
 
 
 def build_scheduler(config: RunConfig, max_seq_len: int, num_kv_blocks: int | None = None,
-                    prefix_caching: bool | None = None, steady: bool = False) -> Scheduler:
+                    prefix_caching: bool | None = None, steady: bool = False,
+                    state_blocks: int = 0) -> Scheduler:
     """The engine's scheduler and block manager for a resolved config (`num_kv_blocks`: the
     derived count of an "auto" config; `prefix_caching`: instead of the config's
     `engine.enable_prefix_caching`; `steady`: a `sim.fastpath.SteadyScheduler` under continuous
     batching with mixed chunks, under a capacity policy other than SGLang's, for simulated
-    sequences). With attention data-parallel ranks (`hardware.dp`) the blocks and the engine's
-    limits are one rank's, pooled over the ranks."""
+    sequences; `state_blocks`: the KV blocks a running sequence's linear-attention state takes,
+    `HardwareSetup.state_blocks`). With attention data-parallel ranks (`hardware.dp`) the
+    blocks and the engine's limits are one rank's, pooled over the ranks."""
     engine = config.engine
     if prefix_caching is None:
         prefix_caching = engine.enable_prefix_caching
     ranks = config.hardware.dp if config.on_hardware else 1
     block_manager = make_block_manager((num_kv_blocks or engine.num_kv_blocks) * ranks,
-                                       engine.block_size, prefix_caching)
+                                       engine.block_size, prefix_caching, state_blocks)
     scheduler_config = config.scheduler.engine_config(engine, max_seq_len)
     if ranks > 1:
         scheduler_config = replace(scheduler_config, data_parallel_size=ranks)

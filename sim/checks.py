@@ -50,7 +50,8 @@ def check_config(config: RunConfig, base_dir=None) -> int:
         for place, replica in _servers(config):
             try:
                 hardware = hardware_of(replica)
-                build_scheduler(replica, hardware.arch.max_seq_len, hardware.kv_blocks)
+                build_scheduler(replica, hardware.arch.max_seq_len, hardware.kv_blocks,
+                                state_blocks=hardware.state_blocks)
             except ValueError as exc:
                 raise ValueError(f"{place}{exc}") from None
     elif config.mode == "simulate" and config.cost.model != "live":

@@ -158,7 +158,7 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
         blocks = len(tables[seq.seq_id])
         finish.append(seq.max_new_tokens - seq.num_output_tokens - 1)
         first_block.append(blocks * bs - (seq.prompt_len + seq.num_output_tokens - 1))
-        held.append(blocks)
+        held.append(blocks + bm.state_blocks)  # its state's come back with its KV blocks
     on = through_finishes and (static or not (scheduler.waiting or scheduler.kv.landed))
     max_steps = _fitting_steps(finish, first_block, held, max(finish) if on else min(finish),
                                bs, bm.num_free)

@@ -16,11 +16,12 @@ activations (and CUDA graphs) kept beside it: its KV cache is the fraction of th
 the weights and the memory outside the allocator (`ModelRunner.profile_max_num_token`).
 
 A model with linear-attention layers keeps a state of fixed size for each sequence beside its
-KV cache (`Sizes.state_bytes_per_seq`): the plan sets aside `max_num_seqs` states before any KV
-block. SGLang does exactly this with its radix cache off (its mamba pool of
-`max_running_requests` states), and TensorRT-LLM keeps a state for each of its
-`max_batch_size` sequences; vLLM's states share one pool with the KV blocks and take their room
-only while their requests run, so with fewer running its cache holds more than counted here.
+KV cache (`Sizes.state_bytes_per_seq`). SGLang sets aside a pool of states before the KV cache
+(with its radix cache off, `max_running_requests` of them), and TensorRT-LLM keeps one for each
+of its `max_batch_size` sequences: the plan sets aside `max_num_seqs` states (`reserve_states`).
+vLLM's hybrid cache manager takes each running request's state from the KV blocks' pool
+instead, so its plan sets none aside and a sequence's state takes `state_blocks` of the blocks
+while it runs (`engine.block_manager.BlockManager`).
 """
 
 from __future__ import annotations
@@ -93,14 +94,16 @@ def activation_bytes(arch: Architecture, tp: int, max_tokens: int, max_seqs: int
 def memory_plan(arch: Architecture, memory_bytes: float, utilization: float, tp: int,
                 weight_bytes: float, kv_bytes: float, block_size: int, max_tokens: int,
                 max_seqs: int, ep: int = 1, dp: int = 1, expert_bytes: float | None = None,
-                rule: str = "whole") -> MemoryPlan:
+                rule: str = "whole", reserve_states: bool = True) -> MemoryPlan:
     """One GPU's plan (of one data-parallel rank: `max_tokens` and `max_seqs` are a rank's).
     `utilization` by `rule`: "whole", of the whole memory (vLLM's); "free", of what the
     weights, activations and memory outside the allocator leave (TensorRT-LLM's); "static", of
-    the whole memory for all but the activations, which are beside it (SGLang's)."""
+    the whole memory for all but the activations, which are beside it (SGLang's).
+    `reserve_states`: `max_seqs` linear-attention states set aside (else they take KV blocks
+    while their sequences run: module docstring)."""
     weights = arch.weight_bytes_per_gpu(tp, weight_bytes, ep, dp, expert_bytes)
     activations = activation_bytes(arch, tp, max_tokens, max_seqs, ep, dp)
-    states = max_seqs * arch.state_bytes_per_seq(tp, ACT_BYTES)
+    states = max_seqs * arch.state_bytes_per_seq(tp, ACT_BYTES) if reserve_states else 0.0
     usable = memory_bytes * utilization
     if rule == "free":  # the states are allocated before the KV cache is sized
         needed = weights + activations + NON_TORCH_BYTES + states

@@ -6,6 +6,7 @@ ValueError naming the key.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from ...notes import say_once
@@ -16,7 +17,7 @@ from .dtypes import (DTYPE_BYTES, EXPERT_BYTES, FRAMEWORK_STATE_DTYPES, activati
                      compute_dtype, expert_bytes)
 from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
 from .measured import MeasuredOps
-from .memory import GIB, MEMORY_RULES, MemoryPlan, memory_plan, smallest_tp
+from .memory import ACT_BYTES, GIB, MEMORY_RULES, MemoryPlan, memory_plan, smallest_tp
 
 # each framework's own name for the model's context length
 CONTEXT_FLAGS = {"vllm": "vLLM's --max-model-len", "sglang": "SGLang's --context-length",
@@ -44,6 +45,7 @@ class HardwareSetup:
     kernels: MeasuredOps | None = None  # the measured kernel tables' operators (None: roofline)
     dp: int = 1  # attention data-parallel ranks of tp GPUs each (kv_blocks: one rank's)
     framework: str = "vllm"  # the server modelled: its KV sizing, and its tables if measured
+    state_blocks: int = 0  # KV blocks a running sequence's linear-attention state takes (vLLM)
 
     @property
     def weight_bytes(self) -> float:
@@ -87,7 +89,8 @@ class HardwareSetup:
                 "framework_version": self.kernels.tables.version if self.kernels else None,
                 "kernel_sources": self.kernels.sources() if self.kernels else {},
                 "moe_kernel": self.kernels.marlin_text() if self.kernels else None} | (
-                    {"states_gib_per_gpu": plan.states / GIB} if plan.states else {})
+                    {"states_gib_per_gpu": plan.states / GIB} if plan.states else {}) | (
+                    {"state_blocks": self.state_blocks} if self.state_blocks else {})
 
 
 def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto",
@@ -165,12 +168,17 @@ def hardware_setup(config) -> HardwareSetup:
         raise ValueError(f"hardware.framework: must be one of {', '.join(MEMORY_RULES)}, got "
                          f"{hardware.framework!r}")
     static = rule == "static"  # SGLang's: the activations beside the fraction (memory.py)
+    # vLLM's own capacity policy takes each running sequence's state from the KV blocks; the
+    # others set states aside (memory.py)
+    pooled = bool(arch.linear_layers) and hardware.framework == "vllm" and \
+        config.scheduler.capacity_scheduler_policy == "max_utilization"
 
     def plan_for(degree: int) -> MemoryPlan:
         return memory_plan(arch, gpu.memory_bytes, hardware.gpu_memory_utilization, degree,
                            size, kv_size, engine.block_size, engine.max_num_batched_tokens,
                            engine.max_num_seqs, ep=degree * dp if ep > 1 else 1, dp=dp,
-                           expert_bytes=expert_bytes(dtype), rule=rule)
+                           expert_bytes=expert_bytes(dtype), rule=rule,
+                           reserve_states=not pooled)
 
     plan = plan_for(tp)
     if plan.kv_blocks < 1:
@@ -245,7 +253,9 @@ def hardware_setup(config) -> HardwareSetup:
         raise ValueError(f"engine.num_kv_blocks: {blocks:,} blocks need {need:.1f} GiB of KV "
                          f"cache per GPU; {gpu.id} at tp = {tp} has {plan.kv_bytes / GIB:.1f} "
                          f"GiB for it, {share} ({plan.kv_blocks:,} blocks: use \"auto\")")
-    tokens = blocks * engine.block_size
+    state_blocks = math.ceil(arch.state_bytes_per_seq(tp, ACT_BYTES) / (
+        engine.block_size * plan.kv_bytes_per_token)) if pooled else 0
+    tokens = max(blocks - state_blocks, 0) * engine.block_size  # one sequence, its state beside
     if arch.max_seq_len > tokens:
         room = plan.kv_blocks * engine.block_size >= arch.max_seq_len
         more = f"raise engine.num_kv_blocks (up to {plan.kv_blocks:,}, or \"auto\")" \
@@ -271,7 +281,7 @@ def hardware_setup(config) -> HardwareSetup:
                  f"measured MoE kernels; the roofline, which costs this run, costs the experts "
                  f"alike under every kernel")
     return HardwareSetup(arch, gpu, tp, dtype, plan, blocks, engine.block_size, ep,
-                         hardware.kv_dtype, measured, dp, hardware.framework)
+                         hardware.kv_dtype, measured, dp, hardware.framework, state_blocks)
 
 
 def kernel_tables(gpu: Gpu, framework: str, version: str | None = None) -> KernelTables:
