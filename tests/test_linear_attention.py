@@ -1,63 +1,23 @@
-"""Linear attention (Gated DeltaNet: Qwen3-Next, Qwen3.5): read from a config.json, its layers
-keep a state of fixed size for each sequence instead of keys (the KV cache counts the full
-layers alone; the memory sets `max_num_seqs` states aside), costed by the step's chunks and
-decodes, from the measured Gated DeltaNet kernels where the tables have them."""
+"""Linear attention (Gated DeltaNet: Qwen3-Next, Qwen3.5) read from a config.json and costed:
+its layers' projections in their own layers, their convolution and delta rule by the step's
+chunks and decodes, from the measured Gated DeltaNet kernels where the tables have them, else
+the roofline's; and the one-line refusals. Its states in memory: `test_linear_state.py`."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import scenarios
-import sim
 from helpers.hf_configs import write_config
+from helpers.hybrid import QWEN3_NEXT, QWEN35, QWEN35_DENSE, STATE_PER_LAYER, qwen35_cost
 from helpers.model_scenario import refusal, scenario
-from helpers.runs import records
 from sim.costs.hardware import hardware_setup, model_architecture
-from sim.costs.hardware.attention import DELTA_EFFICIENCY, DELTA_STEP_S
 from sim.costs.hardware.cost import HardwareCost, operator_times
-from sim.costs.hardware.kernels import data_root
-from sim.costs.hardware.memory import NON_TORCH_BYTES
+from sim.costs.hardware.linear_attention import DELTA_EFFICIENCY, DELTA_STEP_S
 from sim.costs.hardware.operators import elementwise_bytes, embedding_bytes, matmul_shapes
 from sim.costs.hardware.timing import elementwise_time
 from sim.costs.shape import StepShape
-from sim.notes import collected
-from sim.runner import run_config
-
-PACKAGE_CONFIGS = data_root().parent.parent / "model_configs"
-QWEN35 = str(PACKAGE_CONFIGS / "Qwen--Qwen3.5-397B-A17B_config.json")
-QWEN35_DENSE = str(PACKAGE_CONFIGS / "Qwen--Qwen3.5-27B_config.json")
-# Qwen/Qwen3-Next-80B-A3B-Instruct's published config.json (the keys the reader uses)
-QWEN3_NEXT = {
-    "architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 48, "hidden_size": 2048,
-    "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
-    "intermediate_size": 5120, "vocab_size": 151936, "max_position_embeddings": 262144,
-    "tie_word_embeddings": False, "num_experts": 512, "num_experts_per_tok": 10,
-    "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
-    "decoder_sparse_step": 1, "mlp_only_layers": [], "full_attention_interval": 4,
-    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "partial_rotary_factor": 0.25}
-# Qwen3.5-397B-A17B at TP 8, a GPU's share: 2 key heads and 8 value heads of 128; its
-# convolution runs over 2 x 2 x 128 + 8 x 128 = 1,536 channels
-STATE_PER_LAYER = 8 * 128 * 128 * 4 + 3 * 1536 * 2  # fp32 matrices, the bf16 window
-
-
-def qwen35_cost(tmp_path, framework="vllm", kernels="measured", gpu="h200", tp=8):
-    return HardwareCost(hardware_setup(scenarios.load(qwen35_scenario(
-        tmp_path, framework, kernels, gpu, tp)).base))
-
-
-def qwen35_scenario(tmp_path, framework="vllm", kernels="measured", gpu="h200", tp=8,
-                    requests=4):
-    path = scenario(tmp_path, model=f'config = "{QWEN35}"', gpu=gpu, tp=tp,
-                    hardware=f'dtype = "fp8"\nep = {tp}\nframework = "{framework}"\n'
-                             f'kernels = "{kernels}"', max_seq_len=16384, requests=requests)
-    path.write_text(path.read_text().replace(
-        "max_num_batched_tokens = 4096\n",
-        "max_num_batched_tokens = 4096\nenable_prefix_caching = false\n"))
-    return path
 
 
 def test_qwen35_and_qwen3_next_read_as_hybrids_of_their_card():
@@ -118,40 +78,6 @@ def test_qwen3_next_reads_by_its_interval(tmp_path):
                                 "linear_k_heads": 4, "linear_v_heads": 8, "linear_k_dim": 128,
                                 "linear_v_dim": 128, "linear_conv": 4})
     assert given.state_dtype == ""  # the framework's
-
-
-def test_the_cache_holds_the_full_layers_keys_and_memory_sets_states_aside(tmp_path):
-    """A token's keys and values in the 15 full layers alone (an fp8 cache, the 2 key-value
-    heads of 256 replicated to one a GPU at TP 8); a sequence's state in the 45 others. Under
-    SGLang the plan sets max_num_seqs (64) of them aside before the KV cache; under vLLM each
-    running sequence's state takes 98 KV blocks of 16 tokens of 15 KiB (a bf16 cache) while it
-    runs; and under vLLM with another capacity policy, set aside, with a note."""
-    arch = model_architecture({"config": QWEN35})
-    assert arch.kv_bytes_per_token(8, 1) == 15 * 2 * 1 * 256
-    assert arch.state_bytes_per_seq(8, 2) == 45 * STATE_PER_LAYER
-    pooled = hardware_setup(scenarios.load(qwen35_scenario(tmp_path)).base)
-    assert (pooled.plan.states, pooled.state_blocks) == (0, 98)
-    assert -(-45 * STATE_PER_LAYER // (16 * 15360)) == 98
-    assert pooled.describe()["state_blocks"] == 98
-    setup = hardware_setup(scenarios.load(qwen35_scenario(tmp_path, "sglang")).base)
-    assert (setup.plan.states, setup.state_blocks) == (64 * 45 * STATE_PER_LAYER, 0)
-    assert pooled.kv_blocks > setup.kv_blocks
-    policy = ['scheduler.capacity_scheduler_policy = "guaranteed_no_evict"']
-    with collected() as said:
-        hardware_setup(scenarios.load(qwen35_scenario(tmp_path)).base)
-        setup = hardware_setup(scenarios.load(qwen35_scenario(tmp_path), policy).base)
-    assert setup.plan.states == 64 * 45 * STATE_PER_LAYER
-    assert [note for note in said if "states are set aside" in note] == [
-        f"note: hardware: {QWEN35}'s linear-attention states are set aside for "
-        f"engine.max_num_seqs = 64 sequences (1.4 GiB a GPU beside "
-        f"{setup.kv_blocks * 16 * 15360 / 2**30:.1f} GiB of KV cache); vLLM takes each state "
-        f"from its KV blocks only while its request runs, so with fewer running it caches more "
-        f"tokens than here (docs/sim/hardware.md, \"KV capacity from memory\")"]
-    bf16 = hardware_setup(scenarios.load(qwen35_scenario(tmp_path), [
-        'model.state_dtype = "bf16"', *policy]).base)
-    assert bf16.plan.states < setup.plan.states and bf16.kv_blocks > setup.kv_blocks
-    described = setup.describe()
-    assert described["states_gib_per_gpu"] == pytest.approx(setup.plan.states / 2**30)
 
 
 def test_measured_gated_deltanet_kernels_cost_the_linear_layers(tmp_path):
@@ -290,114 +216,6 @@ def test_a_measured_prefill_of_several_chunks_and_past_the_tables(tmp_path):
     growth = cost.attention._linear_decode_roofline(linear, 4096) / \
         cost.attention._linear_decode_roofline(linear, 2048)
     assert cost.attention._decode(linear, 4096, 4096) == pytest.approx(45 * edge * growth)
-
-
-def test_each_memory_rule_sets_the_states_aside(tmp_path):
-    """vLLM's rule (the states set aside under a capacity policy not its own; under its own
-    they take KV blocks): the KV cache is what the fraction of the memory leaves after the
-    weights, activations, the memory outside the allocator and the states; TensorRT-LLM's: the
-    fraction of what those leave; SGLang's: the fraction less the weights, the outside and the
-    states (the activations beside it)."""
-    memory = 141 * 2**30
-    for framework in ("vllm", "trtllm", "sglang"):
-        plan = hardware_setup(scenarios.load(qwen35_scenario(tmp_path, framework), [
-            'scheduler.capacity_scheduler_policy = "guaranteed_no_evict"']).base).plan
-        states, fixed = plan.states, plan.weights + NON_TORCH_BYTES
-        assert states == 64 * 45 * STATE_PER_LAYER
-        expected = {"vllm": 0.9 * memory - fixed - plan.activations - states,
-                    "trtllm": 0.9 * (memory - fixed - plan.activations - states),
-                    "sglang": 0.9 * memory - fixed - states}[framework]
-        assert plan.kv_bytes == pytest.approx(expected, rel=1e-12)
-        assert plan.needed == pytest.approx(fixed + plan.activations + states)
-
-
-@pytest.mark.parametrize("framework, kernels, blocks", [
-    ("vllm", "measured", "auto"), ("sglang", "measured", "auto"), ("vllm", "roofline", "auto"),
-    ("vllm", "measured", 1200)])  # at most about 6 sequences, each state 98 blocks: preemptions
-def test_fast_forward_is_step_by_step_for_a_hybrid(tmp_path, framework, kernels, blocks):
-    path = qwen35_scenario(tmp_path, framework, kernels, requests=40)
-    if blocks != "auto":  # outputs that outgrow the blocks left: decodes preempt
-        path.write_text(path.read_text().replace("low = 10, high = 100", "low = 800, "
-                                                 "high = 1600"))
-    config = scenarios.load(path, [f"engine.num_kv_blocks = {blocks!r}".replace("'", '"')]).base
-    fast, slow = run_config(config), run_config(config, fast_forward=False)
-    assert records(fast) == records(slow)
-    if blocks != "auto":
-        assert sum(fast.request_columns()["preemptions"]) > 0
-
-
-def test_a_hybrid_runs_and_its_report_names_its_layers_and_states(tmp_path):
-    [(spec, recorder)] = sim.simulate(scenarios.load(qwen35_scenario(tmp_path, requests=10)))
-    assert spec.config.model.linear_layers == 45 and spec.config.model.state_dtype == "fp32"
-    assert len(recorder.request_columns()["finish_s"]) == 10
-    from reports.section_text import hardware_text, model_text
-    assert "45 linear-attention layers (64 state matrices of 128 x 128)" in \
-        model_text(spec.config.model)
-    assert "a running sequence's linear-attention state taking 98 of its blocks" in \
-        hardware_text(spec.config.hardware.derived)
-    [(spec, _)] = sim.simulate(scenarios.load(qwen35_scenario(tmp_path, "sglang", requests=4)))
-    assert "GiB of linear-attention states" in hardware_text(spec.config.hardware.derived)
-
-
-def test_prefix_caching_with_linear_layers_is_refused_in_one_line(tmp_path):
-    assert ("engine.enable_prefix_caching: " in refusal(tmp_path, model=f'config = "{QWEN35}"',
-                                                         gpu="h200", tp=8,
-                                                         hardware='dtype = "fp8"\nep = 8'))
-
-
-def test_states_that_do_not_fit_name_max_num_seqs(tmp_path):
-    """Qwen3.5-27B in bf16 on one H100 with 256 sequences: under TensorRT-LLM their fp32
-    states (147 MiB each), set aside, leave no room for a KV block, and the refusal names them
-    and engine.max_num_seqs; under vLLM, whose running sequences take their states from the KV
-    blocks, it runs, 256 sequences held back by the blocks their states take."""
-    path = scenario(tmp_path, model=f'config = "{QWEN35_DENSE}"', gpu="h100-sxm",
-                    hardware='dtype = "bf16"', requests=40)
-    text = path.read_text().replace("max_num_seqs = 64\n", "max_num_seqs = 256\n"
-                                    "enable_prefix_caching = false\n")
-    Path(path).write_text(text.replace("rate = 4.0", "rate = 400.0"))
-    with pytest.raises(ValueError) as info:
-        hardware_setup(scenarios.load(path, ['hardware.framework = "trtllm"']).base)
-    message = str(info.value)
-    assert "GiB of linear-attention states for engine.max_num_seqs = 256 sequences" in message
-    assert "or use a smaller engine.max_num_seqs (the linear-attention states)" in message
-    config = scenarios.load(path).base
-    setup = hardware_setup(config)
-    assert setup.plan.states == 0 and setup.state_blocks == -(-48 * (
-        48 * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 48 * 128) * 2) // (16 * 16 * 2 * 4 * 256 * 2))
-    recorder = run_config(config)
-    assert len(recorder.request_columns()["finish_s"]) == 40
-
-
-def test_a_state_takes_its_blocks_while_its_sequence_holds_any():
-    """The block manager of a pool that holds states: a sequence's state takes its blocks with
-    its first KV block (all or nothing) and gives them back with its last."""
-    from engine.block_manager import BlockManager, OutOfBlocksError
-
-    bm = BlockManager(20, 4, state_blocks=3)
-    assert bm.blocks_to_hold(7, 9) == 3 + 3
-    bm.ensure_capacity(7, 9)
-    assert (len(bm.block_tables[7]), bm.num_free, bm.num_used) == (3, 14, 6)
-    bm.allocate_block(7)
-    assert (bm.num_free, bm.blocks_to_hold(7, 17)) == (13, 1)
-    bm.allocate_blocks([8, 8, 9])
-    assert (bm.num_free, bm.num_used) == (4, 16)
-    with pytest.raises(OutOfBlocksError):
-        bm.ensure_capacity(10, 5)  # two blocks and a state of 3: 5 asked, 4 free
-    with pytest.raises(OutOfBlocksError):
-        bm.allocate_blocks([10, 11])  # two blocks and two states
-    assert bm.num_free == 4 and 10 not in bm.block_tables  # all or nothing
-    bm.ensure_capacity(10, 4)  # one block and its state: the last 4
-    assert bm.num_free == 0
-    with pytest.raises(OutOfBlocksError):
-        bm.allocate_block(7)
-    bm.check_invariants()
-    bm.free_sequence(10)
-    bm.free_sequence(7)
-    assert (bm.num_free, bm.num_used) == (11, 9)
-    bm.free_sequence(8)
-    bm.free_sequence(9)
-    assert bm.num_free == 20
-    bm.check_invariants()
 
 
 @pytest.mark.parametrize("model, message", [

@@ -17,7 +17,7 @@ Under sparse attention the latent group is the measured sparse layer where the t
 own, adds only a chunk's pairs with cached keys; elsewhere the latent group charges at most
 `index_topk` keys a query, as a window does, and the indexer every key, by the roofline.
 A linear-attention layer (Gated DeltaNet) is a group of its own, costed by the step's chunks
-and decodes, not its keys: its convolution and the delta rule over each sequence's state, the
+and decodes, not its keys (`linear_attention.py`): its convolution and the delta rule over each sequence's state, the
 measured kernels' where the tables have them (prefill as T / L prompts of L tokens, L the
 chunks' length weighted by their tokens, sum n^2 / sum n, which the longest chunk bounds; decode
 at `decode_seqs` sequences), else the roofline's
@@ -42,24 +42,10 @@ import numpy as np
 from ...notes import say_once
 from ..shape import StepShape
 from .dtypes import STATE_DTYPES
+from .linear_attention import DELTA_CHUNK, DELTA_KERNELS, DELTA_STEP_S, LinearSteps
 from .measured import MeasuredOps
 from .operators import attention_shapes
-
-# Tokens a chunk of the delta rule's chunked form (its prefill kernels': 64)
-DELTA_CHUNK = 64
-# The roofline's prefill of the chunked form (docs/sim/hardware.md, "Linear attention"): its
-# kernels (FLA's, which vLLM, SGLang and TensorRT-LLM run or follow: the gates' cumulative sum,
-# the chunk's key products, their triangular inverse, the WY representation, the chunks'
-# states, the output); the seconds it takes a chunk at least (a sequence's chunks run one after
-# another, each from the state the one before leaves; its heads and the other sequences beside
-# them); and the share of the GPU's peak its FLOPs reach (its matmuls are 64 x 128). The last
-# two fitted to the package's measured tables (`benchmarks/linear_attention_accuracy.py`): the
-# per-chunk time of one prompt at few heads (2 to 3.3 us on the H100 to the GB300) and the
-# throughput of 4 and 16 prompts at once
-DELTA_KERNELS = 6
-DELTA_STEP_S = 3.0e-6
-DELTA_EFFICIENCY = 0.08
-
+from .reach import growth
 
 @dataclass(frozen=True)
 class Attention:
@@ -146,7 +132,7 @@ class RowTables(Protocol):
         """The roofline's seconds of a measured latent block's projections (0: no block)."""
 
 
-class StepAttention:
+class StepAttention(LinearSteps):
     """The attention of a step's prefill and decode (module docstring), added to a time group
     by group in one order everywhere, so that a run of steps costs, to the last bit, what its
     steps one by one do."""
@@ -277,7 +263,7 @@ class StepAttention:
         batch, length = self.measured.prefill_point(group.window, chunks, causal, tokens)
         here = self._prefill_roofline(group, tokens, batch, length)
         seconds = self.measured.anchored(
-            "prefill", group.window, batch, length, lambda b, n: _growth(here, (
+            "prefill", group.window, batch, length, lambda b, n: growth(here, (
                 self._prefill_roofline(group, tokens * (b * n) / (batch * length), b, n))))
         return self._past_reach("prefill", group, seconds)
 
@@ -292,53 +278,8 @@ class StepAttention:
         here = self._decode_roofline(group, decodes, context)
         seconds = self.measured.anchored(
             "decode", group.window, decodes, context / decodes,
-            lambda b, n: _growth(here, self._decode_roofline(group, b, b * n)))
+            lambda b, n: growth(here, self._decode_roofline(group, b, b * n)))
         return self._past_reach("decode", group, seconds)
-
-    # --- linear attention -----------------------------------------------------------------
-    def _linear_prefill(self, group: Attention, chunks: float, tokens: float,
-                        square: float) -> float:
-        """Seconds of the linear-attention layers' prefill of `chunks` chunks of `tokens` in
-        all whose squared lengths add up to `square`: as tokens / L prompts of L tokens, L
-        the chunks' length weighted by their tokens (square / tokens: a step's longest chunk,
-        whose chunks run one after another, weighs as much as its tokens)."""
-        length = square / tokens
-        batch = tokens / length
-        measured = math.nan if self.measured is None else \
-            self.measured.linear_prefill(batch, length)
-        if measured == measured:
-            return group.layers * measured
-        here = self._linear_prefill_roofline(group, chunks, tokens, length)
-        if self.measured is None or not self.measured.linear_measured(decode=False):
-            return here
-        seconds = self.measured.linear_anchored(
-            False, batch, length, lambda b, n: _growth(here, (
-                self._linear_prefill_roofline(group, b, b * n, n))))
-        return self._past_reach("prefill linear", group, seconds)
-
-    def _linear_prefill_roofline(self, group: Attention, chunks: float, tokens: float,
-                                 length: float) -> float:
-        """The roofline's seconds of `chunks` chunks of `tokens` in all, their chunks of 64
-        running one after another for `length` tokens."""
-        return group.launch_s + max(group.flop_s * tokens / DELTA_EFFICIENCY,
-                                    group.query_s * tokens + group.key_s * chunks,
-                                    group.step_s * math.ceil(length / DELTA_CHUNK))
-
-    def _linear_decode(self, group: Attention, decodes: float) -> float:
-        """Seconds of the linear-attention layers' decode of `decodes` sequences."""
-        measured = math.nan if self.measured is None else self.measured.linear_decode(decodes)
-        if measured == measured:
-            return group.layers * measured
-        here = self._linear_decode_roofline(group, decodes)
-        if self.measured is None or not self.measured.linear_measured(decode=True):
-            return here
-        seconds = self.measured.linear_anchored(
-            True, decodes, 1.0, lambda b, n: _growth(here, self._linear_decode_roofline(group, b)))
-        return self._past_reach("decode linear", group, seconds)
-
-    def _linear_decode_roofline(self, group: Attention, decodes: float) -> float:
-        return group.launch_s + max(group.flop_s * decodes / self.top_compute,
-                                    (group.query_s + group.key_s) * decodes)
 
     def _past_reach(self, kind: str, group: Attention, seconds: float | None) -> float:
         """A group's `kind` attention past its tables' reach, from one layer's `seconds`
@@ -352,10 +293,3 @@ class StepAttention:
         say_once(f"note: {self.source}: {what} of some steps is past the measured tables' "
                  f"reach (2x their range of batch or length); costed there by the roofline, "
                  f"scaled to meet the tables where they end")
-
-
-def _growth(roofline: float, at_edge: float) -> float:
-    """How much the roofline grows from a point the tables reach to a step past them:
-    attention past the reach takes the tables' time there times this, not the roofline's own,
-    which may be several times off theirs (docs/sim/hardware.md, "Measured kernels")."""
-    return roofline / at_edge if at_edge > 0 else 1.0

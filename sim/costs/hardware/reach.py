@@ -92,3 +92,10 @@ class PastReach:
                          f"head's")
         say_once(f"note: {self.source}: {'; '.join(parts)}; costed there by the roofline, "
                  f"scaled to meet the tables where they end")
+
+
+def growth(roofline: float, at_edge: float) -> float:
+    """How much the roofline grows from a point the tables reach to a step past them:
+    attention past the reach takes the tables' time there times this, not the roofline's own,
+    which may be several times off theirs (docs/sim/hardware.md, "Measured kernels")."""
+    return roofline / at_edge if at_edge > 0 else 1.0
