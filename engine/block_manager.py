@@ -118,7 +118,11 @@ class BlockManager:
         """Append one free block to the sequence's table and return its id (`_take(1)`,
         inlined: a decoding sequence takes its blocks one at a time)."""
         if self.state_blocks:
-            self._hold_states((seq_id,), 1)
+            if seq_id not in self._states:
+                self._hold_states((seq_id,), 1)
+            elif not self.num_free:  # the blocks left are states'
+                raise OutOfBlocksError(f"no free KV block for sequence {seq_id} "
+                                       f"(all {self.num_blocks} in use or states')")
         returned = self._returned
         if returned:
             block = returned.pop()

@@ -147,7 +147,8 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
             return (f"prompt ({seq.prompt_len}) + max_new_tokens ({seq.max_new_tokens}) "
                     f"exceeds max_seq_len ({cfg.max_seq_len})")
         no_evict = cfg.no_evict  # a promise counts the whole request, on every engine
-        peak = (promised_blocks if no_evict else peak_blocks)(seq, bm.block_size)
+        peak = (promised_blocks if no_evict else peak_blocks)(seq, bm.block_size) + \
+            bm.state_blocks  # and its state's, where the pool holds states
         ranks = cfg.data_parallel_size
         if peak > bm.num_blocks // ranks:
             cache = "the cache" if ranks == 1 else "a data-parallel rank's cache"

@@ -86,6 +86,38 @@ def test_fast_forward_is_step_by_step_for_a_hybrid(tmp_path, framework, kernels,
     assert records(fast) == records(slow)
     if blocks != "auto":
         assert sum(fast.request_columns()["preemptions"]) > 0
+        steps = fast.step_columns()  # every running sequence's state holds its 98 blocks
+        assert all(used >= 98 * running for used, running in
+                   zip(steps["kv_blocks_used"], steps["num_running"]))
+
+
+@pytest.mark.parametrize("setting", [
+    ["engine.swap_blocks = 3000", 'scheduler.preemption = "swap"'],  # swapped out: states back
+    ["cluster.prefill_replicas = 1", "cluster.decode_replicas = 1"],  # a decode replica
+])                                  # reserves a sequence's blocks and its state as its KV comes
+def test_states_in_a_tight_pool_swapped_and_disaggregated(tmp_path, setting):
+    """Under vLLM, 1,200 blocks of which each running sequence's state takes 98: swapped out
+    and back, or handed from a prefill replica to a decode replica, every request finishes, and
+    fast forward equals step by step."""
+    path = qwen35_scenario(tmp_path, requests=40)
+    path.write_text(path.read_text().replace("low = 10, high = 100", "low = 800, high = 1600"))
+    config = scenarios.load(path, ["engine.num_kv_blocks = 1200", *setting]).base
+    fast, slow = run_config(config), run_config(config, fast_forward=False)
+    assert records(fast) == records(slow)
+    finished = fast.request_columns()["finish_s"]
+    assert len(finished) == 40 and all(f == f for f in finished)
+    if "swap" in setting[0]:  # preempted, swapped out and back
+        assert sum(fast.request_columns()["preemptions"]) > 0
+
+
+def test_one_request_of_max_seq_len_must_fit_beside_its_state(tmp_path):
+    """Qwen3.5-397B's 16,384 tokens take 1,024 blocks of 16 and its state 98 more: 1,122
+    blocks hold one such request, 1,121 are refused, naming what they hold."""
+    path = qwen35_scenario(tmp_path)
+    assert hardware_setup(scenarios.load(path, ["engine.num_kv_blocks = 1122"]).base)
+    with pytest.raises(ValueError) as info:
+        hardware_setup(scenarios.load(path, ["engine.num_kv_blocks = 1121"]).base)
+    assert "than the KV cache holds on h200 at tp = 8 (16,368 tokens)" in str(info.value)
 
 
 def test_a_hybrid_runs_and_its_report_names_its_layers_and_states(tmp_path):

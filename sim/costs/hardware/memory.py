@@ -20,8 +20,9 @@ KV cache (`Sizes.state_bytes_per_seq`). SGLang sets aside a pool of states befor
 (with its radix cache off, `max_running_requests` of them), and TensorRT-LLM keeps one for each
 of its `max_batch_size` sequences: the plan sets aside `max_num_seqs` states (`reserve_states`).
 vLLM's hybrid cache manager takes each running request's state from the KV blocks' pool
-instead, so its plan sets none aside and a sequence's state takes `state_blocks` of the blocks
-while it runs (`engine.block_manager.BlockManager`).
+instead: under vLLM with its own capacity policy the plan sets none aside and a sequence's
+state takes `state_blocks` of the blocks while it runs (`engine.block_manager.BlockManager`;
+under another policy they are set aside, as SGLang's are).
 """
 
 from __future__ import annotations

@@ -257,7 +257,7 @@ def hardware_setup(config) -> HardwareSetup:
         engine.block_size * plan.kv_bytes_per_token)) if pooled else 0
     tokens = max(blocks - state_blocks, 0) * engine.block_size  # one sequence, its state beside
     if arch.max_seq_len > tokens:
-        room = plan.kv_blocks * engine.block_size >= arch.max_seq_len
+        room = (plan.kv_blocks - state_blocks) * engine.block_size >= arch.max_seq_len
         more = f"raise engine.num_kv_blocks (up to {plan.kv_blocks:,}, or \"auto\")" \
             if engine.num_kv_blocks != "auto" and room else "use more GPUs"
         raise ValueError(f"model.max_seq_len: {arch.name}'s {arch.max_seq_len:,} tokens are more "
