@@ -17,10 +17,10 @@ Under sparse attention the latent group is the measured sparse layer where the t
 own, adds only a chunk's pairs with cached keys; elsewhere the latent group charges at most
 `index_topk` keys a query, as a window does, and the indexer every key, by the roofline.
 A linear-attention layer (Gated DeltaNet) is a group of its own, costed by the step's chunks
-and decodes, not its keys (`linear_attention.py`): its convolution and the delta rule over each sequence's state, the
-measured kernels' where the tables have them (prefill as T / L prompts of L tokens, L the
-chunks' length weighted by their tokens, sum n^2 / sum n, which the longest chunk bounds; decode
-at `decode_seqs` sequences), else the roofline's
+and decodes, not its keys (`linear_attention.py`): its convolution and the delta rule over each
+sequence's state, the measured kernels' where the tables have them (prefill as T / L prompts of
+L tokens, L the chunks' length weighted by their tokens, sum n^2 / sum n, which the longest
+chunk bounds; decode at `decode_seqs` sequences), else the roofline's
 
     prefill: launches + max(flop x T / DELTA_EFFICIENCY,
                             a token's activations x T + a state read and written x chunks,

@@ -2,8 +2,9 @@
 of layers of its own in `attention.StepAttention`: its convolution and delta rule cost a step
 by its chunks and decodes, never its keys, from the measured kernels where the tables have them
 (`MeasuredAttention.linear_prefill`, `linear_decode`), else by the roofline of
-`attention.linear_group`, whose constants are here (docs/sim/hardware.md, "Linear attention"); past the tables' reach, their time where they end
-times the roofline's growth, as for attention.
+`attention.linear_group`, whose constants are here (docs/sim/hardware.md, "Linear attention");
+past the tables' reach, their time where they end times the roofline's growth, as for
+attention.
 """
 
 from __future__ import annotations
