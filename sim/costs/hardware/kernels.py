@@ -68,6 +68,10 @@ BLOCK_CHAIN = DTYPE_CHAIN | {"fp8": ("fp8_block", "fp8")}
 # that floor of its attention projections alone (docs/sim/hardware.md, "Measured kernels");
 # their block-scaled checkpoints' GEMMs read the per-tensor rows, scaled at every call
 FLOORED_BLOCK_GEMMS = ("vllm",)
+# Systems whose per-tensor fp8 MoE rows a framework measured on one kernel alone, 2.2 to 4 times
+# its bf16 rows (vLLM 0.24's on Hopper: FlashInfer's CUTLASS kernel): a run whose experts they
+# cost says so (docs/sim/hardware.md, "Measured kernels")
+SLOW_FP8_MOE = {"vllm": ("h100_sxm", "h200_sxm")}
 # The fused MoE kernel's, where they differ: mxfp4's experts are MXFP4 weights with bf16
 # activations (gpt-oss)
 MOE_CHAIN = {"mxfp4": ("w4a16_mxfp4",)}

@@ -45,7 +45,7 @@ import numpy as np
 from ...notes import say_once
 from .architecture import Architecture
 from .kernels import (BF16_OPS, BLOCK_CHAIN, DTYPE_CHAIN, FLOORED_BLOCK_GEMMS,
-                      MEASURED_ACTIVATIONS, MOE_CHAIN, KernelTables)
+                      MEASURED_ACTIVATIONS, MOE_CHAIN, SLOW_FP8_MOE, KernelTables)
 from .marlin import expert_shape, marlin_missing, marlin_text, on_marlin
 from .measured_attention import MeasuredAttention
 from .mla_block import MLA_BLOCK_OPS
@@ -149,6 +149,14 @@ class MeasuredOps(MeasuredAttention):
                      f"over at most index_topk keys a query and its indexer by the roofline, "
                      f"which servers' padded sparse kernels outrun: its prefill comes out "
                      f"fast (docs/sim/hardware.md, \"Sparse attention\")")
+        if self._moe_dtype == "fp8" and \
+                self.tables.system in SLOW_FP8_MOE.get(self.tables.framework, ()):
+            say_once(f"note: {source}: the experts are costed from the per-tensor fp8 MoE rows "
+                     f"{self.tables.framework} was measured with on this GPU, one kernel's "
+                     f"(FlashInfer's CUTLASS), 2.2 to 4 times its bf16 rows; a block-scaled "
+                     f"checkpoint (hardware.activation_scheme = \"block\": Qwen's and "
+                     f"DeepSeek's own FP8 releases) reads its block-scaled rows "
+                     f"(docs/sim/hardware.md, \"Measured kernels\")")
         marlin = self.marlin_text()
         if marlin is not None:
             say_once(f"note: {source}: moe_experts on {marlin} (hardware.moe_backend)")
