@@ -9,17 +9,43 @@ from __future__ import annotations
 from .hf_config import read_config
 
 
+# Parts of a layer a quantized checkpoint may leave in bf16 (`quantization_config.ignore` or
+# `modules_to_not_convert`: module names or patterns), by what their names hold
+KEPT_PARTS = (("attention", ("self_attn", ".attn.", "*.attn")),
+              ("linear attention", ("linear_attn",)),
+              ("shared experts", ("shared_expert",)))
+
+
+def kept_parts(path: str) -> list[str]:
+    """The parts of a layer (`KEPT_PARTS`) the config.json's quantization_config leaves
+    unquantized, in order; empty where it leaves none of them (norms, routers and the LM head
+    servesim keeps in bf16 anyway)."""
+    config = _quantization_config(read_config(path))
+    if not isinstance(config, dict):
+        return []
+    names = config.get("ignore") or config.get("modules_to_not_convert") or []
+    names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+    return [part for part, marks in KEPT_PARTS
+            if any(mark in name for name in names for mark in marks)]
+
+
+def _quantization_config(table: dict):
+    """The config.json's `quantization_config`, or its text model's in a multimodal wrapper
+    (Kimi-K2.5's); None without one."""
+    config = table.get("quantization_config")
+    text = table.get("text_config")
+    if config is None and isinstance(text, dict):
+        config = text.get("quantization_config")
+    return config
+
+
 def checkpoint_dtype(path: str):
     """What the config.json's `quantization_config` (or, in a multimodal wrapper, its
     `text_config`'s) makes the weights, in servesim's keys:
     (`hardware.dtype`, `hardware.activation_scheme`); its method's name where servesim costs
     no such weights (AWQ, GPTQ, ...); None without one (the weights are what the scenario says).
     """
-    table = read_config(path)
-    config = table.get("quantization_config")
-    text = table.get("text_config")
-    if config is None and isinstance(text, dict):  # a multimodal wrapper's (Kimi-K2.5's)
-        config = text.get("quantization_config")
+    config = _quantization_config(read_config(path))
     if config is None:
         return None
     if not isinstance(config, dict):

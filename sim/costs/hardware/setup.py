@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from ...notes import say_once
 from .architecture import Architecture
 from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
-from .checkpoint import checkpoint_dtype
+from .checkpoint import checkpoint_dtype, kept_parts
 from .dtypes import (DTYPE_BYTES, EXPERT_BYTES, FRAMEWORK_STATE_DTYPES, activation_dtype,
                      compute_dtype, expert_bytes)
 from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
@@ -128,6 +128,15 @@ def say_checkpoint(path: str, dtype: str, scheme: str) -> None:
     """A note, once, where the config.json's quantization_config makes the weights other than
     `hardware.dtype` (and, in fp8, `activation_scheme`) says: the scenario's are costed."""
     checkpoint = checkpoint_dtype(path)
+    if checkpoint == (dtype, scheme if dtype == "fp8" else "static") and \
+            dtype in ("fp8", "nvfp4"):
+        kept = kept_parts(path)
+        if kept:  # its quantized weights are the scenario's, but not every matrix is
+            parts = " and the ".join((", the ".join(kept[:-1]), kept[-1])) if kept[1:] \
+                else kept[0]
+            say_once(f"note: model.config: {path}: its quantization_config leaves the {parts} "
+                     f"in bf16 (its ignore list); servesim costs them in {dtype} with the "
+                     f"rest: their bytes and times come out below the checkpoint's")
     if checkpoint is None or checkpoint == (dtype, scheme if dtype == "fp8" else "static"):
         return
     costed = f'hardware.dtype = "{dtype}"' + \
