@@ -35,9 +35,10 @@ def linear_attention_accuracy() -> None:
             if path is None:
                 continue
             table = tables.cached_table(path)
-            for heads in sorted(set(zip(table["num_k_heads"], table["num_v_heads"]))):
+            for k_heads, v_heads in sorted(set(zip(table["num_k_heads"],
+                                                   table["num_v_heads"]))):
                 for decode in (False, True):
-                    found = _errors(measured, gpu, table, *heads, decode)
+                    found = _errors(path, gpu, int(k_heads), int(v_heads), decode)
                     if found is None:
                         continue
                     phase = errors.setdefault((framework, decode), ([], []))
@@ -54,22 +55,21 @@ def linear_attention_accuracy() -> None:
               f"{100 * np.quantile(roof, 0.9):6.1f}%")
 
 
-def _errors(measured, gpu: str, table, k_heads: int, v_heads: int, decode: bool):
+def _errors(path: str, gpu: str, k_heads: int, v_heads: int, decode: bool):
     """(|held-out interpolation errors|, |roofline errors|) of one GPU's kernels of these
-    heads, or None where the phase is not measured."""
-    if measured.linear_grid(int(k_heads), int(v_heads), 128, 128, decode) is None:
+    heads (the points the model looks up, `tables.gdn_points`), or None where the phase is
+    not measured."""
+    from sim.costs.hardware import tables
+
+    summed = tables.gdn_points(path, k_heads, v_heads, 128, 128, decode)
+    if summed is None:
         return None
-    rows = table[(table["num_k_heads"] == k_heads) & (table["num_v_heads"] == v_heads)
-                 & (table["phase"] == ("generation" if decode else "context"))]
-    points = rows.groupby(["batch_size", "seq_len", "kernel_source"])["latency"].mean()
-    # the two kernels' times, where both were measured (`tables.gdn_grid`'s points)
-    summed = points.unstack("kernel_source").dropna().sum(axis=1)
     interp = []
     for _, curve in summed.groupby("seq_len" if decode else "batch_size"):
         sizes = curve.index.get_level_values("batch_size" if decode else "seq_len")
         if len(sizes) >= 3:
             interp.extend(_held_out(*_sorted(sizes.to_numpy(), curve.to_numpy())))
-    attention = _roofline(gpu, int(k_heads), int(v_heads), decode)
+    attention = _roofline(gpu, k_heads, v_heads, decode)
     roof = [abs(attention(batch, length) / (milliseconds * 1e-3) - 1)
             for (batch, length), milliseconds in summed.items()]
     return interp, roof

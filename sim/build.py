@@ -165,7 +165,7 @@ def resolved_spec(spec):
     came to (`hardware.derived`: the model, GPU, memory and the KV blocks "auto" gave; with
     `cluster.pools`, each pool's too, under "pools"); with a
     trace, what its file held that a user should know (`workload.trace.notes`)."""
-    from scenarios.config import ModelSpec
+    from scenarios.model_spec import ModelSpec
     from scenarios.defaults import (LINEAR_MODEL_KEYS, MLA_MODEL_KEYS, MOE_MODEL_KEYS,
                                     SPARSE_MODEL_KEYS, WINDOW_MODEL_KEYS)
 

@@ -128,16 +128,16 @@ def say_checkpoint(path: str, dtype: str, scheme: str) -> None:
     """A note, once, where the config.json's quantization_config makes the weights other than
     `hardware.dtype` (and, in fp8, `activation_scheme`) says: the scenario's are costed."""
     checkpoint = checkpoint_dtype(path)
-    if checkpoint == (dtype, scheme if dtype == "fp8" else "static") and \
-            dtype in ("fp8", "nvfp4"):
-        kept = kept_parts(path)
+    if checkpoint == (dtype, scheme if dtype == "fp8" else "static"):
+        kept = kept_parts(path) if dtype in ("fp8", "nvfp4") else []
         if kept:  # its quantized weights are the scenario's, but not every matrix is
             parts = " and the ".join((", the ".join(kept[:-1]), kept[-1])) if kept[1:] \
                 else kept[0]
             say_once(f"note: model.config: {path}: its quantization_config leaves the {parts} "
                      f"in bf16 (its ignore list); servesim costs them in {dtype} with the "
                      f"rest: their bytes and times come out below the checkpoint's")
-    if checkpoint is None or checkpoint == (dtype, scheme if dtype == "fp8" else "static"):
+        return
+    if checkpoint is None:
         return
     costed = f'hardware.dtype = "{dtype}"' + \
         (f', activation_scheme = "{scheme}"' if dtype == "fp8" else "")
@@ -155,9 +155,13 @@ def hardware_setup(config) -> HardwareSetup:
     """The hardware of a resolved config (`scenarios.RunConfig`) whose cost.model is
     "hardware"."""
     hardware, engine = config.hardware, config.engine
+    rule = MEMORY_RULES.get(hardware.framework)  # how it reads gpu_memory_utilization
+    if rule is None:
+        raise ValueError(f"hardware.framework: must be one of {', '.join(MEMORY_RULES)}, got "
+                         f"{hardware.framework!r}")
     arch = model_architecture(config.model.given())
     if arch.linear_layers and not arch.state_dtype:  # neither the file nor the scenario names it
-        arch = replace(arch, state_dtype=FRAMEWORK_STATE_DTYPES.get(hardware.framework, "bf16"))
+        arch = replace(arch, state_dtype=FRAMEWORK_STATE_DTYPES[hardware.framework])
     gpu = gpu_spec(hardware.gpu)
     tp, ep, dp, dtype = hardware.tp, hardware.ep, hardware.dp, hardware.dtype
     arch.check_tp(tp)
@@ -172,10 +176,6 @@ def hardware_setup(config) -> HardwareSetup:
     if config.model.config:
         say_checkpoint(config.model.config, dtype, hardware.activation_scheme)
     size, kv_size = DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype]
-    rule = MEMORY_RULES.get(hardware.framework)  # how it reads gpu_memory_utilization
-    if rule is None:
-        raise ValueError(f"hardware.framework: must be one of {', '.join(MEMORY_RULES)}, got "
-                         f"{hardware.framework!r}")
     static = rule == "static"  # SGLang's: the activations beside the fraction (memory.py)
     # vLLM's own capacity policy takes each running sequence's state from the KV blocks; the
     # others set states aside (memory.py)

@@ -128,10 +128,20 @@ def mla_grid(path: str | None, model: str, heads: int, kv_dtype: str, gemm_dtype
 @lru_cache(maxsize=16)
 def gdn_grid(path: str | None, k_heads: int, v_heads: int, k_dim: int, v_dim: int,
              decode: bool) -> Grid | None:
-    """The Gated DeltaNet kernels of one layer: the causal convolution and the gated delta
-    rule (chunked in prefill, recurrent in decode), their times added at each (batch, length)
-    both were measured at (the mean where several models share the heads); None unless the
-    phase has one kernel of each."""
+    """The Gated DeltaNet kernels of one layer over (batch, length) (`gdn_points`)."""
+    both = gdn_points(path, k_heads, v_heads, k_dim, v_dim, decode)
+    if both is None:
+        return None
+    both = both.reset_index()
+    return grid_by_batch(both, both["seq_len"])
+
+
+def gdn_points(path: str | None, k_heads: int, v_heads: int, k_dim: int, v_dim: int,
+               decode: bool):
+    """The Gated DeltaNet kernels of one layer, milliseconds by (batch_size, seq_len): the
+    causal convolution and the gated delta rule (chunked in prefill, recurrent in decode),
+    their times added at each point both were measured at (the mean where several models
+    share the heads); None unless the phase has one kernel of each."""
     if path is None:
         return None
     table = cached_table(path)
@@ -146,8 +156,7 @@ def gdn_grid(path: str | None, k_heads: int, v_heads: int, k_dim: int, v_dim: in
     points = ["batch_size", "seq_len"]
     times = [table[table["kernel_source"] == k].groupby(points)["latency"].mean()
              for k in (conv[0], rule[0])]
-    both = (times[0] + times[1]).dropna().reset_index()
-    return grid_by_batch(both, both["seq_len"])
+    return (times[0] + times[1]).dropna().rename("latency")
 
 
 # SGLang's default latent-attention backend on Hopper and on Blackwell (its server_args), of
