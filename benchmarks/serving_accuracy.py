@@ -70,8 +70,9 @@ def serving_part(limit: int | None = None) -> None:
     compare(minimax, simulate_inferencemax, minimax_group)
     print("\nThe same runs by aiconfigurator-core's own estimate:")
     compare(minimax, aiconfigurator_estimate, minimax_group, rows_shown=False)
-    print("\nInferenceMAX's Qwen3.5-397B-A17B runs on SGLang in fp8 on eight H200s (45 linear-"
-          "attention layers of 60, 512 experts; its client and server flags of 2026-03-03):")
+    print("\nInferenceMAX's Qwen3.5-397B-A17B runs on SGLang in fp8 (45 linear-attention "
+          "layers of 60, 512 experts; its client and server flags of each run's day: the H200's "
+          "of 2026-03-03, the B200's of 2026-03-24):")
     compare(qwen, simulate_inferencemax, server_group)
     print("\nThe other runs (client not recorded; users ramping up over one request's time):")
     compare(others, simulate_row, server_group)

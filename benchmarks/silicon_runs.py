@@ -50,9 +50,12 @@ def silicon_rows():
     (TTFT within 2% in the median), the H100's record attention data parallelism; so are its
     B200's and B300's, of many layouts and days. Its Qwen3.5-397B-A17B runs are SGLang's in
     fp8 on the H200 measured 2026-03-04 (TP 8 x EP 8, the same lengths, 4 to 64 users; shipped
-    three times, once here); its B200's and B300's are left out: their servers polled for new
-    requests every 10 or 30 decode steps (`--scheduler-recv-interval`), which servesim does
-    not model."""
+    three times, once here) and on the B200 measured 2026-03-24 (the image the day's matrix
+    names, lmsysorg/sglang:v0.5.9-cu130-amd64: TP 8 at 4 to 16 users, TP 4 x EP 4 at 32 to 128;
+    shipped twice, once here); the B200's of 2026-03-20 (another image, that of the day's
+    multi-token prediction matrix, and a layout the day's plain matrix does not have), of
+    2026-03-03 (TP 16 recorded on one node) and in bf16 (a nightly image), and the B300's
+    (no script of that day names the GPU), are left out."""
     import importlib.util
 
     import pandas as pd
@@ -89,9 +92,12 @@ def silicon_rows():
     minimax = rows[(rows["model_path"] == MINIMAX) & (rows["backend"] == "vllm")
                    & (rows["system"] + " " + day).isin([" ".join(r) for r in MINIMAX_RUNS])]
     minimax = minimax.drop_duplicates(["system", "tp_size", "batch_size", "isl", "osl"])
-    qwen = rows[(rows["model_path"] == QWEN35) & (rows["system"] == "h200_sxm")
-                & (rows["tp_size"] == 8) & (day == "2026-03-04")]
-    qwen = qwen.drop_duplicates(["batch_size", "isl", "osl"])
+    qwen = rows[(rows["model_path"] == QWEN35) & (rows["precision"] == "fp8")
+                & (((rows["system"] == "h200_sxm") & (rows["tp_size"] == 8)
+                    & (day == "2026-03-04"))
+                   | ((rows["system"] == "b200_sxm") & (day == "2026-03-24")
+                      & source.str.contains("cu130-amd64", regex=False)))]
+    qwen = qwen.drop_duplicates(["system", "batch_size", "isl", "osl"])
     return (rows[inferencemax], gpt_oss, deepseek, minimax, qwen,
             rows[~inferencemax & ~oss & ~rows["model_path"].isin([MINIMAX, QWEN35])
                  & (rows["backend"] == "vllm")])
@@ -187,7 +193,12 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
       128 sequences (its mamba pool holds that many states: `--max-running-requests 128`
       with the radix cache off), its overlap scheduler, its prefills run alone and its
       admission, as DeepSeek-R1's; it streamed every 50th token (`--stream-interval 50`,
-      which sends a request's first token at once)."""
+      which sends a request's first token at once). On the B200 (2026-03-24,
+      single_node/qwen3.5_fp8_b200.sh of that day) the same but for 82% of the memory, 32,768
+      tokens a step, the layouts the rows record (TP 8 with the experts split by TP below 32
+      users, TP 4 x EP 4 from 32), and its scheduler reading new requests every 10 decode
+      steps below 16 users and every 30 from 16 (`--scheduler-recv-interval`:
+      `scheduler_recv_interval`); it streamed every 30th token."""
     users, isl, osl = int(row.batch_size), int(row.isl), int(row.osl)
     vllm = row.backend == "vllm"
     if row.model_path == MINIMAX:
@@ -200,14 +211,17 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
                 {"max_num_seqs": users, "max_num_batched_tokens": 8192},
                 {"chunked_prefill": True})
     if row.model_path == QWEN35:
+        b200 = row.system == "b200_sxm"
         return ({"config": package_config("Qwen--Qwen3.5-397B-A17B_config.json"),
                  "state_dtype": "bf16"},
-                {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "fp8", "ep": 8,
-                 "gpu_memory_utilization": 0.8},
-                {"max_num_seqs": 128, "max_num_batched_tokens": 16384,
+                {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "fp8",
+                 "ep": int(row.moe_ep_size) if b200 else 8,
+                 "gpu_memory_utilization": 0.82 if b200 else 0.8},
+                {"max_num_seqs": 128, "max_num_batched_tokens": 32768 if b200 else 16384,
                  "enable_prefix_caching": False},
                 {"chunked_prefill": True, "enable_mixed_chunk": False,
-                 "capacity_scheduler_policy": "new_token_ratio"})
+                 "capacity_scheduler_policy": "new_token_ratio"}
+                | ({"scheduler_recv_interval": 30 if users >= 16 else 10} if b200 else {}))
     if row.model_path == DEEPSEEK:
         if row.backend == "sglang":
             return ({"name": SILICON_MODELS[DEEPSEEK]},

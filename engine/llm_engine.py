@@ -135,9 +135,12 @@ class LLMEngine:
                 self.recorder.record_request(seq)
 
     def unfinished_sequences(self) -> list[Sequence]:
-        """Every sequence still running or waiting (queue order after the running ones)."""
-        self.scheduler.sync()
-        return list(self.scheduler.running) + list(self.scheduler.waiting)
+        """Every sequence still running or waiting (queue order after the running ones, then
+        those not yet read: a receive interval)."""
+        scheduler = self.scheduler
+        scheduler.sync()
+        unread = scheduler.recv.inbox if scheduler.recv is not None else []
+        return list(scheduler.running) + list(scheduler.waiting) + list(unread)
 
     def record_unfinished(self) -> list[Sequence]:
         """At a time limit: record every sequence still queued or running as "unfinished"."""

@@ -26,7 +26,10 @@ admitted sequence is still owed to its last token, all the blocks promised to it
 it beside a share of the running requests' future tokens, a share that decays in each step that
 only decodes, is set again by a preemption and starts over when the engine idles
 (`new_token_ratio.py`). Admission is mixed in from `admission.py` (`Admission`), the finished
-step's results from `step_results.py` (`StepResults`).
+step's results from `step_results.py` (`StepResults`). With SGLang's receive interval
+(`scheduler_recv_interval` > 1) a new request waits outside the queue until a step reads it:
+every that many decode-only steps, the step after any other, or at once when nothing runs
+(`recv_interval.py`).
 
 The running list is kept in victim order (fcfs: admission order; priority: best priority first,
 then earlier arrival), so a running sequence that needs a KV block when none is free preempts
@@ -72,6 +75,7 @@ from .kv_reservation import admit_sequence, has_free_capacity, peak_blocks, pree
     promised_blocks, reserve_decode_blocks
 from .new_token_ratio import NewTokenRatio
 from .queues import QUEUES
+from .recv_interval import RecvInterval
 from .scheduler_config import POLICIES, SchedulerConfig
 from .sequence import Sequence, SequenceStatus
 from .step_plan import StepPlan
@@ -93,6 +97,9 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
     # Under SGLang's capacity policy, the share of the running requests' future tokens that
     # admission reserves (an instance's own only then: few attributes keep the hot object fast)
     new_token_ratio: NewTokenRatio | None = None
+    # With SGLang's receive interval above 1, the requests not yet read and the steps since the
+    # last read (`recv_interval.py`; likewise an instance's own only then)
+    recv: RecvInterval | None = None
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
                  swap: SwapSpace | None = None):
@@ -118,6 +125,8 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
         self.batch_wait = BatchWait()  # TensorRT-LLM's batch waiting (`batch_wait.py`)
         if config.reserves_new_tokens:
             self.new_token_ratio = NewTokenRatio()
+        if config.scheduler_recv_interval > 1:
+            self.recv = RecvInterval(config.scheduler_recv_interval)
 
     def sync(self) -> None:
         """Bring every running sequence's counts up to date before something outside the
@@ -127,7 +136,8 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
     # --- arrivals --------------------------------------------------------------------------------
 
     def add(self, seq: Sequence) -> bool:
-        """Queue a new sequence; reject it (and return False) if it can never run."""
+        """Queue a new sequence (with a receive interval, hold it until a step reads it);
+        reject it (and return False) if it can never run."""
         if seq.status is not SequenceStatus.WAITING:
             raise ValueError(f"request {seq.request_id}: only a new sequence can be added, "
                              f"this one is {seq.status.value}")
@@ -136,7 +146,10 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
             seq.reject_reason = reason
             seq.set_status(SequenceStatus.REJECTED)
             return False
-        self.waiting.push(seq)
+        if self.recv is None:
+            self.waiting.push(seq)
+        else:
+            self.recv.inbox.append(seq)
         return True
 
     def rejection_reason(self, seq: Sequence) -> str | None:
@@ -161,7 +174,16 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
         return None
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting) or bool(self.running) or bool(self.kv.landed)
+        return bool(self.waiting) or bool(self.running) or bool(self.kv.landed) or \
+            bool(self.recv is not None and self.recv.inbox)
+
+    def queued(self, seq: Sequence) -> bool:
+        """Whether `seq` waits: in the queue, or not yet read (a receive interval)."""
+        return seq in self.waiting or (self.recv is not None and seq in self.recv.inbox)
+
+    def num_queued(self) -> int:
+        """The sequences waiting: in the queue, or not yet read (a receive interval)."""
+        return len(self.waiting) + (len(self.recv.inbox) if self.recv is not None else 0)
 
     def abort(self, seq: Sequence) -> None:
         """Cancel a queued or running sequence between steps (its client went away): it leaves
@@ -175,6 +197,8 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
             self.waiting.remove(seq)
             if self.swap is not None and self.swap.holds(seq.seq_id):
                 self.swap.swap_in(seq.seq_id)  # releases its host blocks; nothing is copied
+        elif self.recv is not None and seq in self.recv.inbox:
+            self.recv.inbox.remove(seq)
         else:
             raise ValueError(f"request {seq.request_id}: only a queued or running sequence can "
                              f"be aborted, this one is {seq.status.value}")
@@ -194,6 +218,10 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
         """The next step's plan (empty when there is nothing to run). `now_s` is only read by the
         static policy's batch timeout."""
         plan = StepPlan()
+        recv = self.recv
+        if recv is not None and recv.due(bool(self.running)):
+            for seq in recv.read():
+                self.waiting.push(seq)
         if self.kv.uncached:  # disaggregation: KV that came in, to cache before planning
             self.cache_landed()
         if self.config.policy == "continuous":
@@ -206,6 +234,8 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
                 ratio.after_preemption(self.running)
             elif plan.decodes and not plan.prefills:
                 ratio.decay()
+        if recv is not None:
+            recv.planned(plan)
         if plan.prefills or plan.decodes or plan.preempted:  # a step that only preempted
             plan.step = self.num_steps                       # is one: vLLM's zero-token step
             self.num_steps += 1
@@ -214,7 +244,7 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
                     seq.first_scheduled_step = plan.step
         plan.num_running = len(self.running)
         kv = self.kv  # a request whose KV comes in or came in waits, as vLLM counts it
-        plan.num_waiting = len(self.waiting) + len(kv.receiving) + len(kv.landed)
+        plan.num_waiting = self.num_queued() + len(kv.receiving) + len(kv.landed)
         plan.kv_blocks_used = self.block_manager.num_used
         if self._caching:
             plan.kv_blocks_cached = self.block_manager.num_cached

@@ -2,7 +2,8 @@
 
 Names follow vLLM where vLLM has the same knob (`max_num_seqs`, `max_num_batched_tokens`,
 `chunked_prefill`), TensorRT-LLM where only it has one (`capacity_scheduler_policy`,
-`batch_wait_*`), SGLang where only it has one (`enable_mixed_chunk`); `max_batch_size` and
+`batch_wait_*`), SGLang where only it has one (`enable_mixed_chunk`,
+`scheduler_recv_interval`); `max_batch_size` and
 `batch_timeout_s` belong to static batching only.
 """
 
@@ -49,6 +50,10 @@ class SchedulerConfig:
     # way); False: prefills run alone while any can run, the decodes wait (SGLang's default,
     # without its --enable-mixed-chunk; continuous batching)
     enable_mixed_chunk: bool = True
+    # SGLang's --scheduler-recv-interval (continuous batching): new requests are read only
+    # every this many decode-only steps, the step after any other, or at once when nothing
+    # runs (1: every step; `recv_interval.py`)
+    scheduler_recv_interval: int = 1
 
     @property
     def no_evict(self) -> bool:
@@ -78,7 +83,7 @@ class SchedulerConfig:
                 raise ValueError(f"scheduler.{name} must be true or false, "
                                  f"got {getattr(self, name)!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_batch_size", "max_seq_len",
-                     "data_parallel_size"):
+                     "data_parallel_size", "scheduler_recv_interval"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -106,6 +111,10 @@ class SchedulerConfig:
             raise ValueError("scheduler.enable_mixed_chunk: static batching never mixes a "
                              "batch's prefill with decodes; the key is for continuous batching "
                              "(leave it true, or set policy = 'continuous')")
+        if self.policy == "static" and self.scheduler_recv_interval > 1:
+            raise ValueError("scheduler.scheduler_recv_interval: SGLang's receive interval is "
+                             "continuous batching's (leave it 1, or set policy = "
+                             "'continuous')")
         if self.policy == "static" and (iters or ratio):
             raise ValueError("scheduler.batch_wait_timeout_iters: batch waiting holds prefills "
                              "under continuous batching; static batching waits by "

@@ -144,6 +144,10 @@ def scheduler_text(sched) -> str:
     chunked = "on" if sched.chunked_prefill else "off"
     unmixed = ("" if sched.enable_mixed_chunk else
                ", prefills run alone (no decode in a step with a prefill, as SGLang's default)")
+    interval = sched.scheduler_recv_interval
+    if interval > 1:
+        unmixed += (f", new requests read every {interval} decode-only steps (SGLang's "
+                    f"receive interval)")
     return f"continuous batching, chunked prefill {chunked}{unmixed}; {queue}"
 
 

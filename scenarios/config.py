@@ -46,6 +46,7 @@ class SchedulerSettings:
     batch_wait_max_tokens_ratio: float = 0.0
     capacity_scheduler_policy: str = "max_utilization"  # guaranteed_no_evict, new_token_ratio
     enable_mixed_chunk: bool = True  # False: prefills run alone (SGLang's default)
+    scheduler_recv_interval: int = 1  # SGLang's: new requests read every that many decode steps
 
     def engine_config(self, engine: EngineSettings, max_seq_len: int) -> SchedulerConfig:
         """The engine's `SchedulerConfig` of these settings and the engine's limits."""

@@ -203,6 +203,7 @@ SCENARIO = Table({
                         "preemption": choice(PREEMPTION_MODES),
                         "capacity_scheduler_policy": choice(CAPACITY_POLICIES),
                         "enable_mixed_chunk": BOOL,
+                        "scheduler_recv_interval": POSITIVE_INT,
                         "batch_wait_timeout_iters": NON_NEGATIVE_INT,
                         "batch_wait_max_tokens_ratio": Spec("a number from 0 to 1",
                                                             lambda v: is_number(v)

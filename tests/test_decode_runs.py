@@ -72,10 +72,10 @@ def test_fast_forward_is_exact_in_a_closed_loop_with_think_time(tmp_path):
        policy=st.sampled_from(["continuous", "static"]), queue=st.sampled_from(["fcfs", "priority"]),
        chunked=st.booleans(), rate=st.floats(0.5, 40.0), seed=st.integers(0, 10**6),
        capacity=st.sampled_from(["max_utilization", "guaranteed_no_evict", "new_token_ratio"]),
-       mixed=st.booleans())
+       mixed=st.booleans(), recv=st.sampled_from([1, 2, 7]))
 def test_fast_forward_matches_step_by_step_on_random_servers(tmp_path, blocks, block_size, policy,
                                                              queue, chunked, rate, seed, capacity,
-                                                             mixed):
+                                                             mixed, recv):
     config = config_of(tmp_path, LINEAR, n=30, rate=rate)
     changes = {"seed": seed, "engine.num_kv_blocks": blocks, "engine.block_size": block_size,
                "engine.max_num_batched_tokens": 512, "engine.max_num_seqs": 8,
@@ -85,6 +85,7 @@ def test_fast_forward_matches_step_by_step_on_random_servers(tmp_path, blocks, b
                    capacity if policy == "continuous" or capacity != "new_token_ratio"
                    else "max_utilization",  # SGLang's admission is continuous batching's
                "scheduler.enable_mixed_chunk": mixed or policy == "static",
+               "scheduler.scheduler_recv_interval": recv if policy == "continuous" else 1,
                "workload.prompt_tokens": {"dist": "uniform", "low": 1, "high": 300}}
     assert_same_runs(config.updated(changes))
 

@@ -19,7 +19,7 @@ from engine.sequence import GREEDY, Sequence
 from engine.sequences import make_request
 from engine.swap import SwapSpace
 from helpers.cluster import SESSIONS, load_config, run_cluster_of
-from helpers.runs import LINEAR, records
+from helpers.runs import LINEAR, drive, records
 from reports.section_text import scheduler_text
 from scenarios import ScenarioError
 from sim.build import build_scheduler
@@ -37,17 +37,9 @@ def scheduler(mixed: bool, blocks: int = 64, budget: int = 16, chunked: bool = T
 def steps(s: Scheduler, arrivals: dict[int, Sequence], limit: int = 200) -> list[tuple]:
     """Run `s`, adding `arrivals[k]` before step k; each step as (prefills as (id, tokens),
     decoding ids)."""
-    out = []
-    for k in range(limit):
-        if k in arrivals:
-            assert s.add(arrivals[k])
-        if not s.has_unfinished() and k > max(arrivals):
-            return out
-        plan = s.schedule()
-        out.append((tuple((seq.request_id, n) for seq, n in plan.prefills),
-                    tuple(seq.request_id for seq in plan.decodes)))
-        s.postprocess(plan)
-    raise AssertionError("the run did not end")
+    return drive(s, arrivals, lambda plan: (
+        tuple((seq.request_id, n) for seq, n in plan.prefills),
+        tuple(seq.request_id for seq in plan.decodes)), limit)
 
 
 def test_a_step_with_a_prefill_decodes_nothing_and_decodes_resume_after_it():

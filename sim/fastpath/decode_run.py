@@ -162,6 +162,9 @@ def plan_run(scheduler: Scheduler, plan: StepPlan, through_finishes: bool = True
     on = through_finishes and (static or not (scheduler.waiting or scheduler.kv.landed))
     max_steps = _fitting_steps(finish, first_block, held, max(finish) if on else min(finish),
                                bs, bm.num_free)
+    recv = scheduler.recv
+    if recv is not None and recv.inbox:  # the step that reads the requests that came may admit
+        max_steps = min(max_steps, recv.steps_unread())
     if not max_steps:
         return None
     return DecodeRun(plan, tuple(members), max_steps, tuple(finish), tuple(first_block), static)
@@ -256,6 +259,8 @@ def apply_run(scheduler: Scheduler, run: DecodeRun, steps: int):
         if f > steps:
             _advance(seq, steps, step0)
     scheduler.num_steps += steps
+    if scheduler.recv is not None:
+        scheduler.recv.after_decodes(steps)
     if steady is not None:
         steady.after_run(members, steps)
     return list(accumulate(change)), _per_repeat(start_cached, cached_planned, cached_after,

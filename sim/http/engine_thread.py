@@ -212,7 +212,7 @@ class EngineThread:
         sequence: a state the engine cannot be trusted to go on from."""
         scheduler = self.engine.scheduler
         touched = [stream for stream in self._streams.values()
-                   if not (stream.seq.status in _UNTOUCHED and stream.seq in scheduler.waiting)]
+                   if not (stream.seq.status in _UNTOUCHED and scheduler.queued(stream.seq))]
         for stream in touched:
             del self._streams[stream.seq.seq_id]
         message = f"the engine failed on a step of this request: {describe(exc)}"
@@ -220,7 +220,7 @@ class EngineThread:
         print(f"servesim serve: a step failed ({describe(exc)}); {len(touched)} request(s) "
               f"failed with it", file=sys.stderr, flush=True)
         for seq in (stream.seq for stream in touched):
-            if seq.status is SequenceStatus.RUNNING or seq in scheduler.waiting:
+            if seq.status is SequenceStatus.RUNNING or scheduler.queued(seq):
                 self.engine.abort_request(seq)
         _check_holds_nothing(scheduler)
         self._publish_state()
@@ -237,7 +237,7 @@ class EngineThread:
         scheduler = self.engine.scheduler
         bm = scheduler.block_manager
         with self._wake:
-            self._num_waiting = len(scheduler.waiting)
+            self._num_waiting = scheduler.num_queued()
             waiting = self._num_waiting + len(self._incoming)
         self.metrics.set_state(len(scheduler.running), waiting, bm.num_used / bm.num_blocks)
 

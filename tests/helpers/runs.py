@@ -33,6 +33,9 @@ CASES = {
     "prefills alone, chunked, preemptions": (
         "[engine]\nmax_num_batched_tokens = 64\nnum_kv_blocks = 32\n[scheduler]\n"
         "chunked_prefill = true\nenable_mixed_chunk = false\n" + LINEAR),
+    "SGLang's receive interval, prefills alone, preemptions": (
+        "[engine]\nnum_kv_blocks = 32\n[scheduler]\nenable_mixed_chunk = false\n"
+        "scheduler_recv_interval = 4\n" + LINEAR),
     "fitted profile": "[engine]\nnum_kv_blocks = 80\n",
     "round costs, constant arrivals": ("[cost]\nmodel = \"linear\"\nstep_overhead_s = 0.25\n"
                                        "prefill_token_s = 0.0\ndecode_seq_s = 0.0\n"
@@ -87,6 +90,21 @@ def drain(scheduler, limit: int = 1000) -> list[list[str]]:
             return steps
         plan = scheduler.schedule()
         steps.append([seq.request_id for seq, _ in plan.prefills])
+        scheduler.postprocess(plan)
+    raise AssertionError("the run did not end")
+
+
+def drive(scheduler, arrivals: dict, row, limit: int = 300) -> list:
+    """Run `scheduler`, adding `arrivals[k]` before step k, until every sequence is done and
+    every arrival added; each step as `row(plan)`."""
+    out = []
+    for k in range(limit):
+        if k in arrivals:
+            assert scheduler.add(arrivals[k])
+        if not scheduler.has_unfinished() and k > max(arrivals):
+            return out
+        plan = scheduler.schedule()
+        out.append(row(plan))
         scheduler.postprocess(plan)
     raise AssertionError("the run did not end")
 
