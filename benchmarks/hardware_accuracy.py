@@ -5,7 +5,9 @@ the roofline is calibrated on, and the NumPy engine on this machine.
    how), held out point by point, interpolated and by the roofline; and how far Marlin's MoE
    kernel carries from the shape it was measured at (`benchmarks/marlin_transfer.py`).
 0c, 0d. End to end (`--only serving`, `--only trtllm`): servesim against real-GPU serving
-   (`benchmarks/serving_accuracy.py` and `trtllm_page.py`, which say how each is simulated).
+   (`benchmarks/serving_accuracy.py` and `trtllm_page.py`, which say how each is simulated);
+   and, asked for alone (`--only overhead`), with each server's prefill overhead set from one
+   of its runs (`benchmarks/prefill_overhead.py`).
 1. Refit the efficiencies to the shipped measurements (`sim.costs.hardware.calibration`) and say
    whether the fit equals the shipped `calibration.json`.
 2. For each measured GPU (A100 80GB, H100 80GB) and operator: median and p90 of |predicted -
@@ -45,7 +47,8 @@ from sim.costs.hardware.calibration import (ELEMENTWISE_OPS, MATMULS, MEASURED_G
 from sim.costs.hardware.catalog import DATA, calibration  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import serving_accuracy  # noqa: E402  (this folder's)
+import prefill_overhead  # noqa: E402  (this folder's)
+import serving_accuracy  # noqa: E402
 import table_accuracy  # noqa: E402
 import trtllm_page  # noqa: E402
 
@@ -155,8 +158,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-engine", action="store_true",
                         help="only the GPU measurements (no serving on this machine)")
-    parser.add_argument("--only", choices=("tables", "serving", "trtllm", "calibration",
-                                           "engine"),
+    parser.add_argument("--only", choices=("tables", "serving", "trtllm", "overhead",
+                                           "calibration", "engine"),
                         action="append", help="run only this part (repeatable)")
     parser.add_argument("--runs", type=positive_integer, default=None,
                         help="end to end: at most about this many of the measured runs")
@@ -173,6 +176,9 @@ def main(argv=None) -> int:
         print()
     if "trtllm" in parts:
         trtllm_page.trtllm_part()
+        print()
+    if "overhead" in parts:
+        prefill_overhead.overhead_part(args.runs)
         print()
     if "calibration" in parts:
         gpu_part()

@@ -20,8 +20,13 @@ steady-state model of aggregated serving predicts them from the same tables
 Maximum throughput (`--only trtllm`): servesim against TensorRT-LLM's own performance page
 (`trtllm_page.py`, which says how it is simulated).
 
-    python benchmarks/serving_accuracy.py                 # about 5 minutes
-    python benchmarks/serving_accuracy.py --only serving  # about 4 minutes
+Prefill overhead (`--only overhead`, not run by default): InferenceMAX's runs again, each
+server's `hardware.prefill_overhead_s` set from one of its runs (`prefill_overhead.py`, which
+says how).
+
+    python benchmarks/serving_accuracy.py                  # about 5 minutes
+    python benchmarks/serving_accuracy.py --only serving   # about 4 minutes
+    python benchmarks/serving_accuracy.py --only overhead  # about 10 minutes
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import trtllm_page  # noqa: E402  (this folder's)
+import prefill_overhead  # noqa: E402  (this folder's)
+import trtllm_page  # noqa: E402
 from silicon_runs import (DEEPSEEK, MINIMAX, SILICON_DTYPES, SILICON_GPUS,  # noqa: E402
                           SILICON_MODELS, batch_waits, inferencemax_server, silicon_rows,
                           simulate_inferencemax)
@@ -249,7 +255,7 @@ def simulate_row(row):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=("serving", "trtllm"), action="append",
+    parser.add_argument("--only", choices=("serving", "trtllm", "overhead"), action="append",
                         help="run only this part (repeatable)")
     parser.add_argument("--runs", type=positive_integer, default=None,
                         help="serving: at most about this many of the measured runs")
@@ -260,6 +266,9 @@ def main(argv=None) -> int:
         print()
     if "trtllm" in parts:
         trtllm_page.trtllm_part()
+        print()
+    if "overhead" in parts:
+        prefill_overhead.overhead_part(args.runs)
     return 0
 
 

@@ -103,8 +103,9 @@ def silicon_rows():
                  & (rows["backend"] == "vllm")])
 
 
-def simulate_inferencemax(row):
-    """(mean TTFT ms, mean TPOT ms) servesim predicts for one of InferenceMAX's runs.
+def simulate_inferencemax(row, prefill_overhead_s: float = 0.0):
+    """(mean TTFT ms, mean TPOT ms) servesim predicts for one of InferenceMAX's runs, each step
+    with a prefill taking `prefill_overhead_s` beyond its kernels (`hardware.prefill_overhead_s`).
 
     Its client (vLLM's benchmark_serving.py as forked in kimbochen/bench_serving) sends 10 x
     users prompts with `--request-rate inf --max-concurrency users --ignore-eos`, input and
@@ -120,7 +121,8 @@ def simulate_inferencemax(row):
     table = {"name": f"inferencemax-{row.id}", "seed": 0,
              "model": model | {"max_seq_len": isl + osl},
              "hardware": {"gpu": SILICON_GPUS[row.system], "tp": int(row.tp_size),
-                          "framework": row.backend, "gpu_memory_utilization": 0.9} | hardware,
+                          "framework": row.backend, "gpu_memory_utilization": 0.9,
+                          "prefill_overhead_s": prefill_overhead_s} | hardware,
              "cost": {"model": "hardware"}, "engine": engine, "scheduler": scheduler,
              "workload": {"num_requests": 10 * users, "max_concurrency": users,
                           "arrival": {"process": "burst"},

@@ -170,6 +170,9 @@ def step_costs(config) -> str:
             "H100 kernels"
         server = (f"{hardware.step_overhead_s * 1e3:g} ms a step and "
                   f"{hardware.seq_overhead_s * 1e6:g} us a sequence of server time")
+        if hardware.prefill_overhead_s:
+            kernels += (f", plus {hardware.prefill_overhead_s * 1e3:g} ms each step with a "
+                        f"prefill (hardware.prefill_overhead_s)")
         if hardware.async_scheduling:
             return (f"hardware: {kernels}; {server}, overlapping the GPU's (async "
                     f"scheduling: a newcomer joins the step after the one planned)")

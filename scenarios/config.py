@@ -76,6 +76,7 @@ class HardwareSettings:
     gpu_memory_utilization: float
     step_overhead_s: float
     seq_overhead_s: float
+    prefill_overhead_s: float = 0.0  # a step with a prefill, beyond its kernels (GPU waiting)
     framework: str = "vllm"  # whose measured kernels: vllm, sglang or trtllm
     framework_version: str | None = None  # None: the newest the tables have
     kernels: str | None = None  # "measured", "roofline"; None: measured where tables exist

@@ -150,6 +150,10 @@ HARDWARE_DEFAULTS = {
     "gpu_memory_utilization": 0.9,
     "step_overhead_s": 1.0e-3,  # the server's own time a step (an assumption: measure yours)
     "seq_overhead_s": 10e-6,  # and per sequence of the batch
+    # what a step with a prefill takes beyond its kernels while the GPU waits (an eager step's
+    # launches, its synchronisations), not hidden by async scheduling: none is known by
+    # default (docs/sim/hardware.md, "Prefill overhead": measured servers, and how to set it)
+    "prefill_overhead_s": 0.0,
     # the server plans each step while the one before runs, its own time hidden behind the
     # GPU's (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers: each
     # framework's default in current releases); false: plan, then run, as older vLLM did

@@ -188,6 +188,7 @@ SCENARIO = Table({
                                        lambda v: is_number(v) and 0 < v <= 1),
         "step_overhead_s": NON_NEGATIVE_NUMBER,
         "seq_overhead_s": NON_NEGATIVE_NUMBER,
+        "prefill_overhead_s": NON_NEGATIVE_NUMBER,
         "async_scheduling": BOOL,
         "cost_per_hour": POSITIVE_NUMBER,  # dollars a GPU-hour, for `servesim search`
         # whose measured kernels, and which version of them (checked against the tables when

@@ -156,7 +156,8 @@ def build_cost(config: RunConfig, hardware=None):
 
         return HardwareCost(hardware or hardware_of(config), config.hardware.step_overhead_s,
                             config.hardware.seq_overhead_s,
-                            async_scheduling=config.hardware.async_scheduling)
+                            async_scheduling=config.hardware.async_scheduling,
+                            prefill_overhead_s=config.hardware.prefill_overhead_s)
     return cost_model(config.cost, config.model, config.engine.block_size)
 
 

@@ -8,6 +8,7 @@ the tables miss; past their reach, the roofline's growth from their time where t
                       + 2 all-reduces of T x d_model with tp > 1)
             + prefill attention + decode attention (each layer's)
             + embedding(T) + LM head(rows that sample)
+            + prefill_overhead_s where the step prefills
     host_s = step_overhead_s + seq_overhead_s x sequences    (the server's own time)
     step_s = max(gpu_s, host_s) with async scheduling, else gpu_s + host_s
 
@@ -15,8 +16,12 @@ with T = prefill tokens + decodes + padding rows. With async scheduling (the def
 framework now runs: vLLM's `async_scheduling`, SGLang's overlap schedule, TensorRT-LLM's overlap
 scheduler) the server plans and prepares a step while the one before runs on the GPU, so its
 own time hides behind the GPU's; the price, one step more before a newcomer is scheduled, is
-the simulation loop's (`sim.loop`). A model with experts has two kinds of layer,
-dense-MLP and mixture-of-experts, each costed with its own operators; a model with sliding
+the simulation loop's (`sim.loop`). A step that prefills may take longer than its kernels, the
+GPU waiting on the host (an eager step's kernel launches, its synchronisations):
+`prefill_overhead_s`, none unless set (docs/sim/hardware.md, "Prefill overhead"), is part of
+the step's GPU time, so that async scheduling does not hide it. A model with experts has two
+kinds of layer, dense-MLP and mixture-of-experts, each costed with its own operators; a model
+with sliding
 windows has two kinds of attention, full and windowed; a hybrid with linear attention has
 attention layers and linear layers, each with its own projections, and its linear layers'
 convolution and delta rule cost a step by its chunks and decodes (`attention.py`). The part
@@ -106,9 +111,11 @@ class HardwareCost(CostModel):
 
     def __init__(self, setup: HardwareSetup, step_overhead_s: float = STEP_OVERHEAD_S,
                  seq_overhead_s: float = SEQ_OVERHEAD_S, efficiency=None,
-                 async_scheduling: bool = True):
+                 async_scheduling: bool = True, prefill_overhead_s: float = 0.0):
         """`efficiency`: a `timing.Efficiency` instead of the GPU's fitted one;
-        `async_scheduling`: the server's own time overlaps the GPU's (module docstring)."""
+        `async_scheduling`: the server's own time overlaps the GPU's; `prefill_overhead_s`:
+        what a step with a prefill takes beyond its kernels, the GPU waiting (module
+        docstring)."""
         self.setup = setup
         self.async_scheduling = async_scheduling
         self.arch, self.gpu, self.tp = setup.arch, setup.gpu, setup.tp
@@ -121,6 +128,7 @@ class HardwareCost(CostModel):
         self.dp = setup.dp  # attention data-parallel ranks (module docstring)
         self.exchange = setup.gpu.all_reduce(setup.tp * setup.dp) if setup.dp > 1 else None
         self.step_overhead_s, self.seq_overhead_s = step_overhead_s, seq_overhead_s
+        self.prefill_overhead_s = prefill_overhead_s
         self.measured: MeasuredOps | None = setup.kernels
         kernels = self.measured.describe() if self.measured else "roofline"
         gpus = f"{self.tp}" if setup.dp == 1 else \
@@ -284,7 +292,7 @@ class HardwareCost(CostModel):
         self._fit(rows, sampled)
         time = self._rows_list[rows] + self._head_list[sampled]  # as on arrays
         if tokens:
-            time = self.attention.plus_prefill(time, shape)
+            time = self.attention.plus_prefill(time, shape) + self.prefill_overhead_s
         if decodes:
             time = self.attention.plus_decode(time, decodes, shape.decode_context)
         return time
