@@ -1,13 +1,14 @@
 """SGLang's receive interval (`--scheduler-recv-interval`; the scheduler key
 `scheduler_recv_interval`): its scheduler reads new requests off its socket at the start of a
-step only every so often. A step after one that only decoded counts one; once the count reaches
-the interval it reads them (and starts the count over, whether any came or not). After any other
-step (one with a prefill, or one that preempted) it reads them at the next, and so it does when
+step only every so often. A step of decodes counts one (one that also preempted too: SGLang
+retracts requests from its decode batch, which stays a decode batch); once the count reaches
+the interval it reads them (and starts the count over, whether any came or not). After a step
+with a prefill (mixed with decodes or not) it reads them at the next, and so it does when
 nothing runs (an idle scheduler polls at once). Until read, a request waits outside the queue:
 it counts as waiting and is never admitted. With an interval of 1 (SGLang's default) every step
 reads them, and the scheduler keeps no such state at all (`Scheduler.recv` is None).
 
-As SGLang's `SchedulerRecvSkipper` counts (its default weights): a decode-only step 1, any other
+As SGLang's `SchedulerRecvSkipper` counts (its default weights): a decode step 1, any other
 step 1,000, so that above 1,000 a step with a prefill is not enough either.
 """
 
@@ -40,11 +41,11 @@ class RecvInterval:
         return inbox
 
     def planned(self, plan) -> None:
-        """Count the step just planned: one if it only decodes, `OTHER_STEP` if it prefills or
-        preempts, nothing if it is empty (idle)."""
-        if plan.prefills or plan.preempted:
+        """Count the step just planned: `OTHER_STEP` if it prefills, one if it decodes or only
+        preempts (a decode batch that SGLang retracted from), nothing if it is empty (idle)."""
+        if plan.prefills:
             self.since += OTHER_STEP
-        elif plan.decodes:
+        elif plan.decodes or plan.preempted:
             self.since += 1
 
     def steps_unread(self) -> int:

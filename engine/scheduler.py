@@ -26,10 +26,10 @@ admitted sequence is still owed to its last token, all the blocks promised to it
 it beside a share of the running requests' future tokens, a share that decays in each step that
 only decodes, is set again by a preemption and starts over when the engine idles
 (`new_token_ratio.py`). Admission is mixed in from `admission.py` (`Admission`), the finished
-step's results from `step_results.py` (`StepResults`). With SGLang's receive interval
-(`scheduler_recv_interval` > 1) a new request waits outside the queue until a step reads it:
-every that many decode-only steps, the step after any other, or at once when nothing runs
-(`recv_interval.py`).
+step's results from `step_results.py` (`StepResults`), new requests and aborts from
+`arrivals.py` (`Arrivals`). With SGLang's receive interval (`scheduler_recv_interval` > 1) a
+new request waits outside the queue until a step reads it: every that many steps of decodes,
+the step after one with a prefill, or at once when nothing runs (`recv_interval.py`).
 
 The running list is kept in victim order (fcfs: admission order; priority: best priority first,
 then earlier arrival), so a running sequence that needs a KV block when none is free preempts
@@ -66,18 +66,19 @@ from __future__ import annotations
 from itertools import chain
 
 from .admission import Admission
+from .arrivals import Arrivals
 from .batch_wait import BatchWait
 from .block_hashes import block_hashes, own_keys
 from .block_manager import BlockManager
 from .continuous_step import ContinuousSteps
 from .disaggregation import KvInFlight, KvTransfers
-from .kv_reservation import admit_sequence, has_free_capacity, peak_blocks, preempt_sequence, \
-    promised_blocks, reserve_decode_blocks
+from .kv_reservation import admit_sequence, has_free_capacity, preempt_sequence, \
+    reserve_decode_blocks
 from .new_token_ratio import NewTokenRatio
 from .queues import QUEUES
 from .recv_interval import RecvInterval
 from .scheduler_config import POLICIES, SchedulerConfig
-from .sequence import Sequence, SequenceStatus
+from .sequence import Sequence
 from .step_plan import StepPlan
 from .step_results import StepResults
 from .swap import SwapSpace
@@ -85,13 +86,11 @@ from .swap import SwapSpace
 __all__ = ["POLICIES", "SchedulerConfig", "StepPlan", "Scheduler", "has_free_capacity",
            "admit_sequence", "preempt_sequence", "reserve_decode_blocks"]
 
-_RUNNING = SequenceStatus.RUNNING
-
 
 # --- the policy ----------------------------------------------------------------------------------
 
 
-class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
+class Scheduler(Arrivals, ContinuousSteps, Admission, StepResults, KvTransfers):
     """Waiting queue, running list and block manager, advanced one step at a time."""
 
     # Under SGLang's capacity policy, the share of the running requests' future tokens that
@@ -132,85 +131,6 @@ class Scheduler(ContinuousSteps, Admission, StepResults, KvTransfers):
         """Bring every running sequence's counts up to date before something outside the
         scheduler reads them: here they always are; a subclass that counts lazily
         (`reserve_decodes`, `apply_decodes`) brings them up to date."""
-
-    # --- arrivals --------------------------------------------------------------------------------
-
-    def add(self, seq: Sequence) -> bool:
-        """Queue a new sequence (with a receive interval, hold it until a step reads it);
-        reject it (and return False) if it can never run."""
-        if seq.status is not SequenceStatus.WAITING:
-            raise ValueError(f"request {seq.request_id}: only a new sequence can be added, "
-                             f"this one is {seq.status.value}")
-        reason = self.rejection_reason(seq)
-        if reason:
-            seq.reject_reason = reason
-            seq.set_status(SequenceStatus.REJECTED)
-            return False
-        if self.recv is None:
-            self.waiting.push(seq)
-        else:
-            self.recv.inbox.append(seq)
-        return True
-
-    def rejection_reason(self, seq: Sequence) -> str | None:
-        """Why the sequence can never run under this configuration, or None when it can."""
-        cfg, bm = self.config, self.block_manager
-        total = seq.prompt_len + seq.max_new_tokens
-        if total > cfg.max_seq_len:
-            return (f"prompt ({seq.prompt_len}) + max_new_tokens ({seq.max_new_tokens}) "
-                    f"exceeds max_seq_len ({cfg.max_seq_len})")
-        no_evict = cfg.no_evict  # a promise counts the whole request, on every engine
-        peak = (promised_blocks if no_evict else peak_blocks)(seq, bm.block_size) + \
-            bm.state_blocks  # and its state's, where the pool holds states
-        ranks = cfg.data_parallel_size
-        if peak > bm.num_blocks // ranks:
-            cache = "the cache" if ranks == 1 else "a data-parallel rank's cache"
-            counted = " (promised to its last token, guaranteed_no_evict)" if no_evict else ""
-            return f"needs {peak} KV blocks{counted}, {cache} has {bm.num_blocks // ranks}"
-        if (cfg.policy == "continuous" and not cfg.chunked_prefill
-                and seq.prompt_len > cfg.max_num_batched_tokens):
-            return (f"prompt ({seq.prompt_len}) exceeds max_num_batched_tokens "
-                    f"({cfg.max_num_batched_tokens}) without chunked_prefill")
-        return None
-
-    def has_unfinished(self) -> bool:
-        return bool(self.waiting) or bool(self.running) or bool(self.kv.landed) or \
-            bool(self.recv is not None and self.recv.inbox)
-
-    def queued(self, seq: Sequence) -> bool:
-        """Whether `seq` waits: in the queue, or not yet read (a receive interval)."""
-        return seq in self.waiting or (self.recv is not None and seq in self.recv.inbox)
-
-    def num_queued(self) -> int:
-        """The sequences waiting: in the queue, or not yet read (a receive interval)."""
-        return len(self.waiting) + (len(self.recv.inbox) if self.recv is not None else 0)
-
-    def abort(self, seq: Sequence) -> None:
-        """Cancel a queued or running sequence between steps (its client went away): it leaves
-        the queue or the running list, its KV blocks (and host swap blocks) are freed, and it
-        ends with status aborted and finish_reason "abort"."""
-        self.sync()
-        if seq.status is _RUNNING:
-            self.running.remove(seq)
-            self.block_manager.free_sequence(seq.seq_id)
-        elif seq in self.waiting:
-            self.waiting.remove(seq)
-            if self.swap is not None and self.swap.holds(seq.seq_id):
-                self.swap.swap_in(seq.seq_id)  # releases its host blocks; nothing is copied
-        elif self.recv is not None and seq in self.recv.inbox:
-            self.recv.inbox.remove(seq)
-        else:
-            raise ValueError(f"request {seq.request_id}: only a queued or running sequence can "
-                             f"be aborted, this one is {seq.status.value}")
-        seq.finish_reason = "abort"
-        seq.set_status(SequenceStatus.ABORTED)
-        self.idle_check()
-
-    def idle_check(self) -> None:
-        """Under SGLang's capacity policy, start the reserved share over once nothing runs or
-        waits (SGLang resets it when its scheduler idles)."""
-        if self.new_token_ratio is not None and not self.has_unfinished():
-            self.new_token_ratio.reset()
 
     # --- planning --------------------------------------------------------------------------------
 

@@ -51,8 +51,8 @@ class SchedulerConfig:
     # without its --enable-mixed-chunk; continuous batching)
     enable_mixed_chunk: bool = True
     # SGLang's --scheduler-recv-interval (continuous batching): new requests are read only
-    # every this many decode-only steps, the step after any other, or at once when nothing
-    # runs (1: every step; `recv_interval.py`)
+    # every this many steps of decodes, the step after one with a prefill, or at once when
+    # nothing runs (1: every step; `recv_interval.py`)
     scheduler_recv_interval: int = 1
 
     @property

@@ -146,7 +146,7 @@ def scheduler_text(sched) -> str:
                ", prefills run alone (no decode in a step with a prefill, as SGLang's default)")
     interval = sched.scheduler_recv_interval
     if interval > 1:
-        unmixed += (f", new requests read every {interval} decode-only steps (SGLang's "
+        unmixed += (f", new requests read every {interval} steps of decodes (SGLang's "
                     f"receive interval)")
     return f"continuous batching, chunked prefill {chunked}{unmixed}; {queue}"
 

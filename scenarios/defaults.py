@@ -63,8 +63,9 @@ DEFAULTS = {
         # run decodes beside prefill chunks in a step (vLLM's and TensorRT-LLM's way), or
         # false: prefills alone while any can run, the decodes waiting (SGLang's default)
         "enable_mixed_chunk": _SCHED["enable_mixed_chunk"],
-        # SGLang's --scheduler-recv-interval: read new requests every this many decode-only
-        # steps, the step after any other, or at once when nothing runs (1: every step)
+        # SGLang's --scheduler-recv-interval: read new requests every this many steps of
+        # decodes, the step after one with a prefill, or at once when nothing runs (1: every
+        # step)
         "scheduler_recv_interval": _SCHED["scheduler_recv_interval"],
     },
     "cost": {

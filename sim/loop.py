@@ -252,7 +252,7 @@ def engine(env, state: SimState, replica: Replica):
             if plan.idle_until_s is None and scheduler.has_unfinished() and \
                     not scheduler.awaiting_kv():
                 raise RuntimeError(f"the scheduler made no progress at t={env.now:.6f}s with "
-                                   f"{len(scheduler.waiting)} waiting, "
+                                   f"{scheduler.num_queued()} waiting, "
                                    f"{len(scheduler.kv.landed)} landed and "
                                    f"{len(scheduler.running)} running")
             if stepped and idle_since is None:

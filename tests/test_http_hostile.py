@@ -13,7 +13,8 @@ import asyncio
 import pytest
 
 from engine import model_runner
-from helpers.http import PROMPT, assert_recovered, post, post_raw, served, sse_events, until
+from helpers.http import PROMPT, assert_recovered, fail_next_step, post, post_raw, served, \
+    sse_events, until
 from sim.http.text import Detokenizer
 
 COMPLETE = "/v1/completions"
@@ -356,15 +357,7 @@ def test_a_step_that_raises_fails_its_requests_and_the_queued_ones_are_served(mo
         await until(lambda: len(engine.scheduler.running) == 2)
         queued = asyncio.create_task(post(client, f"{url}{COMPLETE}", body(max_tokens=5)))
         await until(lambda: len(engine.scheduler.waiting) == 1)
-        execute = engine.executor.execute
-        calls = []
-
-        def execute_once_failing(plan, **kw):
-            calls.append(plan)
-            if len(calls) == 1:
-                raise MemoryError("injected step failure")
-            return execute(plan, **kw)
-        monkeypatch.setattr(engine.executor, "execute", execute_once_failing)
+        fail_next_step(monkeypatch, engine, MemoryError("injected step failure"))
         answers = await asyncio.gather(*running, queued)
         await assert_recovered(client, url, engine)
         return answers, bm.num_free == bm.num_blocks

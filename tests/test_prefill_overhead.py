@@ -12,6 +12,7 @@ from helpers.model_scenario import scenario
 from helpers.runs import records
 from reports.section_text import step_costs
 from scenarios import ScenarioError
+from sim.build import build_cost
 from sim.costs.hardware import HardwareCost, hardware_setup
 from sim.costs.shape import StepShape
 from sim.runner import run_config
@@ -37,6 +38,21 @@ def test_a_step_with_a_prefill_takes_the_overhead_more_and_a_decode_step_nothing
     arrays = StepShape(decode_seqs=np.array([8, 8]), decode_context=np.array([12000, 12008]),
                        sampled_seqs=np.array([8, 8]), decoding=1)
     assert slow.step_time(arrays).tolist() == plain.step_time(arrays).tolist()
+
+
+@pytest.mark.parametrize("tp, layout", [(8, 'dtype = "fp8"'),
+                                        (2, 'dp = 4\nep = 8\ndtype = "fp8"')])
+def test_once_a_step_however_many_prefills_and_ranks(tmp_path, tp, layout):
+    """Three prompts in one step, on one rank or four attention data-parallel ranks stepping
+    together (DeepSeek-V3 on eight H200s): the overhead once."""
+    base = scenarios.load(scenario(tmp_path, model='name = "deepseek-ai/DeepSeek-V3"',
+                                   gpu="h200", tp=tp, hardware=layout)).base
+    plain = build_cost(base)
+    slow = build_cost(base.updated({"hardware.prefill_overhead_s": 0.03}))
+    three = StepShape(prefill_tokens=900, prefill_attention=3 * 300 * 301 // 2, prefill_seqs=3,
+                      decode_seqs=8, decode_context=8 * 1500, sampled_seqs=11, decoding=1,
+                      prefill_square=3 * 300 * 300)
+    assert slow.step_time(three) == pytest.approx(plain.step_time(three) + 0.03, rel=1e-12)
 
 
 def test_async_scheduling_does_not_hide_it(tmp_path):

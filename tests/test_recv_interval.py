@@ -1,11 +1,14 @@
 """SGLang's receive interval (`scheduler.scheduler_recv_interval`, engine/recv_interval.py): a
-new request waits outside the queue until a step reads it, every that many decode-only steps,
-the step after one that prefilled or preempted, or at once when nothing runs. Fast-forwarded
-runs under it are the step-by-step run's (tests/test_decode_runs.py: a case of
-tests/helpers/runs.py and the random servers)."""
+new request waits outside the queue until a step reads it, every that many steps of decodes,
+the step after one with a prefill, or at once when nothing runs. Fast-forwarded runs under it
+are the step-by-step run's (tests/test_decode_runs.py: a case of tests/helpers/runs.py and the
+random servers)."""
 
 from __future__ import annotations
 
+import asyncio
+
+import aiohttp
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -19,10 +22,13 @@ from engine.recv_interval import OTHER_STEP, RecvInterval
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import GREEDY, Sequence, SequenceStatus
 from engine.step_plan import StepPlan
+from helpers.http import PROMPT, assert_recovered, fail_next_step, metric, post, sse_events, \
+    tiny_config, until
 from helpers.model_scenario import scenario
 from helpers.runs import drive, records
 from reports.section_text import scheduler_text
 from scenarios import ScenarioError
+from sim.http import engine_for, start_server
 from sim.runner import run_config
 
 
@@ -72,6 +78,50 @@ def test_a_mixed_step_counts_as_a_prefill():
     assert first_prefill(run, "c") == 7
 
 
+def test_a_step_of_decodes_that_preempts_counts_one():
+    """SGLang retracts requests from its decode batch, which stays a decode batch: the count
+    goes on by one, and a request that came is not read at the next step."""
+    s = scheduler(10, blocks=8)
+    s.add(Sequence("a", 8, 20))
+    s.add(Sequence("b", 8, 20))
+    for _ in range(40):
+        plan = s.schedule()
+        s.postprocess(plan)
+        if plan.preempted:
+            break
+    assert [seq.request_id for seq in plan.preempted] == ["b"] and plan.decodes
+    since = s.recv.since
+    assert since < 10
+    s.add(Sequence("c", 4, 2))
+    nxt = s.schedule()
+    assert not nxt.prefills and s.recv.since == since + 1 and s.num_queued() == 2
+    assert [seq.request_id for seq in s.recv.inbox] == ["c"]
+
+
+def test_sglangs_reserved_share_starts_over_when_only_unread_requests_are_left():
+    """The last running request finishes while another waits unread: SGLang idles a turn, which
+    resets its new-token ratio, before it reads it."""
+    s = Scheduler(SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=2048,
+                                  enable_mixed_chunk=False, max_seq_len=4096,
+                                  capacity_scheduler_policy="new_token_ratio",
+                                  scheduler_recv_interval=10), BlockManager(400, 4))
+    ratio = s.new_token_ratio
+    start = ratio.current
+    arrivals = {0: Sequence("a", 8, 700), 697: Sequence("b", 8, 1000, ignore_eos=False)}
+    at = {}
+    for k in range(800):
+        if k in arrivals:
+            assert s.add(arrivals[k])
+        plan = s.schedule()
+        for seq, _ in plan.prefills:
+            at.setdefault(seq.request_id, (k, ratio.current))
+        s.postprocess(plan)
+        if "b" in at:
+            break
+    assert at["b"][1] == start  # reset, not the 0.098 it had decayed to
+    assert ratio.current == start
+
+
 def test_requests_read_together_are_admitted_in_arrival_order():
     arrivals = {0: Sequence("a", 8, 40), 2: Sequence("b", 8, 4), 3: Sequence("c", 8, 4)}
     run = steps(scheduler(5), arrivals)
@@ -105,6 +155,51 @@ def test_the_real_engine_reads_late_and_computes_the_same_tokens(tiny_config, ti
     assert outputs[1] == outputs[4]
     assert all(late >= early for late, early in zip(starts[4], starts[1]))
     assert starts[4] != starts[1]
+
+
+def test_an_http_servers_failed_step_leaves_unread_requests_to_be_served(monkeypatch):
+    """The real server (sim.http) with an interval no step reaches while others run: the
+    request it has not read counts as waiting, is untouched by a failed step that fails the
+    running ones, and is served once nothing runs."""
+    complete = "/v1/completions"
+    long = {"prompt": PROMPT, "max_tokens": 2000, "ignore_eos": True, "stream": True}
+
+    async def streamed(client, url):
+        async with client.post(url, json=long) as response:
+            return response.status, await sse_events(response)
+
+    async def test(client, url, engine):
+        running = [asyncio.create_task(streamed(client, f"{url}{complete}")) for _ in range(2)]
+        await until(lambda: len(engine.scheduler.running) == 2)
+        queued = asyncio.create_task(post(client, f"{url}{complete}", {
+            "prompt": PROMPT, "max_tokens": 5, "ignore_eos": True}))
+        await until(lambda: len(engine.scheduler.recv.inbox) == 1)
+        await until(lambda: engine.scheduler.num_queued() == 1
+                    and len(engine.scheduler.running) == 2)
+        async with client.get(f"{url}/metrics") as response:
+            waiting = metric(await response.text(), "vllm:num_requests_waiting")
+        fail_next_step(monkeypatch, engine, MemoryError("injected step failure"))
+        answers = await asyncio.gather(*running, queued)
+        await assert_recovered(client, url, engine)
+        return waiting, answers
+    config = tiny_config("engine.max_num_seqs=2", "model.max_seq_len=4096",
+                         "engine.num_kv_blocks=600").updated(
+        {"scheduler.scheduler_recv_interval": 1_000_000})
+
+    async def main():
+        engine, model = engine_for(config)
+        server = await start_server(engine, model)
+        try:
+            async with aiohttp.ClientSession() as client:
+                return await test(client, server.url, engine)
+        finally:
+            await server.close()
+    waiting, (first, second, queued) = asyncio.run(main())
+    assert waiting == 1
+    for status, events in (first, second):
+        assert status == 200 and events[-1] == "[DONE]"
+        assert "injected step failure" in events[-2]["error"]["message"]
+    assert queued[0] == 200 and queued[1]["usage"]["completion_tokens"] == 5
 
 
 def test_an_unread_request_can_be_aborted_and_is_unfinished_until_read():
@@ -188,7 +283,7 @@ def test_a_bad_interval_is_refused_in_one_line(tmp_path, changes, message):
 def test_the_report_says_the_interval():
     config = SchedulerConfig(scheduler_recv_interval=10)
     text = scheduler_text(config)
-    assert "new requests read every 10 decode-only steps" in text
+    assert "new requests read every 10 steps of decodes" in text
     assert "read every" not in scheduler_text(SchedulerConfig())
 
 

@@ -85,6 +85,18 @@ async def kv_usage(client, url: str) -> float:
         return metric(await response.text(), "vllm:kv_cache_usage_perc")
 
 
+def fail_next_step(monkeypatch, engine, error: Exception) -> None:
+    """Make the engine's next step raise `error` in its executor; the steps after run."""
+    execute, calls = engine.executor.execute, []
+
+    def execute_once_failing(plan, **kw):
+        calls.append(plan)
+        if len(calls) == 1:
+            raise error
+        return execute(plan, **kw)
+    monkeypatch.setattr(engine.executor, "execute", execute_once_failing)
+
+
 async def until(condition) -> None:
     """Wait, polling, for `condition()` to hold (the engine thread works beside the test)."""
     for _ in range(POLLS):
