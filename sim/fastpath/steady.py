@@ -8,10 +8,10 @@ preemption takes it out. While it does, its counts follow from the step index: f
 block (its KV row reaches the end of its last block), with prefix caching the step before (its
 decode fills that block, which is then registered by its hash), and the step of its last token,
 and brings its counts up to date only when it needs a block, finishes, or something outside
-reads them (fast forward, an abort, the end of a run: `sync`). A step then costs O(sequences
-that join, need a block or finish), not O(batch). The bookkeeping pays only for large batches:
-it is engaged while ENGAGE_AT sequences or more run, and let go (every count brought up to date)
-below RELEASE_BELOW.
+reads them (fast forward, an abort, the end of a run: `sync`); `steady_due.py` keeps those
+steps. A step then costs O(sequences that join, need a block or finish), not O(batch). The
+bookkeeping pays only for large batches: it is engaged while ENGAGE_AT sequences or more run,
+and let go (every count brought up to date) below RELEASE_BELOW.
 
 It is the engine's `Scheduler` with its decode seams overridden (`reserve_decodes`,
 `unplan_last_decode`, `apply_decodes`, `decode_fills`, `running_added`, `running_removed`,
@@ -30,9 +30,10 @@ import heapq
 from bisect import insort
 from operator import attrgetter
 
-from engine.block_hashes import own_keys
 from engine.scheduler import Scheduler
 from engine.sequence import SequenceStatus
+
+from .steady_due import DueSteps, advance
 
 _RUNNING = SequenceStatus.RUNNING
 
@@ -40,7 +41,7 @@ ENGAGE_AT = 32
 RELEASE_BELOW = 16
 
 
-class SteadyScheduler(Scheduler):
+class SteadyScheduler(DueSteps, Scheduler):
     """The engine's scheduler, counting steady decoders in bulk while enough run (continuous
     batching; never on a prefill-only engine, whose sequences leave after their first token).
     For simulated sequences only: a sampled token could end a sequence early."""
@@ -139,7 +140,7 @@ class SteadyScheduler(Scheduler):
         for seq in self.running:
             s = since.get(seq.seq_id)
             if s is not None and s < k:
-                _advance(seq, k - s, s)
+                advance(seq, k - s, s)
                 since[seq.seq_id] = k
 
     def reset(self) -> None:
@@ -274,83 +275,3 @@ class SteadyScheduler(Scheduler):
         since = self.since
         self.counted = [seq for seq in self.counted
                         if seq.seq_id not in since and seq.status is _RUNNING]
-
-    def _filled(self, k: int) -> list:
-        """(sequence, block index) of every block step k's decodes filled, in plan order (for
-        prefix caching; after `_apply`)."""
-        fills, self.fills_running = self.fills_running, []
-        due = self.fill_due.pop(k, None)
-        if due:
-            tables = self.block_manager.block_tables
-            fills += [(seq, len(tables[seq.seq_id]) - 1) for seq in due.values()
-                      if seq.status is _RUNNING]  # the last block: the next row needs a new one
-            if len(fills) > 1:
-                position = self.position
-                fills.sort(key=lambda fill: position(fill[0]))
-        if self.fills_swapped:
-            fills += self.fills_swapped
-            self.fills_swapped = []
-        return fills
-
-    def _finishing(self, k: int) -> list:
-        """The steady sequences whose last token step k emits, counted up to date."""
-        due = self.finish_due.pop(k, None)
-        if not due:
-            return []
-        ended, since = [], self.since
-        for seq in due.values():
-            s = since.pop(seq.seq_id, None)
-            if s is None:
-                continue
-            _advance(seq, k - s, s)
-            seq.num_computed_tokens += 1
-            seq.num_output_tokens += 1
-            seq.last_token_step = k
-            assert seq.should_stop(None), "a steady sequence must end by length"
-            ended.append(seq)
-        return ended
-
-    def _steady_from(self, seq, s: int) -> None:
-        """Count the sequence in bulk from step s on (its counts are up to date before s)."""
-        self.since[seq.seq_id] = s
-        last = self._last_step(seq)
-        self._due(self.finish_due, last, seq, last)
-        heapq.heappush(self.finish_steps, last)
-        self._blocks_due(seq, s, last)
-
-    def _blocks_due(self, seq, s: int, last: int) -> None:
-        """Note the step from s on in which a steady sequence (counts up to date before s) next
-        needs a block and, with prefix caching, the one before, whose decode fills its last."""
-        row = seq.prompt_len + seq.num_output_tokens - 1  # the KV row step s writes
-        capacity = len(self.block_manager.block_tables[seq.seq_id]) * self.block_size
-        self._due(self.block_due, s + capacity - row, seq, last)
-        if self._caching and capacity > row:  # else step s - 1 filled its last block
-            self._fill_due(seq, s + capacity - row - 1, last)
-
-    def _fill_due(self, seq, step: int, last: int) -> None:
-        """Note the step whose decode fills the sequence's last block, if its hash is known."""
-        hashes = seq.block_hashes  # a request's own keys are cached when preempted
-        if hashes and not own_keys(hashes) and \
-                len(self.block_manager.block_tables[seq.seq_id]) <= len(hashes):
-            self._due(self.fill_due, step, seq, last)
-
-    def _last_step(self, seq) -> int:
-        """The step of a steady sequence's last token."""
-        return self.since[seq.seq_id] + seq.max_new_tokens - seq.num_output_tokens - 1
-
-    @staticmethod
-    def _due(table: dict, step: int, seq, last: int) -> None:
-        if step <= last:
-            bucket = table.get(step)
-            if bucket is None:
-                table[step] = {seq.seq_id: seq}
-            else:
-                bucket[seq.seq_id] = seq
-
-
-def _advance(seq, steps: int, since: int) -> None:
-    """`steps` more decodes of a sequence steady since step `since`, one token each."""
-    if steps:
-        seq.num_computed_tokens += steps
-        seq.num_output_tokens += steps
-        seq.last_token_step = since + steps - 1
