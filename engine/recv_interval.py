@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-OTHER_STEP = 1000  # what a step that does more than decode counts (SGLang's default weight)
+OTHER_STEP = 1000  # what a step with a prefill counts (SGLang's default weight)
 
 
 @dataclass
 class RecvInterval:
-    """The requests that arrived since the scheduler last read, and the decode-only steps since
-    then (one attribute of the scheduler: its instance attributes are kept few,
+    """The requests that arrived since the scheduler last read, and what the steps planned since
+    then count (one attribute of the scheduler: its instance attributes are kept few,
     docs/sim/speed.md)."""
 
     interval: int

@@ -164,7 +164,9 @@ class Scheduler(Arrivals, ContinuousSteps, Admission, StepResults, KvTransfers):
                     seq.first_scheduled_step = plan.step
         plan.num_running = len(self.running)
         kv = self.kv  # a request whose KV comes in or came in waits, as vLLM counts it
-        plan.num_waiting = self.num_queued() + len(kv.receiving) + len(kv.landed)
+        plan.num_waiting = len(self.waiting) + len(kv.receiving) + len(kv.landed)
+        if recv is not None:  # those not yet read wait too
+            plan.num_waiting += len(recv.inbox)
         plan.kv_blocks_used = self.block_manager.num_used
         if self._caching:
             plan.kv_blocks_cached = self.block_manager.num_cached
