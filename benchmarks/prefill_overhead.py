@@ -11,7 +11,7 @@ servesim is already slower). Every other run of the group is then simulated with
 errors are printed beside those without it, over the same runs (the calibration run left out
 of both).
 
-    python benchmarks/serving_accuracy.py --only overhead   # about 10 minutes
+    python benchmarks/serving_accuracy.py --only overhead   # about 12 minutes
 """
 
 from __future__ import annotations

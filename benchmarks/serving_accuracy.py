@@ -26,7 +26,7 @@ says how).
 
     python benchmarks/serving_accuracy.py                  # about 5 minutes
     python benchmarks/serving_accuracy.py --only serving   # about 4 minutes
-    python benchmarks/serving_accuracy.py --only overhead  # about 10 minutes
+    python benchmarks/serving_accuracy.py --only overhead  # about 12 minutes
 """
 
 from __future__ import annotations
