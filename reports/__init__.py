@@ -8,6 +8,7 @@ Every metric comes from `engine.benchmark`; see docs/reports/ for each file and 
 """
 
 from .chart_worker import ChartWorker
+from .document import rejection_text
 from .key_figures import KEY_FIGURES, key_rows, text_table
 from .tables import requests_table, run_summaries, steps_table, summary_table
 from .vllm_json import summary_json_names, vllm_records
@@ -20,6 +21,6 @@ def summary_text(results, summaries=None) -> str:
     return text_table(*key_rows([spec for spec, _ in results], summaries))
 
 
-__all__ = ["KEY_FIGURES", "ChartWorker", "ReportFiles", "key_rows", "requests_table", "run_summaries",
-           "steps_table", "summary_json_names", "summary_table", "summary_text", "text_table",
-           "vllm_records", "write_report"]
+__all__ = ["KEY_FIGURES", "ChartWorker", "ReportFiles", "key_rows", "rejection_text",
+           "requests_table", "run_summaries", "steps_table", "summary_json_names",
+           "summary_table", "summary_text", "text_table", "vllm_records", "write_report"]

@@ -186,6 +186,20 @@ FAILED_NOTE = ("A benchmarked request whose answer was an error, malformed, cut 
                "missing failed alone, with its reason; the others were measured.")
 
 
+def rejection_text(results) -> str:
+    """A line for each run and kind of reason its requests were rejected for, with how many
+    ("" when none was): what the console prints below the key figures."""
+    lines = []
+    for spec, recorder in results:
+        kinds: dict = {}
+        for reason in recorder.reject_reasons.values():
+            kinds.setdefault(reason_kind(reason), []).append(reason)
+        for reasons in kinds.values():
+            count = f"{len(reasons)} request{'s' if len(reasons) > 1 else ''}"
+            lines.append(f"{spec.label}: {count} rejected: {reason_summary(reasons)}")
+    return "\n".join(lines)
+
+
 def reason_kind(reason: str) -> str:
     """A reason with its numbers taken out: the reasons of one kind share it."""
     return re.sub(r"\d+", "#", reason)

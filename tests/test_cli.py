@@ -60,6 +60,15 @@ def test_run_writes_every_file_and_prints_the_summary(scenario_file, tmp_path, c
         assert (out / name).is_file(), name
 
 
+def test_run_says_why_requests_were_rejected(scenario_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet",
+                 "--set", "model.max_seq_len=40"]) == 0
+    printed = capsys.readouterr().out
+    assert "\nstatic: " in printed and "\ncontinuous: " in printed
+    assert "rejected: prompt (" in printed and "exceeds max_seq_len (40)" in printed
+
+
 def test_run_defaults_to_out_slash_scenario_name(scenario_file, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["run", str(scenario_file), "--quiet", "--set", "workload.num_requests=3"]) == 0

@@ -141,6 +141,21 @@ def test_report_summarizes_rejected_requests_by_reason_with_counts_and_examples(
                    row.split(" | ")[3].startswith(f"{first} ") for row in rows)
 
 
+def test_the_console_says_why_requests_were_rejected_a_line_a_kind(tmp_path):
+    _, results = simulate(tmp_path, overrides=["model.max_seq_len=96"])
+    lines = reports.rejection_text(results).splitlines()
+    for spec, recorder in results:
+        own = [line for line in lines if line.startswith(f"{spec.label}: ")]
+        kinds = {reason_kind(reason) for reason in recorder.reject_reasons.values()}
+        assert len(own) == len(kinds) > 0
+        assert sum(int(line.split(": ")[1].split()[0]) for line in own) == \
+            len(recorder.reject_reasons)
+        assert all("exceeds max_seq_len (96)" in line for line in own)
+    _, fitting = simulate(tmp_path, overrides=["model.max_seq_len=4096"])
+    assert not any(recorder.reject_reasons for _, recorder in fitting)
+    assert reports.rejection_text(fitting) == ""
+
+
 def test_a_clusters_report_lists_its_rejected_requests_and_priority_classes(tmp_path):
     # a cluster's requests carry the replica that served them; the report's tables are by run
     cluster = SCENARIO.replace("[[variants]]", "[cluster]\nreplicas = 2\n[[variants]]", 1)

@@ -53,6 +53,9 @@ def cmd_run(args) -> int:
             if worker is not None:
                 worker.close()
     print(reports.summary_text(results, files.summaries))
+    rejected = reports.rejection_text(results)
+    if rejected:  # why, in a line a kind of reason (requests.csv has each request's)
+        print(f"\n{rejected}")
     print(f"\n{len(files.files) + 1} files written to {out_dir}/; report: "
           f"{out_dir / files.html.name}")
     return 0
