@@ -162,10 +162,7 @@ def rejected_blocks(specs, requests) -> list:
     rows = []
     for spec, run in _run_groups(specs, requests):
         rejected = run[run["status"] == status]
-        kinds: dict = {}
-        for request_id, reason in zip(rejected["request_id"], rejected["reject_reason"]):
-            kinds.setdefault(reason_kind(reason), []).append((request_id, reason))
-        for members in kinds.values():
+        for members in by_kind(zip(rejected["request_id"], rejected["reject_reason"])):
             ids = [str(request_id) for request_id, _ in members]
             shown = ", ".join(ids[:EXAMPLES_LISTED]) + (", ..." if len(ids) > EXAMPLES_LISTED
                                                          else "")
@@ -191,13 +188,20 @@ def rejection_text(results) -> str:
     ("" when none was): what the console prints below the key figures."""
     lines = []
     for spec, recorder in results:
-        kinds: dict = {}
-        for reason in recorder.reject_reasons.values():
-            kinds.setdefault(reason_kind(reason), []).append(reason)
-        for reasons in kinds.values():
-            count = f"{len(reasons)} request{'s' if len(reasons) > 1 else ''}"
+        for members in by_kind(recorder.reject_reasons.items()):
+            count = f"{len(members)} request{'s' if len(members) > 1 else ''}"
+            reasons = [reason for _, reason in members]
             lines.append(f"{spec.label}: {count} rejected: {reason_summary(reasons)}")
     return "\n".join(lines)
+
+
+def by_kind(rejected) -> list[list[tuple]]:
+    """(request id, reason) pairs grouped by the kind of their reason (`reason_kind`), each
+    group and the groups in the order first met."""
+    kinds: dict = {}
+    for request_id, reason in rejected:
+        kinds.setdefault(reason_kind(reason), []).append((request_id, reason))
+    return list(kinds.values())
 
 
 def reason_kind(reason: str) -> str:

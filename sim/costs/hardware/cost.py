@@ -21,15 +21,13 @@ GPU waiting on the host (an eager step's kernel launches, its synchronisations):
 `prefill_overhead_s`, none unless set (docs/sim/hardware.md, "Prefill overhead"), is part of
 the step's GPU time, so that async scheduling does not hide it. A model with experts has two
 kinds of layer, dense-MLP and mixture-of-experts, each costed with its own operators; a model
-with sliding
-windows has two kinds of attention, full and windowed; a hybrid with linear attention has
-attention layers and linear layers, each with its own projections, and its linear layers'
-convolution and delta rule cost a step by its chunks and decodes (`attention.py`). The part
-that depends on T alone (every weight matmul, every elementwise kernel, the all-reduces, the
-embedding) is tabulated per T the first time a T is seen, so a step costs a table lookup and
-the attention terms; a run of
-decode-only steps (`CostModelExecutor.execute_run`) is the same arithmetic on arrays, so every
-duration is bit for bit the one the step alone would give.
+with sliding windows has two kinds of attention, full and windowed; a hybrid with linear
+attention has attention layers and linear layers, each with its own projections, and its linear
+layers' convolution and delta rule cost a step by its chunks and decodes (`attention.py`). The
+part that depends on T alone (every weight matmul, every elementwise kernel, the all-reduces,
+the embedding) is tabulated per T the first time a T is seen, so a step costs a table lookup
+and the attention terms; a run of decode-only steps (`CostModelExecutor.execute_run`) is the
+same arithmetic on arrays, so every duration is bit for bit the one the step alone would give.
 
 With attention data parallelism (`hardware.dp` ranks of tp GPUs, a model with experts) every
 rank attends over its own requests and the experts take every rank's tokens, the ranks
