@@ -66,8 +66,9 @@ def serving_part(limit: int | None = None) -> None:
           "2026-03-27):")
     compare(gpt_oss, simulate_inferencemax, lambda row: (row.backend, SILICON_GPUS[row.system],
                                                          "mxfp4"))
-    print("\nInferenceMAX's DeepSeek-R1 runs on eight H200s in fp8 (latent attention and 256 "
-          "experts; TensorRT-LLM's of 2025-11-02, SGLang's of 2026-03-25):")
+    print("\nInferenceMAX's DeepSeek-R1 runs in fp8 (latent attention and 256 experts; "
+          "TensorRT-LLM's on eight H200s of 2025-11-02, SGLang's on eight H200s and four or "
+          "eight B200s of 2026-03-25):")
     compare(deepseek, simulate_inferencemax, server_group)
     print("\nThe same runs by aiconfigurator-core's own estimate:")
     compare(deepseek, aiconfigurator_estimate, server_group, rows_shown=False)

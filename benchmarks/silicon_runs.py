@@ -34,28 +34,29 @@ def silicon_rows():
     copies of their config.json) on catalog GPUs that servesim can simulate (no pipeline or
     attention data parallelism as recorded), or None without the package.
 
-    The Llama-70B runs of vLLM and TensorRT-LLM are InferenceMAX's (SemiAnalysis): their
-    matrix is its matrix of 2025-10-29, their measurement date (ISL/OSL 1,024/1,024,
-    1,024/8,192 and 8,192/1,024; 4 to 64 users under vLLM, 4 to 128 under TensorRT-LLM; TP 2 to
-    8 on the H100, 1 to 8 elsewhere). So are the gpt-oss-120b vLLM runs on the H100 and H200
-    measured 2026-03-27 (the same lengths, 4 to 64 users, TP 1 to 8; shipped twice, once
-    here); its other gpt-oss runs (older scripts, and the B200's MXFP4 x MXFP8 kernels servesim
-    does not cost) are left out. Its DeepSeek-R1 runs in fp8 on the H200 are TensorRT-LLM's
-    measured 2025-11-02 and SGLang's measured 2026-03-25 (the same lengths, 4 to 64 users, TP
-    8; SGLang's shipped twice, once here); the others are later scripts with multi-token
-    prediction, or of other days whose layouts the rows record in ways their scripts do not
-    say. Its MiniMax-M2.5 runs on vLLM in fp8 are those on the H200 measured 2026-03-01 (TP 4)
-    and 2026-03-27 (TP 8), and on the H100 measured 2026-03-27 (TP 4), the same lengths and 4
-    to 128 users; those of 2026-03-28 are left out: the H200's measure the same layout again
-    (TTFT within 2% in the median), the H100's record attention data parallelism; so are its
-    B200's and B300's, of many layouts and days. Its Qwen3.5-397B-A17B runs are SGLang's in
-    fp8 on the H200 measured 2026-03-04 (TP 8 x EP 8, the same lengths, 4 to 64 users; shipped
-    three times, once here) and on the B200 measured 2026-03-24 (the image the day's matrix
-    names, lmsysorg/sglang:v0.5.9-cu130-amd64: TP 8 at 4 to 16 users, TP 4 x EP 4 at 32 to 128;
-    shipped twice, once here); the B200's of 2026-03-20 (another image, that of the day's
-    multi-token prediction matrix, and a layout the day's plain matrix does not have), of
-    2026-03-03 (TP 16 recorded on one node) and in bf16 (a nightly image), and the B300's
-    (no script of that day names the GPU), are left out."""
+    The Llama-70B runs of vLLM and TensorRT-LLM are InferenceMAX's (SemiAnalysis): their matrix
+    is its matrix of 2025-10-29, their measurement date (ISL/OSL 1,024/1,024, 1,024/8,192 and
+    8,192/1,024; 4 to 64 users under vLLM, 4 to 128 under TensorRT-LLM; TP 2 to 8 on the H100, 1
+    to 8 elsewhere). So are the gpt-oss-120b vLLM runs on the H100 and H200 measured 2026-03-27
+    (the same lengths, 4 to 64 users, TP 1 to 8; shipped twice, once here); its other gpt-oss
+    runs (older scripts, and the B200's MXFP4 x MXFP8 kernels servesim does not cost) are left
+    out. Its DeepSeek-R1 runs in fp8 are TensorRT-LLM's on the H200 measured 2025-11-02 and
+    SGLang's on the H200 and the B200 measured 2026-03-25 (the same lengths, 4 to 64 users, TP
+    8, and on the B200 TP 4 at 8,192/1,024; SGLang's shipped twice, once here; the B200's beside
+    its multi-token prediction runs of the same day, told apart by `deepseek_plain`); the others
+    are later scripts with multi-token prediction, or of other days whose layouts the rows
+    record in ways their scripts do not say. Its MiniMax-M2.5 runs on vLLM in fp8 are those on
+    the H200 measured 2026-03-01 (TP 4) and 2026-03-27 (TP 8), and on the H100 measured
+    2026-03-27 (TP 4), the same lengths and 4 to 128 users; those of 2026-03-28 are left out:
+    the H200's measure the same layout again (TTFT within 2% in the median), the H100's record
+    attention data parallelism; so are its B200's and B300's, of many layouts and days. Its
+    Qwen3.5-397B-A17B runs are SGLang's in fp8 on the H200 measured 2026-03-04 (TP 8 x EP 8, the
+    same lengths, 4 to 64 users; shipped three times, once here) and on the B200 measured
+    2026-03-24 (the image the day's matrix names, lmsysorg/sglang:v0.5.9-cu130-amd64: TP 8 at 4
+    to 16 users, TP 4 x EP 4 at 32 to 128; shipped twice, once here); the B200's of 2026-03-20
+    (another image, that of the day's multi-token prediction matrix, and a layout the day's
+    plain matrix does not have), of 2026-03-03 (TP 16 recorded on one node) and in bf16 (a
+    nightly image), and the B300's (no script of that day names the GPU), are left out."""
     import importlib.util
 
     import pandas as pd
@@ -73,8 +74,9 @@ def silicon_rows():
             & rows["system"].map(lambda s: SILICON_GPUS.get(s) in known)
             & rows["precision"].isin(list(SILICON_DTYPES))
             & (rows["pp_size"].fillna(1) == 1) & (rows["attention_dp_size"].fillna(1) <= 1))
-    rows = rows[keep].sort_values(["backend", "system", "model_path", "precision", "tp_size",
-                                   "isl", "osl", "batch_size"])
+    order = ["backend", "system", "model_path", "precision", "tp_size", "isl", "osl",
+             "batch_size"]
+    rows = rows[keep].sort_values(order)
     inferencemax = (rows["silicon_data_source"].str.contains("model=Llama-3.1-70B", regex=False)
                     & rows["backend"].isin(["vllm", "trtllm"]))
     oss = rows["model_path"] == GPT_OSS
@@ -82,12 +84,16 @@ def silicon_rows():
                    & rows["silicon_data_source"].str.contains("measured=2026-03-27", regex=False)]
     gpt_oss = gpt_oss.drop_duplicates(["system", "tp_size", "batch_size", "isl", "osl"])
     source = rows["silicon_data_source"]
-    deepseek = rows[(rows["model_path"] == DEEPSEEK) & (rows["system"] == "h200_sxm")
-                    & (((rows["backend"] == "trtllm")
+    deepseek = rows[(rows["model_path"] == DEEPSEEK) & (rows["precision"] == "fp8")
+                    & (((rows["backend"] == "trtllm") & (rows["system"] == "h200_sxm")
                         & source.str.contains("measured=2025-11-02", regex=False))
                        | ((rows["backend"] == "sglang")
                           & source.str.contains("measured=2026-03-25", regex=False)))]
-    deepseek = deepseek.drop_duplicates(["backend", "batch_size", "isl", "osl"])
+    deepseek = deepseek[deepseek.apply(deepseek_plain, axis=1)]
+    # of each B200 pair (the plain server's and the multi-token prediction server's), the plain
+    # one: the slower decodes (`deepseek_plain`)
+    deepseek = deepseek.sort_values("silicon_tpot_ms", ascending=False).drop_duplicates(
+        ["backend", "system", "tp_size", "batch_size", "isl", "osl"]).sort_values(order)
     day = source.str.extract(r"measured=(\d{4}-\d\d-\d\d)", expand=False).fillna("")
     minimax = rows[(rows["model_path"] == MINIMAX) & (rows["backend"] == "vllm")
                    & (rows["system"] + " " + day).isin([" ".join(r) for r in MINIMAX_RUNS])]
@@ -174,7 +180,16 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
       holds a request that ignores EOS back until every running one and it can finish). Both
       streamed every 10th token
       (`stream_interval` 10), which servesim does not model: SGLang sends a request's first
-      token at once; whether TensorRT-LLM's waits is not shown here.
+      token at once; whether TensorRT-LLM's waits is not shown here. SGLang 0.5.9 on the B200
+      (2026-03-25, single_node/dsr1_fp8_b200.sh): the same but for an fp8 KV cache, the
+      experts split by TP (`--ep-size 1`) and its scheduler reading new requests every 10
+      decode steps (`scheduler_recv_interval`); at TP 8 82% of the memory, 32,768 tokens a
+      step, 128 sequences, and a read every 30 steps from 16 users; at TP 4 95%, 8,192 tokens
+      and 32 sequences. Its TRT-LLM attention and MoE kernels
+      (`--attention-backend trtllm_mla`, `--moe-runner-backend flashinfer_trtllm`) are those
+      SGLang's B200 tables measured; its all-reduce fused with the norm
+      (`--enable-flashinfer-allreduce-fusion`) is not modelled, and it streamed every 30th
+      token.
     - MiniMax-M2.5 (its FP8 checkpoint, block-scaled: `activation_scheme = "block"`; the
       model read from the package's copy of its config.json): vLLM with the KV cache in bf16
       (its "auto"), 8,192 tokens a step and prefix caching (its defaults: the scripts turned
@@ -225,6 +240,17 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
                  "capacity_scheduler_policy": "new_token_ratio"}
                 | ({"scheduler_recv_interval": 30 if users >= 16 else 10} if b200 else {}))
     if row.model_path == DEEPSEEK:
+        if row.backend == "sglang" and row.system == "b200_sxm":
+            tp8 = int(row.tp_size) == 8
+            return ({"name": SILICON_MODELS[DEEPSEEK]},
+                    {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "fp8",
+                     "gpu_memory_utilization": 0.82 if tp8 else 0.95},
+                    {"max_num_seqs": 128 if tp8 else 32,
+                     "max_num_batched_tokens": 32768 if tp8 else 8192,
+                     "enable_prefix_caching": False},
+                    {"chunked_prefill": True, "enable_mixed_chunk": False,
+                     "capacity_scheduler_policy": "new_token_ratio",
+                     "scheduler_recv_interval": 30 if tp8 and users >= 16 else 10})
         if row.backend == "sglang":
             return ({"name": SILICON_MODELS[DEEPSEEK]},
                     {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "auto",
@@ -255,6 +281,23 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
         {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
         if batch_waits(row) else {})
     return {"name": "meta-llama/Llama-3.3-70B-Instruct"}, hardware, engine, scheduler
+
+
+def deepseek_plain(row) -> bool:
+    """Whether one of InferenceMAX's DeepSeek-R1 runs is in the plain matrix of its day (no
+    multi-token prediction). On 2026-03-25 the B200's SGLang image changed for both
+    `dsr1-fp8-b200-sglang` (TP 8 at 4 to 64 users with 1,024-token prompts, 4 users with
+    8,192; TP 4 at 4 to 32 users with 8,192) and `dsr1-fp8-b200-sglang-mtp` (TP 8, EAGLE
+    drafts, 4 to 512 users), and the rows do not say which ran: the points of the plain matrix
+    are this; where both measured a point, the plain run is the one whose decodes were slower
+    (`silicon_rows` keeps it). In each of the 11 pairs one run is both the slower to decode
+    and the faster to its first token, as a server without a draft model's prefill and without
+    several tokens a step would be."""
+    if row.backend != "sglang" or row.system != "b200_sxm":
+        return True
+    if int(row.tp_size) == 4:
+        return row.isl == 8192 and row.osl == 1024 and row.batch_size <= 32
+    return int(row.tp_size) == 8 and row.batch_size <= (4 if row.isl == 8192 else 64)
 
 
 def minimax_config() -> str:
