@@ -43,7 +43,12 @@ def silicon_rows():
     out. Its DeepSeek-R1 runs in fp8 are TensorRT-LLM's on the H200 measured 2025-11-02 and
     SGLang's on the H200 and the B200 measured 2026-03-25 (the same lengths, 4 to 64 users, TP
     8, and on the B200 TP 4 at 8,192/1,024; SGLang's shipped twice, once here; the B200's beside
-    its multi-token prediction runs of the same day, told apart by `deepseek_plain`); the others
+    its multi-token prediction runs of the same day, told apart by `deepseek_plain`). Left out:
+    TensorRT-LLM's on the B200 measured 2026-01-29 (20 runs of its plain matrix), whose servers
+    ran TensorRT-LLM's own block-scaled fp8 MoE kernel (`moe_config.backend: TRTLLM`), which its
+    B200 tables do not time: their one block-scaled fp8 MoE kernel there is DeepGEMM's, 0.18 ms
+    a layer for 8 tokens with the experts split by TP 8, 10 ms of the 58 MoE layers of a decode
+    step whose measured TPOT is 11 ms (so costed, the TPOT median came out 33% slow); the others
     are later scripts with multi-token prediction, or of other days whose layouts the rows
     record in ways their scripts do not say. Its MiniMax-M2.5 runs on vLLM in fp8 are those on
     the H200 measured 2026-03-01 (TP 4) and 2026-03-27 (TP 8), and on the H100 measured
