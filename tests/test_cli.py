@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import scenarios
+from helpers.cli import one_error_line
 from sim.cli import build_parser, main
 
 SCENARIO = """
@@ -37,12 +38,6 @@ def scenario_file(tmp_path) -> Path:
     path.write_text(SCENARIO)
     return path
 
-
-def one_error_line(capsys) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
-    return lines[0]
 
 
 def test_run_writes_every_file_and_prints_the_summary(scenario_file, tmp_path, capsys):

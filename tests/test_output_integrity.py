@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.cli import one_error_line
 from reports import locks, output, places
 from sim.cli import main
 
@@ -43,12 +44,6 @@ def scenario_file(tmp_path) -> Path:
     path.write_text(SCENARIO)
     return path
 
-
-def one_line(capsys) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
-    return lines[0]
 
 
 def leftovers(parent: Path) -> list[str]:
@@ -91,7 +86,7 @@ def test_a_second_command_into_the_same_folder_is_refused_in_one_line(scenario_f
     out = tmp_path / "out"
     with locks.locked(tmp_path / ".out.lock", out):  # as a command writing it holds it
         assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 2
-    assert "is being written by another servesim command" in one_line(capsys)
+    assert "is being written by another servesim command" in one_error_line(capsys)
     assert not out.exists()
 
 
@@ -118,7 +113,7 @@ def test_a_stop_signal_while_the_folders_swap_waits_for_the_swap(scenario_file, 
     finally:
         signal.signal(signal.SIGINT, previous)
     assert status == 130
-    assert f"interrupted; the output in {out}/ was written whole first" in one_line(capsys)
+    assert f"interrupted; the output in {out}/ was written whole first" in one_error_line(capsys)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete" and "seed=3" in manifest["overrides"][0]
     assert leftovers(tmp_path) == []
@@ -180,7 +175,7 @@ def test_a_file_of_the_locks_name_that_servesim_did_not_make_is_refused_and_kept
     lock = tmp_path / ".out.lock"
     lock.write_text("mine\n")
     assert main(["run", str(scenario_file), "--out", str(tmp_path / "out"), "--quiet"]) == 2
-    assert "a file servesim did not make is where it keeps the lock" in one_line(capsys)
+    assert "a file servesim did not make is where it keeps the lock" in one_error_line(capsys)
     assert lock.read_text() == "mine\n" and not (tmp_path / "out").exists()
 
 
@@ -193,7 +188,7 @@ def test_a_failed_command_removes_the_folders_it_made_above_its_output(scenario_
     (tmp_path / "kept").mkdir()
     out = tmp_path / "kept" / "new" / "deep" / "out"
     assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 130
-    assert "interrupted; nothing written" in one_line(capsys)
+    assert "interrupted; nothing written" in one_error_line(capsys)
     assert list((tmp_path / "kept").iterdir()) == []
 
 
@@ -203,7 +198,7 @@ def test_a_bad_source_date_epoch_is_one_line_before_any_work(scenario_file, tmp_
     simulated = []
     monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
     assert main(["run", str(scenario_file), "--out", str(tmp_path / "out"), "--quiet"]) == 2
-    assert "SOURCE_DATE_EPOCH must be whole seconds since 1970" in one_line(capsys)
+    assert "SOURCE_DATE_EPOCH must be whole seconds since 1970" in one_error_line(capsys)
     assert simulated == [] and not (tmp_path / "out").exists()
 
 
@@ -224,7 +219,7 @@ def test_a_fault_while_writing_leaves_the_earlier_output_whole(scenario_file, tm
 
     monkeypatch.setattr("reports.writer._json", failing)
     assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == status
-    line = one_line(capsys)
+    line = one_error_line(capsys)
     assert message in line and "kept whole" in line
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert leftovers(tmp_path) == []

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.cli import one_error_line
 from reports import locks, output, places
 from sim.cli import main
 
@@ -44,11 +45,6 @@ def run(scenario_file, out, *more) -> int:
     return main(["run", str(scenario_file), "--out", str(out), "--quiet", *more])
 
 
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "Traceback" not in err[0], err
-    return err[0]
-
 
 def test_a_folder_with_a_users_file_is_refused_and_the_file_kept(scenario_file, tmp_path,
                                                                  capsys, monkeypatch):
@@ -58,7 +54,7 @@ def test_a_folder_with_a_users_file_is_refused_and_the_file_kept(scenario_file, 
     simulated = []
     monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
     assert run(scenario_file, out) == 2
-    line = error_line(capsys)
+    line = one_error_line(capsys)
     assert "mydata: the folder holds files servesim did not write (important.txt)" in line
     assert simulated == []  # refused before anything ran
     assert sorted(p.name for p in out.iterdir()) == ["important.txt"]
@@ -70,7 +66,7 @@ def test_a_file_added_to_servesims_folder_makes_it_the_users(scenario_file, tmp_
     assert run(scenario_file, out) == 0
     (out / "notes.md").write_text("mine")
     assert run(scenario_file, out) == 2
-    assert "(notes.md)" in error_line(capsys)
+    assert "(notes.md)" in one_error_line(capsys)
     assert (out / "notes.md").read_text() == "mine"
 
 
@@ -79,7 +75,7 @@ def test_a_file_servesim_wrote_and_the_user_changed_is_kept(scenario_file, tmp_p
     assert run(scenario_file, out) == 0
     (out / "report.md").write_text("my edits")
     assert run(scenario_file, out) == 2
-    assert "(report.md)" in error_line(capsys)
+    assert "(report.md)" in one_error_line(capsys)
     assert (out / "report.md").read_text() == "my edits"
 
 
@@ -91,7 +87,7 @@ def test_an_edit_that_keeps_a_files_size_is_the_users_too(scenario_file, tmp_pat
     assert len(edited) == len(text) and edited != text
     (out / "summary.csv").write_text(edited)
     assert run(scenario_file, out) == 2
-    assert "(summary.csv)" in error_line(capsys)
+    assert "(summary.csv)" in one_error_line(capsys)
     assert (out / "summary.csv").read_text() == edited
 
 
@@ -110,7 +106,7 @@ def test_places_that_cannot_be_replaced_whole_are_refused_before_simulating(
                      (volume, "a mount point, which servesim cannot replace whole; give a "
                               f"folder inside it, e.g. {volume / 'run'}")):
         assert run(scenario_file, out) == 2  # a usage error, as every other refused place
-        assert why in error_line(capsys)
+        assert why in one_error_line(capsys)
     assert a_file.read_text() == "mine" and sorted(p.name for p in volume.iterdir()) == []
 
 
@@ -139,7 +135,7 @@ def test_the_root_and_the_current_folder_are_refused_before_simulating(
     simulated = []
     monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
     assert run(scenario_file, place) == 2
-    assert "cannot be an output folder" in error_line(capsys) and simulated == []
+    assert "cannot be an output folder" in one_error_line(capsys) and simulated == []
 
 
 def test_a_read_only_folder_is_refused_before_simulating(scenario_file, tmp_path, capsys,
@@ -151,7 +147,7 @@ def test_a_read_only_folder_is_refused_before_simulating(scenario_file, tmp_path
     parent.chmod(0o555)
     monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: pytest.fail("simulated"))
     assert run(scenario_file, parent / "out") == 1
-    assert "Permission denied" in error_line(capsys)
+    assert "Permission denied" in one_error_line(capsys)
 
 
 def test_a_symlinked_out_replaces_its_target_and_stays_a_link(scenario_file, tmp_path):
@@ -170,7 +166,7 @@ def test_a_link_and_its_target_share_one_lock(scenario_file, tmp_path, capsys):
     link.symlink_to(target, target_is_directory=True)
     with locks.locked(tmp_path / ".real.lock", target):  # a command writing the target
         assert run(scenario_file, link) == 2
-    assert "is being written by another servesim command" in error_line(capsys)
+    assert "is being written by another servesim command" in one_error_line(capsys)
 
 
 def test_what_a_killed_command_left_is_removed_by_the_next_run_there(scenario_file, tmp_path):
@@ -227,7 +223,7 @@ def test_a_name_or_path_too_long_for_the_file_system_is_one_line(scenario_file, 
                                                                  capsys, monkeypatch, out):
     monkeypatch.chdir(tmp_path)
     assert run(scenario_file, out) == 2
-    line = error_line(capsys)
+    line = one_error_line(capsys)
     assert "too long" in line or "longer than" in line
 
 
@@ -236,7 +232,7 @@ def test_a_scenario_name_too_long_for_its_folder_is_one_line(tmp_path, capsys, m
     scenario = tmp_path / "long-name.toml"
     scenario.write_text(SCENARIO.replace('name = "places"', f'name = "{"n" * 300}"'))
     assert main(["run", str(scenario), "--quiet"]) == 2
-    assert "longer than the" in error_line(capsys)
+    assert "longer than the" in one_error_line(capsys)
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
 
@@ -250,7 +246,7 @@ def test_profile_does_not_overwrite_a_file_it_did_not_write(tmp_path, capsys):
     mine = tmp_path / "mine.json"
     mine.write_text(json.dumps({"my": "data"}))
     assert main(["profile", "--quick", "--out", str(mine), "--quiet"]) == 2
-    assert "servesim did not write it" in error_line(capsys)
+    assert "servesim did not write it" in one_error_line(capsys)
     assert json.loads(mine.read_text()) == {"my": "data"}
 
 
@@ -271,7 +267,7 @@ def test_profile_out_a_folder_or_under_a_file_is_a_usage_error(tmp_path, capsys)
     for out, why in ((tmp_path, "a folder, not a file"), (a_file / "p.json", "is a file, so"),
                      (written / "p.json", f"inside {written}, an output folder servesim")):
         assert main(["profile", "--quick", "--out", str(out), "--quiet"]) == 2
-        assert why in error_line(capsys)
+        assert why in one_error_line(capsys)
     assert sorted(p.name for p in written.iterdir()) == ["manifest.json"]
 
 
@@ -304,14 +300,14 @@ def test_a_write_protected_output_is_refused_before_any_work(scenario_file, tmp_
     simulated = []
     monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
     assert run(scenario_file, out, "--seed", "3") == 2
-    assert error_line(capsys) == (f"servesim: error: {out}: the folder is write-protected, so "
+    assert one_error_line(capsys) == (f"servesim: error: {out}: the folder is write-protected, so "
                                   f"servesim may not replace it; make it writable (chmod -R "
                                   f"u+rwx {out}) or give another folder")
     assert not simulated and {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     monkeypatch.setattr(places.os, "geteuid", lambda: out.stat().st_uid + 4321)  # not its owner
     assert run(scenario_file, out, "--seed", "3") == 2
-    assert error_line(capsys) == (f"servesim: error: {out}: the folder is "
+    assert one_error_line(capsys) == (f"servesim: error: {out}: the folder is "
                                   f"{places._user(out.stat().st_uid)}'s, and this user may not "
                                   f"empty it to replace it; give a folder of your own")
 
@@ -327,7 +323,7 @@ def test_a_folder_that_cannot_be_read_is_never_taken_for_an_empty_one(
     monkeypatch.setattr(places.os, "access", lambda path, mode: not (
         Path(path) == out and mode & os.R_OK) and access(path, mode))
     assert run(scenario_file, out) == 2
-    assert error_line(capsys) == (f"servesim: error: {out}: the folder cannot be read, so "
+    assert one_error_line(capsys) == (f"servesim: error: {out}: the folder cannot be read, so "
                                   f"servesim cannot tell that it holds only files it wrote; make "
                                   f"it readable (chmod u+rx {out}) or give another folder")
     assert (out / "notes.txt").read_text() == "mine"
@@ -364,7 +360,7 @@ def test_another_users_folder_under_a_sticky_bit_is_refused_before_any_work(
     simulated = []
     monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
     assert run(scenario_file, out) == 2
-    assert error_line(capsys) == (f"servesim: error: {out}: another user's folder in {shared}, "
+    assert one_error_line(capsys) == (f"servesim: error: {out}: another user's folder in {shared}, "
                                   f"where only a folder's owner may rename it (the sticky bit, "
                                   f"as in /tmp); give a folder of your own")
     assert not simulated and out.is_dir()
@@ -382,7 +378,7 @@ def test_a_folder_that_takes_no_file_is_named_not_the_locks_passing_name(
 
     monkeypatch.setattr(output.tempfile, "mkstemp", refused)
     assert run(scenario_file, out) == 1
-    assert error_line(capsys) == (f"servesim: error: {out}: Permission denied (servesim writes "
+    assert one_error_line(capsys) == (f"servesim: error: {out}: Permission denied (servesim writes "
                                   f"beside {out}, in {out.parent}); nothing written")
     assert out.is_dir() and not any(out.iterdir())
     profile = tmp_path / "above" / "p.json"  # `servesim profile --out`, checked before profiling

@@ -13,17 +13,13 @@ import pytest
 
 import scenarios
 from engine.benchmark import request_metrics, summarize
-from sim.cli import build_parser, main
-from sim.cli.common import load_scenario
-from sim.cli.flags import split_set_values
+from helpers.cli import loaded
+from sim.cli import main
 from sim.runner import run_config
 from scenarios.arrival import Burst
 
 SMALL = ["--num-prompts", "60"]
 
-
-def loaded(*argv):
-    return load_scenario(build_parser().parse_args(split_set_values(["run", *argv])))
 
 
 def in_flight_peak(recorder) -> int:

@@ -9,7 +9,14 @@ never from another test module (`tests/test_layout.py` checks it).
 - `real_engine.py`: prompts served greedily on the real engine, outputs and KV rows kept;
 - `traces.py`: trace files written for a test and the one-line error reading one gives;
 - `http.py`: a real server of a tiny model on a loopback port, spoken to by aiohttp;
-- `hardware.py`: a small scenario of the hardware cost model as TOML text.
+- `hardware.py`: a small scenario of the hardware cost model as TOML text;
+- `model_scenario.py`: a model on a GPU as a scenario file, its setup and its one-line refusal;
+- `hf_configs.py`: published config.json files, and writing one;
+- `hybrid.py`: Qwen3.5 and Qwen3-Next, hybrids of linear and full attention;
+- `fake_openai.py`: a fake OpenAI-compatible server for `servesim bench`, and its scenario;
+- `bench.py`: a CSV file's rows, and `servesim bench` run as a user runs it;
+- `cli.py`: a scenario loaded from flags, a small scenario file, an error's one line;
+- `scenario_files.py`: a scenario file written for a test, and the error loading it gives.
 
 Fixtures (a tiny model, a seeded rng, a fake executor) are in `tests/conftest.py`.
 """
