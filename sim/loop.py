@@ -47,66 +47,7 @@ from scenarios.defaults import MAX_TIME_S
 
 from .clients import start_clients
 from .fastpath import finish_run, start_run
-
-# what a replica holds until its engine has planned its next step (async scheduling): a new
-# request, a transferred one (its KV still at its prefill replica), one whose KV has come in
-NEW, TRANSFERRED, LANDED = "new", "transferred", "landed"
-
-
-class Replica:
-    """One engine of the simulation and the event it waits on while idle. `kv_log`: where a
-    cluster's engine reports its KV use (`sim.cluster.load.LoadLog`); None on a single
-    server."""
-
-    def __init__(self, engine: LLMEngine, index: int = 0, kv_log=None):
-        self.engine = engine
-        self.scheduler = engine.scheduler
-        self.index = index
-        self.kv_log = kv_log
-        self.wakeup = None  # the event an idle engine waits on
-        # async scheduling (module docstring): (request, NEW, TRANSFERRED or LANDED) for each
-        # that reached the replica since its engine last planned a step, queued once it has
-        # planned the next
-        self.plans_ahead = getattr(engine.executor, "async_scheduling", False)
-        self.held: list = []
-
-    def wake(self) -> None:
-        if self.wakeup is not None and not self.wakeup.triggered:
-            self.wakeup.succeed()
-
-    def queue_held(self, state: "SimState") -> bool:
-        """Queue the held requests at the engine (a rejected one is recorded and retired);
-        True when any was queued."""
-        held, self.held = self.held, []
-        queued = False
-        for seq, kind in held:
-            if kind is TRANSFERRED:
-                self.scheduler.add_transferred(seq)
-                queued = True
-            elif kind is LANDED:
-                self.scheduler.kv_landed(seq)
-                queued = True
-            elif self.engine.add_request(seq):
-                queued = True
-            else:
-                state.retire(seq)
-        return queued
-
-    def receive(self, seq) -> None:
-        """Queue a request a prefill replica computed (disaggregation), its KV still there:
-        at once, or with async scheduling once the engine has planned its next step."""
-        self._hear(seq, TRANSFERRED, self.scheduler.add_transferred)
-
-    def landed(self, seq) -> None:
-        """The KV of a request whose blocks this replica reserved has come in."""
-        self._hear(seq, LANDED, self.scheduler.kv_landed)
-
-    def _hear(self, seq, kind, now) -> None:
-        if self.plans_ahead:
-            self.held.append((seq, kind))
-        else:
-            now(seq)
-        self.wake()
+from .replica import NEW, Replica
 
 
 class SimState:
@@ -212,8 +153,8 @@ def check_clock(end_s: float) -> None:
     if not end_s <= MAX_TIME_S:
         raise ValueError(f"a step would end at t = {end_s:.3g} s of simulated time, past "
                          f"{MAX_TIME_S:.3g} s (136 years), where times lose sub-microsecond "
-                         f"precision: its costs (the cost or hardware settings, or cluster.kv_transfer_*) "
-                         f"are too large")
+                         f"precision: its costs (the cost or hardware settings, or "
+                         f"cluster.kv_transfer_*) are too large")
 
 
 def engine(env, state: SimState, replica: Replica):
@@ -236,7 +177,7 @@ def engine(env, state: SimState, replica: Replica):
         if reserved:
             state.fetch(plan, replica)
         queued = False
-        if replica.held and replica.queue_held(state):
+        if replica.held and replica.queue_held(state.retire):
             if result is None:  # nothing was planned ahead of them: they go now
                 plan, result = llm.start_step(start_s)
                 if plan.kv_requested:

@@ -25,7 +25,7 @@ import simpy
 from engine.records import KvTransfer
 from scenarios.defaults import KV_TRANSFER_GBPS, KV_TRANSFER_LATENCY_S
 
-from ..loop import Replica
+from ..replica import Replica
 from .dispatch import Dispatch
 
 

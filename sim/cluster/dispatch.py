@@ -4,7 +4,7 @@ reported, and the log of every send and finish that those loads are made of.
 
 from __future__ import annotations
 
-from ..loop import Replica
+from ..replica import Replica
 
 
 class Dispatch:

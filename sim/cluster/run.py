@@ -20,7 +20,8 @@ from engine.records import RunRecorder
 from scenarios import RunConfig
 
 from ..build import build_server, hardware_of, sequence_maker
-from ..loop import Replica, run_engines
+from ..loop import run_engines
+from ..replica import Replica
 from ..workloads import build_workload
 from .disaggregation import Disaggregation, kv_link
 from .dispatch import Dispatch
