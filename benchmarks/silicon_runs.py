@@ -21,7 +21,7 @@ DEEPSEEK = "deepseek-ai/DeepSeek-R1"
 MINIMAX = "MiniMaxAI/MiniMax-M2.5"  # no catalog model: read from the package's config.json
 QWEN35 = "Qwen/Qwen3.5-397B-A17B"  # likewise; linear attention beside full attention
 # InferenceMAX's MiniMax-M2.5 runs simulated: (GPU, day measured) of each script's version
-MINIMAX_RUNS = {("h200_sxm", "2026-03-01"), ("h200_sxm", "2026-03-27"),
+MINIMAX_RUNS = {("h200_sxm", "2026-03-01"), ("h200_sxm", "2026-03-27"), ("b200_sxm", "2026-03-11"),
                 ("h100_sxm", "2026-03-27")}
 SILICON_DTYPES = {"fp8": "fp8", "fp4": "nvfp4", "bf16": "bf16"}
 SILICON_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
@@ -51,10 +51,12 @@ def silicon_rows():
     step whose measured TPOT is 11 ms (so costed, the TPOT median came out 33% slow); the others
     are later scripts with multi-token prediction, or of other days whose layouts the rows
     record in ways their scripts do not say. Its MiniMax-M2.5 runs on vLLM in fp8 are those on
-    the H200 measured 2026-03-01 (TP 4) and 2026-03-27 (TP 8), and on the H100 measured
-    2026-03-27 (TP 4), the same lengths and 4 to 128 users; those of 2026-03-28 are left out:
-    the H200's measure the same layout again (TTFT within 2% in the median), the H100's record
-    attention data parallelism; so are its B200's and B300's, of many layouts and days. Its
+    the H200 measured 2026-03-01 (TP 4) and 2026-03-27 (TP 8), on the H100 measured 2026-03-27
+    (TP 4), the same lengths and 4 to 128 users, and on the B200 measured 2026-03-11 (TP 2 and
+    4, 4 to 64 users: 15 of the 30 points of the day's matrix; shipped twice, once here); those
+    of 2026-03-28 are left out: the H200's measure the same layout again (TTFT within 2% in the
+    median), the H100's record attention data parallelism; so are its other B200 runs and its
+    B300's, of many layouts and days. Its
     Qwen3.5-397B-A17B runs are SGLang's in fp8 on the H200 measured 2026-03-04 (TP 8 x EP 8, the
     same lengths, 4 to 64 users; shipped three times, once here) and on the B200 measured
     2026-03-24 (the image the day's matrix names, lmsysorg/sglang:v0.5.9-cu130-amd64: TP 8 at 4
@@ -205,7 +207,12 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
       `EP_SIZE` of 1 or more, though the rows record the experts split by TP); on the H100
       (minimaxm2.5_fp8_h100.sh, 2026-03-27, vLLM 0.18.0) 90% of the memory, TP 4 with expert
       parallelism (`ep = 4`), at most 256 sequences, and CUDA graphs of pieces
-      (`cudagraph_mode: PIECEWISE`, which servesim does not model).
+      (`cudagraph_mode: PIECEWISE`, which servesim does not model); on the B200
+      (minimaxm2.5_fp8_b200.sh, 2026-03-11, vLLM 0.17.0) 95% of the memory, TP 2 and 4 with
+      expert parallelism (`ep` = TP, as on the H200 on 2026-03-27), blocks of 32 tokens, and
+      the experts on the Triton fused MoE kernel, its FlashInfer and DeepGEMM MoE kernels
+      turned off (`VLLM_USE_FLASHINFER_MOE_FP8=0`, `VLLM_MOE_USE_DEEP_GEMM=0`:
+      `moe_backend = "triton"`).
     - Qwen3.5-397B-A17B (its FP8 checkpoint, block-scaled; the model read from the package's
       copy of its config.json) on eight H200s (2026-03-04, single_node/qwen3.5_fp8_h200.sh of
       2026-03-03): SGLang 0.5.9 at TP 8 with the experts whole on each GPU (`--ep-size 8`),
@@ -225,12 +232,15 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
     vllm = row.backend == "vllm"
     if row.model_path == MINIMAX:
         tp, day = int(row.tp_size), str(row.silicon_data_source)
-        experts = row.system == "h100_sxm" or "measured=2026-03-27" in day
+        b200 = row.system == "b200_sxm"
+        experts = b200 or row.system == "h100_sxm" or "measured=2026-03-27" in day
         return ({"config": minimax_config()},
                 {"dtype": "fp8", "activation_scheme": "block", "kv_dtype": "auto",
                  "ep": tp if experts else 1,
-                 "gpu_memory_utilization": 0.90 if row.system == "h100_sxm" else 0.95},
-                {"max_num_seqs": users, "max_num_batched_tokens": 8192},
+                 "gpu_memory_utilization": 0.90 if row.system == "h100_sxm" else 0.95}
+                | ({"moe_backend": "triton"} if b200 else {}),
+                {"max_num_seqs": users, "max_num_batched_tokens": 8192}
+                | ({"block_size": 32} if b200 else {}),
                 {"chunked_prefill": True})
     if row.model_path == QWEN35:
         b200 = row.system == "b200_sxm"

@@ -151,8 +151,8 @@ def test_marlin_where_the_tables_lack_it_but_not_the_default_is_refused(tmp_path
 
 def test_an_unknown_backend_is_refused_naming_the_allowed_ones(tmp_path):
     text = refusal(tmp_path, model=f'name = "{OSS}"', gpu="h200",
-                   hardware='dtype = "mxfp4"\nmoe_backend = "triton"')
-    assert "hardware.moe_backend" in text and "auto, marlin" in text, text
+                   hardware='dtype = "mxfp4"\nmoe_backend = "cutlass"')
+    assert "hardware.moe_backend" in text and "auto, marlin, triton" in text, text
 
 
 def test_under_the_roofline_the_backend_changes_nothing_and_says_so(tmp_path, capsys):
@@ -162,5 +162,5 @@ def test_under_the_roofline_the_backend_changes_nothing_and_says_so(tmp_path, ca
     assert setup.kernels is None
     assert 'hardware.moe_backend = "marlin" picks among measured MoE kernels' in \
         capsys.readouterr().err
-    with pytest.raises(ValueError, match="moe_backend must be one of auto, marlin"):
+    with pytest.raises(ValueError, match="moe_backend must be one of auto, marlin, triton"):
         layer_op_times(OSS, "h200", 1, 8, "mxfp4", moe_backend="cutlass")

@@ -60,7 +60,8 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     `moe_act` and `moe_down_proj`), "roofline", or None: measured where the GPU has tables.
     `activation_scheme`: an fp8 checkpoint's scales, "static" or "dynamic" (per tensor) or
     "block" (block-scaled: DeepSeek's and Qwen3's own FP8 checkpoints). `moe_backend`: the
-    fused MoE kernel, "auto" (the framework's default) or "marlin" (mxfp4 experts). Every
+    fused MoE kernel, "auto" (the framework's default), "marlin" (mxfp4 experts) or
+    "triton" (the Triton fused MoE kernel, from the newest tables that timed it). Every
     argument is checked (a ValueError saying what is allowed); where the tables do not reach
     (past 2x their range) the roofline answers, scaled to meet them where they end, as in a
     run; where the GPU has none under `kernels=None`, or they lack an operator, the roofline
@@ -179,7 +180,8 @@ def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework
         return None
     ops = MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype), tables, ep, activations,
                       moe_backend=moe_backend)
-    if ops.marlin_missing:
-        raise ValueError(f"moe_backend: \"marlin\": {ops.marlin_missing}; use \"auto\"")
+    if ops.backend_missing:
+        raise ValueError(f"moe_backend: \"{moe_backend}\": {ops.backend_missing}; use "
+                         f"\"auto\"")
     ops.say_roofline("layer_op_times")
     return ops

@@ -219,13 +219,18 @@ class KernelTables:
     def table_path(self, family: str, name: str, framework: str | None = None) -> str | None:
         """The file of `family`'s table `name` that this version reads (the newest not newer
         that has it); None: none."""
+        found = self.table_paths(family, name, framework)
+        return found[0][1] if found else None
+
+    def table_paths(self, family: str, name: str,
+                    framework: str | None = None) -> list[tuple[str, str]]:
+        """(version, file) of `family`'s table `name` in every version not newer than this
+        one that has it, the newest first."""
         folder = self.root / self.system / family / (framework or self.framework)
         limit = version_key(self.version)
-        for version in reversed(_version_dirs(folder)):
-            path = folder / version / name
-            if version_key(version) <= limit and path.is_file():
-                return str(path)
-        return None
+        return [(version, str(folder / version / name))
+                for version in reversed(_version_dirs(folder))
+                if version_key(version) <= limit and (folder / version / name).is_file()]
 
     # --- attention --------------------------------------------------------------------------
     def decode_grid(self, heads: int, kv_heads: int, head_dim: int, kv_dtype: str,
@@ -299,6 +304,20 @@ class KernelTables:
         if curve is None:
             return None
         return np.exp(curve.log_at(np.log(np.asarray(tokens, dtype=np.float64)))) * 1e-3
+
+    def moe_triton(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int,
+                   ep: int, dtype: str, distribution: str = "power_law_1.2"):
+        """(seconds of one MoE layer's experts on the Triton fused MoE kernel for `tokens`
+        tokens, the version whose tables timed it: this one, else the newest older one that
+        did, as vLLM's newest collections time other kernels alone on some GPUs); None: none
+        timed it in `dtype` at this shape, TP `tp` and EP `ep`."""
+        for version, path in self.table_paths("moe", "moe_perf.parquet"):
+            curve = tables.moe_curve(path, MOE_DTYPES.get(dtype, dtype), hidden, inter, topk,
+                                     experts, tp, ep, distribution, "triton")
+            if curve is not None:
+                tokens = np.asarray(tokens, dtype=np.float64)
+                return np.exp(curve.log_at(np.log(tokens))) * 1e-3, version
+        return None
 
     def moe_marlin(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int,
                    ep: int, dtype: str, distribution: str = "power_law_1.2",

@@ -16,7 +16,7 @@ hardware model's operators onto the tables of `kernels.py`:
   dp): TP x 1 with `ep` = 1, 1 x EP with `ep` = tp x dp), measured
   with the routing skew the package assumes for the model (a power law of exponent 1.01 for
   DeepSeek, 1.2 for the others: aiconfigurator's `sdk/models`); under `moe_backend` "marlin"
-  onto Marlin's (`_moe`);
+  onto Marlin's, under "triton" onto the Triton kernel's (`_moe`);
 - the two all-reduces of a layer onto the framework's custom all-reduce;
 - prefill and decode attention of each group of layers (full, or sliding with its window) onto
   the context and generation attention kernels of the GPU's heads; a linear-attention layer's
@@ -63,6 +63,7 @@ class MeasuredOps(MeasuredAttention):
         self.arch, self.tp, self.ep, self.tables = arch, tp, ep, tables
         self.activations, self.moe_backend = activations, moe_backend
         self.marlin_shape = None  # where Marlin's experts were measured (moe_backend "marlin")
+        self.triton_version = None  # whose tables timed the Triton kernel (moe_backend "triton")
         # a per-tensor fp8 GEMM's activation scales (a block-scaled checkpoint's, in a shape
         # the tables lack block-scaled: scaled at every call)
         self.tensor_scales = "dynamic" if activations == "block" else activations
@@ -82,7 +83,7 @@ class MeasuredOps(MeasuredAttention):
                             if not (op in MLA_BLOCK_OPS and arch.is_mla)}
         self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype,
                                       self.chain | MOE_CHAIN) if arch.is_moe else None
-        self.marlin_missing = self._marlin_missing(probe, dtype)
+        self.backend_missing = self._backend_missing(probe, dtype)
         self._ar_known = tp <= 1 or tables.all_reduce(probe, arch.d_model, tp) is not None
         self._exchange_known = dp > 1 and \
             tables.all_reduce(probe, arch.d_model, self.experts_gpus) is not None
@@ -130,9 +131,19 @@ class MeasuredOps(MeasuredAttention):
             out |= {op: MEASURED for op in self.block_ops}
         return out
 
-    def marlin_text(self) -> str | None:
-        """Where the experts' Marlin kernel was measured (None: not costed on Marlin's)."""
-        if self.marlin_shape is None or self._moe_dtype is None:
+    def moe_kernel_text(self) -> str | None:
+        """The experts' kernel where `moe_backend` chose one, and where it was measured (None:
+        the framework's default, or not measured)."""
+        if self._moe_dtype is None:
+            return None
+        if self.triton_version is not None:
+            tables = self.tables
+            older = (f" (the newest on the {tables.gpu} that timed it at these experts' shape "
+                     f"and layout)"
+                     if self.triton_version != tables.version else "")
+            return (f"the Triton fused MoE kernel, as {tables.framework} "
+                    f"{self.triton_version}'s tables timed it{older}")
+        if self.marlin_shape is None:
             return None
         return marlin_text(expert_shape(self.arch), self.marlin_shape)
 
@@ -157,9 +168,9 @@ class MeasuredOps(MeasuredAttention):
                      f"checkpoint (hardware.activation_scheme = \"block\": Qwen's and "
                      f"DeepSeek's own FP8 releases) reads its block-scaled rows "
                      f"(docs/sim/hardware.md, \"Measured kernels\")")
-        marlin = self.marlin_text()
-        if marlin is not None:
-            say_once(f"note: {source}: moe_experts on {marlin} (hardware.moe_backend)")
+        kernel = self.moe_kernel_text()
+        if kernel is not None:
+            say_once(f"note: {source}: moe_experts on {kernel} (hardware.moe_backend)")
         if not self._scales_known:
             measured = MEASURED_ACTIVATIONS[self.tables.framework]
             say_once(f"note: {source}: the measured tables do not time fp8 activation scales; "
@@ -266,16 +277,21 @@ class MeasuredOps(MeasuredAttention):
                                           self.experts_gpus)
         return merge(roofline, measured, "expert_exchange", beyond, tokens)
 
-    def _marlin_missing(self, probe, dtype: str) -> str | None:
-        """Why `moe_backend` "marlin" cannot cost the experts where the default kernel can
-        (the tables have no Marlin at this layout), or None."""
+    def _backend_missing(self, probe, dtype: str) -> str | None:
+        """Why `moe_backend` cannot cost the experts where the default kernel can (the tables
+        have no such kernel at this shape and layout), or None."""
         chain = self.chain | MOE_CHAIN
-        if self.moe_backend != "marlin" or not self.arch.is_moe or self._moe_dtype is not None:
+        if self.moe_backend == "auto" or not self.arch.is_moe or self._moe_dtype is not None:
             return None
         default = self._first(lambda d: self._moe(probe, d, "auto"), dtype, chain)
         if default is None:
             return None  # no experts of this shape measured at all: the roofline's, said so
-        return marlin_missing(self.tables, default, self._moe_layout(), self.distribution)
+        layout = self._moe_layout()
+        if self.moe_backend == "marlin":
+            return marlin_missing(self.tables, default, layout, self.distribution)
+        return (f"{self.tables.describe()}, and its older collections, have no Triton MoE "
+                f"kernel in {default} at this model's experts' shape with the experts at moe "
+                f"TP {layout[0]} x EP {layout[1]}")
 
     def _moe_layout(self) -> tuple[int, int]:
         """(moe TP, moe EP): the experts split by TP over their GPUs, or whole across them."""
@@ -283,10 +299,18 @@ class MeasuredOps(MeasuredAttention):
 
     def _moe(self, tokens, dtype: str, backend: str | None = None):
         """The routed experts' measured seconds: the framework's default kernel, or on
-        `backend`'s (None: `moe_backend`'s) "marlin", Marlin's (`marlin.on_marlin`)."""
+        `backend`'s (None: `moe_backend`'s) "marlin", Marlin's (`marlin.on_marlin`), or
+        "triton", the Triton kernel's (`KernelTables.moe_triton`)."""
         shape, layout = expert_shape(self.arch), self._moe_layout()
+        backend = backend or self.moe_backend
+        if backend == "triton":
+            found = self.tables.moe_triton(tokens, *shape, *layout, dtype, self.distribution)
+            if found is None:
+                return None
+            seconds, self.triton_version = found
+            return seconds
         default = self.tables.moe(tokens, *shape, *layout, dtype, self.distribution)
-        if (backend or self.moe_backend) != "marlin" or default is None:
+        if backend != "marlin" or default is None:
             return default
         marlin = on_marlin(self.tables, tokens, shape, layout, dtype, self.distribution, default)
         if marlin is None:

@@ -88,7 +88,7 @@ class HardwareSetup:
                 "framework": self.framework,
                 "framework_version": self.kernels.tables.version if self.kernels else None,
                 "kernel_sources": self.kernels.sources() if self.kernels else {},
-                "moe_kernel": self.kernels.marlin_text() if self.kernels else None} | (
+                "moe_kernel": self.kernels.moe_kernel_text() if self.kernels else None} | (
                     {"states_gib_per_gpu": plan.states / GIB} if plan.states else {}) | (
                     {"state_blocks": self.state_blocks} if self.state_blocks else {})
 
@@ -116,6 +116,9 @@ def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto
     if activation_scheme != "static" and dtype != "fp8":
         raise ValueError(f"hardware.activation_scheme: \"{activation_scheme}\" applies to fp8 "
                          f"weights (hardware.dtype = \"fp8\"), not {dtype}")
+    if moe_backend == "triton" and not arch.is_moe:
+        raise ValueError(f"hardware.moe_backend: \"triton\" costs a mixture of experts' routed "
+                         f"experts; {arch.name or 'the model'} has none; use \"auto\"")
     if moe_backend == "marlin" and not (arch.is_moe and dtype == "mxfp4"):
         has = f"{dtype} weights" if arch.is_moe else f"{arch.name or 'the model'}, without experts"
         raise ValueError(f"hardware.moe_backend: \"marlin\" costs mxfp4 experts (Marlin's "
@@ -333,7 +336,7 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
         return None  # the version checked, not used
     ops = MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype, hardware.kv_dtype), tables, ep,
                       hardware.activation_scheme, hardware.dp, hardware.moe_backend)
-    if ops.marlin_missing:
-        raise ValueError(f"hardware.moe_backend: \"marlin\": {ops.marlin_missing}; use "
-                         f"\"auto\"")
+    if ops.backend_missing:
+        raise ValueError(f"hardware.moe_backend: \"{hardware.moe_backend}\": "
+                         f"{ops.backend_missing}; use \"auto\"")
     return ops

@@ -26,6 +26,13 @@ def default_kernel(table):
     return table[table["kernel_source"] == table["kernel_source"].value_counts().index[0]]
 
 
+def is_triton(kernel: str) -> bool:
+    """Whether a fused MoE kernel the tables name is Triton's: named so, or vLLM's
+    `fused_experts` ("vllm_fused_moe"), its Triton kernel, as the package's collectors for vLLM
+    0.14 to 0.22 name it."""
+    return "triton" in kernel.lower() or kernel == "vllm_fused_moe"
+
+
 def grid_by_batch(table, length) -> Grid:
     """A `Grid` of the table's latencies: one curve over `length` per measured batch size."""
     batches, curves = [], []
@@ -204,7 +211,9 @@ def mla_attention_grid(path: str | None, heads: int, kv_dtype: str, decode: bool
 
 @lru_cache(maxsize=64)
 def moe_curve(path: str | None, dtype: str, hidden: int, inter: int, topk: int, experts: int,
-               tp: int, ep: int, distribution: str) -> Curve | None:
+               tp: int, ep: int, distribution: str, kernel: str = "auto") -> Curve | None:
+    """The fused MoE kernel's time over tokens at one shape and layout: the default kernel's
+    (`kernel` "auto"), or Triton's ("triton", `is_triton`); None: not measured so."""
     if path is None:
         return None
     table = cached_table(path)
@@ -213,6 +222,8 @@ def moe_curve(path: str | None, dtype: str, hidden: int, inter: int, topk: int, 
                   & (table["num_experts"] == experts) & (table["moe_tp_size"] == tp)
                   & (table["moe_ep_size"] == ep)
                   & (table["distribution"] == distribution)]
+    if kernel == "triton":
+        table = table[table["kernel_source"].map(is_triton)]
     if table.empty:
         return None
     table = default_kernel(table)
