@@ -42,21 +42,21 @@ def silicon_rows():
     runs (older scripts, and the B200's MXFP4 x MXFP8 kernels servesim does not cost) are left
     out. Its DeepSeek-R1 runs in fp8 are TensorRT-LLM's on the H200 measured 2025-11-02 and
     SGLang's on the H200 and the B200 measured 2026-03-25 (the same lengths, 4 to 64 users, TP
-    8, and on the B200 TP 4 at 8,192/1,024; SGLang's shipped twice, once here; the B200's beside
-    its multi-token prediction runs of the same day, told apart by `deepseek_plain`). Left out:
-    TensorRT-LLM's on the B200 measured 2026-01-29 (20 runs of its plain matrix), whose servers
-    ran TensorRT-LLM's own block-scaled fp8 MoE kernel (`moe_config.backend: TRTLLM`), which its
-    B200 tables do not time: their one block-scaled fp8 MoE kernel there is DeepGEMM's, 0.18 ms
-    a layer for 8 tokens with the experts split by TP 8, 10 ms of the 58 MoE layers of a decode
-    step whose measured TPOT is 11 ms (so costed, the TPOT median came out 33% slow); the others
-    are later scripts with multi-token prediction, or of other days whose layouts the rows
-    record in ways their scripts do not say. Its MiniMax-M2.5 runs on vLLM in fp8 are those on
-    the H200 measured 2026-03-01 (TP 4) and 2026-03-27 (TP 8), on the H100 measured 2026-03-27
-    (TP 4), the same lengths and 4 to 128 users, and on the B200 measured 2026-03-11 (TP 2 and
-    4, 4 to 64 users: 15 of the 30 points of the day's matrix; shipped twice, once here); those
-    of 2026-03-28 are left out: the H200's measure the same layout again (TTFT within 2% in the
-    median), the H100's record attention data parallelism; so are its other B200 runs and its
-    B300's, of many layouts and days. Its
+    8, but on the B200 at 8,192/1,024 TP 8 at 4 users and TP 4 at 4 to 32; SGLang's shipped
+    twice, once here; the B200's beside its multi-token prediction runs of the same day, told
+    apart by `deepseek_plain`). Left out: TensorRT-LLM's on the B200 measured 2026-01-29 (20
+    runs of its plain matrix), whose servers ran TensorRT-LLM's own block-scaled fp8 MoE kernel
+    (`moe_config.backend: TRTLLM`), which its B200 tables do not time: their one block-scaled
+    fp8 MoE kernel there is DeepGEMM's, 0.18 ms a layer for 8 tokens with the experts split by
+    TP 8, 10 ms of the 58 MoE layers of a decode step whose measured TPOT is 11 ms (so costed,
+    the TPOT median came out 33% slow); the others are later scripts with multi-token
+    prediction, or of other days whose layouts the rows record in ways their scripts do not say.
+    Its MiniMax-M2.5 runs on vLLM in fp8 are those on the H200 measured 2026-03-01 (TP 4) and
+    2026-03-27 (TP 8), on the H100 measured 2026-03-27 (TP 4), the same lengths and 4 to 128
+    users, and on the B200 measured 2026-03-11 (TP 2 and 4, 4 to 64 users: 15 of the 30 points
+    of the day's matrix; shipped twice, once here); those of 2026-03-28 are left out: the H200's
+    measure the same layout again (TTFT within 2% in the median), the H100's record attention
+    data parallelism; so are its other B200 runs and its B300's, of many layouts and days. Its
     Qwen3.5-397B-A17B runs are SGLang's in fp8 on the H200 measured 2026-03-04 (TP 8 x EP 8, the
     same lengths, 4 to 64 users; shipped three times, once here) and on the B200 measured
     2026-03-24 (the image the day's matrix names, lmsysorg/sglang:v0.5.9-cu130-amd64: TP 8 at 4
@@ -169,7 +169,7 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
     - gpt-oss-120b (2026-03-27, single_node/gptoss_fp4_h100.sh and _h200.sh): vLLM 0.18.0 with
       its MXFP4 experts on Marlin kernels (w4a16: `moe_backend = "marlin"`), the KV cache in
       bf16, 8,192 tokens a step, no prefix caching, as many sequences as users.
-    - DeepSeek-R1 (DeepSeek-V3's architecture) in fp8 on eight H200s: TensorRT-LLM
+    - DeepSeek-R1 (DeepSeek-V3's architecture) in fp8 on eight H200s and on B200s: TensorRT-LLM
       (2025-11-02, dsr1_fp8_h200_trt_slurm.sh) with the experts whole on each GPU (`--ep_size`
       = TP = 8; the measured rows record moe_tp 8, not what the script ran), attention data
       parallel above 64 users (above 32 at 8,192/1,024), an fp8 KV cache of 0.75 of the
@@ -188,15 +188,16 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
       streamed every 10th token
       (`stream_interval` 10), which servesim does not model: SGLang sends a request's first
       token at once; whether TensorRT-LLM's waits is not shown here. SGLang 0.5.9 on the B200
-      (2026-03-25, single_node/dsr1_fp8_b200.sh): the same but for an fp8 KV cache, the
-      experts split by TP (`--ep-size 1`) and its scheduler reading new requests every 10
-      decode steps (`scheduler_recv_interval`); at TP 8 82% of the memory, 32,768 tokens a
-      step, 128 sequences, and a read every 30 steps from 16 users; at TP 4 95%, 8,192 tokens
-      and 32 sequences. Its TRT-LLM attention and MoE kernels
-      (`--attention-backend trtllm_mla`, `--moe-runner-backend flashinfer_trtllm`) are those
-      SGLang's B200 tables measured; its all-reduce fused with the norm
-      (`--enable-flashinfer-allreduce-fusion`) is not modelled, and it streamed every 30th
-      token.
+      (2026-03-25, single_node/dsr1_fp8_b200.sh): the same but for an fp8 KV cache and its
+      scheduler reading new requests every 10 decode steps (`scheduler_recv_interval`); at
+      TP 8 82% of the memory, 32,768 tokens a step, 128 sequences, and a read every 30 steps
+      from 16 users; at TP 4 95%, 8,192 tokens and 32 sequences. Its TRT-LLM attention and MoE
+      kernels (`--attention-backend trtllm_mla`, `--moe-runner-backend flashinfer_trtllm`) are
+      those SGLang's B200 tables measured; its block-scaled GEMMs ran on FlashInfer's kernels
+      (`SGLANG_ENABLE_FLASHINFER_GEMM=true`, DeepGEMM off), which the tables do not time, and
+      are costed from DeepGEMM's, the one block-scaled fp8 GEMM they time; its all-reduce
+      fused with the norm (`--enable-flashinfer-allreduce-fusion`) is not modelled, and it
+      streamed every 30th token.
     - MiniMax-M2.5 (its FP8 checkpoint, block-scaled: `activation_scheme = "block"`; the
       model read from the package's copy of its config.json): vLLM with the KV cache in bf16
       (its "auto"), 8,192 tokens a step and prefix caching (its defaults: the scripts turned

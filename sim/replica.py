@@ -1,6 +1,6 @@
 """One engine of the simulation (`Replica`): its scheduler, the event it sleeps on while idle,
 and, under async scheduling, the requests it holds until its engine has planned its next step
-(`sim.loop` says why). A cluster's replicas each have one (`sim.cluster`)."""
+(`sim.loop` says why). Each of a cluster's replicas is one (`sim.cluster`)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,6 @@ def scenario_file(tmp_path) -> Path:
     return path
 
 
-
 def test_run_writes_every_file_and_prints_the_summary(scenario_file, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0

@@ -45,7 +45,6 @@ def scenario_file(tmp_path) -> Path:
     return path
 
 
-
 def leftovers(parent: Path) -> list[str]:
     """Temporary folders, old copies or locks a command left beside its output."""
     return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))

@@ -45,7 +45,6 @@ def run(scenario_file, out, *more) -> int:
     return main(["run", str(scenario_file), "--out", str(out), "--quiet", *more])
 
 
-
 def test_a_folder_with_a_users_file_is_refused_and_the_file_kept(scenario_file, tmp_path,
                                                                  capsys, monkeypatch):
     out = tmp_path / "mydata"
@@ -300,16 +299,18 @@ def test_a_write_protected_output_is_refused_before_any_work(scenario_file, tmp_
     simulated = []
     monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
     assert run(scenario_file, out, "--seed", "3") == 2
-    assert one_error_line(capsys) == (f"servesim: error: {out}: the folder is write-protected, so "
-                                  f"servesim may not replace it; make it writable (chmod -R "
-                                  f"u+rwx {out}) or give another folder")
+    error = one_error_line(capsys)
+    assert error == (f"servesim: error: {out}: the folder is write-protected, so "
+                     f"servesim may not replace it; make it writable (chmod -R "
+                     f"u+rwx {out}) or give another folder")
     assert not simulated and {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     monkeypatch.setattr(places.os, "geteuid", lambda: out.stat().st_uid + 4321)  # not its owner
     assert run(scenario_file, out, "--seed", "3") == 2
-    assert one_error_line(capsys) == (f"servesim: error: {out}: the folder is "
-                                  f"{places._user(out.stat().st_uid)}'s, and this user may not "
-                                  f"empty it to replace it; give a folder of your own")
+    error = one_error_line(capsys)
+    assert error == (f"servesim: error: {out}: the folder is "
+                     f"{places._user(out.stat().st_uid)}'s, and this user may not "
+                     f"empty it to replace it; give a folder of your own")
 
 
 def test_a_folder_that_cannot_be_read_is_never_taken_for_an_empty_one(
@@ -323,9 +324,10 @@ def test_a_folder_that_cannot_be_read_is_never_taken_for_an_empty_one(
     monkeypatch.setattr(places.os, "access", lambda path, mode: not (
         Path(path) == out and mode & os.R_OK) and access(path, mode))
     assert run(scenario_file, out) == 2
-    assert one_error_line(capsys) == (f"servesim: error: {out}: the folder cannot be read, so "
-                                  f"servesim cannot tell that it holds only files it wrote; make "
-                                  f"it readable (chmod u+rx {out}) or give another folder")
+    error = one_error_line(capsys)
+    assert error == (f"servesim: error: {out}: the folder cannot be read, so "
+                     f"servesim cannot tell that it holds only files it wrote; make "
+                     f"it readable (chmod u+rx {out}) or give another folder")
     assert (out / "notes.txt").read_text() == "mine"
     monkeypatch.undo()
     written = tmp_path / "written"
@@ -360,9 +362,10 @@ def test_another_users_folder_under_a_sticky_bit_is_refused_before_any_work(
     simulated = []
     monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: simulated.append(1))
     assert run(scenario_file, out) == 2
-    assert one_error_line(capsys) == (f"servesim: error: {out}: another user's folder in {shared}, "
-                                  f"where only a folder's owner may rename it (the sticky bit, "
-                                  f"as in /tmp); give a folder of your own")
+    error = one_error_line(capsys)
+    assert error == (f"servesim: error: {out}: another user's folder in {shared}, "
+                     f"where only a folder's owner may rename it (the sticky bit, "
+                     f"as in /tmp); give a folder of your own")
     assert not simulated and out.is_dir()
 
 
@@ -378,8 +381,9 @@ def test_a_folder_that_takes_no_file_is_named_not_the_locks_passing_name(
 
     monkeypatch.setattr(output.tempfile, "mkstemp", refused)
     assert run(scenario_file, out) == 1
-    assert one_error_line(capsys) == (f"servesim: error: {out}: Permission denied (servesim writes "
-                                  f"beside {out}, in {out.parent}); nothing written")
+    error = one_error_line(capsys)
+    assert error == (f"servesim: error: {out}: Permission denied (servesim writes "
+                     f"beside {out}, in {out.parent}); nothing written")
     assert out.is_dir() and not any(out.iterdir())
     profile = tmp_path / "above" / "p.json"  # `servesim profile --out`, checked before profiling
     with pytest.raises(OSError) as refusal:

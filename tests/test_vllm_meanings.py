@@ -21,7 +21,6 @@ from scenarios.arrival import Burst
 SMALL = ["--num-prompts", "60"]
 
 
-
 def in_flight_peak(recorder) -> int:
     """The most requests sent and not yet finished at one instant."""
     cols = recorder.request_columns()
