@@ -117,9 +117,9 @@ def kernels_text(derived: dict) -> str:
     if not measured:
         return "every operator costed by the roofline"
     roofline = [op for op, source in sources.items() if source != "measured"]
-    marlin = derived.get("moe_kernel")
+    experts = derived.get("moe_kernel")  # where `moe_backend` chose the experts' kernel
     return (f"{derived['kernels']}: " + ", ".join(f"`{op}`" for op in measured)
-            + (f" (`moe_experts` on {marlin})" if marlin else "")
+            + (f" (`moe_experts` on {experts})" if experts else "")
             + (", roofline for " + ", ".join(f"`{op}`" for op in roofline) if roofline else "")
             + "; the other elementwise kernels (norms, rotary embedding, activation, "
               "residual adds, embedding) by the roofline")

@@ -42,9 +42,9 @@ MAX_SLUG = 160  # characters of a run's label in its file name (a longer one end
 # A hardware-model run's `hardware` record: the model, the GPU, the layout, the dtypes, the
 # framework modelled (its KV sizing; its kernels where measured) and the tables' version (null
 # where the roofline costs every operator); the fp8 GEMMs' activation scales where they were
-# measured with them; the experts' kernel where `moe_backend` chose one (Marlin's, Triton's) and
-# whose tables timed it; and each
-# operator's source, "measured" or "roofline" (empty where the roofline costs every one)
+# measured with them; the experts' kernel where `moe_backend` chose one (Marlin's, Triton's)
+# and whose tables timed it; and each operator's source, "measured" or "roofline" (empty where
+# the roofline costs every one)
 HARDWARE_KEYS = ("model", "gpu", "tp", "dp", "ep", "dtype", "kv_dtype", "activation_scheme",
                  "moe_kernel", "framework", "framework_version", "kernel_sources", "kv_tokens")
 

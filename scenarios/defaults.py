@@ -126,7 +126,7 @@ ACTIVATION_SCHEMES = ("static", "dynamic", "block")
 # The fused MoE kernel (vLLM's --moe-backend): "auto", the framework's default for the model's
 # shape, as measured; "marlin", Marlin's weight-only kernel (mxfp4 experts: gpt-oss under
 # VLLM_MXFP4_USE_MARLIN=1); "triton", the Triton fused MoE kernel (vLLM's with its FlashInfer
-# and DeepGEMM MoE kernels turned off, SGLang's default)
+# and DeepGEMM MoE kernels turned off, SGLang's default on Hopper)
 MOE_BACKENDS = ("auto", "marlin", "triton")
 HARDWARE_NORMS = ("rmsnorm", "layernorm")
 MAX_TP = 8

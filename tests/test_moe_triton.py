@@ -24,13 +24,14 @@ QWEN = "Qwen/Qwen3-235B-A22B"  # experts of hidden 4096, width 1536, top 8 of 12
 SHAPE = {"hidden_size": 4096, "inter_size": 1536, "topk": 8, "num_experts": 128}
 
 
-def table_rows(gpu: str, version: str, kernel: str, tp: int, ep: int = 1) -> pd.DataFrame:
-    """One collection's block-scaled fp8 rows of `kernel` at Qwen3-235B-A22B's experts at moe TP
-    `tp` x EP `ep`, read here from the parquet file itself (the model's path is
+def table_rows(gpu: str, version: str, kernel: str, tp: int, ep: int = 1,
+               dtype: str = "fp8_block") -> pd.DataFrame:
+    """One collection's rows of `kernel` in `dtype` at Qwen3-235B-A22B's experts at moe TP `tp`
+    x EP `ep`, read here from the parquet file itself (the model's path is
     `tables.moe_curve`)."""
     path = KernelTables(gpu).root / KernelTables(gpu).system / "moe" / "vllm" / version
     table = pd.read_parquet(path / "moe_perf.parquet")
-    table = table[(table["moe_dtype"] == "fp8_block") & (table["moe_tp_size"] == tp)
+    table = table[(table["moe_dtype"] == dtype) & (table["moe_tp_size"] == tp)
                   & (table["moe_ep_size"] == ep) & (table["distribution"] == "power_law_1.2")
                   & (table["kernel_source"] == kernel)]
     return table[(table[list(SHAPE)] == list(SHAPE.values())).all(axis=1)]
@@ -85,6 +86,26 @@ def test_where_the_newest_tables_time_other_kernels_an_older_collection_times_tr
     assert capsys.readouterr().err.count(f"moe_experts on {said}") == 1
 
 
+def test_per_tensor_fp8_experts_on_triton_are_its_rows_not_the_slow_cutlass_rows(tmp_path,
+                                                                                 capsys):
+    # vLLM 0.24 timed per-tensor fp8 experts on the H200 on FlashInfer's CUTLASS kernel alone
+    # (2.2 to 4 times its bf16 rows, a note says so under "auto"); 0.19 on Triton's, which is
+    # the faster here: its time is the table's, not floored at the default kernel's
+    rows = table_rows("h200", "0.19.0", "vllm_fused_moe", 4, dtype="fp8")
+    at, seconds = at_points(rows, [1, 64, 1024, 8192])
+    triton = layer_op_times(QWEN, "h200", 4, at, "fp8", moe_backend="triton")["moe_experts"]
+    np.testing.assert_allclose(triton, seconds, rtol=1e-9)
+    auto = layer_op_times(QWEN, "h200", 4, at, "fp8")["moe_experts"]
+    assert np.all(triton < 0.5 * auto), triton / auto
+    notes.forget()
+    capsys.readouterr()
+    HardwareCost(setup_of(tmp_path, model=f'name = "{QWEN}"', gpu="h200", tp=4,
+                          hardware='dtype = "fp8"\nmoe_backend = "triton"'))
+    said = capsys.readouterr().err
+    assert "moe_experts on the Triton fused MoE kernel, as vllm 0.19.0's tables" in said
+    assert "FlashInfer's CUTLASS" not in said, said
+
+
 def test_where_triton_is_the_default_both_backends_agree(tmp_path):
     # SGLang's default fused MoE on the H200 is Triton's
     tokens = np.array([1.0, 64.0, 1024.0, 8192.0])
@@ -110,11 +131,10 @@ def test_the_report_and_summary_json_name_the_triton_kernel(tmp_path):
 
 
 def test_triton_where_no_collection_timed_it_is_refused_in_one_line(tmp_path):
-    # TensorRT-LLM's H200 tables time its own and DeepGEMM's kernels; the roofline in Triton's
+    # TensorRT-LLM's H200 tables time its own kernels and CUTLASS's; the roofline in Triton's
     # place would make the setting a guess
-    where = ("trtllm 1.3.0rc20 kernels measured on h200, and its older collections, have no "
-             "Triton MoE kernel in fp8_block at this model's experts' shape with the experts at "
-             "moe TP 4 x EP 1")
+    where = ("no trtllm collection up to 1.3.0rc20 on the h200 timed a Triton MoE kernel at "
+             "this model's experts' shape in fp8_block or fp8 with the experts at moe TP 4 x EP 1")
     text = refusal(tmp_path, model=f'name = "{QWEN}"', gpu="h200", tp=4,
                    hardware='dtype = "fp8"\nactivation_scheme = "block"\nframework = "trtllm"\n'
                             'moe_backend = "triton"')

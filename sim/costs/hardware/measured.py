@@ -160,7 +160,7 @@ class MeasuredOps(MeasuredAttention):
                      f"over at most index_topk keys a query and its indexer by the roofline, "
                      f"which servers' padded sparse kernels outrun: its prefill comes out "
                      f"fast (docs/sim/hardware.md, \"Sparse attention\")")
-        if self._moe_dtype == "fp8" and \
+        if self._moe_dtype == "fp8" and self.triton_version is None and \
                 self.tables.system in SLOW_FP8_MOE.get(self.tables.framework, ()):
             say_once(f"note: {source}: the experts are costed from the per-tensor fp8 MoE rows "
                      f"{self.tables.framework} was measured with on this GPU, one kernel's "
@@ -289,9 +289,10 @@ class MeasuredOps(MeasuredAttention):
         layout = self._moe_layout()
         if self.moe_backend == "marlin":
             return marlin_missing(self.tables, default, layout, self.distribution)
-        return (f"{self.tables.describe()}, and its older collections, have no Triton MoE "
-                f"kernel in {default} at this model's experts' shape with the experts at moe "
-                f"TP {layout[0]} x EP {layout[1]}")
+        tables, tried = self.tables, chain.get(dtype, (dtype,))
+        return (f"no {tables.framework} collection up to {tables.version} on the {tables.gpu} "
+                f"timed a Triton MoE kernel at this model's experts' shape in "
+                f"{' or '.join(tried)} with the experts at moe TP {layout[0]} x EP {layout[1]}")
 
     def _moe_layout(self) -> tuple[int, int]:
         """(moe TP, moe EP): the experts split by TP over their GPUs, or whole across them."""
