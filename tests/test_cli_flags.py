@@ -12,7 +12,7 @@ import pytest
 from helpers.cli import loaded, one_error_line, small_scenario
 from sim.cli import build_parser, main
 from sim.cli.common import load_scenario
-from sim.cli.flags import split_set_values
+from sim.cli.flag_values import split_set_values
 from sim.search import search_scenario
 from sim.workloads import build_workload, seeded_streams
 

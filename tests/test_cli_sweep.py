@@ -9,7 +9,7 @@ import pytest
 from helpers.cli import loaded, one_error_line, small_scenario
 from sim.cli import build_parser, main
 from sim.cli.common import load_scenario
-from sim.cli.flags import sweep_flags
+from sim.cli.flag_values import sweep_flags
 
 
 def test_num_prompts_limits_a_trace_and_sweep_crosses_the_variants():

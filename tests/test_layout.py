@@ -12,8 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 CLI = ROOT / "sim" / "cli"
-CLI_SHARED = {"sim.cli.common", "sim.cli.flags", "sim.cli.flag_types", "sim.cli.vllm_flags",
-              "sim.cli.client_flags", "sim.cli.result_flags"}
+CLI_SHARED = {"sim.cli.common", "sim.cli.flags", "sim.cli.flag_types", "sim.cli.flag_values",
+              "sim.cli.vllm_flags", "sim.cli.client_flags", "sim.cli.result_flags"}
 
 
 def module_name(path: Path) -> str:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ..profiling import threads
 from .common import STOP_SIGNALS, USAGE_ERROR, RunFailed, Terminated, UsageError, version
-from .flags import split_set_values
+from .flag_values import split_set_values
 from .vllm_flags import vllm_flag_hint
 
 

@@ -12,8 +12,9 @@ import signal
 import sys
 from pathlib import Path
 
-from .flag_types import positive_integer
-from .flags import FlagError, flag_overrides, sweep_flags
+from .flag_types import FlagError, positive_integer
+from .flag_values import sweep_flags
+from .flags import flag_overrides
 
 DEFAULT_SCENARIO = "static-vs-continuous"  # scenarios.DEFAULT_SCENARIO, without loading it
 SERVE_VARIANT = "continuous"  # the default scenario's variant `serve` serves, `bench` labels

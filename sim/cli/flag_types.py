@@ -8,6 +8,10 @@ from __future__ import annotations
 import math
 
 
+class FlagError(ValueError):
+    """A flag's value that cannot be used; one line."""
+
+
 def rate(text: str) -> float:
     value = _float(text)
     if not value > 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sim.cli import build_parser
 from sim.cli.common import load_scenario
-from sim.cli.flags import split_set_values
+from sim.cli.flag_values import split_set_values
 
 
 def loaded(*argv):

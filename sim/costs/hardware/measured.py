@@ -138,9 +138,9 @@ class MeasuredOps(MeasuredAttention):
             return None
         if self.triton_version is not None:
             tables = self.tables
-            older = (f" (the newest on the {tables.gpu} that timed it at these experts' shape "
-                     f"and layout)"
-                     if self.triton_version != tables.version else "")
+            older = "" if self.triton_version == tables.version else (
+                f" (the newest on the {tables.gpu} that timed it at these experts' shape and "
+                f"layout)")
             return (f"the Triton fused MoE kernel, as {tables.framework} "
                     f"{self.triton_version}'s tables timed it{older}")
         if self.marlin_shape is None:
