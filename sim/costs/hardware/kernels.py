@@ -24,7 +24,7 @@ saying so. Here a time is:
 
 A framework version names a complete collection (GEMM and attention tables); each operator
 family is read from the newest version not newer than it that has its table, as the package
-fills older versions in.
+fills older versions in. The mixture-of-experts lookups are in `moe_tables.py`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import numpy as np
 
 from . import tables
 from .interpolation import Grid, bracket
+from .moe_tables import MoeTables
 
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 # servesim GPU ids with tables -> the package's system folder
@@ -46,7 +47,6 @@ SYSTEMS = {"a100-80gb-sxm": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sx
 # servesim dtypes -> the tables' spellings (16-bit kernels were measured in bfloat16)
 GEMM_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
 KV_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8"}
-MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
 # An fp8 (per-tensor) GEMM quantizes its activations with a scale fixed in the checkpoint
 # ("static", as NVIDIA's ModelOpt FP8 checkpoints ship) or computed from them at every call
 # ("dynamic"). The scheme each framework's GEMM tables were measured with (the package's
@@ -135,7 +135,7 @@ def _version_dirs(folder: Path) -> list[str]:
     return sorted((p.name for p in folder.iterdir() if p.is_dir()), key=version_key)
 
 
-class KernelTables:
+class KernelTables(MoeTables):
     """The measured kernel times of one GPU under one framework version (module docstring);
     every method answers seconds (a number or an array like its size argument) or None."""
 
@@ -292,59 +292,6 @@ class KernelTables:
         prompt length), or over batch at length 1 for decode; None: not measured so."""
         path = self.table_path("linear_attention", "gdn_perf.parquet")
         return tables.gdn_grid(path, k_heads, v_heads, k_dim, v_dim, decode)
-
-    # --- mixture of experts -----------------------------------------------------------------
-    def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int, ep: int,
-            dtype: str, distribution: str = "power_law_1.2"):
-        """Seconds of one MoE layer's experts for `tokens` tokens (before routing), their
-        routing skewed as `distribution` ("balanced", "power_law_1.01", "power_law_1.2")."""
-        curve = tables.moe_curve(self.table_path("moe", "moe_perf.parquet"),
-                                 MOE_DTYPES.get(dtype, dtype), hidden, inter, topk, experts, tp,
-                                 ep, distribution)
-        if curve is None:
-            return None
-        return np.exp(curve.log_at(np.log(np.asarray(tokens, dtype=np.float64)))) * 1e-3
-
-    def moe_triton(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int,
-                   ep: int, dtype: str, distribution: str = "power_law_1.2"):
-        """(seconds of one MoE layer's experts on the Triton fused MoE kernel for `tokens`
-        tokens, the version whose tables timed it: this one, else the newest older one that
-        did, as vLLM's newest collections time other kernels alone on some GPUs); None: none
-        timed it in `dtype` at this shape, TP `tp` and EP `ep`."""
-        for version, path in self.table_paths("moe", "moe_perf.parquet"):
-            curve = tables.moe_curve(path, MOE_DTYPES.get(dtype, dtype), hidden, inter, topk,
-                                     experts, tp, ep, distribution, "triton")
-            if curve is not None:
-                tokens = np.asarray(tokens, dtype=np.float64)
-                return np.exp(curve.log_at(np.log(tokens))) * 1e-3, version
-        return None
-
-    def moe_marlin(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int,
-                   ep: int, dtype: str, distribution: str = "power_law_1.2",
-                   at: tuple | None = None):
-        """(seconds of one MoE layer's experts on Marlin's kernel for `tokens` tokens, the
-        (hidden, inter, topk, experts) Marlin was measured at: `at` where given, else the
-        model's own or the nearest, `tables.marlin_moe_curve`); None: not measured in `dtype`
-        at TP `tp`, EP `ep`. Measured at another shape, its time is the one measured at as many
-        rows an expert (tokens x topk / experts), scaled by the experts' size (experts x hidden
-        x inter): the work, and the weights read, at that many rows (`marlin.on_marlin` floors
-        it)."""
-        found = tables.marlin_moe_curve(self.table_path("moe", "moe_perf.parquet"),
-                                        MOE_DTYPES.get(dtype, dtype),
-                                        (hidden, inter, topk, experts), tp, ep, distribution, at)
-        if found is None:
-            return None
-        curve, shape = found
-        their_hidden, their_inter, their_topk, their_experts = shape
-        rows = np.asarray(tokens, dtype=np.float64) * topk / experts
-        size = experts * hidden * inter / (their_experts * their_hidden * their_inter)
-        seconds = np.exp(curve.log_at(np.log(rows * their_experts / their_topk))) * 1e-3
-        return seconds * size, shape
-
-    def marlin_layouts(self, dtype: str, distribution: str = "power_law_1.2") -> tuple:
-        """The (moe TP, moe EP) layouts Marlin's MoE kernel was measured at in `dtype`."""
-        return tables.marlin_layouts(self.table_path("moe", "moe_perf.parquet"),
-                                     MOE_DTYPES.get(dtype, dtype), distribution)
 
     # --- communication ----------------------------------------------------------------------
     def all_reduce(self, tokens, hidden: int, gpus: int):

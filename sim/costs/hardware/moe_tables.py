@@ -1,0 +1,72 @@
+"""The measured mixture-of-experts layers (`KernelTables` mixes it in: it reads
+`self.table_path` and `self.table_paths`): the framework's default fused MoE kernel, the Triton
+kernel (from the newest collection that timed it) and Marlin's, by tokens, at one shape (hidden,
+expert width, top-k, experts) and layout (moe TP, moe EP). Every method answers seconds, or None
+where the tables do not have it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import tables
+
+# servesim dtypes -> the MoE tables' spellings (16-bit kernels were measured in bfloat16)
+MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
+
+
+def _seconds(curve, tokens):
+    """The curve's milliseconds at `tokens` (interpolated in log-log), in seconds."""
+    return np.exp(curve.log_at(np.log(np.asarray(tokens, dtype=np.float64)))) * 1e-3
+
+
+class MoeTables:
+    """The fused MoE kernels' times (module docstring)."""
+
+    def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int, ep: int,
+            dtype: str, distribution: str = "power_law_1.2"):
+        """Seconds of one MoE layer's experts for `tokens` tokens (before routing), their
+        routing skewed as `distribution` ("balanced", "power_law_1.01", "power_law_1.2")."""
+        curve = tables.moe_curve(self.table_path("moe", "moe_perf.parquet"),
+                                 MOE_DTYPES.get(dtype, dtype), hidden, inter, topk, experts, tp,
+                                 ep, distribution)
+        return None if curve is None else _seconds(curve, tokens)
+
+    def moe_triton(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int,
+                   ep: int, dtype: str, distribution: str = "power_law_1.2"):
+        """(seconds of one MoE layer's experts on the Triton fused MoE kernel for `tokens`
+        tokens, the version whose tables timed it: this one, else the newest older one that
+        did, as vLLM's newest collections time other kernels alone on some GPUs); None: none
+        timed it in `dtype` at this shape, TP `tp` and EP `ep`."""
+        for version, path in self.table_paths("moe", "moe_perf.parquet"):
+            curve = tables.moe_curve(path, MOE_DTYPES.get(dtype, dtype), hidden, inter, topk,
+                                     experts, tp, ep, distribution, "triton")
+            if curve is not None:
+                return _seconds(curve, tokens), version
+        return None
+
+    def moe_marlin(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int,
+                   ep: int, dtype: str, distribution: str = "power_law_1.2",
+                   at: tuple | None = None):
+        """(seconds of one MoE layer's experts on Marlin's kernel for `tokens` tokens, the
+        (hidden, inter, topk, experts) Marlin was measured at: `at` where given, else the
+        model's own or the nearest, `tables.marlin_moe_curve`); None: not measured in `dtype`
+        at TP `tp`, EP `ep`. Measured at another shape, its time is the one measured at as many
+        rows an expert (tokens x topk / experts), scaled by the experts' size (experts x hidden
+        x inter): the work, and the weights read, at that many rows (`marlin.on_marlin` floors
+        it)."""
+        found = tables.marlin_moe_curve(self.table_path("moe", "moe_perf.parquet"),
+                                        MOE_DTYPES.get(dtype, dtype),
+                                        (hidden, inter, topk, experts), tp, ep, distribution, at)
+        if found is None:
+            return None
+        curve, shape = found
+        their_hidden, their_inter, their_topk, their_experts = shape
+        rows = np.asarray(tokens, dtype=np.float64) * topk / experts
+        size = experts * hidden * inter / (their_experts * their_hidden * their_inter)
+        return _seconds(curve, rows * their_experts / their_topk) * size, shape
+
+    def marlin_layouts(self, dtype: str, distribution: str = "power_law_1.2") -> tuple:
+        """The (moe TP, moe EP) layouts Marlin's MoE kernel was measured at in `dtype`."""
+        return tables.marlin_layouts(self.table_path("moe", "moe_perf.parquet"),
+                                     MOE_DTYPES.get(dtype, dtype), distribution)
