@@ -1,11 +1,12 @@
 """What a model's config.json says its weights are (`quantization_config`), in servesim's
-keys, for the note that says where the scenario's dtype differs (`setup.say_checkpoint`): the
+keys, for the note that says where the scenario's dtype differs (`say_checkpoint`): the
 scenario's dtype is costed, not the file's (docs/sim/hardware.md, "A model from its
 config.json").
 """
 
 from __future__ import annotations
 
+from ...notes import say_once
 from .hf_config import read_config
 
 
@@ -95,3 +96,30 @@ def _compressed_tensors(config: dict):
 def _table(value) -> dict:
     """A group's `weights` or `input_activations` as its table (any other value: none)."""
     return value if isinstance(value, dict) else {}
+
+
+def say_checkpoint(path: str, dtype: str, scheme: str) -> None:
+    """A note, once, where the config.json's quantization_config makes the weights other than
+    `hardware.dtype` (and, in fp8, `activation_scheme`) says: the scenario's are costed."""
+    checkpoint = checkpoint_dtype(path)
+    if checkpoint == (dtype, scheme if dtype == "fp8" else "static"):
+        kept = kept_parts(path) if dtype in ("fp8", "nvfp4") else []
+        if kept:  # its quantized weights are the scenario's, but not every matrix is
+            parts = " and the ".join((", the ".join(kept[:-1]), kept[-1])) if kept[1:] \
+                else kept[0]
+            say_once(f"note: model.config: {path}: its quantization_config leaves the {parts} "
+                     f"in bf16 (its ignore list); servesim costs them in {dtype} with the "
+                     f"rest: their bytes and times come out below the checkpoint's")
+        return
+    if checkpoint is None:
+        return
+    costed = f'hardware.dtype = "{dtype}"' + \
+        (f', activation_scheme = "{scheme}"' if dtype == "fp8" else "")
+    if isinstance(checkpoint, tuple):
+        said = f'hardware.dtype = "{checkpoint[0]}"' + \
+            (f', activation_scheme = "{checkpoint[1]}"' if checkpoint[0] == "fp8" else "")
+        say_once(f"note: model.config: {path}: its quantization_config makes the weights "
+                 f"{said}; costed as the scenario's {costed}")
+    else:
+        say_once(f"note: model.config: {path}: its quantization_config ({checkpoint}) is a "
+                 f"format servesim does not cost; the weights are costed as {costed}")

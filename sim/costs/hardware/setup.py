@@ -6,22 +6,18 @@ ValueError naming the key.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from ...notes import say_once
 from .architecture import Architecture
 from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
-from .checkpoint import checkpoint_dtype, kept_parts
+from .checkpoint import say_checkpoint
 from .dtypes import (DTYPE_BYTES, EXPERT_BYTES, FRAMEWORK_STATE_DTYPES, activation_dtype,
                      compute_dtype, expert_bytes)
+from .fit import check_fits, kv_blocks
 from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
 from .measured import MeasuredOps
-from .memory import ACT_BYTES, GIB, MEMORY_RULES, MemoryPlan, memory_plan, smallest_tp
-
-# each framework's own name for the model's context length
-CONTEXT_FLAGS = {"vllm": "vLLM's --max-model-len", "sglang": "SGLang's --context-length",
-                 "trtllm": "trtllm-serve's --max_seq_len"}
+from .memory import GIB, MEMORY_RULES, MemoryPlan, memory_plan
 
 
 def kv_cache_dtype(dtype: str, kv_dtype: str = "auto") -> str:
@@ -127,33 +123,6 @@ def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto
     return kv_dtype
 
 
-def say_checkpoint(path: str, dtype: str, scheme: str) -> None:
-    """A note, once, where the config.json's quantization_config makes the weights other than
-    `hardware.dtype` (and, in fp8, `activation_scheme`) says: the scenario's are costed."""
-    checkpoint = checkpoint_dtype(path)
-    if checkpoint == (dtype, scheme if dtype == "fp8" else "static"):
-        kept = kept_parts(path) if dtype in ("fp8", "nvfp4") else []
-        if kept:  # its quantized weights are the scenario's, but not every matrix is
-            parts = " and the ".join((", the ".join(kept[:-1]), kept[-1])) if kept[1:] \
-                else kept[0]
-            say_once(f"note: model.config: {path}: its quantization_config leaves the {parts} "
-                     f"in bf16 (its ignore list); servesim costs them in {dtype} with the "
-                     f"rest: their bytes and times come out below the checkpoint's")
-        return
-    if checkpoint is None:
-        return
-    costed = f'hardware.dtype = "{dtype}"' + \
-        (f', activation_scheme = "{scheme}"' if dtype == "fp8" else "")
-    if isinstance(checkpoint, tuple):
-        said = f'hardware.dtype = "{checkpoint[0]}"' + \
-            (f', activation_scheme = "{checkpoint[1]}"' if checkpoint[0] == "fp8" else "")
-        say_once(f"note: model.config: {path}: its quantization_config makes the weights "
-                 f"{said}; costed as the scenario's {costed}")
-    else:
-        say_once(f"note: model.config: {path}: its quantization_config ({checkpoint}) is a "
-                 f"format servesim does not cost; the weights are costed as {costed}")
-
-
 def hardware_setup(config) -> HardwareSetup:
     """The hardware of a resolved config (`scenarios.RunConfig`) whose cost.model is
     "hardware"."""
@@ -179,7 +148,6 @@ def hardware_setup(config) -> HardwareSetup:
     if config.model.config:
         say_checkpoint(config.model.config, dtype, hardware.activation_scheme)
     size, kv_size = DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype]
-    static = rule == "static"  # SGLang's: the activations beside the fraction (memory.py)
     # vLLM's own capacity policy takes each running sequence's state from the KV blocks; the
     # others set states aside (memory.py)
     pooled = bool(arch.linear_layers) and hardware.framework == "vllm" and \
@@ -193,96 +161,8 @@ def hardware_setup(config) -> HardwareSetup:
                            reserve_states=not pooled)
 
     plan = plan_for(tp)
-    if plan.kv_blocks < 1:
-        fits = smallest_tp(arch, plan_for, 8 // dp)  # tp x dp GPUs of one node
-        ranks = f" of {dp} data-parallel ranks" if dp > 1 else ""
-        if not fits:
-            smaller = [] if dtype in EXPERT_BYTES else [  # mxfp4's experts are 4-bit already
-                d for d in ("fp8", "nvfp4") if d in gpu.peak_tflops
-                and DTYPE_BYTES[d] < DTYPE_BYTES[dtype]]
-            options = ["a GPU with more memory"] + \
-                [f"a smaller dtype ({', '.join(smaller)})"] * bool(smaller) + \
-                ["fewer ranks"] * (dp > 1)
-            if static:  # the activations are beside the share: only a larger one helps
-                options = ["a larger hardware.gpu_memory_utilization"] + options
-            elif plan.activations > plan.weights:  # a step's size, not the model, is too large
-                options = ["a smaller engine.max_num_batched_tokens or engine.max_num_seqs "
-                           "(the activations)"] + options[:1]
-            if plan.states:  # one linear-attention state for each of max_num_seqs sequences
-                options = ["a smaller engine.max_num_seqs (the linear-attention states)"] + \
-                    options
-            hint = (f"no tensor parallelism{ranks} up to {8 // dp} fits: use "
-                    + ", ".join(options[:-1]) + " or " * (len(options) > 1) + options[-1])
-        else:
-            if ep == 1:
-                degree = f"hardware.tp = {fits}"
-            elif dp == 1:
-                degree = f"hardware.tp = hardware.ep = {fits}"
-            else:
-                degree = f"hardware.tp = {fits} with hardware.ep = {fits * dp}"
-            hint = f"the smallest tensor parallelism{ranks} that fits is {degree}"
-            if plan.states:
-                hint += ", or use a smaller engine.max_num_seqs (the linear-attention states)"
-        share = f"{gpu.memory_gib:g} GiB x gpu_memory_utilization " \
-            f"{hardware.gpu_memory_utilization:g} = " \
-            f"{gpu.memory_bytes * hardware.gpu_memory_utilization / GIB:.1f} GiB"
-        needed, activations = plan.needed, f"{plan.activations / GIB:.1f} GiB of activations, "
-        room = f"it has {gpu.memory_gib:g} GiB" if rule == "free" else f"{share} is usable"
-        if static:  # the activations are beside the share, not in what it must hold
-            needed, activations = plan.needed - plan.activations, ""
-            room = (f"{share} holds them and the KV cache (SGLang's mem_fraction_static; the "
-                    f"activations are beside it)")
-        if plan.states:
-            activations += (f"{plan.states / GIB:.1f} GiB of linear-attention states for "
-                            f"engine.max_num_seqs = {engine.max_num_seqs:,} sequences, ")
-        raise ValueError(
-            f"hardware: {arch.name} does not fit on {gpu.id} at tp = {tp} ({dtype}): it needs "
-            f"{needed / GIB:.1f} GiB per GPU before any KV cache ({plan.weights / GIB:.1f} GiB of "
-            f"weights, {activations}{plan.non_torch / GIB:.1f} GiB outside the allocator) and "
-            f"{room}; {hint}")
-    if static and plan.usable > gpu.memory_bytes:
-        beside = gpu.memory_bytes * (1 - hardware.gpu_memory_utilization)
-        raise ValueError(
-            f"hardware.gpu_memory_utilization: SGLang keeps a step's activations beside its "
-            f"mem_fraction_static share, and {plan.activations / GIB:.1f} GiB of them (a step of "
-            f"engine.max_num_batched_tokens = {engine.max_num_batched_tokens:,}) do not fit in "
-            f"the {beside / GIB:.1f} GiB that {hardware.gpu_memory_utilization:g} of "
-            f"{gpu.memory_gib:g} GiB leaves: use a smaller gpu_memory_utilization or "
-            f"max_num_batched_tokens")
-    if engine.block_size > arch.max_seq_len:
-        raise ValueError(f"engine.block_size: must be at most model.max_seq_len "
-                         f"({arch.max_seq_len:,}), got {engine.block_size:,}")
-    blocks = engine.num_kv_blocks
-    if blocks == "auto":
-        blocks = plan.kv_blocks
-    elif blocks > plan.kv_blocks:
-        need = blocks * engine.block_size * plan.kv_bytes_per_token / GIB
-        share = {"whole": "left after the weights and activations",
-                 "free": f"{hardware.gpu_memory_utilization:g} of what the weights and "
-                         f"activations leave",
-                 "static": f"left after the weights and the memory outside the allocator in "
-                           f"{hardware.gpu_memory_utilization:g} of the memory"}[rule]
-        raise ValueError(f"engine.num_kv_blocks: {blocks:,} blocks need {need:.1f} GiB of KV "
-                         f"cache per GPU; {gpu.id} at tp = {tp} has {plan.kv_bytes / GIB:.1f} "
-                         f"GiB for it, {share} ({plan.kv_blocks:,} blocks: use \"auto\")")
-    state_blocks = math.ceil(arch.state_bytes_per_seq(tp, ACT_BYTES) / (
-        engine.block_size * plan.kv_bytes_per_token)) if pooled else 0
-    tokens = max(blocks - state_blocks, 0) * engine.block_size  # one sequence, its state beside
-    if arch.max_seq_len > tokens:
-        room = (plan.kv_blocks - state_blocks) * engine.block_size >= arch.max_seq_len
-        more = f"raise engine.num_kv_blocks (up to {plan.kv_blocks:,}, or \"auto\")" \
-            if engine.num_kv_blocks != "auto" and room else "use more GPUs"
-        raise ValueError(f"model.max_seq_len: {arch.name}'s {arch.max_seq_len:,} tokens are more "
-                         f"than the KV cache holds on {gpu.id} at tp = {tp} ({tokens:,} tokens); "
-                         f"set model.max_seq_len to at most {tokens:,} (as "
-                         f"{CONTEXT_FLAGS[hardware.framework]}) or {more}")
-    if plan.states and hardware.framework == "vllm":
-        kv, states = blocks * engine.block_size * plan.kv_bytes_per_token, plan.states
-        say_once(f"note: hardware: {arch.name}'s linear-attention states are set aside for "
-                 f"engine.max_num_seqs = {engine.max_num_seqs:,} sequences ({states / GIB:.1f} "
-                 f"GiB a GPU beside {kv / GIB:.1f} GiB of KV cache); vLLM takes each state from "
-                 f"its KV blocks only while its request runs, so with fewer running it caches "
-                 f"more tokens than here (docs/sim/hardware.md, \"KV capacity from memory\")")
+    check_fits(arch, gpu, hardware, plan, plan_for, engine)
+    blocks, state_blocks = kv_blocks(arch, gpu, hardware, plan, engine, pooled)
     measured = measured_ops(hardware, arch, gpu, tp, dtype, ep)
     if measured is None and hardware.activation_scheme != "static":
         say_once(f"note: hardware.activation_scheme = \"{hardware.activation_scheme}\" picks "
