@@ -12,8 +12,8 @@ runs. The format is documented in docs/scenarios/format.md.
 from .config import RunConfig
 from .defaults import DEFAULTS
 from .errors import ScenarioError
-from .scenario import (DEFAULT_SCENARIO, RunSpec, Scenario, Variant, builtin_names, find,
-                       list_builtin, load)
+from .files import builtin_names, find, list_builtin
+from .scenario import DEFAULT_SCENARIO, RunSpec, Scenario, Variant, load
 
 __all__ = ["DEFAULTS", "DEFAULT_SCENARIO", "RunConfig", "RunSpec", "Scenario", "ScenarioError", "Variant",
            "builtin_names", "find", "list_builtin", "load"]

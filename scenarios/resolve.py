@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from . import checks
+from . import checks, workload_checks
 from .config import RunConfig
 from .defaults import (CLUSTER_DEFAULTS, DEFAULTS, DISAGGREGATION_DEFAULTS, HARDWARE_DEFAULTS,
                        SEARCH_DEFAULTS, SESSIONS_DEFAULTS, SHAREGPT_DEFAULTS, SHIPPED_TRACES,
@@ -50,7 +50,7 @@ def resolve(raw: dict, path: Path) -> RunConfig:
 
 
 def _workload(raw: dict) -> dict:
-    checks.check_workload_parts(raw)
+    workload_checks.check_workload_parts(raw)
     trace = raw.get("trace")
     return {
         "num_requests": raw.get("num_requests"),

@@ -10,20 +10,18 @@ variant at each sweep point) before anything runs. Every problem is one `Scenari
 from __future__ import annotations
 
 import re
-
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import effects
 from . import overrides as ov
-from .errors import FieldError, ScenarioError
 from .config import RunConfig
+from .errors import FieldError, ScenarioError
+from .files import BUILTIN_DIR, display, find, parse
 from .resolve import resolve
 from .specs import did_you_mean
 from .sweep import checked, point_label, point_text, point_toml
 
-BUILTIN_DIR = Path(__file__).resolve().parent
 DEFAULT_SCENARIO = "static-vs-continuous"
 DEFAULT_VARIANT = "default"  # the variant name of a scenario without [[variants]]
 
@@ -79,7 +77,7 @@ class Scenario:
         if spec is not None:
             variant = next(v for v in self.variants if v.name == spec.variant)
             where = _where(variant, spec.sweep, self.origins)
-        return ScenarioError(f"{_display(self.path)}: {where}{problem}")
+        return ScenarioError(f"{display(self.path)}: {where}{problem}")
 
     def runs(self) -> list[RunSpec]:
         """Every variant at every sweep point (variant-major)."""
@@ -98,40 +96,6 @@ class Scenario:
         return [v.name for v in self.variants]
 
 
-def builtin_names() -> list[str]:
-    return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
-
-
-def list_builtin() -> list[tuple[str, str]]:
-    """(name, description) of every built-in scenario, by name (read, not validated: listing
-    works even where a scenario could not run)."""
-    listing = []
-    for name in builtin_names():
-        path = BUILTIN_DIR / f"{name}.toml"
-        raw = _parse(path, _display(path))
-        listing.append((name, str(raw.get("description", ""))))
-    return listing
-
-
-def find(name_or_path) -> Path:
-    """The file of a scenario: a built-in's name is the built-in (a file or folder of that name
-    here is `./NAME`), anything else a path."""
-    if not isinstance(name_or_path, (str, Path)):
-        raise ScenarioError(f"{name_or_path!r}: a scenario is a built-in name or a path, got "
-                            f"{type(name_or_path).__name__}")
-    path = Path(name_or_path)
-    builtin = BUILTIN_DIR / f"{name_or_path}.toml"
-    if str(name_or_path) in builtin_names():  # even beside an output folder of its name
-        return builtin
-    if path.is_dir():
-        raise ScenarioError(f"{path}: is a folder, not a scenario file")
-    if path.is_file():
-        return path.resolve()
-    raise ScenarioError(f"{name_or_path}: no such scenario file or built-in scenario "
-                        f"({did_you_mean(str(name_or_path), builtin_names())}built-ins: "
-                        f"{', '.join(builtin_names())})")
-
-
 def load(name_or_path, overrides=(), sweep: dict | None = None,
          sources: dict | None = None, variant: str | None = None,
          grid: dict | None = None) -> Scenario:
@@ -144,8 +108,8 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     (--variant NAME), the others neither resolved nor checked. `grid`: {dotted key: [values]}
     of a capacity search's `search.grid`, crossed into the sweep after it and named so."""
     path = find(name_or_path)
-    shown = _display(path)
-    raw = _parse(path, shown)
+    shown = display(path)
+    raw = parse(path, shown)
     variants = file_variants = _guarded(shown, "", _variants, raw.pop("variants", None))
     if variant is not None:
         names = [v.name for v in variants]
@@ -265,35 +229,6 @@ def _resolved(raw: dict, path: Path,
         return _base_config(raw, path, alone), None
     except FieldError as exc:
         return None, str(exc)
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def _parse(path: Path, shown: str) -> dict:
-    """The file's TOML table; every way the file can be unreadable is one line."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ScenarioError(f"{shown}: cannot read it: {exc.strerror or exc}") from None
-    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark: not part of the text
-        data = data[3:]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(f"{shown}: not UTF-8 text (byte {exc.start} is "
-                            f"{data[exc.start:exc.start + 1].hex()}); a scenario is a TOML "
-                            f"file") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{shown}: not valid TOML: {exc}") from None
-    except RecursionError:
-        raise ScenarioError(f"{shown}: not valid TOML: nested too deeply") from None
 
 
 def _pairs(overrides) -> list[tuple[str, object]]:

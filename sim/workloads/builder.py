@@ -199,7 +199,7 @@ def _load_trace(trace: TraceSettings, base_dir, rng=None):
 
 def _check_span(arrivals, n: int) -> None:
     """The arrivals of a trace's n requests stay where times keep microsecond precision (as
-    `scenarios.checks.check_horizon` checks when the count is known before reading)."""
+    `scenarios.workload_checks.check_horizon` checks when the count is known before reading)."""
     span, key, _ = arrivals.span(n)
     if span > MAX_TIME_S:
         raise ValueError(f"workload.arrival.{key}: the trace's {n:,} requests would span about "
