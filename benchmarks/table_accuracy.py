@@ -177,7 +177,7 @@ def _experts_roofline(gpu, hidden, inter, topk, experts, tp, ep, tokens) -> np.n
     """One mixture-of-experts layer's routed experts (gate and up, activation, down) by the
     hardware model's roofline, 16-bit, with the table's TP x EP split (`operators.py`)."""
     from sim.costs.hardware.architecture import Architecture
-    from sim.costs.hardware.cost import operator_times
+    from sim.costs.hardware.row_tables import operator_times
 
     gpus = max(int(tp), int(ep))
     arch = Architecture(n_layers=1, d_model=int(hidden), n_heads=gpus, n_kv_heads=gpus,

@@ -13,7 +13,8 @@ from helpers.hf_configs import write_config
 from helpers.hybrid import QWEN3_NEXT, QWEN35, QWEN35_DENSE, STATE_PER_LAYER, qwen35_cost
 from helpers.model_scenario import refusal, scenario
 from sim.costs.hardware import hardware_setup, model_architecture
-from sim.costs.hardware.cost import HardwareCost, operator_times
+from sim.costs.hardware.cost import HardwareCost
+from sim.costs.hardware.row_tables import operator_times
 from sim.costs.hardware.linear_attention import DELTA_EFFICIENCY, DELTA_STEP_S
 from sim.costs.hardware.operators import elementwise_bytes, embedding_bytes, matmul_shapes
 from sim.costs.hardware.timing import elementwise_time

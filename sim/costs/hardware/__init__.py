@@ -26,11 +26,12 @@ from scenarios.defaults import (ACTIVATION_SCHEMES, FRAMEWORKS, KERNEL_SOURCES, 
 from ...notes import say_once
 from .architecture import Architecture, engine_architecture
 from .catalog import MODEL_KEYS, Gpu, gpu_spec, gpus, model_architecture, models
-from .cost import HardwareCost, operator_times
+from .cost import HardwareCost
 from .dtypes import DTYPE_BYTES, activation_dtype, compute_dtype, expert_bytes
 from .kernels import TablesMiss
 from .measured import MeasuredOps
 from .memory import ACT_BYTES
+from .row_tables import operator_times
 from .setup import (HardwareSetup, check_dtypes, hardware_setup, kernel_tables,
                     kv_cache_dtype)
 
