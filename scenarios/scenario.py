@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import effects
+from . import collisions, effects
 from . import overrides as ov
 from .config import RunConfig
 from .errors import FieldError, ScenarioError
@@ -21,6 +21,7 @@ from .files import BUILTIN_DIR, display, find, parse
 from .resolve import resolve
 from .specs import did_you_mean
 from .sweep import checked, point_label, point_text, point_toml
+from .writes import overlap, undoes
 
 DEFAULT_SCENARIO = "static-vs-continuous"
 DEFAULT_VARIANT = "default"  # the variant name of a scenario without [[variants]]
@@ -72,8 +73,8 @@ class Scenario:
         where = ""
         if by_override:
             key = re.match(r"[\w.]*", problem).group()  # "hardware.tp = 3 ...", "slo.ttft_s: "
-            at = [pair for pair in self.overrides if effects.overlap(pair[0], key)] if key else []
-            where = effects.given_by(at or self.overrides or [("", None)], self.sources)
+            at = [pair for pair in self.overrides if overlap(pair[0], key)] if key else []
+            where = collisions.given_by(at or self.overrides or [("", None)], self.sources)
         if spec is not None:
             variant = next(v for v in self.variants if v.name == spec.variant)
             where = _where(variant, spec.sweep, self.origins)
@@ -126,11 +127,11 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     if grid:  # crossed after the sweep
         sweep = ov.wider_first(sweep | _guarded(shown, "", checked, grid, "search.grid"))
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
-    effects.check_not_written_over(shown, pairs,
-                                   effects.given_as(overrides, pairs, sources or {}))
-    effects.check_sweep_keys_apart(shown, sweep, origins)
-    effects.check_not_swept(shown, pairs, sweep, origins, sources or {})
-    effects.check_not_shadowed(shown, pairs, sweep, origins, sources or {}, variants, raw)
+    collisions.check_not_written_over(shown, pairs,
+                                      collisions.given_as(overrides, pairs, sources or {}))
+    collisions.check_sweep_keys_apart(shown, sweep, origins)
+    collisions.check_not_swept(shown, pairs, sweep, origins, sources or {})
+    collisions.check_not_shadowed(shown, pairs, sweep, origins, sources or {}, variants, raw)
     file_base = None
     alone = variants[0] if len(variants) == 1 else None  # every run is this variant's
     file_raw = raw
@@ -143,8 +144,8 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
         where = _where(alone, {}, origins) if getattr(exc, "in_variant", False) else ""
         hint = ""
         if pairs and str(exc) != file_error:
-            at = [pair for pair in pairs if effects.overlap(pair[0], getattr(exc, "key", ""))]
-            where = effects.given_by(at or pairs, sources or {})
+            at = [pair for pair in pairs if overlap(pair[0], getattr(exc, "key", ""))]
+            where = collisions.given_by(at or pairs, sources or {})
             hint = _variants_that_take(raw, path, variants, at or pairs)
         raise ScenarioError(f"{shown}: {where}{exc}{hint}") from None
     specs = []
@@ -213,7 +214,7 @@ def _variants_that_take(raw: dict, path: Path, variants, pairs) -> str:
     variant that writes over them all, after them, does not take them."""
     if len(variants) < 2:
         return ""
-    taken = [v.name for v in variants if v.set and not effects.undoes(v.set, pairs)
+    taken = [v.name for v in variants if v.set and not undoes(v.set, pairs)
              and _resolved(raw, path, v)[1] is None]
     if not taken:
         return ""

@@ -176,7 +176,7 @@ def arrivals_given(scenario, sweep: dict, searching: bool) -> bool:
     its overrides (--set), any of the file's variants (picked by --variant or not) or a sweep
     (the file's, the flags' `sweep`) write."""
     from scenarios.defaults import UNTIMED_TRACE_FORMATS
-    from scenarios.effects import overlap, swept_writes, writes
+    from scenarios.writes import overlap, swept_writes, writes
 
     written = [w for variant in scenario.file_variants for w in writes(variant.set)]
     written += [w for key, value in scenario.overrides for w in writes({key: value})]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import scenarios
 
-from scenarios.effects import overlap
+from scenarios.writes import overlap
 from scenarios.overrides import flatten
 from scenarios.arrival import RATE_PROCESSES
 
