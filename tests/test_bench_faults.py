@@ -21,7 +21,8 @@ from helpers.bench import bench_cli, rows
 from helpers.fake_openai import (SCENARIO, answering, event_stream, healthy, never_answers,
                                  token_chunks)
 from sim.bench import BenchOptions, bench_runs
-from sim.bench.client import Target, send
+from sim.bench.client import send
+from sim.bench.http_io import Target
 from sim.bench.timing import RequestResult
 from sim.cli import main
 

@@ -26,7 +26,9 @@ from pathlib import Path
 
 from ..workloads import build_workload, seeded_streams
 from .checked import one_line, printable
-from .client import Target, check_api_key, first_model, prompt_token_counts, replay
+from .client import replay
+from .discovery import first_model, prompt_token_counts
+from .http_io import Target, check_api_key
 from .prompts import PROBE_WORDS, TextScale, fit_text_scale, id_prompts, probe_text, text_prompt
 from .recorder import BenchRecorder
 from .timing import RequestResult, max_in_flight

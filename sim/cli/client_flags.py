@@ -33,7 +33,7 @@ def bench_options(args, url_flag: str):
     (given as `url_flag`) and the endpoint checked; --max-concurrency is the scenario's
     `workload.max_concurrency`, as in `run`."""
     from ..bench import BenchOptions
-    from ..bench.client import check_api_key
+    from ..bench.http_io import check_api_key
     from ..bench.urls import check_base_url, check_endpoint, is_chat
 
     if args.endpoint is None:
