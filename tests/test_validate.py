@@ -219,7 +219,7 @@ def test_the_headline_counts_requests_finished_on_one_side_only():
     are then over unlike requests, which the headline counts and `compared` refuses."""
     from types import SimpleNamespace
 
-    from sim.validation.validate import Validation
+    from sim.validation.result import Validation
 
     def side(statuses):
         return SimpleNamespace(request_columns=lambda: {"request_id": list(range(len(statuses))),

@@ -1,6 +1,7 @@
 """Validation: the simulator against the real engine on the same requests.
 
 - `validate.py`: `validate(scenario, out_dir)`: serve, simulate, compare, write the files;
+- `result.py`: what it found (`Validation`, a `ValidationRun` a run), its tables and headline;
 - `against.py`: `validate --against URL`: the simulation against a bench of a running server;
 - `machine.py`: which profile a validation may use (one measured on this machine);
 - `runs.py`: which runs can be compared, each with its profile, refused up front otherwise;
@@ -8,6 +9,7 @@
 - `table.py`: the percentile error table (`validation.csv`).
 """
 
-from .validate import Validation, ValidationRun, validate
+from .result import Validation, ValidationRun
+from .validate import validate
 
 __all__ = ["Validation", "ValidationRun", "validate"]

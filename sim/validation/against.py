@@ -24,7 +24,8 @@ from ..bench.urls import shown_url
 from ..runner import run_config
 from .table import display_rows, error_rows, max_abs_error, text_table, write_csv
 from .runs import validatable_runs
-from .validate import finished_apart, mode_config, percent_text
+from .result import finished_apart, percent_text
+from .validate import mode_config
 
 
 def validate_against(scenario, options: BenchOptions, out_dir, profile: str = "auto",
