@@ -2,8 +2,9 @@
 model, spoken to by aiohttp's client: streamed and whole completions and chat completions,
 the OpenAI error shapes, the queue limit, disconnects that free KV blocks, 200 concurrent
 streams, and the `servesim serve` command itself (its banner, BLAS threads, and the port and
-memory checks it makes before serving). Hostile requests: test_http_hostile.py; the bodies
-real clients send: test_http_clients.py.
+memory checks it makes before serving). Hostile requests: test_http_hostile.py; failures
+inside the engine: test_http_engine_faults.py; the bodies real clients send:
+test_http_clients.py.
 """
 
 from __future__ import annotations

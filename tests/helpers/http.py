@@ -25,6 +25,8 @@ TINY = ["model.vocab_size=64", "model.d_model=32", "model.n_layers=1", "model.n_
         "engine.block_size=8"]
 TINY_MODEL_ID = "servesim-char64-L1-d32"
 PROMPT = "the quick brown fox"
+COMPLETE = "/v1/completions"
+CHAT = "/v1/chat/completions"
 POLLS = 2000  # of 5 ms: how long a test waits for the engine thread to catch up, at most
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,6 +61,17 @@ async def sse_events(response) -> list:
             data = line[len("data: "):]
             events.append(data if data == "[DONE]" else json.loads(data))
     return events
+
+
+def body(**fields) -> dict:
+    """A completion request of PROMPT for 6 tokens, ignoring EOS, with `fields` added."""
+    return {"prompt": PROMPT, "max_tokens": 6, "ignore_eos": True, **fields}
+
+
+async def streamed(client, url: str, payload: dict) -> tuple[int, list]:
+    """(status, events) of `payload` streamed."""
+    async with client.post(url, json={**payload, "stream": True}) as response:
+        return response.status, await sse_events(response)
 
 
 async def post(client, url: str, body) -> tuple[int, dict]:
