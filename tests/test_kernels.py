@@ -1,7 +1,8 @@
 """The measured kernel tables (servesim[gpu]): a measured point is returned as measured, points
 between are interpolated as power laws, nothing is extrapolated past 2x the measured range, a
 run of steps is costed as its steps one by one, and what the tables lack falls back to the
-roofline with one note; the scenario keys are refused in one line when wrong."""
+roofline with one note; the scenario keys are refused in one line when wrong. fp8 GEMMs by
+activation scheme: test_fp8_gemms.py."""
 
 from __future__ import annotations
 
@@ -12,16 +13,14 @@ import pytest
 
 pytest.importorskip("aiconfigurator_core")
 
-import scenarios  # noqa: E402
 from helpers.configs import resolved  # noqa: E402
-from helpers.hardware import write_hardware  # noqa: E402
+from helpers.hardware import kernel_scenario  # noqa: E402
 from scenarios import ScenarioError  # noqa: E402
 from sim.costs.hardware import layer_op_times  # noqa: E402
 from sim.costs.hardware import kernels as K  # noqa: E402
 from sim.costs.hardware.interpolation import Curve  # noqa: E402
 from sim.costs.hardware.kernels import KernelTables, TablesMiss  # noqa: E402
 from sim.build import build_cost  # noqa: E402
-from sim.costs.shape import StepShape  # noqa: E402
 from sim.runner import run_config  # noqa: E402
 
 H200 = KernelTables("h200")
@@ -81,7 +80,7 @@ def test_a_run_of_decode_steps_costs_what_its_steps_do_one_by_one_bit_for_bit(tm
     within the tables' reach and some past it (5,000 sequences: the roofline's there)."""
     from sim.costs.shape import StepShape
 
-    cost = build_cost(load(tmp_path, "h200").base)
+    cost = build_cost(kernel_scenario(tmp_path, "h200").base)
     decodes = np.array([1, 3, 64, 100, 700, 5000])
     context = decodes * np.array([17, 2000, 1024, 1500, 333, 50])
     shape = lambda d, c: StepShape(decode_seqs=d, decode_context=c, sampled_seqs=d, decoding=1,
@@ -102,12 +101,6 @@ def test_framework_and_version_choose_the_tables_and_a_wrong_one_is_one_line():
     assert K.version_key("0.5.6.post2") < K.version_key("0.5.10")
 
 
-def load(tmp_path, gpu="h100-sxm", extra=""):
-    return scenarios.load(write_hardware(tmp_path, "gpu.toml", gpu=gpu, hardware=extra,
-                                         requests=40, rate=20.0, prompts=(100, 2000),
-                                         outputs=(10, 300), max_seq_len=8192))
-
-
 @pytest.mark.parametrize("extra, message", [
     ('framework = "vlm"', "hardware.framework: must be one of vllm, sglang, trtllm, got 'vlm' "
                           "(did you mean 'vllm'?)"),
@@ -116,7 +109,7 @@ def load(tmp_path, gpu="h100-sxm", extra=""):
 ])
 def test_a_bad_kernel_key_is_one_line_naming_the_nearest_value(tmp_path, extra, message):
     with pytest.raises(ScenarioError) as info:
-        load(tmp_path, extra=extra)
+        kernel_scenario(tmp_path, extra=extra)
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
@@ -125,17 +118,17 @@ def test_a_version_or_gpu_without_tables_is_refused_when_measured_is_asked_for(t
 
     with pytest.raises(ValueError, match="^hardware.framework_version: vllm tables for "
                                          "h100-sxm exist for version 0.24.0, not '0.1'$"):
-        hardware_of(load(tmp_path, extra='framework_version = "0.1"').base)
+        hardware_of(kernel_scenario(tmp_path, extra='framework_version = "0.1"').base)
     with pytest.raises(ValueError, match="hardware.kernels: no measured kernel tables for GPU "
                                          "'a40'"):
-        hardware_of(load(tmp_path, "a40", 'kernels = "measured"').base)
+        hardware_of(kernel_scenario(tmp_path, "a40", 'kernels = "measured"').base)
 
 
 def test_a_gpu_without_tables_is_the_roofline_and_says_so_once(tmp_path, capsys):
     from sim import notes
 
     notes.forget()
-    config = load(tmp_path, "a40").base
+    config = kernel_scenario(tmp_path, "a40").base
     run_config(config)
     run_config(config)
     err = capsys.readouterr().err
@@ -144,8 +137,8 @@ def test_a_gpu_without_tables_is_the_roofline_and_says_so_once(tmp_path, capsys)
 
 
 def test_measured_kernels_change_the_steps_and_roofline_restores_them(tmp_path):
-    measured = build_cost(load(tmp_path).base)
-    roofline = build_cost(load(tmp_path, extra='kernels = "roofline"').base)
+    measured = build_cost(kernel_scenario(tmp_path).base)
+    roofline = build_cost(kernel_scenario(tmp_path, extra='kernels = "roofline"').base)
     assert "vllm 0.24.0 kernels measured on h100-sxm" in measured.source
     sources = measured.setup.kernels.sources()
     assert set(sources.values()) == {"measured"} and "decode_attention" in sources
@@ -159,7 +152,7 @@ def test_measured_kernels_change_the_steps_and_roofline_restores_them(tmp_path):
 def test_a_measured_run_fast_forwarded_is_the_run_step_by_step(tmp_path):
     from helpers.runs import records
 
-    config = load(tmp_path, "h200").base
+    config = kernel_scenario(tmp_path, "h200").base
     assert records(run_config(config)) == records(run_config(config, fast_forward=False))
 
 
@@ -167,7 +160,7 @@ def test_the_report_names_the_kernels_and_which_operators_were_measured(tmp_path
     from reports.describe import config_rows
     from sim.build import resolved_spec
 
-    spec = resolved_spec(load(tmp_path).runs()[0])
+    spec = resolved_spec(kernel_scenario(tmp_path).runs()[0])
     rows = config_rows(spec.config)
     assert "vllm 0.24.0 kernels measured on h100-sxm: `attn_pre_proj`" in rows["kernels"]
     assert "the other elementwise kernels (norms, rotary embedding, activation, residual adds, " \
@@ -310,122 +303,3 @@ def test_the_router_and_lm_head_are_bf16_and_a_window_caps_a_chunks_work():
     assert llama._gemm_dtype["lm_head"] == "bfloat16"  # Qwen's 151,936-row head: past reach
     assert prompt_length(10 * 11 / 2) == pytest.approx(10.0)
     assert prompt_length(128 * 129 / 2 + 100 * 128, window=128) == pytest.approx(228.0)
-
-
-def test_static_activation_scales_take_off_the_scale_computation_the_tables_measured():
-    """TensorRT-LLM's fp8 GEMMs were measured quantizing their activations dynamically (its
-    Linear got no input scale), vLLM's with static scales: a static checkpoint's GEMM is the
-    TensorRT-LLM time less its own measured scale computation, a dynamic one the vLLM time plus
-    vLLM's; SGLang measured no difference."""
-    m = np.array([4.0, 64.0, 1024.0])
-    trtllm, vllm, sglang = (KernelTables("h200", fw) for fw in ("trtllm", "vllm", "sglang"))
-    for tables in (trtllm, vllm):
-        extra = tables.activation_scale_time(m, 8192)
-        static = tables.gemm(m, 12288, 8192, "fp8", "static")
-        dynamic = tables.gemm(m, 12288, 8192, "fp8", "dynamic")
-        np.testing.assert_allclose(dynamic - static, extra, rtol=1e-12)
-        assert np.all(extra > 0)
-    # TensorRT-LLM's dynamic time is its table's own; vLLM's static time is its table's own
-    measured_trt = np.exp(trtllm._gemm_shapes("fp8")[2][(12288, 8192)].log_at(np.log(m))) * 1e-3
-    np.testing.assert_allclose(trtllm.gemm(m, 12288, 8192, "fp8", "dynamic"), measured_trt)
-    np.testing.assert_allclose(vllm.gemm(m, 12288, 8192, "fp8"), vllm.gemm(m, 12288, 8192, "fp8",
-                                                                          "static"))
-    # at a few tokens the two frameworks' static GEMMs agree (the same cuBLAS-class kernels),
-    # where the tables as measured differ by TensorRT-LLM's scale computation (~7 us)
-    np.testing.assert_allclose(trtllm.gemm(4.0, 12288, 8192, "fp8"),
-                               vllm.gemm(4.0, 12288, 8192, "fp8"), rtol=0.05)
-    assert trtllm.gemm(4.0, 12288, 8192, "fp8", "dynamic") > 1.2 * vllm.gemm(4.0, 12288, 8192,
-                                                                             "fp8")
-    np.testing.assert_array_equal(sglang.gemm(m, 12288, 8192, "fp8", "static"),
-                                  sglang.gemm(m, 12288, 8192, "fp8", "dynamic"))
-    # block-scaled and 16-bit GEMMs have no such choice
-    assert trtllm.gemm(64.0, 12288, 8192, "bf16", "static") == \
-        trtllm.gemm(64.0, 12288, 8192, "bf16", "dynamic")
-
-
-def test_every_measured_static_fp8_gemm_stays_positive():
-    """Taking the scale computation off never leaves a GEMM of no time, on any GPU's tables."""
-    for gpu in ("h100-sxm", "h200", "b200", "gb200", "b300", "gb300", "l40s", "rtx-pro-6000"):
-        tables = KernelTables(gpu, "trtllm")
-        shapes = tables._gemm_shapes("fp8")
-        if shapes is None:
-            continue
-        for (n, k), curve in shapes[2].items():
-            m = np.exp(curve.x)
-            static = tables.gemm(m, n, k, "fp8", "static")
-            assert np.all(static > 0), (gpu, n, k)
-
-
-def test_a_block_scaled_checkpoint_reads_the_block_scaled_gemms_where_they_are_measured():
-    # DeepSeek-V3's own fp8 weights are scaled in 128 x 128 blocks: under TensorRT-LLM its
-    # shared experts' GEMMs from the fp8_block table (per-tensor fp8 first otherwise, as a
-    # ModelOpt checkpoint's)
-    from sim.costs.hardware import model_architecture
-    from sim.costs.hardware.measured import MeasuredOps
-
-    arch = model_architecture({"name": "deepseek-ai/DeepSeek-V3"})
-    trtllm = KernelTables("h200", "trtllm")
-    per_tensor = MeasuredOps(arch, 8, "fp8", "bf16", trtllm)
-    block = MeasuredOps(arch, 8, "fp8", "bf16", trtllm, activations="block")
-    assert per_tensor._gemm_dtype["shared_up_proj"] == "fp8"
-    assert block._gemm_dtype["shared_up_proj"] == "fp8_block"
-    n, k = block.gemms["shared_up_proj"]
-    rows = np.array([1.0, 8.0, 17.0, 24.0, 64.0, 1024.0])
-    times, beyond = block.layer_times({"shared_up_proj": np.ones(6)}, rows)
-    assert not beyond
-    np.testing.assert_array_equal(times["shared_up_proj"], trtllm.gemm(rows, n, k, "fp8_block"))
-    assert times["shared_up_proj"][0] < 30e-6
-    # vLLM 0.24's block-scaled rows hold a floor (FlashInfer's up to 17 rows: 50-70 us at
-    # one row, where its per-tensor GEMM takes under 20 us): under vLLM a block-scaled
-    # checkpoint reads the per-tensor rows, its activations scaled at every call
-    floored = MeasuredOps(arch, 8, "fp8", "bf16", H200, activations="block")
-    assert 50e-6 < H200.gemm(rows[:1], n, k, "fp8_block")[0] < 70e-6
-    assert floored._gemm_dtype["shared_up_proj"] == "fp8"
-    times, _ = floored.layer_times({"shared_up_proj": np.ones(6)}, rows)
-    np.testing.assert_array_equal(times["shared_up_proj"],
-                                  H200.gemm(rows, n, k, "fp8", "dynamic"))
-    assert times["shared_up_proj"][0] < 20e-6
-    assert floored._moe_dtype == "fp8_block"  # the experts' rows hold no such floor
-    # and a model whose experts were measured per-tensor too keeps the block-scaled ones
-    # (Qwen3-30B-A3B's: vLLM's per-tensor fp8 MoE on Hopper is FlashInfer's slower kernel)
-    qwen = model_architecture({"name": "Qwen/Qwen3-30B-A3B"})
-    assert MeasuredOps(qwen, 1, "fp8", "bf16", H200)._moe_dtype == "fp8"
-    assert MeasuredOps(qwen, 1, "fp8", "bf16", H200, activations="block")._moe_dtype == \
-        "fp8_block"
-    # a latent-attention block not measured (vLLM's tables on the L40S with an fp8 cache): its
-    # projections are GEMMs, read per-tensor as every other (its block-scaled rows of them
-    # take 0.29-0.34 ms at one row)
-    l40s = MeasuredOps(arch, 8, "fp8", "fp8", KernelTables("l40s"), activations="block")
-    assert not l40s.mla_block and l40s._gemm_dtype["mla_down_proj"] == "fp8"
-    # a shape the block-scaled tables lack: per-tensor, its activations scaled at every call
-    # (SGLang's tables on the RTX PRO 6000 have no block-scaled GEMM of Llama-2-7B's shapes)
-    rtx = KernelTables("rtx-pro-6000", "sglang")
-    llama = MeasuredOps(model_architecture({"name": "meta-llama/Llama-2-7b-hf"}), 1, "fp8",
-                        "fp8", rtx, activations="block")
-    assert llama._gemm_dtype["mlp_up_proj"] == "fp8"
-    n, k = llama.gemms["mlp_up_proj"]
-    times, _ = llama.layer_times({"mlp_up_proj": np.ones(2)}, rows[-2:])
-    np.testing.assert_array_equal(times["mlp_up_proj"], rtx.gemm(rows[-2:], n, k, "fp8", "dynamic"))
-    with pytest.raises(ValueError, match='^hardware.activation_scheme: "block" applies to fp8 '
-                                         'weights'):
-        layer_op_times("deepseek-ai/DeepSeek-V3", "h200", 8, 64, dtype="bf16",
-                       activation_scheme="block")
-
-
-def test_the_activation_scheme_reaches_the_step_and_dynamic_needs_fp8(tmp_path):
-    from sim.build import hardware_of
-
-    def step(scheme):
-        config = load(tmp_path, "h200", f'framework = "trtllm"\ndtype = "fp8"\n'
-                                         f'activation_scheme = "{scheme}"')
-        return build_cost(config.base).step_time(StepShape(decode_seqs=4, sampled_seqs=4,
-                                                           decode_context=4096, decoding=1))
-
-    assert step("static") < step("dynamic")
-    with pytest.raises(ScenarioError, match="hardware.activation_scheme: must be one of static, "
-                                            "dynamic, block, got 'dynamc' \\(did you mean "
-                                            "'dynamic'"):
-        load(tmp_path, extra='activation_scheme = "dynamc"')
-    with pytest.raises(ValueError, match='^hardware.activation_scheme: "dynamic" applies to fp8 '
-                                         'weights \\(hardware.dtype = "fp8"\\), not bf16$'):
-        hardware_of(load(tmp_path, extra='dtype = "bf16"\nactivation_scheme = "dynamic"').base)

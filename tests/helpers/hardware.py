@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import scenarios
+
 
 def hardware_text(model: str = "meta-llama/Llama-3.1-8B", gpu: str = "h100-sxm",
                   hardware: str = "", extra: str = "", requests: int = 30, rate: float = 5.0,
@@ -25,3 +27,11 @@ def write_hardware(tmp_path, file: str = "hw.toml", **kwargs) -> str:
     path = Path(tmp_path) / file
     path.write_text(hardware_text(**kwargs))
     return str(path)
+
+
+def kernel_scenario(tmp_path, gpu: str = "h100-sxm", extra: str = ""):
+    """The loaded scenario of Llama-3.1-8B on `gpu` (`extra`: more `[hardware]` lines) under
+    enough load, and prompts long enough, to reach the measured tables' edges."""
+    return scenarios.load(write_hardware(tmp_path, "gpu.toml", gpu=gpu, hardware=extra,
+                                         requests=40, rate=20.0, prompts=(100, 2000),
+                                         outputs=(10, 300), max_seq_len=8192))
