@@ -12,6 +12,7 @@ import pytest
 
 import scenarios
 from engine.step_plan import StepPlan
+from helpers.configs import DEFAULT_MODEL as MODEL
 from helpers.runs import CASES, config_of, records
 from sim.costs import (COUNTS, FEATURES, CostModel, CostModelExecutor, FittedCost, LinearCost,
                        StepShape, load_profile)
@@ -22,8 +23,6 @@ from sim.build import build_cost, swap_block_s
 from sim.runner import run_config
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = {"vocab_size": 512, "d_model": 512, "n_layers": 4, "n_heads": 8, "d_ff": 2048,
-         "max_seq_len": 4096}
 # every feature priced, rows with knots and tails, wake-up and after-prefill costs
 FULL = FittedCost(tuple(1e-3 / (i + 1) for i in range(len(FEATURES))), MODEL, "full",
                   row_knots=(1, 8, 64), row_costs=(1e-4, 5e-4, 3e-3),
