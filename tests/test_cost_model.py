@@ -21,11 +21,7 @@ from sim.loop import run_loop
 from sim.build import sequence_factory
 from sim.workloads import build_workload
 from helpers.configs import DEFAULT_MODEL as MODEL
-from helpers.configs import resolved
-
-ONE_REQUEST = {"num_requests": 1, "arrival": {"process": "burst"},
-               "prompt_tokens": {"dist": "fixed", "value": 4},
-               "output_tokens": {"dist": "fixed", "value": 2}}
+from helpers.configs import ONE_REQUEST, resolved
 
 
 def _seq(seq_id, prompt, outputs=0, computed=0):

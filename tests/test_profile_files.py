@@ -11,14 +11,10 @@ import pytest
 
 from engine.model import ModelConfig
 from helpers.configs import DEFAULT_MODEL as MODEL
-from helpers.configs import resolved
+from helpers.configs import ONE_REQUEST, resolved
 from sim import notes
 from sim.costs import FEATURES, FittedCost, StepShape, check_profile_model, cost_model, \
     load_profile
-
-ONE_REQUEST = {"num_requests": 1, "arrival": {"process": "burst"},
-               "prompt_tokens": {"dist": "fixed", "value": 4},
-               "output_tokens": {"dist": "fixed", "value": 2}}
 
 
 def test_shipped_default_profile_is_self_consistent():

@@ -1,7 +1,7 @@
 """`servesim search`: the bisection finds a known threshold and keeps its invariant under noise,
-a server of computable capacity is found to within the tolerance, bad input is one line and
-nothing runs, the CLI writes every file, and the built-in capacity search ranks GPUs as their
-memory bandwidth says."""
+a server of computable capacity is found to within the tolerance, the CLI writes every file,
+and the built-in capacity search ranks GPUs as their memory bandwidth says (bad input:
+test_search_refusals.py)."""
 
 from __future__ import annotations
 
@@ -20,35 +20,10 @@ from reports.search_report import best_lines
 from sim.search import (AT_LEAST_HIGH, FAILS_AT_LOW, FOUND, PointResult, Probe, SearchResult,
                         search, search_scenario)
 from sim.search.bisection import bisect_rate
-from helpers.configs import resolved
+from helpers.configs import ONE_REQUEST, resolved
+from helpers.search import CAPACITY_RPS, linear_capacity
 
 SERIAL = Parallel(workers=1)
-# One engine slot and one step of 10 ms a request (a prefill that samples the only output
-# token): with constant arrivals nothing queues up to 100 requests/s, and every request after
-# the first queues a little longer above it, so a TTFT SLO just above 10 ms holds for nine in
-# ten of 100 requests up to 1 / (0.01 - 0.0005 / 90) = 100.06 requests/s and no further.
-LINEAR = """
-name = "linear-capacity"
-[cost]
-model = "linear"
-step_overhead_s = 0.01
-prefill_token_s = 0.0
-decode_seq_s = 0.0
-context_token_s = 0.0
-[engine]
-max_num_seqs = 1
-[workload]
-num_requests = 100
-arrival = { process = "constant", rate = 10.0 }
-prompt_tokens = { dist = "fixed", value = 16 }
-output_tokens = { dist = "fixed", value = 1 }
-[slo]
-ttft_s = 0.0105
-[search]
-rate = { low = 10.0, high = 1000.0 }
-tolerance = 0.01
-"""
-CAPACITY_RPS = 1 / (0.01 - 0.0005 / 90)
 
 
 @dataclass(frozen=True)
@@ -72,9 +47,7 @@ def answer(probes) -> tuple[float, float]:
 
 @pytest.fixture
 def linear(tmp_path) -> Path:
-    path = tmp_path / "linear.toml"
-    path.write_text(LINEAR)
-    return path
+    return linear_capacity(tmp_path)
 
 
 def test_bisection_brackets_a_known_threshold_within_the_tolerance():
@@ -123,9 +96,6 @@ def test_a_point_meeting_the_target_at_high_is_at_least_high_and_one_failing_low
     assert math.isnan(failing.figures()["capacity"]) and failing.best is None
 
 
-ONE_REQUEST = {"num_requests": 1, "arrival": {"process": "burst"},
-               "prompt_tokens": {"dist": "fixed", "value": 4},
-               "output_tokens": {"dist": "fixed", "value": 2}}
 ON_GPUS = {"cost": {"model": "hardware"}, "model": {"name": "meta-llama/Llama-3.1-8B"},
            "workload": ONE_REQUEST}
 
@@ -147,106 +117,6 @@ def test_a_cluster_of_pools_counts_and_prices_each_pools_gpus():
     point = PointResult(SimpleNamespace(config=config), ())
     assert point.gpus == 2 * 2 + 3 * 1
     assert point.dollars_per_hour == pytest.approx(4 * 3.24 + 3 * 1.15)
-
-
-@pytest.mark.parametrize("override, message", [
-    ("search.target=0", "search.target: must be a number above 0 and at most 1"),
-    ("search.target=1.5", "search.target: must be a number above 0 and at most 1"),
-    ("search.tolerance=1", "search.tolerance: must be a number above 0 and below 1"),
-    ("search.rate={low = 8.0, high = 8.0}", "search.rate: low (8.0) must be below high (8.0)"),
-    ("search.rate={low = 1.0, high = 8.0, mid = 4.0}",
-     "search.rate.mid: unknown key (allowed: low, high)"),
-    ("search.rate={low = -1.0, high = 8.0}", "search.rate.low: must be a positive number, "
-                                             "got -1.0"),
-    ("search.rate=8", "search.rate: must be a table { low, high }"),
-    ("search.grid={}", "search.grid: must be a non-empty table"),
-    ("search.grid={\"engine.max_num_seqs\" = []}",
-     "search.grid.engine.max_num_seqs: must be a non-empty list"),
-    ("search.grid={\"engine.bogus\" = [1, 2]}", "engine.bogus: unknown key"),
-    ("search.grid={\"workload.arrival.rate\" = [1, 2]}",
-     "search.grid.workload.arrival.rate: cannot be searched over"),
-    ("search.grid={\"workload.arrival\" = [{process = \"poisson\", rate = 2.0}]}",
-     "search.grid.workload.arrival: cannot be searched over"),  # a table holding the rate
-    ("workload.arrival={process = \"closed_loop\", concurrency = 4}",
-     "--set: workload.arrival.process: the search varies workload.arrival.rate"),
-    # a client's limit holds requests back before their latencies start: any rate would pass
-    ("workload.max_concurrency=4", "--set: workload.max_concurrency: a request's latencies "
-                                   "start when it is sent"),
-])
-def test_bad_search_input_is_one_line_exit_2_and_nothing_runs(linear, tmp_path, capsys,
-                                                               override, message):
-    out = tmp_path / "out"
-    status = main(["search", str(linear), "--out", str(out), "--quiet", "--set", override])
-    err = capsys.readouterr().err
-    assert status == 2 and len(err.strip().splitlines()) == 1, err
-    assert message in err and not out.exists()
-
-
-def test_a_grid_key_also_swept_and_a_variant_setting_the_rate_are_refused(linear, tmp_path,
-                                                                         capsys):
-    out = tmp_path / "out"
-    grid = "search.grid={\"engine.max_num_seqs\" = [1, 2]}"
-    assert main(["search", str(linear), "--out", str(out), "--quiet", "--set", grid,
-                 "--sweep", "engine.max_num_seqs=3,4"]) == 2
-    err = capsys.readouterr().err
-    assert "search.grid.engine.max_num_seqs: also a key of the sweep" in err
-    table = "search.grid={\"engine\" = [{max_num_seqs = 1}, {max_num_seqs = 2}]}"
-    assert main(["search", str(linear), "--out", str(out), "--quiet", "--set", table,
-                 "--sweep", "engine.max_num_seqs=3,4"]) == 2
-    assert "search.grid.engine: overlaps the sweep's engine.max_num_seqs" in \
-        capsys.readouterr().err
-    variant = tmp_path / "variant.toml"
-    variant.write_text(linear.read_text() + '[[variants]]\nname = "fast"\n'
-                                            'set = { "workload.arrival.rate" = 2.0 }\n')
-    assert main(["search", str(variant), "--out", str(out), "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "variant 'fast': sets " \
-        "workload.arrival.rate, which the search sets itself" in err
-    assert not out.exists()
-
-
-@pytest.mark.parametrize("flags, message", [
-    # a grid point that cannot run is named as the grid's, not the sweep's
-    (["--set", 'search.grid={"hardware.tp" = [1, 3]}'],
-     'search.grid hardware.gpu="a100-80gb-sxm", hardware.tp=3: hardware.tp = 3 does not '
-     'divide'),
-    (["--set", 'search.grid={"hardware.tp" = [1, 3]}', "--sweep", "seed=1,2"],
-     'sweep seed=1, search.grid hardware.gpu="a100-80gb-sxm", hardware.tp=3: hardware.tp = 3'),
-    # and so is a key an override sets that the grid sets too, and a value given twice
-    (["--set", "hardware.tp=2"], "--set hardware.tp sets hardware.tp, which search.grid also "
-                                 "sets (hardware.tp = [1, 2])"),
-    (["--set", 'search.grid={"hardware.tp" = [1, 1]}'],
-     "search.grid.hardware.tp: gives 1 twice (each value is one point)"),
-])
-def test_what_a_search_grid_gives_is_named_as_the_grids(tmp_path, capsys, flags, message):
-    out = tmp_path / "out"
-    assert main(["search", "capacity-search", "--out", str(out), "--quiet", *flags]) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and message in err, err
-    assert not out.exists()
-
-
-def test_a_bracket_whose_top_probe_would_count_nothing_after_the_warm_up_is_refused(
-        linear, tmp_path, capsys):
-    # 100 requests at 10/s arrive over 10 s, past a 5 s warm-up; at 1,000/s, within it
-    out = tmp_path / "out"
-    status = main(["search", str(linear), "--out", str(out), "--quiet", "--jobs", "1",
-                   "--warmup-seconds", "5"])
-    err = capsys.readouterr().err
-    assert status == 2 and len(err.strip().splitlines()) == 1, err
-    assert "search.rate.high: at 1000 requests/s every request arrives within the 5 s " \
-           "warm-up" in err
-    assert not out.exists()
-
-
-def test_flags_a_search_refuses_are_named_by_the_flag(linear, tmp_path, capsys):
-    for flags, message in ((["--max-concurrency", "4"], "--max-concurrency: "
-                                                        "workload.max_concurrency: "),
-                           (["--num-prompts", "100000000"], "--num-prompts: "
-                                                            "workload.num_requests: ")):
-        assert main(["search", str(linear), "--out", str(tmp_path / "out"), "--quiet",
-                     *flags]) == 2
-        assert message in capsys.readouterr().err
 
 
 def test_the_short_run_note_counts_the_requests_a_time_limit_let_through():
