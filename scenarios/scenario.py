@@ -111,30 +111,18 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
     path = find(name_or_path)
     shown = display(path)
     raw = parse(path, shown)
-    variants = file_variants = _guarded(shown, "", _variants, raw.pop("variants", None))
-    if variant is not None:
-        names = [v.name for v in variants]
-        if variant not in names:
-            raise ScenarioError(f"{shown}: --variant {variant}: the scenario's variants are "
-                                f"{', '.join(names)}")
-        variants = [v for v in variants if v.name == variant]
-    file_sweep = raw.pop("sweep", None)
-    if sweep:  # the flags' keys after the file's, each replacing the file's own
-        file_keys = ov.flatten(file_sweep) if isinstance(file_sweep, dict) else {}
-        file_sweep = {k: v for k, v in file_keys.items() if k not in sweep} | sweep
-    origins = dict.fromkeys(sweep or (), "--sweep") | dict.fromkeys(grid or (), "search.grid")
-    sweep = _guarded(shown, "--sweep: " if sweep else "", checked, file_sweep)
-    if grid:  # crossed after the sweep
-        sweep = ov.wider_first(sweep | _guarded(shown, "", checked, grid, "search.grid"))
+    file_variants = _guarded(shown, "", _variants, raw.pop("variants", None))
+    variants = _picked(shown, file_variants, variant)
+    sweep, origins = _whole_sweep(shown, raw.pop("sweep", None), sweep, grid)
+    sources = sources or {}
     pairs = tuple(_guarded(shown, "--set: ", _pairs, overrides))
     collisions.check_not_written_over(shown, pairs,
-                                      collisions.given_as(overrides, pairs, sources or {}))
+                                      collisions.given_as(overrides, pairs, sources))
     collisions.check_sweep_keys_apart(shown, sweep, origins)
-    collisions.check_not_swept(shown, pairs, sweep, origins, sources or {})
-    collisions.check_not_shadowed(shown, pairs, sweep, origins, sources or {}, variants, raw)
-    file_base = None
+    collisions.check_not_swept(shown, pairs, sweep, origins, sources)
+    collisions.check_not_shadowed(shown, pairs, sweep, origins, sources, variants, raw)
     alone = variants[0] if len(variants) == 1 else None  # every run is this variant's
-    file_raw = raw
+    file_raw, file_base, file_error = raw, None, None
     if pairs:
         raw = _guarded(shown, "--set: ", ov.apply_all, raw, dict(pairs))
         file_base, file_error = _resolved(file_raw, path, alone)
@@ -145,9 +133,47 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
         hint = ""
         if pairs and str(exc) != file_error:
             at = [pair for pair in pairs if overlap(pair[0], getattr(exc, "key", ""))]
-            where = collisions.given_by(at or pairs, sources or {})
+            where = collisions.given_by(at or pairs, sources)
             hint = _variants_that_take(raw, path, variants, at or pairs)
         raise ScenarioError(f"{shown}: {where}{exc}{hint}") from None
+    specs = _run_specs(shown, raw, path, variants, sweep, origins)
+    effects.check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources, specs)
+    effects.check_keys_read(shown, file_raw, pairs, sources, variants, sweep, origins, specs)
+    return Scenario(base.name, base.description, base.seed, path, base,
+                    tuple(variants), sweep, tuple(specs), pairs, file_base,
+                    tuple(file_variants), dict(sources), origins)
+
+
+def _picked(shown: str, variants: list, name: str | None) -> list:
+    """The variants that run: all, or the one --variant names (the others neither resolved
+    nor checked)."""
+    if name is None:
+        return variants
+    names = [v.name for v in variants]
+    if name not in names:
+        raise ScenarioError(f"{shown}: --variant {name}: the scenario's variants are "
+                            f"{', '.join(names)}")
+    return [v for v in variants if v.name == name]
+
+
+def _whole_sweep(shown: str, file_sweep, sweep: dict | None, grid: dict | None):
+    """(the checked sweep: the file's, each key --sweep gives replacing the file's own, then a
+    search's grid crossed in after it; {key: "--sweep" or "search.grid"} for the keys the
+    flags and the grid gave)."""
+    if sweep:  # the flags' keys after the file's, each replacing the file's own
+        file_keys = ov.flatten(file_sweep) if isinstance(file_sweep, dict) else {}
+        file_sweep = {k: v for k, v in file_keys.items() if k not in sweep} | sweep
+    origins = dict.fromkeys(sweep or (), "--sweep") | dict.fromkeys(grid or (), "search.grid")
+    whole = _guarded(shown, "--sweep: " if sweep else "", checked, file_sweep)
+    if grid:  # crossed after the sweep
+        whole = ov.wider_first(whole | _guarded(shown, "", checked, grid, "search.grid"))
+    return whole, origins
+
+
+def _run_specs(shown: str, raw: dict, path: Path, variants, sweep: dict,
+               origins: dict) -> list[RunSpec]:
+    """Every variant at every sweep point, resolved; two points of a variant that make the
+    same run are refused."""
     specs = []
     for variant in variants:
         variant_raw = _guarded(shown, _where(variant, {}, origins), ov.apply_all, raw,
@@ -165,13 +191,7 @@ def load(name_or_path, overrides=(), sweep: dict | None = None,
                     f"values that change the run")
             seen[run] = point
             specs.append(RunSpec(variant.name, point, config))
-    effects.check_overrides_matter(shown, file_raw, pairs, variants, sweep, path, sources or {},
-                                   specs)
-    effects.check_keys_read(shown, file_raw, pairs, sources or {}, variants, sweep, origins,
-                            specs)
-    return Scenario(base.name, base.description, base.seed, path, base,
-                    tuple(variants), sweep, tuple(specs), pairs, file_base,
-                    tuple(file_variants), dict(sources or {}), origins)
+    return specs
 
 
 def _where(variant: Variant, point: dict, origins: dict) -> str:
