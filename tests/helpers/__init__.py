@@ -21,7 +21,8 @@ never from another test module (`tests/test_layout.py` checks it).
   command left beside its output;
 - `scenario_files.py`: a scenario file written for a test, and the error loading it gives;
 - `search.py`: the scenario of a server whose capacity can be computed, for `servesim search`;
-- `outputs.py`: a small scenario file, and `servesim run` into a folder, for the output tests.
+- `outputs.py`: a small scenario file, and `servesim run` into a folder, for the output tests;
+- `validation.py`: a scenario `servesim validate` serves and simulates in a moment.
 
 Fixtures (a tiny model, a seeded rng, a fake executor) are in `tests/conftest.py`.
 """
