@@ -48,6 +48,7 @@ from silicon_runs import (DEEPSEEK, MINIMAX, SILICON_DTYPES, SILICON_GPUS,  # no
                           simulate_inferencemax)
 from sim.cli.flag_types import positive_integer  # noqa: E402
 
+
 def serving_part(limit: int | None = None) -> None:
     """Part 0c: end-to-end TTFT and TPOT against the package's measured serving runs."""
     runs = silicon_rows()

@@ -68,6 +68,7 @@ WORKLOAD = Table({
     "sessions": SESSIONS,
 })
 
+
 @dataclass(frozen=True)
 class Grid(Spec):
     """A table of dotted scenario keys (quoted or nested), each a non-empty list of values."""

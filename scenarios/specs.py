@@ -15,6 +15,7 @@ from typing import Callable
 from .defaults import MAX_TOKENS
 from .errors import FieldError
 
+
 @dataclass(frozen=True)
 class Spec:
     """A leaf value: `allowed` completes "must be ...", `accepts` says whether a value is."""

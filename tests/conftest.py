@@ -23,6 +23,7 @@ pytest_plugins = ("helpers.fake_openai",)  # `fake` and `bench_scenario`: bench'
 settings.register_profile("servesim", deadline=None)
 settings.load_profile("servesim")
 
+
 @pytest.fixture(autouse=True, scope="session")
 def private_profile_cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:

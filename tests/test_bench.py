@@ -170,7 +170,6 @@ def test_the_duration_runs_to_the_last_request_given_up_on_as_vllms():
     assert warm["duration_s"] == pytest.approx((1.1 - 0.2) - 0.3)  # from the first send
 
 
-
 @pytest.mark.parametrize("value", [0, 1, 2**31 - 1])
 def test_a_token_count_is_a_non_negative_integer_within_bounds(value):
     assert token_count(value, "usage.prompt_tokens") == value

@@ -210,9 +210,6 @@ async def endless(request, body):
     return response
 
 
-
-
-
 BAD_ANSWERS = {
     "huge error body": (huge_error, "HTTP 500: overloaded overloaded"),
     "binary error body": (binary_error, "HTTP 502: \\x00\\x01\\x02"),

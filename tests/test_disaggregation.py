@@ -303,7 +303,6 @@ def test_a_decode_replicas_own_keys_registered_when_preempted_are_those_register
     assert lazy == eager
 
 
-
 def test_a_decode_engine_takes_the_prefix_it_has_cached_and_asks_only_for_the_rest():
     """As vLLM's NIXL connector reads only the blocks the decode instance lacks: the second
     prompt shares two full blocks with the first, whose transferred blocks the decode engine

@@ -19,6 +19,7 @@ from sim.parallel import Parallel, run_config_job, run_jobs
 
 A40 = "no measured kernel tables for GPU 'a40'"  # the note of a GPU without tables
 
+
 def write(tmp_path, variants="") -> str:
     return write_hardware(tmp_path, gpu="a40", extra=variants, requests=6, rate=4.0,
                           prompts=(100, 400), outputs=(10, 40))

@@ -23,6 +23,7 @@ from helpers.cli import SCENARIO, leftovers, one_error_line
 from reports import locks, output, places
 from sim.cli import main
 
+
 @pytest.fixture
 def scenario_file(tmp_path) -> Path:
     path = tmp_path / "integrity.toml"

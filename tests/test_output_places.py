@@ -23,6 +23,7 @@ from helpers.outputs import PLACES, places_file, run
 from reports import locks
 from sim.cli import main
 
+
 @pytest.fixture
 def scenario_file(tmp_path) -> Path:
     return places_file(tmp_path)

@@ -17,6 +17,7 @@ from sim.costs.hardware import HardwareCost, hardware_setup
 from sim.costs.shape import StepShape
 from sim.runner import run_config
 
+
 def config(tmp_path, overhead: float, requests: int = 30):
     """Llama-3.1-8B on one H100, requests arriving 4 a second (`helpers.model_scenario`)."""
     path = scenario(tmp_path, hardware=f"prefill_overhead_s = {overhead}", requests=requests)

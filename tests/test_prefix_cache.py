@@ -156,6 +156,7 @@ def test_counts_kept_from_the_first_cached_block_are_the_holders_at_every_step(o
             assert bm.is_free(block) == (block not in held)
     assert len(counts) <= 1
 
+
 def test_kv_blocks_in_use_counts_referenced_blocks():
     bm = make_block_manager(8, 4, prefix_caching=True)
     bm.ensure_capacity(1, 8)

@@ -15,6 +15,7 @@ TOL = dict(rtol=1e-4, atol=1e-4)  # float32 arithmetic, different matmul shapes
 def flat_params(vocab=24, d_model=32, max_seq_len=64, seed=0):
     """The flat single-layer dict (random weights, not the identity, so attention matters)."""
     rng = np.random.default_rng(seed)
+
     def w(*shape):
         return (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
     return {"E": w(vocab, d_model) * 4, "Wq": w(d_model, d_model), "Wk": w(d_model, d_model),

@@ -16,6 +16,7 @@ from sim.validation.validate import validate
 from sim.validation.steps import busy_after, step_rows
 from sim.validation.table import COLUMNS, METRICS, STATS, error_pct, max_abs_error, read_csv
 
+
 @pytest.fixture(scope="module")
 def validated(tmp_path_factory):
     """One validation of the two-variant scenario, shared by the tests that read it."""
@@ -241,6 +242,7 @@ def test_a_static_batch_waiting_for_its_timeout_is_a_sleep_not_step_time(tiny_pa
     slept = np.flatnonzero(~np.isnan(recorder.slept_before()))
     assert slept.tolist() == [3] and busy.tolist() == [True, True, False, True, True, True]
     assert recorder.slept_before()[3] == pytest.approx(1.0)  # the timeout, from the arrivals
+
     class Waking(LinearCost):
         def wake_cost(self, idle_s: float) -> float:
             return 0.5

@@ -42,6 +42,7 @@ from .runs import validatable_runs
 from .steps import speed_ratio, step_rows, write_steps_csv
 from .table import display_rows, error_rows, write_csv
 
+
 def validate(scenario, out_dir=None, progress: bool = False, write: bool = True,
              calibrate: bool = False, profile: str = "auto",
              manifest: dict | None = None, parallel=None) -> Validation:

@@ -19,6 +19,7 @@ ONE_REQUEST = {"num_requests": 1, "arrival": {"process": "burst"},
                "prompt_tokens": {"dist": "fixed", "value": 4},
                "output_tokens": {"dist": "fixed", "value": 2}}
 
+
 def resolved(table: dict, path: str | Path = "test.toml") -> RunConfig:
     """The `RunConfig` of a scenario given as a dict."""
     return resolve(_given(table), Path(path))

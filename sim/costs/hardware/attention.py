@@ -47,6 +47,7 @@ from .measured import MeasuredOps
 from .operators import attention_shapes
 from .reach import growth
 
+
 @dataclass(frozen=True)
 class Attention:
     """Seconds of one kind of attention (prefill or decode) in a group of layers (all, full or

@@ -54,6 +54,8 @@ from .reach import merge
 
 MEASURED, ROOFLINE = "measured", "roofline"
 EXPERT_OPS = ("moe_up_proj", "moe_act", "moe_down_proj")  # what the fused MoE kernel runs
+
+
 class MeasuredOps(MeasuredAttention):
     """The measured times of one model's operators on one GPU (module docstring)."""
 
