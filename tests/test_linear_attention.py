@@ -111,7 +111,7 @@ def test_measured_gated_deltanet_kernels_cost_the_linear_layers(tmp_path):
 def test_each_operator_runs_in_its_own_layers(tmp_path):
     """The part of a step that depends on its rows: the attention projections in the 15
     attention layers, the linear ones in the 45 linear layers, the experts, norms and two
-    all-reduces in all 60 (by the roofline, counted independently of `cost._grow`)."""
+    all-reduces in all 60 (by the roofline, counted independently of `row_tables.py`)."""
     cost = qwen35_cost(tmp_path, kernels="roofline")
     arch, setup = cost.arch, cost.setup
     assert matmul_shapes(arch, 8)["linear_in_proj"] == (4096, 4096 * 2576, 2576)

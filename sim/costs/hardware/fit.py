@@ -1,7 +1,8 @@
 """Whether a model and its KV cache fit the GPUs a scenario gives them (`setup.hardware_setup`
-asks, with the memory plan of `memory.py`): the KV blocks a run gets, and where it cannot run,
-the one-line ValueError that says what would fit (docs/sim/hardware.md, "KV capacity from
-memory").
+asks, with the memory plan of `memory.py`): where it cannot run, the one-line ValueError that
+says what would fit (`check_fits`); else the KV blocks a run gets, once they hold a sequence of
+`model.max_seq_len` tokens, with the note vLLM's linear-attention states call for
+(`checked_kv_blocks`; docs/sim/hardware.md, "KV capacity from memory").
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def _what_would_fit(arch: Architecture, gpu: Gpu, hardware, plan: MemoryPlan, pl
             + ", ".join(options[:-1]) + " or " * (len(options) > 1) + options[-1])
 
 
-def kv_blocks(arch: Architecture, gpu: Gpu, hardware, plan: MemoryPlan, engine,
+def checked_kv_blocks(arch: Architecture, gpu: Gpu, hardware, plan: MemoryPlan, engine,
               pooled: bool) -> tuple[int, int]:
     """(KV blocks of the run: `engine.num_kv_blocks`, "auto" the plan's; the blocks a running
     sequence's linear-attention state takes, where they come from the blocks' pool: `pooled`),

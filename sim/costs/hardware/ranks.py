@@ -1,7 +1,8 @@
 """Attention data parallelism's share of a step: the ranks step together (the routed experts
 need every rank's tokens), so a step lasts as long as its most loaded rank takes through every
-operator but the routed experts (`cost.py`). The pool's scheduler does not say which rank a
-sequence is on; a rank is taken to hold a ceiling share of the step's sequences.
+operator but the routed experts (`cost.py`, its tables by rows `row_tables.py`). The pool's
+scheduler does not say which rank a sequence is on; a rank is taken to hold a ceiling share of
+the step's sequences.
 """
 
 from __future__ import annotations

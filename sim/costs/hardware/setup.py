@@ -14,7 +14,7 @@ from .catalog import Gpu, gpu_spec, gpus_with, model_architecture
 from .checkpoint import say_checkpoint
 from .dtypes import (DTYPE_BYTES, EXPERT_BYTES, FRAMEWORK_STATE_DTYPES, activation_dtype,
                      compute_dtype, expert_bytes)
-from .fit import check_fits, kv_blocks
+from .fit import check_fits, checked_kv_blocks
 from .kernels import SYSTEMS, KernelTables, TablesMiss, data_root
 from .measured import MeasuredOps
 from .memory import GIB, MEMORY_RULES, MemoryPlan, memory_plan
@@ -162,7 +162,7 @@ def hardware_setup(config) -> HardwareSetup:
 
     plan = plan_for(tp)
     check_fits(arch, gpu, hardware, plan, plan_for, engine)
-    blocks, state_blocks = kv_blocks(arch, gpu, hardware, plan, engine, pooled)
+    blocks, state_blocks = checked_kv_blocks(arch, gpu, hardware, plan, engine, pooled)
     measured = measured_ops(hardware, arch, gpu, tp, dtype, ep)
     if measured is None and hardware.activation_scheme != "static":
         say_once(f"note: hardware.activation_scheme = \"{hardware.activation_scheme}\" picks "
