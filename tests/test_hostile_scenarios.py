@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers.cli import SCENARIO, leftovers
+from helpers.outputs import INTEGRITY, leftovers
 from sim.cli import main
 
 
@@ -20,7 +20,7 @@ def hostile_cases(tmp_path: Path) -> list:
     binary = tmp_path / "binary.toml"
     binary.write_bytes(b"\x00\x81\xfe" * 20)
     unreadable = tmp_path / "unreadable.toml"
-    unreadable.write_text(SCENARIO)
+    unreadable.write_text(INTEGRITY)
     unreadable.chmod(0)
     folder_as_file = tmp_path / "folder.toml"
     folder_as_file.mkdir()
@@ -32,26 +32,26 @@ def hostile_cases(tmp_path: Path) -> list:
     trace = f'[workload]\ntrace = {{ path = "{centuries}" }}\n[cost]\nmodel = "linear"\n'
     return [
         (["run", "{s}"], trace, "its arrival times span 1.89e+10 s from the first row"),
-        (["run", "{s}", "--set", "workload.arrival.rate=1e-14"], SCENARIO,
+        (["run", "{s}", "--set", "workload.arrival.rate=1e-14"], INTEGRITY,
          "lose sub-microsecond precision"),
-        (["run", "{s}", "--set", "scheduler.batch_timeout_s=1e300"], SCENARIO,
+        (["run", "{s}", "--set", "scheduler.batch_timeout_s=1e300"], INTEGRITY,
          "scheduler.batch_timeout_s"),
         (["run", "{s}", "--set", "workload.num_requests=1000000000000", "workload.arrival."
-          "rate=1e9"], SCENARIO, "workload.num_requests: the run would need about"),
+          "rate=1e9"], INTEGRITY, "workload.num_requests: the run would need about"),
         (["run", "{s}", "--set", "engine.num_kv_blocks=1000000000", "mode=\"cosimulate\"",
-          "cost.model=\"live\""], SCENARIO, "engine.num_kv_blocks: the run would need about"),
+          "cost.model=\"live\""], INTEGRITY, "engine.num_kv_blocks: the run would need about"),
         (["run", "{s}", "--set", "workload.arrival={process=\"gamma\",rate=1.0,cv=1e6}"],
-         SCENARIO, "workload.arrival.cv: must be a number from 0.01 to 10"),
-        (["run", "{s}", "--set", "seed=99999999999999999999"], SCENARIO, "at most 2^63 - 1"),
+         INTEGRITY, "workload.arrival.cv: must be a number from 0.01 to 10"),
+        (["run", "{s}", "--set", "seed=99999999999999999999"], INTEGRITY, "at most 2^63 - 1"),
         (["run", "{s}", "--set", "cost.model=\"profile\"", "cost.profile=\"/no/such.json\""],
-         SCENARIO, "cost.profile: file not found"),
+         INTEGRITY, "cost.profile: file not found"),
         (["run", str(binary)], None, "not UTF-8 text (byte 1 is 81)"),
         (["run", str(unreadable)], None, "cannot read it"),
         (["run", str(folder_as_file)], None, "is a folder, not a scenario file"),
-        (["run", "{s}", "--out", str(a_file / "out")], SCENARIO, "is a file, so"),
-        (["run", "{s}"], SCENARIO.replace('name = "integrity"', 'name = "../../escaped"'),
+        (["run", "{s}", "--out", str(a_file / "out")], INTEGRITY, "is a file, so"),
+        (["run", "{s}"], INTEGRITY.replace('name = "integrity"', 'name = "../../escaped"'),
          "cannot name its output folder"),
-        (["run", "{s}"], "\ufeff" + SCENARIO.replace('name = "integrity"',
+        (["run", "{s}"], "\ufeff" + INTEGRITY.replace('name = "integrity"',
                                                     'name = "bom"\ncolour = 1'),
          "colour: unknown key"),
         (["run", "{s}"], "a = " + "[" * 5000 + "]" * 5000, "not valid TOML"),
@@ -112,7 +112,7 @@ def _toml_value(value) -> str:
                                LEAVES), max_size=3))
 def test_random_scenarios_and_overrides_never_trace_back_or_leave_a_partial_folder(
         tmp_path, capsys, top, sets):
-    text = "\n".join(f"{k} = {_toml_value(v)}" for k, v in top.items()) + "\n" + SCENARIO
+    text = "\n".join(f"{k} = {_toml_value(v)}" for k, v in top.items()) + "\n" + INTEGRITY
     scenario = tmp_path / "fuzz.toml"
     scenario.write_text(text)
     out = Path(tempfile.mkdtemp(dir=tmp_path)) / "out"  # a fresh folder for every example

@@ -12,8 +12,8 @@ import asyncio
 import pytest
 
 from engine import model_runner
-from helpers.http import CHAT, COMPLETE, assert_recovered, body, fail_next_step, post, served, \
-    streamed, until
+from helpers.http import CHAT, COMPLETE, assert_recovered, completion_body, fail_next_step, post, \
+    served, streamed, until
 from sim.http.text import Detokenizer
 
 
@@ -33,13 +33,13 @@ def failing_sampling(monkeypatch):
 
 
 def test_a_request_whose_sampling_fails_in_the_engine_fails_alone(failing_sampling):
-    normal = body(max_tokens=30, stream_options={"include_usage": True})
+    normal = completion_body(max_tokens=30, stream_options={"include_usage": True})
 
     async def test(client, url, engine):
         answers = await asyncio.gather(
             streamed(client, f"{url}{COMPLETE}", normal),
-            streamed(client, f"{url}{COMPLETE}", body(top_p=MARK)),
-            post(client, f"{url}{COMPLETE}", body(top_p=MARK)),
+            streamed(client, f"{url}{COMPLETE}", completion_body(top_p=MARK)),
+            post(client, f"{url}{COMPLETE}", completion_body(top_p=MARK)),
             streamed(client, f"{url}{CHAT}", {"messages": [{"role": "user", "content": "hi"}],
                                               "top_p": MARK}),
             streamed(client, f"{url}{COMPLETE}", normal))
@@ -60,7 +60,7 @@ def test_a_request_whose_sampling_fails_in_the_engine_fails_alone(failing_sampli
 
 def test_a_request_whose_sampling_fails_alone_in_its_step_is_answered(failing_sampling):
     async def test(client, url, engine):
-        failed = await post(client, f"{url}{COMPLETE}", body(top_p=MARK))
+        failed = await post(client, f"{url}{COMPLETE}", completion_body(top_p=MARK))
         await assert_recovered(client, url, engine)
         return failed
     status, error = served(test)
@@ -78,9 +78,9 @@ def test_a_request_whose_detokenizing_fails_fails_alone(monkeypatch):
 
     async def test(client, url, engine):
         answers = await asyncio.gather(
-            post(client, f"{url}{COMPLETE}", body(stop="zz")),
-            streamed(client, f"{url}{COMPLETE}", body(stop="zz")),
-            post(client, f"{url}{COMPLETE}", body(max_tokens=20)))
+            post(client, f"{url}{COMPLETE}", completion_body(stop="zz")),
+            streamed(client, f"{url}{COMPLETE}", completion_body(stop="zz")),
+            post(client, f"{url}{COMPLETE}", completion_body(max_tokens=20)))
         await assert_recovered(client, url, engine)
         return answers
     (status, error), (stream_status, events), (ok, answer) = served(test)
@@ -91,14 +91,14 @@ def test_a_request_whose_detokenizing_fails_fails_alone(monkeypatch):
 
 
 def test_a_step_that_raises_fails_its_requests_and_the_queued_ones_are_served(monkeypatch):
-    long = body(max_tokens=2000)
+    long = completion_body(max_tokens=2000)
 
     async def test(client, url, engine):
         bm = engine.scheduler.block_manager
         running = [asyncio.create_task(streamed(client, f"{url}{COMPLETE}", long))
                    for _ in range(2)]
         await until(lambda: len(engine.scheduler.running) == 2)
-        queued = asyncio.create_task(post(client, f"{url}{COMPLETE}", body(max_tokens=5)))
+        queued = asyncio.create_task(post(client, f"{url}{COMPLETE}", completion_body(max_tokens=5)))
         await until(lambda: len(engine.scheduler.waiting) == 1)
         fail_next_step(monkeypatch, engine, MemoryError("injected step failure"))
         answers = await asyncio.gather(*running, queued)
@@ -117,9 +117,10 @@ def test_a_step_that_raises_fails_its_requests_and_the_queued_ones_are_served(mo
 
 def test_a_dead_engine_thread_answers_waiting_and_new_requests_at_once_with_503(monkeypatch):
     async def test(client, url, engine):
-        running = asyncio.create_task(streamed(client, f"{url}{COMPLETE}", body(max_tokens=3000)))
+        running = asyncio.create_task(streamed(client, f"{url}{COMPLETE}",
+                                               completion_body(max_tokens=3000)))
         await until(lambda: len(engine.scheduler.running) == 1)
-        waiting = asyncio.create_task(post(client, f"{url}{COMPLETE}", body()))
+        waiting = asyncio.create_task(post(client, f"{url}{COMPLETE}", completion_body()))
         await until(lambda: len(engine.scheduler.waiting) == 1)
 
         def corrupting_step(now_s):  # leaves a KV block held by nobody: unsafe to go on
@@ -127,7 +128,7 @@ def test_a_dead_engine_thread_answers_waiting_and_new_requests_at_once_with_503(
             raise RuntimeError("injected corruption")
         monkeypatch.setattr(engine, "step", corrupting_step)
         (stream_status, events), (status, error) = await asyncio.gather(running, waiting)
-        new = await post(client, f"{url}{COMPLETE}", body())
+        new = await post(client, f"{url}{COMPLETE}", completion_body())
         async with client.get(f"{url}/health") as response:
             health = response.status, await response.json()
         async with client.get(f"{url}/metrics") as response:
@@ -149,10 +150,10 @@ def test_a_dead_engine_thread_answers_waiting_and_new_requests_at_once_with_503(
 def test_clients_that_go_away_mid_stream_or_while_queued_leak_nothing():
     async def test(client, url, engine):
         response = await client.post(f"{url}{COMPLETE}",
-                                     json=body(max_tokens=3000, stream=True))
+                                     json=completion_body(max_tokens=3000, stream=True))
         for _ in range(3):
             await response.content.readline()
-        queued = asyncio.create_task(post(client, f"{url}{COMPLETE}", body(max_tokens=5)))
+        queued = asyncio.create_task(post(client, f"{url}{COMPLETE}", completion_body(max_tokens=5)))
         await until(lambda: len(engine.scheduler.waiting) == 1)
         queued.cancel()  # the queued client goes away
         response.close()  # and the streaming one, mid-stream

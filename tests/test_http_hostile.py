@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.http import CHAT, COMPLETE, PROMPT, assert_recovered, body, post, post_raw, served, \
-    streamed
+from helpers.http import CHAT, COMPLETE, PROMPT, assert_recovered, completion_body, post, post_raw, \
+    served, streamed
 
 
 # --- bodies --------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def test_a_body_that_cannot_be_decoded_is_a_json_400_and_one_log_line(capsys):
 def test_tiny_temperatures_are_greedy_streamed_or_not_and_huge_ones_sample(path):
     chat = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 12,
             "ignore_eos": True}
-    payload = chat if path == CHAT else body(max_tokens=12)
+    payload = chat if path == CHAT else completion_body(max_tokens=12)
 
     def text_of(answer: dict) -> str:
         choice = answer["choices"][0]
@@ -175,7 +175,7 @@ BAD_VALUES = [
 
 def test_bad_sampling_values_are_each_a_400_naming_the_field():
     async def test(client, url, engine):
-        answers = [await post(client, f"{url}{COMPLETE}", body(**fields))
+        answers = [await post(client, f"{url}{COMPLETE}", completion_body(**fields))
                    for fields, _ in BAD_VALUES]
         await assert_recovered(client, url, engine)
         return answers
@@ -192,7 +192,8 @@ def test_values_at_their_edges_are_served():
              {"prompt": [PROMPT]}, {"prompt": [[5, 6, 7]]}, {"prompt": ""}]
 
     async def test(client, url, engine):
-        answers = [await post(client, f"{url}{COMPLETE}", body(**fields)) for fields in edges]
+        answers = [await post(client, f"{url}{COMPLETE}", completion_body(**fields))
+                   for fields in edges]
         await assert_recovered(client, url, engine)
         return answers
     for fields, (status, answer) in zip(edges, served(test)):
@@ -269,10 +270,10 @@ def test_an_unsupported_field_passes_only_at_its_off_value_of_its_own_kind(field
     from sim.http.errors import ApiError
     from sim.http.protocol import parse_completion
 
-    request = {"prompt": "hi", field: value}
+    body = {"prompt": "hi", field: value}
     if accepted:
-        parse_completion(request, vocab_size=64)
+        parse_completion(body, vocab_size=64)
     else:
         with pytest.raises(ApiError) as error:
-            parse_completion(request, vocab_size=64)
+            parse_completion(body, vocab_size=64)
         assert error.value.param == field

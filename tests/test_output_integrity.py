@@ -1,8 +1,7 @@
-"""Output integrity and hostile input: a command's output folder is whole or absent (a manifest
-of every file, replaced whole, never mixed with an earlier run), a second command into the same
-folder is refused, an interruption (SIGINT, SIGTERM, a full disk) leaves nothing half-written and
-says so in one line, and no bad input, from a table of hostile cases or from hypothesis, ever
-gives a traceback (test_hostile_scenarios.py)."""
+"""Output integrity: a command's output folder is whole or absent (a manifest of every file,
+replaced whole, never mixed with an earlier run), a second command into the same folder is
+refused, and an interruption (SIGINT, SIGTERM, a full disk) leaves nothing half-written and says
+so in one line. That no bad input ever gives a traceback: test_hostile_scenarios.py."""
 
 from __future__ import annotations
 
@@ -19,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.cli import SCENARIO, leftovers, one_error_line
+from helpers.cli import one_error_line
+from helpers.outputs import INTEGRITY, leftovers
 from reports import locks, output, places
 from sim.cli import main
 
@@ -27,7 +27,7 @@ from sim.cli import main
 @pytest.fixture
 def scenario_file(tmp_path) -> Path:
     path = tmp_path / "integrity.toml"
-    path.write_text(SCENARIO)
+    path.write_text(INTEGRITY)
     return path
 
 
@@ -210,7 +210,7 @@ def test_a_fault_while_writing_leaves_the_earlier_output_whole(scenario_file, tm
 def test_a_signal_stops_a_real_process_with_one_line_and_no_partial_folder(tmp_path, sig,
                                                                            status, word):
     scenario = tmp_path / "long.toml"
-    scenario.write_text(SCENARIO.replace("num_requests = 12", "num_requests = 3000000")
+    scenario.write_text(INTEGRITY.replace("num_requests = 12", "num_requests = 3000000")
                         .replace("rate = 8.0", "rate = 500.0"))
     out = tmp_path / "out"
     # A shell that runs the suite in the background has SIGINT ignored, and a child inherits
@@ -250,7 +250,7 @@ def test_the_files_are_utf8_whatever_the_locale(tmp_path):
     the variant's name escaped where the summary prints it, and a folder's name that is not
     text printed as its own bytes (so it can be copied)."""
     scenario_file = tmp_path / "integrity.toml"
-    scenario_file.write_text(SCENARIO.replace('"integrity"', '"intégrité"')
+    scenario_file.write_text(INTEGRITY.replace('"integrity"', '"intégrité"')
                              + '[[variants]]\nname = "débit"\n', encoding="utf-8")
     env = os.environ | {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
     run = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(scenario_file), "--out",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import one_error_line
-from helpers.outputs import places_file, run
+from helpers.outputs import leftovers, places_file, run
 from reports import output, places
 from sim.cli import main
 
@@ -67,6 +67,18 @@ def test_write_atomic_replaces_only_what_it_recognises_and_follows_the_umask(tmp
     assert path.read_text() == "theirs"
 
 
+def test_a_read_only_folder_is_refused_before_simulating(scenario_file, tmp_path, capsys,
+                                                         monkeypatch):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    parent.chmod(0o555)
+    monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: pytest.fail("simulated"))
+    assert run(scenario_file, parent / "out") == 1
+    assert "Permission denied" in one_error_line(capsys)
+
+
 def test_a_write_protected_output_is_refused_before_any_work(scenario_file, tmp_path, capsys,
                                                              monkeypatch):
     """An earlier output with a folder this user may not write (`chmod -R a-w`) could not be
@@ -86,7 +98,7 @@ def test_a_write_protected_output_is_refused_before_any_work(scenario_file, tmp_
                      f"servesim may not replace it; make it writable (chmod -R "
                      f"u+rwx {out}) or give another folder")
     assert not simulated and {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert leftovers(tmp_path) == []
     monkeypatch.setattr(places.os, "geteuid", lambda: out.stat().st_uid + 4321)  # not its owner
     assert run(scenario_file, out, "--seed", "3") == 2
     error = one_error_line(capsys)

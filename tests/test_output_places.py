@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import one_error_line
-from helpers.outputs import PLACES, places_file, run
+from helpers.outputs import PLACES, leftovers, places_file, run
 from reports import locks
 from sim.cli import main
 
@@ -121,18 +121,6 @@ def test_the_root_and_the_current_folder_are_refused_before_simulating(
     assert "cannot be an output folder" in one_error_line(capsys) and simulated == []
 
 
-def test_a_read_only_folder_is_refused_before_simulating(scenario_file, tmp_path, capsys,
-                                                         monkeypatch):
-    if os.geteuid() == 0:
-        pytest.skip("root writes into read-only folders")
-    parent = tmp_path / "ro"
-    parent.mkdir()
-    parent.chmod(0o555)
-    monkeypatch.setattr("sim.cli.run._run_all", lambda *a, **k: pytest.fail("simulated"))
-    assert run(scenario_file, parent / "out") == 1
-    assert "Permission denied" in one_error_line(capsys)
-
-
 def test_a_symlinked_out_replaces_its_target_and_stays_a_link(scenario_file, tmp_path):
     target = tmp_path / "real"
     link = tmp_path / "link"
@@ -140,7 +128,7 @@ def test_a_symlinked_out_replaces_its_target_and_stays_a_link(scenario_file, tmp
     assert run(scenario_file, link) == 0
     assert run(scenario_file, link) == 0
     assert link.is_symlink() and (target / "manifest.json").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    assert leftovers(tmp_path) == []
 
 
 def test_a_link_and_its_target_share_one_lock(scenario_file, tmp_path, capsys):
@@ -198,7 +186,7 @@ def test_a_sighup_stops_a_run_as_sigterm_does(tmp_path):
     _, err = process.communicate(timeout=60)
     assert process.returncode == 143 and err.strip() == "servesim: terminated; nothing written"
     assert not out.exists()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert leftovers(tmp_path) == []
 
 
 @pytest.mark.parametrize("out", ["x" * 300, "deep/" * 900 + "x"])

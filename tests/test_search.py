@@ -174,11 +174,6 @@ def test_best_points_name_the_rate_searched_and_what_to_do_when_none_met_the_tar
         "best by capacity per GPU: h100: 2 conversations/s a GPU"
 
 
-def test_a_scenario_without_a_search_table_cannot_be_searched(tmp_path, capsys):
-    assert main(["search", "kv-pressure", "--out", str(tmp_path / "out")]) == 2
-    assert "needs a [search] table" in capsys.readouterr().err
-
-
 def test_search_writes_every_file_with_a_row_per_point(linear, tmp_path, capsys):
     out = tmp_path / "out"
     grid = "search.grid={\"cost.step_overhead_s\" = [0.01, 0.005]}"

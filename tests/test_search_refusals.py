@@ -116,3 +116,8 @@ def test_flags_a_search_refuses_are_named_by_the_flag(linear, tmp_path, capsys):
         assert main(["search", str(linear), "--out", str(tmp_path / "out"), "--quiet",
                      *flags]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_scenario_without_a_search_table_cannot_be_searched(tmp_path, capsys):
+    assert main(["search", "kv-pressure", "--out", str(tmp_path / "out")]) == 2
+    assert "needs a [search] table" in capsys.readouterr().err

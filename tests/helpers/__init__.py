@@ -17,11 +17,11 @@ never from another test module (`tests/test_layout.py` checks it).
 - `hybrid.py`: Qwen3.5 and Qwen3-Next, hybrids of linear and full attention;
 - `fake_openai.py`: a fake OpenAI-compatible server for `servesim bench`, and its scenario;
 - `bench.py`: a CSV file's rows, and `servesim bench` run as a user runs it;
-- `cli.py`: a scenario loaded from flags, small scenario files, an error's one line, and what a
-  command left beside its output;
+- `cli.py`: a scenario loaded from flags, a small scenario file, an error's one line;
 - `scenario_files.py`: a scenario file written for a test, and the error loading it gives;
 - `search.py`: the scenario of a server whose capacity can be computed, for `servesim search`;
-- `outputs.py`: a small scenario file, and `servesim run` into a folder, for the output tests;
+- `outputs.py`: small scenarios, `servesim run` into a folder, and what a command left beside
+  its output, for the output tests;
 - `validation.py`: a scenario `servesim validate` serves and simulates in a moment.
 
 Fixtures (a tiny model, a seeded rng, a fake executor) are in `tests/conftest.py`.

@@ -1,27 +1,11 @@
 """What the command line's tests share: a scenario loaded from flags as `servesim run` loads
-it, a small scenario file to add a sweep or variants to, the one line an error prints, and
-what a command left beside its output folder."""
+it, a small scenario file to add a sweep or variants to, and the one line an error prints."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from sim.cli import build_parser
 from sim.cli.common import load_scenario
 from sim.cli.flag_values import split_set_values
-
-# a small run of the linear cost model, for what a command writes and refuses
-SCENARIO = """
-name = "integrity"
-[cost]
-model = "linear"
-[workload]
-num_requests = 12
-arrival = { process = "poisson", rate = 8.0 }
-prompt_tokens = { dist = "uniform", low = 8, high = 64 }
-output_tokens = { dist = "fixed", value = 6 }
-"""
-
 
 def loaded(*argv):
     """The scenario `servesim run ARGV` would run."""
@@ -47,8 +31,3 @@ def one_error_line(capsys) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
-
-
-def leftovers(parent: Path) -> list[str]:
-    """Temporary folders, old copies or locks a command left beside its output."""
-    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))

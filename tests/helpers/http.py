@@ -63,7 +63,7 @@ async def sse_events(response) -> list:
     return events
 
 
-def body(**fields) -> dict:
+def completion_body(**fields) -> dict:
     """A completion request of PROMPT for 6 tokens, ignoring EOS, with `fields` added."""
     return {"prompt": PROMPT, "max_tokens": 6, "ignore_eos": True, **fields}
 

@@ -1,5 +1,6 @@
-"""What the output-folder tests share: a small run of the linear cost model written as a
-scenario file, and `servesim run` into a folder."""
+"""What the output-folder tests share: small runs of the linear cost model (`INTEGRITY`,
+`PLACES`, written as a file by `places_file`), `servesim run` into a folder, and what a command
+left beside its output (`leftovers`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,16 @@ from pathlib import Path
 
 from sim.cli import main
 
+INTEGRITY = """
+name = "integrity"
+[cost]
+model = "linear"
+[workload]
+num_requests = 12
+arrival = { process = "poisson", rate = 8.0 }
+prompt_tokens = { dist = "uniform", low = 8, high = 64 }
+output_tokens = { dist = "fixed", value = 6 }
+"""
 PLACES = """
 name = "places"
 [cost]
@@ -29,3 +40,8 @@ def places_file(tmp_path) -> Path:
 def run(scenario_file, out, *more) -> int:
     """`servesim run SCENARIO_FILE --out OUT --quiet MORE`'s exit status."""
     return main(["run", str(scenario_file), "--out", str(out), "--quiet", *more])
+
+
+def leftovers(parent: Path) -> list[str]:
+    """Temporary folders, old copies or locks a command left beside its output."""
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
