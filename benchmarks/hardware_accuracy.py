@@ -3,7 +3,7 @@ the roofline is calibrated on, and the NumPy engine on this machine.
 
 0. The measured kernel tables (`--only tables`: `benchmarks/table_accuracy.py`, which says
    how), held out point by point, interpolated and by the roofline; and how far Marlin's MoE
-   kernel carries from the shape it was measured at (`benchmarks/marlin_transfer.py`).
+   kernel and MXFP8 activations carry from the shape measured (`benchmarks/moe_transfer.py`).
 0c, 0d. End to end (`--only serving`, `--only trtllm`): servesim against real-GPU serving
    (`benchmarks/serving_accuracy.py` and `trtllm_page.py`, which say how each is simulated);
    and, asked for alone (`--only overhead`), with each server's prefill overhead set from one

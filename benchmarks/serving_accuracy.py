@@ -64,7 +64,7 @@ def serving_part(limit: int | None = None) -> None:
           "(`aiconfigurator_estimate`):")
     compare(inferencemax, aiconfigurator_estimate, inferencemax_group, rows_shown=False)
     print("\nInferenceMAX's gpt-oss-120b runs on vLLM (its client and server flags of "
-          "2026-03-27):")
+          "2026-03-27 on the H100 and H200, of 2026-02-25 on the B200):")
     compare(gpt_oss, simulate_inferencemax, lambda row: (row.backend, SILICON_GPUS[row.system],
                                                          "mxfp4"))
     print("\nInferenceMAX's DeepSeek-R1 runs in fp8 (latent attention and 256 experts; "

@@ -3,10 +3,10 @@
 each kernel's points with every other point in the token dimension held out, (a) the held-out
 points predicted by interpolating the others (log-log, as the model does) and (b) the same
 points predicted by the roofline; median and p90 of |predicted - measured| / measured per GPU
-and operator family (GEMM in bf16 and fp8, decode and prefill attention, MoE experts, the
-custom all-reduce); how far apart the GEMM points measured one row apart are; how far
-Marlin's MoE kernel carries from the shape it was measured at (`marlin_transfer.py`); and the
-Gated DeltaNet kernels of linear attention, every framework's (`linear_attention_accuracy.py`).
+and operator family (GEMM in bf16 and fp8, decode and prefill attention, MoE experts, the custom
+all-reduce); how far apart the GEMM points measured one row apart are; how far Marlin's MoE
+kernel and MXFP8 activations carry from the shape measured (`moe_transfer.py`); and the Gated
+DeltaNet kernels of linear attention, every framework's (`linear_attention_accuracy.py`).
 
     python benchmarks/hardware_accuracy.py --only tables   # about 20 seconds; or this file alone
 """
@@ -43,9 +43,9 @@ def tables_part() -> None:
           f"the rest; roofline: the datasheet peaks with the fitted efficiencies, where the GPU "
           f"is in the catalog; vLLM {versions})\n")
     from linear_attention_accuracy import linear_attention_accuracy
-    from marlin_transfer import marlin_transfer
+    from moe_transfer import moe_transfer
 
-    marlin_transfer()
+    moe_transfer()
     print()
     linear_attention_accuracy()
 

@@ -84,7 +84,7 @@ class HardwareSettings:
     ep: int = 1  # expert parallelism: 1 or tp x dp
     dp: int = 1  # attention data-parallel ranks (models with experts), tp GPUs each
     kv_dtype: str = "auto"  # the KV cache's dtype ("auto": vLLM's, the activations')
-    activation_scheme: str = "static"  # an fp8 checkpoint's scales: static, dynamic, block
+    activation_scheme: str = "static"  # fp8 scales: static, dynamic, block; mxfp4's: mxfp8
     moe_backend: str = "auto"  # the fused MoE kernel: auto, marlin or triton
     async_scheduling: bool = True  # the server's own time overlaps the GPU's (one step ahead)
     # What the hardware came to, filled in for reports (`sim.build.resolved_spec`)

@@ -121,8 +121,10 @@ HARDWARE_DTYPES = ("fp16", "bf16", "fp8", "nvfp4", "mxfp4")
 KV_DTYPES = ("auto", "fp16", "bf16", "fp8")
 # An fp8 checkpoint's scales: per tensor, the activations' fixed in the checkpoint (static) or
 # computed at every GEMM (dynamic); or per 128 x 128 block of weights and 128 channels of a
-# token's activations (block: DeepSeek-V3/R1's and Qwen3's own FP8 checkpoints)
-ACTIVATION_SCHEMES = ("static", "dynamic", "block")
+# token's activations (block: DeepSeek-V3/R1's and Qwen3's own FP8 checkpoints). mxfp4 experts'
+# activations: bf16 (static, the default) or quantized to MXFP8 (mxfp8: vLLM's
+# VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 on Blackwell, FlashInfer's TensorRT-LLM MoE kernel)
+ACTIVATION_SCHEMES = ("static", "dynamic", "block", "mxfp8")
 # The fused MoE kernel (vLLM's --moe-backend): "auto", the framework's default for the model's
 # shape, as measured; "marlin", Marlin's weight-only kernel (mxfp4 experts: gpt-oss under
 # VLLM_MXFP4_USE_MARLIN=1); "triton", the Triton fused MoE kernel (vLLM's with its FlashInfer

@@ -131,7 +131,7 @@ def test_the_activation_scheme_reaches_the_step_and_dynamic_needs_fp8(tmp_path):
 
     assert step("static") < step("dynamic")
     with pytest.raises(ScenarioError, match="hardware.activation_scheme: must be one of static, "
-                                            "dynamic, block, got 'dynamc' \\(did you mean "
+                                            "dynamic, block, mxfp8, got 'dynamc' \\(did you mean "
                                             "'dynamic'"):
         kernel_scenario(tmp_path, extra='activation_scheme = "dynamc"')
     with pytest.raises(ValueError, match='^hardware.activation_scheme: "dynamic" applies to fp8 '

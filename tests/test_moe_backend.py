@@ -27,7 +27,7 @@ SHAPE = {"hidden_size": 2880, "inter_size": 2880, "topk": 4, "num_experts": 128}
 
 def marlin_rows(gpu: str, tp: int) -> pd.DataFrame:
     """vLLM 0.24.0's Marlin rows in MXFP4 on `gpu` at moe TP `tp`, read here from the parquet
-    file itself (the model's path is `tables.marlin_moe_curve`)."""
+    file itself (the model's path is `tables.nearest_moe_curve`)."""
     path = KernelTables(gpu).table_path("moe", "moe_perf.parquet")
     table = pd.read_parquet(path)
     return table[(table["moe_dtype"] == "w4a16_mxfp4") & (table["moe_tp_size"] == tp)

@@ -16,7 +16,9 @@ hardware model's operators onto the tables of `kernels.py`:
   dp): TP x 1 with `ep` = 1, 1 x EP with `ep` = tp x dp), measured
   with the routing skew the package assumes for the model (a power law of exponent 1.01 for
   DeepSeek, 1.2 for the others: aiconfigurator's `sdk/models`); under `moe_backend` "marlin"
-  onto Marlin's, under "triton" onto the Triton kernel's (`_moe`);
+  onto Marlin's, under "triton" onto the Triton kernel's; mxfp4 experts with MXFP8 activations
+  (`activations` "mxfp8") onto FlashInfer's TensorRT-LLM kernel so measured
+  (`measured_moe.py`);
 - the two all-reduces of a layer onto the framework's custom all-reduce;
 - prefill and decode attention of each group of layers (full, or sliding with its window) onto
   the context and generation attention kernels of the GPU's heads; a linear-attention layer's
@@ -46,8 +48,8 @@ from ...notes import say_once
 from .architecture import Architecture
 from .kernels import (BF16_OPS, BLOCK_CHAIN, DTYPE_CHAIN, FLOORED_BLOCK_GEMMS,
                       MEASURED_ACTIVATIONS, MOE_CHAIN, SLOW_FP8_MOE, KernelTables)
-from .marlin import expert_shape, marlin_missing, marlin_text, on_marlin
 from .measured_attention import MeasuredAttention
+from .measured_moe import MeasuredMoe
 from .mla_block import MLA_BLOCK_OPS
 from .operators import matmul_shapes
 from .reach import merge
@@ -56,7 +58,7 @@ MEASURED, ROOFLINE = "measured", "roofline"
 EXPERT_OPS = ("moe_up_proj", "moe_act", "moe_down_proj")  # what the fused MoE kernel runs
 
 
-class MeasuredOps(MeasuredAttention):
+class MeasuredOps(MeasuredMoe, MeasuredAttention):
     """The measured times of one model's operators on one GPU (module docstring)."""
 
     def __init__(self, arch: Architecture, tp: int, dtype: str, kv_dtype: str,
@@ -66,9 +68,11 @@ class MeasuredOps(MeasuredAttention):
         self.activations, self.moe_backend = activations, moe_backend
         self.marlin_shape = None  # where Marlin's experts were measured (moe_backend "marlin")
         self.triton_version = None  # whose tables timed the Triton kernel (moe_backend "triton")
+        self.mxfp8_shape = None  # where mxfp4 experts with MXFP8 activations were measured
         # a per-tensor fp8 GEMM's activation scales (a block-scaled checkpoint's, in a shape
-        # the tables lack block-scaled: scaled at every call)
-        self.tensor_scales = "dynamic" if activations == "block" else activations
+        # the tables lack block-scaled: scaled at every call; mxfp4's scheme has no fp8 GEMM)
+        self.tensor_scales = {"block": "dynamic", "mxfp8": "static"}.get(activations,
+                                                                          activations)
         self.chain = BLOCK_CHAIN if activations == "block" else DTYPE_CHAIN
         self.gemm_chain = DTYPE_CHAIN if tables.framework in FLOORED_BLOCK_GEMMS else self.chain
         self.experts_gpus = tp * dp  # the experts span every data-parallel rank's GPUs
@@ -86,6 +90,7 @@ class MeasuredOps(MeasuredAttention):
         self._moe_dtype = self._first(lambda d: self._moe(probe, d), dtype,
                                       self.chain | MOE_CHAIN) if arch.is_moe else None
         self.backend_missing = self._backend_missing(probe, dtype)
+        self.scheme_missing = self._scheme_missing()
         self._ar_known = tp <= 1 or tables.all_reduce(probe, arch.d_model, tp) is not None
         self._exchange_known = dp > 1 and \
             tables.all_reduce(probe, arch.d_model, self.experts_gpus) is not None
@@ -133,22 +138,6 @@ class MeasuredOps(MeasuredAttention):
             out |= {op: MEASURED for op in self.block_ops}
         return out
 
-    def moe_kernel_text(self) -> str | None:
-        """The experts' kernel where `moe_backend` chose one, and where it was measured (None:
-        the framework's default, or not measured)."""
-        if self._moe_dtype is None:
-            return None
-        if self.triton_version is not None:
-            tables = self.tables
-            older = "" if self.triton_version == tables.version else (
-                f" (the newest on the {tables.gpu} that timed it at these experts' shape and "
-                f"layout)")
-            return (f"the Triton fused MoE kernel, as {tables.framework} "
-                    f"{self.triton_version}'s tables timed it{older}")
-        if self.marlin_shape is None:
-            return None
-        return marlin_text(expert_shape(self.arch), self.marlin_shape)
-
     def say_roofline(self, source: str) -> None:
         """One note naming the operators the tables do not have, said once."""
         missing = [op for op, where in self.sources().items() if where == ROOFLINE]
@@ -172,7 +161,8 @@ class MeasuredOps(MeasuredAttention):
                      f"(docs/sim/hardware.md, \"Measured kernels\")")
         kernel = self.moe_kernel_text()
         if kernel is not None:
-            say_once(f"note: {source}: moe_experts on {kernel} (hardware.moe_backend)")
+            key = "activation_scheme" if self.mxfp8_shape else "moe_backend"
+            say_once(f"note: {source}: moe_experts on {kernel} (hardware.{key})")
         if not self._scales_known:
             measured = MEASURED_ACTIVATIONS[self.tables.framework]
             say_once(f"note: {source}: the measured tables do not time fp8 activation scales; "
@@ -278,45 +268,3 @@ class MeasuredOps(MeasuredAttention):
         measured = self.tables.all_reduce(np.maximum(tokens, 1.0), self.arch.d_model,
                                           self.experts_gpus)
         return merge(roofline, measured, "expert_exchange", beyond, tokens)
-
-    def _backend_missing(self, probe, dtype: str) -> str | None:
-        """Why `moe_backend` cannot cost the experts where the default kernel can (the tables
-        have no such kernel at this shape and layout), or None."""
-        chain = self.chain | MOE_CHAIN
-        if self.moe_backend == "auto" or not self.arch.is_moe or self._moe_dtype is not None:
-            return None
-        default = self._first(lambda d: self._moe(probe, d, "auto"), dtype, chain)
-        if default is None:
-            return None  # no experts of this shape measured at all: the roofline's, said so
-        layout = self._moe_layout()
-        if self.moe_backend == "marlin":
-            return marlin_missing(self.tables, default, layout, self.distribution)
-        tables, tried = self.tables, chain.get(dtype, (dtype,))
-        return (f"no {tables.framework} collection up to {tables.version} on the {tables.gpu} "
-                f"timed a Triton MoE kernel at this model's experts' shape in "
-                f"{' or '.join(tried)} with the experts at moe TP {layout[0]} x EP {layout[1]}")
-
-    def _moe_layout(self) -> tuple[int, int]:
-        """(moe TP, moe EP): the experts split by TP over their GPUs, or whole across them."""
-        return (self.experts_gpus, 1) if self.ep == 1 else (1, self.ep)
-
-    def _moe(self, tokens, dtype: str, backend: str | None = None):
-        """The routed experts' measured seconds: the framework's default kernel, or on
-        `backend`'s (None: `moe_backend`'s) "marlin", Marlin's (`marlin.on_marlin`), or
-        "triton", the Triton kernel's (`KernelTables.moe_triton`)."""
-        shape, layout = expert_shape(self.arch), self._moe_layout()
-        backend = backend or self.moe_backend
-        if backend == "triton":
-            found = self.tables.moe_triton(tokens, *shape, *layout, dtype, self.distribution)
-            if found is None:
-                return None
-            seconds, self.triton_version = found
-            return seconds
-        default = self.tables.moe(tokens, *shape, *layout, dtype, self.distribution)
-        if backend != "marlin" or default is None:
-            return default
-        marlin = on_marlin(self.tables, tokens, shape, layout, dtype, self.distribution, default)
-        if marlin is None:
-            return None
-        seconds, self.marlin_shape = marlin
-        return seconds

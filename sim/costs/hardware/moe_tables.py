@@ -1,8 +1,9 @@
 """The measured mixture-of-experts layers (`KernelTables` mixes it in: it reads
 `self.table_path` and `self.table_paths`): the framework's default fused MoE kernel, the Triton
-kernel (from the newest collection that timed it) and Marlin's, by tokens, at one shape (hidden,
-expert width, top-k, experts) and layout (moe TP, moe EP). Every method answers seconds, or None
-where the tables do not have it.
+kernel (from the newest collection that timed it), Marlin's, and mxfp4 experts with MXFP8
+activations, by tokens, at one shape (hidden, expert width, top-k, experts) and layout (moe TP,
+moe EP); the last two, where measured only at other shapes, from the nearest (`_transferred`).
+Every method answers seconds, or None where the tables do not have it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,24 @@ from . import tables
 
 # servesim dtypes -> the MoE tables' spellings (16-bit kernels were measured in bfloat16)
 MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
+# mxfp4 experts with MXFP8 activations (`hardware.activation_scheme = "mxfp8"`)
+MXFP8_EXPERTS = "w4a8_mxfp4_mxfp8"
+
+
+def _transferred(found, tokens, shape: tuple):
+    """(seconds for `tokens` tokens of a curve `found` at (curve, the shape it was measured at),
+    that shape) on a model's experts of `shape`; None where `found` is. Measured at another
+    shape, its time is the one measured at as many rows an expert (tokens x topk / experts),
+    scaled by the experts' size (experts x hidden x inter): the work, and the weights read, at
+    that many rows."""
+    if found is None:
+        return None
+    curve, their = found
+    hidden, inter, topk, experts = shape
+    their_hidden, their_inter, their_topk, their_experts = their
+    rows = np.asarray(tokens, dtype=np.float64) * topk / experts
+    size = experts * hidden * inter / (their_experts * their_hidden * their_inter)
+    return _seconds(curve, rows * their_experts / their_topk) * size, their
 
 
 def _seconds(curve, tokens):
@@ -50,21 +69,25 @@ class MoeTables:
                    at: tuple | None = None):
         """(seconds of one MoE layer's experts on Marlin's kernel for `tokens` tokens, the
         (hidden, inter, topk, experts) Marlin was measured at: `at` where given, else the
-        model's own or the nearest, `tables.marlin_moe_curve`); None: not measured in `dtype`
-        at TP `tp`, EP `ep`. Measured at another shape, its time is the one measured at as many
-        rows an expert (tokens x topk / experts), scaled by the experts' size (experts x hidden
-        x inter): the work, and the weights read, at that many rows (`marlin.on_marlin` floors
-        it)."""
-        found = tables.marlin_moe_curve(self.table_path("moe", "moe_perf.parquet"),
-                                        MOE_DTYPES.get(dtype, dtype),
-                                        (hidden, inter, topk, experts), tp, ep, distribution, at)
-        if found is None:
-            return None
-        curve, shape = found
-        their_hidden, their_inter, their_topk, their_experts = shape
-        rows = np.asarray(tokens, dtype=np.float64) * topk / experts
-        size = experts * hidden * inter / (their_experts * their_hidden * their_inter)
-        return _seconds(curve, rows * their_experts / their_topk) * size, shape
+        model's own or the nearest, `tables.nearest_moe_curve`); None: not measured in `dtype`
+        at TP `tp`, EP `ep`. Measured at another shape: `_transferred` (`marlin.on_marlin`
+        floors it)."""
+        found = tables.nearest_moe_curve(self.table_path("moe", "moe_perf.parquet"),
+                                         MOE_DTYPES.get(dtype, dtype),
+                                         (hidden, inter, topk, experts), tp, ep, distribution,
+                                         True, at)
+        return _transferred(found, tokens, (hidden, inter, topk, experts))
+
+    def moe_mxfp8(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int,
+                  ep: int, distribution: str = "power_law_1.2"):
+        """(seconds of one MoE layer's mxfp4 experts with their activations in MXFP8, on the
+        kernel the tables time so (FlashInfer's TensorRT-LLM kernel), for `tokens` tokens; the
+        (hidden, inter, topk, experts) it was measured at: the model's own, else the nearest in
+        size, `_transferred`); None: not measured at TP `tp`, EP `ep`."""
+        found = tables.nearest_moe_curve(self.table_path("moe", "moe_perf.parquet"),
+                                         MXFP8_EXPERTS, (hidden, inter, topk, experts), tp, ep,
+                                         distribution)
+        return _transferred(found, tokens, (hidden, inter, topk, experts))
 
     def marlin_layouts(self, dtype: str, distribution: str = "power_law_1.2") -> tuple:
         """The (moe TP, moe EP) layouts Marlin's MoE kernel was measured at in `dtype`."""

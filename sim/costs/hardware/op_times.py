@@ -33,24 +33,25 @@ def layer_op_times(model, gpu, tp: int, num_tokens, dtype: str = "fp16", ep: int
     `input_layernorm`, `post_attention_layernorm`, `add`, and `attn_rope`) and, for a model with
     experts, latent or linear attention, its own (`moe_router`, `moe_up_proj`, `moe_act`,
     `moe_down_proj`, `shared_*`, `mla_*`, `linear_*`; docs/sim/hardware.md); a model with
-    experts and dense layers has both a dense layer's `mlp_*` and an expert layer's `moe_*`,
-    one with linear attention both an attention layer's `attn_*` and a linear layer's
-    `linear_*` (its convolution and delta rule, a step's, are not among them). `model`: a catalog
-    id, the path of a Hugging Face config.json (or of a model's folder holding one), or a dict
-    of architecture keys (`n_layers, d_model, n_heads, n_kv_heads, d_ff, gated_mlp,
-    vocab_size, max_seq_len`, ...; or `config`, a config.json); `gpu`: a catalog id
-    (or a GPU table); `ep`: expert parallelism, 1 or `tp`. `kernels`: "measured" (the operators
-    of `framework`'s newest measured tables for the GPU, the roofline where they do not reach;
-    a model with experts then has the fused kernel's `moe_experts` in place of `moe_up_proj`,
-    `moe_act` and `moe_down_proj`), "roofline", or None: measured where the GPU has tables.
+    experts and dense layers has both a dense layer's `mlp_*` and an expert layer's `moe_*`, one
+    with linear attention both an attention layer's `attn_*` and a linear layer's `linear_*`
+    (its convolution and delta rule, a step's, are not among them). `model`: a catalog id, the
+    path of a Hugging Face config.json (or of a model's folder holding one), or a dict of
+    architecture keys (`n_layers, d_model, n_heads, n_kv_heads, d_ff, gated_mlp, vocab_size,
+    max_seq_len`, ...; or `config`, a config.json); `gpu`: a catalog id (or a GPU table); `ep`:
+    expert parallelism, 1 or `tp`. `kernels`: "measured" (the operators of `framework`'s newest
+    measured tables for the GPU, the roofline where they do not reach; a model with experts then
+    has the fused kernel's `moe_experts` in place of `moe_up_proj`, `moe_act` and
+    `moe_down_proj`), "roofline", or None: measured where the GPU has tables.
     `activation_scheme`: an fp8 checkpoint's scales, "static" or "dynamic" (per tensor) or
-    "block" (block-scaled: DeepSeek's and Qwen3's own FP8 checkpoints). `moe_backend`: the
-    fused MoE kernel, "auto" (the framework's default), "marlin" (mxfp4 experts) or
-    "triton" (the Triton fused MoE kernel, from the newest tables that timed it). Every
-    argument is checked (a ValueError saying what is allowed); where the tables do not reach
-    (past 2x their range) the roofline answers, scaled to meet them where they end, as in a
-    run; where the GPU has none under `kernels=None`, or they lack an operator, the roofline
-    answers; a note says so once (`sim.notes`)."""
+    "block" (block-scaled: DeepSeek's and Qwen3's own FP8 checkpoints); mxfp4 experts'
+    activations, "static" (bf16) or "mxfp8" (quantized to MXFP8, on Blackwell). `moe_backend`:
+    the fused MoE kernel, "auto" (the framework's default), "marlin" (mxfp4 experts) or "triton"
+    (the Triton fused MoE kernel, from the newest tables that timed it). Every argument is
+    checked (a ValueError saying what is allowed); where the tables do not reach (past 2x their
+    range) the roofline answers, scaled to meet them where they end, as in a run; where the GPU
+    has none under `kernels=None`, or they lack an operator, the roofline answers; a note says
+    so once (`sim.notes`)."""
     arch, device = _checked(model, gpu, tp, ep, dtype, kernels, framework, activation_scheme,
                             moe_backend)
     tokens = _tokens(num_tokens)
@@ -176,5 +177,8 @@ def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework
     if ops.backend_missing:
         raise ValueError(f"moe_backend: \"{moe_backend}\": {ops.backend_missing}; use "
                          f"\"auto\"")
+    if ops.scheme_missing:
+        raise ValueError(f"activation_scheme: \"mxfp8\": {ops.scheme_missing}; use \"static\" "
+                         f"(bf16 activations)")
     ops.say_roofline("layer_op_times")
     return ops

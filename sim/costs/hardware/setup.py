@@ -74,7 +74,9 @@ class HardwareSetup:
                 "dtype": self.dtype, "kv_dtype": kv_cache_dtype(self.dtype, self.kv_dtype),
                 # what the measured fp8 GEMMs were costed with (the roofline has no such choice)
                 "activation_scheme": self.kernels.activations
-                if self.kernels is not None and self.dtype == "fp8" else None,
+                if self.kernels is not None and (self.dtype == "fp8"
+                                                 or self.kernels.activations == "mxfp8")
+                else None,
                 "weights_gib_per_gpu": plan.weights / GIB,
                 "activations_gib_per_gpu": plan.activations / GIB,
                 "kv_gib_per_gpu": self.kv_blocks * self.block_size * plan.kv_bytes_per_token
@@ -109,12 +111,19 @@ def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto
         raise ValueError(f"hardware.kv_dtype: an fp8 KV cache needs a GPU with fp8 support; "
                          f"{gpu.id} has none (use fp16 or bf16, or one of "
                          f"{', '.join(gpus_with('fp8'))})")
-    if activation_scheme != "static" and dtype != "fp8":
+    if activation_scheme == "mxfp8" and dtype != "mxfp4":
+        raise ValueError(f"hardware.activation_scheme: \"mxfp8\" quantizes mxfp4 experts' "
+                         f"activations (hardware.dtype = \"mxfp4\"), not {dtype} weights")
+    if activation_scheme not in ("static", "mxfp8") and dtype != "fp8":
         raise ValueError(f"hardware.activation_scheme: \"{activation_scheme}\" applies to fp8 "
                          f"weights (hardware.dtype = \"fp8\"), not {dtype}")
     if moe_backend == "triton" and not arch.is_moe:
         raise ValueError(f"hardware.moe_backend: \"triton\" costs a mixture of experts' routed "
                          f"experts; {arch.name or 'the model'} has none; use \"auto\"")
+    if moe_backend != "auto" and activation_scheme == "mxfp8":
+        raise ValueError(f"hardware.moe_backend: \"{moe_backend}\" computes mxfp4 experts with "
+                         f"bf16 activations; activation_scheme = \"mxfp8\" runs them on "
+                         f"FlashInfer's TensorRT-LLM kernel: use \"auto\"")
     if moe_backend == "marlin" and not (arch.is_moe and dtype == "mxfp4"):
         has = f"{dtype} weights" if arch.is_moe else f"{arch.name or 'the model'}, without experts"
         raise ValueError(f"hardware.moe_backend: \"marlin\" costs mxfp4 experts (Marlin's "
@@ -165,9 +174,12 @@ def hardware_setup(config) -> HardwareSetup:
     blocks, state_blocks = checked_kv_blocks(arch, gpu, hardware, plan, engine, pooled)
     measured = measured_ops(hardware, arch, gpu, tp, dtype, ep)
     if measured is None and hardware.activation_scheme != "static":
+        kernels, what = ("MoE", "the experts alike with bf16 or MXFP8 activations") \
+            if hardware.activation_scheme == "mxfp8" else ("fp8", "fp8 GEMMs alike under every "
+                                                                  "scheme")
         say_once(f"note: hardware.activation_scheme = \"{hardware.activation_scheme}\" picks "
-                 f"among measured fp8 kernels; the roofline, which costs this run, costs fp8 "
-                 f"GEMMs alike under every scheme")
+                 f"among measured {kernels} kernels; the roofline, which costs this run, costs "
+                 f"{what}")
     if measured is None and hardware.moe_backend != "auto":
         say_once(f"note: hardware.moe_backend = \"{hardware.moe_backend}\" picks among "
                  f"measured MoE kernels; the roofline, which costs this run, costs the experts "
@@ -219,4 +231,7 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
     if ops.backend_missing:
         raise ValueError(f"hardware.moe_backend: \"{hardware.moe_backend}\": "
                          f"{ops.backend_missing}; use \"auto\"")
+    if ops.scheme_missing:
+        raise ValueError(f"hardware.activation_scheme: \"mxfp8\": {ops.scheme_missing}; use "
+                         f"\"static\" (bf16 activations)")
     return ops
