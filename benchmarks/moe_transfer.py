@@ -6,7 +6,10 @@ power of two of tokens:
   hidden 3,584, intermediate 3,072, 896 experts, top 16: SGLang 0.5.14 on the RTX PRO 6000;
 - mxfp4 experts with MXFP8 activations (`hardware.activation_scheme = "mxfp8"`,
   `KernelTables.moe_mxfp8`), from hidden 4,096, intermediate 2,048, 256 experts, top 6, the
-  shape nearest gpt-oss's that vLLM 0.24 timed on the B200: SGLang 0.5.14 on the B200.
+  shape nearest gpt-oss's that vLLM 0.24 timed on the B200: SGLang 0.5.14 on the B200;
+and how far one framework's rows of that kernel stand for another's (vLLM 0.24's over SGLang
+0.5.14's, at the shape both timed on the B200), where a run's collection lacks the model's shape
+and the other's has it.
 Run by `hardware_accuracy.py --only tables`, or alone:
 
     python benchmarks/moe_transfer.py
@@ -35,7 +38,7 @@ def marlin_transfer() -> None:
           "top 16) over their measured time")
     for tp in (1, 2):
         own, _ = tables.nearest_moe_curve(path, "w4a16_mxfp4", GPT_OSS, tp, 1, "power_law_1.2",
-                                           True)
+                                           kernel="marlin")
         carried, shape = measured.moe_marlin(tokens, *GPT_OSS, tp, 1, "w4a16_mxfp4", at=OTHER)
         assert shape == OTHER
         ratio = carried / (np.exp(own.log_at(np.log(tokens))) * 1e-3)
@@ -58,19 +61,43 @@ def mxfp8_transfer() -> None:
           "top 6) over their measured time")
     for tp in (1, 2, 4, 8):
         own, _ = tables.nearest_moe_curve(path, "w4a8_mxfp4_mxfp8", GPT_OSS, tp, 1,
-                                          "power_law_1.2", False, GPT_OSS)
+                                          "power_law_1.2", at=GPT_OSS)
         found = tables.nearest_moe_curve(path, "w4a8_mxfp4_mxfp8", GPT_OSS, tp, 1,
-                                         "power_law_1.2", False, NEAREST_MXFP8)
-        carried, shape = moe_tables._transferred(found, tokens, GPT_OSS)
+                                         "power_law_1.2", at=NEAREST_MXFP8)
+        carried, shape = moe_tables.transferred(found, tokens, GPT_OSS)
         assert shape == NEAREST_MXFP8
         ratio = carried / (np.exp(own.log_at(np.log(tokens))) * 1e-3)
         print(f"  TP {tp}: " + " ".join(f"{int(n)}:{r:.2f}" for n, r in zip(tokens, ratio))
               + f"  (median {np.median(ratio):.2f}, range {ratio.min():.2f}-{ratio.max():.2f})")
 
 
+def mxfp8_frameworks() -> None:
+    """vLLM 0.24's and SGLang 0.5.14's B200 rows of the same kernel (mxfp4 experts with MXFP8
+    activations, FlashInfer's TensorRT-LLM kernel) at the shape both timed: how far one
+    framework's rows stand for another's, where vLLM's lack a model's shape and SGLang's have
+    it (`KernelTables.moe_mxfp8`)."""
+    from sim.costs.hardware import kernels, tables
+
+    if kernels.data_root() is None:
+        return
+    paths = [kernels.KernelTables("b200", framework).table_path("moe", "moe_perf.parquet")
+             for framework in ("vllm", "sglang")]
+    tokens = 2.0 ** np.arange(0, 15)
+    print("the same kernel timed by vLLM 0.24 over SGLang 0.5.14 on the B200 (hidden 4096, "
+          "intermediate 2048, 256 experts, top 6)")
+    for tp in (1, 2, 4, 8):
+        vllm, sglang = (tables.nearest_moe_curve(path, "w4a8_mxfp4_mxfp8", NEAREST_MXFP8, tp, 1,
+                                                 "power_law_1.2", kernel="flashinfer_trtllm",
+                                                 at=NEAREST_MXFP8)[0] for path in paths)
+        ratio = np.exp(vllm.log_at(np.log(tokens)) - sglang.log_at(np.log(tokens)))
+        print(f"  TP {tp}: median {np.median(ratio):.2f}, range {ratio.min():.2f}-"
+              f"{ratio.max():.2f}")
+
+
 def moe_transfer() -> None:
     marlin_transfer()
     mxfp8_transfer()
+    mxfp8_frameworks()
 
 
 if __name__ == "__main__":

@@ -39,23 +39,23 @@ def silicon_rows():
     8,192/1,024; 4 to 64 users under vLLM, 4 to 128 under TensorRT-LLM; TP 2 to 8 on the H100, 1
     to 8 elsewhere). So are the gpt-oss-120b vLLM runs on the H100 and H200 measured 2026-03-27
     (the same lengths, 4 to 64 users, TP 1 to 8; shipped twice, once here) and on the B200
-    measured 2026-02-25 (4 to 128 users, TP 1 to 8; shipped twice, once here); its other gpt-oss
-    runs (older scripts) are left out. Its DeepSeek-R1 runs in fp8 are TensorRT-LLM's on the
-    H200 measured 2025-11-02 and SGLang's on the H200 and the B200 measured 2026-03-25 (the same
-    lengths, 4 to 64 users, TP 8, but on the B200 at 8,192/1,024 TP 8 at 4 users and TP 4 at 4
-    to 32; SGLang's shipped twice, once here; the B200's beside its multi-token prediction runs
-    of the same day, told apart by `deepseek_plain`). Left out: TensorRT-LLM's on the B200
-    measured 2026-01-29 (20 runs of its plain matrix), whose servers ran TensorRT-LLM's own
-    block-scaled fp8 MoE kernel (`moe_config.backend: TRTLLM`), which its B200 tables do not
-    time: their one block-scaled fp8 MoE kernel there is DeepGEMM's, 0.18 ms a layer for 8
-    tokens with the experts split by TP 8, 10 ms of the 58 MoE layers of a decode step whose
-    measured TPOT is 11 ms (so costed, the TPOT median came out 33% slow); the others are later
-    scripts with multi-token prediction, or of other days whose layouts the rows record in ways
-    their scripts do not say. Its MiniMax-M2.5 runs on vLLM in fp8 are those on the H200
-    measured 2026-03-01 (TP 4) and 2026-03-27 (TP 8), on the H100 measured 2026-03-27 (TP 4),
-    the same lengths and 4 to 128 users, and on the B200 measured 2026-03-11 (TP 2 and 4, 4 to
-    64 users: 15 of the 30 points of the day's matrix; shipped twice, once here); those of
-    2026-03-28 are left out: the H200's measure the same layout again (TTFT within 2% in the
+    measured 2026-02-25 (4 to 128 users, TP 1 to 8; 18 of them shipped twice, once here); its
+    other gpt-oss runs (older scripts) are left out. Its DeepSeek-R1 runs in fp8 are
+    TensorRT-LLM's on the H200 measured 2025-11-02 and SGLang's on the H200 and the B200
+    measured 2026-03-25 (the same lengths, 4 to 64 users, TP 8, but on the B200 at 8,192/1,024
+    TP 8 at 4 users and TP 4 at 4 to 32; SGLang's shipped twice, once here; the B200's beside
+    its multi-token prediction runs of the same day, told apart by `deepseek_plain`). Left out:
+    TensorRT-LLM's on the B200 measured 2026-01-29 (20 runs of its plain matrix), whose servers
+    ran TensorRT-LLM's own block-scaled fp8 MoE kernel (`moe_config.backend: TRTLLM`), which its
+    B200 tables do not time: their one block-scaled fp8 MoE kernel there is DeepGEMM's, 0.18 ms
+    a layer for 8 tokens with the experts split by TP 8, 10 ms of the 58 MoE layers of a decode
+    step whose measured TPOT is 11 ms (so costed, the TPOT median came out 33% slow); the others
+    are later scripts with multi-token prediction, or of other days whose layouts the rows
+    record in ways their scripts do not say. Its MiniMax-M2.5 runs on vLLM in fp8 are those on
+    the H200 measured 2026-03-01 (TP 4) and 2026-03-27 (TP 8), on the H100 measured 2026-03-27
+    (TP 4), the same lengths and 4 to 128 users, and on the B200 measured 2026-03-11 (TP 2 and
+    4, 4 to 64 users: 15 of the 30 points of the day's matrix; shipped twice, once here); those
+    of 2026-03-28 are left out: the H200's measure the same layout again (TTFT within 2% in the
     median), the H100's record attention data parallelism; so are its other B200 runs and its
     B300's, of many layouts and days. Its Qwen3.5-397B-A17B runs are SGLang's in fp8 on the H200
     measured 2026-03-04 (TP 8 x EP 8, the same lengths, 4 to 64 users; shipped three times, once
@@ -177,8 +177,9 @@ def inferencemax_server(row) -> tuple[dict, dict, dict, dict]:
       activations quantized to MXFP8 on FlashInfer's TensorRT-LLM kernel
       (`VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`: `activation_scheme = "mxfp8"`), an fp8 KV cache,
       8,192 tokens a step, no prefix caching, 512 sequences, CUDA graphs of up to 2,048 tokens
-      (`max-cudagraph-capture-size`, which servesim does not model) and the all-reduce fused
-      with the norm (`fuse_allreduce_rms`, not modelled either).
+      (`max-cudagraph-capture-size`: servesim's all-reduce runs in a graph up to vLLM's default,
+      512, `kernels.GRAPH_TOKENS`) and the all-reduce fused with the norm (`fuse_allreduce_rms`,
+      not modelled).
     - DeepSeek-R1 (DeepSeek-V3's architecture) in fp8 on eight H200s and on B200s: TensorRT-LLM
       (2025-11-02, dsr1_fp8_h200_trt_slurm.sh) with the experts whole on each GPU (`--ep_size`
       = TP = 8; the measured rows record moe_tp 8, not what the script ran), attention data

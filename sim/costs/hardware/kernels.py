@@ -30,7 +30,6 @@ fills older versions in. The mixture-of-experts lookups are in `moe_tables.py`.
 from __future__ import annotations
 
 import importlib.util
-import re
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +37,7 @@ import numpy as np
 from . import tables
 from .interpolation import Grid, bracket
 from .moe_tables import MoeTables
+from .table_versions import version_dirs, version_key
 
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 # servesim GPU ids with tables -> the package's system folder
@@ -106,17 +106,6 @@ def data_root() -> Path | None:
     return root if root.is_dir() else None
 
 
-def version_key(version: str) -> tuple:
-    """Order of versions, as packaging orders them: 0.5.6.post2 < 0.5.10, 1.3.0rc20 < 1.3.0rc23
-    < 1.3.0 (a release candidate before its release, a post-release after)."""
-    match = re.match(r"(\d+(?:\.\d+)*)\.?([a-z]*)(\d*)", version)
-    if match is None:
-        return ((), 0, 0)
-    numbers = tuple(int(part) for part in match.group(1).split("."))
-    rank = {"dev": -3, "a": -2, "b": -2, "rc": -1, "": 0, "post": 1}.get(match.group(2), 0)
-    return (numbers, rank, int(match.group(3) or 0))
-
-
 def versions(gpu: str, framework: str, root: Path | None = None) -> list[str]:
     """The framework versions with a complete collection (GEMM and attention) for a GPU,
     oldest first; empty where there are none."""
@@ -124,15 +113,9 @@ def versions(gpu: str, framework: str, root: Path | None = None) -> list[str]:
     system = SYSTEMS.get(gpu)
     if root is None or system is None:
         return []
-    gemm = _version_dirs(root / system / "gemm" / framework)
-    attention = set(_version_dirs(root / system / "attention" / framework))
+    gemm = version_dirs(root / system / "gemm" / framework)
+    attention = set(version_dirs(root / system / "attention" / framework))
     return [v for v in gemm if v in attention]
-
-
-def _version_dirs(folder: Path) -> list[str]:
-    if not folder.is_dir():
-        return []
-    return sorted((p.name for p in folder.iterdir() if p.is_dir()), key=version_key)
 
 
 class KernelTables(MoeTables):
@@ -229,7 +212,7 @@ class KernelTables(MoeTables):
         folder = self.root / self.system / family / (framework or self.framework)
         limit = version_key(self.version)
         return [(version, str(folder / version / name))
-                for version in reversed(_version_dirs(folder))
+                for version in reversed(version_dirs(folder))
                 if version_key(version) <= limit and (folder / version / name).is_file()]
 
     # --- attention --------------------------------------------------------------------------

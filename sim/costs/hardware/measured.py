@@ -17,8 +17,7 @@ hardware model's operators onto the tables of `kernels.py`:
   with the routing skew the package assumes for the model (a power law of exponent 1.01 for
   DeepSeek, 1.2 for the others: aiconfigurator's `sdk/models`); under `moe_backend` "marlin"
   onto Marlin's, under "triton" onto the Triton kernel's; mxfp4 experts with MXFP8 activations
-  (`activations` "mxfp8") onto FlashInfer's TensorRT-LLM kernel so measured
-  (`measured_moe.py`);
+  (`activations` "mxfp8") onto the kernel measured so (`measured_moe.py`);
 - the two all-reduces of a layer onto the framework's custom all-reduce;
 - prefill and decode attention of each group of layers (full, or sliding with its window) onto
   the context and generation attention kernels of the GPU's heads; a linear-attention layer's
@@ -69,10 +68,10 @@ class MeasuredOps(MeasuredMoe, MeasuredAttention):
         self.marlin_shape = None  # where Marlin's experts were measured (moe_backend "marlin")
         self.triton_version = None  # whose tables timed the Triton kernel (moe_backend "triton")
         self.mxfp8_shape = None  # where mxfp4 experts with MXFP8 activations were measured
+        self.mxfp8_source = None  # the other collection that timed them there, if one did
         # a per-tensor fp8 GEMM's activation scales (a block-scaled checkpoint's, in a shape
-        # the tables lack block-scaled: scaled at every call; mxfp4's scheme has no fp8 GEMM)
-        self.tensor_scales = {"block": "dynamic", "mxfp8": "static"}.get(activations,
-                                                                          activations)
+        # the tables lack block-scaled: scaled at every call)
+        self.tensor_scales = "dynamic" if activations == "block" else activations
         self.chain = BLOCK_CHAIN if activations == "block" else DTYPE_CHAIN
         self.gemm_chain = DTYPE_CHAIN if tables.framework in FLOORED_BLOCK_GEMMS else self.chain
         self.experts_gpus = tp * dp  # the experts span every data-parallel rank's GPUs

@@ -1,11 +1,13 @@
 """The routed experts of `MeasuredOps` (which mixes `MeasuredMoe` in: it sets `arch`, `tables`,
-`ep`, `experts_gpus`, `distribution`, `chain`, `activations`, `moe_backend`, `_moe_dtype` and
-`_first`): the fused MoE kernel a run's experts take (`_moe`): the framework's default, Marlin's
-or Triton's (`hardware.moe_backend`), or, for mxfp4 experts with MXFP8 activations
-(`hardware.activation_scheme = "mxfp8"`), FlashInfer's TensorRT-LLM kernel so measured, at the
-model's shape or transferred from the nearest (`MoeTables.moe_mxfp8`); which one and from where,
-for the notes and the report (`moe_kernel_text`); and why a choice cannot cost the experts here
-(`_backend_missing`, `_scheme_missing`).
+`ep`, `experts_gpus`, `distribution`, `chain`, `activations`, `moe_backend`, `_moe_dtype`,
+`_first`, and where the kernel was found, `marlin_shape`, `triton_version`, `mxfp8_shape` and
+`mxfp8_source`): the fused MoE kernel a run's experts take (`_moe`): the framework's default,
+Marlin's or Triton's (`hardware.moe_backend`), or, for mxfp4 experts with MXFP8 activations
+(`hardware.activation_scheme = "mxfp8"`), the kernel measured so, at the model's shape (another
+framework's rows of the same kernel where the run's lack it) or transferred from the nearest
+(`MoeTables.moe_mxfp8`); which one and from where, for the notes and the report
+(`moe_kernel_text`); and why a choice cannot cost the experts here (`_backend_missing`,
+`_scheme_missing`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ from .kernels import MOE_CHAIN
 from .marlin import expert_shape, marlin_missing, marlin_text, on_marlin
 
 
-def mxfp8_text(shape: tuple, measured_at: tuple) -> str:
-    """Where the time of mxfp4 experts with MXFP8 activations comes from, for the notes and the
-    report."""
-    kernel = "FlashInfer's TensorRT-LLM MoE kernel with MXFP8 activations"
+def mxfp8_text(framework: str, shape: tuple, measured_at: tuple, other: str | None) -> str:
+    """Where the time of mxfp4 experts with MXFP8 activations comes from
+    (`KernelTables.moe_mxfp8`; `other`: another framework's collection that timed the kernel at
+    the model's shape), for the notes and the report."""
+    kernel = f"{framework}'s MoE kernel with MXFP8 activations"
+    if other is not None:
+        return (f"{kernel} (FlashInfer's TensorRT-LLM kernel), as {other}'s tables timed it at "
+                f"this model's shape ({framework}'s time it at other shapes only)")
     if measured_at == shape:
         return f"{kernel}, as measured at this model's shape"
     hidden, inter, topk, experts = measured_at
@@ -41,7 +47,8 @@ class MeasuredMoe:
             return (f"the Triton fused MoE kernel, as {tables.framework} "
                     f"{self.triton_version}'s tables timed it{older}")
         if self.mxfp8_shape is not None:
-            return mxfp8_text(expert_shape(self.arch), self.mxfp8_shape)
+            return mxfp8_text(self.tables.framework, expert_shape(self.arch), self.mxfp8_shape,
+                              self.mxfp8_source)
         if self.marlin_shape is None:
             return None
         return marlin_text(expert_shape(self.arch), self.marlin_shape)
@@ -69,9 +76,8 @@ class MeasuredMoe:
         if self.activations != "mxfp8" or self._moe_dtype is not None:
             return None
         layout = self._moe_layout()
-        return (f"{self.tables.describe()} have no MoE kernel of mxfp4 experts with MXFP8 "
-                f"activations (FlashInfer's TensorRT-LLM kernel, a Blackwell GPU's) with the "
-                f"experts at moe TP {layout[0]} x EP {layout[1]}")
+        return (f"{self.tables.describe()} time no MoE kernel of mxfp4 experts with MXFP8 "
+                f"activations with the experts at moe TP {layout[0]} x EP {layout[1]}")
 
     def _moe_layout(self) -> tuple[int, int]:
         """(moe TP, moe EP): the experts split by TP over their GPUs, or whole across them."""
@@ -88,7 +94,7 @@ class MeasuredMoe:
             found = self.tables.moe_mxfp8(tokens, *shape, *layout, self.distribution)
             if found is None:
                 return None
-            seconds, self.mxfp8_shape = found
+            seconds, self.mxfp8_shape, self.mxfp8_source = found
             return seconds
         if backend == "triton":
             found = self.tables.moe_triton(tokens, *shape, *layout, dtype, self.distribution)

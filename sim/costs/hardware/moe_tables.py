@@ -2,7 +2,7 @@
 `self.table_path` and `self.table_paths`): the framework's default fused MoE kernel, the Triton
 kernel (from the newest collection that timed it), Marlin's, and mxfp4 experts with MXFP8
 activations, by tokens, at one shape (hidden, expert width, top-k, experts) and layout (moe TP,
-moe EP); the last two, where measured only at other shapes, from the nearest (`_transferred`).
+moe EP); the last two, where measured only at other shapes, from the nearest (`transferred`).
 Every method answers seconds, or None where the tables do not have it.
 """
 
@@ -11,14 +11,17 @@ from __future__ import annotations
 import numpy as np
 
 from . import tables
+from .table_versions import version_dirs
 
 # servesim dtypes -> the MoE tables' spellings (16-bit kernels were measured in bfloat16)
 MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
-# mxfp4 experts with MXFP8 activations (`hardware.activation_scheme = "mxfp8"`)
+# mxfp4 experts with MXFP8 activations (`hardware.activation_scheme = "mxfp8"`), and the kernel
+# vLLM and SGLang run them on (FlashInfer's TensorRT-LLM kernel), as their rows name it
 MXFP8_EXPERTS = "w4a8_mxfp4_mxfp8"
+FLASHINFER_MXFP8 = "flashinfer_trtllm"
 
 
-def _transferred(found, tokens, shape: tuple):
+def transferred(found, tokens, shape: tuple):
     """(seconds for `tokens` tokens of a curve `found` at (curve, the shape it was measured at),
     that shape) on a model's experts of `shape`; None where `found` is. Measured at another
     shape, its time is the one measured at as many rows an expert (tokens x topk / experts),
@@ -70,24 +73,50 @@ class MoeTables:
         """(seconds of one MoE layer's experts on Marlin's kernel for `tokens` tokens, the
         (hidden, inter, topk, experts) Marlin was measured at: `at` where given, else the
         model's own or the nearest, `tables.nearest_moe_curve`); None: not measured in `dtype`
-        at TP `tp`, EP `ep`. Measured at another shape: `_transferred` (`marlin.on_marlin`
+        at TP `tp`, EP `ep`. Measured at another shape: `transferred` (`marlin.on_marlin`
         floors it)."""
         found = tables.nearest_moe_curve(self.table_path("moe", "moe_perf.parquet"),
                                          MOE_DTYPES.get(dtype, dtype),
                                          (hidden, inter, topk, experts), tp, ep, distribution,
-                                         True, at)
-        return _transferred(found, tokens, (hidden, inter, topk, experts))
+                                         kernel="marlin", at=at)
+        return transferred(found, tokens, (hidden, inter, topk, experts))
 
     def moe_mxfp8(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int,
                   ep: int, distribution: str = "power_law_1.2"):
-        """(seconds of one MoE layer's mxfp4 experts with their activations in MXFP8, on the
-        kernel the tables time so (FlashInfer's TensorRT-LLM kernel), for `tokens` tokens; the
-        (hidden, inter, topk, experts) it was measured at: the model's own, else the nearest in
-        size, `_transferred`); None: not measured at TP `tp`, EP `ep`."""
-        found = tables.nearest_moe_curve(self.table_path("moe", "moe_perf.parquet"),
-                                         MXFP8_EXPERTS, (hidden, inter, topk, experts), tp, ep,
-                                         distribution)
-        return _transferred(found, tokens, (hidden, inter, topk, experts))
+        """(seconds of one MoE layer's mxfp4 experts with their activations in MXFP8 for
+        `tokens` tokens, the (hidden, inter, topk, experts) they were measured at, the other
+        collection whose rows they are or None); None: not measured at TP `tp`, EP `ep`. Read at
+        the model's own shape from this collection, else from another framework's newest on this
+        GPU that timed FlashInfer's TensorRT-LLM kernel there (the kernel vLLM and SGLang both
+        run; not for TensorRT-LLM, whose own kernel is another), else at the nearest shape this
+        collection timed, `transferred`."""
+        shape = (hidden, inter, topk, experts)
+        path = self.table_path("moe", "moe_perf.parquet")
+        own = tables.nearest_moe_curve(path, MXFP8_EXPERTS, shape, tp, ep, distribution, at=shape)
+        if own is not None:
+            return (*transferred(own, tokens, shape), None)
+        others = self._flashinfer_collections() if self.framework != "trtllm" else []
+        for other, other_path in others:
+            found = tables.nearest_moe_curve(other_path, MXFP8_EXPERTS, shape, tp, ep,
+                                             distribution, kernel=FLASHINFER_MXFP8, at=shape)
+            if found is not None:
+                return (*transferred(found, tokens, shape), other)
+        found = tables.nearest_moe_curve(path, MXFP8_EXPERTS, shape, tp, ep, distribution)
+        return None if found is None else (*transferred(found, tokens, shape), None)
+
+    def _flashinfer_collections(self) -> list[tuple[str, str]]:
+        """("framework version", its MoE table) of the other frameworks' newest collections on
+        this GPU but TensorRT-LLM's, in order."""
+        out = []
+        for other in ("vllm", "sglang"):
+            folder = self.root / self.system / "moe" / other
+            if other == self.framework or not folder.is_dir():
+                continue
+            found = [version for version in version_dirs(folder)
+                     if (folder / version / "moe_perf.parquet").is_file()]
+            if found:
+                out.append((f"{other} {found[-1]}", str(folder / found[-1] / "moe_perf.parquet")))
+        return out
 
     def marlin_layouts(self, dtype: str, distribution: str = "power_law_1.2") -> tuple:
         """The (moe TP, moe EP) layouts Marlin's MoE kernel was measured at in `dtype`."""

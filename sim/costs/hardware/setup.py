@@ -114,6 +114,10 @@ def check_dtypes(arch: Architecture, gpu: Gpu, dtype: str, kv_dtype: str = "auto
     if activation_scheme == "mxfp8" and dtype != "mxfp4":
         raise ValueError(f"hardware.activation_scheme: \"mxfp8\" quantizes mxfp4 experts' "
                          f"activations (hardware.dtype = \"mxfp4\"), not {dtype} weights")
+    if activation_scheme == "mxfp8" and "nvfp4" not in gpu.peak_tflops:
+        raise ValueError(f"hardware.activation_scheme: \"mxfp8\" needs a GPU with MXFP8 tensor "
+                         f"cores; {gpu.id} has none (use \"static\", bf16 activations, or one of "
+                         f"{', '.join(gpus_with('nvfp4'))})")
     if activation_scheme not in ("static", "mxfp8") and dtype != "fp8":
         raise ValueError(f"hardware.activation_scheme: \"{activation_scheme}\" applies to fp8 "
                          f"weights (hardware.dtype = \"fp8\"), not {dtype}")

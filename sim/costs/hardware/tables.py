@@ -235,20 +235,20 @@ MOE_SHAPE = ("hidden_size", "inter_size", "topk", "num_experts")
 
 @lru_cache(maxsize=16)
 def nearest_moe_curve(path: str | None, dtype: str, shape: tuple, tp: int, ep: int,
-                      distribution: str, marlin: bool = False,
+                      distribution: str, kernel: str | None = None,
                       at: tuple | None = None) -> tuple[Curve, tuple] | None:
-    """A fused MoE kernel in `dtype` at TP `tp`, EP `ep` (with `marlin`, Marlin's alone): (its
-    curve over tokens, the (hidden, inter, topk, experts) it was measured at): at `at` where
-    given, else at `shape` where measured there, else at the measured shape whose experts are
-    nearest in size (experts x hidden x inter); of the kernels there, the one measured most.
-    None: not measured so."""
+    """A fused MoE kernel in `dtype` at TP `tp`, EP `ep` (with `kernel`, those whose name holds
+    it alone, "marlin": Marlin's): (its curve over tokens, the (hidden, inter, topk, experts) it
+    was measured at): at `at` where given, else at `shape` where measured there, else at the
+    measured shape whose experts are nearest in size (experts x hidden x inter); of the kernels
+    there, the one measured most. None: not measured so."""
     if path is None:
         return None
     table = cached_table(path)
     table = table[(table["moe_dtype"] == dtype) & (table["moe_tp_size"] == tp)
                   & (table["moe_ep_size"] == ep) & (table["distribution"] == distribution)]
-    if marlin:
-        table = table[table["kernel_source"].str.contains("marlin", case=False)]
+    if kernel is not None:
+        table = table[table["kernel_source"].str.contains(kernel, case=False)]
     if table.empty:
         return None
     shapes = {tuple(int(v) for v in row) for row in table[list(MOE_SHAPE)].to_numpy()}
