@@ -94,10 +94,16 @@ BAD_FILES = {
 }
 
 
+def case_file(tmp_path, text: str):
+    """A case's text written as a scenario file, under the linear cost model unless it names
+    one."""
+    return write(tmp_path, text + "\n" + LINEAR if "[cost]" not in text else text)
+
+
 @pytest.mark.parametrize("case", BAD_FILES)
 def test_a_bad_file_is_one_line_naming_the_file_and_key(tmp_path, case):
     text, expected = BAD_FILES[case]
-    path = write(tmp_path, text + "\n" + LINEAR if "[cost]" not in text else text)
+    path = case_file(tmp_path, text)
     message = load_error(path)
     assert message.startswith(f"{path}: ")
     assert expected in message
@@ -127,7 +133,7 @@ def check_error(path, overrides=()) -> str:
 @pytest.mark.parametrize("case", BAD_WHEN_BUILT)
 def test_what_only_a_built_run_can_tell_is_one_line_naming_the_file_and_key(tmp_path, case):
     text, expected = BAD_WHEN_BUILT[case]
-    path = write(tmp_path, text + "\n" + LINEAR if "[cost]" not in text else text)
+    path = case_file(tmp_path, text)
     message = check_error(path)
     assert message.startswith(f"{path}: ")
     assert expected in message

@@ -6,8 +6,7 @@ Marlin's or Triton's (`hardware.moe_backend`), or, for mxfp4 experts with MXFP8 
 (`hardware.activation_scheme = "mxfp8"`), the kernel measured so, at the model's shape (another
 framework's rows of the same kernel where the run's lack it) or transferred from the nearest
 (`MoeTables.moe_mxfp8`); which one and from where, for the notes and the report
-(`moe_kernel_text`); and why a choice cannot cost the experts here (`_backend_missing`,
-`_scheme_missing`).
+(`moe_kernel_text`); and why a choice cannot cost the experts here (`refusal`).
 """
 
 from __future__ import annotations
@@ -52,6 +51,17 @@ class MeasuredMoe:
         if self.marlin_shape is None:
             return None
         return marlin_text(expert_shape(self.arch), self.marlin_shape)
+
+    def refusal(self) -> tuple[str, str] | None:
+        """(the key, what is wrong and what to use instead) where the run's `moe_backend` or
+        MXFP8 activations cannot cost its experts here, or None; the caller names the key as
+        its user gave it."""
+        if self.backend_missing:
+            return "moe_backend", f'"{self.moe_backend}": {self.backend_missing}; use "auto"'
+        if self.scheme_missing:
+            return "activation_scheme", (f'"mxfp8": {self.scheme_missing}; use "static" (bf16 '
+                                         f'activations)')
+        return None
 
     def _backend_missing(self, probe, dtype: str) -> str | None:
         """Why `moe_backend` cannot cost the experts where the default kernel can (the tables

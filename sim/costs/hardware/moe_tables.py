@@ -8,6 +8,9 @@ Every method answers seconds, or None where the tables do not have it.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
+
 import numpy as np
 
 from . import tables
@@ -35,6 +38,23 @@ def transferred(found, tokens, shape: tuple):
     rows = np.asarray(tokens, dtype=np.float64) * topk / experts
     size = experts * hidden * inter / (their_experts * their_hidden * their_inter)
     return _seconds(curve, rows * their_experts / their_topk) * size, their
+
+
+@lru_cache(maxsize=32)
+def flashinfer_collections(folder: str, framework: str) -> tuple[tuple[str, str], ...]:
+    """("framework version", its MoE table) of the newest collection under `folder` (a GPU's
+    `moe` tables) of each framework but `framework` that runs FlashInfer's MoE kernels (vLLM,
+    SGLang), in order: read once a GPU."""
+    out = []
+    for other in ("vllm", "sglang"):
+        path = Path(folder) / other
+        if other == framework or not path.is_dir():
+            continue
+        found = [version for version in version_dirs(path)
+                 if (path / version / "moe_perf.parquet").is_file()]
+        if found:
+            out.append((f"{other} {found[-1]}", str(path / found[-1] / "moe_perf.parquet")))
+    return tuple(out)
 
 
 def _seconds(curve, tokens):
@@ -95,7 +115,8 @@ class MoeTables:
         own = tables.nearest_moe_curve(path, MXFP8_EXPERTS, shape, tp, ep, distribution, at=shape)
         if own is not None:
             return (*transferred(own, tokens, shape), None)
-        others = self._flashinfer_collections() if self.framework != "trtllm" else []
+        others = flashinfer_collections(str(self.root / self.system / "moe"), self.framework) \
+            if self.framework != "trtllm" else ()
         for other, other_path in others:
             found = tables.nearest_moe_curve(other_path, MXFP8_EXPERTS, shape, tp, ep,
                                              distribution, kernel=FLASHINFER_MXFP8, at=shape)
@@ -103,20 +124,6 @@ class MoeTables:
                 return (*transferred(found, tokens, shape), other)
         found = tables.nearest_moe_curve(path, MXFP8_EXPERTS, shape, tp, ep, distribution)
         return None if found is None else (*transferred(found, tokens, shape), None)
-
-    def _flashinfer_collections(self) -> list[tuple[str, str]]:
-        """("framework version", its MoE table) of the other frameworks' newest collections on
-        this GPU but TensorRT-LLM's, in order."""
-        out = []
-        for other in ("vllm", "sglang"):
-            folder = self.root / self.system / "moe" / other
-            if other == self.framework or not folder.is_dir():
-                continue
-            found = [version for version in version_dirs(folder)
-                     if (folder / version / "moe_perf.parquet").is_file()]
-            if found:
-                out.append((f"{other} {found[-1]}", str(folder / found[-1] / "moe_perf.parquet")))
-        return out
 
     def marlin_layouts(self, dtype: str, distribution: str = "power_law_1.2") -> tuple:
         """The (moe TP, moe EP) layouts Marlin's MoE kernel was measured at in `dtype`."""

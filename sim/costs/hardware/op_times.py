@@ -174,11 +174,8 @@ def _measured_ops(arch, device, tp: int, ep: int, dtype: str, kernels, framework
         return None
     ops = MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype), tables, ep, activations,
                       moe_backend=moe_backend)
-    if ops.backend_missing:
-        raise ValueError(f"moe_backend: \"{moe_backend}\": {ops.backend_missing}; use "
-                         f"\"auto\"")
-    if ops.scheme_missing:
-        raise ValueError(f"activation_scheme: \"mxfp8\": {ops.scheme_missing}; use \"static\" "
-                         f"(bf16 activations)")
+    refused = ops.refusal()
+    if refused:
+        raise ValueError(f"{refused[0]}: {refused[1]}")
     ops.say_roofline("layer_op_times")
     return ops

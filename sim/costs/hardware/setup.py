@@ -232,10 +232,7 @@ def measured_ops(hardware, arch, gpu, tp: int, dtype: str, ep: int) -> MeasuredO
         return None  # the version checked, not used
     ops = MeasuredOps(arch, tp, dtype, kv_cache_dtype(dtype, hardware.kv_dtype), tables, ep,
                       hardware.activation_scheme, hardware.dp, hardware.moe_backend)
-    if ops.backend_missing:
-        raise ValueError(f"hardware.moe_backend: \"{hardware.moe_backend}\": "
-                         f"{ops.backend_missing}; use \"auto\"")
-    if ops.scheme_missing:
-        raise ValueError(f"hardware.activation_scheme: \"mxfp8\": {ops.scheme_missing}; use "
-                         f"\"static\" (bf16 activations)")
+    refused = ops.refusal()
+    if refused:
+        raise ValueError(f"hardware.{refused[0]}: {refused[1]}")
     return ops
