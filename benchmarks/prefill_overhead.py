@@ -22,7 +22,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from silicon_runs import SILICON_GPUS, silicon_rows, simulate_inferencemax  # noqa: E402
+from inferencemax_servers import SILICON_GPUS  # noqa: E402
+from silicon_runs import silicon_rows, simulate_inferencemax  # noqa: E402
 
 STEPS = 14  # bisection steps: the overhead to about 1/16,000 of the run's measured TTFT
 

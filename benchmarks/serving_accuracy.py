@@ -10,7 +10,7 @@ runs of vLLM and TensorRT-LLM, the gpt-oss-120b runs of vLLM, the DeepSeek-R1 ru
 TensorRT-LLM and SGLang, the MiniMax-M2.5 runs of vLLM and the Qwen3.5-397B-A17B runs of SGLang
 (models read from their config.json) are InferenceMAX's
 (`silicon_runs.py`: `silicon_rows`) and are simulated with its client and server flags
-(`simulate_inferencemax`, `inferencemax_server`, there too); the others, whose client is not
+(`simulate_inferencemax` there, `inferencemax_servers.py`); the others, whose client is not
 recorded, with that many requests in flight, users ramping up over one request's time and
 vLLM V1's defaults (`simulate_row`).
 Beside servesim's, the Llama-70B, DeepSeek-R1 and MiniMax-M2.5 runs as aiconfigurator-core's own
@@ -43,9 +43,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import prefill_overhead  # noqa: E402  (this folder's)
 import trtllm_page  # noqa: E402
-from silicon_runs import (DEEPSEEK, MINIMAX, SILICON_DTYPES, SILICON_GPUS,  # noqa: E402
-                          SILICON_MODELS, batch_waits, inferencemax_server, silicon_rows,
-                          simulate_inferencemax)
+from inferencemax_servers import (DEEPSEEK, MINIMAX, SILICON_DTYPES,  # noqa: E402
+                                  SILICON_GPUS, SILICON_MODELS, batch_waits, inferencemax_server)
+from silicon_runs import silicon_rows, simulate_inferencemax  # noqa: E402
 from sim.cli.flag_types import positive_integer  # noqa: E402
 
 
